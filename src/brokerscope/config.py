@@ -1,0 +1,166 @@
+"""Typed settings: embedded defaults < a TOML file (conf/brokerscope.toml, --conf) < CLI flags."""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .protocols.base import Context, PayloadPolicy
+
+DEFAULTS: dict = {
+    "lake": {"path": "lake", "writer": "auto"},
+    "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0},
+    "capture": {"split_size": 128 * 1024**2, "max_pending_fragments": 4096, "batch_packets": 8192},
+    "tcp": {
+        "idle_timeout_s": 600,
+        "max_reorder_bytes": 8 * 1024**2,
+        "reorder_timeout_s": 5.0,
+        "sniff_bytes": 4096,
+    },
+    "ports": {"kafka": [9092], "pulsar": [6650], "iggy": [8090], "tubemq": [8715, 8123]},
+    "limits": {
+        "max_frame_bytes": 100 * 1024**2,
+        "max_decompressed_bytes": 64 * 1024**2,
+        "max_raw_bytes": 4096,
+    },
+    "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
+    "protocols": {"pulsar": {"max_frame_bytes": 5 * 1024**2}},
+}
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.I)
+_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+
+
+def parse_size(v) -> int:
+    """`"128MiB"` -> 134217728; ints pass through."""
+    if isinstance(v, int):
+        return v
+    m = _SIZE.match(str(v))
+    if not m:
+        raise ValueError(f"not a size: {v!r} (use bytes or a KiB/MiB/GiB suffix)")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "B").lower()])
+
+
+def _merge(base: dict, over: dict, where: str = "") -> dict:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v, f"{where}{k}.")
+        elif k not in base and where not in ("ports.", "protocols.") and not where.startswith("protocols."):
+            raise ValueError(f"unknown setting {where}{k}")
+        else:
+            base[k] = v
+    return base
+
+
+@dataclass
+class Settings:
+    raw: dict = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def load(cls, conf_file: str | Path | None = None, overrides: dict | None = None) -> Settings:
+        raw = copy.deepcopy(DEFAULTS)
+        if conf_file is not None:
+            p = Path(conf_file)
+            if not p.is_file():
+                raise FileNotFoundError(f"config file not found: {p}")
+            with p.open("rb") as fh:
+                _merge(raw, tomllib.load(fh))
+        if overrides:
+            _merge(raw, overrides)
+        s = cls(raw)
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        pol = self.raw["payload"]["policy"]
+        if pol not in ("keep", "truncate", "hash", "drop"):
+            raise ValueError(f"payload.policy must be keep|truncate|hash|drop, not {pol!r}")
+        for name, ports in self.raw["ports"].items():
+            if not isinstance(ports, list) or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+                raise ValueError(f"ports.{name} must be a list of TCP ports, not {ports!r}")
+        if self.split_size < 64 * 1024:
+            # small splits are allowed for tests, but never below a few records
+            if self.split_size < 256:
+                raise ValueError("capture.split_size must be at least 256 bytes")
+
+    # -- typed accessors ----------------------------------------------------------------------
+    @property
+    def lake_path(self) -> str:
+        return str(self.raw["lake"]["path"])
+
+    @property
+    def writer(self) -> str:
+        return str(self.raw["lake"]["writer"])
+
+    @property
+    def master(self) -> str:
+        return str(self.raw["spark"]["master"])
+
+    @property
+    def split_size(self) -> int:
+        return parse_size(self.raw["capture"]["split_size"])
+
+    @property
+    def batch_packets(self) -> int:
+        return int(self.raw["capture"]["batch_packets"])
+
+    @property
+    def max_pending_fragments(self) -> int:
+        return int(self.raw["capture"]["max_pending_fragments"])
+
+    @property
+    def idle_timeout_ns(self) -> int:
+        return int(float(self.raw["tcp"]["idle_timeout_s"]) * 1e9)
+
+    @property
+    def reorder_timeout_ns(self) -> int:
+        return int(float(self.raw["tcp"]["reorder_timeout_s"]) * 1e9)
+
+    @property
+    def max_reorder_bytes(self) -> int:
+        return parse_size(self.raw["tcp"]["max_reorder_bytes"])
+
+    @property
+    def sniff_bytes(self) -> int:
+        return parse_size(self.raw["tcp"]["sniff_bytes"])
+
+    @property
+    def ports(self) -> dict[int, str]:
+        """server port -> protocol name"""
+        out: dict[int, str] = {}
+        for name, plist in self.raw["ports"].items():
+            for p in plist:
+                out[int(p)] = name
+        return out
+
+    def add_port(self, proto: str, port: int) -> None:
+        self.raw["ports"].setdefault(proto, [])
+        if port not in self.raw["ports"][proto]:
+            self.raw["ports"][proto].append(port)
+        self.validate()
+
+    def context(self, protocol: str | None = None) -> Context:
+        """The decoder context, with [protocols.<name>] limits applied for `protocol`."""
+        lim = dict(self.raw["limits"])
+        popts = self.raw.get("protocols", {})
+        if protocol and protocol in popts:
+            for k in ("max_frame_bytes", "max_decompressed_bytes", "max_raw_bytes"):
+                if k in popts[protocol]:
+                    lim[k] = popts[protocol][k]
+        pay = self.raw["payload"]
+        return Context(
+            max_frame_bytes=parse_size(lim["max_frame_bytes"]),
+            max_decompressed_bytes=parse_size(lim["max_decompressed_bytes"]),
+            max_raw_bytes=parse_size(lim["max_raw_bytes"]),
+            payload=PayloadPolicy(
+                mode=pay["policy"],
+                truncate_bytes=parse_size(pay["truncate_bytes"]),
+                apply_to_keys=bool(pay["apply_to_keys"]),
+            ),
+            protocol_options=popts,
+        )

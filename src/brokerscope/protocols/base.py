@@ -1,0 +1,285 @@
+"""The decoder contract and the protocol registry.
+
+A protocol package `brokerscope.protocols.<name>` exposes `PROTOCOL`, an instance of a `Protocol`
+subclass. The stream driver (`brokerscope.streams`) gives each connection's reassembled bytes to a
+`Conversation` and collects the rows it returns. Nothing here knows about Spark.
+
+Rows are `(table, dict)` pairs; the dict's keys are column names from `brokerscope.tables`. The
+driver fills the columns every table shares (capture_id, protocol, conn_id, endpoints, date), so a
+decoder sets only `ts_ns` and its table's own columns. Timestamps are integer nanoseconds since
+the epoch (`ts_ns`, `ts_end_ns`, `request_ts_ns`, ...), converted by the driver.
+
+Rules every decoder follows:
+- never raise out of `feed`/`gap`/`close` on bad bytes: a frame that does not decode becomes a
+  `commands` row with `decode_status` and `decode_error`, and the decoder resyncs;
+- framing says "need more" instead of failing; leftovers carry over to the next `feed`;
+- memory is bounded: a frame larger than `ctx.max_frame_bytes` is recorded and skipped, never buffered.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import importlib.util
+import json
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+Row = tuple[str, dict]
+C2S = "c2s"
+S2C = "s2c"
+
+# decode_status values shared by all protocols (a protocol may add its own)
+OK = "ok"
+MALFORMED = "malformed"
+TRUNCATED = "truncated"
+CHECKSUM_MISMATCH = "checksum_mismatch"
+UNSUPPORTED_VERSION = "unsupported_version"
+REQUEST_MISSING = "request_missing"
+OVERSIZE = "oversize"
+GAP = "gap"
+UNKNOWN_COMMAND = "unknown_command"
+DECOMPRESSION_FAILED = "decompression_failed"
+
+
+@dataclass(frozen=True)
+class PayloadPolicy:
+    """What happens to message keys and values before they reach a table.
+
+    mode: keep (whole), truncate (first `truncate_bytes`), hash (sha256 hex in value_hash, value
+    null), drop (null). `value_size` always holds the original size.
+    """
+
+    mode: str = "keep"
+    truncate_bytes: int = 256
+    apply_to_keys: bool = False
+
+    def value(self, data: bytes | None) -> dict:
+        if data is None:
+            return {"value": None, "value_size": None}
+        out: dict = {"value_size": len(data)}
+        if self.mode == "keep":
+            out["value"] = bytes(data)
+        elif self.mode == "truncate":
+            out["value"] = bytes(data[: self.truncate_bytes])
+        elif self.mode == "hash":
+            out["value"] = None
+            out["value_hash"] = hashlib.sha256(data).hexdigest()
+        elif self.mode == "drop":
+            out["value"] = None
+        else:
+            raise ValueError(f"unknown payload policy {self.mode!r}")
+        return out
+
+    def key(self, data: bytes | None) -> bytes | None:
+        if data is None or not self.apply_to_keys or self.mode == "keep":
+            return None if data is None else bytes(data)
+        if self.mode == "truncate":
+            return bytes(data[: self.truncate_bytes])
+        if self.mode == "hash":
+            return hashlib.sha256(data).hexdigest().encode()
+        return None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Settings a decoder needs, taken from the run's configuration."""
+
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_decompressed_bytes: int = 64 * 1024 * 1024
+    max_raw_bytes: int = 4096  # how much of an undecodable frame is kept in `raw`
+    payload: PayloadPolicy = field(default_factory=PayloadPolicy)
+    protocol_options: dict = field(default_factory=dict)  # [protocols.<name>] from the config
+
+    def option(self, protocol: str, key: str, default):
+        return self.protocol_options.get(protocol, {}).get(key, default)
+
+    def raw(self, data: bytes | memoryview) -> bytes:
+        return bytes(data[: self.max_raw_bytes])
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    conn_id: str
+    client_ip: str
+    client_port: int
+    server_ip: str
+    server_port: int
+
+
+class Conversation:
+    """One TCP connection's decoder. Subclasses implement `feed`, and usually `gap` and `close`."""
+
+    def __init__(self, conn: ConnInfo, ctx: Context):
+        self.conn = conn
+        self.ctx = ctx
+
+    def feed(self, direction: str, data: bytes, ts_ns: int) -> Iterable[Row]:
+        """Bytes that follow, in order, what was fed before in `direction`; `ts_ns` is the capture
+        time of the packet that carried them."""
+        raise NotImplementedError
+
+    def gap(self, direction: str, nbytes: int, ts_ns: int) -> Iterable[Row]:
+        """`nbytes` bytes of `direction` were never captured. Drop any partial frame and resync."""
+        return ()
+
+    def close(self) -> Iterable[Row]:
+        """The connection ended (or the capture did): flush partial frames and unanswered requests."""
+        return ()
+
+
+class Protocol:
+    """A protocol decoder, registered by `name`."""
+
+    name: str = ""
+    default_ports: tuple[int, ...] = ()
+
+    def sniff(self, client_head: bytes, server_head: bytes) -> float:
+        """Confidence 0..1 that this is the protocol, from the first bytes each side sent.
+        Either head may be empty (one direction not captured or silent)."""
+        return 0.0
+
+    def conversation(self, conn: ConnInfo, ctx: Context) -> Conversation:
+        raise NotImplementedError
+
+
+class StreamBuffer:
+    """The unconsumed bytes of one direction, with the capture time of every byte.
+
+    `append` adds a chunk; `data` is a view of the pending bytes starting at stream offset
+    `offset`; `consume(n)` drops the first n. `ts_at(off)` is the time of the packet that carried
+    stream offset `off`, so a frame's first-byte and last-byte times are both available.
+    """
+
+    __slots__ = ("_buf", "_start", "offset", "_chunks", "last_ts")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._start = 0
+        self.offset = 0  # stream offset of the first pending byte
+        self._chunks: deque[tuple[int, int]] = deque()  # (stream offset of chunk start, ts_ns)
+        self.last_ts = 0
+
+    def __len__(self) -> int:
+        return len(self._buf) - self._start
+
+    @property
+    def end(self) -> int:
+        """Stream offset one past the last byte received."""
+        return self.offset + len(self)
+
+    def append(self, data: bytes | memoryview, ts_ns: int) -> None:
+        if not data:
+            return
+        if not self._chunks or self._chunks[-1][1] != ts_ns:
+            self._chunks.append((self.end, ts_ns))
+        self._buf += data
+        self.last_ts = ts_ns
+
+    @property
+    def data(self) -> memoryview:
+        return memoryview(self._buf)[self._start :]
+
+    def peek(self, n: int) -> bytes:
+        return bytes(self._buf[self._start : self._start + n])
+
+    def consume(self, n: int) -> None:
+        n = min(n, len(self))
+        self._start += n
+        self.offset += n
+        # keep the chunk that covers the new first byte
+        while len(self._chunks) > 1 and self._chunks[1][0] <= self.offset:
+            self._chunks.popleft()
+        if self._start > 65536 and self._start * 2 > len(self._buf):
+            del self._buf[: self._start]
+            self._start = 0
+
+    def skip(self, nbytes: int) -> None:
+        """Advance the stream offset past bytes that never arrived (a gap); pending bytes are dropped."""
+        self.consume(len(self))
+        self.offset += nbytes
+        self._chunks.clear()
+
+    def ts_at(self, stream_offset: int) -> int:
+        """Capture time of the byte at `stream_offset` (must be pending or the last one consumed)."""
+        ts = self.last_ts
+        for off, t in reversed(self._chunks):
+            ts = t
+            if off <= stream_offset:
+                break
+        return ts
+
+
+# ---------------------------------------------------------------------------------------------
+# details JSON
+
+
+def _jsonable(o):
+    if isinstance(o, bytes | bytearray | memoryview):
+        b = bytes(o)
+        try:
+            s = b.decode("utf-8")
+            if s.isprintable():
+                return s
+        except UnicodeDecodeError:
+            pass
+        return {"base64": base64.b64encode(b).decode("ascii")}
+    if isinstance(o, set | frozenset | tuple):
+        return list(o)
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    return repr(o)
+
+
+def to_json(obj) -> str:
+    """Serialise decoded fields for the `details` column (bytes become text or base64)."""
+    return json.dumps(obj, default=_jsonable, separators=(",", ":"), ensure_ascii=False)
+
+
+def redacted(data: bytes | str | None) -> str | None:
+    """What a secret becomes in a table: its size only."""
+    if data is None:
+        return None
+    return f"<redacted {len(data)} bytes>"
+
+
+# ---------------------------------------------------------------------------------------------
+# registry
+
+BUILTIN = ("kafka", "pulsar", "iggy", "tubemq")
+_registry: dict[str, Protocol] = {}
+
+
+def register(proto: Protocol) -> Protocol:
+    _registry[proto.name] = proto
+    return proto
+
+
+def _load_builtins() -> None:
+    for name in BUILTIN:
+        if name in _registry:
+            continue
+        modname = f"brokerscope.protocols.{name}"
+        if importlib.util.find_spec(modname) is None:
+            continue
+        mod = importlib.import_module(modname)
+        register(mod.PROTOCOL)
+
+
+def get(name: str) -> Protocol:
+    _load_builtins()
+    return _registry[name]
+
+
+def protocols() -> dict[str, Protocol]:
+    """Every registered protocol by name."""
+    _load_builtins()
+    return dict(_registry)
+
+
+def iter_rows(*groups: Iterable[Row] | None) -> Iterator[Row]:
+    for g in groups:
+        if g:
+            yield from g

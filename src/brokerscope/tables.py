@@ -1,0 +1,257 @@
+"""The schemas of every table brokerscope writes, and of its internal packet batches.
+
+This file is the one source of truth: decoders emit plain dicts whose keys are column names
+listed here, `conform()` turns them into Arrow batches, and the lake creates its Delta tables from
+these schemas. Column names are a contract with users' queries: add columns, never rename.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+# Columns every output table starts with. Rows from segment files leave the connection ones null.
+SHARED: list[pa.Field] = [
+    pa.field("capture_id", pa.string()),  # stable id of the input file (content hash)
+    pa.field("protocol", pa.string()),  # kafka | pulsar | iggy | tubemq | unknown
+    pa.field("conn_id", pa.string()),
+    pa.field("client_ip", pa.string()),
+    pa.field("client_port", pa.int32()),
+    pa.field("server_ip", pa.string()),
+    pa.field("server_port", pa.int32()),
+    pa.field("ts", TS),
+    pa.field("ts_ns", pa.int64()),  # the same instant with the capture's full resolution
+]
+PARTITION: list[pa.Field] = [pa.field("date", pa.date32())]
+# Delta partition columns. capture_id is the second level so that re-ingesting an input
+# replaces exactly the rows it produced, in one atomic commit.
+PARTITION_BY = ["date", "capture_id"]
+
+HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+
+COMMANDS = [
+    pa.field("direction", pa.string()),  # c2s | s2c
+    pa.field("command", pa.string()),
+    pa.field("command_code", pa.int32()),
+    pa.field("api_version", pa.int32()),
+    pa.field("correlation_id", pa.int64()),
+    pa.field("client_id", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("topics", pa.list_(pa.string())),
+    pa.field("partition", pa.int32()),
+    pa.field("error_code", pa.int32()),
+    pa.field("throttle_time_ms", pa.int32()),
+    pa.field("size", pa.int64()),  # frame bytes on the wire, framing included
+    pa.field("stream_offset", pa.int64()),  # offset of the frame's first byte in its direction
+    pa.field("ts_end", TS),  # time of the packet holding the frame's last byte
+    pa.field("ts_end_ns", pa.int64()),
+    pa.field("decode_status", pa.string()),  # ok | malformed | truncated | checksum_mismatch | ...
+    pa.field("decode_error", pa.string()),
+    pa.field("details", pa.string()),  # JSON of every decoded field
+    pa.field("raw", pa.binary()),  # the frame, kept only when it could not be decoded (capped)
+]
+
+MESSAGES = [
+    pa.field("direction", pa.string()),  # produce | deliver | stored
+    pa.field("source", pa.string()),  # capture | segment
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("message_id", pa.string()),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),  # per the payload policy
+    pa.field("value_size", pa.int64()),  # size before the payload policy was applied
+    pa.field("value_hash", pa.string()),  # sha256 hex when the policy is `hash`
+    pa.field("headers", pa.list_(HEADER)),
+    pa.field("message_ts", TS),
+    pa.field("producer_id", pa.int64()),
+    pa.field("producer_name", pa.string()),
+    pa.field("producer_epoch", pa.int32()),
+    pa.field("sequence", pa.int64()),
+    pa.field("compression", pa.string()),
+    pa.field("checksum_ok", pa.bool_()),
+    pa.field("correlation_id", pa.int64()),  # of the command that carried the message
+    pa.field("decode_status", pa.string()),
+    pa.field("decode_error", pa.string()),
+    pa.field("details", pa.string()),
+]
+
+LATENCIES = [
+    pa.field("request_command", pa.string()),
+    pa.field("response_command", pa.string()),
+    pa.field("api_version", pa.int32()),
+    pa.field("correlation_id", pa.int64()),
+    pa.field("request_ts", TS),  # last byte of the request
+    pa.field("response_ts", TS),  # first byte of the response
+    pa.field("latency_us", pa.float64()),
+    pa.field("error_code", pa.int32()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+]
+
+ACKS = [
+    pa.field("ack_type", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("message_id", pa.string()),
+    pa.field("producer_id", pa.int64()),
+    pa.field("sequence", pa.int64()),
+    pa.field("consumer", pa.string()),
+    pa.field("error_code", pa.int32()),
+    pa.field("ack_latency_us", pa.float64()),
+    pa.field("correlation_id", pa.int64()),
+    pa.field("details", pa.string()),
+]
+
+STREAMS = [
+    pa.field("detected_by", pa.string()),  # port | content | none
+    pa.field("roles_by", pa.string()),  # syn | port | content | heuristic: how client/server was decided
+    pa.field("first_ts", TS),
+    pa.field("last_ts", TS),
+    pa.field("c2s_packets", pa.int64()),
+    pa.field("s2c_packets", pa.int64()),
+    pa.field("c2s_bytes", pa.int64()),  # TCP payload bytes
+    pa.field("s2c_bytes", pa.int64()),
+    pa.field("c2s_frame_bytes", pa.int64()),  # whole frames on the wire, as tshark's conv,tcp counts
+    pa.field("s2c_frame_bytes", pa.int64()),
+    pa.field("gap_count", pa.int64()),
+    pa.field("gap_bytes", pa.int64()),
+    pa.field("retransmitted_bytes", pa.int64()),
+    pa.field("out_of_order", pa.int64()),
+    pa.field("frames_ok", pa.int64()),
+    pa.field("frames_failed", pa.int64()),
+    pa.field("syn_seen", pa.bool_()),
+    pa.field("fin_seen", pa.bool_()),
+    pa.field("rst_seen", pa.bool_()),
+    pa.field("midstream", pa.bool_()),  # the capture starts after the handshake
+    pa.field("snap_truncated_packets", pa.int64()),
+    pa.field("capture_ids", pa.list_(pa.string())),  # every input file the connection spans
+]
+
+# What was ingested: one row per input file per run, the nightly job's memory.
+INPUTS = [
+    pa.field("capture_id", pa.string()),
+    pa.field("path", pa.string()),
+    pa.field("kind", pa.string()),  # pcap | pcapng | gzip+pcap | kafka_segment | iggy_segment | ...
+    pa.field("size", pa.int64()),
+    pa.field("mtime", TS),
+    pa.field("run_id", pa.string()),
+    pa.field("ingested_at", TS),
+    pa.field("packets", pa.int64()),
+    pa.field("status", pa.string()),  # ok | error
+    pa.field("error", pa.string()),
+]
+
+_BODIES: dict[str, list[pa.Field]] = {
+    "commands": COMMANDS,
+    "messages": MESSAGES,
+    "latencies": LATENCIES,
+    "acks": ACKS,
+    "streams": STREAMS,
+}
+DECODED_TABLES = ("commands", "messages", "latencies", "acks", "streams")
+TABLES = (*DECODED_TABLES, "inputs")
+
+
+def schema(table: str) -> pa.Schema:
+    """The full Arrow schema of an output table (partition column last)."""
+    if table == "inputs":
+        return pa.schema(INPUTS + [pa.field("date", pa.date32())])
+    return pa.schema(SHARED + _BODIES[table] + PARTITION)
+
+
+def partition_by(table: str) -> list[str]:
+    return ["date"] if table == "inputs" else list(PARTITION_BY)
+
+
+def _date_of(row: Mapping) -> _dt.date | None:
+    ns = row.get("ts_ns")
+    if ns is None:
+        return None
+    return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).date()
+
+
+def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
+    """Build an Arrow batch of `table` from dict rows.
+
+    `ts`/`ts_end`/... may be given as nanosecond ints in the matching `*_ns` column only: the
+    timestamp columns are derived from them. Unknown keys are an error (a typo would otherwise
+    silently drop data).
+    """
+    sch = schema(table)
+    names = set(sch.names)
+    cols: dict[str, list] = {n: [] for n in sch.names}
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise KeyError(f"{table}: unknown column(s) {sorted(extra)}")
+        for n in sch.names:
+            cols[n].append(row.get(n))
+    n_rows = len(cols["ts_ns"]) if "ts_ns" in cols else len(next(iter(cols.values())))
+    # derive timestamps from ns where only the ns form was given
+    for ts_col, ns_col in (("ts", "ts_ns"), ("ts_end", "ts_end_ns")):
+        if ts_col in cols and ns_col in cols:
+            cols[ts_col] = [
+                t if t is not None else (None if ns is None else ns // 1000)
+                for t, ns in zip(cols[ts_col], cols[ns_col])
+            ]
+    if "date" in cols:
+        dates = []
+        for i in range(n_rows):
+            d = cols["date"][i]
+            if d is None:
+                ns = cols["ts_ns"][i] if "ts_ns" in cols else None
+                d = _date_of({"ts_ns": ns}) if ns is not None else _dt.date(1970, 1, 1)
+            dates.append(d)
+        cols["date"] = dates
+    arrays = []
+    for f in sch:
+        vals = cols[f.name]
+        if pa.types.is_timestamp(f.type):
+            vals = [_to_us(v) for v in vals]
+            arrays.append(pa.array(vals, type=pa.int64()).cast(f.type))
+        else:
+            arrays.append(pa.array(vals, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=sch)
+
+
+def _to_us(v) -> int | None:
+    """Timestamps are given as microseconds since the epoch (int) or datetime."""
+    if v is None:
+        return None
+    if isinstance(v, _dt.datetime):
+        return int(v.timestamp() * 1_000_000)
+    return int(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Internal: the packet batches the capture stage produces and the stream stage consumes.
+# One row per TCP segment (after IPv4 defragmentation). The canonical endpoint pair (lo, hi)
+# orders the two endpoints so both directions of a connection share one key.
+PACKETS = pa.schema(
+    [
+        pa.field("capture_id", pa.string()),
+        pa.field("file_index", pa.int32()),  # position of the file in the capture set
+        pa.field("rec_offset", pa.int64()),  # byte offset of the record in its (decompressed) file
+        pa.field("ts_ns", pa.int64()),
+        pa.field("lo_ip", pa.string()),
+        pa.field("lo_port", pa.int32()),
+        pa.field("hi_ip", pa.string()),
+        pa.field("hi_port", pa.int32()),
+        pa.field("from_lo", pa.bool_()),  # sender is the lo endpoint
+        pa.field("seq", pa.int64()),
+        pa.field("ack", pa.int64()),
+        pa.field("flags", pa.int32()),  # TCP flags byte (FIN=1 SYN=2 RST=4 PSH=8 ACK=16 URG=32)
+        pa.field("window", pa.int32()),
+        pa.field("wire_len", pa.int32()),  # original frame length on the wire
+        pa.field("payload_len", pa.int32()),  # TCP payload length per the IP header
+        pa.field("snap_truncated", pa.bool_()),  # payload shorter than payload_len (snap length)
+        pa.field("payload", pa.binary()),
+    ]
+)
+# Per-split counters travel in the same stream as rows with a null lo_ip (see capture.reader).
