@@ -169,52 +169,41 @@ def partition_by(table: str) -> list[str]:
     return ["date"] if table == "inputs" else list(PARTITION_BY)
 
 
-def _date_of(row: Mapping) -> _dt.date | None:
-    ns = row.get("ts_ns")
-    if ns is None:
-        return None
-    return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).date()
+def _date_of(ns: int) -> _dt.date:
+    return _dt.datetime.fromtimestamp(ns // 1_000_000_000, _dt.timezone.utc).date()
 
 
 def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
     """Build an Arrow batch of `table` from dict rows.
 
-    `ts`/`ts_end`/... may be given as nanosecond ints in the matching `*_ns` column only: the
-    timestamp columns are derived from them. Unknown keys are an error (a typo would otherwise
-    silently drop data).
+    Every timestamp column `X` may be given as integer nanoseconds under the key `X_ns` (`ts_ns`,
+    `ts_end_ns`, `request_ts_ns`, `message_ts_ns`, ...): where `X_ns` is itself a column it is kept,
+    and `X` is derived from it. `date` defaults to the UTC date of `ts_ns`. Unknown keys are an
+    error (a typo would otherwise silently drop data).
     """
     sch = schema(table)
     names = set(sch.names)
+    ts_cols = [f.name for f in sch if pa.types.is_timestamp(f.type)]
+    ns_keys = {f"{c}_ns": c for c in ts_cols}
     cols: dict[str, list] = {n: [] for n in sch.names}
     for row in rows:
-        extra = set(row) - names
-        if extra:
-            raise KeyError(f"{table}: unknown column(s) {sorted(extra)}")
+        for k in row:
+            if k not in names and k not in ns_keys:
+                raise KeyError(f"{table}: unknown column {k!r}")
         for n in sch.names:
-            cols[n].append(row.get(n))
-    n_rows = len(cols["ts_ns"]) if "ts_ns" in cols else len(next(iter(cols.values())))
-    # derive timestamps from ns where only the ns form was given
-    for ts_col, ns_col in (("ts", "ts_ns"), ("ts_end", "ts_end_ns")):
-        if ts_col in cols and ns_col in cols:
-            cols[ts_col] = [
-                t if t is not None else (None if ns is None else ns // 1000)
-                for t, ns in zip(cols[ts_col], cols[ns_col])
-            ]
-    if "date" in cols:
-        dates = []
-        for i in range(n_rows):
-            d = cols["date"][i]
-            if d is None:
-                ns = cols["ts_ns"][i] if "ts_ns" in cols else None
-                d = _date_of({"ts_ns": ns}) if ns is not None else _dt.date(1970, 1, 1)
-            dates.append(d)
-        cols["date"] = dates
+            v = row.get(n)
+            if v is None and n in ts_cols:
+                ns = row.get(f"{n}_ns")
+                v = None if ns is None else ns // 1000
+            elif v is None and n == "date":
+                ns = row.get("ts_ns")
+                v = _dt.date(1970, 1, 1) if ns is None else _date_of(ns)
+            cols[n].append(v)
     arrays = []
     for f in sch:
         vals = cols[f.name]
         if pa.types.is_timestamp(f.type):
-            vals = [_to_us(v) for v in vals]
-            arrays.append(pa.array(vals, type=pa.int64()).cast(f.type))
+            arrays.append(pa.array([_to_us(v) for v in vals], type=pa.int64()).cast(f.type))
         else:
             arrays.append(pa.array(vals, type=f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
