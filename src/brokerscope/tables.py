@@ -166,7 +166,7 @@ def schema(table: str) -> pa.Schema:
 
 
 def partition_by(table: str) -> list[str]:
-    return ["date"] if table == "inputs" else list(PARTITION_BY)
+    return [] if table == "inputs" else list(PARTITION_BY)
 
 
 def _date_of(ns: int) -> _dt.date:

@@ -1,0 +1,135 @@
+"""Input discovery and planning: paths, directories and globs -> typed inputs -> splits.
+
+Plain Python, no Spark: the pipeline and the Spark-free `streams.decode_files` share it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import capture
+
+CAPTURE_KINDS = ("pcap", "pcapng", "pcap.gz", "pcapng.gz")
+# companion files read by a segment reader next to its log; never inputs of their own
+_COMPANIONS = (".index", ".timeindex", ".txnindex", ".snapshot", ".checkpoint", ".leader-epoch-checkpoint")
+
+
+@dataclass(frozen=True)
+class Input:
+    path: str
+    kind: str  # one of CAPTURE_KINDS, or a segment kind ("kafka_segment", "iggy_segment")
+    size: int
+    mtime_ns: int
+    capture_id: str
+    file_index: int = 0
+
+
+@dataclass(frozen=True)
+class SegmentSplit:
+    path: str
+    capture_id: str
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass
+class Discovery:
+    inputs: list[Input] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
+    skipped: list[str] = field(default_factory=list)  # files inside given directories that are not inputs
+
+
+def segment_readers() -> dict:
+    """Segment kind -> reader module (matches/plan/read), for the protocols that have one."""
+    import importlib
+    import importlib.util
+
+    out = {}
+    for name in ("kafka", "iggy"):
+        mod = f"brokerscope.segments.{name}"
+        if importlib.util.find_spec(mod) is not None:
+            out[f"{name}_segment"] = importlib.import_module(mod)
+    return out
+
+
+def _classify(path: str) -> tuple[str | None, str | None]:
+    """(kind, error) for one file."""
+    try:
+        kind = capture.identify(path)
+    except OSError as e:
+        return None, f"cannot read: {e.strerror or e}"
+    if kind in CAPTURE_KINDS:
+        return kind, None
+    if kind == "empty":
+        return None, "empty file"
+    for skind, mod in segment_readers().items():
+        try:
+            if mod.matches(path):
+                return skind, None
+        except Exception as e:  # a reader's check must not stop discovery
+            return None, f"{skind} check failed: {e}"
+    return None, "not a capture (pcap, pcapng, gzip) or a broker segment file"
+
+
+def discover(paths: list[str]) -> Discovery:
+    """Expand files, directories (recursively) and globs into inputs.
+
+    A named file that is missing, empty or of no known kind is an error naming it; files inside a
+    named directory that are not inputs are skipped quietly (listed in `skipped`).
+    """
+    d = Discovery()
+    seen: set[str] = set()
+    candidates: list[tuple[str, bool]] = []  # (path, named explicitly)
+    for p in paths:
+        matches = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
+        if not matches:
+            d.errors.append((p, "no file matches this pattern"))
+            continue
+        for m in matches:
+            if os.path.isdir(m):
+                for root, dirs, files in os.walk(m):
+                    dirs.sort()
+                    for f in sorted(files):
+                        candidates.append((os.path.join(root, f), False))
+            elif os.path.exists(m):
+                candidates.append((m, True))
+            else:
+                d.errors.append((m, "no such file or directory"))
+    for path, named in candidates:
+        real = str(Path(path).resolve())
+        if real in seen:
+            continue
+        seen.add(real)
+        if not named and (path.endswith(_COMPANIONS) or os.path.basename(path).startswith(".")):
+            continue
+        kind, err = _classify(path)
+        if kind is None:
+            if named:
+                d.errors.append((path, err or "unknown"))
+            else:
+                d.skipped.append(path)
+            continue
+        st = os.stat(path)
+        d.inputs.append(Input(real, kind, st.st_size, st.st_mtime_ns, capture.capture_id(path)))
+    # one capture set: a stable order (by path) gives every file its index
+    d.inputs.sort(key=lambda i: i.path)
+    d.inputs = [Input(i.path, i.kind, i.size, i.mtime_ns, i.capture_id, n) for n, i in enumerate(d.inputs)]
+    return d
+
+
+def plan(inputs: list[Input], split_size: int) -> tuple[list[capture.Split], list[SegmentSplit]]:
+    """Cut inputs into the units one task reads."""
+    packet_splits: list[capture.Split] = []
+    segment_splits: list[SegmentSplit] = []
+    readers = segment_readers()
+    for i in inputs:
+        if i.kind in CAPTURE_KINDS:
+            packet_splits.extend(capture.plan_splits(i.path, i.file_index, i.capture_id, i.kind, split_size))
+        else:
+            for start, end in readers[i.kind].plan(i.path, split_size):
+                segment_splits.append(SegmentSplit(i.path, i.capture_id, i.kind, start, end))
+    return packet_splits, segment_splits

@@ -1,0 +1,288 @@
+"""The Spark wiring, and the only module that knows about Spark's execution model.
+
+splits --mapInArrow(read_split)--> packets --repartition(4-tuple)--> sortWithinPartitions
+      --mapInArrow(StreamDriver)--> one "union" DataFrame (a struct column per table)
+segment splits --mapInArrow(segment reader)--> the same union DataFrame
+union --persist--> one Delta commit per table (lake.py), then the `inputs` record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import capture, inputs, tables
+from .config import Settings
+from .lake import Lake
+from .streams import STATS_TABLE, StreamDriver, segment_rows
+
+log = logging.getLogger(__name__)
+
+SORT_COLS = ["lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns", "file_index", "rec_offset"]
+ROWS_PER_BATCH = 4096
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+# the decode stage's output: a struct column per table, exactly one non-null per row
+UNION = pa.schema(
+    [pa.field(t, pa.struct(list(tables.schema(t)))) for t in tables.DECODED_TABLES]
+    + [pa.field("stats", pa.string())]
+)
+SPLIT_SCHEMA = "path string, capture_id string, file_index int, kind string, start long, end long"
+
+
+def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: bool = False):
+    """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on."""
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.appName(app_name or settings.raw["spark"]["app_name"])
+    if not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE") and "spark.master" not in os.environ.get(
+        "PYSPARK_SUBMIT_ARGS", ""
+    ):
+        b = b.master(settings.master)
+    log4j = CONF_DIR / "log4j2.properties"
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false" if quiet_progress else "true",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
+    if log4j.is_file():
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    conf.update({k: str(v) for k, v in settings.raw["spark"].get("conf", {}).items()})
+    for k, v in conf.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+@dataclass
+class Summary:
+    run_id: str
+    files: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    skipped_already_ingested: list[str] = field(default_factory=list)
+    packets: int = 0
+    tcp_segments: int = 0
+    connections: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    writer: str = ""
+    seconds: float = 0.0
+    capture_errors: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
+            f"({self.tcp_segments:,} TCP segments), {self.connections:,} connections, "
+            f"{self.seconds:.1f} s, writer={self.writer}",
+            "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
+        ]
+        for p, e in self.errors:
+            out.append(f"error: {p}: {e}")
+        for e in self.capture_errors[:20]:
+            out.append(f"warning: {e}")
+        if len(self.capture_errors) > 20:
+            out.append(f"warning: ... {len(self.capture_errors) - 20} more capture warnings")
+        return out
+
+
+# -- tasks (run on executors: plain functions of picklable arguments) -------------------------
+
+
+def _read_splits_fn(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for r in b.to_pylist():
+                sp = capture.Split(r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"])
+                yield from capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
+
+    return read
+
+
+def _union_batches(rows: Iterator[tuple[str, dict]], extra_stats: Callable[[], list[dict]] | None = None):
+    """Group (table, row) pairs into UNION batches of at most ROWS_PER_BATCH rows per table."""
+    pending: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
+
+    def flush(t: str) -> pa.RecordBatch:
+        rb = tables.conform(t, pending[t])
+        pending[t] = []
+        n = rb.num_rows
+        cols = []
+        for f in UNION:
+            if f.name == t:
+                cols.append(pa.StructArray.from_arrays(rb.columns, fields=list(rb.schema)))
+            else:
+                cols.append(pa.nulls(n, type=f.type))
+        return pa.RecordBatch.from_arrays(cols, schema=UNION)
+
+    for t, row in rows:
+        pending[t].append(row)
+        if len(pending[t]) >= ROWS_PER_BATCH:
+            yield flush(t)
+    for t in tables.DECODED_TABLES:
+        if pending[t]:
+            yield flush(t)
+    if extra_stats is not None:
+        stats = extra_stats()
+        if stats:
+            cols = [pa.nulls(len(stats), type=f.type) for f in UNION[:-1]]
+            cols.append(pa.array([json.dumps(s) for s in stats], pa.string()))
+            yield pa.RecordBatch.from_arrays(cols, schema=UNION)
+
+
+def _decode_fn(settings: Settings):
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        drv = StreamDriver(settings)
+        yield from _union_batches(drv.run_batches(batches), lambda: drv.capture_stats)
+
+    return decode
+
+
+def _segments_fn(settings: Settings):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        splits = [
+            inputs.SegmentSplit(r["path"], r["capture_id"], r["kind"], r["start"], r["end"])
+            for b in batches
+            for r in b.to_pylist()
+        ]
+        yield from _union_batches(segment_rows(splits, settings))
+
+    return read
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+
+def ingest(
+    paths: list[str],
+    settings: Settings,
+    spark=None,
+    progress: Callable[[str], None] = lambda m: log.info(m),
+    skip_ingested: bool = False,
+) -> Summary:
+    """Decode `paths` (one capture set) into the lake at settings.lake_path."""
+    t0 = time.time()
+    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    summary = Summary(run_id=run_id)
+    disc = inputs.discover(paths)
+    summary.errors = list(disc.errors)
+    lake = Lake(settings.lake_path, settings.writer)
+    lake.ensure_tables()
+    todo = disc.inputs
+    if skip_ingested:
+        done = _ingested_keys(lake)
+        todo = [i for i in todo if (i.path, i.size, i.mtime_ns // 1000) not in done]
+        summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
+        todo = [inputs.Input(i.path, i.kind, i.size, i.mtime_ns, i.capture_id, n) for n, i in enumerate(todo)]
+    summary.files = len(todo)
+    if not todo:
+        progress("nothing to ingest")
+        summary.seconds = time.time() - t0
+        return summary
+    psplits, ssplits = inputs.plan(todo, settings.split_size)
+    total = sum(i.size for i in todo)
+    progress(
+        f"planned {len(psplits)} capture split(s) and {len(ssplits)} segment split(s) "
+        f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
+    )
+    spark = spark or make_spark(settings)
+    writer = lake.resolve_writer(spark)
+    summary.writer = writer
+    sc = spark.sparkContext
+    union_spark = _spark_union_schema()
+    parts = []
+    if psplits:
+        rdd = sc.parallelize([asdict(s) for s in psplits], len(psplits))
+        splits_df = spark.createDataFrame(rdd, SPLIT_SCHEMA)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        packets = splits_df.mapInArrow(_read_splits_fn(settings), from_arrow_schema(tables.PACKETS))
+        nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
+        decoded = (
+            packets.repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
+            .sortWithinPartitions(*SORT_COLS)
+            .mapInArrow(_decode_fn(settings), union_spark)
+        )
+        parts.append(decoded)
+    if ssplits:
+        rdd = sc.parallelize([asdict(s) for s in ssplits], len(ssplits))
+        seg_df = spark.createDataFrame(rdd, "path string, capture_id string, kind string, start long, end long")
+        parts.append(seg_df.mapInArrow(_segments_fn(settings), union_spark))
+    out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    from pyspark import StorageLevel
+
+    out = out.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        progress("decoding")
+        stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
+        for s in stats:
+            summary.packets += int(s.get("records", 0))
+            summary.tcp_segments += int(s.get("tcp", 0))
+            summary.capture_errors.extend(s.get("errors", []))
+        ids = [i.capture_id for i in todo]
+        for t in tables.DECODED_TABLES:
+            progress(f"writing {t}")
+            df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
+            summary.rows[t] = lake.write(t, df, ids, run_id, writer)
+        summary.connections = summary.rows.get("streams", 0)
+    finally:
+        out.unpersist()
+    per_file = _packets_per_file(stats)
+    now_us = int(time.time() * 1e6)
+    lake.write_inputs(
+        [
+            {
+                "capture_id": i.capture_id,
+                "path": i.path,
+                "kind": i.kind,
+                "size": i.size,
+                "mtime": i.mtime_ns // 1000,
+                "run_id": run_id,
+                "ingested_at": now_us,
+                "packets": per_file.get(i.capture_id),
+                "status": "ok",
+                "date": datetime.datetime.now(datetime.timezone.utc).date(),
+            }
+            for i in todo
+        ]
+    )
+    summary.seconds = time.time() - t0
+    return summary
+
+
+def _packets_per_file(stats: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in stats:
+        cid = s.get("capture_id")
+        if cid:
+            out[cid] = out.get(cid, 0) + int(s.get("records", 0))
+    return out
+
+
+def _ingested_keys(lake: Lake) -> set[tuple[str, int, int]]:
+    t = lake.read_arrow("inputs")
+    mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
+    out = set()
+    for r, mt in zip(t.select(["path", "size", "status"]).to_pylist(), mtimes):
+        if r["status"] == "ok" and mt is not None:
+            out.add((r["path"], r["size"], mt))
+    return out
+
+
+def _spark_union_schema():
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(UNION)

@@ -1,0 +1,374 @@
+"""The per-partition driver: sorted packets -> connections -> reassembly -> detection -> rows.
+
+No Spark here. `StreamDriver.run` consumes packets sorted by (canonical 4-tuple, ts_ns, file_index,
+rec_offset) as an iterator and yields `(table, row)` pairs; memory is bounded by the open
+connection, never by the partition. `decode_files` runs the whole decode in one process for tests
+and small jobs.
+
+How a connection's roles are decided, in order (`streams.roles_by`):
+  syn        the SYN (without ACK) sender is the client; else the SYN+ACK sender is the server;
+  port       one endpoint's port is a configured broker port: that endpoint is the server;
+  content    a protocol sniffer is more confident with one orientation than the other;
+  heuristic  the endpoint with the lower port is the server (ephemeral client ports are high);
+             on equal ports the `lo` endpoint (smaller address) is the client.
+The protocol is the server port's protocol from the port map (`detected_by = port`), else the
+most confident sniffer at >= 0.5 (`content`), else `unknown` (`none`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
+
+from . import tables
+from .config import Settings
+from .protocols import base
+from .tcp import TcpConnection
+from .tcp import Packet as TcpPacket
+
+log = logging.getLogger(__name__)
+
+SNIFF_THRESHOLD = 0.5
+STATS_TABLE = "_capture_stats"  # per-split counters from the capture reader, passed through
+
+
+def conn_id_of(lo: tuple, hi: tuple, first_ts_ns: int) -> str:
+    """Stable id of a connection: same inputs, same id, whichever task decodes it."""
+    h = hashlib.blake2b(f"{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}|{first_ts_ns}".encode(), digest_size=8)
+    return h.hexdigest()
+
+
+class _Conn:
+    """One TCP connection under decode."""
+
+    def __init__(self, drv: StreamDriver, lo: tuple, hi: tuple, first: TcpPacket):
+        s = drv.settings
+        self.drv = drv
+        self.lo, self.hi = lo, hi
+        self.tcp = TcpConnection(
+            first,
+            max_reorder_bytes=s.max_reorder_bytes,
+            reorder_timeout_ns=s.reorder_timeout_ns,
+            idle_timeout_ns=s.idle_timeout_ns,
+        )
+        self.conn_id = conn_id_of(lo, hi, first.ts_ns)
+        self.files: list[tuple[int, str]] = [(first.ts_ns, first.capture_id)]  # capture_id from that time on
+        self.decided = False
+        self.pending: list[tuple] = []  # reassembly events held back until the protocol is known
+        self.head = {True: bytearray(), False: bytearray()}  # first bytes sent by lo (True) / hi
+        self.client_is_lo: bool | None = None
+        self.roles_by = "heuristic"
+        self.protocol = "unknown"
+        self.detected_by = "none"
+        self.conv: base.Conversation | None = None
+        self.shared: dict = {}
+        self.frames_ok = 0
+        self.frames_failed = 0
+
+    # -- packets ----------------------------------------------------------------------------
+    def add(self, pkt: TcpPacket) -> Iterator[base.Row]:
+        if pkt.capture_id != self.files[-1][1]:
+            self.files.append((pkt.ts_ns, pkt.capture_id))
+        events = self.tcp.add(pkt)
+        if not self.decided:
+            self._hold(events)
+            if self._ready():
+                yield from self._decide()
+            return
+        yield from self._deliver(events)
+
+    def finish(self) -> Iterator[base.Row]:
+        events = self.tcp.finish()
+        if not self.decided:
+            self._hold(events)
+            yield from self._decide()
+        else:
+            yield from self._deliver(events)
+        if self.conv is not None:
+            yield from self._guard(self.conv.close)
+        yield "streams", self._streams_row()
+
+    # -- detection --------------------------------------------------------------------------
+    def _hold(self, events: list) -> None:
+        limit = self.drv.settings.sniff_bytes
+        for ev in events:
+            self.pending.append(ev)
+            if ev[0] == "data":
+                h = self.head[ev[1]]
+                if len(h) < limit:
+                    h += ev[2][: limit - len(h)]
+
+    def _ready(self) -> bool:
+        limit = self.drv.settings.sniff_bytes
+        a, b = self.head[True], self.head[False]
+        if self.tcp.client_is_lo is not None and self._port_protocol(self.tcp.client_is_lo):
+            return True  # handshake + broker port: nothing to sniff
+        return (len(a) > 0 and len(b) > 0) or len(a) >= limit or len(b) >= limit or len(self.pending) > 256
+
+    def _port_protocol(self, client_is_lo: bool) -> str | None:
+        server_port = self.hi[1] if client_is_lo else self.lo[1]
+        return self.drv.port_map.get(server_port)
+
+    def _decide(self) -> Iterator[base.Row]:
+        self.decided = True
+        drv = self.drv
+        lo_head, hi_head = bytes(self.head[True]), bytes(self.head[False])
+        best: tuple[float, str, bool] | None = None  # (confidence, protocol, client_is_lo)
+
+        def sniff_all(orientations: Iterable[bool]) -> None:
+            nonlocal best
+            for name, proto in drv.protocols.items():
+                for cil in orientations:
+                    c, s = (lo_head, hi_head) if cil else (hi_head, lo_head)
+                    try:
+                        conf = float(proto.sniff(c, s))
+                    except Exception:  # a sniffer must not kill the task
+                        log.exception("sniffer %s failed", name)
+                        conf = 0.0
+                    if conf >= SNIFF_THRESHOLD and (best is None or conf > best[0]):
+                        best = (conf, name, cil)
+
+        if self.tcp.client_is_lo is not None:
+            self.client_is_lo, self.roles_by = self.tcp.client_is_lo, "syn"
+        else:
+            lo_is_port = drv.port_map.get(self.lo[1])
+            hi_is_port = drv.port_map.get(self.hi[1])
+            if hi_is_port and not lo_is_port:
+                self.client_is_lo, self.roles_by = True, "port"
+            elif lo_is_port and not hi_is_port:
+                self.client_is_lo, self.roles_by = False, "port"
+            else:
+                sniff_all((True, False))
+                if best is not None:
+                    self.client_is_lo, self.roles_by = best[2], "content"
+                else:
+                    self.client_is_lo = self.lo[1] >= self.hi[1] if self.lo[1] != self.hi[1] else True
+                    self.roles_by = "heuristic"
+        proto_name = self._port_protocol(self.client_is_lo)
+        if proto_name and proto_name in drv.protocols:
+            self.protocol, self.detected_by = proto_name, "port"
+        else:
+            if best is None or best[2] != self.client_is_lo:
+                best = None
+                sniff_all((self.client_is_lo,))
+            if best is not None:
+                self.protocol, self.detected_by = best[1], "content"
+        client, server = (self.lo, self.hi) if self.client_is_lo else (self.hi, self.lo)
+        self.shared = {
+            "protocol": self.protocol,
+            "conn_id": self.conn_id,
+            "client_ip": client[0],
+            "client_port": client[1],
+            "server_ip": server[0],
+            "server_port": server[1],
+        }
+        if self.protocol != "unknown":
+            info = base.ConnInfo(self.conn_id, client[0], client[1], server[0], server[1])
+            self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
+        pending, self.pending = self.pending, []
+        yield from self._deliver(pending)
+
+    # -- decoding ---------------------------------------------------------------------------
+    def _deliver(self, events: list) -> Iterator[base.Row]:
+        conv = self.conv
+        if conv is None:
+            return
+        for ev in events:
+            direction = base.C2S if ev[1] == self.client_is_lo else base.S2C
+            if ev[0] == "data":
+                yield from self._guard(conv.feed, direction, ev[2], ev[3])
+            else:
+                yield from self._guard(conv.gap, direction, ev[2], ev[3])
+            if self.conv is None:  # the decoder failed and was retired
+                return
+
+    def _guard(self, fn, *args) -> Iterator[base.Row]:
+        """Run a decoder call; a decoder bug becomes an error row and retires the decoder."""
+        try:
+            out = list(fn(*args) or ())
+        except Exception as e:
+            log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
+            self.conv = None
+            out = [
+                (
+                    "commands",
+                    {
+                        "ts_ns": self.tcp.last_ts,
+                        "ts_end_ns": self.tcp.last_ts,
+                        "decode_status": "decoder_error",
+                        "decode_error": f"{type(e).__name__}: {e}"[:500],
+                    },
+                )
+            ]
+        for table, row in out:
+            if table == "commands":
+                if row.get("decode_status", base.OK) == base.OK:
+                    self.frames_ok += 1
+                else:
+                    self.frames_failed += 1
+            yield table, self._fill(row)
+
+    def _fill(self, row: dict) -> dict:
+        row.update(self.shared)
+        row["capture_id"] = self._capture_at(row.get("ts_ns"))
+        return row
+
+    def _capture_at(self, ts_ns: int | None) -> str:
+        if ts_ns is None or len(self.files) == 1:
+            return self.files[0][1]
+        cid = self.files[0][1]
+        for t, c in self.files:
+            if t > ts_ns:
+                break
+            cid = c
+        return cid
+
+    def _streams_row(self) -> dict:
+        t = self.tcp
+        c, s = (t.lo, t.hi) if self.client_is_lo else (t.hi, t.lo)
+        row = {
+            "ts_ns": t.first_ts,
+            "detected_by": self.detected_by,
+            "roles_by": self.roles_by,
+            "first_ts_ns": t.first_ts,
+            "last_ts_ns": t.last_ts,
+            "c2s_packets": c.packets,
+            "s2c_packets": s.packets,
+            "c2s_bytes": c.payload_bytes,
+            "s2c_bytes": s.payload_bytes,
+            "c2s_frame_bytes": c.frame_bytes,
+            "s2c_frame_bytes": s.frame_bytes,
+            "gap_count": c.reasm.gap_count + s.reasm.gap_count,
+            "gap_bytes": c.reasm.gap_bytes + s.reasm.gap_bytes,
+            "retransmitted_bytes": c.reasm.retransmitted_bytes + s.reasm.retransmitted_bytes,
+            "out_of_order": c.reasm.out_of_order + s.reasm.out_of_order,
+            "frames_ok": self.frames_ok,
+            "frames_failed": self.frames_failed,
+            "syn_seen": t.syn_seen,
+            "fin_seen": t.fin_seen,
+            "rst_seen": t.rst_seen,
+            "midstream": t.midstream,
+            "snap_truncated_packets": c.snap_truncated_packets + s.snap_truncated_packets,
+            "capture_ids": sorted({cid for _, cid in self.files}),
+        }
+        row.update(self.shared)
+        row["capture_id"] = self.files[0][1]
+        return row
+
+
+class StreamDriver:
+    """Decode one partition's sorted packets."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.protocols = base.protocols()
+        self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
+
+    def run(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
+        """`packets`: (lo, hi, packet) in sort order, lo/hi = (ip, port) canonical endpoints."""
+        conn: _Conn | None = None
+        key = None
+        for lo, hi, pkt in packets:
+            if conn is None or (lo, hi) != key:
+                if conn is not None:
+                    yield from conn.finish()
+                conn, key = _Conn(self, lo, hi, pkt), (lo, hi)
+            elif conn.tcp.starts_new(pkt):
+                yield from conn.finish()
+                conn = _Conn(self, lo, hi, pkt)
+            yield from conn.add(pkt)
+        if conn is not None:
+            yield from conn.finish()
+
+    def run_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
+        """Arrow batches of tables.PACKETS (sorted) -> rows. Stats rows (null lo_ip) pass through."""
+        return self.run(self._packets(batches))
+
+    def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
+        self.capture_stats: list[dict] = []
+        for b in batches:
+            d = b.to_pydict()
+            cols = (
+                d["lo_ip"], d["lo_port"], d["hi_ip"], d["hi_port"], d["ts_ns"], d["from_lo"], d["seq"],
+                d["ack"], d["flags"], d["window"], d["payload"], d["payload_len"], d["wire_len"],
+                d["snap_truncated"], d["file_index"], d["capture_id"],
+            )
+            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid in zip(*cols):
+                if lo_ip is None:  # a reader's stats row
+                    st = json.loads(pl)
+                    st.setdefault("capture_id", cid)
+                    self.capture_stats.append(st)
+                    continue
+                yield (lo_ip, lo_p), (hi_ip, hi_p), TcpPacket(
+                    ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark-free end-to-end decode
+
+
+def sort_key(row: dict) -> tuple:
+    return (row["lo_ip"] or "", row["lo_port"] or 0, row["hi_ip"] or "", row["hi_port"] or 0,
+            row["ts_ns"] or 0, row["file_index"], row["rec_offset"])
+
+
+def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str, list[dict]]:
+    """Decode captures and segment files in this process, without Spark.
+
+    Returns rows per table (dicts with every column of the table's schema, conformed exactly as
+    the lake would store them) plus `_capture_stats` (one dict per capture split) and `_errors`
+    (inputs that could not be read). Everything is held in memory: for tests and small inputs.
+    """
+    from . import capture, inputs
+
+    settings = settings or Settings.load()
+    disc = inputs.discover(paths)
+    psplits, ssplits = inputs.plan(disc.inputs, settings.split_size)
+    packet_rows: list[dict] = []
+    stats: list[dict] = []
+    for sp in psplits:
+        for b in capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments):
+            for r in b.to_pylist():
+                if r["lo_ip"] is None:
+                    st = json.loads(r["payload"])
+                    st.setdefault("capture_id", r["capture_id"])
+                    stats.append(st)
+                else:
+                    packet_rows.append(r)
+    packet_rows.sort(key=sort_key)
+    drv = StreamDriver(settings)
+
+    def gen():
+        for r in packet_rows:
+            yield (r["lo_ip"], r["lo_port"]), (r["hi_ip"], r["hi_port"]), TcpPacket(
+                r["ts_ns"], r["from_lo"], r["seq"], r["ack"], r["flags"], r["window"], r["payload"] or b"",
+                r["payload_len"], r["wire_len"], r["snap_truncated"], r["file_index"], r["capture_id"],
+            )
+
+    raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
+    for table, row in itertools.chain(drv.run(gen()), segment_rows(ssplits, settings)):
+        raw[table].append(row)
+    out: dict[str, list[dict]] = {t: tables.conform(t, rows).to_pylist() for t, rows in raw.items()}
+    out[STATS_TABLE] = stats
+    out["_errors"] = [{"path": p, "error": e} for p, e in disc.errors]
+    return out
+
+
+def segment_rows(splits, settings: Settings) -> Iterator[base.Row]:
+    """Rows from segment-file splits, with the shared columns a segment row has."""
+    from .inputs import segment_readers
+
+    readers = segment_readers()
+    for sp in splits:
+        proto = sp.kind.split("_")[0]
+        ctx = settings.context(proto)
+        for table, row in readers[sp.kind].read(sp.path, sp.start, sp.end, ctx):
+            row["capture_id"] = sp.capture_id
+            row["protocol"] = proto
+            yield table, row
