@@ -1,0 +1,568 @@
+"""Link, IP and TCP header parsing on raw record bytes, producing PACKETS rows.
+
+Everything here works on a buffer (`bytes` or `mmap`) plus offsets, with precompiled `struct`
+objects: no per-packet object model. A `PacketDecoder` owns the per-split state (counters, IPv4/IPv6
+fragment table, IP string cache) and accumulates rows as tuples that `flush()` turns into one Arrow
+batch of schema `brokerscope.tables.PACKETS`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import struct
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from ..tables import PACKETS
+
+# --- link types (LINKTYPE_* numbers as they appear in pcap/pcapng headers) -------------------------
+LT_NULL = 0  # BSD loopback: 4-byte address family in the writer's host byte order
+LT_EN10MB = 1  # Ethernet
+LT_RAW_12 = 12  # raw IP (OpenBSD's DLT_RAW number, also written by some tools)
+LT_RAW_14 = 14  # raw IP (BSD/OS DLT_RAW number)
+LT_RAW = 101  # raw IP, version from the first nibble
+LT_LOOP = 108  # OpenBSD loopback: 4-byte address family in network byte order
+LT_LINUX_SLL = 113  # Linux cooked capture v1 (16-byte header)
+LT_IPV4 = 228
+LT_IPV6 = 229
+LT_LINUX_SLL2 = 276  # Linux cooked capture v2 (20-byte header)
+
+ET_IPV4 = 0x0800
+ET_IPV6 = 0x86DD
+VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)  # 802.1Q, 802.1ad (QinQ), legacy QinQ
+AF_INET6_VALUES = (24, 28, 30, 10)  # NetBSD/OpenBSD, FreeBSD, macOS, Linux values of AF_INET6
+
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+# IPv6 extension headers walked on the way to the transport header
+V6_EXT_HOPOPTS = 0
+V6_EXT_ROUTING = 43
+V6_EXT_FRAGMENT = 44
+V6_EXT_AH = 51
+V6_EXT_DSTOPTS = 60
+_V6_EXT = frozenset((V6_EXT_HOPOPTS, V6_EXT_ROUTING, V6_EXT_FRAGMENT, V6_EXT_AH, V6_EXT_DSTOPTS))
+
+_U16 = struct.Struct(">H").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_U32LE = struct.Struct("<I").unpack_from
+_PACK32 = struct.Struct(">I").pack
+# IPv4 header from byte 2: total length, id, flags+fragment offset, ttl, proto, checksum, src, dst
+_IP4 = struct.Struct(">HHHBBHII").unpack_from
+# TCP header: sport, dport, seq, ack, data offset byte, flags byte, window
+_TCP = struct.Struct(">HHIIBBH").unpack_from
+# IPv6 fragment header after its next-header byte: reserved, offset+flags, identification
+_V6FRAG = struct.Struct(">BHI").unpack_from
+
+MAX_FRAGMENT_PARTS = 1024  # fragments kept per datagram before it is given up
+MAX_ERRORS = 50  # error strings kept per split; the rest are only counted
+
+STAT_KEYS = (
+    "records",
+    "tcp",
+    "udp",
+    "other",
+    "ip_fragments",
+    "fragments_reassembled",
+    "fragments_unreassembled",
+    "snap_truncated",
+    "malformed",
+    "unknown_linktype",
+    "bytes",
+)
+
+
+class _Frag:
+    """A datagram being reassembled from fragments."""
+
+    __slots__ = ("parts", "total", "proto", "wire", "truncated")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[int, bytes]] = []
+        self.total: int | None = None  # known once the last fragment (MF=0) arrived
+        self.proto = -1  # from the first fragment (IPv6: next header of the fragment header)
+        self.wire = 0
+        self.truncated = False
+
+
+class PacketDecoder:
+    """Per-split packet state: counters, fragment table and the rows of the batch being built."""
+
+    def __init__(self, capture_id: str, file_index: int, max_pending_fragments: int = 4096) -> None:
+        self.capture_id = capture_id
+        self.file_index = file_index
+        self.max_pending = max(1, int(max_pending_fragments))
+        self.rows: list[tuple] = []
+        # counters
+        self.records = 0
+        self.tcp = 0
+        self.udp = 0
+        self.other = 0
+        self.ip_fragments = 0
+        self.fragments_reassembled = 0
+        self.fragments_unreassembled = 0
+        self.snap_truncated = 0
+        self.malformed = 0
+        self.unknown_linktype = 0
+        self.bytes = 0
+        self.errors: list[str] = []
+        self.n_errors = 0
+        self.first_ts_ns: int | None = None
+        self.last_ts_ns: int | None = None
+        self._frags: OrderedDict[tuple, _Frag] = OrderedDict()
+        self._ip4names: dict[int, str] = {}
+        self._ip6names: dict[bytes, str] = {}
+        self._unknown_lt: set[int] = set()
+
+    # -- errors and stats -----------------------------------------------------------------------
+    def error(self, msg: str) -> None:
+        self.n_errors += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(msg)
+
+    def stats(self) -> dict:
+        d = {k: getattr(self, k) for k in STAT_KEYS}
+        errs = list(self.errors)
+        if self.n_errors > len(errs):
+            errs.append(f"... and {self.n_errors - len(errs)} more errors")
+        d["errors"] = errs
+        d["first_ts_ns"] = self.first_ts_ns
+        d["last_ts_ns"] = self.last_ts_ns
+        return d
+
+    def finish(self) -> None:
+        """End of the split: datagrams still missing fragments are counted as unreassembled."""
+        self.fragments_unreassembled += len(self._frags)
+        self._frags.clear()
+
+    # -- link layer -----------------------------------------------------------------------------
+    def handler(self, linktype: int) -> Callable:
+        """The record handler for a link type: f(buf, off, end, wire_len, ts_ns, rec_offset)."""
+        lt = linktype & 0xFFFF  # pcap's upper bits carry FCS information
+        if lt == LT_EN10MB:
+            return self.eth
+        if lt in (LT_RAW, LT_RAW_12, LT_RAW_14):
+            return self.raw
+        if lt == LT_LINUX_SLL:
+            return self.sll
+        if lt == LT_LINUX_SLL2:
+            return self.sll2
+        if lt in (LT_NULL, LT_LOOP):
+            return self.null
+        if lt == LT_IPV4:
+            return self.ip4
+        if lt == LT_IPV6:
+            return self.ip6
+
+        def unknown(buf, off, end, wire, ts, rec, _lt=lt):
+            self.unknown_linktype += 1
+            if _lt not in self._unknown_lt:
+                self._unknown_lt.add(_lt)
+                self.error(f"unsupported link type {_lt} (first at offset {rec})")
+
+        return unknown
+
+    def eth(self, buf, off, end, wire, ts, rec):
+        """Ethernet II, with any number of stacked 802.1Q/802.1ad tags."""
+        if end - off < 14:
+            self.malformed += 1
+            return
+        et = _U16(buf, off + 12)[0]
+        off += 14
+        if et in VLAN_TPIDS:
+            while et in VLAN_TPIDS:
+                if end - off < 4:
+                    self.malformed += 1
+                    return
+                et = _U16(buf, off + 2)[0]  # TCI (2 bytes) then the inner EtherType
+                off += 4
+        if et == ET_IPV4:
+            self.ip4(buf, off, end, wire, ts, rec)
+        elif et == ET_IPV6:
+            self.ip6(buf, off, end, wire, ts, rec)
+        else:
+            self.other += 1
+
+    def _ethertype(self, et, buf, off, end, wire, ts, rec):
+        while et in VLAN_TPIDS:
+            if end - off < 4:
+                self.malformed += 1
+                return
+            et = _U16(buf, off + 2)[0]
+            off += 4
+        if et == ET_IPV4:
+            self.ip4(buf, off, end, wire, ts, rec)
+        elif et == ET_IPV6:
+            self.ip6(buf, off, end, wire, ts, rec)
+        else:
+            self.other += 1
+
+    def sll(self, buf, off, end, wire, ts, rec):
+        """Linux cooked v1: packet type, ARPHRD, addr len, 8-byte addr, protocol at byte 14."""
+        if end - off < 16:
+            self.malformed += 1
+            return
+        self._ethertype(_U16(buf, off + 14)[0], buf, off + 16, end, wire, ts, rec)
+
+    def sll2(self, buf, off, end, wire, ts, rec):
+        """Linux cooked v2: protocol at byte 0, then reserved, ifindex, ARPHRD, type, addr: 20 bytes."""
+        if end - off < 20:
+            self.malformed += 1
+            return
+        self._ethertype(_U16(buf, off)[0], buf, off + 20, end, wire, ts, rec)
+
+    def null(self, buf, off, end, wire, ts, rec):
+        """BSD NULL/LOOP: a 4-byte address family, in either byte order (NULL uses the host's)."""
+        if end - off < 4:
+            self.malformed += 1
+            return
+        af = _U32LE(buf, off)[0]
+        if af > 0xFFFF:
+            af = _U32(buf, off)[0]
+        if af == 2:
+            self.ip4(buf, off + 4, end, wire, ts, rec)
+        elif af in AF_INET6_VALUES:
+            self.ip6(buf, off + 4, end, wire, ts, rec)
+        else:
+            self.other += 1
+
+    def raw(self, buf, off, end, wire, ts, rec):
+        """Raw IP: the version nibble tells IPv4 from IPv6."""
+        if end <= off:
+            self.malformed += 1
+            return
+        v = buf[off] >> 4
+        if v == 4:
+            self.ip4(buf, off, end, wire, ts, rec)
+        elif v == 6:
+            self.ip6(buf, off, end, wire, ts, rec)
+        else:
+            self.other += 1
+
+    # -- network layer --------------------------------------------------------------------------
+    def ip4(self, buf, off, end, wire, ts, rec):
+        """IPv4 (options skipped by IHL); fragments go to reassembly, never to TCP parsing."""
+        if end - off < 20:
+            self.malformed += 1
+            return
+        b0 = buf[off]
+        ihl = (b0 & 15) << 2
+        if b0 >> 4 != 4 or ihl < 20 or end - off < ihl:
+            self.malformed += 1
+            return
+        total, ident, ff, _ttl, proto, _ck, src, dst = _IP4(buf, off + 2)
+        if total == 0:  # segmentation offload on the capturing host: length from the capture
+            total = end - off
+        elif total < ihl:
+            self.malformed += 1
+            return
+        ip_end = off + total
+        if ff & 0x3FFF:  # MF set or fragment offset non-zero
+            self.ip_fragments += 1
+            cap_end = ip_end if ip_end < end else end
+            key = (4, src, dst, proto, ident)
+            self._fragment(
+                key,
+                (ff & 0x1FFF) << 3,
+                ff & 0x2000,
+                proto,
+                buf[off + ihl : cap_end],
+                cap_end < ip_end,
+                4,
+                src,
+                dst,
+                ts,
+                rec,
+                wire,
+            )
+            return
+        if proto == IPPROTO_TCP:
+            self._tcp4(buf, off + ihl, end if end < ip_end else ip_end, ip_end, src, dst, ts, rec, wire)
+        elif proto == IPPROTO_UDP:
+            self.udp += 1
+        else:
+            self.other += 1
+
+    def ip6(self, buf, off, end, wire, ts, rec):
+        """IPv6, walking hop-by-hop, routing, fragment, AH and destination-options headers."""
+        if end - off < 40:
+            self.malformed += 1
+            return
+        if buf[off] >> 4 != 6:
+            self.malformed += 1
+            return
+        plen = _U16(buf, off + 4)[0]
+        nh = buf[off + 6]
+        src = buf[off + 8 : off + 24]
+        dst = buf[off + 24 : off + 40]
+        ip_end = off + 40 + plen if plen else end  # 0: jumbogram or offload, use the capture
+        cap_end = end if end < ip_end else ip_end
+        p = off + 40
+        while nh in _V6_EXT:
+            if cap_end - p < 8:
+                self.malformed += 1
+                return
+            if nh == V6_EXT_FRAGMENT:
+                nxt, _res, offfl, ident = _V6FRAG(buf, p + 1)
+                if offfl & 0xFFF9 == 0:  # atomic fragment: offset 0, M=0, the whole datagram
+                    nh = nxt
+                    p += 8
+                    continue
+                self.ip_fragments += 1
+                key = (6, src, dst, ident)
+                self._fragment(
+                    key,
+                    offfl & 0xFFF8,
+                    offfl & 1,
+                    nxt,
+                    buf[p + 8 : cap_end],
+                    cap_end < ip_end,
+                    6,
+                    src,
+                    dst,
+                    ts,
+                    rec,
+                    wire,
+                )
+                return
+            hlen = (buf[p + 1] + 2) << 2 if nh == V6_EXT_AH else (buf[p + 1] + 1) << 3
+            nh = buf[p]
+            p += hlen
+            if p > ip_end:
+                self.malformed += 1
+                return
+        if nh == IPPROTO_TCP:
+            self._tcp6(buf, p, cap_end, ip_end, src, dst, ts, rec, wire)
+        elif nh == IPPROTO_UDP:
+            self.udp += 1
+        else:
+            self.other += 1
+
+    # -- fragments ------------------------------------------------------------------------------
+    def _fragment(self, key, frag_off, more, proto, data, truncated, ver, src, dst, ts, rec, wire):
+        frags = self._frags
+        fr = frags.get(key)
+        if fr is None:
+            fr = _Frag()
+            frags[key] = fr
+            if len(frags) > self.max_pending:
+                frags.popitem(last=False)  # the oldest pending datagram is given up
+                self.fragments_unreassembled += 1
+        fr.wire += wire
+        if truncated:
+            fr.truncated = True
+        if frag_off == 0:
+            fr.proto = proto
+        if not more:
+            fr.total = frag_off + len(data)
+        fr.parts.append((frag_off, data))
+        if len(fr.parts) > MAX_FRAGMENT_PARTS:  # a flood of tiny fragments: give the datagram up
+            del frags[key]
+            self.fragments_unreassembled += 1
+            return
+        if fr.total is None or fr.proto < 0:
+            return
+        # complete when the received parts cover [0, total) without a hole
+        covered = 0
+        for o, d in sorted(fr.parts, key=lambda x: x[0]):
+            if o > covered:
+                return
+            e = o + len(d)
+            if e > covered:
+                covered = e
+        if covered < fr.total:
+            return
+        del frags[key]
+        if fr.truncated:  # a fragment was cut by the snap length: the datagram cannot be rebuilt
+            self.fragments_unreassembled += 1
+            self.snap_truncated += 1
+            return
+        whole = bytearray(fr.total)
+        for o, d in fr.parts:  # later copies overwrite earlier ones where fragments overlap
+            n = min(len(d), fr.total - o)
+            whole[o : o + n] = d[:n]
+        data = bytes(whole)
+        self.fragments_reassembled += 1
+        n = len(data)
+        if ver == 4:
+            if fr.proto == IPPROTO_TCP:
+                self._tcp4(data, 0, n, n, src, dst, ts, rec, fr.wire)
+            elif fr.proto == IPPROTO_UDP:
+                self.udp += 1
+            else:
+                self.other += 1
+            return
+        nh, p = fr.proto, 0
+        while nh in _V6_EXT and nh != V6_EXT_FRAGMENT:
+            if n - p < 8:
+                self.malformed += 1
+                return
+            hlen = (data[p + 1] + 2) << 2 if nh == V6_EXT_AH else (data[p + 1] + 1) << 3
+            nh = data[p]
+            p += hlen
+        if nh == IPPROTO_TCP:
+            self._tcp6(data, p, n, n, src, dst, ts, rec, fr.wire)
+        elif nh == IPPROTO_UDP:
+            self.udp += 1
+        else:
+            self.other += 1
+
+    # -- transport ------------------------------------------------------------------------------
+    def _tcp4(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, wire):
+        """TCP over IPv4: src/dst are the addresses as ints (their order is the packed order)."""
+        if ip_end - l4 < 20:
+            self.malformed += 1
+            return
+        if cap_end - l4 < 20:  # the snap length cut the TCP header itself: nothing to key it by
+            self.snap_truncated += 1
+            return
+        sport, dport, seq, ack, doff, flags, win = _TCP(buf, l4)
+        doff = (doff >> 4) << 2
+        p = l4 + doff
+        if doff < 20 or p > ip_end:
+            self.malformed += 1
+            return
+        names = self._ip4names
+        s = names.get(src)
+        if s is None:
+            s = names[src] = socket.inet_ntoa(_PACK32(src))
+        d = names.get(dst)
+        if d is None:
+            d = names[dst] = socket.inet_ntoa(_PACK32(dst))
+        plen = ip_end - p
+        if p < cap_end:
+            payload = buf[p:cap_end]
+            trunc = cap_end < ip_end
+        else:
+            payload = b""
+            trunc = plen > 0 or p > cap_end
+        if trunc:
+            self.snap_truncated += 1
+        self.tcp += 1
+        if src < dst or (src == dst and sport <= dport):
+            self.rows.append(
+                (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
+            )
+        else:
+            self.rows.append(
+                (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
+            )
+
+    def _tcp6(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, wire):
+        """TCP over IPv6: src/dst are the 16-byte packed addresses."""
+        if ip_end - l4 < 20:
+            self.malformed += 1
+            return
+        if cap_end - l4 < 20:
+            self.snap_truncated += 1
+            return
+        sport, dport, seq, ack, doff, flags, win = _TCP(buf, l4)
+        doff = (doff >> 4) << 2
+        p = l4 + doff
+        if doff < 20 or p > ip_end:
+            self.malformed += 1
+            return
+        names = self._ip6names
+        s = names.get(src)
+        if s is None:
+            s = names[src] = str(ipaddress.IPv6Address(bytes(src)))
+        d = names.get(dst)
+        if d is None:
+            d = names[dst] = str(ipaddress.IPv6Address(bytes(dst)))
+        plen = ip_end - p
+        if p < cap_end:
+            payload = buf[p:cap_end]
+            trunc = cap_end < ip_end
+        else:
+            payload = b""
+            trunc = plen > 0 or p > cap_end
+        if trunc:
+            self.snap_truncated += 1
+        self.tcp += 1
+        if src < dst or (src == dst and sport <= dport):
+            self.rows.append(
+                (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
+            )
+        else:
+            self.rows.append(
+                (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
+            )
+
+    # -- output ---------------------------------------------------------------------------------
+    def flush(self) -> pa.RecordBatch:
+        """The accumulated rows as one PACKETS batch (and a fresh row list)."""
+        rows = self.rows
+        self.rows = []
+        n = len(rows)
+        if n == 0:
+            return _empty_batch()
+        (
+            rec,
+            ts,
+            lo_ip,
+            lo_port,
+            hi_ip,
+            hi_port,
+            from_lo,
+            seq,
+            ack,
+            flags,
+            win,
+            wire,
+            plen,
+            trunc,
+            payload,
+        ) = zip(*rows, strict=True)
+        arrays = [
+            pa.repeat(pa.scalar(self.capture_id, pa.string()), n),
+            pa.repeat(pa.scalar(self.file_index, pa.int32()), n),
+            _i64(rec),
+            _i64(ts),
+            pa.array(lo_ip, pa.string()),
+            _i32(lo_port),
+            pa.array(hi_ip, pa.string()),
+            _i32(hi_port),
+            pa.array(from_lo, pa.bool_()),
+            _i64(seq),
+            _i64(ack),
+            _i32(flags),
+            _i32(win),
+            _i32(wire),
+            _i32(plen),
+            pa.array(trunc, pa.bool_()),
+            pa.array(payload, pa.binary()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=PACKETS)
+
+    def stats_batch(self) -> pa.RecordBatch:
+        """The closing batch: one row, lo_ip null, payload = UTF-8 JSON of the counters."""
+        cols = {f.name: pa.nulls(1, f.type) for f in PACKETS}
+        cols["capture_id"] = pa.array([self.capture_id], pa.string())
+        cols["file_index"] = pa.array([self.file_index], pa.int32())
+        cols["payload"] = pa.array([json.dumps(self.stats()).encode()], pa.binary())
+        return pa.RecordBatch.from_arrays([cols[f.name] for f in PACKETS], schema=PACKETS)
+
+
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in PACKETS], schema=PACKETS)
+
+
+def _i64(values) -> pa.Array:
+    a = array("q", values)
+    return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
+
+
+def _i32(values) -> pa.Array:
+    a = array("i", values)
+    return pa.Array.from_buffers(pa.int32(), len(a), [None, pa.py_buffer(a)])
+
+
+def parse_stats(batch: pa.RecordBatch) -> dict | None:
+    """The counters of a stats batch (lo_ip null), or None for a packets batch."""
+    if batch.num_rows != 1 or batch.column("lo_ip")[0].is_valid:
+        return None
+    return json.loads(batch.column("payload")[0].as_py())

@@ -1,0 +1,620 @@
+"""Reading one split of a pcap / pcapng file (optionally gzip-compressed) into PACKETS batches.
+
+Plain files are memory-mapped (the OS reads ahead; slicing a payload is one copy). gzip files are
+streamed through a sliding window of decompressed bytes, never held whole. Both give the record
+loops the same view: a buffer, the file offset of its first byte (`base`) and whether the end of
+the data is in it (`eof`).
+
+A split owns the records whose first byte lies in [start, end). When `start` is not the head of the
+file the reader resyncs: it learns byte order, link type and time resolution from the file's head,
+then takes the first offset at or after `start` where a chain of consecutive record headers
+validates. The same resync recovers from garbage in the middle of a file.
+
+The final batch of every split is a stats row (lo_ip null, payload = JSON counters); see
+`decode.PacketDecoder.stats`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from .decode import PacketDecoder
+from .files import PCAP_MAGICS, PCAPNG_BOM, Split
+
+MAX_CAPLEN = 256 * 1024  # largest plausible captured record (pcap resync and sanity bound)
+MAX_BLOCK = 16 * 1024 * 1024  # largest pcapng block accepted
+CHAIN = 4  # consecutive record headers that must validate at a resync point
+DAY = 86400
+_CHUNK = 4 * 1024 * 1024  # gzip: decompressed bytes read at a time
+_NEED = -2  # chain check: more data needed to decide
+
+
+# ------------------------------------------------------------------------------------------------
+# byte windows
+
+
+class _MapWindow:
+    """The whole plain file, memory-mapped: `more` never adds anything (eof is always true)."""
+
+    def __init__(self, path: str) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        size = os.fstat(self._fh.fileno()).st_size
+        self._mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        self.buf = self._mm if self._mm is not None else b""
+        self.base = 0
+        self.eof = True
+        self.random_access = True
+
+    def more(self, p: int, need: int) -> int:
+        return p
+
+    def close(self) -> None:
+        self.buf = b""
+        if self._mm is not None:
+            self._mm.close()
+        self._fh.close()
+
+
+class _StreamWindow:
+    """A sliding window over a decompressed gzip stream."""
+
+    def __init__(self, path: str, dec: PacketDecoder) -> None:
+        self._fh = gzip.open(path, "rb")
+        self._dec = dec
+        self.buf = b""
+        self.base = 0
+        self.eof = False
+        self.random_access = False
+        self.more(0, 64 * 1024)
+
+    def more(self, p: int, need: int) -> int:
+        """Drop buf[:p], then read until `need` bytes follow the new start or the stream ends."""
+        tail = self.buf[p:]
+        self.base += p
+        parts = [tail]
+        have = len(tail)
+        while have < need and not self.eof:
+            try:
+                chunk = self._fh.read(max(_CHUNK, need - have))
+            except (OSError, EOFError, zlib.error) as e:
+                self._dec.error(f"gzip stream ends badly after {self.base + have} bytes: {type(e).__name__}")
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        self.buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return 0
+
+    def close(self) -> None:
+        self.buf = b""
+        self._fh.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# entry point
+
+
+def read_split(
+    split: Split, batch_packets: int = 8192, max_pending_fragments: int = 4096
+) -> Iterator[pa.RecordBatch]:
+    """PACKETS batches for the records of `split`, then exactly one stats batch.
+
+    Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
+    resyncs or stops. Only an unreadable file raises (OSError).
+    """
+    dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments)
+    bp = max(1, int(batch_packets))
+    kind = split.kind
+    gz = kind.endswith(".gz")
+    if kind not in ("pcap", "pcapng", "pcap.gz", "pcapng.gz"):
+        dec.error(f"not a capture file (kind {kind!r})")
+    else:
+        win = _StreamWindow(split.path, dec) if gz else _MapWindow(split.path)
+        try:
+            # a gzip file is one split: offsets are in the decompressed stream, which has no end bound
+            start, end = (0, 1 << 62) if gz else (split.start, split.end)
+            if kind.startswith("pcapng"):
+                yield from _read_pcapng(win, start, end, dec, bp)
+            else:
+                yield from _read_pcap(win, start, end, dec, bp)
+        finally:
+            win.close()
+    dec.finish()
+    if dec.rows:
+        yield dec.flush()
+    yield dec.stats_batch()
+
+
+def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
+    if tmin is not None and (dec.first_ts_ns is None or tmin < dec.first_ts_ns):
+        dec.first_ts_ns = tmin
+    if tmax is not None and (dec.last_ts_ns is None or tmax > dec.last_ts_ns):
+        dec.last_ts_ns = tmax
+
+
+# ------------------------------------------------------------------------------------------------
+# pcap
+
+
+def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: int | None) -> int:
+    """Do CHAIN record headers validate from q on? 1 yes, 0 no, _NEED more data needed.
+
+    A header is valid when caplen <= lim, caplen <= origlen and the fraction is below one second;
+    consecutive timestamps (and `ref`, when given) lie within a day of each other. A chain cut by
+    the end of the file counts as valid once it holds at least one header.
+    """
+    k = 0
+    prev = ref
+    while k < CHAIN:
+        if q + 16 > L:
+            if not eof:
+                return _NEED
+            return 1 if k > 0 else 0
+        s, f, cl, ol = hdr(buf, q)
+        if cl > lim or cl > ol or f >= fmax:
+            return 0
+        if prev is not None and (s - prev > DAY or prev - s > DAY):
+            return 0
+        prev = s
+        q += 16 + cl
+        k += 1
+        if q > L:
+            return 1 if eof else _NEED
+    return 1
+
+
+def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None) -> int:
+    """The first offset (relative to win.buf, after win.more) >= p where a header chain validates,
+    or -1 when none is found before the end of the data. May slide the window."""
+    while True:
+        buf, L, eof = win.buf, len(win.buf), win.eof
+        q = p
+        stop = L - 15
+        while q < stop:
+            # cheap pre-check on the lengths before the full chain
+            s, f, cl, ol = hdr(buf, q)
+            if cl <= lim and cl <= ol and f < fmax:
+                r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, ref)
+                if r == 1:
+                    return q
+                if r == _NEED:
+                    break
+            q += 1
+        if eof:
+            return -1
+        p = win.more(q, (L - q) + _CHUNK)
+
+
+def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+    buf = win.buf
+    if len(buf) < 24:
+        dec.error("file shorter than the pcap global header")
+        return
+    magic = bytes(buf[:4])
+    if magic not in PCAP_MAGICS:
+        dec.error("bad pcap magic")
+        return
+    order, mult = PCAP_MAGICS[magic]
+    # global header: magic, version major/minor, thiszone, sigfigs, snaplen (16), linktype (20)
+    snaplen, linktype = struct.unpack_from(order + "II", buf, 16)
+    lim = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
+    fmax = 1_000_000 if mult == 1000 else 1_000_000_000
+    hdr = struct.Struct(order + "IIII").unpack_from  # ts_sec, ts_frac, caplen, origlen
+    handle = dec.handler(linktype)
+    rows = dec.rows
+
+    records = 0
+    nbytes = 0
+    tmin: int | None = None
+    tmax: int | None = None
+    last_s: int | None = None
+    p = 24
+    if start > 24:
+        p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None)
+        if p < 0:
+            return
+    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+    try:
+        while True:
+            if L - p < 16:
+                if not eof:
+                    p = win.more(p, 16)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    continue
+                if L - p > 0 and base + p < end:
+                    dec.error(f"truncated record header at offset {base + p}")
+                break
+            rec = base + p
+            if rec >= end:
+                break
+            s, f, cl, ol = hdr(buf, p)
+            if cl > lim or cl > ol or f >= fmax:
+                dec.error(f"bad record header at offset {rec} (caplen {cl}, origlen {ol})")
+                dec.malformed += 1
+                q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s)
+                buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                if q < 0:
+                    break
+                dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
+                p = q
+                continue
+            q = p + 16 + cl
+            if q > L:
+                if not eof:
+                    p = win.more(p, 16 + cl)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    continue
+                dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
+                break
+            ts = s * 1_000_000_000 + f * mult
+            if tmin is None or ts < tmin:
+                tmin = ts
+            if tmax is None or ts > tmax:
+                tmax = ts
+            last_s = s
+            records += 1
+            nbytes += cl
+            handle(buf, p + 16, q, ol, ts, rec)
+            p = q
+            if len(rows) >= bp:
+                yield dec.flush()
+                rows = dec.rows
+    finally:
+        dec.records += records
+        dec.bytes += nbytes
+        _note_ts(dec, tmin, tmax)
+
+
+# ------------------------------------------------------------------------------------------------
+# pcapng
+
+SHB = 0x0A0D0D0A
+IDB = 1
+PB = 2  # obsolete Packet Block
+SPB = 3
+NRB = 4
+ISB = 5
+EPB = 6
+_KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, 9, 10, 0x00000BAD, 0x40000BAD))
+_BOM_LE = struct.pack("<I", PCAPNG_BOM)
+_BOM_BE = struct.pack(">I", PCAPNG_BOM)
+
+
+class _Order:
+    """Precompiled structs of one byte order."""
+
+    def __init__(self, o: str) -> None:
+        self.o = o
+        self.u32 = struct.Struct(o + "I").unpack_from
+        self.bh = struct.Struct(o + "II").unpack_from  # block type, total length
+        self.epb = struct.Struct(o + "IIIII").unpack_from  # iface, ts hi, ts lo, caplen, origlen
+        self.pb = struct.Struct(o + "HHIIII").unpack_from  # iface, drops, ts hi, ts lo, caplen, origlen
+        self.idb = struct.Struct(o + "HHI").unpack_from  # linktype, reserved, snaplen
+        self.opt = struct.Struct(o + "HH").unpack_from  # option code, length
+        self.u64 = struct.Struct(o + "Q").unpack_from
+        self.i64 = struct.Struct(o + "q").unpack_from
+
+
+_LE = _Order("<")
+_BE = _Order(">")
+
+
+def _shb_order(buf, q: int, L: int) -> _Order | None:
+    if q + 12 > L:
+        return None
+    bom = buf[q + 8 : q + 12]
+    if bom == _BOM_LE:
+        return _LE
+    if bom == _BOM_BE:
+        return _BE
+    return None
+
+
+def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
+    """Does a chain of CHAIN blocks validate from q on (1 / 0 / _NEED)? Also the byte order of
+    the first block (an SHB fixes its own). The first block must be of a known type."""
+    k = 0
+    first = od
+    while k < CHAIN:
+        if q + 12 > L:
+            if not eof:
+                return _NEED, first
+            return (1 if k > 0 else 0), first
+        t, n = od.bh(buf, q)
+        if t == SHB:
+            o2 = _shb_order(buf, q, L)
+            if o2 is None:
+                return 0, first
+            od = o2
+            if k == 0:
+                first = o2
+            n = od.u32(buf, q + 4)[0]
+            if n < 28:
+                return 0, first
+        elif k == 0 and t not in _KNOWN_BLOCKS:
+            return 0, first
+        if n < 12 or n & 3 or n > MAX_BLOCK:
+            return 0, first
+        if q + n > L:
+            if not eof:
+                return _NEED, first
+            return 1, first
+        if od.u32(buf, q + n - 4)[0] != n:
+            return 0, first
+        if t == EPB and (n < 32 or od.u32(buf, q + 20)[0] > n - 32):
+            return 0, first
+        q += n
+        k += 1
+    return 1, first
+
+
+def _ng_resync(win, p: int, od: _Order) -> tuple[int, _Order]:
+    """First offset >= p (relative to win.buf after any slide) where a block chain validates in
+    the current byte order or, failing that, the other one; -1 when none."""
+    while True:
+        buf, L, eof = win.buf, len(win.buf), win.eof
+        q = p
+        stop = L - 11
+        other = _BE if od is _LE else _LE
+        need = False
+        while q < stop:  # noqa: B007
+            for o in (od, other):
+                r, o2 = _ng_chain(buf, q, L, eof, o)
+                if r == 1:
+                    return q, o2
+                if r == _NEED:
+                    need = True
+                    break
+            if need:
+                break
+            q += 1
+        if eof:
+            return -1, od
+        p = win.more(q, (L - q) + _CHUNK)
+
+
+class _Iface:
+    __slots__ = ("linktype", "snaplen", "mul", "shift", "div", "off_ns", "handle")
+
+    def __init__(self, linktype: int, snaplen: int, tsresol: int, tsoffset: int, dec: PacketDecoder) -> None:
+        self.linktype = linktype
+        self.snaplen = snaplen
+        # ts_ns = ((units * mul) >> shift) // div + off_ns
+        if tsresol & 0x80:  # 2^-e seconds per unit
+            self.mul, self.shift, self.div = 1_000_000_000, tsresol & 0x7F, 1
+        else:  # 10^-e seconds per unit
+            e = tsresol
+            self.mul, self.shift, self.div = (10 ** (9 - e), 0, 1) if e <= 9 else (1, 0, 10 ** (e - 9))
+        self.off_ns = tsoffset * 1_000_000_000
+        self.handle = dec.handler(linktype)
+
+
+def _parse_idb(buf, q: int, n: int, od: _Order, dec: PacketDecoder) -> _Iface:
+    """IDB body at q+8: linktype(2) reserved(2) snaplen(4), then options up to the trailer."""
+    linktype, _res, snaplen = od.idb(buf, q + 8)
+    tsresol, tsoffset = 6, 0
+    o = q + 16
+    stop = q + n - 4
+    while o + 4 <= stop:
+        code, ln = od.opt(buf, o)
+        if code == 0:  # opt_endofopt
+            break
+        v = o + 4
+        if v + ln > stop:
+            break
+        if code == 9 and ln >= 1:  # if_tsresol
+            tsresol = buf[v]
+        elif code == 14 and ln >= 8:  # if_tsoffset, seconds
+            tsoffset = od.i64(buf, v)[0]
+        o = v + ((ln + 3) & ~3)
+    return _Iface(linktype, snaplen, tsresol, tsoffset, dec)
+
+
+def _ng_walk(buf, target: int, dec: PacketDecoder) -> tuple[_Order, list[_Iface]]:
+    """Walk block headers from the file head to `target`: the byte order and the interfaces in
+    force there (only IDBs are parsed; every other block is skipped by its length)."""
+    L = len(buf)
+    q = 0
+    od = _LE
+    ifaces: list[_Iface] = []
+    while q < target and q + 12 <= L:
+        t, n = od.bh(buf, q)
+        if t == SHB:
+            o2 = _shb_order(buf, q, L)
+            if o2 is not None:
+                od = o2
+                n = od.u32(buf, q + 4)[0]
+                ifaces = []
+        if n < 12 or n & 3 or q + n > L or od.u32(buf, q + n - 4)[0] != n:
+            # damaged framing: continue from the next place a chain validates
+            win = _FixedWindow(buf)
+            q2, od = _ng_resync(win, q + 1, od)
+            if q2 < 0:
+                break
+            q = q2
+            continue
+        if t == IDB and n >= 20:
+            ifaces.append(_parse_idb(buf, q, n, od, dec))
+        q += n
+    return od, ifaces
+
+
+class _FixedWindow:
+    def __init__(self, buf) -> None:
+        self.buf = buf
+        self.base = 0
+        self.eof = True
+
+    def more(self, p: int, need: int) -> int:
+        return p
+
+
+def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+    buf = win.buf
+    L = len(buf)
+    od = _shb_order(buf, 0, L)
+    if od is None or bytes(buf[:4]) != b"\x0a\x0d\x0d\x0a":
+        dec.error("bad pcapng section header")
+        return
+    ifaces: list[_Iface] = []
+    complete = True  # do we know every IDB in force at the current position?
+    p = 0
+    if start > 0:
+        # learn from the head: byte order and the IDBs that follow the first SHB
+        n0 = od.u32(buf, 4)[0]
+        sect_len = od.u64(buf, 16)[0] if L >= 24 else 0xFFFFFFFFFFFFFFFF
+        q = n0 if 28 <= n0 <= MAX_BLOCK else L
+        while q + 12 <= L and q < start:
+            t, n = od.bh(buf, q)
+            if t != IDB or n < 20 or n & 3 or q + n > L:
+                break
+            ifaces.append(_parse_idb(buf, q, n, od, dec))
+            q += n
+        complete = False
+        p, od2 = _ng_resync(win, start - win.base, od)
+        if p < 0:
+            return
+        if od2 is not od or (sect_len != 0xFFFFFFFFFFFFFFFF and win.base + p >= n0 + sect_len):
+            ifaces = []  # another section than the head's: its IDBs are unknown until walked
+        od = od2
+
+    records = 0
+    nbytes = 0
+    tmin: int | None = None
+    tmax: int | None = None
+    last_ts = 0
+    rows = dec.rows
+    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+    bh = od.bh
+    try:
+        while True:
+            if L - p < 12:
+                if not eof:
+                    p = win.more(p, 12)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    continue
+                if L - p > 0 and base + p < end:
+                    dec.error(f"truncated block header at offset {base + p}")
+                break
+            rec = base + p
+            if rec >= end:
+                break
+            t, n = bh(buf, p)
+            bad = None
+            if t == SHB:
+                o2 = _shb_order(buf, p, L)
+                if o2 is None:
+                    bad = "bad section header byte-order magic"
+                else:
+                    od = o2
+                    bh = od.bh
+                    n = od.u32(buf, p + 4)[0]
+            if bad is None and (n < 12 or n & 3 or n > MAX_BLOCK):
+                bad = f"bad block length {n}"
+            if bad is None:
+                if p + n > L:
+                    if not eof:
+                        p = win.more(p, n)
+                        buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                        continue
+                    dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
+                    break
+                if od.u32(buf, p + n - 4)[0] != n:
+                    bad = "trailing block length differs"
+            if bad is not None:
+                dec.error(f"{bad} at offset {rec}")
+                dec.malformed += 1
+                q, od2 = _ng_resync(win, p + 1, od)
+                buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                if q < 0:
+                    break
+                if od2 is not od:
+                    od, bh = od2, od2.bh
+                    ifaces, complete = [], False
+                dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
+                p = q
+                continue
+
+            if t == EPB or t == PB:
+                if t == EPB:
+                    iid, th, tl, cl, ol = od.epb(buf, p + 8)
+                    room = n - 32
+                else:
+                    iid, _drops, th, tl, cl, ol = od.pb(buf, p + 8)
+                    room = n - 32
+                if iid >= len(ifaces) and not complete and win.random_access:
+                    od, ifaces = _ng_walk(buf, rec, dec)
+                    bh = od.bh
+                    complete = True
+                if iid >= len(ifaces):
+                    dec.malformed += 1
+                    dec.error(f"packet block names unknown interface {iid} at offset {rec}")
+                elif cl > room:
+                    dec.malformed += 1
+                    dec.error(f"packet block caplen {cl} exceeds its block at offset {rec}")
+                else:
+                    ifc = ifaces[iid]
+                    ts = (((th << 32 | tl) * ifc.mul) >> ifc.shift) // ifc.div + ifc.off_ns
+                    last_ts = ts
+                    if tmin is None or ts < tmin:
+                        tmin = ts
+                    if tmax is None or ts > tmax:
+                        tmax = ts
+                    records += 1
+                    nbytes += cl
+                    ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                    if len(rows) >= bp:
+                        yield dec.flush()
+                        rows = dec.rows
+            elif t == SPB:
+                if not ifaces and not complete and win.random_access:
+                    od, ifaces = _ng_walk(buf, rec, dec)
+                    bh = od.bh
+                    complete = True
+                if n < 16:
+                    dec.malformed += 1
+                    dec.error(f"simple packet block too short at offset {rec}")
+                elif not ifaces:
+                    dec.malformed += 1
+                    dec.error(f"simple packet block without an interface at offset {rec}")
+                else:
+                    ifc = ifaces[0]
+                    ol = od.u32(buf, p + 8)[0]
+                    cl = min(ol, n - 16)
+                    if ifc.snaplen:
+                        cl = min(cl, ifc.snaplen)
+                    records += 1
+                    nbytes += cl
+                    ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
+                    if len(rows) >= bp:
+                        yield dec.flush()
+                        rows = dec.rows
+            elif t == IDB:
+                if not complete and win.random_access:
+                    # IDBs before this one may be unknown to this split: collect them first
+                    od, ifaces = _ng_walk(buf, rec, dec)
+                    bh = od.bh
+                    complete = True
+                if n < 20:
+                    dec.malformed += 1
+                    dec.error(f"interface description block too short at offset {rec}")
+                else:
+                    ifaces.append(_parse_idb(buf, p, n, od, dec))
+            elif t == SHB:
+                ifaces = []
+                complete = True
+            # NRB, ISB, DSB, custom and unknown blocks: skipped by their length
+            p += n
+    finally:
+        dec.records += records
+        dec.bytes += nbytes
+        _note_ts(dec, tmin, tmax)
