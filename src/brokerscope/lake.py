@@ -171,7 +171,7 @@ class Lake:
         ids = set(capture_ids)
         now = int(time.time() * 1000)
         out = []
-        for a in dt.get_add_actions(flatten=True).to_pylist():
+        for a in _adds(dt):
             if a.get("partition.capture_id") in ids:
                 pv = {k.split(".", 1)[1]: _pv_str(v) for k, v in a.items() if k.startswith("partition.")}
                 out.append(
@@ -205,7 +205,7 @@ class Lake:
             if not DeltaTable.is_deltatable(p):
                 continue
             dt = DeltaTable(p)
-            acts = dt.get_add_actions(flatten=True).to_pylist()
+            acts = _adds(dt)
             out.append(
                 TableInfo(
                     t,
@@ -240,11 +240,16 @@ class Lake:
         return names
 
 
+def _adds(dt: DeltaTable) -> list[dict]:
+    """The table's current add actions as dicts (partition values flattened)."""
+    return pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+
+
 def _num_records(dt: DeltaTable, capture_ids: list[str]) -> int:
     ids = set(capture_ids)
     return sum(
         int(a.get("num_records") or 0)
-        for a in dt.get_add_actions(flatten=True).to_pylist()
+        for a in _adds(dt)
         if a.get("partition.capture_id") in ids
     )
 

@@ -43,6 +43,8 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
     """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on."""
     from pyspark.sql import SparkSession
 
+    if settings.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     b = SparkSession.builder.appName(app_name or settings.raw["spark"]["app_name"])
     if not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE") and "spark.master" not in os.environ.get(
         "PYSPARK_SUBMIT_ARGS", ""

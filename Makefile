@@ -1,0 +1,45 @@
+# brokerscope: the two commands of a fresh machine are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+LAKE   ?= lake
+STAMP  := $(VENV)/.installed
+TSTAMP := $(VENV)/.installed-test
+
+.PHONY: demo test lint bench clean java-check
+
+java-check:
+	@command -v java >/dev/null 2>&1 || { echo "brokerscope needs Java 17 or newer for Spark: install it (Debian: apt-get install -y openjdk-17-jre-headless) and retry."; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  if [ -n "$$v" ] && [ "$$v" -lt 17 ]; then echo "brokerscope needs Java 17 or newer for Spark; found Java $$v."; exit 1; fi
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q -e .
+	@touch $@
+
+$(TSTAMP): pyproject.toml | $(PY)
+	$(PIP) install -q -e ".[test]"
+	@touch $@ $(STAMP)
+
+## make demo: install, ingest sample_data/ into ./lake, print a summary and an example query
+demo: java-check $(STAMP)
+	$(VENV)/bin/brokerscope demo --lake $(LAKE)
+
+## make test: install the test extras and run the whole suite
+test: java-check $(TSTAMP)
+	$(VENV)/bin/pytest -q
+
+lint: $(TSTAMP)
+	$(VENV)/bin/ruff check src tests bench jobs
+	$(VENV)/bin/ruff format --check src tests bench jobs
+
+bench: $(STAMP)
+	$(PY) bench/read_bench.py --generate 120
+
+clean:
+	rm -rf $(LAKE) .pytest_cache build *.egg-info

@@ -1,0 +1,245 @@
+"""The `brokerscope` command: ingest, sql, tables, demo."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .config import Settings
+
+log = logging.getLogger("brokerscope")
+
+EXAMPLE_QUERY = """
+SELECT protocol, server_port, count(*) AS connections,
+       sum(c2s_bytes + s2c_bytes) AS payload_bytes, sum(frames_ok) AS frames_ok,
+       sum(frames_failed) AS frames_failed
+FROM streams GROUP BY protocol, server_port ORDER BY connections DESC, server_port
+""".strip()
+
+
+def _java_ok() -> str | None:
+    """None when Java 17+ is available, else a one-line explanation."""
+    java = shutil.which("java")
+    if not java:
+        return "Java 17 or newer is required to run Spark, and `java` is not on PATH (install openjdk-17-jre-headless)."
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except Exception as e:  # noqa: BLE001
+        return f"cannot run `java -version`: {e}"
+    import re
+
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not m:
+        return None
+    major = int(m.group(1)) if m.group(1) != "1" else int(m.group(2) or 0)
+    if major < 17:
+        return f"Java 17 or newer is required to run Spark; found Java {major} ({java})."
+    return None
+
+
+def _settings(args) -> Settings:
+    overrides: dict = {}
+    if getattr(args, "lake", None):
+        overrides.setdefault("lake", {})["path"] = args.lake
+    if getattr(args, "master", None):
+        overrides.setdefault("spark", {})["master"] = args.master
+    if getattr(args, "split_size", None):
+        overrides.setdefault("capture", {})["split_size"] = args.split_size
+    if getattr(args, "payload", None):
+        overrides.setdefault("payload", {})["policy"] = args.payload
+    s = Settings.load(args.conf, overrides)
+    for spec in getattr(args, "port", None) or []:
+        proto, _, port = spec.partition("=")
+        if not port.isdigit():
+            raise SystemExit(f"brokerscope: --port wants PROTO=PORT (e.g. kafka=19092), not {spec!r}")
+        s.add_port(proto.strip(), int(port))
+    return s
+
+
+def _spark(settings: Settings, quiet: bool = False):
+    err = _java_ok()
+    if err:
+        raise SystemExit(f"brokerscope: {err}")
+    from .pipeline import make_spark
+
+    return make_spark(settings, quiet_progress=quiet)
+
+
+def cmd_ingest(args) -> int:
+    settings = _settings(args)
+    from .pipeline import ingest
+
+    def progress(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    spark = None
+    from . import inputs
+
+    disc = inputs.discover(args.paths)
+    for p, e in disc.errors:
+        print(f"brokerscope: {p}: {e}", file=sys.stderr)
+    if not disc.inputs:
+        print("brokerscope: no input to ingest", file=sys.stderr)
+        return 2 if disc.errors else 1
+    spark = _spark(settings, quiet=args.quiet)
+    summary = ingest(args.paths, settings, spark=spark, progress=progress, skip_ingested=args.skip_ingested)
+    for line in summary.lines():
+        if not line.startswith("error:"):  # already printed above
+            print(line)
+    print(f"lake: {Path(settings.lake_path).absolute()}")
+    return 0
+
+
+def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=sys.stdout) -> None:
+    def cell(v):
+        if isinstance(v, bytes | bytearray):
+            return v.hex() if len(v) <= 32 else v[:32].hex() + "..."
+        return v
+
+    if fmt == "csv":
+        w = csv.writer(out)
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([cell(v) for v in r])
+    elif fmt == "json":
+        for r in rows:
+            out.write(json.dumps({c: cell(v) for c, v in zip(columns, r)}, default=str) + "\n")
+    else:
+        text = [[("NULL" if v is None else str(cell(v))) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(columns)]
+        widths = [min(w, 60) for w in widths]
+        line = "+".join("-" * (w + 2) for w in widths)
+        out.write(" | ".join(c.ljust(w) for c, w in zip(columns, widths)) + "\n")
+        out.write(line + "\n")
+        for t in text:
+            out.write(" | ".join(v[:w].ljust(w) for v, w in zip(t, widths)) + "\n")
+        out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+    from .lake import Lake
+
+    lake = Lake(lake_path)
+    if not lake.exists():
+        raise SystemExit(f"brokerscope: no brokerscope lake at {lake_path} (run `brokerscope ingest` first)")
+    lake.register(spark)
+    df = spark.sql(query)
+    rows = df.limit(limit).collect() if limit else df.collect()
+    return df.columns, [tuple(r) for r in rows]
+
+
+def cmd_sql(args) -> int:
+    settings = _settings(args)
+    spark = _spark(settings, quiet=True)
+    try:
+        cols, rows = run_sql(spark, settings.lake_path, args.query, args.limit)
+    except SystemExit:
+        raise
+    except Exception as e:  # AnalysisException and friends: one clear line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"brokerscope: query failed: {msg}", file=sys.stderr)
+        return 2
+    _print_rows(cols, rows, args.format)
+    return 0
+
+
+def cmd_tables(args) -> int:
+    from .lake import Lake
+
+    settings = _settings(args)
+    lake = Lake(settings.lake_path)
+    info = lake.info()
+    if not info:
+        print(f"brokerscope: no brokerscope lake at {settings.lake_path}", file=sys.stderr)
+        return 1
+    _print_rows(
+        ["table", "rows", "delta_version", "files", "size_bytes"],
+        [(i.name, i.rows, i.version, i.files, i.size_bytes) for i in info],
+        args.format,
+    )
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Ingest the bundled sample data and show what the lake holds."""
+    sample = Path(args.sample_data) if args.sample_data else Path(__file__).resolve().parents[2] / "sample_data"
+    if not sample.is_dir():
+        raise SystemExit(f"brokerscope: sample data not found at {sample}")
+    args.paths = [str(sample)]
+    args.skip_ingested = False
+    rc = cmd_ingest(args)
+    if rc:
+        return rc
+    settings = _settings(args)
+    from .pipeline import make_spark
+
+    spark = make_spark(settings, quiet_progress=True)
+    print("\nexample query:\n" + EXAMPLE_QUERY + "\n")
+    cols, rows = run_sql(spark, settings.lake_path, EXAMPLE_QUERY)
+    _print_rows(cols, rows, "table")
+    print(f'\nnext: brokerscope sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {settings.lake_path}')
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="brokerscope", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp, lake_default: str | None = None):
+        sp.add_argument("--lake", help="lake directory (default: lake.path from the config, 'lake')")
+        sp.add_argument("--conf", help="brokerscope TOML config file (default: embedded defaults)")
+        sp.add_argument("--master", help="Spark master (default local[*]; e.g. spark://host:7077)")
+
+    ing = sub.add_parser("ingest", help="decode captures and segment files into the lake")
+    ing.add_argument("paths", nargs="+", help="files, directories or globs (one capture set)")
+    common(ing)
+    ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
+    ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
+    ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")
+    ing.add_argument("--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds")
+    ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    ing.set_defaults(func=cmd_ingest)
+
+    sq = sub.add_parser("sql", help="run a SQL query over the lake's tables")
+    sq.add_argument("query")
+    common(sq)
+    sq.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    sq.add_argument("--limit", type=int, help="print at most this many rows")
+    sq.set_defaults(func=cmd_sql)
+
+    tb = sub.add_parser("tables", help="list the lake's tables: rows, Delta version, size")
+    common(tb)
+    tb.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    tb.set_defaults(func=cmd_tables)
+
+    dm = sub.add_parser("demo", help="ingest the bundled sample data and run an example query")
+    common(dm)
+    dm.add_argument("--sample-data", help="directory to ingest (default: the repository's sample_data/)")
+    dm.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    dm.set_defaults(func=cmd_demo, port=None, split_size=None, payload=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"brokerscope: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
