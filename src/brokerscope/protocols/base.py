@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -250,6 +251,7 @@ def redacted(data: bytes | str | None) -> str | None:
 
 BUILTIN = ("kafka", "pulsar", "iggy", "tubemq")
 _registry: dict[str, Protocol] = {}
+load_errors: dict[str, str] = {}
 
 
 def register(proto: Protocol) -> Protocol:
@@ -264,8 +266,11 @@ def _load_builtins() -> None:
         modname = f"brokerscope.protocols.{name}"
         if importlib.util.find_spec(modname) is None:
             continue
-        mod = importlib.import_module(modname)
-        register(mod.PROTOCOL)
+        try:
+            register(importlib.import_module(modname).PROTOCOL)
+        except Exception as e:  # one broken decoder must not stop the others
+            load_errors[name] = f"{type(e).__name__}: {e}"
+            logging.getLogger(__name__).error("protocol %s not loaded: %s", name, load_errors[name])
 
 
 def get(name: str) -> Protocol:
