@@ -1,0 +1,1068 @@
+"""One Pulsar connection: frames in both directions -> commands, messages, latencies, acks rows."""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from .. import base
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from . import framing
+from .framing import HEADER, ParsedFrame
+from .gen import pulsar_api_pb2 as pb
+from .messages import (
+    COMPRESSION_NAMES,
+    ChunkedMessage,
+    PayloadError,
+    Single,
+    expand,
+    is_batch,
+    is_chunk,
+    key_bytes,
+)
+
+T = pb.BaseCommand
+MAX_PENDING = 100_000  # entries per pairing map
+HOLD_BYTES = 16 * 1024 * 1024  # produce rows held until their receipt names the message id
+CHUNK_INCOMPLETE = "chunk_incomplete"
+ENCRYPTED = "encrypted"
+SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
+SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
+
+# Commands that carry a request_id the peer answers with the same request_id.
+REQUESTS = frozenset(
+    {
+        T.PARTITIONED_METADATA, T.LOOKUP, T.PRODUCER, T.SUBSCRIBE, T.UNSUBSCRIBE, T.SEEK,
+        T.CLOSE_PRODUCER, T.CLOSE_CONSUMER, T.CONSUMER_STATS, T.GET_LAST_MESSAGE_ID,
+        T.GET_TOPICS_OF_NAMESPACE, T.GET_SCHEMA, T.GET_OR_CREATE_SCHEMA, T.ACK, T.NEW_TXN,
+        T.ADD_PARTITION_TO_TXN, T.ADD_SUBSCRIPTION_TO_TXN, T.END_TXN, T.END_TXN_ON_PARTITION,
+        T.END_TXN_ON_SUBSCRIPTION, T.TC_CLIENT_CONNECT_REQUEST, T.WATCH_TOPIC_LIST,
+        T.WATCH_TOPIC_LIST_CLOSE,
+    }
+)  # fmt: skip
+RESPONSES = frozenset(
+    {
+        T.PARTITIONED_METADATA_RESPONSE, T.LOOKUP_RESPONSE, T.PRODUCER_SUCCESS, T.SUCCESS, T.ERROR,
+        T.CONSUMER_STATS_RESPONSE, T.GET_LAST_MESSAGE_ID_RESPONSE, T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+        T.GET_SCHEMA_RESPONSE, T.GET_OR_CREATE_SCHEMA_RESPONSE, T.ACK_RESPONSE, T.NEW_TXN_RESPONSE,
+        T.ADD_PARTITION_TO_TXN_RESPONSE, T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, T.END_TXN_RESPONSE,
+        T.END_TXN_ON_PARTITION_RESPONSE, T.END_TXN_ON_SUBSCRIPTION_RESPONSE,
+        T.TC_CLIENT_CONNECT_RESPONSE, T.WATCH_TOPIC_LIST_SUCCESS,
+    }
+)  # fmt: skip
+_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
+_U32 = struct.Struct(">I")
+_MASK64 = (1 << 64) - 1
+
+
+def to_dict(msg) -> dict:
+    """Every set field of a protobuf message as plain Python values (enums by name)."""
+    out: dict = {}
+    for fd, v in msg.ListFields():
+        if fd.type == fd.TYPE_MESSAGE:
+            v = [to_dict(x) for x in v] if fd.is_repeated else to_dict(v)
+        elif fd.type == fd.TYPE_ENUM:
+            ev = fd.enum_type.values_by_number
+            if fd.is_repeated:
+                v = [ev[x].name if x in ev else x for x in v]
+            else:
+                v = ev[v].name if v in ev else v
+        elif fd.is_repeated:
+            v = list(v)
+        out[fd.name] = v
+    return out
+
+
+def scrub(d):
+    """Replace secrets (auth data) anywhere in a decoded dict by their size."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k in SECRET_KEYS and isinstance(v, bytes | str):
+                d[k] = base.redacted(v)
+            else:
+                scrub(v)
+    elif isinstance(d, list):
+        for x in d:
+            scrub(x)
+    return d
+
+
+def partition_of(topic: str | None) -> int | None:
+    if not topic:
+        return None
+    m = _PARTITION_SUFFIX.search(topic)
+    return int(m.group(1)) if m else None
+
+
+def mid_str(ledger: int, entry: int, batch_index: int) -> str:
+    return f"{ledger}:{entry}:{batch_index}"
+
+
+def _bit_set(ack_set, i: int) -> bool:
+    w = i // 64
+    return w < len(ack_set) and bool(((ack_set[w] & _MASK64) >> (i % 64)) & 1)
+
+
+@dataclass
+class Pending:
+    command: str
+    ts_ns: int  # last byte of the request
+    topic: str | None = None
+    partition: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class PendingSend:
+    ts_ns: int
+    topic: str | None
+    rows: list[dict]  # produce rows waiting for the message id
+    held: int  # payload bytes held by `rows`
+    sequences: list[tuple[int, int | None]]  # (batch_index, sequence) of every message
+    chunk: dict | None = None
+
+
+class PulsarConversation(Conversation):
+    """Frames both directions; pairs requests, sends and deliveries with their answers."""
+
+    def __init__(self, conn: ConnInfo, ctx: Context):
+        super().__init__(conn, ctx)
+        self.max_frame = int(ctx.max_frame_bytes)
+        self.bufs = {C2S: StreamBuffer(), S2C: StreamBuffer()}
+        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to pass over
+        self.strict = {C2S: True, S2C: True}  # validate headers strictly (start, after a gap/garbage)
+        self.garbage: dict[str, dict | None] = {C2S: None, S2C: None}
+        self.producers: OrderedDict[int, dict] = OrderedDict()
+        self.consumers: OrderedDict[int, dict] = OrderedDict()
+        self.requests: OrderedDict[tuple[str, int], Pending] = OrderedDict()
+        self.sends: OrderedDict[tuple[int, int], deque[PendingSend]] = OrderedDict()
+        self.n_sends = 0
+        self.held_bytes = 0
+        self.pings: dict[str, deque[int]] = {C2S: deque(), S2C: deque()}
+        self.connect: Pending | None = None
+        self.challenge: Pending | None = None
+        # consumer_id -> {(ledger, entry, batch_index): delivery ts (last byte)}
+        self.deliveries: dict[int, OrderedDict[tuple[int, int, int], int]] = {}
+        self.n_deliveries = 0
+        self.batch_sizes: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # (cid, L, E) -> n
+        self.chunks: OrderedDict[tuple, ChunkedMessage] = OrderedDict()
+        self.chunk_bytes = 0
+        self.protocol_version: int | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # byte stream -> frames
+
+    def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        buf = self.bufs[direction]
+        buf.append(data, ts_ns)
+        try:
+            self._drain(direction, rows)
+        except Exception as e:  # never raise out of the decoder: drop what is buffered
+            rows.append(
+                self._error_row(direction, buf.offset, len(buf), base.MALFORMED, f"decoder error: {e!r}")
+            )
+            buf.consume(len(buf))
+            self.strict[direction] = True
+        return rows
+
+    def _drain(self, d: str, rows: list[Row]) -> None:
+        buf = self.bufs[d]
+        while True:
+            if self.skip[d]:
+                n = min(self.skip[d], len(buf))
+                buf.consume(n)
+                self.skip[d] -= n
+                if self.skip[d]:
+                    return
+            mv = buf.data
+            if len(mv) < HEADER + 2:
+                return
+            total, cmd_size = struct.unpack_from(">II", mv, 0)
+            if self.strict[d] or cmd_size > total - 4 or total < 6:
+                verdict, _, _ = framing.plausible_header(mv, 0, self.max_frame)
+                if verdict is None:
+                    return
+                if verdict is False:
+                    if not self._scan(d, rows):
+                        return
+                    continue
+                self._flush_garbage(d, rows)
+                self.strict[d] = False
+            if total > self.max_frame:
+                rows.append(self._oversize_row(d, total))
+                self.skip[d] = total + 4
+                continue
+            if len(mv) < total + 4:
+                return
+            start = buf.offset
+            ts_first = buf.ts_at(start)
+            ts_last = buf.ts_at(start + total + 3)
+            frame = bytes(mv[4 : total + 4])
+            buf.consume(total + 4)
+            self._frame(d, frame, start, ts_first, ts_last, rows)
+
+    def _scan(self, d: str, rows: list[Row]) -> bool:
+        """Bytes at the head do not start a frame: pass over them to the next plausible header.
+        Returns True if the head now is (or may be) a frame, False when more bytes are needed."""
+        buf = self.bufs[d]
+        mv = buf.data
+        n = len(mv)
+        pos = 1
+        while pos <= n - (HEADER + 2):
+            if mv[pos + HEADER] == 0x08:
+                verdict, _, _ = framing.plausible_header(mv, pos, self.max_frame)
+                if verdict is not False:
+                    self._add_garbage(d, pos)
+                    return verdict is True
+            pos += 1
+        keep = HEADER + 1
+        if n > keep:
+            self._add_garbage(d, n - keep)
+        return False
+
+    def _add_garbage(self, d: str, nbytes: int) -> None:
+        buf = self.bufs[d]
+        g = self.garbage[d]
+        if g is None:
+            g = self.garbage[d] = {"offset": buf.offset, "ts": buf.ts_at(buf.offset), "size": 0, "raw": b""}
+        if len(g["raw"]) < self.ctx.max_raw_bytes:
+            g["raw"] += buf.peek(min(nbytes, self.ctx.max_raw_bytes - len(g["raw"])))
+        g["size"] += nbytes
+        g["ts_end"] = buf.ts_at(buf.offset + nbytes - 1)
+        buf.consume(nbytes)
+        self.strict[d] = True
+
+    def _flush_garbage(self, d: str, rows: list[Row]) -> None:
+        g = self.garbage[d]
+        if g is None:
+            return
+        self.garbage[d] = None
+        rows.append(
+            (
+                "commands",
+                {
+                    "ts_ns": g["ts"],
+                    "ts_end_ns": g.get("ts_end", g["ts"]),
+                    "direction": d,
+                    "size": g["size"],
+                    "stream_offset": g["offset"],
+                    "decode_status": base.MALFORMED,
+                    "decode_error": f"{g['size']} bytes that do not start a Pulsar frame (resynchronised)",
+                    "raw": self.ctx.raw(g["raw"]),
+                },
+            )
+        )
+
+    def _oversize_row(self, d: str, total: int) -> Row:
+        buf = self.bufs[d]
+        head = buf.peek(min(len(buf), HEADER + 64))
+        cmd_size = _U32.unpack_from(head, 4)[0]
+        t = framing.peek_type(head[HEADER : HEADER + 3])
+        cmd, _ = (
+            framing.parse_command(head[HEADER : HEADER + cmd_size])
+            if len(head) >= HEADER + cmd_size
+            else (None, None)
+        )
+        details = {"total_size": total, "max_frame_bytes": self.max_frame}
+        if cmd is not None:
+            details["command"] = scrub(to_dict(cmd))
+        return (
+            "commands",
+            {
+                "ts_ns": buf.ts_at(buf.offset),
+                "direction": d,
+                "command": framing.TYPE_NAMES.get(t) if t is not None else None,
+                "command_code": t,
+                "size": total + 4,
+                "stream_offset": buf.offset,
+                "decode_status": base.OVERSIZE,
+                "decode_error": f"frame of {total + 4} bytes exceeds max_frame_bytes {self.max_frame}",
+                "details": base.to_json(details),
+            },
+        )
+
+    def _error_row(
+        self, d: str, offset: int, size: int, status: str, error: str, ts: int | None = None
+    ) -> Row:
+        buf = self.bufs[d]
+        return (
+            "commands",
+            {
+                "ts_ns": buf.last_ts if ts is None else ts,
+                "direction": d,
+                "size": size,
+                "stream_offset": offset,
+                "decode_status": status,
+                "decode_error": error,
+            },
+        )
+
+    def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        buf = self.bufs[direction]
+        try:
+            self._flush_garbage(direction, rows)
+            if self.skip[direction]:
+                # the gap falls inside an oversize frame we were skipping anyway
+                pending = len(buf)
+                buf.skip(nbytes)
+                used = min(self.skip[direction], pending + nbytes)
+                self.skip[direction] -= used
+                if self.skip[direction]:
+                    return rows
+            elif len(buf):
+                rows.append(
+                    self._error_row(
+                        direction, buf.offset, len(buf), base.GAP,
+                        f"{len(buf)} buffered bytes lost to a {nbytes}-byte capture gap", ts=buf.ts_at(buf.offset),
+                    )
+                )  # fmt: skip
+                buf.skip(nbytes)
+            else:
+                buf.skip(nbytes)
+            self.strict[direction] = True
+        except Exception as e:
+            rows.append(
+                self._error_row(direction, buf.offset, 0, base.GAP, f"decoder error: {e!r}", ts=ts_ns)
+            )
+        return rows
+
+    def close(self) -> list[Row]:
+        rows: list[Row] = []
+        try:
+            for d in (C2S, S2C):
+                buf = self.bufs[d]
+                if len(buf) and not self.skip[d]:
+                    mv = buf.data
+                    total = _U32.unpack_from(mv, 0)[0] if len(mv) >= 4 else None
+                    if (
+                        self.strict[d]
+                        and len(mv) >= HEADER + 2
+                        and framing.plausible_header(mv, 0, self.max_frame)[0] is False
+                    ):
+                        self._add_garbage(d, len(buf))
+                    else:
+                        need = f" of {total + 4}" if total is not None else ""
+                        rows.append(
+                            (
+                                "commands",
+                                {
+                                    "ts_ns": buf.ts_at(buf.offset),
+                                    "ts_end_ns": buf.last_ts,
+                                    "direction": d,
+                                    "size": len(buf),
+                                    "stream_offset": buf.offset,
+                                    "decode_status": base.TRUNCATED,
+                                    "decode_error": f"connection ended after {len(buf)}{need} bytes of a frame",
+                                    "raw": self.ctx.raw(mv),
+                                },
+                            )
+                        )
+                    buf.consume(len(buf))
+                self._flush_garbage(d, rows)
+            # produce rows still waiting for a receipt, then unanswered requests
+            for key, q in self.sends.items():
+                for ps in q:
+                    rows.extend(("messages", self._finish(r)) for r in ps.rows)
+                    rows.append(self._latency("SEND", None, ps.ts_ns, None, key[1], ps.topic))
+            self.sends.clear()
+            for (_d, rid), p in self.requests.items():
+                rows.append(self._latency(p.command, None, p.ts_ns, None, rid, p.topic, p.partition))
+            self.requests.clear()
+            for p in (self.connect, self.challenge):
+                if p is not None:
+                    rows.append(self._latency(p.command, None, p.ts_ns, None, None, None))
+            self.connect = self.challenge = None
+            for d in (C2S, S2C):
+                for ts in self.pings[d]:
+                    rows.append(self._latency("PING", None, ts, None, None, None))
+                self.pings[d].clear()
+            for key, cm in self.chunks.items():
+                rows.append(("messages", self._incomplete_chunk_row(key, cm)))
+            self.chunks.clear()
+        except Exception as e:
+            rows.append(self._error_row(C2S, 0, 0, base.MALFORMED, f"decoder error at close: {e!r}"))
+        return rows
+
+    # ------------------------------------------------------------------------------------------
+    # one frame
+
+    def _frame(self, d: str, frame: bytes, offset: int, ts: int, ts_end: int, rows: list[Row]) -> None:
+        pf = framing.parse_frame(frame)
+        row = {
+            "ts_ns": ts,
+            "ts_end_ns": ts_end,
+            "direction": d,
+            "command": pf.type_name,
+            "command_code": pf.type_code,
+            "size": len(frame) + 4,
+            "stream_offset": offset,
+            "decode_status": pf.status,
+            "decode_error": pf.error,
+        }
+        rows.append(("commands", row))
+        details: dict = {}
+        try:
+            body = pf.body()
+            if body is not None:
+                details = scrub(to_dict(body))
+                if body.DESCRIPTOR.fields_by_name.get("request_id") is not None and body.HasField(
+                    "request_id"
+                ):
+                    row["correlation_id"] = body.request_id
+                for f in ("error", "error_code"):
+                    if f in body.DESCRIPTOR.fields_by_name and body.HasField(f):
+                        row["error_code"] = getattr(body, f)
+                if "topic" in body.DESCRIPTOR.fields_by_name and body.HasField("topic"):
+                    row["topic"] = body.topic
+            if pf.missing:
+                details["missing_required"] = pf.missing
+            if pf.has_payload_section:
+                details = {"command": details, "payload": self._payload_details(pf)}
+            handler = _HANDLERS.get(pf.type_code) if pf.cmd is not None else None
+            if handler is not None and (body is not None or pf.type_code in (T.PING, T.PONG)):
+                handler(self, d, pf, body, row, details, ts, ts_end, rows)
+        except Exception as e:  # a bug or an unexpected shape: keep the frame, say why
+            row["decode_status"] = base.MALFORMED
+            row["decode_error"] = f"decoder error: {e!r}"
+        if row.get("topic") and row.get("partition") is None:
+            row["partition"] = partition_of(row["topic"])
+        row["details"] = base.to_json(details)
+        if row["decode_status"] not in (base.OK, base.CHECKSUM_MISMATCH) and pf.type_code not in SECRET_TYPES:
+            row["raw"] = self.ctx.raw(frame)
+
+    def _payload_details(self, pf: ParsedFrame) -> dict:
+        out: dict = {"checksum_ok": pf.checksum_ok}
+        if pf.broker_entry is not None:
+            out["broker_entry"] = to_dict(pf.broker_entry)
+        if pf.metadata is not None:
+            md = to_dict(pf.metadata)
+            md.pop("properties", None)  # they are the messages' headers
+            out["metadata"] = md
+        if pf.payload is not None:
+            out["payload_size"] = len(pf.payload)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # pairing helpers
+
+    def _latency(
+        self, req, resp, req_ts, resp_ts, cid, topic, partition=None, error_code=None, version=None
+    ) -> Row:
+        r = {
+            "ts_ns": req_ts,
+            "request_command": req,
+            "response_command": resp,
+            "correlation_id": cid,
+            "request_ts_ns": req_ts,
+            "response_ts_ns": resp_ts,
+            "latency_us": None if resp_ts is None else (resp_ts - req_ts) / 1000.0,
+            "error_code": error_code,
+            "topic": topic,
+            "partition": partition if partition is not None else partition_of(topic),
+        }
+        if version is not None:
+            r["api_version"] = version
+        return ("latencies", r)
+
+    def _remember(self, table: OrderedDict, key, value, rows: list[Row] | None = None) -> None:
+        table[key] = value
+        while len(table) > MAX_PENDING:
+            k, old = table.popitem(last=False)
+            if rows is not None and isinstance(old, Pending):
+                rows.append(self._latency(old.command, None, old.ts_ns, None, k[1], old.topic, old.partition))
+
+    def _request(self, d, pf, body, row, ts_end, rows) -> None:
+        if d != C2S or not body.HasField("request_id"):
+            return
+        p = Pending(pf.type_name, ts_end, row.get("topic"), row.get("partition"))
+        self._remember(self.requests, (d, body.request_id), p, rows)
+
+    def _response(self, d, pf, body, row, ts, rows) -> Pending | None:
+        if not body.HasField("request_id"):
+            return None
+        req_dir = C2S if d == S2C else S2C
+        p = self.requests.pop((req_dir, body.request_id), None)
+        if p is None:
+            return None
+        if row.get("topic") is None and p.topic is not None:
+            row["topic"] = p.topic
+        rows.append(
+            self._latency(
+                p.command,
+                pf.type_name,
+                p.ts_ns,
+                ts,
+                body.request_id,
+                p.topic,
+                p.partition,
+                row.get("error_code"),
+            )
+        )
+        return p
+
+    def _consumer_name(self, cid: int) -> str:
+        c = self.consumers.get(cid)
+        if c and c.get("subscription"):
+            return c["subscription"]
+        return str(cid)
+
+    # ------------------------------------------------------------------------------------------
+    # command handlers: (self, direction, frame, body, commands row, details, ts, ts_end, rows)
+
+    def _on_connect(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        row["api_version"] = body.protocol_version
+        row["client_id"] = body.client_version
+        self.protocol_version = body.protocol_version
+        self.connect = Pending("CONNECT", ts_end)
+
+    def _on_connected(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        row["api_version"] = body.protocol_version
+        if self.connect is not None:
+            rows.append(
+                self._latency(
+                    "CONNECT", pf.type_name, self.connect.ts_ns, ts, None, None, version=body.protocol_version
+                )
+            )
+            self.connect = None
+
+    def _on_auth_challenge(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        if self.connect is not None:
+            rows.append(self._latency("CONNECT", pf.type_name, self.connect.ts_ns, ts, None, None))
+            self.connect = None
+        self.challenge = Pending("AUTH_CHALLENGE", ts_end)
+
+    def _on_auth_response(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        if self.challenge is not None:
+            rows.append(self._latency("AUTH_CHALLENGE", pf.type_name, self.challenge.ts_ns, ts, None, None))
+            self.challenge = None
+
+    def _on_ping(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        q = self.pings[d]
+        q.append(ts_end)
+        if len(q) > 1000:
+            rows.append(self._latency("PING", None, q.popleft(), None, None, None))
+
+    def _on_pong(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        q = self.pings[C2S if d == S2C else S2C]
+        if q:
+            rows.append(self._latency("PING", "PONG", q.popleft(), ts, None, None))
+
+    def _on_request(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        # commands that name a producer or consumer get its topic
+        if row.get("topic") is None:
+            if "producer_id" in body.DESCRIPTOR.fields_by_name and body.HasField("producer_id"):
+                row["topic"] = self.producers.get(body.producer_id, {}).get("topic")
+            elif "consumer_id" in body.DESCRIPTOR.fields_by_name and body.HasField("consumer_id"):
+                row["topic"] = self.consumers.get(body.consumer_id, {}).get("topic")
+        if row.get("topic"):
+            row["partition"] = partition_of(row["topic"])
+        self._request(d, pf, body, row, ts_end, rows)
+
+    def _on_producer(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        info = {"topic": body.topic, "name": body.producer_name if body.HasField("producer_name") else None}
+        self._remember(self.producers, body.producer_id, info)
+        self._on_request(d, pf, body, row, details, ts, ts_end, rows)
+        if d == C2S and body.HasField("request_id"):
+            self.requests[(d, body.request_id)].extra["producer_id"] = body.producer_id
+
+    def _on_subscribe(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        info = {"topic": body.topic, "subscription": body.subscription}
+        if body.HasField("consumer_name"):
+            info["name"] = body.consumer_name
+        self._remember(self.consumers, body.consumer_id, info)
+        self._on_request(d, pf, body, row, details, ts, ts_end, rows)
+
+    def _on_producer_success(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        if not body.producer_ready:
+            # the producer waits for exclusive access: the final PRODUCER_SUCCESS follows
+            p = self.requests.get((C2S, body.request_id))
+            if p is not None:
+                row["topic"] = p.topic
+                pid = p.extra.get("producer_id")
+                if pid in self.producers:
+                    self.producers[pid]["name"] = body.producer_name
+            return
+        p = self._response(d, pf, body, row, ts, rows)
+        if p is not None:
+            pid = p.extra.get("producer_id")
+            if pid in self.producers:
+                self.producers[pid]["name"] = body.producer_name
+
+    def _on_response(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        p = self._response(d, pf, body, row, ts, rows)
+        if p is None and pf.type_code == T.ERROR and self.connect is not None:
+            # the broker refused the connection (e.g. authentication failed)
+            rows.append(
+                self._latency(
+                    "CONNECT", "ERROR", self.connect.ts_ns, ts, None, None, error_code=row.get("error_code")
+                )
+            )
+            self.connect = None
+        if pf.type_code == T.ACK_RESPONSE:
+            row["topic"] = row.get("topic") or self.consumers.get(body.consumer_id, {}).get("topic")
+            rows.append(
+                (
+                    "acks",
+                    {
+                        "ts_ns": ts,
+                        "ack_type": "pulsar_ack_response",
+                        "topic": row.get("topic"),
+                        "partition": partition_of(row.get("topic")),
+                        "consumer": self._consumer_name(body.consumer_id),
+                        "error_code": body.error if body.HasField("error") else None,
+                        "correlation_id": body.request_id if body.HasField("request_id") else None,
+                        "ack_latency_us": rows[-1][1]["latency_us"]
+                        if rows and rows[-1][0] == "latencies" and rows[-1][1]["request_command"] == "ACK"
+                        else None,
+                        "details": base.to_json({"consumer_id": body.consumer_id, **details}),
+                    },
+                )
+            )
+
+    def _on_flow(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        row["topic"] = self.consumers.get(body.consumer_id, {}).get("topic")
+
+    # ---- produce
+
+    def _on_send(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        pid = body.producer_id
+        prod = self.producers.get(pid, {})
+        topic = prod.get("topic")
+        row["topic"] = topic
+        md = pf.metadata
+        if md is None:
+            return
+        msgs: list[dict] = []
+        chunk = None
+        base_row = {
+            "ts_ns": ts,
+            "direction": "produce",
+            "source": "capture",
+            "topic": topic,
+            "partition": partition_of(topic),
+            "producer_id": pid,
+            "producer_name": md.producer_name or prod.get("name"),
+            "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
+            "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
+            "checksum_ok": pf.checksum_ok,
+        }
+        status = base.CHECKSUM_MISMATCH if pf.checksum_ok is False else base.OK
+        if is_chunk(md):
+            chunk = {"uuid": md.uuid, "chunk_id": md.chunk_id, "num_chunks": md.num_chunks_from_msg}
+            msgs = self._chunk(
+                ("produce", pid, md.uuid), md, pf.payload or b"", None, ts, base_row, status, {}
+            )
+        else:
+            msgs = self._message_rows(md, pf.payload or b"", base_row, status, {})
+        seqs = [(-1 if r.get("_batch_index") is None else r["_batch_index"], r.get("sequence")) for r in msgs]
+        held = sum(len(r.get("value") or b"") for r in msgs)
+        ps = PendingSend(ts_end, topic, msgs, held, seqs, chunk)
+        key = (pid, body.sequence_id)
+        self.sends.setdefault(key, deque()).append(ps)
+        self.sends.move_to_end(key)
+        self.n_sends += 1
+        self.held_bytes += held
+        while self.n_sends > MAX_PENDING or self.held_bytes > HOLD_BYTES:
+            if not self._evict_send(rows):
+                break
+
+    def _evict_send(self, rows: list[Row]) -> bool:
+        """Give up waiting for the oldest send's receipt: emit its produce rows as they are."""
+        if not self.sends:
+            return False
+        key, q = next(iter(self.sends.items()))
+        ps = q.popleft()
+        if not q:
+            del self.sends[key]
+        self.n_sends -= 1
+        self.held_bytes -= ps.held
+        rows.extend(("messages", self._finish(r)) for r in ps.rows)
+        rows.append(self._latency("SEND", None, ps.ts_ns, None, key[1], ps.topic))
+        return True
+
+    def _finish(self, r: dict) -> dict:
+        r.pop("_batch_index", None)
+        return r
+
+    def _on_send_receipt(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        self._on_send_answer(d, pf, body, row, ts, rows, error=None)
+
+    def _on_send_error(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        self._on_send_answer(d, pf, body, row, ts, rows, error=body.error)
+
+    def _on_send_answer(self, d, pf, body, row, ts, rows, error) -> None:
+        pid = body.producer_id
+        topic = self.producers.get(pid, {}).get("topic")
+        row["topic"] = topic
+        key = (pid, body.sequence_id)
+        q = self.sends.get(key)
+        ps = None
+        if q:
+            ps = q.popleft()
+            if not q:
+                del self.sends[key]
+            self.n_sends -= 1
+            self.held_bytes -= ps.held
+            topic = topic or ps.topic
+            rows.append(
+                self._latency("SEND", pf.type_name, ps.ts_ns, ts, body.sequence_id, topic, error_code=error)
+            )
+        latency = None if ps is None else (ts - ps.ts_ns) / 1000.0
+        mid = body.message_id if error is None and body.HasField("message_id") else None
+        part = mid.partition if mid is not None and mid.partition >= 0 else partition_of(topic)
+        common = {
+            "ts_ns": ts,
+            "topic": topic,
+            "partition": part,
+            "producer_id": pid,
+            "error_code": error,
+            "ack_latency_us": latency,
+            "correlation_id": body.sequence_id,
+        }
+        extra = {"sequence_id": body.sequence_id}
+        if error is None and body.HasField("highest_sequence_id"):
+            extra["highest_sequence_id"] = body.highest_sequence_id
+        if ps is None:
+            extra["send_not_captured"] = True
+        if ps is not None and ps.chunk is not None:
+            extra["chunk"] = ps.chunk
+        ack_type = "pulsar_receipt" if error is None else "pulsar_send_error"
+        if ps is None or not ps.sequences:
+            bi = mid.batch_index if mid is not None else -1
+            rows.append(
+                (
+                    "acks",
+                    {
+                        **common,
+                        "ack_type": ack_type,
+                        "message_id": mid_str(mid.ledger_id, mid.entry_id, bi) if mid is not None else None,
+                        "sequence": body.sequence_id,
+                        "details": base.to_json(extra),
+                    },
+                )
+            )
+        else:
+            for bi, seq in ps.sequences:
+                rows.append(
+                    (
+                        "acks",
+                        {
+                            **common,
+                            "ack_type": ack_type,
+                            "message_id": mid_str(mid.ledger_id, mid.entry_id, bi)
+                            if mid is not None
+                            else None,
+                            "sequence": seq,
+                            "details": base.to_json(extra),
+                        },
+                    )
+                )
+        if ps is not None:
+            for r in ps.rows:
+                if mid is not None:
+                    r["message_id"] = mid_str(mid.ledger_id, mid.entry_id, r.get("_batch_index", -1))
+                    if mid.partition >= 0:
+                        r["partition"] = mid.partition
+                if error is not None:
+                    det = r.get("details")
+                    r["details"] = (
+                        det[:-1] + "," if det and det != "{}" else "{"
+                    ) + f'"send_error":{int(error)}}}'
+                rows.append(("messages", self._finish(r)))
+
+    # ---- messages
+
+    def _message_rows(self, md, payload: bytes, base_row: dict, status: str, extra: dict) -> list[dict]:
+        """Rows for a whole (non-chunk) payload. Each row has `_batch_index` until finished."""
+        common_details = dict(extra)
+        for f in ("replicated_from", "schema_version", "deliver_at_time", "marker_type", "uuid",
+                  "txnid_least_bits", "txnid_most_bits", "highest_sequence_id"):  # fmt: skip
+            if md.HasField(f):
+                common_details[f] = getattr(md, f)
+        if is_batch(md):
+            common_details["num_messages_in_batch"] = md.num_messages_in_batch
+        if len(md.encryption_keys):
+            common_details["encryption_algo"] = md.encryption_algo or None
+            common_details["encryption_keys"] = [k.key for k in md.encryption_keys]
+            common_details["num_messages"] = md.num_messages_in_batch if is_batch(md) else 1
+            r = dict(base_row)
+            pk = md.partition_key if md.HasField("partition_key") else None
+            singles = [
+                Single(
+                    -1,
+                    payload,
+                    None,
+                    pk,
+                    [(kv.key, kv.value) for kv in md.properties],
+                    md.sequence_id,
+                    None,
+                    None,
+                )
+            ]
+            if pk is not None:
+                singles[0].key = key_bytes(pk, md.partition_key_b64_encoded)
+            return [
+                self._row(r, s, ENCRYPTED, "payload is encrypted: kept as it is", common_details)
+                for s in singles
+            ]
+        try:
+            singles = expand(md, payload, int(self.ctx.max_decompressed_bytes))
+        except PayloadError as e:
+            r = dict(base_row)
+            r.update(self.ctx.payload.value(None))
+            r.update(
+                {
+                    "sequence": md.sequence_id,
+                    "decode_status": e.status,
+                    "decode_error": str(e),
+                    "details": base.to_json({**common_details, "payload_size": len(payload)}),
+                    "_batch_index": -1,
+                }
+            )
+            return [r]
+        return [self._row(dict(base_row), s, status, None, common_details) for s in singles]
+
+    def _row(self, r: dict, s: Single, status: str, error: str | None, common: dict) -> dict:
+        r.update(self.ctx.payload.value(s.value))
+        r["key"] = self.ctx.payload.key(s.key)
+        r["headers"] = [{"key": k, "value": v.encode("utf-8", "surrogateescape")} for k, v in s.properties]
+        r["sequence"] = s.sequence
+        r["decode_status"] = status
+        r["decode_error"] = error
+        det = dict(common)
+        det["batch_index"] = s.batch_index
+        if s.event_time:
+            det["event_time_ms"] = s.event_time
+        if s.ordering_key is not None:
+            det["ordering_key"] = s.ordering_key
+        if s.null_value:
+            det["null_value"] = True
+        if s.key_raw is not None and s.key is not None and s.key_raw.encode() != s.key:
+            det["partition_key_b64"] = s.key_raw
+        det.update(s.extra)
+        r["details"] = base.to_json(det)
+        r["_batch_index"] = s.batch_index
+        return r
+
+    def _chunk(self, key, md, payload, message_id, ts, base_row, status, extra) -> list[dict]:
+        """Collect one chunk; when the message is complete, its rows."""
+        cm = self.chunks.get(key)
+        if cm is None:
+            cm = ChunkedMessage(md.uuid, md.num_chunks_from_msg, md.total_chunk_msg_size, ts)
+            self.chunks[key] = cm
+            while len(self.chunks) > 10_000:
+                self.chunks.popitem(last=False)
+        before = cm.size
+        cm.add(md.chunk_id, payload, md, message_id)
+        self.chunk_bytes += cm.size - before
+        if not cm.complete:
+            if self.chunk_bytes > self.ctx.max_decompressed_bytes:
+                # bound memory: give up on the oldest partial messages
+                while self.chunks and self.chunk_bytes > self.ctx.max_decompressed_bytes:
+                    _k, old = self.chunks.popitem(last=False)
+                    self.chunk_bytes -= old.size
+            return []
+        del self.chunks[key]
+        self.chunk_bytes -= cm.size
+        whole = cm.assemble()
+        first = cm.first_md or md
+        det = dict(extra)
+        det["chunks"] = {
+            "uuid": cm.uuid,
+            "num_chunks": cm.num_chunks,
+            "chunk_message_ids": [cm.message_ids.get(i) for i in range(cm.num_chunks)],
+        }
+        # the compression and the batch flag of the whole message are in every chunk's metadata
+        rows = self._message_rows(first, whole, base_row, status, det)
+        return rows
+
+    def _incomplete_chunk_row(self, key, cm: ChunkedMessage) -> dict:
+        direction, ident, _uuid = key
+        md = cm.first_md
+        row = {
+            "ts_ns": cm.first_ts_ns,
+            "direction": direction,
+            "source": "capture",
+            "producer_name": md.producer_name if md is not None else None,
+            "sequence": md.sequence_id if md is not None else None,
+            "decode_status": CHUNK_INCOMPLETE,
+            "decode_error": f"{len(cm.chunks)} of {cm.num_chunks} chunks captured",
+            "details": base.to_json(
+                {
+                    "uuid": cm.uuid,
+                    "chunks_seen": sorted(cm.chunks),
+                    "num_chunks": cm.num_chunks,
+                    "chunk_message_ids": cm.message_ids,
+                    "total_chunk_msg_size": cm.total_size,
+                }
+            ),  # fmt: skip
+        }
+        row.update(self.ctx.payload.value(None))
+        if direction == "produce":
+            row["producer_id"] = ident
+            row["topic"] = self.producers.get(ident, {}).get("topic")
+        else:
+            row["topic"] = self.consumers.get(ident, {}).get("topic")
+        row["partition"] = partition_of(row["topic"])
+        return row
+
+    def _on_message(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        cid = body.consumer_id
+        cons = self.consumers.get(cid, {})
+        topic = cons.get("topic")
+        row["topic"] = topic
+        md = pf.metadata
+        mid = body.message_id
+        L, E = mid.ledger_id, mid.entry_id
+        part = mid.partition if mid.partition >= 0 else partition_of(topic)
+        if md is None:
+            return
+        base_row = {
+            "ts_ns": ts,
+            "direction": "deliver",
+            "source": "capture",
+            "topic": topic,
+            "partition": part,
+            "producer_name": md.producer_name,
+            "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
+            "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
+            "checksum_ok": pf.checksum_ok,
+        }
+        extra: dict = {"consumer_id": cid}
+        if cons.get("subscription"):
+            extra["subscription"] = cons["subscription"]
+        if body.redelivery_count:
+            extra["redelivery_count"] = body.redelivery_count
+        if pf.broker_entry is not None:
+            extra["broker_entry"] = to_dict(pf.broker_entry)
+        status = base.CHECKSUM_MISMATCH if pf.checksum_ok is False else base.OK
+        if is_chunk(md):
+            msgs = self._chunk(
+                ("deliver", cid, md.uuid),
+                md,
+                pf.payload or b"",
+                mid_str(L, E, -1),
+                ts,
+                base_row,
+                status,
+                extra,
+            )
+        else:
+            msgs = self._message_rows(md, pf.payload or b"", base_row, status, extra)
+        ack_set = list(body.ack_set)
+        dl = self.deliveries.setdefault(cid, OrderedDict())
+        for r in msgs:
+            bi = r.get("_batch_index", -1)
+            r["message_id"] = mid_str(L, E, bi)
+            if ack_set and bi >= 0 and not _bit_set(ack_set, bi):
+                r["details"] = r["details"][:-1] + ',"already_acked":true}'
+            dl[(L, E, bi)] = ts_end
+            self.n_deliveries += 1
+            rows.append(("messages", self._finish(r)))
+        if msgs and is_batch(md) and not len(md.encryption_keys):
+            self._remember(self.batch_sizes, (cid, L, E), md.num_messages_in_batch)
+        while self.n_deliveries > MAX_PENDING:
+            oldest = next((c for c in self.deliveries if self.deliveries[c]), None)
+            if oldest is None:
+                break
+            self.deliveries[oldest].popitem(last=False)
+            self.n_deliveries -= 1
+
+    # ---- acks
+
+    def _on_ack(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        cid = body.consumer_id
+        cons = self.consumers.get(cid, {})
+        topic = cons.get("topic")
+        row["topic"] = topic
+        row["partition"] = partition_of(topic)
+        self._request(d, pf, body, row, ts_end, rows)
+        dl = self.deliveries.get(cid, OrderedDict())
+        cumulative = body.ack_type == pb.CommandAck.Cumulative
+        consumer = self._consumer_name(cid)
+        rid = body.request_id if body.HasField("request_id") else None
+        extra = {"consumer_id": cid}
+        if body.HasField("validation_error"):
+            extra["validation_error"] = pb.CommandAck.ValidationError.Name(body.validation_error)
+        if body.txnid_most_bits or body.txnid_least_bits:
+            extra["txnid"] = [body.txnid_most_bits, body.txnid_least_bits]
+        for mid in body.message_id:
+            L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
+            part = mid.partition if mid.partition >= 0 else partition_of(topic)
+            n_batch = self.batch_sizes.get((cid, L, E))
+            ack_set = list(mid.ack_set)
+            if ack_set:
+                size = (
+                    mid.batch_size
+                    if mid.HasField("batch_size") and mid.batch_size > 0
+                    else (n_batch or 64 * len(ack_set))
+                )
+                in_entry = [i for i in range(size) if not _bit_set(ack_set, i)]
+            elif B >= 0:
+                in_entry = list(range(B + 1)) if cumulative else [B]
+            elif n_batch:
+                in_entry = list(range(n_batch))
+            else:
+                in_entry = [-1]
+            targets: list[tuple[int, int, int]] = [(L, E, i) for i in in_entry]
+            if cumulative:
+                earlier = [k for k in dl if (k[0], k[1]) < (L, E)]
+                targets = earlier + targets
+            mid_extra = dict(extra)
+            if ack_set:
+                mid_extra["ack_set"] = ack_set
+            if cumulative:
+                mid_extra["cumulative_to"] = mid_str(L, E, B)
+            det = base.to_json(mid_extra)
+            for k in targets:
+                dts = dl.pop(k, None)
+                if dts is not None:
+                    self.n_deliveries -= 1
+                elif cumulative and k[:2] != (L, E):
+                    continue
+                rows.append(
+                    (
+                        "acks",
+                        {
+                            "ts_ns": ts,
+                            "ack_type": "pulsar_ack_cumulative" if cumulative else "pulsar_ack",
+                            "topic": topic,
+                            "partition": part,
+                            "message_id": mid_str(*k),
+                            "consumer": consumer,
+                            "ack_latency_us": None if dts is None else (ts - dts) / 1000.0,
+                            "correlation_id": rid,
+                            "details": det,
+                        },
+                    )
+                )
+
+
+_HANDLERS = {
+    T.CONNECT: PulsarConversation._on_connect,
+    T.CONNECTED: PulsarConversation._on_connected,
+    T.AUTH_CHALLENGE: PulsarConversation._on_auth_challenge,
+    T.AUTH_RESPONSE: PulsarConversation._on_auth_response,
+    T.PING: PulsarConversation._on_ping,
+    T.PONG: PulsarConversation._on_pong,
+    T.PRODUCER: PulsarConversation._on_producer,
+    T.SUBSCRIBE: PulsarConversation._on_subscribe,
+    T.PRODUCER_SUCCESS: PulsarConversation._on_producer_success,
+    T.SEND: PulsarConversation._on_send,
+    T.SEND_RECEIPT: PulsarConversation._on_send_receipt,
+    T.SEND_ERROR: PulsarConversation._on_send_error,
+    T.MESSAGE: PulsarConversation._on_message,
+    T.ACK: PulsarConversation._on_ack,
+    T.FLOW: PulsarConversation._on_flow,
+    T.REDELIVER_UNACKNOWLEDGED_MESSAGES: PulsarConversation._on_flow,
+    T.REACHED_END_OF_TOPIC: PulsarConversation._on_flow,
+    T.ACTIVE_CONSUMER_CHANGE: PulsarConversation._on_flow,
+}
+for _t in REQUESTS:
+    _HANDLERS.setdefault(_t, PulsarConversation._on_request)
+for _t in RESPONSES:
+    _HANDLERS.setdefault(_t, PulsarConversation._on_response)

@@ -1,0 +1,224 @@
+"""Pulsar frame layout: split a byte stream into frames and a frame into its parts.
+
+Wire layout of one frame (all integers unsigned big-endian):
+
+    offset 0   u32  total_size    bytes that follow this field
+    offset 4   u32  command_size  size of the serialized BaseCommand
+    offset 8   ...  BaseCommand   (protobuf)
+    -- payload commands (SEND, MESSAGE) continue with --
+    [optional, broker to consumer]
+               u16  0x0e02        broker entry metadata magic
+               u32  size          size of BrokerEntryMetadata
+               ...  BrokerEntryMetadata (protobuf)
+               u16  0x0e01        checksum magic (absent from pre-v6 peers)
+               u32  crc32c        CRC-32C of everything after this field up to the frame end
+               u32  metadata_size
+               ...  MessageMetadata (protobuf)
+               ...  payload       the rest of the frame
+
+Nothing here raises on bad bytes: problems are reported in `ParsedFrame.status` / `.error`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import crc32c as _crc32c
+from google.protobuf.message import DecodeError
+
+from .. import base
+from .gen import pulsar_api_pb2 as pb
+
+MAGIC_CRC = 0x0E01
+MAGIC_BROKER_ENTRY = 0x0E02
+HEADER = 8  # total_size + command_size
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+
+TYPE_NAMES: dict[int, str] = {v.number: v.name for v in pb.BaseCommand.Type.DESCRIPTOR.values}
+# The body of type T lives in BaseCommand field number T (our .proto names it lower(T)).
+BODY_FIELD: dict[int, str] = {
+    f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.number in TYPE_NAMES
+}
+PAYLOAD_TYPES = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
+
+
+def crc32c(data: bytes | memoryview) -> int:
+    return _crc32c.crc32c(data)
+
+
+@dataclass
+class ParsedFrame:
+    """One frame, decoded as far as it would go."""
+
+    cmd: pb.BaseCommand | None = None
+    type_code: int | None = None
+    broker_entry: pb.BrokerEntryMetadata | None = None
+    metadata: pb.MessageMetadata | None = None
+    payload: bytes | None = None
+    has_payload_section: bool = False
+    checksum: int | None = None
+    checksum_ok: bool | None = None  # None: no checksum on the wire
+    status: str = base.OK
+    error: str | None = None
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def type_name(self) -> str | None:
+        if self.type_code is None:
+            return None
+        return TYPE_NAMES.get(self.type_code, f"UNKNOWN_{self.type_code}")
+
+    def body(self):
+        """The sub-command message for this frame's type (None if absent or unknown)."""
+        if self.cmd is None or self.type_code is None:
+            return None
+        name = BODY_FIELD.get(self.type_code)
+        if name is None or not self.cmd.HasField(name):
+            return None
+        return getattr(self.cmd, name)
+
+
+def _fail(pf: ParsedFrame, status: str, error: str) -> ParsedFrame:
+    if pf.status == base.OK:
+        pf.status, pf.error = status, error
+    return pf
+
+
+def peek_type(cmd_bytes: bytes | memoryview) -> int | None:
+    """BaseCommand.type read straight from the first field (tag 0x08, varint), without protobuf."""
+    if len(cmd_bytes) < 2 or cmd_bytes[0] != 0x08:
+        return None
+    v = cmd_bytes[1]
+    if v < 0x80:
+        return v
+    if len(cmd_bytes) >= 3 and cmd_bytes[2] < 0x80:
+        return (v & 0x7F) | (cmd_bytes[2] << 7)
+    return None
+
+
+def parse_command(cmd_bytes: bytes | memoryview) -> tuple[pb.BaseCommand | None, str | None]:
+    """Parse a BaseCommand, partial messages allowed. Returns (command, error)."""
+    cmd = pb.BaseCommand()
+    try:
+        cmd.MergeFromString(bytes(cmd_bytes))
+    except (DecodeError, ValueError, RuntimeError) as e:
+        return None, f"BaseCommand does not parse: {e}"
+    return cmd, None
+
+
+def parse_frame(frame: bytes | memoryview) -> ParsedFrame:
+    """Decode one frame given WITHOUT its 4-byte total_size prefix."""
+    mv = memoryview(frame)
+    pf = ParsedFrame()
+    n = len(mv)
+    if n < 4:
+        return _fail(pf, base.TRUNCATED, f"frame of {n} bytes has no command size")
+    (cmd_size,) = _U32.unpack_from(mv, 0)
+    if cmd_size > n - 4:
+        return _fail(pf, base.MALFORMED, f"command size {cmd_size} exceeds frame size {n}")
+    cmd_bytes = mv[4 : 4 + cmd_size]
+    pf.type_code = peek_type(cmd_bytes)
+    cmd, err = parse_command(cmd_bytes)
+    if cmd is None:
+        return _fail(pf, base.MALFORMED, err or "bad command")
+    pf.cmd = cmd
+    if cmd.HasField("type"):
+        pf.type_code = cmd.type
+    if pf.type_code is None:
+        return _fail(pf, base.MALFORMED, "BaseCommand without a type")
+    if pf.type_code not in TYPE_NAMES:
+        _fail(pf, base.UNKNOWN_COMMAND, f"unknown command type {pf.type_code}")
+    elif not cmd.IsInitialized():
+        pf.missing = cmd.FindInitializationErrors()
+        _fail(pf, base.MALFORMED, "missing required fields: " + ", ".join(pf.missing))
+    pos = 4 + cmd_size
+    if pos == n:
+        return pf
+    # ---- payload section
+    pf.has_payload_section = True
+    if n - pos >= 2 and _U16.unpack_from(mv, pos)[0] == MAGIC_BROKER_ENTRY:
+        if n - pos < 6:
+            return _fail(pf, base.TRUNCATED, "broker entry metadata header cut short")
+        (bem_size,) = _U32.unpack_from(mv, pos + 2)
+        if bem_size > n - pos - 6:
+            return _fail(pf, base.MALFORMED, f"broker entry metadata size {bem_size} exceeds frame")
+        bem = pb.BrokerEntryMetadata()
+        try:
+            bem.MergeFromString(bytes(mv[pos + 6 : pos + 6 + bem_size]))
+        except (DecodeError, ValueError, RuntimeError) as e:
+            return _fail(pf, base.MALFORMED, f"broker entry metadata does not parse: {e}")
+        pf.broker_entry = bem
+        pos += 6 + bem_size
+    if n - pos >= 6 and _U16.unpack_from(mv, pos)[0] == MAGIC_CRC:
+        (pf.checksum,) = _U32.unpack_from(mv, pos + 2)
+        pos += 6
+        pf.checksum_ok = crc32c(mv[pos:]) == pf.checksum
+        if not pf.checksum_ok:
+            _fail(pf, base.CHECKSUM_MISMATCH, f"crc32c {crc32c(mv[pos:]):#010x} != {pf.checksum:#010x}")
+    if n - pos < 4:
+        return _fail(pf, base.TRUNCATED, "message metadata size cut short")
+    (meta_size,) = _U32.unpack_from(mv, pos)
+    if meta_size > n - pos - 4:
+        return _fail(pf, base.MALFORMED, f"metadata size {meta_size} exceeds frame")
+    md = pb.MessageMetadata()
+    try:
+        md.MergeFromString(bytes(mv[pos + 4 : pos + 4 + meta_size]))
+    except (DecodeError, ValueError, RuntimeError) as e:
+        return _fail(pf, base.MALFORMED, f"message metadata does not parse: {e}")
+    pf.metadata = md
+    pf.payload = bytes(mv[pos + 4 + meta_size :])
+    return pf
+
+
+def plausible_header(data: bytes | memoryview, pos: int, max_frame: int) -> tuple[bool | None, int, int]:
+    """Does a frame plausibly start at `pos`? Returns (verdict, total_size, command_size).
+
+    verdict True: header and command parse; False: not a frame; None: need more bytes to tell.
+    A plausible header has command_size <= total_size - 4, a first command byte 0x08 (field 1,
+    the type), a known type, and a command that parses. `total_size` may exceed `max_frame`
+    (the caller records such a frame as oversize).
+    """
+    avail = len(data) - pos
+    if avail < HEADER + 2:
+        return None, 0, 0
+    total, cmd_size = struct.unpack_from(">II", data, pos)
+    if total < 4 + 2 or cmd_size < 2 or cmd_size > total - 4 or cmd_size > min(max_frame, 1 << 24):
+        return False, total, cmd_size
+    t = peek_type(bytes(data[pos + HEADER : pos + HEADER + 3]))
+    if t is None or t not in TYPE_NAMES:
+        return False, total, cmd_size
+    if avail < HEADER + cmd_size:
+        return None, total, cmd_size
+    cmd, err = parse_command(data[pos + HEADER : pos + HEADER + cmd_size])
+    if cmd is None or cmd.type != t:
+        return False, total, cmd_size
+    name = BODY_FIELD.get(t)
+    if name is not None and not cmd.HasField(name):
+        return False, total, cmd_size
+    # payload commands carry something after the command; simple ones usually do not
+    return True, total, cmd_size
+
+
+def encode_frame(
+    cmd: pb.BaseCommand,
+    metadata: pb.MessageMetadata | bytes | None = None,
+    payload: bytes = b"",
+    broker_entry: pb.BrokerEntryMetadata | bytes | None = None,
+    checksum: bool = True,
+) -> bytes:
+    """Build a frame (used by tests and the broker simulator)."""
+    cb = cmd.SerializePartialToString()
+    out = bytearray()
+    out += _U32.pack(len(cb)) + cb
+    if metadata is not None:
+        if broker_entry is not None:
+            be = broker_entry if isinstance(broker_entry, bytes) else broker_entry.SerializeToString()
+            out += _U16.pack(MAGIC_BROKER_ENTRY) + _U32.pack(len(be)) + be
+        mb = metadata if isinstance(metadata, bytes) else metadata.SerializePartialToString()
+        tail = _U32.pack(len(mb)) + mb + payload
+        if checksum:
+            out += _U16.pack(MAGIC_CRC) + _U32.pack(crc32c(tail))
+        out += tail
+    return _U32.pack(len(out)) + bytes(out)

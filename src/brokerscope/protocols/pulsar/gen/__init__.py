@@ -1,0 +1,1 @@
+"""Generated protobuf modules (see README.md in this directory); do not edit by hand."""

@@ -1,0 +1,230 @@
+"""Pulsar message payloads: decompression, batch splitting, chunk reassembly.
+
+A batch payload (MessageMetadata.num_messages_in_batch set) is, after decompression, a sequence of
+
+    u32 single_metadata_size | SingleMessageMetadata | payload_size bytes of the message value
+
+Chunked messages (MessageMetadata.uuid + chunk_id + num_chunks_from_msg) are one message cut into
+several SEND / MESSAGE frames; the chunks' payloads concatenated are the (compressed) whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import cramjam
+import lz4.block
+import zstandard
+from google.protobuf.message import DecodeError
+
+from .gen import pulsar_api_pb2 as pb
+
+COMPRESSION_NAMES = {v.number: v.name for v in pb.CompressionType.DESCRIPTOR.values}
+_U32 = struct.Struct(">I")
+
+
+class PayloadError(Exception):
+    """A payload that cannot be turned into messages; `status` is the decode_status."""
+
+    def __init__(self, status: str, msg: str):
+        super().__init__(msg)
+        self.status = status
+
+
+def _zstd(data: bytes, cap: int) -> bytes:
+    """ZSTD frames, streaming so a bomb stops at `cap` + 1 bytes."""
+    parts: list[bytes] = []
+    got = 0
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
+        while got <= cap:
+            chunk = r.read(min(1 << 20, cap + 1 - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    return b"".join(parts)
+
+
+def _snappy_length(data: bytes) -> int:
+    """The varint uncompressed length at the head of a raw snappy block."""
+    shift = result = 0
+    for b in data[:5]:
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result
+        shift += 7
+    return 1 << 62
+
+
+def decompress(codec: int, data: bytes, uncompressed_size: int, cap: int) -> bytes:
+    """Decompress a Pulsar payload, refusing output larger than `cap` bytes."""
+    if codec == pb.NONE:
+        return data
+    if uncompressed_size > cap:
+        raise PayloadError("decompression_failed", f"uncompressed size {uncompressed_size} over cap {cap}")
+    try:
+        if codec == pb.LZ4:
+            # raw LZ4 block; the size comes from MessageMetadata.uncompressed_size
+            out = lz4.block.decompress(data, uncompressed_size=uncompressed_size)
+        elif codec == pb.ZLIB:
+            d = zlib.decompressobj()
+            out = d.decompress(data, cap + 1)
+        elif codec == pb.ZSTD:
+            out = _zstd(data, cap)
+        elif codec == pb.SNAPPY:
+            # raw snappy starts with the uncompressed length as a varint: check it before allocating
+            if _snappy_length(data) > cap:
+                raise PayloadError("decompression_failed", f"snappy output over cap {cap}")
+            out = bytes(cramjam.snappy.decompress_raw(data))
+        else:
+            raise PayloadError("decompression_failed", f"unknown compression {codec}")
+    except PayloadError:
+        raise
+    except Exception as e:  # every codec library has its own exception types
+        raise PayloadError("decompression_failed", f"{COMPRESSION_NAMES.get(codec, codec)}: {e}") from e
+    if len(out) > cap:
+        raise PayloadError("decompression_failed", f"output over cap {cap}")
+    if uncompressed_size and len(out) != uncompressed_size:
+        raise PayloadError("decompression_failed", f"got {len(out)} bytes, metadata says {uncompressed_size}")
+    return bytes(out)
+
+
+@dataclass
+class Single:
+    """One message: from a batch entry or a whole non-batched payload."""
+
+    batch_index: int  # -1 for a non-batched message
+    value: bytes | None
+    key: bytes | None
+    key_raw: str | None  # partition_key as on the wire
+    properties: list[tuple[str, str]]
+    sequence: int | None
+    event_time: int | None  # ms
+    ordering_key: bytes | None
+    null_value: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def key_bytes(partition_key: str | None, b64: bool) -> bytes | None:
+    if partition_key is None:
+        return None
+    if b64:
+        try:
+            return base64.b64decode(partition_key, validate=False)
+        except (ValueError, TypeError):
+            return partition_key.encode("utf-8", "surrogateescape")
+    return partition_key.encode("utf-8", "surrogateescape")
+
+
+def is_batch(md: pb.MessageMetadata) -> bool:
+    return md.HasField("num_messages_in_batch")
+
+
+def split_batch(md: pb.MessageMetadata, data: bytes) -> list[Single]:
+    """Split an uncompressed batch payload into its messages."""
+    count = md.num_messages_in_batch
+    out: list[Single] = []
+    pos = 0
+    n = len(data)
+    for i in range(count):
+        if n - pos < 4:
+            raise PayloadError("truncated", f"batch: message {i} of {count} missing")
+        (size,) = _U32.unpack_from(data, pos)
+        if size > n - pos - 4:
+            raise PayloadError("malformed", f"batch: metadata size {size} of message {i} exceeds payload")
+        smm = pb.SingleMessageMetadata()
+        try:
+            smm.MergeFromString(data[pos + 4 : pos + 4 + size])
+        except (DecodeError, ValueError, RuntimeError) as e:
+            raise PayloadError("malformed", f"batch: message {i} metadata: {e}") from e
+        pos += 4 + size
+        psize = smm.payload_size
+        if psize < 0 or psize > n - pos:
+            raise PayloadError("truncated", f"batch: message {i} payload of {psize} bytes exceeds payload")
+        value = data[pos : pos + psize]
+        pos += psize
+        pk = smm.partition_key if smm.HasField("partition_key") else None
+        extra = {}
+        if smm.compacted_out:
+            extra["compacted_out"] = True
+        out.append(
+            Single(
+                batch_index=i,
+                value=None if smm.null_value else value,
+                key=key_bytes(pk, smm.partition_key_b64_encoded),
+                key_raw=pk,
+                properties=[(kv.key, kv.value) for kv in smm.properties],
+                sequence=smm.sequence_id if smm.HasField("sequence_id") else md.sequence_id + i,
+                event_time=smm.event_time if smm.HasField("event_time") else None,
+                ordering_key=smm.ordering_key if smm.HasField("ordering_key") else None,
+                null_value=smm.null_value,
+                extra=extra,
+            )
+        )
+    if pos != n:
+        # bytes after the last message: keep going, but say so
+        out[-1].extra["trailing_bytes"] = n - pos if out else None
+    return out
+
+
+def single_of(md: pb.MessageMetadata, value: bytes) -> Single:
+    """A non-batched message."""
+    pk = md.partition_key if md.HasField("partition_key") else None
+    return Single(
+        batch_index=-1,
+        value=None if md.null_value else value,
+        key=key_bytes(pk, md.partition_key_b64_encoded),
+        key_raw=pk,
+        properties=[(kv.key, kv.value) for kv in md.properties],
+        sequence=md.sequence_id,
+        event_time=md.event_time if md.HasField("event_time") else None,
+        ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
+        null_value=md.null_value,
+    )
+
+
+def expand(md: pb.MessageMetadata, payload: bytes, cap: int) -> list[Single]:
+    """Messages of one (whole, not chunked, not encrypted) payload."""
+    data = decompress(md.compression, payload, md.uncompressed_size, cap)
+    if is_batch(md):
+        return split_batch(md, data)
+    return [single_of(md, data)]
+
+
+def is_chunk(md: pb.MessageMetadata) -> bool:
+    return md.HasField("uuid") and md.HasField("num_chunks_from_msg") and md.num_chunks_from_msg > 1
+
+
+@dataclass
+class ChunkedMessage:
+    """The chunks of one chunked message seen so far."""
+
+    uuid: str
+    num_chunks: int
+    total_size: int
+    first_ts_ns: int
+    chunks: dict[int, bytes] = field(default_factory=dict)
+    message_ids: dict[int, str] = field(default_factory=dict)
+    first_md: pb.MessageMetadata | None = None
+    size: int = 0
+
+    def add(self, chunk_id: int, data: bytes, md: pb.MessageMetadata, message_id: str | None) -> None:
+        if chunk_id in self.chunks:
+            return  # a redelivered chunk
+        self.chunks[chunk_id] = data
+        self.size += len(data)
+        if message_id is not None:
+            self.message_ids[chunk_id] = message_id
+        if chunk_id == 0 or self.first_md is None:
+            self.first_md = md
+
+    @property
+    def complete(self) -> bool:
+        return all(i in self.chunks for i in range(self.num_chunks))
+
+    def assemble(self) -> bytes:
+        return b"".join(self.chunks[i] for i in range(self.num_chunks))
