@@ -1,0 +1,74 @@
+"""Builders of TubeMQ frames for the unit tests (independent of the decoder's own code)."""
+
+from __future__ import annotations
+
+import struct
+
+from google.protobuf.internal.encoder import _VarintBytes
+
+from brokerscope.protocols.base import ConnInfo, Context
+from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
+
+TOKEN = 0xFF7FF4FE
+CONN = ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", 8123)
+
+
+def delimited(msg) -> bytes:
+    b = msg.SerializeToString()
+    return _VarintBytes(len(b)) + b
+
+
+def frame(serial: int, body: bytes, block: int = 8192) -> bytes:
+    """token | serial | list size | [len | data]... with `body` cut into blocks of `block` bytes."""
+    blocks = [body[i : i + block] for i in range(0, len(body), block)] or [b""]
+    out = struct.pack(">III", TOKEN, serial, len(blocks))
+    for b in blocks:
+        out += struct.pack(">I", len(b)) + b
+    return out
+
+
+def request(serial: int, service: int, method: int, msg, timeout: int = 10000, version: int = 2) -> bytes:
+    body = (
+        delimited(rpc.RpcConnHeader(flag=0))
+        + delimited(rpc.RequestHeader(serviceType=service, protocolVer=version))
+        + delimited(rpc.RequestBody(method=method, timeout=timeout, request=msg.SerializeToString()))
+    )
+    return frame(serial, body)
+
+
+def response(serial: int, method: int, msg, version: int = 2) -> bytes:
+    body = (
+        delimited(rpc.RpcConnHeader(flag=1))
+        + delimited(rpc.ResponseHeader(status=0, protocolVer=version))
+        + delimited(rpc.RspResponseBody(method=method, data=msg.SerializeToString()))
+    )
+    return frame(serial, body)
+
+
+def exception(serial: int, name: str, trace: str, status: int = 1) -> bytes:
+    body = (
+        delimited(rpc.RpcConnHeader(flag=1))
+        + delimited(rpc.ResponseHeader(status=status))
+        + delimited(rpc.RspExceptionBody(exceptionName=name, stackTrace=trace))
+    )
+    return frame(serial, body)
+
+
+def run(conv, chunks, ts0: int = 1_700_000_000_000_000_000, step: int = 1000, close: bool = True):
+    """Feed (direction, bytes) chunks; return rows grouped by table."""
+    out: dict[str, list[dict]] = {"commands": [], "messages": [], "latencies": [], "acks": []}
+    ts = ts0
+    for direction, data in chunks:
+        for table, row in conv.feed(direction, data, ts):
+            out[table].append(row)
+        ts += step
+    if close:
+        for table, row in conv.close():
+            out[table].append(row)
+    return out
+
+
+def new_conv(**ctx):
+    from brokerscope.protocols.tubemq import PROTOCOL
+
+    return PROTOCOL.conversation(CONN, Context(**ctx))
