@@ -7,6 +7,19 @@ from .reassembly import Reassembler
 
 _SYN_FIN_RST = SYN | FIN | RST
 _SYN_RST = SYN | RST
+MASK = 0xFFFFFFFF
+# After an idle period, a packet whose sequence number (or acknowledgement) lies this close to where
+# the connection left off continues it: a random ISN of a new connection lands this close with
+# probability 2^-11.
+CONTINUATION_WINDOW = 1 << 20
+
+
+def _near(a: int, b: int | None) -> bool:
+    """Whether 32-bit sequence numbers a and b are within CONTINUATION_WINDOW of each other."""
+    if b is None:
+        return False
+    d = (a - b) & MASK
+    return d <= CONTINUATION_WINDOW or d >= (1 << 32) - CONTINUATION_WINDOW
 
 
 class Direction:
@@ -110,16 +123,38 @@ class TcpConnection:
         return self.lo if from_lo else self.hi
 
     def starts_new(self, pkt: Packet) -> bool:
-        """True when `pkt` begins a new connection on this 4-tuple: it comes after more than
-        `idle_timeout_ns` of silence, or it is a SYN without ACK, after a FIN or RST, whose sequence
-        number is not the ISN of a SYN that side sent before (a retransmitted SYN is not new)."""
-        if pkt.ts_ns - self.last_ts > self.idle_timeout_ns:
-            return True
+        """True when `pkt` begins a new connection on this 4-tuple.
+
+        - a SYN without ACK, after a FIN or RST, whose sequence number is not the ISN of a SYN that
+          side sent before (a retransmitted SYN is not new);
+        - any packet after more than `idle_timeout_ns` of silence, unless it visibly continues this
+          connection: its sequence number is near the next one expected from its sender, or (sender
+          not seen yet) its ACK is near the next one expected from the peer. Long-lived idle
+          connections (Kafka clients refresh metadata every 5 minutes on a connection the broker
+          keeps for 10) stay one connection, as in Wireshark's tcp.stream.
+        """
         flags = pkt.flags
-        if flags & SYN and not flags & ACK and (self.fin_seen or self.rst_seen):
-            isn = self._syn_isn[0 if pkt.from_lo else 1]
-            return isn is None or pkt.seq != isn
+        if flags & SYN and not flags & ACK:
+            if self.fin_seen or self.rst_seen:
+                isn = self._syn_isn[0 if pkt.from_lo else 1]
+                if isn is None or pkt.seq != isn:
+                    return True
+            elif pkt.ts_ns - self.last_ts > self.idle_timeout_ns:
+                return pkt.seq != self._syn_isn[0 if pkt.from_lo else 1]
+            return False
+        if pkt.ts_ns - self.last_ts > self.idle_timeout_ns:
+            return not self.continues(pkt)
         return False
+
+    def continues(self, pkt: Packet) -> bool:
+        """Whether `pkt`'s sequence numbers fit where this connection left off."""
+        if pkt.from_lo:
+            d, o = self.lo.reasm, self.hi.reasm
+        else:
+            d, o = self.hi.reasm, self.lo.reasm
+        if d.started:
+            return _near(pkt.seq, d.next_seq)
+        return bool(pkt.flags & ACK) and _near(pkt.ack, o.next_seq)
 
     def add(self, pkt: Packet) -> list[Event]:
         """Process one packet; return the events it made available, in order: gaps in the other

@@ -105,6 +105,11 @@ class Reassembler:
         return self._nseq >= 0
 
     @property
+    def next_seq(self) -> int | None:
+        """32-bit sequence number of the next expected byte (None before the first segment)."""
+        return self._nseq if self._nseq >= 0 else None
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes currently held out of order."""
         return self._buffered

@@ -1,0 +1,448 @@
+"""Both directions of a connection: roles, reuse of a 4-tuple, statistics, and real captures."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerscope.tcp import ACK, FIN, PSH, RST, SYN, Packet, TcpConnection, canonical_key
+
+MASK = 0xFFFFFFFF
+REPO = Path(__file__).resolve().parents[3]
+CAPTURES = REPO.parent / "shared" / "captures"
+C_ISN, S_ISN = 5000, 90000  # client is the lower endpoint in these tests
+
+
+def pkt(from_lo, seq, ack=0, flags=ACK, data=b"", ts=0, window=65535, plen=None, wire=None) -> Packet:
+    n = len(data) if plen is None else plen
+    return Packet(
+        ts_ns=ts,
+        from_lo=from_lo,
+        seq=seq & MASK,
+        ack=ack & MASK,
+        flags=flags,
+        window=window,
+        payload=data,
+        payload_len=n,
+        wire_len=54 + n if wire is None else wire,
+        snap_truncated=n > len(data),
+    )
+
+
+def handshake(conn: TcpConnection | None = None, ts: int = 0) -> tuple[TcpConnection, list]:
+    first = pkt(True, C_ISN, flags=SYN, ts=ts)
+    conn = conn or TcpConnection(first)
+    ev = conn.add(first)
+    ev += conn.add(pkt(False, S_ISN, C_ISN + 1, SYN | ACK, ts=ts + 1))
+    ev += conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK, ts=ts + 2))
+    return conn, ev
+
+
+def test_handshake_decides_roles_and_carries_no_data():
+    conn, ev = handshake()
+    assert ev == []
+    assert conn.client_is_lo is True and conn.syn_seen and not conn.midstream
+    assert conn.lo.reasm.isn == C_ISN and conn.hi.reasm.isn == S_ISN
+    assert (conn.first_ts, conn.last_ts) == (0, 2)
+
+
+def test_syn_ack_alone_names_the_server():
+    first = pkt(True, S_ISN, C_ISN + 1, SYN | ACK)
+    conn = TcpConnection(first)
+    conn.add(first)
+    assert conn.client_is_lo is False and conn.syn_seen and not conn.midstream
+
+
+def test_mid_stream_capture_has_no_roles():
+    first = pkt(False, 777, 555, ACK | PSH, b"resp")
+    conn = TcpConnection(first)
+    assert conn.add(first) == [("data", False, b"resp", 0)]
+    assert conn.add(pkt(True, 555, 781, ACK | PSH, b"req")) == [("data", True, b"req", 0)]
+    assert conn.client_is_lo is None and conn.midstream and not conn.syn_seen
+
+
+def test_request_response_exchange_and_per_direction_statistics():
+    conn, _ = handshake()
+    ev = conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"hello", ts=10, wire=200))
+    ev += conn.add(pkt(False, S_ISN + 1, C_ISN + 6, ACK | PSH, b"world!", ts=11))
+    ev += conn.add(pkt(False, S_ISN + 1, C_ISN + 6, ACK | PSH, b"world!", ts=12))  # retransmission
+    ev += conn.add(pkt(True, C_ISN + 6, S_ISN + 1, ACK | PSH, b"abcdefgh", plen=20, ts=13))  # snapped
+    assert ev == [
+        ("data", True, b"hello", 10),
+        ("data", False, b"world!", 11),
+        ("data", True, b"abcdefgh", 13),
+        ("gap", True, 12, 13),
+    ]
+    lo, hi = conn.dirs
+    assert (lo.packets, lo.payload_bytes, lo.frame_bytes, lo.snap_truncated_packets) == (
+        4,
+        25,
+        54 + 54 + 200 + 74,
+        1,
+    )
+    assert (hi.packets, hi.payload_bytes, hi.frame_bytes, hi.snap_truncated_packets) == (
+        3,
+        12,
+        54 + 60 + 60,
+        0,
+    )
+    assert (lo.delivered_bytes, lo.gap_count, lo.gap_bytes, lo.retransmitted_bytes) == (13, 1, 12, 0)
+    assert (hi.delivered_bytes, hi.retransmitted_bytes) == (6, 6)
+    assert (conn.packets, conn.gap_bytes, conn.retransmitted_bytes) == (7, 12, 6)
+    assert conn.direction(False) is hi
+
+
+def test_ack_from_the_peer_declares_the_gap_before_the_peer_data():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req1", ts=10))
+    # the client's second request (8 bytes) was never captured; the server answers both
+    ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 13, ACK | PSH, b"resp", ts=11))
+    assert ev == [("gap", True, 8, 11), ("data", False, b"resp", 11)]
+
+
+def test_half_close_then_data_from_the_other_side():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"all of it"))
+    assert conn.add(pkt(True, C_ISN + 10, S_ISN + 1, FIN | ACK)) == []
+    assert conn.fin_seen
+    ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 11, ACK | PSH, b"answer after half-close"))
+    assert ev == [("data", False, b"answer after half-close", 0)]
+    assert conn.add(pkt(True, C_ISN + 11, S_ISN + 24, ACK)) == []  # client ACKs after its FIN
+    assert conn.add(pkt(False, S_ISN + 24, C_ISN + 11, FIN | ACK)) == []
+    assert conn.lo.reasm.fin_done and conn.hi.reasm.fin_done
+    assert conn.gap_count == 0 and conn.keepalives == 0
+
+
+def test_rst_ends_the_connection_and_its_data_is_delivered():
+    conn, _ = handshake()
+    ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 1, RST | ACK | PSH, b"bye"))
+    assert ev == [("data", False, b"bye", 0)]
+    assert conn.rst_seen
+
+
+def test_zero_window_probe_through_the_connection():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"abc"))
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 4, ACK, window=0))  # server: window full
+    assert conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK, b"d")) == [("data", True, b"d", 0)]
+    assert conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK, b"d")) == []  # probe again: not a keepalive
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 5, ACK, window=4096))  # window opens
+    ev = conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK | PSH, b"defg"))
+    assert ev == [("data", True, b"efg", 0)]
+    assert conn.lo.keepalives == 0 and conn.lo.zero_window_probes == 2
+    assert conn.lo.retransmitted_bytes == 2
+    assert conn.add(pkt(True, C_ISN + 7, S_ISN + 1, ACK)) == []  # a real keepalive now
+    assert conn.lo.keepalives == 1
+
+
+def test_finish_flushes_both_directions():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 3, S_ISN + 1, ACK | PSH, b"cd", ts=5))
+    conn.add(pkt(False, S_ISN + 5, C_ISN + 1, ACK | PSH, b"xyz", ts=6))
+    assert conn.finish() == [
+        ("gap", True, 2, 5),
+        ("data", True, b"cd", 5),
+        ("gap", False, 4, 6),
+        ("data", False, b"xyz", 6),
+    ]
+    assert conn.out_of_order == 2
+
+
+# -- a new connection on the same 4-tuple ------------------------------------------------------
+
+
+def test_new_syn_after_fin_starts_a_new_connection():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, FIN | ACK, ts=10))
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 2, FIN | ACK, ts=11))
+    assert conn.starts_new(pkt(True, 123456, flags=SYN, ts=12))
+    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=12))  # same ISN: a retransmitted SYN
+
+
+def test_new_syn_after_rst_starts_a_new_connection():
+    conn, _ = handshake()
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 1, RST | ACK, ts=10))
+    assert conn.starts_new(pkt(True, 42, flags=SYN, ts=11))
+    assert conn.starts_new(pkt(False, 42, flags=SYN, ts=11))  # the other side never sent a SYN
+
+
+def test_retransmitted_syn_and_syn_without_close_are_not_new():
+    first = pkt(True, C_ISN, flags=SYN)
+    conn = TcpConnection(first)
+    conn.add(first)
+    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=1_000_000_000))
+    conn.add(pkt(False, 0, C_ISN + 1, RST | ACK, ts=1))  # port closed
+    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=3_000_000_000))  # retry of the same SYN
+    conn2, _ = handshake()
+    assert not conn2.starts_new(pkt(True, 999, flags=SYN, ts=5))  # no FIN/RST seen
+
+
+def test_idle_gap_starts_a_new_connection_unless_the_sequence_continues():
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"ping", ts=10))
+    conn.idle_timeout_ns = 1000
+    later = 10 + 1001
+    # unrelated sequence numbers after the idle time: a new connection
+    assert conn.starts_new(pkt(True, C_ISN + 5 + (1 << 30), S_ISN + 1, ACK | PSH, b"x", ts=later))
+    assert conn.starts_new(pkt(False, S_ISN + (1 << 25), 77, ACK | PSH, b"x", ts=later))
+    # the client carries on where it stopped (e.g. a periodic metadata refresh)
+    assert not conn.starts_new(pkt(True, C_ISN + 5, S_ISN + 1, ACK | PSH, b"again", ts=later))
+    # the server had sent nothing yet: its ACK of the client's bytes shows continuation
+    assert not conn.starts_new(pkt(False, S_ISN + 1, C_ISN + 5, ACK | PSH, b"pong", ts=later))
+    # not idle long enough: never new
+    assert not conn.starts_new(pkt(True, 1, ts=1000))
+    # a fresh SYN after the idle time
+    assert conn.starts_new(pkt(True, 31337, flags=SYN, ts=later))
+
+
+def test_canonical_key_orders_endpoints():
+    assert canonical_key("10.0.0.2", 9092, "10.0.0.1", 50000) == (
+        ("10.0.0.1", 50000, "10.0.0.2", 9092),
+        False,
+    )
+    assert canonical_key(b"\x0a\x00\x00\x01", 50000, b"\x0a\x00\x00\x02", 9092)[1] is True
+    assert canonical_key("::1", 5, "::1", 6) == (("::1", 5, "::1", 6), True)
+
+
+# -- real captures -----------------------------------------------------------------------------
+
+
+def _read_capture(path: Path) -> list[tuple[tuple, Packet]]:
+    """(canonical key, Packet) of every TCP packet, via scapy (test-only)."""
+    scapy_all = pytest.importorskip("scapy.all")
+    out = []
+    for p in scapy_all.rdpcap(str(path)):
+        if scapy_all.TCP not in p:
+            continue
+        t = p[scapy_all.TCP]
+        if scapy_all.IP in p:
+            ip = p[scapy_all.IP]
+            plen = ip.len - ip.ihl * 4 - t.dataofs * 4
+        else:
+            ip = p[scapy_all.IPv6]
+            plen = ip.plen - t.dataofs * 4
+        captured = bytes(t.payload)[:plen]
+        key, from_lo = canonical_key(ip.src, t.sport, ip.dst, t.dport)
+        ts = int(p.time) * 1_000_000_000 + int(round((p.time - int(p.time)) * 1e9))
+        wire = p.wirelen or len(p)
+        out.append(
+            (
+                key,
+                Packet(
+                    ts,
+                    from_lo,
+                    t.seq,
+                    t.ack,
+                    int(t.flags),
+                    t.window,
+                    captured,
+                    plen,
+                    wire,
+                    len(captured) < plen,
+                ),
+            )
+        )
+    return out
+
+
+def _run(packets, **kw) -> list[tuple[tuple, TcpConnection, list]]:
+    """Drive connections the way the stream driver does: per key, capture order, reuse check."""
+    by_key: dict[tuple, list[Packet]] = {}
+    for key, p in packets:
+        by_key.setdefault(key, []).append(p)
+    result = []
+    for key, pkts in by_key.items():
+        pkts.sort(key=lambda p: p.ts_ns)
+        conn: TcpConnection | None = None
+        events: list = []
+        for p in pkts:
+            if conn is None or conn.starts_new(p):
+                if conn is not None:
+                    events += conn.finish()
+                conn = TcpConnection(p, **kw)
+                events = []
+                result.append((key, conn, events))
+            events += conn.add(p)
+        assert conn is not None
+        events += conn.finish()
+    return result
+
+
+def _stream(events, from_lo):
+    return [(e[0], e[2] if e[0] == "gap" else bytes(e[2])) for e in events if e[1] is from_lo]
+
+
+def _kafka_frames(chunks: list[tuple[str, bytes | int]]) -> list[int]:
+    """Sizes of the Kafka frames (int32 size prefix) that tile each run of data between gaps."""
+    sizes = []
+    buf = b""
+    for kind, v in chunks + [("gap", 0)]:
+        if kind == "data":
+            buf += v
+            continue
+        while buf:
+            (n,) = struct.unpack_from(">i", buf)
+            assert 4 + n <= len(buf), "a frame runs past a gap or the end"
+            sizes.append(n)
+            buf = buf[4 + n :]
+    return sizes
+
+
+@pytest.mark.skipif(not (CAPTURES / "ndpi" / "kafka.pcapng").exists(), reason="shared captures absent")
+def test_ndpi_kafka_capture_connections_retransmissions_and_a_gap():
+    conns = _run(_read_capture(CAPTURES / "ndpi" / "kafka.pcapng"))
+    table = {
+        key[3] if key[1] == 9092 else key[1]: (
+            c.lo.packets,
+            c.lo.payload_bytes,
+            c.hi.packets,
+            c.hi.payload_bytes,
+            c.retransmitted_bytes,
+            c.gap_count,
+            c.gap_bytes,
+            c.midstream,
+        )
+        for key, c, _ in conns
+    }
+    # client port -> (lo pkts, lo bytes, hi pkts, hi bytes, retransmitted, gaps, gap bytes, midstream)
+    assert len(conns) == 9
+    assert table == {
+        49280: (2, 69, 3, 590, 0, 1, 44, True),  # 600.0017 s idle, then the same sequence space
+        58052: (1, 44, 4, 710, 120, 0, 0, True),  # the broker's 120-byte response sent twice
+        40042: (1, 44, 1, 120, 0, 0, 0, True),
+        56556: (1, 25, 1, 350, 0, 0, 0, True),
+        38176: (3, 1210, 2, 122, 381, 0, 0, True),  # a 381-byte produce sent twice
+        53768: (1, 44, 0, 0, 0, 0, 0, True),
+        58300: (1, 25, 0, 0, 0, 0, 0, True),
+        53052: (1, 25, 0, 0, 0, 0, 0, True),
+        46136: (7, 660, 12, 307, 0, 0, 0, False),  # 127.0.0.1, lo = the broker: handshake, FIN both ways
+    }
+    by_port = {key[3] if key[1] == 9092 else key[1]: (key, c, ev) for key, c, ev in conns}
+    key, c, ev = by_port[49280]
+    # the client's second metadata request (44 bytes) was not captured; the broker's ACK proves it
+    assert _stream(ev, True)[2] == ("gap", 44)
+    assert _kafka_frames(_stream(ev, True)) == [21, 40]
+    assert _kafka_frames(_stream(ev, False)) == [346, 116, 116]
+    key, c, ev = by_port[46136]
+    assert c.client_is_lo is False and c.fin_seen and not c.rst_seen
+    assert _kafka_frames(_stream(ev, False)) == [52, 43, 60, 136]  # client requests, tiled exactly
+    assert _kafka_frames(_stream(ev, True)) == [442, 22, 122, 58]
+    key, c, ev = by_port[38176]
+    assert _kafka_frames(_stream(ev, True)) == [444, 377]
+
+
+@pytest.mark.skipif(not (CAPTURES / "iggy" / "rs.pcapng").exists(), reason="shared captures absent")
+def test_iggy_capture_requests_tile_the_client_stream():
+    conns = _run(_read_capture(CAPTURES / "iggy" / "rs.pcapng"))
+    (key, c, ev) = next(x for x in conns if x[0][1] == 8090)
+    assert c.client_is_lo is False and c.syn_seen and c.fin_seen and not c.midstream
+    req = b"".join(v for k, v in _stream(ev, False))
+    # Iggy request: u32 LE length (command + payload), u32 LE command code, payload
+    codes = []
+    while req:
+        n, code = struct.unpack_from("<II", req)
+        codes.append(code)
+        req = req[4 + n :]
+    assert codes == [38, 1, 202, 302]  # LOGIN_USER, PING, CREATE_STREAM, CREATE_TOPIC
+    assert (c.lo.delivered_bytes, c.hi.delivered_bytes) == (261, 114)
+
+
+# -- real loopback traffic ---------------------------------------------------------------------
+
+
+def _frame_to_packet(ts: int, frame: bytes) -> tuple[tuple, Packet]:
+    """Ethernet/IPv4/TCP frame -> (key, Packet), parsed with struct (the test's own parser)."""
+    ihl = (frame[14] & 0x0F) * 4
+    total = struct.unpack_from("!H", frame, 16)[0]
+    src, dst = socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34])
+    t = 14 + ihl
+    sport, dport, seq, ack, off_flags, window = struct.unpack_from("!HHIIHH", frame, t)
+    doff = (off_flags >> 12) * 4
+    plen = total - ihl - doff
+    payload = frame[t + doff : t + doff + plen]
+    key, from_lo = canonical_key(src, sport, dst, dport)
+    return key, Packet(
+        ts, from_lo, seq, ack, off_flags & 0x3F, window, payload, plen, len(frame), len(payload) < plen
+    )
+
+
+def test_real_loopback_connection_reassembles_exactly(tmp_path):
+    spec = importlib.util.spec_from_file_location("_loopcap", REPO / "tests" / "support" / "loopcap.py")
+    loopcap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loopcap)
+    rng_c = bytes((i * 7 + 3) % 251 for i in range(300_000))
+    rng_s = bytes((i * 13 + 5) % 241 for i in range(120_000))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    got = bytearray()
+
+    def serve():
+        s, _ = srv.accept()
+        with s:
+            s.settimeout(10)
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break  # the client half-closed
+                got.extend(b)
+            for i in range(0, len(rng_s), 30_000):  # answer after the client's FIN
+                s.sendall(rng_s[i : i + 30_000])
+                time.sleep(0.002)  # paced, so the Python capture thread keeps up
+
+    try:
+        cap = loopcap.LoopbackCapture(str(tmp_path / "lo.pcap"), ports={port}, settle_s=0.1)
+        cap.start()
+    except PermissionError:
+        srv.close()
+        pytest.skip("no raw socket permission")
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    received = bytearray()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            for i in range(0, len(rng_c), 10_000):
+                c.sendall(rng_c[i : i + 10_000])
+                time.sleep(0.002)
+            c.shutdown(socket.SHUT_WR)
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                received.extend(b)
+        th.join(10)
+    finally:
+        frames = cap.stop()
+        srv.close()
+    assert bytes(got) == rng_c and bytes(received) == rng_s
+
+    conns = _run([_frame_to_packet(ts, f) for ts, f in frames])
+    assert len(conns) == 1
+    key, conn, events = conns[0]
+    client_is_lo = key[3] == port
+    assert conn.client_is_lo is client_is_lo and conn.syn_seen and conn.fin_seen and not conn.midstream
+    for from_lo, sent in ((client_is_lo, rng_c), (not client_is_lo, rng_s)):
+        # data and gaps tile what was sent; a gap only if the capture socket dropped a frame
+        pos = 0
+        for kind, chunk in _stream(events, from_lo):
+            if kind == "data":
+                assert chunk == sent[pos : pos + len(chunk)]
+                pos += len(chunk)
+            else:
+                pos += chunk
+        d = conn.direction(from_lo)
+        if pos == len(sent) + 1:
+            # the capture lost the FIN and the peer's ACK covered it: the trailing gap includes the
+            # FIN's sequence number (documented limitation)
+            assert _stream(events, from_lo)[-1][0] == "gap" and d.reasm.fin_off is None
+        else:
+            assert pos == len(sent)
+            assert d.delivered_bytes + d.gap_bytes == len(sent)
+            assert d.reasm.fin_done
