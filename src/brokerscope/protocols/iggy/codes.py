@@ -1,0 +1,122 @@
+"""Iggy command codes and names (as apache/iggy's `types/command` module defines them)."""
+
+from __future__ import annotations
+
+# code -> name. Codes 1..605 from the binary transport spec plus those added since.
+COMMANDS: dict[int, str] = {
+    1: "PING",
+    10: "GET_STATS",
+    11: "GET_SNAPSHOT_FILE",
+    12: "GET_CLUSTER_METADATA",
+    20: "GET_ME",
+    21: "GET_CLIENT",
+    22: "GET_CLIENTS",
+    31: "GET_USER",
+    32: "GET_USERS",
+    33: "CREATE_USER",
+    34: "DELETE_USER",
+    35: "UPDATE_USER",
+    36: "UPDATE_PERMISSIONS",
+    37: "CHANGE_PASSWORD",
+    38: "LOGIN_USER",
+    39: "LOGOUT_USER",
+    41: "GET_PERSONAL_ACCESS_TOKENS",
+    42: "CREATE_PERSONAL_ACCESS_TOKEN",
+    43: "DELETE_PERSONAL_ACCESS_TOKEN",
+    44: "LOGIN_WITH_PERSONAL_ACCESS_TOKEN",
+    100: "POLL_MESSAGES",
+    101: "SEND_MESSAGES",
+    102: "FLUSH_UNSAVED_BUFFER",
+    120: "GET_CONSUMER_OFFSET",
+    121: "STORE_CONSUMER_OFFSET",
+    122: "DELETE_CONSUMER_OFFSET",
+    200: "GET_STREAM",
+    201: "GET_STREAMS",
+    202: "CREATE_STREAM",
+    203: "DELETE_STREAM",
+    204: "UPDATE_STREAM",
+    205: "PURGE_STREAM",
+    300: "GET_TOPIC",
+    301: "GET_TOPICS",
+    302: "CREATE_TOPIC",
+    303: "DELETE_TOPIC",
+    304: "UPDATE_TOPIC",
+    305: "PURGE_TOPIC",
+    402: "CREATE_PARTITIONS",
+    403: "DELETE_PARTITIONS",
+    503: "DELETE_SEGMENTS",
+    600: "GET_CONSUMER_GROUP",
+    601: "GET_CONSUMER_GROUPS",
+    602: "CREATE_CONSUMER_GROUP",
+    603: "DELETE_CONSUMER_GROUP",
+    604: "JOIN_CONSUMER_GROUP",
+    605: "LEAVE_CONSUMER_GROUP",
+}
+NAMES: dict[str, int] = {v: k for k, v in COMMANDS.items()}
+
+# Commands whose request payload is empty (used to tell the two length-prefixed framings apart).
+EMPTY_REQUEST = frozenset({1, 10, 12, 20, 22, 32, 39, 41, 201})
+
+# VSR (consensus) header `command` byte values (apache/iggy types/consensus/header.rs).
+VSR_COMMANDS: dict[int, str] = {
+    0: "RESERVED",
+    1: "PING",
+    2: "PONG",
+    3: "PING_CLIENT",
+    4: "PONG_CLIENT",
+    5: "REQUEST",
+    6: "PREPARE",
+    7: "PREPARE_OK",
+    8: "REPLY",
+    9: "COMMIT",
+    10: "START_VIEW_CHANGE",
+    11: "DO_VIEW_CHANGE",
+    12: "START_VIEW",
+}
+# VSR `operation` byte values known from the sources.
+VSR_OPERATIONS: dict[int, str] = {
+    128: "CREATE_STREAM",
+    129: "UPDATE_STREAM",
+    130: "DELETE_STREAM",
+    131: "PURGE_STREAM",
+    132: "CREATE_TOPIC",
+    133: "UPDATE_TOPIC",
+    134: "DELETE_TOPIC",
+    135: "PURGE_TOPIC",
+    136: "CREATE_PARTITIONS",
+    137: "DELETE_PARTITIONS",
+    138: "DELETE_SEGMENTS",
+    139: "CREATE_CONSUMER_GROUP",
+    140: "DELETE_CONSUMER_GROUP",
+    141: "CREATE_USER",
+    142: "UPDATE_USER",
+    143: "DELETE_USER",
+    144: "CHANGE_PASSWORD",
+    145: "UPDATE_PERMISSIONS",
+    146: "CREATE_PERSONAL_ACCESS_TOKEN",
+    147: "DELETE_PERSONAL_ACCESS_TOKEN",
+    160: "SEND_MESSAGES",
+    161: "STORE_CONSUMER_OFFSET",
+}
+
+HEADER_KINDS: dict[int, str] = {
+    1: "raw",
+    2: "string",
+    3: "bool",
+    4: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "int128",
+    9: "uint8",
+    10: "uint16",
+    11: "uint32",
+    12: "uint64",
+    13: "uint128",
+    14: "float32",
+    15: "float64",
+}
+POLLING_KINDS = {1: "offset", 2: "timestamp", 3: "first", 4: "last", 5: "next"}
+PARTITIONING_KINDS = {1: "balanced", 2: "partition_id", 3: "messages_key"}
+CONSUMER_KINDS = {1: "consumer", 2: "consumer_group"}
+MESSAGE_STATES = {1: "available", 10: "unavailable", 20: "poisoned", 30: "marked_for_deletion"}

@@ -1,0 +1,588 @@
+"""Payload decoders for every Iggy command (requests) and the responses that carry structure.
+
+Each decoder takes the payload bytes and returns a dict of decoded fields (for `details`), or
+raises DecodeError. Where Iggy changed a layout between versions the decoder tries each known
+variant and keeps the one that consumes the payload exactly (`layout` in details says which).
+Secrets (passwords, tokens) are replaced with `base.redacted(...)` here, so they never leave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..base import redacted
+from .messages import parse_polled, parse_send
+from .wire import DecodeError, Reader, consumer, identifier, polling_strategy
+
+# Codes whose frames carry secrets: never keep their raw bytes.
+SECRET_REQUESTS = frozenset({33, 37, 38, 44})
+SECRET_RESPONSES = frozenset({42})
+
+
+def _variants(payload, *parsers: Callable[[Reader], dict]) -> dict:
+    """Run each parser over the whole payload; the first that consumes it exactly wins."""
+    err: Exception | None = None
+    for p in parsers:
+        r = Reader(payload)
+        try:
+            out = p(r)
+            r.done()
+            return out
+        except DecodeError as e:
+            err = e
+    raise DecodeError(str(err))
+
+
+def _empty(payload) -> dict:
+    if len(payload):
+        raise DecodeError(f"{len(payload)} unexpected payload bytes")
+    return {}
+
+
+def _ids(r: Reader, *names: str) -> dict:
+    return {n: identifier(r) for n in names}
+
+
+def _st(r: Reader) -> dict:
+    return _ids(r, "stream_id", "topic_id")
+
+
+# ---------------------------------------------------------------------------------------------
+# requests
+
+
+def login_user(payload) -> dict:
+    """username (u8 len), password (u8 len), then since 0.4: version (u32 len), context (u32 len)."""
+
+    def full(r: Reader) -> dict:
+        d = {"username": r.str8(), "password": redacted(r.bytes(r.u8()))}
+        if r.remaining:
+            d["version"] = r.str32()
+            d["context"] = r.str32()
+        return d
+
+    return _variants(payload, full)
+
+
+def login_pat(payload) -> dict:
+    def p(r: Reader) -> dict:
+        return {"token": redacted(r.bytes(r.u8()))}
+
+    return _variants(payload, p)
+
+
+def create_pat(payload) -> dict:
+    def p(r: Reader) -> dict:
+        return {"name": r.str8(), "expiry": r.u64()}
+
+    return _variants(payload, p)
+
+
+def name_only(payload) -> dict:
+    return _variants(payload, lambda r: {"name": r.str8()})
+
+
+def _permissions(r: Reader) -> dict:
+    has = r.u8()
+    if not has:
+        return {"permissions": None}
+    n = r.u32()
+    r.bytes(n)
+    return {"permissions": {"size": n}}
+
+
+def create_user(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = {"username": r.str8(), "password": redacted(r.bytes(r.u8())), "status": r.u8()}
+        d.update(_permissions(r))
+        return d
+
+    return _variants(payload, p)
+
+
+def update_user(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = {"user_id": identifier(r)}
+        if r.u8():
+            d["username"] = r.str8()
+        if r.u8():
+            d["status"] = r.u8()
+        return d
+
+    return _variants(payload, p)
+
+
+def update_permissions(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = {"user_id": identifier(r)}
+        d.update(_permissions(r))
+        return d
+
+    return _variants(payload, p)
+
+
+def change_password(payload) -> dict:
+    def p(r: Reader) -> dict:
+        return {
+            "user_id": identifier(r),
+            "current_password": redacted(r.bytes(r.u8())),
+            "new_password": redacted(r.bytes(r.u8())),
+        }
+
+    return _variants(payload, p)
+
+
+def one_identifier(field: str) -> Callable:
+    return lambda payload: _variants(payload, lambda r: {field: identifier(r)})
+
+
+def u32_field(field: str) -> Callable:
+    return lambda payload: _variants(payload, lambda r: {field: r.u32()})
+
+
+def stream_topic(payload) -> dict:
+    return _variants(payload, _st)
+
+
+def snapshot(payload) -> dict:
+    def p(r: Reader) -> dict:
+        comp = r.u8()
+        types = list(r.bytes(r.remaining))
+        return {"compression": comp, "snapshot_types": types}
+
+    return _variants(payload, p)
+
+
+def create_stream(payload) -> dict:
+    """Spec / pre-0.6: stream_id u32 (0 = server assigns) + name; later: name only."""
+
+    def with_id(r: Reader) -> dict:
+        sid = r.u32()
+        return {"stream_id": sid or None, "name": r.str8(), "layout": "with_id"}
+
+    def name(r: Reader) -> dict:
+        return {"name": r.str8(), "layout": "name_only"}
+
+    return _variants(payload, with_id, name)
+
+
+def update_stream(payload) -> dict:
+    return _variants(payload, lambda r: {"stream_id": identifier(r), "name": r.str8()})
+
+
+def _topic_tail(r: Reader, d: dict) -> dict:
+    d["compression_algorithm"] = r.u8()
+    d["message_expiry"] = r.u64()
+    d["max_topic_size"] = r.u64()
+    d["replication_factor"] = r.u8()
+    d["name"] = r.str8()
+    return d
+
+
+def create_topic(payload) -> dict:
+    """stream Identifier, topic_id u32 (0 = assigned), partitions u32, then the 0.4+ settings
+    (compression u8, message_expiry u64, max_topic_size u64, replication_factor u8) and name;
+    the spec's layout has only partitions and name (and a message_expiry u32 in between)."""
+
+    def current(r: Reader) -> dict:
+        d = {"stream_id": identifier(r), "topic_id": r.u32() or None}
+        d["partitions_count"] = r.u32()
+        d["layout"] = "0.4+"
+        return _topic_tail(r, d)
+
+    def spec_expiry(r: Reader) -> dict:
+        d = {"stream_id": identifier(r), "topic_id": r.u32() or None, "partitions_count": r.u32()}
+        d["message_expiry"] = r.u32()
+        d["name"] = r.str8()
+        d["layout"] = "spec_with_expiry"
+        return d
+
+    def spec(r: Reader) -> dict:
+        d = {"stream_id": identifier(r), "topic_id": r.u32() or None, "partitions_count": r.u32()}
+        d["name"] = r.str8()
+        d["layout"] = "spec"
+        return d
+
+    return _variants(payload, current, spec_expiry, spec)
+
+
+def update_topic(payload) -> dict:
+    def p(r: Reader) -> dict:
+        return _topic_tail(r, _st(r))
+
+    return _variants(payload, p)
+
+
+def partitions(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _st(r)
+        d["partitions_count"] = r.u32()
+        return d
+
+    return _variants(payload, p)
+
+
+def delete_segments(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _st(r)
+        d["partition_id"] = r.u32()
+        d["segments_count"] = r.u32()
+        return d
+
+    return _variants(payload, p)
+
+
+def group_op(payload) -> dict:
+    """stream, topic, then the group as an Identifier (0.4+) or a u32 id (the spec)."""
+
+    def ident(r: Reader) -> dict:
+        d = _st(r)
+        d["group_id"] = identifier(r)
+        return d
+
+    def legacy(r: Reader) -> dict:
+        d = _st(r)
+        d["group_id"] = r.u32()
+        return d
+
+    return _variants(payload, ident, legacy)
+
+
+def create_group(payload) -> dict:
+    """0.4+: stream, topic, group_id u32 (0 = assigned), name; the spec: stream, topic, group_id."""
+
+    def named(r: Reader) -> dict:
+        d = _st(r)
+        d["group_id"] = r.u32() or None
+        d["name"] = r.str8()
+        return d
+
+    def named_no_id(r: Reader) -> dict:
+        d = _st(r)
+        d["name"] = r.str8()
+        return d
+
+    def legacy(r: Reader) -> dict:
+        d = _st(r)
+        d["group_id"] = r.u32()
+        return d
+
+    return _variants(payload, named, legacy, named_no_id)
+
+
+def _consumer_st_partition(r: Reader, legacy: bool) -> dict:
+    d = {"consumer": consumer(r, legacy)}
+    d.update(_st(r))
+    pid = r.u32()
+    d["partition_id"] = pid if (legacy or pid) else None
+    return d
+
+
+def _with_consumer(tail: Callable[[Reader, dict], dict] | None = None) -> Callable:
+    def dec(payload) -> dict:
+        def mk(legacy: bool):
+            def p(r: Reader) -> dict:
+                d = _consumer_st_partition(r, legacy)
+                return tail(r, d) if tail else d
+
+            return p
+
+        return _variants(payload, mk(False), mk(True))
+
+    return dec
+
+
+def _poll_tail(r: Reader, d: dict) -> dict:
+    d["strategy"] = polling_strategy(r)
+    d["count"] = r.u32()
+    ac = r.u8()
+    if ac > 1:
+        raise DecodeError(f"auto_commit {ac}")
+    d["auto_commit"] = bool(ac)
+    return d
+
+
+def _store_tail(r: Reader, d: dict) -> dict:
+    d["offset"] = r.u64()
+    return d
+
+
+poll_messages = _with_consumer(_poll_tail)
+get_consumer_offset = _with_consumer()
+store_consumer_offset = _with_consumer(_store_tail)
+delete_consumer_offset = _with_consumer()
+
+
+def flush(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _st(r)
+        d["partition_id"] = r.u32()
+        d["fsync"] = bool(r.u8())
+        return d
+
+    return _variants(payload, p)
+
+
+REQUESTS: dict[int, Callable] = {
+    1: _empty,
+    10: _empty,
+    11: snapshot,
+    12: _empty,
+    20: _empty,
+    21: u32_field("client_id"),
+    22: _empty,
+    31: one_identifier("user_id"),
+    32: _empty,
+    33: create_user,
+    34: one_identifier("user_id"),
+    35: update_user,
+    36: update_permissions,
+    37: change_password,
+    38: login_user,
+    39: _empty,
+    41: _empty,
+    42: create_pat,
+    43: name_only,
+    44: login_pat,
+    100: poll_messages,
+    101: parse_send,
+    102: flush,
+    120: get_consumer_offset,
+    121: store_consumer_offset,
+    122: delete_consumer_offset,
+    200: one_identifier("stream_id"),
+    201: _empty,
+    202: create_stream,
+    203: one_identifier("stream_id"),
+    204: update_stream,
+    205: one_identifier("stream_id"),
+    300: stream_topic,
+    301: one_identifier("stream_id"),
+    302: create_topic,
+    303: stream_topic,
+    304: update_topic,
+    305: stream_topic,
+    402: partitions,
+    403: partitions,
+    503: delete_segments,
+    600: group_op,
+    601: stream_topic,
+    602: create_group,
+    603: group_op,
+    604: group_op,
+    605: group_op,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# responses
+
+
+def _stream(r: Reader) -> dict:
+    return {
+        "id": r.u32(),
+        "created_at": r.u64(),
+        "topics_count": r.u32(),
+        "size": r.u64(),
+        "messages_count": r.u64(),
+        "name": r.str8(),
+    }
+
+
+def _topic(r: Reader) -> dict:
+    return {
+        "id": r.u32(),
+        "created_at": r.u64(),
+        "partitions_count": r.u32(),
+        "message_expiry": r.u64(),
+        "compression_algorithm": r.u8(),
+        "max_topic_size": r.u64(),
+        "replication_factor": r.u8(),
+        "size": r.u64(),
+        "messages_count": r.u64(),
+        "name": r.str8(),
+    }
+
+
+def _partition(r: Reader) -> dict:
+    return {
+        "id": r.u32(),
+        "created_at": r.u64(),
+        "segments_count": r.u32(),
+        "current_offset": r.u64(),
+        "size": r.u64(),
+        "messages_count": r.u64(),
+    }
+
+
+def _many(fn: Callable[[Reader], dict], key: str) -> Callable:
+    def p(payload) -> dict:
+        r = Reader(payload)
+        items = []
+        while r.remaining:
+            items.append(fn(r))
+        return {key: items}
+
+    return p
+
+
+def stream_details(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _stream(r)
+        d["topics"] = []
+        while r.remaining:
+            d["topics"].append(_topic(r))
+        return d
+
+    return _variants(payload, p)
+
+
+def topic_details(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _topic(r)
+        d["partitions"] = []
+        while r.remaining:
+            d["partitions"].append(_partition(r))
+        return d
+
+    return _variants(payload, p)
+
+
+def offset_info(payload) -> dict:
+    return _variants(
+        payload,
+        lambda r: {"partition_id": r.u32(), "current_offset": r.u64(), "stored_offset": r.u64()},
+    )
+
+
+def user_id(payload) -> dict:
+    return _variants(payload, lambda r: {"user_id": r.u32()})
+
+
+def _client(r: Reader) -> dict:
+    return {
+        "client_id": r.u32(),
+        "user_id": r.u32(),
+        "transport": {1: "tcp", 2: "quic", 3: "http", 4: "websocket"}.get(t := r.u8(), t),
+        "address": _addr(r),
+        "consumer_groups_count": r.u32(),
+    }
+
+
+def _addr(r: Reader) -> str:
+    return r.str32()
+
+
+def client_details(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = _client(r)
+        d["consumer_groups"] = [
+            {"stream_id": r.u32(), "topic_id": r.u32(), "group_id": r.u32()}
+            for _ in range(d["consumer_groups_count"])
+        ]
+        return d
+
+    return _variants(payload, p)
+
+
+def clients(payload) -> dict:
+    return _many(_client, "clients")(payload)
+
+
+def stats(payload) -> dict:
+    """Server stats; fields read in order while bytes remain (later versions append fields)."""
+    r = Reader(payload)
+    fields = [
+        ("process_id", r.u32),
+        ("cpu_usage", r.f32),
+        ("total_cpu_usage", r.f32),
+        ("memory_usage", r.u64),
+        ("total_memory", r.u64),
+        ("available_memory", r.u64),
+        ("run_time", r.u64),
+        ("start_time", r.u64),
+        ("read_bytes", r.u64),
+        ("written_bytes", r.u64),
+        ("messages_size_bytes", r.u64),
+        ("streams_count", r.u32),
+        ("topics_count", r.u32),
+        ("partitions_count", r.u32),
+        ("segments_count", r.u32),
+        ("messages_count", r.u64),
+        ("clients_count", r.u32),
+        ("consumer_groups_count", r.u32),
+        ("hostname", r.str32),
+        ("os_name", r.str32),
+        ("os_version", r.str32),
+        ("kernel_version", r.str32),
+        ("iggy_server_version", r.str32),
+    ]
+    d: dict = {}
+    for name, fn in fields:
+        if not r.remaining:
+            break
+        d[name] = fn()
+    if r.remaining:
+        d["unparsed_bytes"] = r.remaining
+    return d
+
+
+def pat_token(payload) -> dict:
+    return _variants(payload, lambda r: {"token": redacted(r.bytes(r.u8()))})
+
+
+def group_details(payload) -> dict:
+    def p(r: Reader) -> dict:
+        d = {"id": r.u32(), "partitions_count": r.u32(), "members_count": r.u32(), "name": r.str8()}
+        d["members"] = []
+        while r.remaining:
+            m = {"id": r.u32(), "partitions_count": r.u32()}
+            m["partitions"] = [r.u32() for _ in range(m["partitions_count"])]
+            d["members"].append(m)
+        return d
+
+    return _variants(payload, p)
+
+
+def groups(payload) -> dict:
+    def g(r: Reader) -> dict:
+        return {"id": r.u32(), "partitions_count": r.u32(), "members_count": r.u32(), "name": r.str8()}
+
+    return _many(g, "consumer_groups")(payload)
+
+
+RESPONSES: dict[int, Callable] = {
+    10: stats,
+    20: client_details,
+    21: client_details,
+    22: clients,
+    38: user_id,
+    42: pat_token,
+    44: user_id,
+    100: parse_polled,
+    120: offset_info,
+    200: stream_details,
+    201: _many(_stream, "streams"),
+    202: stream_details,
+    300: topic_details,
+    301: _many(_topic, "topics"),
+    302: topic_details,
+    600: group_details,
+    601: groups,
+    602: group_details,
+}
+
+
+def decode_request(code: int, payload) -> dict:
+    fn = REQUESTS.get(code)
+    return fn(payload) if fn else {}
+
+
+def decode_response(code: int | None, payload) -> dict:
+    """Structured responses; an empty payload is always fine, others are kept as a size."""
+    if not len(payload):
+        return {}
+    fn = RESPONSES.get(code) if code is not None else None
+    if fn is None:
+        return {"payload_size": len(payload)}
+    return fn(payload)

@@ -1,0 +1,768 @@
+"""One Iggy TCP connection: framing (three generations), pairing, and rows.
+
+Framings, detected per connection from the first request (all little-endian):
+- classic (the spec): request [length u32][code u32][payload], length = 4 + payload;
+  response [status u32][length u32][payload]; responses come in request order (FIFO pairing,
+  correlation_id = the request's 1-based ordinal on the connection).
+- request id (apache/iggy "server-ng" `RequestFrame2`/`ResponseFrame2`): request
+  [length u32][code u32][request_id u64][payload], length = 12 + payload; response
+  [status u32][length u32][request_id u64][payload], length = 8 + payload; paired by request id.
+- VSR (consensus `GenericHeader`, spoken by apache-iggy 0.9 clients): a 256-byte header
+  (checksum u128, checksum_body u128, cluster u128, size u32 @48 = header + body, view u32,
+  release u32, command u8 @60, replica u8 @61, ...) then the body. Requests carry client u128 @128,
+  request u64 @168 and operation u8 @176; replies carry request u64 @184 and operation u8 @192.
+  Paired by request number. Bodies are recorded by size; the header is decoded.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict, deque
+
+from .. import base
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from .codes import COMMANDS, EMPTY_REQUEST, VSR_COMMANDS, VSR_OPERATIONS
+from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response
+from .wire import DecodeError, Truncated, topic_name
+
+CLASSIC = "classic"
+REQID = "request_id"
+VSR = "vsr"
+VSR_HEADER = 256
+MAX_PENDING = 100_000
+MAX_DELIVERED = 100_000
+MAX_STATUS = 100_000  # Iggy error codes are small numbers
+_II = struct.Struct("<II")
+
+
+def plausible_request(buf, pos: int, max_len: int) -> bool:
+    """A classic/request-id request header at pos: length within bounds and a known code."""
+    if len(buf) - pos < 8:
+        return False
+    length, code = _II.unpack_from(buf, pos)
+    return 4 <= length <= max_len and code in COMMANDS
+
+
+def plausible_vsr(buf, pos: int = 0) -> bool:
+    if len(buf) - pos < 64:
+        return False
+    size = struct.unpack_from("<I", buf, pos + 48)[0]
+    return size >= VSR_HEADER and buf[pos + 60] in VSR_COMMANDS and 0 < buf[pos + 60]
+
+
+def _try(code: int, payload) -> bool:
+    try:
+        decode_request(code, payload)
+        return True
+    except DecodeError:
+        return False
+    except Exception:  # noqa: BLE001 - any failure means "not this layout"
+        return False
+
+
+class IggyConversation(Conversation):
+    """Frames both directions of one connection and turns frames into rows."""
+
+    def __init__(self, conn: ConnInfo, ctx: Context):
+        super().__init__(conn, ctx)
+        self.max_frame = int(ctx.option("iggy", "max_frame_bytes", ctx.max_frame_bytes))
+        self.buf = {C2S: StreamBuffer(), S2C: StreamBuffer()}
+        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to discard
+        self.resync = {C2S: False, S2C: False}
+        self.mode: str | None = None
+        self.ordinal = 0
+        self.fifo: deque[dict] = deque()  # classic pairing
+        self.by_id: OrderedDict[int, dict] = OrderedDict()  # request-id / VSR pairing
+        self.delivered: OrderedDict[tuple, int] = OrderedDict()  # (topic, part, offset) -> ts
+
+    # -----------------------------------------------------------------------------------------
+    # driver interface
+
+    def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        try:
+            self.buf[direction].append(data, ts_ns)
+            self._drain(direction, rows)
+        except Exception as e:  # noqa: BLE001 - never raise out of a decoder
+            b = self.buf[direction]
+            rows.append(
+                self._error_row(
+                    direction,
+                    b.offset,
+                    len(b),
+                    b.last_ts,
+                    b.last_ts,
+                    base.MALFORMED,
+                    f"internal: {e!r}",
+                    None,
+                )
+            )
+            b.consume(len(b))
+            self.resync[direction] = True
+        return rows
+
+    def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        b = self.buf[direction]
+        if len(b):
+            rows.append(
+                self._error_row(
+                    direction,
+                    b.offset,
+                    len(b),
+                    b.ts_at(b.offset),
+                    ts_ns,
+                    base.GAP,
+                    f"{nbytes} bytes missing after a partial frame",
+                    None,
+                )
+            )
+        skipping = self.skip[direction]
+        b.skip(nbytes)
+        if skipping and not len(b) and nbytes <= skipping:
+            # the hole lies inside an oversize frame being discarded: the next frame start is known
+            self.skip[direction] = skipping - nbytes
+            return rows
+        self.skip[direction] = 0
+        self.resync[direction] = True
+        # responses can no longer be paired reliably: close out what is pending
+        rows.extend(self._flush_pending())
+        return rows
+
+    def close(self) -> list[Row]:
+        rows: list[Row] = []
+        try:
+            for d in (C2S, S2C):
+                b = self.buf[d]
+                if len(b):
+                    rows.append(
+                        self._error_row(
+                            d,
+                            b.offset,
+                            len(b),
+                            b.ts_at(b.offset),
+                            b.last_ts,
+                            base.TRUNCATED,
+                            "connection ended inside a frame",
+                            None,
+                            raw=b.peek(self.ctx.max_raw_bytes),
+                        )
+                    )
+                    b.consume(len(b))
+            rows.extend(self._flush_pending())
+        except Exception as e:  # noqa: BLE001
+            rows.append(
+                (
+                    "commands",
+                    {"ts_ns": 0, "decode_status": base.MALFORMED, "decode_error": f"internal: {e!r}"},
+                )
+            )
+        return rows
+
+    # -----------------------------------------------------------------------------------------
+    # framing
+
+    def _detect(self, direction: str) -> bool:
+        """Pick the connection's framing from the first bytes; False = need more."""
+        data = self.buf[direction].peek(65536)
+        if direction == C2S:
+            if plausible_request(data, 0, self.max_frame):
+                length, code = _II.unpack_from(data, 0)
+                if code in EMPTY_REQUEST and length in (4, 12):
+                    self.mode = CLASSIC if length == 4 else REQID
+                    return True
+                if len(data) < 4 + length:
+                    if len(data) < 65536:
+                        return False
+                    self.mode = CLASSIC
+                    return True
+                classic_ok = _try(code, data[8 : 4 + length])
+                reqid_ok = length >= 12 and _try(code, data[16 : 4 + length])
+                self.mode = REQID if (reqid_ok and not classic_ok) else CLASSIC
+                return True
+            if len(data) >= 64 and plausible_vsr(data):
+                self.mode = VSR
+                return True
+            if len(data) >= 8:
+                length, code = _II.unpack_from(data, 0)
+                if 4 <= length <= self.max_frame and code < 10_000 and len(data) >= 4 + length:
+                    self.mode = CLASSIC  # an unknown command in a well-formed frame
+                    return True
+            if len(data) < 64:
+                return False
+            self.mode = CLASSIC
+            return True
+        # server spoke first (client side not captured): classic unless it is a VSR header
+        if len(data) < 8:
+            return False
+        if len(data) >= 64 and plausible_vsr(data):
+            self.mode = VSR
+        else:
+            self.mode = CLASSIC
+        return True
+
+    def _drain(self, direction: str, rows: list[Row]) -> None:
+        b = self.buf[direction]
+        if self.mode is None:
+            if not self._detect(direction):
+                return
+            if direction == S2C and len(self.buf[C2S]):
+                self._drain(C2S, rows)  # requests first, so responses find them
+        while len(b):
+            if self.skip[direction]:
+                n = min(self.skip[direction], len(b))
+                b.consume(n)
+                self.skip[direction] -= n
+                continue
+            if self.resync[direction]:
+                if not self._resync(direction, rows):
+                    return
+            if self.mode == VSR:
+                got = self._vsr_frame(direction, rows)
+            elif direction == C2S:
+                got = self._request(rows)
+            else:
+                got = self._response(rows)
+            if not got:
+                return
+
+    def _resync(self, direction: str, rows: list[Row]) -> bool:
+        """Scan for the next plausible frame header; drop (and record) the bytes before it."""
+        b = self.buf[direction]
+        data = bytes(b.data)  # a copy: the buffer is consumed below
+        n = len(data)
+        found = None
+        for i in range(n):
+            if self.mode == VSR:
+                if plausible_vsr(data, i):
+                    found = i
+                    break
+                if n - i < 64:
+                    break
+            elif direction == C2S:
+                if plausible_request(data, i, self.max_frame):
+                    found = i
+                    break
+                if n - i < 8:
+                    break
+            else:
+                if n - i < 8:
+                    break
+                status, length = _II.unpack_from(data, i)
+                if status < MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8):
+                    found = i
+                    break
+        if found is None:
+            keep = 63 if self.mode == VSR else 7
+            drop = max(0, n - keep)
+            if drop:
+                rows.append(
+                    self._error_row(
+                        direction,
+                        b.offset,
+                        drop,
+                        b.ts_at(b.offset),
+                        b.ts_at(b.offset + drop - 1),
+                        base.MALFORMED,
+                        "no frame header found (resync)",
+                        None,
+                        raw=self.ctx.raw(data[:drop]),
+                    )
+                )
+                b.consume(drop)
+            return False
+        if found:
+            rows.append(
+                self._error_row(
+                    direction,
+                    b.offset,
+                    found,
+                    b.ts_at(b.offset),
+                    b.ts_at(b.offset + found - 1),
+                    base.MALFORMED,
+                    f"skipped {found} bytes to resync",
+                    None,
+                    raw=self.ctx.raw(data[:found]),
+                )
+            )
+            b.consume(found)
+        self.resync[direction] = False
+        return True
+
+    def _take(self, direction: str, total: int) -> tuple[memoryview, int, int, int]:
+        """Consume a whole frame: (bytes, stream offset, first-byte ts, last-byte ts)."""
+        b = self.buf[direction]
+        off = b.offset
+        ts0 = b.ts_at(off)
+        ts1 = b.ts_at(off + total - 1)
+        frame = memoryview(b.peek(total))
+        b.consume(total)
+        return frame, off, ts0, ts1
+
+    def _oversize(self, direction: str, total: int, rows: list[Row], info: dict) -> None:
+        b = self.buf[direction]
+        off = b.offset
+        ts0 = b.ts_at(off)
+        have = min(total, len(b))
+        b.consume(have)
+        self.skip[direction] = total - have
+        rows.append(
+            self._error_row(
+                direction,
+                off,
+                total,
+                ts0,
+                b.last_ts,
+                base.OVERSIZE,
+                f"frame of {total} bytes exceeds {self.max_frame}",
+                info,
+            )
+        )
+
+    # -----------------------------------------------------------------------------------------
+    # classic / request-id frames
+
+    def _request(self, rows: list[Row]) -> bool:
+        b = self.buf[C2S]
+        data = b.peek(16)
+        if len(data) < 8:
+            return False
+        length, code = _II.unpack_from(data, 0)
+        hdr = 16 if self.mode == REQID else 8
+        min_len = hdr - 4
+        if length < min_len or (code not in COMMANDS and (code > 10_000 or length > self.max_frame)):
+            self.resync[C2S] = True
+            return True
+        total = 4 + length
+        name = COMMANDS.get(code)
+        if length > self.max_frame:
+            self._oversize(C2S, total, rows, {"code": code, "length": length})
+            self._pending_add(
+                {
+                    "code": code,
+                    "name": name,
+                    "corr": self._next_corr(None),
+                    "ts_end": b.last_ts,
+                    "topic": None,
+                    "partition": None,
+                }
+            )
+            return True
+        if len(data) < hdr:
+            return False
+        req_id = struct.unpack_from("<Q", data, 8)[0] if self.mode == REQID else None
+        if len(b) < total:
+            return False
+        frame, off, ts0, ts1 = self._take(C2S, total)
+        payload = frame[hdr:]
+        corr = self._next_corr(req_id)
+        row = {
+            "direction": C2S,
+            "command": name,
+            "command_code": code,
+            "correlation_id": corr,
+            "size": total,
+            "stream_offset": off,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+        }
+        pend = {
+            "code": code,
+            "name": name,
+            "corr": corr,
+            "ts_end": ts1,
+            "topic": None,
+            "partition": None,
+            "details": None,
+        }
+        details: dict = {"framing": self.mode, "length": length}
+        if req_id is not None:
+            details["request_id"] = req_id
+        if name is None:
+            row.update(
+                decode_status=base.UNKNOWN_COMMAND,
+                decode_error=f"unknown code {code}",
+                raw=self.ctx.raw(frame),
+                details=base.to_json(details),
+            )
+            rows.append(("commands", row))
+            self._pending_add(pend)
+            return True
+        try:
+            fields = decode_request(code, payload)
+        except DecodeError as e:
+            status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
+            row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
+            if code not in SECRET_REQUESTS:
+                row["raw"] = self.ctx.raw(frame)
+            rows.append(("commands", row))
+            self._pending_add(pend)
+            return True
+        msgs = fields.pop("messages", None) if code == 101 else None
+        if msgs is not None:
+            fields["messages"] = [self._msg_summary(m) for m in msgs]
+        details.update(fields)
+        topic = topic_name(fields.get("stream_id"), fields.get("topic_id"))
+        if code == 302 and fields.get("name"):  # CREATE_TOPIC: the topic being created
+            topic = f"{fields['stream_id']['value']}/{fields['name']}"
+        partition = fields.get("partition_id")
+        if code == 101 and fields["partitioning"]["kind"] == "partition_id":
+            partition = fields["partitioning"]["value"]
+        pend.update(topic=topic, partition=partition, details=fields)
+        row.update(
+            topic=topic, partition=_i32(partition), decode_status=base.OK, details=base.to_json(details)
+        )
+        rows.append(("commands", row))
+        if msgs:
+            key = None
+            if fields["partitioning"]["kind"] == "messages_key":
+                key = fields["partitioning"]["value"]
+            for m in msgs:
+                rows.append(self._message_row("produce", m, topic, _i32(partition), corr, ts1, key))
+        self._pending_add(pend)
+        return True
+
+    def _response(self, rows: list[Row]) -> bool:
+        b = self.buf[S2C]
+        data = b.peek(16)
+        if len(data) < 8:
+            return False
+        status, length = _II.unpack_from(data, 0)
+        if status >= MAX_STATUS or (self.mode == REQID and length < 8):
+            self.resync[S2C] = True
+            return True
+        total = 8 + length
+        if length > self.max_frame:
+            req = self._pending_pop(None)
+            self._oversize(S2C, total, rows, {"status": status, "length": length})
+            if req:
+                rows.append(self._latency(req, status, b.ts_at(b.offset)))
+            return True
+        hdr = 16 if self.mode == REQID else 8
+        if len(b) < max(total, hdr):
+            return False
+        frame, off, ts0, ts1 = self._take(S2C, total)
+        req_id = struct.unpack_from("<Q", frame, 8)[0] if self.mode == REQID else None
+        payload = frame[hdr:]
+        req = self._pending_pop(req_id)
+        details: dict = {"framing": self.mode, "status": status, "length": length}
+        if req_id is not None:
+            details["request_id"] = req_id
+        row = {
+            "direction": S2C,
+            "size": total,
+            "stream_offset": off,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+            "error_code": status,
+        }
+        if req is None:
+            row.update(
+                correlation_id=req_id,
+                decode_status=base.REQUEST_MISSING,
+                decode_error="response without a request in the capture",
+                details=base.to_json(details),
+            )
+            if len(payload):
+                row["raw"] = self.ctx.raw(frame)
+            rows.append(("commands", row))
+            return True
+        code = req["code"]
+        row.update(
+            command=req["name"],
+            command_code=code,
+            correlation_id=req["corr"],
+            topic=req["topic"],
+            partition=_i32(req["partition"]),
+        )
+        rows.append(self._latency(req, status, ts0))
+        fields: dict = {}
+        if status == 0:
+            try:
+                fields = decode_response(code, payload)
+            except DecodeError as e:
+                st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
+                row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
+                if code not in SECRET_RESPONSES:
+                    row["raw"] = self.ctx.raw(frame)
+                rows.append(("commands", row))
+                return True
+        elif len(payload):
+            details["payload_size"] = len(payload)
+        msgs = fields.pop("messages", None) if code == 100 else None
+        if msgs is not None:
+            fields["messages"] = [self._msg_summary(m) for m in msgs]
+            row["partition"] = _i32(fields.get("partition_id"))
+        details.update(fields)
+        row.update(decode_status=base.OK, details=base.to_json(details))
+        rows.append(("commands", row))
+        if msgs:
+            for m in msgs:
+                rows.append(
+                    self._message_row(
+                        "deliver", m, req["topic"], _i32(fields.get("partition_id")), req["corr"], ts0
+                    )
+                )
+        rows.extend(self._acks(req, status, fields, msgs, ts0))
+        return True
+
+    # -----------------------------------------------------------------------------------------
+    # VSR frames
+
+    def _vsr_frame(self, direction: str, rows: list[Row]) -> bool:
+        b = self.buf[direction]
+        data = b.peek(64)
+        if len(data) < 64:
+            return False
+        if not plausible_vsr(data):
+            self.resync[direction] = True
+            return True
+        size = struct.unpack_from("<I", data, 48)[0]
+        command = data[60]
+        if size > self.max_frame:
+            self._oversize(direction, size, rows, {"vsr_command": VSR_COMMANDS[command], "size": size})
+            return True
+        if len(b) < size:
+            return False
+        frame, off, ts0, ts1 = self._take(direction, size)
+        view, release = struct.unpack_from("<II", frame, 52)
+        d: dict = {
+            "framing": VSR,
+            "vsr_command": VSR_COMMANDS[command],
+            "size": size,
+            "view": view,
+            "release": release,
+            "replica": frame[61],
+            "cluster": int.from_bytes(frame[32:48], "little"),
+            "body_size": size - VSR_HEADER,
+        }
+        request = operation = None
+        if command == 5:  # Request
+            d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
+            d["timestamp"] = struct.unpack_from("<Q", frame, 160)[0]
+            request = struct.unpack_from("<Q", frame, 168)[0]
+            operation = frame[176]
+            d["namespace"] = struct.unpack_from("<Q", frame, 184)[0]
+        elif command == 8:  # Reply
+            d["op"], d["commit"], d["timestamp"], request = struct.unpack_from("<QQQQ", frame, 160)
+            operation = frame[192]
+            d["namespace"] = struct.unpack_from("<Q", frame, 200)[0]
+        if request is not None:
+            d["request"] = request
+            d["operation"] = operation
+        name = VSR_OPERATIONS.get(operation) if operation is not None else None
+        if name is None:
+            name = f"VSR_{VSR_COMMANDS[command]}" if operation is None else f"VSR_OP_{operation}"
+        row = {
+            "direction": direction,
+            "command": name,
+            "command_code": operation,
+            "correlation_id": request,
+            "size": size,
+            "stream_offset": off,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+            "decode_status": base.OK,
+            "details": base.to_json(d),
+        }
+        rows.append(("commands", row))
+        if command == 5 and request is not None:
+            self._pending_add(
+                {
+                    "code": operation,
+                    "name": name,
+                    "corr": request,
+                    "ts_end": ts1,
+                    "topic": None,
+                    "partition": None,
+                    "details": None,
+                },
+                key=request,
+            )
+        elif command == 8 and request is not None:
+            req = self.by_id.pop(request, None)
+            if req is not None:
+                rows.append(self._latency(req, None, ts0, response_name=name))
+        return True
+
+    # -----------------------------------------------------------------------------------------
+    # pairing and derived rows
+
+    def _next_corr(self, req_id: int | None) -> int:
+        self.ordinal += 1
+        return self.ordinal if req_id is None else req_id
+
+    def _pending_add(self, req: dict, key: int | None = None) -> None:
+        if self.mode in (REQID, VSR):
+            k = req["corr"] if key is None else key
+            self.by_id[k] = req
+            while len(self.by_id) > MAX_PENDING:
+                self.by_id.popitem(last=False)
+        else:
+            self.fifo.append(req)
+            while len(self.fifo) > MAX_PENDING:
+                self.fifo.popleft()
+
+    def _pending_pop(self, req_id: int | None) -> dict | None:
+        if self.mode == REQID:
+            return self.by_id.pop(req_id, None) if req_id is not None else None
+        return self.fifo.popleft() if self.fifo else None
+
+    def _flush_pending(self) -> list[Row]:
+        rows = []
+        for req in list(self.fifo) + list(self.by_id.values()):
+            rows.append(self._latency(req, None, None))
+            if req["code"] == 121 and req.get("details"):
+                rows.append(self._offset_ack(req, None, None))
+        self.fifo.clear()
+        self.by_id.clear()
+        return rows
+
+    def _latency(
+        self, req: dict, status: int | None, resp_ts: int | None, response_name: str | None = None
+    ) -> Row:
+        row = {
+            "ts_ns": req["ts_end"],
+            "request_command": req["name"],
+            "correlation_id": req["corr"],
+            "request_ts_ns": req["ts_end"],
+            "topic": req["topic"],
+            "partition": _i32(req["partition"]),
+        }
+        if resp_ts is not None:
+            row.update(
+                response_command=response_name or req["name"],
+                response_ts_ns=resp_ts,
+                latency_us=(resp_ts - req["ts_end"]) / 1000.0,
+                error_code=status,
+            )
+        return ("latencies", row)
+
+    def _acks(self, req: dict, status: int, fields: dict, msgs, ts: int) -> list[Row]:
+        d = req.get("details") or {}
+        if req["code"] == 121 and d:
+            return [self._offset_ack(req, status, ts)]
+        if req["code"] == 100 and d.get("auto_commit") and status == 0 and msgs:
+            last = msgs[-1]
+            c = d["consumer"]
+            return [
+                (
+                    "acks",
+                    {
+                        "ts_ns": ts,
+                        "ack_type": "iggy_offset",
+                        "topic": req["topic"],
+                        "partition": _i32(fields.get("partition_id")),
+                        "offset": last.get("offset"),
+                        "message_id": str(last["id"]),
+                        "consumer": f"{c['kind']}:{c['id']}",
+                        "error_code": status,
+                        "correlation_id": req["corr"],
+                        "details": base.to_json({"auto_commit": True, "messages": len(msgs)}),
+                    },
+                )
+            ]
+        return []
+
+    def _offset_ack(self, req: dict, status: int | None, ts: int | None) -> Row:
+        d = req["details"]
+        c = d["consumer"]
+        offset = d["offset"]
+        part = d.get("partition_id")
+        row = {
+            "ts_ns": ts if ts is not None else req["ts_end"],
+            "ack_type": "iggy_offset",
+            "topic": req["topic"],
+            "partition": _i32(part),
+            "offset": _i64(offset),
+            "consumer": f"{c['kind']}:{c['id']}",
+            "error_code": status,
+            "correlation_id": req["corr"],
+        }
+        delivered = self.delivered.get((req["topic"], part, offset))
+        if delivered is not None:
+            row["ack_latency_us"] = (req["ts_end"] - delivered) / 1000.0
+        if ts is None:
+            row["details"] = base.to_json({"response": "missing"})
+        return ("acks", row)
+
+    def _msg_summary(self, m: dict) -> dict:
+        s = {"id": str(m["id"]), "payload_size": len(m["payload"]), "headers": len(m["headers"])}
+        for k in ("offset", "checksum", "checksum_ok", "state"):
+            if m.get(k) is not None:
+                s[k] = m[k]
+        return s
+
+    def _message_row(
+        self, direction: str, m: dict, topic, partition, corr, ts: int, key: bytes | None = None
+    ) -> Row:
+        row = {
+            "ts_ns": ts,
+            "direction": direction,
+            "source": "capture",
+            "topic": topic,
+            "partition": partition,
+            "offset": _i64(m.get("offset")) if direction == "deliver" else None,
+            "message_id": str(m["id"]),
+            "key": self.ctx.payload.key(key),
+            "headers": [{"key": h["key"], "value": h["value"]} for h in m["headers"]],
+            "checksum_ok": m.get("checksum_ok"),
+            "correlation_id": corr,
+            "decode_status": base.OK,
+        }
+        if m.get("checksum_ok") is False:
+            row["decode_status"] = base.CHECKSUM_MISMATCH
+            row["decode_error"] = "message checksum does not match"
+        row.update(self.ctx.payload.value(m["payload"]))
+        mts = m.get("timestamp") or m.get("origin_timestamp")
+        if mts:
+            row["message_ts_ns"] = mts * 1000  # Iggy timestamps are microseconds
+        det = {"headers": [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]]}
+        for k in ("origin_timestamp", "timestamp", "checksum", "state", "header_size"):
+            if m.get(k) is not None:
+                det[k] = m[k]
+        row["details"] = base.to_json(det)
+        if direction == "deliver" and m.get("offset") is not None:
+            self.delivered[(topic, partition, m["offset"])] = ts
+            while len(self.delivered) > MAX_DELIVERED:
+                self.delivered.popitem(last=False)
+        return ("messages", row)
+
+    def _error_row(
+        self,
+        direction: str,
+        off: int,
+        size: int,
+        ts0: int,
+        ts1: int,
+        status: str,
+        err: str,
+        info: dict | None,
+        raw: bytes | None = None,
+    ) -> Row:
+        row = {
+            "direction": direction,
+            "size": size,
+            "stream_offset": off,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+            "decode_status": status,
+            "decode_error": err,
+        }
+        if info:
+            row["details"] = base.to_json(info)
+            code = info.get("code")
+            if code in COMMANDS:
+                row["command"] = COMMANDS[code]
+                row["command_code"] = code
+        if raw is not None:
+            row["raw"] = raw
+        return ("commands", row)
+
+
+def _i32(v) -> int | None:
+    return v if isinstance(v, int) and -(2**31) <= v < 2**31 else None
+
+
+def _i64(v) -> int | None:
+    return v if isinstance(v, int) and -(2**63) <= v < 2**63 else None

@@ -1,0 +1,256 @@
+"""Iggy message lists: SEND_MESSAGES requests, POLL_MESSAGES responses, segment logs.
+
+Two message layouts exist (apache/iggy `core/common/src/types/message`):
+
+- 0.5 and later (`IggyMessageHeader`), per message a fixed header then payload then user headers:
+    0 checksum u64 | 8 id u128 | 24 offset u64 | 32 timestamp u64 | 40 origin timestamp u64 |
+    48 user headers length u32 | 52 payload length u32 | [56 reserved u64 = 0]
+  The header is 56 bytes in 0.5-0.6 and 64 bytes (with the reserved word) since. The checksum is
+  XXH3-64 of the message bytes after the checksum field (header[8:] + payload + user headers); the
+  client sends 0 and the server fills it in.
+- before 0.5, the spec's layout: polled message = offset u64, state u8, timestamp u64, id u128,
+  checksum u32 (CRC32 of the payload), headers length u32, headers, payload length u32, payload;
+  sent message = id u128, headers length u32, headers, payload length u32, payload.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from .codes import MESSAGE_STATES
+from .wire import DecodeError, Reader, identifier, partitioning, user_headers
+
+try:  # XXH3-64 checksums; without the package the checksum is reported, not verified
+    import xxhash
+
+    def xxh3_64(data: bytes) -> int | None:
+        return xxhash.xxh3_64_intdigest(data)
+
+except ImportError:  # pragma: no cover - xxhash is a pinned dependency
+
+    def xxh3_64(data: bytes) -> int | None:
+        return None
+
+
+HEADER_SIZES = (64, 56)
+INDEX_SIZE = 16  # send-batch index entry: offset u32, position u32, timestamp u64
+MAX_MESSAGES = 1_000_000
+
+
+def checksum_of(message: bytes | memoryview) -> int | None:
+    """The XXH3-64 checksum Iggy stores for a whole message (header included)."""
+    return xxh3_64(bytes(message[8:]))
+
+
+def parse_message(buf: bytes | memoryview, pos: int, end: int, header_size: int) -> tuple[dict, int]:
+    """One 0.5+ message at `pos`; returns (message, next position)."""
+    if pos + header_size > end:
+        raise DecodeError(f"message header truncated at {pos}")
+    (checksum,) = struct.unpack_from("<Q", buf, pos)
+    mid = int.from_bytes(buf[pos + 8 : pos + 24], "little")
+    offset, ts, origin_ts, hlen, plen = struct.unpack_from("<QQQII", buf, pos + 24)
+    reserved = struct.unpack_from("<Q", buf, pos + 56)[0] if header_size == 64 else None
+    body = pos + header_size
+    stop = body + plen + hlen
+    if stop > end:
+        raise DecodeError(f"message at {pos} runs past the data ({plen}+{hlen} bytes)")
+    payload = bytes(buf[body : body + plen])
+    headers = user_headers(bytes(buf[body + plen : stop])) if hlen else []
+    ok = None
+    if checksum:
+        calc = checksum_of(buf[pos:stop])
+        ok = None if calc is None else calc == checksum
+    msg = {
+        "id": mid,
+        "offset": offset,
+        "timestamp": ts,
+        "origin_timestamp": origin_ts,
+        "checksum": checksum,
+        "checksum_ok": ok,
+        "headers": headers,
+        "payload": payload,
+        "size": stop - pos,
+        "header_size": header_size,
+    }
+    if reserved:
+        msg["reserved"] = reserved
+    return msg, stop
+
+
+def parse_messages(buf, pos: int, end: int, count: int | None, header_size: int) -> list[dict]:
+    """Messages from pos to end (exactly); `count`, when given, must match."""
+    out = []
+    while pos < end:
+        if len(out) >= MAX_MESSAGES:
+            raise DecodeError("too many messages")
+        m, pos = parse_message(buf, pos, end, header_size)
+        out.append(m)
+    if count is not None and len(out) != count:
+        raise DecodeError(f"{len(out)} messages where the count says {count}")
+    return out
+
+
+def parse_messages_any(buf, pos: int, end: int, count: int | None) -> list[dict]:
+    """Try the 64-byte header layout, then the 56-byte one."""
+    err: Exception | None = None
+    for hs in HEADER_SIZES:
+        try:
+            return parse_messages(buf, pos, end, count, hs)
+        except DecodeError as e:
+            err = e
+    raise DecodeError(f"no message layout fits: {err}")
+
+
+def parse_legacy_polled(r: Reader, count: int) -> list[dict]:
+    out = []
+    for _ in range(count):
+        offset = r.u64()
+        state = r.u8()
+        ts = r.u64()
+        mid = r.u128()
+        checksum = r.u32()
+        hlen = r.u32()
+        headers = user_headers(r.bytes(hlen)) if hlen else []
+        payload = r.bytes(r.u32())
+        out.append(
+            {
+                "id": mid,
+                "offset": offset,
+                "state": MESSAGE_STATES.get(state, state),
+                "timestamp": ts,
+                "checksum": checksum,
+                "checksum_ok": zlib.crc32(payload) == checksum,
+                "headers": headers,
+                "payload": payload,
+                "format": "legacy",
+            }
+        )
+    r.done()
+    return out
+
+
+def parse_polled(payload: bytes | memoryview) -> dict:
+    """POLL_MESSAGES response: partition_id u32, current_offset u64, count u32, messages."""
+    r = Reader(payload)
+    partition_id = r.u32()
+    current_offset = r.u64()
+    count = r.u32()
+    out = {"partition_id": partition_id, "current_offset": current_offset, "count": count}
+    if count > MAX_MESSAGES:
+        raise DecodeError(f"message count {count}")
+    try:
+        out["messages"] = parse_messages_any(payload, r.pos, len(payload), count)
+        out["format"] = f"v{out['messages'][0]['header_size']}" if count else "v64"
+        return out
+    except DecodeError as e_new:
+        try:
+            out["messages"] = parse_legacy_polled(Reader(payload, r.pos), count)
+            out["format"] = "legacy"
+            return out
+        except DecodeError:
+            raise e_new from None
+
+
+def parse_send(payload: bytes | memoryview) -> dict:
+    """SEND_MESSAGES request, either layout.
+
+    0.5+: metadata_length u32 (= sizes of the two identifiers, partitioning and count), stream
+    Identifier, topic Identifier, Partitioning, messages_count u32, messages_count index entries of
+    16 bytes (position u32 at +4 = end of message i relative to the first message), messages.
+    Before 0.5: stream Identifier, topic Identifier, Partitioning, then messages to the end.
+    """
+    try:
+        return _parse_send_new(payload)
+    except DecodeError as e_new:
+        try:
+            return _parse_send_legacy(payload)
+        except DecodeError:
+            raise e_new from None
+
+
+def _parse_send_new(payload) -> dict:
+    r = Reader(payload)
+    metadata_length = r.u32()
+    start = r.pos
+    stream = identifier(r)
+    topic = identifier(r)
+    part = partitioning(r)
+    count = r.u32()
+    if r.pos - start != metadata_length:
+        raise DecodeError(f"metadata length {metadata_length} != {r.pos - start}")
+    if count > MAX_MESSAGES:
+        raise DecodeError(f"message count {count}")
+    r.need(count * INDEX_SIZE)
+    index = [struct.unpack_from("<IIQ", payload, r.pos + i * INDEX_SIZE) for i in range(count)]
+    first = r.pos + count * INDEX_SIZE
+    msgs = parse_messages_any(payload, first, len(payload), count)
+    # the index gives each message's end; check it against the messages found
+    pos = 0
+    for m, (_, end_pos, _) in zip(msgs, index, strict=True):
+        pos += m["size"]
+        if end_pos not in (0, pos):
+            raise DecodeError(f"index position {end_pos} != message end {pos}")
+    return {
+        "format": f"v{msgs[0]['header_size']}" if msgs else "v64",
+        "metadata_length": metadata_length,
+        "stream_id": stream,
+        "topic_id": topic,
+        "partitioning": part,
+        "messages_count": count,
+        "messages": msgs,
+    }
+
+
+def _parse_send_legacy(payload) -> dict:
+    r = Reader(payload)
+    stream = identifier(r)
+    topic = identifier(r)
+    part = partitioning(r)
+    msgs = []
+    while r.remaining:
+        if len(msgs) >= MAX_MESSAGES:
+            raise DecodeError("too many messages")
+        mid = r.u128()
+        hlen = r.u32()
+        headers = user_headers(r.bytes(hlen)) if hlen else []
+        body = r.bytes(r.u32())
+        msgs.append({"id": mid, "headers": headers, "payload": body, "checksum_ok": None})
+    return {
+        "format": "legacy",
+        "stream_id": stream,
+        "topic_id": topic,
+        "partitioning": part,
+        "messages_count": len(msgs),
+        "messages": msgs,
+    }
+
+
+def build_message(
+    mid: int,
+    payload: bytes,
+    headers: bytes = b"",
+    offset: int = 0,
+    timestamp: int = 0,
+    origin_timestamp: int = 0,
+    header_size: int = 64,
+    with_checksum: bool = True,
+) -> bytes:
+    """Serialise one 0.5+ message (for simulators, segment writers and tests)."""
+    rest = mid.to_bytes(16, "little") + struct.pack(
+        "<QQQII", offset, timestamp, origin_timestamp, len(headers), len(payload)
+    )
+    if header_size == 64:
+        rest += b"\0" * 8
+    rest += payload + headers
+    checksum = (xxh3_64(rest) or 0) if with_checksum else 0
+    return struct.pack("<Q", checksum) + rest
+
+
+def build_headers(items: list[tuple[str, int, bytes]]) -> bytes:
+    """User headers blob from (key, kind code, value bytes)."""
+    out = b""
+    for key, kind, value in items:
+        k = key.encode()
+        out += struct.pack("<I", len(k)) + k + bytes([kind]) + struct.pack("<I", len(value)) + value
+    return out
