@@ -1,0 +1,74 @@
+"""Apache Kafka: the wire protocol decoded from the official JSON message specs.
+
+Modules: `schema` (spec loading, compiled decode plans, headers), `records` (record batches and
+message sets, codecs, shared with the segment reader), `conversation` (framing, pairing, rows).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..base import ConnInfo, Context, Conversation, Protocol
+from . import schema
+from .conversation import KafkaConversation, plausible_request
+
+_I32 = struct.Struct(">i")
+
+
+class KafkaProtocol(Protocol):
+    name = "kafka"
+    default_ports = (9092,)
+
+    def sniff(self, client_head: bytes, server_head: bytes) -> float:
+        """Recognise Kafka from the first request: sane size, known api key and version, a
+        printable client id; a request that decodes completely under its spec scores highest.
+        Without a request, a response head whose size fields chain exactly gives a low score."""
+        if client_head:
+            return _sniff_request(client_head)
+        if server_head:
+            return _sniff_response(server_head)
+        return 0.0
+
+    def conversation(self, conn: ConnInfo, ctx: Context) -> Conversation:
+        return KafkaConversation(conn, ctx)
+
+
+def _sniff_request(head: bytes) -> float:
+    conf = plausible_request(head, 0, 64 * 1024 * 1024)
+    if not conf:
+        return 0.0
+    size = _I32.unpack_from(head, 0)[0]
+    if conf == 1:
+        return 0.5
+    if len(head) < 4 + size:
+        return 0.8
+    frame = bytes(head[4 : 4 + size])
+    try:
+        h = schema.read_request_header(frame)
+        p = schema.plan(h.api_key, h.api_version, "request")
+        if p is None:
+            return 0.5
+        schema.decode_body(p, frame, h.body_offset)
+    except schema.DecodeError:
+        return 0.3
+    return 0.95
+
+
+def _sniff_response(head: bytes) -> float:
+    """Responses carry no api key: accept only frames whose sizes chain to the end of the head."""
+    pos = 0
+    frames = 0
+    while pos + 8 <= len(head):
+        size, corr = struct.unpack_from(">ii", head, pos)
+        if size < 4 or size > 64 * 1024 * 1024 or corr < 0:
+            return 0.0
+        pos += 4 + size
+        frames += 1
+    if pos != len(head) or frames == 0:
+        return 0.0
+    return 0.2
+
+
+PROTOCOL = KafkaProtocol()
+
+__all__ = ["PROTOCOL", "KafkaProtocol", "KafkaConversation"]

@@ -1,0 +1,941 @@
+"""One Kafka TCP connection: framing, request/response pairing, and rows for every table.
+
+Framing: every request and response is an int32 size followed by that many bytes. Requests start
+with the request header (api_key int16, api_version int16, correlation_id int32, client_id
+string, [tagged fields]); responses with the response header (correlation_id int32, [tagged
+fields]). A response carries no api key: it is paired with its request by correlation id.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .. import base
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from . import records as rec
+from . import schema
+from .names import EXTRA_API_NAMES, SECRET_FIELDS
+
+_I32 = struct.Struct(">i")
+_HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
+MAX_PENDING = 100_000
+MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
+MAX_CLIENT_ID = 512
+_TOPIC_IDS: OrderedDict[str, str] = OrderedDict()  # topic id -> name, learned from Metadata (process-wide)
+_MAX_TOPIC_IDS = 100_000
+
+
+def api_name(key: int) -> str | None:
+    return schema.api_name(key) or EXTRA_API_NAMES.get(key)
+
+
+def _printable(b: bytes) -> bool:
+    return all(32 <= c < 127 for c in b)
+
+
+def plausible_request(buf: bytes | memoryview, pos: int, max_frame: int) -> int:
+    """Confidence that a request frame starts at `pos` (0 = no, 1 = known API and version, 2 =
+    known API with a decodable header). Needs 14 bytes; fewer gives 0."""
+    if pos + 14 > len(buf):
+        return 0
+    size, key, ver, corr, clen = _HDR.unpack_from(buf, pos)
+    if size < 10 or size > max_frame or key < 0 or ver < 0 or ver > 64 or corr < 0:
+        return 0
+    if clen < -1 or clen > MAX_CLIENT_ID or clen > size - 10:
+        return 0
+    if clen > 0:
+        cid = bytes(buf[pos + 14 : pos + 14 + clen])
+        if len(cid) == clen and not _printable(cid):
+            return 0
+    s = schema.specs().get(key)
+    if s is None:
+        return 1 if key in EXTRA_API_NAMES else 0
+    if ver > s.valid.hi:
+        return 1
+    return 2
+
+
+@dataclass
+class Pending:
+    """A request waiting for its response."""
+
+    api_key: int
+    version: int
+    name: str | None
+    decodable: bool
+    ts_end: int  # last byte of the request
+    topic: str | None
+    partition: int | None
+    client_id: str | None
+    produce: list = field(default_factory=list)  # [(topic, partition, Batch, [message rows])]
+    commits: list = field(default_factory=list)  # [(topic, partition, offset)]
+    group: str | None = None
+    producer_id: int | None = None
+    fetch_offsets: dict = field(default_factory=dict)  # (topic or id, partition) -> fetch offset
+    txn: dict | None = None
+    held_bytes: int = 0
+
+
+class KafkaConversation(Conversation):
+    def __init__(self, conn: ConnInfo, ctx: Context):
+        super().__init__(conn, ctx)
+        self.bufs = {C2S: StreamBuffer(), S2C: StreamBuffer()}
+        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to skip
+        self.resync = {C2S: False, S2C: False}
+        self.started = {C2S: False, S2C: False}
+        self.pending: OrderedDict[int, Pending] = OrderedDict()
+        self.topic_ids: dict[str, str] = {}
+        self.sasl_raw = False  # SaslHandshake v0 done: raw SASL tokens follow, no Kafka header
+        self.held_bytes = 0
+        self.max_frame = ctx.max_frame_bytes
+        self._out_ref: list[Row] = []  # where rows made during framing go
+
+    # -- driver interface ---------------------------------------------------------------------
+    def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
+        out: list[Row] = []
+        buf = self.bufs[direction]
+        data = memoryview(data)
+        if self.skip[direction]:
+            n = min(self.skip[direction], len(data))
+            self.skip[direction] -= n
+            buf.skip(n)
+            data = data[n:]
+        buf.append(data, ts_ns)
+        try:
+            self._frames(direction, out)
+        except Exception as e:  # never raise out of the decoder
+            out.append(
+                self._error_row(
+                    direction,
+                    buf.offset,
+                    base.MALFORMED,
+                    f"internal: {type(e).__name__}: {e}",
+                    buf.peek(self.ctx.max_raw_bytes),
+                    len(buf),
+                    buf.last_ts,
+                    buf.last_ts,
+                )
+            )
+            buf.consume(len(buf))
+            self.resync[direction] = True
+        return out
+
+    def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
+        out: list[Row] = []
+        buf = self.bufs[direction]
+        if self.skip[direction]:
+            n = min(self.skip[direction], nbytes)
+            self.skip[direction] -= n
+            nbytes -= n
+            buf.skip(n)
+            if nbytes == 0:
+                return out
+        if len(buf):
+            out.append(
+                self._error_row(
+                    direction,
+                    buf.offset,
+                    base.GAP,
+                    f"{nbytes} bytes missing inside this frame",
+                    None,
+                    len(buf),
+                    buf.ts_at(buf.offset),
+                    ts_ns,
+                )
+            )
+        buf.skip(nbytes)
+        self.resync[direction] = True
+        return out
+
+    def close(self) -> list[Row]:
+        out: list[Row] = []
+        for d, buf in self.bufs.items():
+            if len(buf):
+                out.append(
+                    self._error_row(
+                        d,
+                        buf.offset,
+                        base.TRUNCATED,
+                        f"connection ended inside a frame ({len(buf)} bytes buffered)",
+                        buf.peek(self.ctx.max_raw_bytes),
+                        len(buf),
+                        buf.ts_at(buf.offset),
+                        buf.last_ts,
+                    )
+                )
+                buf.consume(len(buf))
+        for corr, p in self.pending.items():
+            out.extend(self._unanswered(corr, p))
+        self.pending.clear()
+        return out
+
+    # -- framing ------------------------------------------------------------------------------
+    def _frames(self, d: str, out: list[Row]) -> None:
+        buf = self.bufs[d]
+        self._out_ref = out
+        while True:
+            if self.resync[d] and not self._resync(d, out):
+                return
+            n = len(buf)
+            if n < 4:
+                return
+            data = buf.data
+            size = _I32.unpack_from(data, 0)[0]
+            if not self.started[d] or size < 0 or size > self.max_frame:
+                # validate frame starts we cannot trust (first frame, crazy size)
+                verdict = self._check_start(d, data, size)
+                if verdict == "wait":
+                    return
+                if verdict == "bad":
+                    self.resync[d] = True
+                    continue
+                if verdict == "oversize":
+                    continue
+            self.started[d] = True
+            if n < 4 + size:
+                return
+            start = buf.offset
+            ts0 = buf.ts_at(start)
+            ts1 = buf.ts_at(start + 4 + size - 1)
+            frame = bytes(data[4 : 4 + size])
+            buf.consume(4 + size)
+            try:
+                if d == C2S:
+                    self._request(frame, start, ts0, ts1, out)
+                else:
+                    self._response(frame, start, ts0, ts1, out)
+            except Exception as e:  # a bug or an unforeseen input: one error row, go on
+                out.append(
+                    self._error_row(
+                        d,
+                        start,
+                        base.MALFORMED,
+                        f"internal: {type(e).__name__}: {e}",
+                        frame,
+                        4 + size,
+                        ts0,
+                        ts1,
+                    )
+                )
+
+    def _check_start(self, d: str, data: memoryview, size: int) -> str:
+        """'ok', 'wait' (need more bytes), 'bad' (resync) or 'oversize' (row made, skipping)."""
+        if d == C2S:
+            if len(data) < 14:
+                return "wait" if size >= 10 else "bad"
+            if self.sasl_raw and 0 <= size <= self.max_frame:
+                return "ok"
+            conf = plausible_request(data, 0, 1 << 31)
+            if not conf:
+                if self.started[d] and 0 <= size <= self.max_frame:
+                    return "ok"  # mid-conversation: decode it and report what is wrong
+                if size > self.max_frame or size < 0:
+                    self._oversize(d, size, None, False)
+                    return "oversize" if not self.resync[d] else "bad"
+                return "bad"
+            if size > self.max_frame:
+                key, ver, corr = struct.unpack_from(">hhi", data, 4)
+                self._oversize(d, size, (key, ver, corr), True)
+                return "oversize"
+            return "ok"
+        # s2c
+        if len(data) < 8:
+            return "wait" if 4 <= size <= self.max_frame else "bad"
+        corr = _I32.unpack_from(data, 4)[0]
+        if size > self.max_frame or size < 0:
+            known = corr in self.pending and 0 < size
+            self._oversize(d, size, corr if known else None, known)
+            return "oversize" if known else "bad"
+        if size < 4:
+            return "bad"
+        return "ok"
+
+    def _oversize(self, d: str, size: int, head, skip: bool) -> None:
+        """Record a frame whose declared size is beyond the limit; skip it when its header is
+        credible (so the next frame is found exactly), else resync by scanning."""
+        buf = self.bufs[d]
+        row = {
+            "direction": d,
+            "size": size + 4 if size >= 0 else None,
+            "stream_offset": buf.offset,
+            "ts_ns": buf.ts_at(buf.offset),
+            "ts_end_ns": buf.last_ts,
+            "decode_status": base.OVERSIZE,
+            "decode_error": f"declared frame size {size} exceeds the limit of {self.max_frame} bytes"
+            + ("" if skip else "; resynchronising"),
+            "raw": self.ctx.raw(buf.peek(64)),
+        }
+        if d == C2S and head:
+            key, ver, corr = head
+            row.update(command=api_name(key), command_code=key, api_version=ver, correlation_id=corr)
+            self.pending.pop(corr, None)
+        elif d == S2C and head is not None:
+            row["correlation_id"] = head
+            p = self.pending.pop(head, None)
+            if p:
+                row.update(command=p.name, command_code=p.api_key, api_version=p.version)
+        self._out_ref.append(("commands", row))
+        if skip:
+            total = size + 4
+            have = len(buf)
+            if have >= total:
+                buf.consume(total)
+            else:
+                buf.consume(have)
+                self.skip[d] = total - have
+        else:
+            buf.consume(4)
+            self.resync[d] = True
+
+    def _resync(self, d: str, out: list[Row]) -> bool:
+        """Scan for a credible frame start. True when found (buffer now starts there)."""
+        buf = self.bufs[d]
+        data = buf.data
+        n = len(data)
+        start = buf.offset
+        found = -1
+        i = 0
+        while i + 14 <= n:
+            if d == C2S:
+                if plausible_request(data, i, self.max_frame) >= 1:
+                    found = i
+                    break
+            else:
+                size = _I32.unpack_from(data, i)[0]
+                if 4 <= size <= self.max_frame:
+                    corr = _I32.unpack_from(data, i + 4)[0]
+                    if corr in self.pending:
+                        found = i
+                        break
+                    nxt = i + 4 + size
+                    if nxt == n or (
+                        nxt + 8 <= n
+                        and 4 <= _I32.unpack_from(data, nxt)[0] <= self.max_frame
+                        and _I32.unpack_from(data, nxt + 4)[0] >= 0
+                    ):
+                        found = i
+                        break
+            i += 1
+        skipped = found if found >= 0 else max(0, n - 13)
+        if skipped:
+            out.append(
+                self._error_row(
+                    d,
+                    start,
+                    base.MALFORMED,
+                    f"{skipped} bytes skipped while resynchronising to a frame boundary",
+                    buf.peek(min(skipped, self.ctx.max_raw_bytes)),
+                    skipped,
+                    buf.ts_at(start),
+                    buf.ts_at(start + skipped - 1),
+                )
+            )
+            buf.consume(skipped)
+        if found >= 0:
+            self.resync[d] = False
+            self.started[d] = True
+            return True
+        return False
+
+    # -- rows ---------------------------------------------------------------------------------
+    def _error_row(self, d, offset, status, error, raw, size, ts0, ts1, **extra) -> Row:
+        row = {
+            "direction": d,
+            "size": size,
+            "stream_offset": offset,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+            "decode_status": status,
+            "decode_error": error,
+            "raw": None if raw is None else self.ctx.raw(raw),
+        }
+        row.update(extra)
+        return ("commands", row)
+
+    def _resolve_topic(self, name: str | None, topic_id: str | None) -> str | None:
+        if name:
+            return name
+        if topic_id:
+            return self.topic_ids.get(topic_id) or _TOPIC_IDS.get(topic_id)
+        return None
+
+    def _learn_topic_ids(self, body: dict) -> None:
+        for t in body.get("Topics") or ():
+            tid, name = t.get("TopicId"), t.get("Name")
+            if tid and name and tid != "00000000-0000-0000-0000-000000000000":
+                self.topic_ids[tid] = name
+                _TOPIC_IDS[tid] = name
+                if len(_TOPIC_IDS) > _MAX_TOPIC_IDS:
+                    _TOPIC_IDS.popitem(last=False)
+
+    # -- requests -----------------------------------------------------------------------------
+    def _request(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
+        self._out_ref = out
+        size = len(frame) + 4
+        if self.sasl_raw:
+            conf = plausible_request(_I32.pack(len(frame)) + frame[: 10 + MAX_CLIENT_ID], 0, self.max_frame)
+            if conf < 2:
+                out.append(
+                    (
+                        "commands",
+                        {
+                            "direction": C2S,
+                            "command": "SaslToken",
+                            "size": size,
+                            "stream_offset": offset,
+                            "ts_ns": ts0,
+                            "ts_end_ns": ts1,
+                            "decode_status": base.OK,
+                            "details": base.to_json({"token": base.redacted(frame)}),
+                        },
+                    )
+                )
+                return
+            self.sasl_raw = False
+        try:
+            h = schema.read_request_header(frame)
+        except schema.DecodeError as e:
+            out.append(self._error_row(C2S, offset, e.status, f"request header: {e}", frame, size, ts0, ts1))
+            return
+        name = api_name(h.api_key)
+        row = {
+            "direction": C2S,
+            "command": name,
+            "command_code": h.api_key,
+            "api_version": h.api_version,
+            "correlation_id": h.correlation_id,
+            "client_id": h.client_id,
+            "size": size,
+            "stream_offset": offset,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+        }
+        p = schema.plan(h.api_key, h.api_version, "request")
+        pend = Pending(h.api_key, h.api_version, name, p is not None, ts1, None, None, h.client_id)
+        if p is None:
+            if schema.specs().get(h.api_key) is None:
+                row.update(
+                    decode_status=base.UNKNOWN_COMMAND,
+                    decode_error=f"api key {h.api_key} ({name or 'unknown'}) is not in the message specs",
+                )
+            else:
+                lo, hi = schema.spec_versions(h.api_key)
+                row.update(
+                    decode_status=base.UNSUPPORTED_VERSION,
+                    decode_error=f"{name} v{h.api_version} is newer than the specs (v{lo}-v{hi})",
+                )
+            row["raw"] = self.ctx.raw(frame)
+            out.append(("commands", row))
+            self._add_pending(h.correlation_id, pend, out)
+            return
+        try:
+            body = schema.decode_body(p, frame, h.body_offset)
+        except schema.DecodeError as e:
+            # SASL frames never keep raw bytes (they carry credentials)
+            row.update(
+                decode_status=e.status,
+                decode_error=self._why(p, e),
+                raw=None if h.api_key in (17, 36) else self.ctx.raw(frame),
+            )
+            out.append(("commands", row))
+            self._add_pending(h.correlation_id, pend, out)
+            return
+        summ = p.summarize(body)
+        topics = [t for t in summ["topics"]] + [
+            self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
+        ]
+        row.update(
+            topic=topics[0] if topics else None,
+            topics=topics or None,
+            partition=summ["partition"],
+            error_code=summ["error_code"],
+            throttle_time_ms=body.get("ThrottleTimeMs"),
+        )
+        pend.topic, pend.partition = row["topic"], row["partition"]
+        status, err = base.OK, None
+        msgs: list[Row] = []
+        key = h.api_key
+        if key == 0:  # Produce
+            status, err = self._produce_request(body, h, pend, ts0, msgs)
+        elif key == 1:  # Fetch: remember the offsets asked for
+            for t in body.get("Topics") or ():
+                tk = t.get("Topic") or t.get("TopicId")
+                for part in t.get("Partitions") or ():
+                    pend.fetch_offsets[(tk, part.get("Partition"))] = part.get("FetchOffset")
+        elif key in (8, 28):  # OffsetCommit, TxnOffsetCommit
+            pend.group = body.get("GroupId")
+            pend.producer_id = body.get("ProducerId")
+            for t in body.get("Topics") or ():
+                tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
+                for part in t.get("Partitions") or ():
+                    pend.commits.append((tname, part.get("PartitionIndex"), part.get("CommittedOffset")))
+        elif key == 26:  # EndTxn
+            pend.txn = {
+                "transactional_id": body.get("TransactionalId"),
+                "producer_id": body.get("ProducerId"),
+                "producer_epoch": body.get("ProducerEpoch"),
+                "committed": body.get("Committed"),
+            }
+        elif key == 17 and h.api_version == 0:
+            pend.txn = {"sasl_v0": True}
+        details = self._details(body, p)
+        details["_header"] = {"version": h.header_version, **({"tagged": h.tagged} if h.tagged else {})}
+        if p.below_baseline:
+            details["_note"] = "version older than the specs' baseline, decoded from the field version ranges"
+        row.update(decode_status=status, decode_error=err, details=base.to_json(details))
+        if status != base.OK and key not in (17, 36):
+            row["raw"] = self.ctx.raw(frame)
+        out.append(("commands", row))
+        acks0 = key == 0 and body.get("Acks") == 0
+        if acks0:
+            for _t, _p, _b, mrows in pend.produce:
+                out.extend(mrows)
+        else:
+            self._add_pending(h.correlation_id, pend, out)
+
+    def _why(self, p: schema.Plan, e: Exception) -> str:
+        msg = f"{p.name} v{p.version} {p.kind}: {e}"
+        if p.below_baseline:
+            msg += " (version older than the specs' baseline)"
+        return msg
+
+    def _add_pending(self, corr: int, pend: Pending, out: list[Row]) -> None:
+        old = self.pending.pop(corr, None)
+        if old is not None:
+            out.extend(self._unanswered(corr, old))
+        self.pending[corr] = pend
+        self.held_bytes += pend.held_bytes
+        while len(self.pending) > MAX_PENDING or (self.held_bytes > MAX_HELD_BYTES and len(self.pending) > 1):
+            c, p = self.pending.popitem(last=False)
+            out.extend(self._unanswered(c, p))
+
+    def _unanswered(self, corr: int, p: Pending) -> list[Row]:
+        """A request whose response never came: a latency row with null response columns, and
+        its produced messages without offsets."""
+        self.held_bytes -= p.held_bytes
+        rows: list[Row] = [
+            (
+                "latencies",
+                {
+                    "ts_ns": p.ts_end,
+                    "request_command": p.name,
+                    "api_version": p.version,
+                    "correlation_id": corr,
+                    "request_ts_ns": p.ts_end,
+                    "topic": p.topic,
+                    "partition": p.partition,
+                },
+            )
+        ]
+        for _t, _p, _b, mrows in p.produce:
+            rows.extend(mrows)
+        return rows
+
+    def _details(self, body: dict, p: schema.Plan) -> dict:
+        """Decoded fields for `details`: records replaced by their batch headers, secrets redacted."""
+        return _clean(body)
+
+    # -- produce ------------------------------------------------------------------------------
+    def _produce_request(self, body, h, pend: Pending, ts0: int, msgs) -> tuple[str, str | None]:
+        status, err = base.OK, None
+        cap = self.ctx.max_decompressed_bytes
+        for t in body.get("TopicData") or ():
+            tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
+            for part in t.get("PartitionData") or ():
+                pidx = part.get("Index")
+                raw = part.get("Records")
+                if raw is None:
+                    continue
+                rs = rec.read_record_set(raw, cap)
+                part["Records"] = _records_summary(rs)
+                if rs.error and status == base.OK:
+                    status, err = rs.status, f"{tname}-{pidx}: {rs.error}"
+                if rs.partial_tail and status == base.OK:
+                    status, err = base.TRUNCATED, f"{tname}-{pidx}: incomplete batch in a produce request"
+                for b in rs.batches:
+                    if b.status != base.OK and status == base.OK:
+                        status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
+                    rows = self._message_rows(
+                        b, "produce", tname, pidx, h.correlation_id, ts0, with_offset=False
+                    )
+                    for _, r in rows:
+                        pend.held_bytes += (r.get("value_size") or 0) + len(r.get("key") or b"")
+                    pend.produce.append((tname, pidx, b, rows))
+        return status, err
+
+    def _message_rows(
+        self,
+        b: rec.Batch,
+        direction: str,
+        topic,
+        partition,
+        corr,
+        ts_ns,
+        with_offset: bool,
+        min_offset: int | None = None,
+    ) -> list[Row]:
+        if b.control:
+            return []
+        rows: list[Row] = []
+        pol = self.ctx.payload
+        bstatus = b.status
+        for r in b.records:
+            if min_offset is not None and r.offset < min_offset:
+                continue
+            row = {
+                "ts_ns": ts_ns,
+                "direction": direction,
+                "source": "capture",
+                "topic": topic,
+                "partition": partition,
+                "key": pol.key(r.key),
+                "headers": [{"key": k, "value": v} for k, v in r.headers],
+                "message_ts_ns": None if r.timestamp is None or r.timestamp < 0 else r.timestamp * 1_000_000,
+                "producer_id": b.producer_id if b.magic >= 2 else None,
+                "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
+                "sequence": (b.base_sequence + r.delta)
+                if b.magic >= 2 and (b.base_sequence or 0) >= 0
+                else None,
+                "compression": b.codec,
+                "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
+                "correlation_id": corr,
+                "decode_status": bstatus,
+                "decode_error": b.error,
+                "details": base.to_json(
+                    {
+                        "batch_base_offset": b.base_offset,
+                        "offset_delta": r.delta,
+                        "magic": b.magic,
+                        "transactional": b.transactional,
+                        "timestamp_type": b.timestamp_type,
+                    }
+                ),
+            }
+            if with_offset:
+                row["offset"] = r.offset
+                row["message_id"] = f"{topic}-{partition}@{r.offset}"
+            row.update(pol.value(r.value))
+            rows.append(("messages", row))
+        return rows
+
+    # -- responses ----------------------------------------------------------------------------
+    def _response(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
+        self._out_ref = out
+        size = len(frame) + 4
+        if len(frame) < 4:
+            out.append(
+                self._error_row(
+                    S2C, offset, base.MALFORMED, "response shorter than its header", frame, size, ts0, ts1
+                )
+            )
+            return
+        corr = _I32.unpack_from(frame, 0)[0]
+        p = self.pending.pop(corr, None)
+        if p is None:
+            if self.sasl_raw:
+                out.append(
+                    (
+                        "commands",
+                        {
+                            "direction": S2C,
+                            "command": "SaslToken",
+                            "size": size,
+                            "stream_offset": offset,
+                            "ts_ns": ts0,
+                            "ts_end_ns": ts1,
+                            "decode_status": base.OK,
+                            "details": base.to_json({"token": base.redacted(frame)}),
+                        },
+                    )
+                )
+                return
+            out.append(
+                self._error_row(
+                    S2C,
+                    offset,
+                    base.REQUEST_MISSING,
+                    "response whose request is not in the capture (api key and version unknown)",
+                    frame,
+                    size,
+                    ts0,
+                    ts1,
+                    correlation_id=corr,
+                )
+            )
+            return
+        self.held_bytes -= p.held_bytes
+        row = {
+            "direction": S2C,
+            "command": p.name,
+            "command_code": p.api_key,
+            "api_version": p.version,
+            "correlation_id": corr,
+            "size": size,
+            "stream_offset": offset,
+            "ts_ns": ts0,
+            "ts_end_ns": ts1,
+        }
+        lat = {
+            "ts_ns": p.ts_end,
+            "request_command": p.name,
+            "response_command": p.name,
+            "api_version": p.version,
+            "correlation_id": corr,
+            "request_ts_ns": p.ts_end,
+            "response_ts_ns": ts0,
+            "latency_us": (ts0 - p.ts_end) / 1000.0,
+            "topic": p.topic,
+            "partition": p.partition,
+        }
+        plan = schema.plan(p.api_key, p.version, "response") if p.decodable else None
+        if plan is None:
+            known = schema.specs().get(p.api_key) is not None
+            row.update(
+                decode_status=base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND,
+                decode_error="the request could not be decoded, so neither can its response",
+                raw=self.ctx.raw(frame),
+            )
+            out.append(("commands", row))
+            out.append(("latencies", lat))
+            for _t, _p, _b, mrows in p.produce:
+                out.extend(mrows)
+            return
+        body = None
+        try:
+            _c, tagged, pos = schema.read_response_header(frame, p.api_key, p.version)
+            body = schema.decode_body(plan, frame, pos)
+        except schema.DecodeError as e:
+            fallback_ok = False
+            if p.api_key == 18 and p.version > 0:
+                # a broker that does not support the requested ApiVersions version answers in v0
+                try:
+                    v0 = schema.plan(18, 0, "response")
+                    body = schema.decode_body(v0, frame, 4)
+                    plan, tagged, fallback_ok = v0, None, True
+                except schema.DecodeError:
+                    pass
+            if not fallback_ok:
+                row.update(
+                    decode_status=e.status,
+                    decode_error=self._why(plan, e),
+                    raw=None if p.api_key in (17, 36) else self.ctx.raw(frame),
+                )
+                out.append(("commands", row))
+                out.append(("latencies", lat))
+                for _t, _p, _b, mrows in p.produce:
+                    out.extend(mrows)
+                return
+        summ = plan.summarize(body)
+        topics = list(summ["topics"]) + [
+            self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
+        ]
+        err_code = summ["error_code"]
+        row.update(
+            topic=topics[0] if topics else p.topic,
+            topics=topics or None,
+            partition=summ["partition"] if summ["partition"] is not None else p.partition,
+            error_code=err_code,
+            throttle_time_ms=body.get("ThrottleTimeMs"),
+        )
+        lat["error_code"] = err_code
+        status, err = base.OK, None
+        extra: list[Row] = []
+        key = p.api_key
+        if key == 3:
+            self._learn_topic_ids(body)
+        elif key == 0:
+            self._produce_response(body, p, corr, ts0, lat["latency_us"], extra)
+        elif key == 1:
+            status, err = self._fetch_response(body, p, corr, ts0, extra)
+        elif key in (8, 28):
+            self._commit_response(body, p, corr, ts0, lat["latency_us"], extra)
+        elif key == 26 and p.txn:
+            extra.append(
+                (
+                    "acks",
+                    {
+                        "ts_ns": ts0,
+                        "ack_type": "kafka_end_txn",
+                        "producer_id": p.txn["producer_id"],
+                        "consumer": p.txn["transactional_id"],
+                        "error_code": body.get("ErrorCode"),
+                        "ack_latency_us": lat["latency_us"],
+                        "correlation_id": corr,
+                        "details": base.to_json(
+                            {"committed": p.txn["committed"], "producer_epoch": p.txn["producer_epoch"]}
+                        ),
+                    },
+                )
+            )
+        elif key == 17 and p.version == 0 and body.get("ErrorCode") == 0:
+            self.sasl_raw = True
+        elif key == 36 and body.get("ErrorCode") == 0:
+            self.sasl_raw = False
+        details = self._details(body, plan)
+        if tagged:
+            details["_header"] = {"tagged": tagged}
+        if plan.below_baseline:
+            details["_note"] = "version older than the specs' baseline, decoded from the field version ranges"
+        if plan.version != p.version:
+            details["_note"] = (
+                f"answered in ApiVersions v{plan.version} (requested v{p.version} not supported)"
+            )
+        row.update(decode_status=status, decode_error=err, details=base.to_json(details))
+        if status != base.OK:
+            row["raw"] = self.ctx.raw(frame)
+        out.append(("commands", row))
+        out.append(("latencies", lat))
+        out.extend(extra)
+
+    def _produce_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        acked: dict[tuple, tuple[int, int]] = {}
+        for t in body.get("Responses") or ():
+            tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
+            for part in t.get("PartitionResponses") or ():
+                pidx = part.get("Index")
+                ec = part.get("ErrorCode")
+                bo = part.get("BaseOffset")
+                acked[(tname, pidx)] = (ec, bo)
+                pid = seq = None
+                for tt, pp, b, _rows in p.produce:
+                    if tt == tname and pp == pidx and b.magic >= 2:
+                        pid, seq = b.producer_id, b.base_sequence
+                        break
+                extra.append(
+                    (
+                        "acks",
+                        {
+                            "ts_ns": ts0,
+                            "ack_type": "kafka_produce",
+                            "topic": tname,
+                            "partition": pidx,
+                            "offset": bo if ec == 0 else None,
+                            "message_id": f"{tname}-{pidx}@{bo}"
+                            if ec == 0 and bo is not None and bo >= 0
+                            else None,
+                            "producer_id": pid,
+                            "sequence": seq,
+                            "error_code": ec,
+                            "ack_latency_us": latency_us,
+                            "correlation_id": corr,
+                            "details": base.to_json(
+                                {
+                                    "log_append_time_ms": part.get("LogAppendTimeMs"),
+                                    "log_start_offset": part.get("LogStartOffset"),
+                                }
+                            ),
+                        },
+                    )
+                )
+        # produced messages get their offsets: base offset + position within the request
+        pos_in_part: dict[tuple, int] = {}
+        for tt, pp, _b, rows in p.produce:
+            ec, bo = acked.get((tt, pp), (None, None))
+            for _tbl, r in rows:
+                n = pos_in_part.get((tt, pp), 0)
+                pos_in_part[(tt, pp)] = n + 1
+                if ec == 0 and bo is not None and bo >= 0:
+                    r["offset"] = bo + n
+                    r["message_id"] = f"{tt}-{pp}@{bo + n}"
+                extra.append(("messages", r))
+
+    def _fetch_response(self, body, p: Pending, corr, ts0, extra) -> tuple[str, str | None]:
+        status, err = base.OK, None
+        cap = self.ctx.max_decompressed_bytes
+        for t in body.get("Responses") or ():
+            tk = t.get("Topic") or t.get("TopicId")
+            tname = self._resolve_topic(t.get("Topic"), t.get("TopicId"))
+            for part in t.get("Partitions") or ():
+                pidx = part.get("PartitionIndex")
+                raw = part.get("Records")
+                if not raw:
+                    if raw is not None:
+                        part["Records"] = _records_summary(rec.RecordSet([]))
+                    continue
+                rs = rec.read_record_set(raw, cap)
+                part["Records"] = _records_summary(rs)
+                if rs.error and status == base.OK:
+                    status, err = rs.status, f"{tname}-{pidx}: {rs.error}"
+                min_off = p.fetch_offsets.get((tk, pidx))
+                for b in rs.batches:
+                    if b.status != base.OK and status == base.OK:
+                        status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
+                    if b.control:
+                        extra.append(
+                            (
+                                "acks",
+                                {
+                                    "ts_ns": ts0,
+                                    "ack_type": "kafka_txn_marker",
+                                    "topic": tname,
+                                    "partition": pidx,
+                                    "offset": b.base_offset,
+                                    "message_id": f"{tname}-{pidx}@{b.base_offset}",
+                                    "producer_id": b.producer_id,
+                                    "correlation_id": corr,
+                                    "details": base.to_json(
+                                        {
+                                            "control_type": b.control_type,
+                                            "producer_epoch": b.producer_epoch,
+                                            "coordinator_epoch": b.coordinator_epoch,
+                                        }
+                                    ),
+                                },
+                            )
+                        )
+                        continue
+                    extra.extend(
+                        self._message_rows(
+                            b, "deliver", tname, pidx, corr, ts0, with_offset=True, min_offset=min_off
+                        )
+                    )
+        return status, err
+
+    def _commit_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        errs: dict[tuple, int] = {}
+        for t in body.get("Topics") or ():
+            tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
+            for part in t.get("Partitions") or ():
+                errs[(tname, part.get("PartitionIndex"))] = part.get("ErrorCode")
+        for tname, pidx, off in p.commits:
+            extra.append(
+                (
+                    "acks",
+                    {
+                        "ts_ns": ts0,
+                        "ack_type": "kafka_offset_commit",
+                        "topic": tname,
+                        "partition": pidx,
+                        "offset": off,
+                        "consumer": p.group,
+                        "producer_id": p.producer_id,
+                        "error_code": errs.get((tname, pidx)),
+                        "ack_latency_us": latency_us,
+                        "correlation_id": corr,
+                        "details": base.to_json({"api": p.name}),
+                    },
+                )
+            )
+
+
+def _records_summary(rs: rec.RecordSet) -> dict:
+    d: dict = {"batches": [b.summary() for b in rs.batches]}
+    if rs.partial_tail:
+        d["partial_tail_bytes"] = rs.partial_tail
+    if rs.error:
+        d["error"] = rs.error
+    return d
+
+
+def _clean(o):
+    """Copy a decoded body for details, redacting secret fields."""
+    if isinstance(o, dict):
+        return {
+            k: (base.redacted(v) if k in SECRET_FIELDS and isinstance(v, bytes | str) else _clean(v))
+            for k, v in o.items()
+        }
+    if isinstance(o, list):
+        return [_clean(v) for v in o]
+    return o

@@ -1,0 +1,600 @@
+"""Kafka message decoding driven by the official Kafka JSON message specs.
+
+The specs ship inside the kafka-python package (`kafka/protocol/schemas/resources/*.json`, the
+files Apache Kafka generates its own serializers from). They are read at run time through
+importlib.resources and never copied into this repository.
+
+For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
+of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
+is then a walk of closures with precompiled `struct.Struct`s, not an interpretation of the JSON.
+
+Wire rules implemented (Kafka protocol guide, KIP-482 for flexible versions):
+- int8/int16/int32/int64/uint16/uint32/float64 big-endian, bool one byte, uuid 16 bytes;
+- classic string: int16 length (-1 = null); classic bytes/records: int32 length (-1 = null);
+  classic array: int32 count (-1 = null);
+- flexible (compact) string/bytes/records/array: unsigned varint length+1 (0 = null);
+- a nullable struct (non-array) is preceded by an int8 marker (-1 null, 1 present);
+- in flexible versions every struct ends with a tagged-field section: uvarint count, then per field
+  uvarint tag, uvarint size, value. Known tags decode with their field's reader; unknown ones are
+  kept raw (base64 in details) under `_unknown_tagged_fields`.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.resources
+import json
+import re
+import struct
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+SPEC_PACKAGE = "kafka.protocol.schemas.resources"
+
+Reader = Callable[[bytes, int], tuple[object, int]]
+
+
+class DecodeError(Exception):
+    """A message that does not match its spec. `status` is a base decode_status value."""
+
+    def __init__(self, msg: str, status: str = "malformed"):
+        super().__init__(msg)
+        self.status = status
+
+
+class Truncated(DecodeError):
+    def __init__(self, msg: str = "message ends inside a field"):
+        super().__init__(msg, "truncated")
+
+
+# ---------------------------------------------------------------------------------------------
+# versions
+
+
+@dataclass(frozen=True)
+class Versions:
+    """A spec version range: "0+", "3-13", "5", "none"."""
+
+    lo: int
+    hi: int  # inclusive; a large number for "N+"
+
+    @classmethod
+    def parse(cls, s: str | None) -> Versions:
+        if s is None or s == "none" or s == "":
+            return cls(1, 0)  # empty
+        if s.endswith("+"):
+            return cls(int(s[:-1]), 1 << 15)
+        if "-" in s:
+            a, b = s.split("-")
+            return cls(int(a), int(b))
+        return cls(int(s), int(s))
+
+    def __contains__(self, v: int) -> bool:
+        return self.lo <= v <= self.hi
+
+
+# ---------------------------------------------------------------------------------------------
+# spec loading
+
+_COMMENT = re.compile(r"(?m)^\s*//.*$")
+
+
+@dataclass
+class ApiSpec:
+    api_key: int
+    name: str  # "Produce"
+    valid: Versions
+    flexible: Versions
+    request: dict
+    response: dict
+    request_structs: dict = field(default_factory=dict)
+    response_structs: dict = field(default_factory=dict)
+
+
+def _load_json(name: str) -> dict:
+    text = importlib.resources.files(SPEC_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    return json.loads(_COMMENT.sub("", text))
+
+
+@lru_cache(maxsize=1)
+def specs() -> dict[int, ApiSpec]:
+    """Every API in the shipped specs, by api key (loaded once per process)."""
+    out: dict[int, ApiSpec] = {}
+    files = sorted(
+        p.name for p in importlib.resources.files(SPEC_PACKAGE).iterdir() if p.name.endswith(".json")
+    )
+    by_key: dict[int, dict[str, dict]] = {}
+    for fname in files:
+        j = _load_json(fname)
+        if "apiKey" not in j or j.get("type") not in ("request", "response"):
+            continue
+        by_key.setdefault(int(j["apiKey"]), {})[j["type"]] = j
+    for key, pair in sorted(by_key.items()):
+        if "request" not in pair or "response" not in pair:
+            continue
+        req, resp = pair["request"], pair["response"]
+        name = req["name"][: -len("Request")] if req["name"].endswith("Request") else req["name"]
+        out[key] = ApiSpec(
+            api_key=key,
+            name=name,
+            valid=Versions.parse(req["validVersions"]),
+            flexible=Versions.parse(req.get("flexibleVersions")),
+            request=req,
+            response=resp,
+            request_structs={s["name"]: s["fields"] for s in req.get("commonStructs", [])},
+            response_structs={s["name"]: s["fields"] for s in resp.get("commonStructs", [])},
+        )
+    return out
+
+
+def api_name(api_key: int) -> str | None:
+    s = specs().get(api_key)
+    return s.name if s else None
+
+
+def spec_versions(api_key: int) -> tuple[int, int] | None:
+    s = specs().get(api_key)
+    return (s.valid.lo, s.valid.hi) if s else None
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    s = specs().get(api_key)
+    return bool(s and version in s.flexible)
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    """2 for flexible request versions, else 1 (0 only for ControlledShutdown v0, key 7)."""
+    if api_key == 7 and version == 0:
+        return 0
+    return 2 if is_flexible(api_key, version) else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    """1 for flexible versions, except ApiVersions (key 18) whose response header is always v0."""
+    if api_key == 18:
+        return 0
+    return 1 if is_flexible(api_key, version) else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# primitive readers
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_F64 = struct.Struct(">d")
+
+
+def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Unsigned LEB128 varint (at most 5 bytes for the 32-bit values Kafka uses, 10 for 64)."""
+    result = 0
+    shift = 0
+    n = len(buf)
+    while True:
+        if pos >= n:
+            raise Truncated("varint runs past the end")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+
+
+def _fixed(st: struct.Struct) -> Reader:
+    size = st.size
+    unpack = st.unpack_from
+
+    def r(buf: bytes, pos: int):
+        if pos + size > len(buf):
+            raise Truncated()
+        return unpack(buf, pos)[0], pos + size
+
+    return r
+
+
+def _read_bool(buf: bytes, pos: int):
+    if pos >= len(buf):
+        raise Truncated()
+    return buf[pos] != 0, pos + 1
+
+
+def _read_uuid(buf: bytes, pos: int):
+    if pos + 16 > len(buf):
+        raise Truncated()
+    return str(uuid.UUID(bytes=bytes(buf[pos : pos + 16]))), pos + 16
+
+
+def _len_classic16(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos + 2 > len(buf):
+        raise Truncated()
+    return _I16.unpack_from(buf, pos)[0], pos + 2
+
+
+def _len_classic32(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos + 4 > len(buf):
+        raise Truncated()
+    return _I32.unpack_from(buf, pos)[0], pos + 4
+
+
+def _len_compact(buf: bytes, pos: int) -> tuple[int, int]:
+    n, pos = read_uvarint(buf, pos)
+    return n - 1, pos
+
+
+def _blob_reader(length: Callable, nullable: bool, as_text: bool) -> Reader:
+    def r(buf: bytes, pos: int):
+        n, pos = length(buf, pos)
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            if n == -1:
+                # a non-nullable field sent as null: tolerated by Kafka's own readers only for
+                # nullable fields; report it rather than guess
+                raise DecodeError("null in a non-nullable field")
+            raise DecodeError(f"negative length {n}")
+        end = pos + n
+        if end > len(buf):
+            raise Truncated(f"length {n} runs past the end")
+        b = bytes(buf[pos:end])
+        if as_text:
+            return b.decode("utf-8", errors="replace"), end
+        return b, end
+
+    return r
+
+
+_PRIMITIVES: dict[str, Reader] = {
+    "int8": _fixed(_I8),
+    "int16": _fixed(_I16),
+    "int32": _fixed(_I32),
+    "int64": _fixed(_I64),
+    "uint16": _fixed(_U16),
+    "uint32": _fixed(_U32),
+    "float64": _fixed(_F64),
+    "bool": _read_bool,
+    "uuid": _read_uuid,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# compiling a plan
+
+
+@dataclass
+class Plan:
+    """The compiled decoder of one (api_key, version, kind)."""
+
+    api_key: int
+    version: int
+    kind: str  # request | response
+    name: str
+    flexible: bool
+    read: Reader
+    below_baseline: bool  # version older than the spec's validVersions (decoded from field ranges)
+    records_fields: tuple[str, ...]
+    meta: Callable[[dict, dict, int], None]  # collects topics, partition and error codes
+
+    def summarize(self, d: dict) -> dict:
+        """topics (names in order), topic_ids, partition (first), error_code (top-level, else the
+        first non-zero nested one, else 0 when the message has any error code)."""
+        out: dict = {
+            "topics": [],
+            "topic_ids": [],
+            "partition": None,
+            "top_error": None,
+            "nested_error": None,
+            "any_error": False,
+        }
+        self.meta(d, out, 0)
+        err = out["top_error"]
+        if err is None:
+            err = (
+                out["nested_error"] if out["nested_error"] is not None else (0 if out["any_error"] else None)
+            )
+        elif err == 0 and out["nested_error"] is not None:
+            err = out["nested_error"]
+        out["error_code"] = err
+        return out
+
+
+def _compile_struct(
+    fields: list[dict], version: int, flexible: bool, structs: dict[str, list], records: set
+) -> Reader:
+    regular: list[tuple[str, Reader]] = []
+    tagged: dict[int, tuple[str, Reader]] = {}
+    for f in fields:
+        if version not in Versions.parse(f["versions"]):
+            continue
+        fflex = flexible
+        if "flexibleVersions" in f:
+            fflex = version in Versions.parse(f["flexibleVersions"])
+        reader = _compile_field(f, version, fflex, flexible, structs, records)
+        if flexible and "tag" in f and version in Versions.parse(f.get("taggedVersions", f["versions"])):
+            tagged[int(f["tag"])] = (f["name"], reader)
+        else:
+            regular.append((f["name"], reader))
+
+    regular_t = tuple(regular)
+
+    if not flexible:
+
+        def read_struct(buf: bytes, pos: int):
+            d = {}
+            for name, r in regular_t:
+                d[name], pos = r(buf, pos)
+            return d, pos
+
+        return read_struct
+
+    def read_flex(buf: bytes, pos: int):
+        d = {}
+        for name, r in regular_t:
+            d[name], pos = r(buf, pos)
+        count, pos = read_uvarint(buf, pos)
+        if count > len(buf) - pos:
+            raise DecodeError(f"tagged field count {count} exceeds the message")
+        unknown = None
+        for _ in range(count):
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            end = pos + size
+            if end > len(buf):
+                raise Truncated("tagged field runs past the end")
+            known = tagged.get(tag)
+            if known is not None:
+                value, used = known[1](bytes(buf[pos:end]), 0)
+                if used != size:
+                    raise DecodeError(f"tagged field {known[0]} size {size} but value used {used}")
+                d[known[0]] = value
+            else:
+                if unknown is None:
+                    unknown = {}
+                unknown[str(tag)] = {"base64": base64.b64encode(bytes(buf[pos:end])).decode("ascii")}
+            pos = end
+        if unknown is not None:
+            d["_unknown_tagged_fields"] = unknown
+        return d, pos
+
+    return read_flex
+
+
+def _compile_field(
+    f: dict, version: int, compact: bool, flexible: bool, structs: dict, records: set
+) -> Reader:
+    """A reader for field `f` at `version`; `compact` = compact encoding for this field."""
+    t: str = f["type"]
+    nullable = version in Versions.parse(f.get("nullableVersions"))
+    if t.startswith("[]"):
+        inner_t = t[2:]
+        if inner_t in _PRIMITIVES or inner_t in ("string", "bytes"):
+            elem = _compile_field(
+                {**f, "type": inner_t, "nullableVersions": "none"},
+                version,
+                compact,
+                flexible,
+                structs,
+                records,
+            )
+        else:
+            sub = f.get("fields") or structs.get(inner_t)
+            if sub is None:
+                raise ValueError(f"unknown struct type {inner_t}")
+            elem = _compile_struct(sub, version, flexible, structs, records)
+        length = _len_compact if compact else _len_classic32
+
+        def read_array(buf: bytes, pos: int):
+            n, pos = length(buf, pos)
+            if n < 0:
+                if n == -1 and nullable:
+                    return None, pos
+                if n == -1:
+                    raise DecodeError("null array in a non-nullable field")
+                raise DecodeError(f"negative array length {n}")
+            if n > len(buf) - pos:
+                raise DecodeError(f"array length {n} exceeds the remaining {len(buf) - pos} bytes")
+            out = []
+            append = out.append
+            for _ in range(n):
+                v, pos = elem(buf, pos)
+                append(v)
+            return out, pos
+
+        return read_array
+    if t in _PRIMITIVES:
+        return _PRIMITIVES[t]
+    if t == "string":
+        return _blob_reader(_len_compact if compact else _len_classic16, nullable, True)
+    if t == "bytes":
+        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
+    if t == "records":
+        records.add(f["name"])
+        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
+    # a single (non-array) struct
+    sub = f.get("fields") or structs.get(t)
+    if sub is None:
+        raise ValueError(f"unknown type {t}")
+    inner = _compile_struct(sub, version, flexible, structs, records)
+    if not nullable:
+        return inner
+
+    def read_nullable_struct(buf: bytes, pos: int):
+        if pos >= len(buf):
+            raise Truncated()
+        marker = _I8.unpack_from(buf, pos)[0]
+        if marker < 0:
+            return None, pos + 1
+        return inner(buf, pos + 1)
+
+    return read_nullable_struct
+
+
+_plans: dict[tuple[int, int, str], Plan | None] = {}
+
+
+def plan(api_key: int, version: int, kind: str) -> Plan | None:
+    """The compiled plan, or None when the api key is unknown or the version is newer than the spec.
+
+    Versions older than the spec's baseline (Kafka 4.0 dropped e.g. Produce v0-2 from the specs
+    but kept the field version ranges) are compiled from the field ranges and flagged
+    `below_baseline`; the caller checks that such a decode consumes the frame exactly.
+    """
+    k = (api_key, version, kind)
+    p = _plans.get(k, False)
+    if p is not False:
+        return p  # type: ignore[return-value]
+    s = specs().get(api_key)
+    if s is None or version < 0 or version > s.valid.hi:
+        _plans[k] = None
+        return None
+    msg = s.request if kind == "request" else s.response
+    structs = s.request_structs if kind == "request" else s.response_structs
+    flexible = version in s.flexible
+    records: set = set()
+    reader = _compile_struct(msg.get("fields", []), version, flexible, structs, records)
+    meta = _compile_meta(msg.get("fields", []), version, structs)
+    p = Plan(
+        api_key, version, kind, s.name, flexible, reader, version < s.valid.lo, tuple(sorted(records)), meta
+    )
+    _plans[k] = p
+    return p
+
+
+_PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
+
+
+def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[dict, dict, int], None]:
+    """A walker over a decoded struct that collects what the commands row names: topics (fields
+    whose entityType is topicName), topic ids, the first partition and the error codes."""
+    topic_key = topics_key = topic_id_key = part_key = None
+    has_error = False
+    children: list[tuple[str, Callable, bool]] = []
+    for f in fields:
+        if version not in Versions.parse(f["versions"]):
+            continue
+        t, name = f["type"], f["name"]
+        if f.get("entityType") == "topicName":
+            if t == "string":
+                topic_key = name
+            elif t == "[]string":
+                topics_key = name
+        elif t == "uuid" and name == "TopicId":
+            topic_id_key = name
+        elif t == "int32" and name in _PARTITION_KEYS and part_key is None:
+            part_key = name
+        elif t == "int16" and name == "ErrorCode":
+            has_error = True
+        elif t.startswith("[]") and (f.get("fields") or t[2:] in structs):
+            children.append((name, _compile_meta(f.get("fields") or structs[t[2:]], version, structs), True))
+        elif t[:1].isupper() and (f.get("fields") or t in structs):
+            children.append((name, _compile_meta(f.get("fields") or structs[t], version, structs), False))
+
+    def walk(d: dict, out: dict, depth: int) -> None:
+        if topic_key is not None:
+            v = d.get(topic_key)
+            if v and v not in out["topics"]:
+                out["topics"].append(v)
+        if topics_key is not None:
+            for v in d.get(topics_key) or ():
+                if v and v not in out["topics"]:
+                    out["topics"].append(v)
+        if topic_id_key is not None:
+            v = d.get(topic_id_key)
+            if v and v not in out["topic_ids"]:
+                out["topic_ids"].append(v)
+        if part_key is not None and out["partition"] is None and (topic_key or topic_id_key or depth > 1):
+            out["partition"] = d.get(part_key)
+        if has_error:
+            v = d.get("ErrorCode")
+            if v is not None:
+                if depth == 0:
+                    out["top_error"] = v
+                else:
+                    out["any_error"] = True
+                    if v != 0 and out["nested_error"] is None:
+                        out["nested_error"] = v
+        for name, sub, is_array in children:
+            v = d.get(name)
+            if not v:
+                continue
+            if is_array:
+                for item in v:
+                    sub(item, out, depth + 1)
+            else:
+                sub(v, out, depth + 1)
+
+    return walk
+
+
+MAX_TRAILING = 64
+
+
+def decode_body(p: Plan, buf: bytes, pos: int) -> dict:
+    """Decode a message body. Kafka brokers ignore bytes after a request's last field, and some
+    clients send a few (old librdkafka's ApiVersions v0 carries 4 zero bytes): up to MAX_TRAILING
+    such bytes are kept in `_trailing_bytes`; more mean the frame is not what its header says."""
+    d, end = p.read(buf, pos)
+    extra = len(buf) - end
+    if extra:
+        if extra > MAX_TRAILING or p.below_baseline:
+            raise DecodeError(f"{extra} bytes left after the {p.name} v{p.version} {p.kind}")
+        d["_trailing_bytes"] = {"base64": base64.b64encode(bytes(buf[end:])).decode("ascii")}
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# headers
+
+
+@dataclass
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_version: int
+    tagged: dict | None
+    body_offset: int
+
+
+def read_request_header(buf: bytes, pos: int = 0) -> RequestHeader:
+    """Request header v0/v1/v2 (the version follows from the api key and version)."""
+    if pos + 8 > len(buf):
+        raise Truncated("request header")
+    api_key, api_version, corr = struct.unpack_from(">hhi", buf, pos)
+    pos += 8
+    hv = request_header_version(api_key, api_version)
+    client_id = None
+    tagged = None
+    if hv >= 1:
+        client_id, pos = _CLIENT_ID(buf, pos)
+    if hv >= 2:
+        tagged, pos = _EMPTY_FLEX(buf, pos)
+        tagged = tagged or None
+    return RequestHeader(api_key, api_version, corr, client_id, hv, tagged, pos)
+
+
+_CLIENT_ID = _blob_reader(_len_classic16, True, True)
+_EMPTY_FLEX = _compile_struct([], 0, True, {}, set())
+
+
+def read_response_header(
+    buf: bytes, api_key: int, version: int, pos: int = 0
+) -> tuple[int, dict | None, int]:
+    """(correlation_id, tagged fields or None, body offset)."""
+    if pos + 4 > len(buf):
+        raise Truncated("response header")
+    corr = _I32.unpack_from(buf, pos)[0]
+    pos += 4
+    tagged = None
+    if response_header_version(api_key, version) >= 1:
+        tagged, pos = _EMPTY_FLEX(buf, pos)
+        tagged = tagged or None
+    return corr, tagged, pos
