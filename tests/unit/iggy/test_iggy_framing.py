@@ -1,0 +1,251 @@
+"""Framing: both length-prefixed generations, VSR headers, splits, gaps, garbage, oversize,
+sniffing, and the public capture rs.pcapng."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from brokerscope import tables
+from brokerscope.protocols.base import Context
+from brokerscope.protocols.iggy import PROTOCOL
+
+from .frames import (
+    CONN,
+    num_id,
+    req,
+    req2,
+    resp,
+    resp2,
+    run,
+    s8,
+    s32,
+    str_id,
+    table,
+    u32,
+    u64,
+    vsr_header,
+)
+
+RS = os.path.join(os.path.dirname(__file__), "../../../../shared/captures/iggy/rs.pcapng")
+
+CONVO = [
+    ("c2s", req(38, s8("iggy") + s8("pw") + s32("0.7.0") + s32(""))),
+    ("s2c", resp(u32(1))),
+    ("c2s", req(1)),
+    ("s2c", resp()),
+    ("c2s", req(202, u32(1) + s8("s"))),
+    ("s2c", resp(u32(1) + u64(5) + u32(0) + u64(0) + u64(0) + s8("s"))),
+    ("c2s", req(121, b"\x01" + u32(3) + num_id(1) + str_id("t") + u32(1) + u64(9))),
+    ("s2c", resp()),
+]
+
+
+def _key(rows):
+    """Rows without times, for comparing splits."""
+    return [
+        (t, {k: v for k, v in r.items() if "ts" not in k and k not in ("latency_us", "ack_latency_us")})
+        for t, r in rows
+    ]
+
+
+def test_classic_fifo_pairing_and_tables_conform():
+    rows = run(CONVO)
+    for name in ("commands", "latencies", "acks"):
+        tables.conform(name, table(rows, name))
+    cmds = table(rows, "commands")
+    assert [c["command"] for c in cmds] == ["LOGIN_USER"] * 2 + ["PING"] * 2 + ["CREATE_STREAM"] * 2 + [
+        "STORE_CONSUMER_OFFSET"
+    ] * 2
+    assert all(c["decode_status"] == "ok" for c in cmds)
+    assert [c["correlation_id"] for c in cmds] == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert [c["stream_offset"] for c in cmds if c["direction"] == "c2s"] == [0, 29, 37, 51]
+    acks = table(rows, "acks")
+    assert len(acks) == 1
+    a = acks[0]
+    assert (a["ack_type"], a["topic"], a["partition"], a["offset"], a["consumer"]) == (
+        "iggy_offset",
+        "1/t",
+        1,
+        9,
+        "consumer:3",
+    )
+    assert a["error_code"] == 0
+    assert len(table(rows, "latencies")) == 4
+
+
+@pytest.mark.parametrize("direction", ["c2s", "s2c"])
+def test_every_split_point_gives_the_same_rows(direction):
+    whole = _key(run(CONVO))
+    stream = b"".join(d for dd, d in CONVO if dd == direction)
+    other = [(dd, d) for dd, d in CONVO if dd != direction]
+    for cut in range(1, len(stream)):
+        parts = [(direction, stream[:cut]), (direction, stream[cut:])]
+        chunks = parts + other if direction == "c2s" else other + parts
+        got = _key(run(chunks))
+        assert sorted(map(repr, got)) == sorted(map(repr, whole)), cut
+
+
+def test_byte_by_byte():
+    chunks = []
+    for d, data in CONVO:
+        chunks += [(d, data[i : i + 1]) for i in range(len(data))]
+    assert sorted(map(repr, _key(run(chunks)))) == sorted(map(repr, _key(run(CONVO))))
+
+
+def test_request_id_framing_pairs_out_of_order():
+    rows = run(
+        [
+            ("c2s", req2(1, 10)),
+            ("c2s", req2(200, 11, num_id(1))),
+            ("c2s", req2(10, 12)),
+            ("s2c", resp2(11, b"", status=1009)),
+            ("s2c", resp2(10)),
+            ("s2c", resp2(99)),
+        ]
+    )
+    cmds = table(rows, "commands")
+    assert all(json.loads(c["details"])["framing"] == "request_id" for c in cmds)
+    s2c = [c for c in cmds if c["direction"] == "s2c"]
+    assert [(c["command"], c["correlation_id"], c["error_code"]) for c in s2c[:2]] == [
+        ("GET_STREAM", 11, 1009),
+        ("PING", 10, 0),
+    ]
+    assert s2c[2]["decode_status"] == "request_missing" and s2c[2]["correlation_id"] == 99
+    lat = table(rows, "latencies")
+    assert {(r["request_command"], r.get("response_ts_ns") is None) for r in lat} == {
+        ("GET_STREAM", False),
+        ("PING", False),
+        ("GET_STATS", True),
+    }
+
+
+def test_request_id_framing_detected_from_a_payload_request():
+    rows = run([("c2s", req2(38, 1, s8("u") + s8("p") + s32("v") + s32(""))), ("s2c", resp2(1, u32(7)))])
+    cmds = table(rows, "commands")
+    assert [c["decode_status"] for c in cmds] == ["ok", "ok"]
+    assert json.loads(cmds[1]["details"])["user_id"] == 7
+
+
+def test_vsr_header_frames_pair_by_request_number():
+    body = b"xyz"
+    rows = run(
+        [
+            ("c2s", vsr_header(5, 256 + len(body), request=1, operation=128) + body),
+            ("c2s", vsr_header(5, 256, request=2, operation=2)),
+            ("s2c", vsr_header(8, 256, request=1, operation=128)),
+        ]
+    )
+    cmds = table(rows, "commands")
+    tables.conform("commands", cmds)
+    assert [(c["direction"], c["command"], c["correlation_id"]) for c in cmds] == [
+        ("c2s", "CREATE_STREAM", 1),
+        ("c2s", "VSR_OP_2", 2),
+        ("s2c", "CREATE_STREAM", 1),
+    ]
+    d = json.loads(cmds[0]["details"])
+    assert (d["framing"], d["vsr_command"], d["body_size"], d["client"][-2:]) == ("vsr", "REQUEST", 3, "07")
+    lat = table(rows, "latencies")
+    assert {(r["correlation_id"], r.get("response_command")) for r in lat} == {
+        (1, "CREATE_STREAM"),
+        (2, None),
+    }
+
+
+def test_garbage_between_frames_is_recorded_and_skipped():
+    junk = b"\xff" * 13
+    rows = run([("c2s", req(1) + junk + req(10)), ("s2c", resp() + resp())])
+    cmds = table(rows, "commands")
+    c2s = [c for c in cmds if c["direction"] == "c2s"]
+    assert [c.get("command") for c in c2s] == ["PING", None, "GET_STATS"]
+    assert c2s[1]["decode_status"] == "malformed" and c2s[1]["size"] == 13
+    assert c2s[1]["raw"] == junk
+    assert c2s[2]["stream_offset"] == 8 + 13
+
+
+def test_pure_garbage_never_raises():
+    import random
+
+    rnd = random.Random(5)
+    for _ in range(50):
+        blob = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 400)))
+        rows = run([("c2s", blob), ("s2c", blob[::-1])])
+        for name in ("commands", "latencies", "messages", "acks"):
+            tables.conform(name, table(rows, name))
+
+
+def test_truncated_frame_at_close():
+    rows = run([("c2s", req(202, u32(1) + s8("stream"))[:-3])])
+    cmds = table(rows, "commands")
+    assert len(cmds) == 1 and cmds[0]["decode_status"] == "truncated"
+
+
+def test_oversize_frame_skipped_and_next_frame_decoded():
+    ctx = Context(max_frame_bytes=64)
+    big = req(202, u32(1) + s8("x" * 100))
+    rows = run([("c2s", big[:50]), ("c2s", big[50:] + req(1)), ("s2c", resp() + resp())], ctx=ctx)
+    c2s = [c for c in table(rows, "commands") if c["direction"] == "c2s"]
+    assert [(c.get("command"), c["decode_status"]) for c in c2s] == [
+        ("CREATE_STREAM", "oversize"),
+        ("PING", "ok"),
+    ]
+    assert c2s[0]["size"] == len(big) and c2s[1]["stream_offset"] == len(big)
+    s2c = [c for c in table(rows, "commands") if c["direction"] == "s2c"]
+    assert [c["command"] for c in s2c] == ["CREATE_STREAM", "PING"]
+
+
+def test_gap_records_row_and_resyncs():
+    conv = PROTOCOL.conversation(CONN, Context())
+    rows = list(conv.feed("c2s", req(202, u32(1) + s8("abc"))[:6], 1))
+    rows += conv.gap("c2s", 100, 2)
+    rows += conv.feed("c2s", b"\x00\x01" + req(1), 3)
+    rows += conv.feed("s2c", resp(), 4)
+    rows += conv.close()
+    cmds = table(rows, "commands")
+    assert cmds[0]["decode_status"] == "gap"
+    assert [c.get("command") for c in cmds if c["decode_status"] == "ok"] == ["PING", "PING"]
+
+
+def test_sniff():
+    login = req(38, s8("iggy") + s8("iggy") + s32("0.7.0") + s32(""))
+    assert PROTOCOL.sniff(login, resp(u32(1))) >= 0.8
+    assert PROTOCOL.sniff(req(1), resp()) >= 0.7
+    assert PROTOCOL.sniff(vsr_header(5, 256, 1, 2), b"") >= 0.7
+    assert PROTOCOL.sniff(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n") == 0.0
+    kafka_api_versions = bytes.fromhex("0000002300120003000000010009636c69656e742d6964")
+    assert PROTOCOL.sniff(kafka_api_versions, b"") < 0.5
+    assert PROTOCOL.sniff(b"", b"") == 0.0
+    assert PROTOCOL.default_ports == (8090,)
+
+
+@pytest.mark.skipif(not os.path.exists(RS), reason="public capture not present")
+def test_public_capture_rs_pcapng():
+    from scapy.all import TCP, rdpcap
+
+    conv = PROTOCOL.conversation(CONN, Context())
+    rows = []
+    for p in rdpcap(RS):
+        t = p[TCP]
+        pl = bytes(t.payload)
+        if pl and 8090 in (t.sport, t.dport):
+            rows += conv.feed("c2s" if t.dport == 8090 else "s2c", pl, int(p.time * 1e9))
+    rows += conv.close()
+    cmds = table(rows, "commands")
+    tables.conform("commands", cmds)
+    assert [(c["direction"], c["command"], c["decode_status"]) for c in cmds] == [
+        (d, n, "ok") for n in ("LOGIN_USER", "PING", "CREATE_STREAM", "CREATE_TOPIC") for d in ("c2s", "s2c")
+    ]
+    login = json.loads(cmds[0]["details"])
+    assert login["username"] == "iggy" and login["password"] == "<redacted 4 bytes>"
+    assert login["version"] == "0.7.0"
+    assert b"\x04iggy\x05" not in repr(rows).encode()
+    assert json.loads(cmds[4]["details"])["name"] == "test_stream"
+    topic = json.loads(cmds[7]["details"])
+    assert topic["name"] == "test_topic" and len(topic["partitions"]) == 3
+    assert cmds[6]["topic"] == "1/test_topic"
+    lat = table(rows, "latencies")
+    assert [r["request_command"] for r in lat] == ["LOGIN_USER", "PING", "CREATE_STREAM", "CREATE_TOPIC"]
+    assert all(r["latency_us"] > 0 and r["error_code"] == 0 for r in lat)
+    assert round(lat[1]["latency_us"]) == 215

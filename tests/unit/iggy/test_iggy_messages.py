@@ -1,0 +1,195 @@
+"""SEND_MESSAGES -> produce rows, POLL_MESSAGES responses -> deliver rows, checksums, acks."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import pytest
+import xxhash
+
+from brokerscope import tables
+from brokerscope.protocols.base import Context, PayloadPolicy
+from brokerscope.protocols.iggy.messages import build_headers, build_message
+
+from .frames import num_id, req, resp, run, str_id, table, u8, u32, u64
+
+ST = str_id("orders") + str_id("eu")
+HDRS = build_headers([("trace", 2, b"abc"), ("n", 11, struct.pack("<I", 7)), ("ok", 3, b"\x01")])
+MSGS = [(0x0102030405060708090A0B0C0D0E0F10, b"hello", HDRS), (2, b"world!", b"")]
+
+
+PART3 = b"\x02\x04" + u32(3)
+
+
+def send_new(msgs, header_size=64, partitioning=PART3) -> bytes:
+    """0.5+ SEND_MESSAGES: metadata_length, ids, partitioning, count, 16-byte index, messages."""
+    meta = ST + partitioning + u32(len(msgs))
+    body = b""
+    index = b""
+    for mid, payload, hdrs in msgs:
+        m = build_message(
+            mid,
+            payload,
+            hdrs,
+            origin_timestamp=1_700_000_000_000_000,
+            header_size=header_size,
+            with_checksum=False,
+        )
+        body += m
+        index += u32(0) + u32(len(body)) + u64(0)
+    return u32(len(meta)) + meta + index + body
+
+
+def send_legacy(msgs) -> bytes:
+    """Spec SEND_MESSAGES: ids, partitioning, then id u128, headers len, headers, len, payload."""
+    out = ST + b"\x01\x00"
+    for mid, payload, hdrs in msgs:
+        out += mid.to_bytes(16, "little") + u32(len(hdrs)) + hdrs + u32(len(payload)) + payload
+    return out
+
+
+def polled_new(msgs, header_size=64, first_offset=10, corrupt=None) -> bytes:
+    out = b""
+    for i, (mid, payload, hdrs) in enumerate(msgs):
+        m = bytearray(
+            build_message(
+                mid,
+                payload,
+                hdrs,
+                offset=first_offset + i,
+                timestamp=1_700_000_000_000_000 + i,
+                header_size=header_size,
+            )
+        )
+        if corrupt == i:
+            m[-1] ^= 0xFF
+        out += m
+    return u32(3) + u64(first_offset + len(msgs) - 1) + u32(len(msgs)) + out
+
+
+def polled_legacy(msgs, first_offset=10) -> bytes:
+    out = u32(3) + u64(first_offset + len(msgs) - 1) + u32(len(msgs))
+    for i, (mid, payload, hdrs) in enumerate(msgs):
+        out += u64(first_offset + i) + u8(1) + u64(1_700_000_000_000_000) + mid.to_bytes(16, "little")
+        out += u32(zlib.crc32(payload)) + u32(len(hdrs)) + hdrs + u32(len(payload)) + payload
+    return out
+
+
+POLL = b"\x01" + num_id(5) + ST + u32(3) + b"\x01" + u64(10) + u32(10) + b"\x01"
+
+
+def _check_messages(rows, direction):
+    msgs = [r for r in table(rows, "messages") if r["direction"] == direction]
+    tables.conform("messages", msgs)
+    assert [m["message_id"] for m in msgs] == [str(MSGS[0][0]), "2"]
+    assert [m["value"] for m in msgs] == [b"hello", b"world!"]
+    assert msgs[0]["headers"] == [
+        {"key": "trace", "value": b"abc"},
+        {"key": "n", "value": struct.pack("<I", 7)},
+        {"key": "ok", "value": b"\x01"},
+    ]
+    d = json.loads(msgs[0]["details"])
+    assert d["headers"] == [
+        {"key": "trace", "kind": "string", "value": "abc"},
+        {"key": "n", "kind": "uint32", "value": 7},
+        {"key": "ok", "kind": "bool", "value": True},
+    ]
+    assert all(m["topic"] == "orders/eu" and m["partition"] == 3 for m in msgs)
+    assert all(m["source"] == "capture" for m in msgs)
+    return msgs
+
+
+@pytest.mark.parametrize("header_size", [64, 56])
+def test_send_new_layout_produces(header_size):
+    rows = run([("c2s", req(101, send_new(MSGS, header_size))), ("s2c", resp())])
+    msgs = _check_messages(rows, "produce")
+    assert msgs[0]["message_ts_ns"] == 1_700_000_000_000_000_000
+    assert msgs[0]["checksum_ok"] is None  # clients send 0: nothing to verify
+    cmd = table(rows, "commands")[0]
+    d = json.loads(cmd["details"])
+    assert d["format"] == f"v{header_size}" and d["messages_count"] == 2
+    assert d["partitioning"] == {"kind": "partition_id", "length": 4, "value": 3}
+    assert cmd["topic"] == "orders/eu" and cmd["partition"] == 3
+
+
+def test_send_legacy_layout_produces():
+    rows = run([("c2s", req(101, send_legacy(MSGS))), ("s2c", resp())])
+    msgs = [r for r in table(rows, "messages")]
+    assert [m["value"] for m in msgs] == [b"hello", b"world!"]
+    assert msgs[0]["headers"][0] == {"key": "trace", "value": b"abc"}
+    assert json.loads(table(rows, "commands")[0]["details"])["format"] == "legacy"
+
+
+def test_messages_key_partitioning_sets_key():
+    rows = run([("c2s", req(101, send_new(MSGS, partitioning=b"\x03\x04user"))), ("s2c", resp())])
+    assert {m["key"] for m in table(rows, "messages")} == {b"user"}
+    assert {m["partition"] for m in table(rows, "messages")} == {None}
+
+
+@pytest.mark.parametrize("header_size", [64, 56])
+def test_poll_new_layout_delivers_with_checksums_and_auto_commit_ack(header_size):
+    rows = run([("c2s", req(100, POLL)), ("s2c", resp(polled_new(MSGS, header_size)))])
+    msgs = _check_messages(rows, "deliver")
+    assert [m["offset"] for m in msgs] == [10, 11]
+    assert all(m["checksum_ok"] is True and m["decode_status"] == "ok" for m in msgs)
+    assert msgs[1]["message_ts_ns"] == (1_700_000_000_000_000 + 1) * 1000
+    acks = table(rows, "acks")
+    tables.conform("acks", acks)
+    assert [(a["offset"], a["consumer"], a["topic"], a["partition"]) for a in acks] == [
+        (11, "consumer:5", "orders/eu", 3)
+    ]
+    assert json.loads(acks[0]["details"])["auto_commit"] is True
+
+
+def test_checksum_is_xxh3_of_everything_after_the_checksum_field():
+    m = build_message(5, b"p", b"", offset=1, timestamp=2, header_size=64)
+    assert struct.unpack_from("<Q", m)[0] == xxhash.xxh3_64_intdigest(m[8:])
+    assert len(m) == 64 + 1
+
+
+def test_bad_checksum_is_flagged_rest_kept():
+    rows = run([("c2s", req(100, POLL)), ("s2c", resp(polled_new(MSGS, corrupt=0)))])
+    msgs = table(rows, "messages")
+    assert [m["checksum_ok"] for m in msgs] == [False, True]
+    assert msgs[0]["decode_status"] == "checksum_mismatch"
+    assert msgs[1]["value"] == b"world!"  # the intact message is kept
+
+
+def test_poll_legacy_layout_delivers_with_crc32():
+    rows = run([("c2s", req(100, POLL)), ("s2c", resp(polled_legacy(MSGS)))])
+    msgs = table(rows, "messages")
+    assert [m["offset"] for m in msgs] == [10, 11]
+    assert all(m["checksum_ok"] for m in msgs)
+    assert json.loads(msgs[0]["details"])["state"] == "available"
+
+
+def test_store_offset_ack_latency_from_delivery():
+    store = b"\x01" + num_id(5) + ST + u32(3) + u64(11)
+    rows = run(
+        [
+            ("c2s", req(100, POLL[:-1] + b"\x00")),
+            ("s2c", resp(polled_new(MSGS))),
+            ("c2s", req(121, store)),
+            ("s2c", resp()),
+        ]
+    )
+    acks = table(rows, "acks")
+    assert len(acks) == 1
+    assert acks[0]["offset"] == 11 and acks[0]["ack_latency_us"] == 1000.0
+
+
+def test_payload_policy_applies():
+    ctx = Context(payload=PayloadPolicy(mode="hash"))
+    rows = run([("c2s", req(101, send_new(MSGS)))], ctx=ctx)
+    m = table(rows, "messages")[0]
+    assert m["value"] is None and m["value_size"] == 5 and len(m["value_hash"]) == 64
+
+
+def test_corrupt_message_list_is_an_error_row():
+    bad = send_new(MSGS)[:-3]
+    rows = run([("c2s", req(101, bad)), ("s2c", resp())])
+    cmd = table(rows, "commands")[0]
+    assert cmd["decode_status"] in ("malformed", "truncated") and cmd["raw"]
+    assert table(rows, "messages") == []
