@@ -1,0 +1,236 @@
+"""Messages, acks, metadata and redaction of TubeMQ calls, on frames built from the protos."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+from brokerscope import tables
+from brokerscope.protocols.base import C2S, S2C, PayloadPolicy
+from brokerscope.protocols.tubemq import PROTOCOL
+from brokerscope.protocols.tubemq.conversation import parse_subscribe_info, split_payload, tube_checksum
+from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
+from brokerscope.protocols.tubemq.gen import tubemq_master_pb2 as mst
+
+from .helpers import new_conv, request, response, run
+
+
+def _attr_data(attr: bytes, payload: bytes) -> bytes:
+    return struct.pack(">i", len(attr)) + attr + payload
+
+
+def test_checksum_is_crc32_without_sign_bit():
+    assert tube_checksum(b"123456789") == 0xCBF43926 & 0x7FFFFFFF
+    assert tube_checksum(b"") == 0
+
+
+def test_split_payload():
+    assert split_payload(_attr_data(b"a=1", b"xyz"), 1) == ("a=1", b"xyz", None)
+    assert split_payload(b"plain", 0) == (None, b"plain", None)
+    attr, payload, err = split_payload(b"\x00\x00\x01\x00abc", 1)
+    assert attr is None and payload == b"\x00\x00\x01\x00abc" and "attribute length 256" in err
+
+
+def test_get_messages_deliver_rows_and_confirmation_ack():
+    p1 = _attr_data(b"$msgType$=t1,k=v", b"hello")
+    p2 = b"world"
+    get = brk.GetMessageRequestC2B(
+        clientId="c", partitionId=3, groupName="grp", topicName="demo", lastPackConsumed=False
+    )
+    rsp = brk.GetMessageResponseB2C(
+        success=True,
+        errCode=200,
+        errMsg="OK",
+        currOffset=480,
+        messages=[
+            brk.TransferedMessage(
+                messageId=1001,
+                checkSum=tube_checksum(p1),
+                payLoadData=p1,
+                flag=1,
+                recvTimeInMs=1_700_000_123_456,
+            ),
+            brk.TransferedMessage(messageId=1002, checkSum=12345, payLoadData=p2, flag=0),
+        ],
+    )
+    get2 = brk.GetMessageRequestC2B(
+        clientId="c", partitionId=3, groupName="grp", topicName="demo", lastPackConsumed=True
+    )
+    commit = brk.CommitOffsetRequestC2B(clientId="c", topicName="demo", partitionId=3, groupName="grp")
+    out = run(
+        new_conv(),
+        [
+            (C2S, request(1, 2, 17, get)),
+            (S2C, response(1, 17, rsp)),
+            (C2S, request(2, 2, 17, get2)),
+            (C2S, request(3, 2, 18, commit)),
+            (
+                S2C,
+                response(
+                    3, 18, brk.CommitOffsetResponseB2C(success=True, errCode=200, errMsg="OK", currOffset=480)
+                ),
+            ),
+        ],
+        step=1_000_000,
+    )
+    for t, rows in out.items():
+        tables.conform(t, rows)
+    m1, m2 = out["messages"]
+    assert (m1["direction"], m1["topic"], m1["partition"], m1["message_id"]) == ("deliver", "demo", 3, "1001")
+    assert m1["value"] == b"hello" and m1["checksum_ok"] is True
+    assert m1["headers"] == [{"key": "$msgType$", "value": b"t1"}, {"key": "k", "value": b"v"}]
+    assert m1["message_ts_ns"] == 1_700_000_123_456 * 1_000_000
+    assert m2["value"] == b"world" and m2["checksum_ok"] is False and m2["headers"] == []
+    confirm, commit_ack = out["acks"]
+    assert confirm["ack_type"] == commit_ack["ack_type"] == "tubemq_commit"
+    assert json.loads(confirm["details"])["via"] == "getMessagesC2B"
+    assert (confirm["topic"], confirm["partition"], confirm["offset"], confirm["consumer"]) == (
+        "demo",
+        3,
+        480,
+        "grp",
+    )
+    assert confirm["ack_latency_us"] == 1000.0  # request 2's last byte - response 1's first byte
+    assert commit_ack["offset"] == 480 and commit_ack["ack_latency_us"] == 2000.0
+    assert len(out["latencies"]) == 3
+
+
+def test_produce_checksum_and_payload_policy():
+    data = _attr_data(b"x=1", b"payload-bytes")
+    good = brk.SendMessageRequestP2B(
+        clientId="p",
+        topicName="t",
+        partitionId=0,
+        data=data,
+        flag=1,
+        checkSum=tube_checksum(data),
+        sentAddr=1,
+    )
+    bad = brk.SendMessageRequestP2B(
+        clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=7, sentAddr=1
+    )
+    signed = zlib.crc32(data) - (1 << 32) if zlib.crc32(data) >= 1 << 31 else zlib.crc32(data)
+    full = brk.SendMessageRequestP2B(
+        clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=signed, sentAddr=1
+    )
+    conv = PROTOCOL.conversation(
+        new_conv().conn, new_conv().ctx.__class__(payload=PayloadPolicy(mode="hash"))
+    )
+    out = run(
+        conv, [(C2S, request(1, 3, 13, good)), (C2S, request(2, 3, 13, bad)), (C2S, request(3, 3, 13, full))]
+    )
+    ok, wrong, full_ok = out["messages"]
+    assert ok["checksum_ok"] is True and wrong["checksum_ok"] is False and full_ok["checksum_ok"] is True
+    assert ok["value"] is None and ok["value_size"] == len(b"payload-bytes") and len(ok["value_hash"]) == 64
+
+
+def test_send_failure_response_sets_error_code():
+    data = b"m"
+    req = brk.SendMessageRequestP2B(
+        clientId="p", topicName="t", partitionId=0, data=data, flag=0, checkSum=-1, sentAddr=1
+    )
+    rsp = brk.SendMessageResponseB2P(success=False, errCode=403, errMsg="no write permission")
+    out = run(new_conv(), [(C2S, request(1, 3, 13, req)), (S2C, response(1, 13, rsp))])
+    r = out["commands"][1]
+    assert r["error_code"] == 403 and json.loads(r["details"])["error"] == "no write permission"
+    assert out["latencies"][0]["error_code"] == 403 and out["acks"][0]["error_code"] == 403
+
+
+def test_registrations_and_heartbeats_keep_metadata():
+    reg = mst.RegisterRequestP2M(
+        clientId="prod-1", topicList=["demo", "other"], brokerCheckSum=-1, hostName="127.0.0.1"
+    )
+    reg_rsp = mst.RegisterResponseM2P(
+        success=True,
+        errCode=200,
+        errMsg="OK",
+        brokerCheckSum=7,
+        brokerInfos=["1:127.0.0.1:8123", "2:10.0.0.2:8123"],
+    )
+    hb_rsp = mst.HeartResponseM2C(
+        success=True,
+        errCode=200,
+        errMsg="OK",
+        event=mst.EventProto(
+            rebalanceId=5, opType=1, status=0, subscribeInfo=["cons-1@grp#1:127.0.0.1:8123#demo:0"]
+        ),
+    )
+    hb = mst.HeartRequestC2M(clientId="cons-1", groupName="grp", reportSubscribeInfo=False)
+    out = run(
+        new_conv(),
+        [
+            (C2S, request(1, 1, 1, reg)),
+            (S2C, response(1, 1, reg_rsp)),
+            (C2S, request(2, 1, 5, hb)),
+            (S2C, response(2, 5, hb_rsp)),
+        ],
+    )
+    c = out["commands"]
+    assert [r["command"] for r in c] == ["producerRegisterP2M"] * 2 + ["consumerHeartbeatC2M"] * 2
+    assert c[0]["topics"] == ["demo", "other"] and c[0]["client_id"] == "prod-1"
+    brokers = json.loads(c[1]["details"])["brokers"]
+    assert brokers[1] == {"info": "2:10.0.0.2:8123", "broker_id": 2, "host": "10.0.0.2", "port": 8123}
+    assigned = json.loads(c[3]["details"])["assigned"]
+    assert assigned == [
+        {
+            "info": "cons-1@grp#1:127.0.0.1:8123#demo:0",
+            "consumer_id": "cons-1",
+            "group": "grp",
+            "broker": {"info": "1:127.0.0.1:8123", "broker_id": 1, "host": "127.0.0.1", "port": 8123},
+            "topic": "demo",
+            "partition": 0,
+        }
+    ]
+    assert out["messages"] == [] and out["acks"] == []
+
+
+def test_subscribe_info_with_dashes():
+    s = parse_subscribe_info("c@g-3:h:8123-topic:2")
+    assert (s["consumer_id"], s["group"], s["broker"]["broker_id"], s["topic"], s["partition"]) == (
+        "c",
+        "g",
+        3,
+        "topic",
+        2,
+    )
+
+
+def test_credentials_never_reach_a_column():
+    secret_sig = "S1GNATURE-very-secret"
+    secret_tok = "T0KEN-very-secret"
+    cert = mst.MasterCertificateInfo(
+        authInfo=mst.AuthenticateInfo(
+            userName="alice", timestamp=1, nonce=2, othParams="p4ss-other", signature=secret_sig
+        ),
+        authorizedToken=secret_tok,
+    )
+    reg = mst.RegisterRequestC2M(clientId="c", groupName="g", hostName="h", topicList=["t"], authInfo=cert)
+    rsp = mst.RegisterResponseM2C(
+        success=True,
+        errCode=200,
+        errMsg="OK",
+        authorizedInfo=mst.MasterAuthorizedInfo(visitAuthorizedToken=424242, authAuthorizedToken=secret_tok),
+    )
+    out = run(new_conv(), [(C2S, request(1, 1, 4, reg)), (S2C, response(1, 4, rsp))])
+    blob = repr(out)
+    for s in (secret_sig, secret_tok, "p4ss-other", "424242"):
+        assert s not in blob
+    d = json.loads(out["commands"][0]["details"])
+    assert d["request"]["authInfo"]["authInfo"]["userName"] == "alice"
+    assert d["request"]["authInfo"]["authInfo"]["signature"] == f"<redacted {len(secret_sig)} bytes>"
+    assert all(r.get("raw") is None for r in out["commands"])
+
+
+def test_sniff():
+    from .helpers import frame
+
+    f = frame(1, b"\x02\x08\x00" + b"\x00" * 10)
+    assert PROTOCOL.sniff(f, b"") >= 0.9
+    assert PROTOCOL.sniff(f, f) > PROTOCOL.sniff(f, b"")
+    assert PROTOCOL.sniff(b"\x00\x00\x00\x10" + b"kafka-ish bytes!", b"") == 0.0
+    assert PROTOCOL.sniff(b"", b"") == 0.0
+    assert 0.5 <= PROTOCOL.sniff(b"tail-of-frame" + f, b"") < 0.9  # capture started mid-stream
+    bad_list = b"\xff\x7f\xf4\xfe\x00\x00\x00\x01\x7f\x00\x00\x00\x00\x00\x00\x10"
+    assert PROTOCOL.sniff(bad_list, b"") == 0.0
+    assert 8715 in PROTOCOL.default_ports and 8123 in PROTOCOL.default_ports
