@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from .packet import ACK, FIN, RST, SYN, Event, Packet
-from .reassembly import Reassembler
+from .reassembly import MAX_ACK_AHEAD, Reassembler
 
 _SYN_FIN_RST = SYN | FIN | RST
 _SYN_RST = SYN | RST
-MASK = 0xFFFFFFFF
+MASK = 0xFFFFFFFF  # 32-bit sequence space
 # After an idle period, a packet whose sequence number (or acknowledgement) lies this close to where
 # the connection left off continues it: a random ISN of a new connection lands this close with
 # probability 2^-11.
@@ -176,10 +176,15 @@ class TcpConnection:
             ro = o.reasm
             if not flags & _SYN_RST:  # the window of a SYN is unscaled, that of an RST meaningless
                 ro.peer_window_zero = not pkt.window
-            events = ro.peer_ack(pkt.ack, pkt.ts_ns)
-            if events:
-                events.extend(d.reasm.segment(pkt))
-                return events
+            # inline the common "ACK brings nothing new" test of Reassembler.peer_ack
+            nseq = ro._nseq
+            if nseq >= 0:
+                da = (pkt.ack - nseq) & MASK
+                if ro._blocked or 0 < da <= MAX_ACK_AHEAD:
+                    events = ro.peer_ack(pkt.ack, pkt.ts_ns)
+                    if events:
+                        events.extend(d.reasm.segment(pkt))
+                        return events
         return d.reasm.segment(pkt)
 
     def finish(self) -> list[Event]:

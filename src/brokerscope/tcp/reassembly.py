@@ -6,14 +6,16 @@ number is mapped to the offset closest to the next expected one, so wrap-around 
 seamless. The FIN occupies one offset, as it occupies one sequence number.
 
 Only bytes that arrive ahead of a hole are held (as non-overlapping pieces, at most
-`max_reorder_bytes` of them); delivered bytes are never kept. A hole becomes a gap event of its
-exact size once it is certain: the peer acknowledged past it, the held bytes exceed
-`max_reorder_bytes`, it is older than `reorder_timeout_ns` of capture time, or `flush` is called.
+`max_reorder_bytes` of them, and at most `max_reorder_bytes // 256` pieces); delivered bytes are
+never kept. A hole becomes a gap event of its
+exact size once it is certain: the peer acknowledged past it, the held bytes (or pieces) exceed
+their limit, it is older than `reorder_timeout_ns` of capture time, or `flush` is called.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from heapq import heappop, heappush
 
 from .packet import DATA, FIN, GAP, RST, SYN, Event, Packet
 
@@ -23,6 +25,10 @@ WRAP = 1 << 32
 # The largest window TCP can advertise (65535 << 14): an ACK further ahead than this is not
 # believed (a corrupt or unrelated ACK must not declare a gigantic gap).
 MAX_ACK_AHEAD = 1 << 30
+# Held pieces also cost their bookkeeping (~200 bytes each): tiny out-of-order segments are capped
+# by count as well, at one piece per PIECE_COST bytes of the byte limit (at least MIN_PIECES).
+PIECE_COST = 256
+MIN_PIECES = 64
 _SYN_FIN = SYN | FIN
 _SYN_FIN_RST = SYN | FIN | RST
 
@@ -44,6 +50,7 @@ class Reassembler:
 
     __slots__ = (
         "max_reorder_bytes",
+        "max_pieces",
         "reorder_timeout_ns",
         "from_lo",
         "isn",
@@ -55,6 +62,7 @@ class Reassembler:
         "_starts",
         "_pieces",
         "_buffered",
+        "_arrivals",
         "_hole_since",
         "fin_off",
         "fin_done",
@@ -76,6 +84,7 @@ class Reassembler:
         from_lo: bool = True,
     ) -> None:
         self.max_reorder_bytes = max_reorder_bytes
+        self.max_pieces = max(MIN_PIECES, max_reorder_bytes // PIECE_COST)
         self.reorder_timeout_ns = reorder_timeout_ns
         self.from_lo = from_lo  # the direction flag put into events
         self.isn: int | None = None  # sequence number of this side's SYN, if one was seen
@@ -87,6 +96,7 @@ class Reassembler:
         self._starts: list[int] = []  # start offsets of the held pieces, sorted
         self._pieces: list[list] = []  # [start, end, bytes | None (known lost), arrival ts_ns]
         self._buffered = 0  # bytes held in pieces
+        self._arrivals: list[tuple[int, int]] = []  # heap of (arrival ts_ns, start) of held pieces
         self._hole_since = 0  # capture time since when the current hole is known
         self.fin_off: int | None = None  # stream offset of the FIN
         self.fin_done = False  # the FIN was reached in order (next_off is past it)
@@ -293,6 +303,8 @@ class Reassembler:
                 pos = e
         if not new:
             return 0
+        for p in new:
+            heappush(self._arrivals, (p[3], p[0]))
         if i == j:
             pieces[i:i] = new
             starts[i:i] = [p[0] for p in new]
@@ -346,16 +358,24 @@ class Reassembler:
         self._nseq = (self.base_seq + nxt) & MASK
         blocked = bool(pieces) or (self.fin_off is not None and not self.fin_done)
         if blocked and (i or moved or not self._blocked):
-            since = min(p[3] for p in pieces) if pieces else self._fin_ts
+            # the new hole is known since the earliest arrival of anything held beyond it
+            arrivals = self._arrivals
+            while arrivals and arrivals[0][1] < nxt:  # entries of pieces delivered by now
+                heappop(arrivals)
+            since = arrivals[0][0] if arrivals else self._fin_ts
             if self.fin_off is not None and not self.fin_done and self._fin_ts < since:
                 since = self._fin_ts
             self._hole_since = since
+        elif not pieces and self._arrivals:
+            self._arrivals.clear()
         self._blocked = blocked
 
     def _check_hole(self, ts: int, out: list[Event]) -> None:
         """Declare holes that can no longer fill: too many bytes held, or waiting too long."""
         while self._blocked and (
-            self._buffered > self.max_reorder_bytes or ts - self._hole_since > self.reorder_timeout_ns
+            self._buffered > self.max_reorder_bytes
+            or len(self._pieces) > self.max_pieces
+            or ts - self._hole_since > self.reorder_timeout_ns
         ):
             self._skip_hole(out)
 

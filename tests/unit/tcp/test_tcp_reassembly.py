@@ -300,6 +300,17 @@ def test_gap_declared_when_held_bytes_exceed_the_limit():
     assert counters(r) == zero(delivered=12, ooo=2, gaps=1, gap_bytes=4)
 
 
+def test_gap_declared_when_too_many_tiny_pieces_are_held():
+    r = Reassembler(max_reorder_bytes=100 * 256)  # 100 pieces at most
+    syn(r)
+    for i in range(100):  # every other byte, after a hole at offset 0
+        assert r.segment(seg(ISN + 2 + 2 * i, b"x", ts=i)) == []
+    ev = r.segment(seg(ISN + 202, b"y", ts=100))  # the 101st piece
+    # the first hole gives way; 100 pieces are left, within the bound, so the next hole waits
+    assert ev == [("gap", True, 1, 0), ("data", True, b"x", 0)]
+    assert r.buffered_bytes == 100 and r.gap_count == 1 and r.next_off == 2
+
+
 def test_gap_declared_when_the_hole_is_older_than_the_timeout():
     r = Reassembler(reorder_timeout_ns=1000)
     syn(r)
