@@ -1,0 +1,379 @@
+"""Iggy partition segments (`.log`, with `.index` since 0.5) -> `messages` rows (direction stored).
+
+On-disk layouts (confirmed against apache/iggy's server sources):
+
+- 0.5 and later: the `.log` is a plain sequence of messages, each a fixed header (64 bytes since the
+  reserved word was added, 56 before; see protocols/iggy/messages.py) then payload then user
+  headers; the checksum is XXH3-64 over the message after the checksum field. The `.index` holds one
+  16-byte entry per message: relative offset u32, position u32 (byte position of the message in the
+  log: the end of the message in current servers, its start in some builds; both are accepted),
+  timestamp u64.
+- 0.4 (batch-and-message): the `.log` is a sequence of batches: base_offset u64, length u32 (bytes
+  of messages), last_offset_delta u32, max_timestamp u64, then messages, each: length u32 (bytes
+  after this field), offset u64, state u8, timestamp u64, id u128, checksum u32 (CRC32 of the
+  payload), headers length u32, headers, payload.
+
+Directory layout: .../streams/<stream>/topics/<topic>/partitions/<partition>/<start offset>.log;
+`topic` is "<stream>/<topic>" (as on the wire, where it is "<stream id or name>/<topic id or name>").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+
+from ..protocols import base
+from ..protocols.iggy.codes import MESSAGE_STATES
+from ..protocols.iggy.messages import checksum_of
+from ..protocols.iggy.wire import DecodeError, user_headers
+
+Row = tuple[str, dict]
+NEW64, NEW56, LEGACY = "v64", "v56", "legacy"
+BATCH_HEADER = 24
+INDEX_ENTRY = 16
+_PATH = re.compile(r"streams[/\\]([^/\\]+)[/\\]topics[/\\]([^/\\]+)[/\\]partitions[/\\]([^/\\]+)")
+
+
+def _read(path: str, start: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(n)
+
+
+def detect(head: bytes) -> str | None:
+    """The layout of a segment from its first bytes: the first message (or batch) must check
+    out by its checksum, or, when that message is damaged, by the structure around it."""
+    for fmt, hs in ((NEW64, 64), (NEW56, 56)):
+        if len(head) < hs:
+            continue
+        hlen, plen = struct.unpack_from("<II", head, 48)
+        size = hs + plen + hlen
+        if hs == 64 and struct.unpack_from("<Q", head, 56)[0] != 0:
+            continue
+        if size > len(head):
+            continue
+        (checksum,) = struct.unpack_from("<Q", head, 0)
+        if checksum and checksum_of(head[:size]) == checksum:
+            return fmt
+        offset = struct.unpack_from("<Q", head, 24)[0]
+        if len(head) >= size + 32 and struct.unpack_from("<Q", head, size + 24)[0] == offset + 1:
+            nh, np_ = struct.unpack_from("<II", head, size + 48) if len(head) >= size + 56 else (0, 0)
+            if size + hs + nh + np_ <= len(head) or len(head) >= 1 << 20:
+                return fmt
+    if len(head) >= BATCH_HEADER + 4 + 45:
+        base_offset, length = struct.unpack_from("<QI", head, 0)
+        mlen = struct.unpack_from("<I", head, BATCH_HEADER)[0]
+        if 45 <= mlen and mlen + 4 <= length and BATCH_HEADER + 4 + mlen <= len(head):
+            m = head[BATCH_HEADER + 4 : BATCH_HEADER + 4 + mlen]
+            offset, state = struct.unpack_from("<QB", m, 0)
+            checksum, hl = struct.unpack_from("<II", m, 33)
+            if 41 + hl <= mlen and (
+                zlib.crc32(m[41 + hl :]) == checksum or (offset == base_offset and state in MESSAGE_STATES)
+            ):
+                return LEGACY
+    return None
+
+
+def matches(path: str) -> bool:
+    """An Iggy segment file, or a directory holding some."""
+    try:
+        if os.path.isdir(path):
+            return any(matches(os.path.join(path, n)) for n in sorted(os.listdir(path)) if n.endswith(".log"))
+        if not path.endswith(".log"):
+            return False
+        return detect(_read(path, 0, 1 << 20)) is not None
+    except OSError:
+        return False
+
+
+def _unit_size(head: bytes, fmt: str) -> int | None:
+    """Size of the message (or batch) whose header is `head`."""
+    if fmt == LEGACY:
+        if len(head) < BATCH_HEADER:
+            return None
+        return BATCH_HEADER + struct.unpack_from("<I", head, 8)[0]
+    hs = 64 if fmt == NEW64 else 56
+    if len(head) < hs:
+        return None
+    hlen, plen = struct.unpack_from("<II", head, 48)
+    return hs + plen + hlen
+
+
+def plan(path: str, split_size: int) -> list[tuple[int, int]]:
+    """Byte ranges of about `split_size`, cut at message (0.5+) or batch (0.4) boundaries."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return []
+    fmt = detect(_read(path, 0, 1 << 20))
+    if fmt is None:
+        return [(0, size)]
+    splits = []
+    start = pos = 0
+    with open(path, "rb") as f:
+        while pos < size:
+            f.seek(pos)
+            n = _unit_size(f.read(64), fmt)
+            if n is None or n <= 0 or pos + n > size:
+                break  # torn tail: it stays in the last split and is reported there
+            pos += n
+            if pos - start >= split_size:
+                splits.append((start, pos))
+                start = pos
+    if start < size:
+        splits.append((start, size))
+    return splits
+
+
+def _location(path: str) -> tuple[str | None, int | None]:
+    m = _PATH.search(os.path.abspath(path))
+    if not m:
+        return None, None
+    part = int(m.group(3)) if m.group(3).isdigit() else None
+    return f"{m.group(1)}/{m.group(2)}", part
+
+
+def _problem(
+    path: str, file_offset: int, size: int, status: str, err: str, ts_ns: int, raw: bytes | None = None
+) -> Row:
+    row = {
+        "ts_ns": ts_ns,
+        "command": "SEGMENT",
+        "size": size,
+        "stream_offset": file_offset,
+        "decode_status": status,
+        "decode_error": err,
+        "details": base.to_json({"path": path, "file_offset": file_offset}),
+    }
+    if raw is not None:
+        row["raw"] = raw
+    return ("commands", row)
+
+
+def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> Iterator[Row]:
+    """Rows for the messages whose first byte lies in [start, end) (plan's ranges)."""
+    ctx = ctx or base.Context()
+    try:
+        mtime_ns = os.stat(path).st_mtime_ns
+        fmt = detect(_read(path, 0, 1 << 20))
+        data = _read(path, start, end - start)
+    except OSError as e:
+        yield _problem(path, start, 0, base.MALFORMED, f"cannot read: {e}", 0)
+        return
+    if fmt is None:
+        yield _problem(
+            path, start, len(data), base.MALFORMED, "not an Iggy segment", mtime_ns, raw=ctx.raw(data)
+        )
+        return
+    topic, partition = _location(path)
+    seg = {"path": path, "topic": topic, "partition": partition, "ctx": ctx, "mtime": mtime_ns}
+    if fmt == LEGACY:
+        yield from _read_legacy(data, start, seg)
+    else:
+        yield from _read_new(data, start, 64 if fmt == NEW64 else 56, seg)
+
+
+def _msg_row(seg: dict, m: dict, file_offset: int) -> Row:
+    ctx = seg["ctx"]
+    ts = m["timestamp"] * 1000 if m.get("timestamp") else seg["mtime"]
+    row = {
+        "ts_ns": ts,
+        "direction": "stored",
+        "source": "segment",
+        "topic": seg["topic"],
+        "partition": seg["partition"],
+        "offset": m["offset"],
+        "message_id": str(m["id"]),
+        "headers": [{"key": h["key"], "value": h["value"]} for h in m["headers"]],
+        "checksum_ok": m["checksum_ok"],
+        "message_ts_ns": ts,
+        "decode_status": base.OK if m["checksum_ok"] else base.CHECKSUM_MISMATCH,
+    }
+    if not m["checksum_ok"]:
+        row["decode_error"] = "message checksum does not match"
+    row.update(ctx.payload.value(m["payload"]))
+    det = {
+        "file_offset": file_offset,
+        "checksum": m["checksum"],
+        "headers": [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]],
+    }
+    for k in ("origin_timestamp", "state", "batch_base_offset"):
+        if m.get(k) is not None:
+            det[k] = m[k]
+    row["details"] = base.to_json(det)
+    return ("messages", row)
+
+
+def _index(path: str) -> str | None:
+    idx = path[:-4] + ".index"
+    return idx if os.path.exists(idx) else None
+
+
+def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
+    path = seg["path"]
+    pos = 0
+    found: list[tuple[int, int, int, int]] = []  # (offset, start pos, end pos, timestamp)
+    last_ts = seg["mtime"]
+    while pos < len(data):
+        fo = start + pos
+        if len(data) - pos < hs:
+            yield _problem(path, fo, len(data) - pos, base.TRUNCATED, "torn message header", last_ts)
+            break
+        hlen, plen = struct.unpack_from("<II", data, pos + 48)
+        size = hs + plen + hlen
+        if pos + size > len(data):
+            yield _problem(
+                path,
+                fo,
+                len(data) - pos,
+                base.TRUNCATED,
+                f"torn last message ({len(data) - pos} of {size} bytes)",
+                last_ts,
+            )
+            break
+        buf = data[pos : pos + size]
+        checksum = struct.unpack_from("<Q", buf, 0)[0]
+        mid = int.from_bytes(buf[8:24], "little")
+        offset, ts, ots = struct.unpack_from("<QQQ", buf, 24)
+        try:
+            headers = user_headers(buf[hs + plen :]) if hlen else []
+        except DecodeError as e:
+            yield _problem(path, fo, size, base.MALFORMED, f"user headers: {e}", last_ts)
+            headers = []
+        ok = checksum_of(buf) == checksum
+        m = {
+            "id": mid,
+            "offset": offset,
+            "timestamp": ts,
+            "origin_timestamp": ots,
+            "checksum": checksum,
+            "checksum_ok": ok,
+            "headers": headers,
+            "payload": buf[hs : hs + plen],
+        }
+        if ts:
+            last_ts = ts * 1000
+        if not ok:
+            yield _problem(
+                path,
+                fo,
+                size,
+                base.CHECKSUM_MISMATCH,
+                f"message at offset {offset}: checksum mismatch",
+                last_ts,
+            )
+        yield _msg_row(seg, m, fo)
+        found.append((offset, fo, fo + size, ts))
+        pos += size
+    yield from _verify_index(seg, found, last_ts)
+
+
+def _verify_index(seg: dict, found: list, ts_ns: int) -> Iterator[Row]:
+    """Compare the `.index` entries of the messages read with where they really are."""
+    idx = _index(seg["path"])
+    if not idx or not found:
+        return
+    name = os.path.basename(seg["path"])[:-4]
+    base_offset = int(name) if name.isdigit() else found[0][0]
+    first_rel = found[0][0] - base_offset
+    try:
+        raw = _read(idx, first_rel * INDEX_ENTRY, len(found) * INDEX_ENTRY)
+    except OSError:
+        return
+    for i, (offset, spos, epos, ts) in enumerate(found):
+        if (i + 1) * INDEX_ENTRY > len(raw):
+            yield _problem(
+                seg["path"], spos, epos - spos, "index_mismatch", f"no index entry for offset {offset}", ts_ns
+            )
+            break
+        rel, ipos, its = struct.unpack_from("<IIQ", raw, i * INDEX_ENTRY)
+        if rel != offset - base_offset or ipos not in (epos, spos) or (its and ts and its != ts):
+            yield _problem(
+                seg["path"],
+                spos,
+                epos - spos,
+                "index_mismatch",
+                f"index entry ({rel}, {ipos}, {its}) vs message at offset {offset}: "
+                f"({offset - base_offset}, {spos}..{epos}, {ts})",
+                ts_ns,
+            )
+
+
+def _read_legacy(data: bytes, start: int, seg: dict) -> Iterator[Row]:
+    path = seg["path"]
+    pos = 0
+    last_ts = seg["mtime"]
+    while pos < len(data):
+        fo = start + pos
+        if len(data) - pos < BATCH_HEADER:
+            yield _problem(path, fo, len(data) - pos, base.TRUNCATED, "torn batch header", last_ts)
+            return
+        base_offset, length, last_delta, max_ts = struct.unpack_from("<QIIQ", data, pos)
+        bend = pos + BATCH_HEADER + length
+        torn = bend > len(data)
+        mpos = pos + BATCH_HEADER
+        stop = min(bend, len(data))
+        while mpos < stop:
+            mfo = start + mpos
+            if stop - mpos < 4:
+                yield _problem(path, mfo, stop - mpos, base.TRUNCATED, "torn message", last_ts)
+                break
+            mlen = struct.unpack_from("<I", data, mpos)[0]
+            if mlen < 45 or mpos + 4 + mlen > stop:
+                status = base.TRUNCATED if mpos + 4 + mlen > stop and torn else base.MALFORMED
+                yield _problem(
+                    path, mfo, stop - mpos, status, f"message of {mlen} bytes does not fit its batch", last_ts
+                )
+                break
+            m = data[mpos + 4 : mpos + 4 + mlen]
+            offset, state, ts = struct.unpack_from("<QBQ", m, 0)
+            mid = int.from_bytes(m[17:33], "little")
+            checksum, hl = struct.unpack_from("<II", m, 33)
+            try:
+                headers = user_headers(m[41 : 41 + hl]) if hl else []
+            except DecodeError as e:
+                yield _problem(path, mfo, 4 + mlen, base.MALFORMED, f"headers: {e}", last_ts)
+                headers = []
+            payload = m[41 + hl :]
+            ok = zlib.crc32(payload) == checksum
+            if ts:
+                last_ts = ts * 1000
+            if not ok:
+                yield _problem(
+                    path,
+                    mfo,
+                    4 + mlen,
+                    base.CHECKSUM_MISMATCH,
+                    f"message at offset {offset}: checksum mismatch",
+                    last_ts,
+                )
+            yield _msg_row(
+                seg,
+                {
+                    "id": mid,
+                    "offset": offset,
+                    "timestamp": ts,
+                    "checksum": checksum,
+                    "checksum_ok": ok,
+                    "headers": headers,
+                    "payload": payload,
+                    "state": MESSAGE_STATES.get(state, state),
+                    "batch_base_offset": base_offset,
+                },
+                mfo,
+            )
+            mpos += 4 + mlen
+        if torn:
+            if mpos >= stop:
+                yield _problem(
+                    path,
+                    fo,
+                    len(data) - pos,
+                    base.TRUNCATED,
+                    f"torn last batch ({len(data) - pos} of {BATCH_HEADER + length})",
+                    last_ts,
+                )
+            return
+        pos = bend

@@ -1,0 +1,185 @@
+"""Iggy segment files written byte for byte per layout decode back to the messages written."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import pytest
+
+from brokerscope import tables
+from brokerscope.protocols.base import Context
+from brokerscope.protocols.iggy.messages import build_headers, build_message
+from brokerscope.segments import iggy as seg
+
+HDRS = build_headers([("k", 2, b"v"), ("n", 9, b"\x05")])
+MSGS = [(1000 + i, f"payload-{i}".encode() * (i + 1), HDRS if i % 2 else b"") for i in range(7)]
+
+
+def part_dir(tmp_path):
+    d = tmp_path / "streams" / "1" / "topics" / "2" / "partitions" / "3"
+    d.mkdir(parents=True)
+    return d
+
+
+def write_new(d, msgs, header_size=64, base_offset=100, index="end"):
+    """0.5+ segment: messages back to back, 16-byte index entries (rel offset, position, ts)."""
+    log = b""
+    idx = b""
+    for i, (mid, payload, hdrs) in enumerate(msgs):
+        start = len(log)
+        ts = 1_700_000_000_000_000 + i
+        log += build_message(
+            mid,
+            payload,
+            hdrs,
+            offset=base_offset + i,
+            timestamp=ts,
+            origin_timestamp=ts - 5,
+            header_size=header_size,
+        )
+        idx += struct.pack("<IIQ", i, len(log) if index == "end" else start, ts)
+    name = f"{base_offset:020d}"
+    (d / f"{name}.log").write_bytes(log)
+    (d / f"{name}.index").write_bytes(idx)
+    return d / f"{name}.log", log
+
+
+def write_legacy(d, msgs, per_batch=3, base_offset=0):
+    """0.4 segment: batches [base_offset u64][length u32][last_offset_delta u32][max_ts u64]
+    of messages [length u32][offset u64][state u8][ts u64][id u128][crc32 u32][hlen u32][h][p]."""
+    log = b""
+    for b0 in range(0, len(msgs), per_batch):
+        body = b""
+        chunk = msgs[b0 : b0 + per_batch]
+        for j, (mid, payload, hdrs) in enumerate(chunk):
+            off = base_offset + b0 + j
+            m = struct.pack("<QBQ", off, 1, 1_700_000_000_000_000 + off) + mid.to_bytes(16, "little")
+            m += struct.pack("<II", zlib.crc32(payload), len(hdrs)) + hdrs + payload
+            body += struct.pack("<I", len(m)) + m
+        log += (
+            struct.pack(
+                "<QIIQ",
+                base_offset + b0,
+                len(body),
+                len(chunk) - 1,
+                1_700_000_000_000_000 + b0 + len(chunk) - 1,
+            )
+            + body
+        )
+    path = d / f"{base_offset:020d}.log"
+    path.write_bytes(log)
+    return path, log
+
+
+def read_all(path, split=1 << 30):
+    rows = []
+    for s, e in seg.plan(str(path), split):
+        rows += list(seg.read(str(path), s, e, Context()))
+    return rows
+
+
+def _check(rows, n=None, first_offset=100):
+    n = len(MSGS) if n is None else n
+    msgs = [r for t, r in rows if t == "messages"]
+    tables.conform("messages", msgs)
+    tables.conform("commands", [r for t, r in rows if t == "commands"])
+    assert [m["message_id"] for m in msgs] == [str(mid) for mid, _, _ in MSGS[:n]]
+    assert [m["value"] for m in msgs] == [p for _, p, _ in MSGS[:n]]
+    assert [m["offset"] for m in msgs] == list(range(first_offset, first_offset + n))
+    assert all(m["direction"] == "stored" and m["source"] == "segment" for m in msgs)
+    assert all(m["topic"] == "1/2" and m["partition"] == 3 for m in msgs)
+    assert msgs[1]["headers"] == [{"key": "k", "value": b"v"}, {"key": "n", "value": b"\x05"}]
+    return msgs
+
+
+@pytest.mark.parametrize("header_size,index", [(64, "end"), (56, "end"), (64, "start")])
+def test_new_layout_roundtrip(tmp_path, header_size, index):
+    path, _ = write_new(part_dir(tmp_path), MSGS, header_size, index=index)
+    assert seg.matches(str(path)) and seg.matches(str(path.parent))
+    rows = read_all(path)
+    msgs = _check(rows)
+    assert all(m["checksum_ok"] for m in msgs)
+    assert [r for t, r in rows if t == "commands"] == []
+    assert msgs[0]["message_ts_ns"] == 1_700_000_000_000_000_000
+
+
+def test_new_layout_splits_at_message_boundaries(tmp_path):
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    splits = seg.plan(str(path), 200)
+    assert len(splits) > 2 and splits[0][0] == 0 and splits[-1][1] == len(log)
+    assert all(a[1] == b[0] for a, b in zip(splits, splits[1:], strict=False))
+    _check(read_all(path, 200))
+
+
+def test_torn_last_message_and_bad_checksum(tmp_path):
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    raw = bytearray(log[:-10])  # torn tail
+    second = 64 + len(MSGS[0][1])  # first byte of message 1
+    raw[second + 64] ^= 0xFF  # flip a payload byte of message 1
+    path.write_bytes(bytes(raw))
+    rows = read_all(path)
+    msgs = [r for t, r in rows if t == "messages"]
+    errs = [r for t, r in rows if t == "commands"]
+    assert [m["checksum_ok"] for m in msgs] == [True, False] + [True] * 4
+    assert [m["offset"] for m in msgs] == list(range(100, 106))
+    statuses = sorted(e["decode_status"] for e in errs)
+    assert statuses == ["checksum_mismatch", "truncated"]
+    trunc = next(e for e in errs if e["decode_status"] == "truncated")
+    assert trunc["stream_offset"] == sum(64 + len(p) + len(h) for _, p, h in MSGS[:6])
+
+
+def test_index_mismatch_is_reported(tmp_path):
+    path, _ = write_new(part_dir(tmp_path), MSGS)
+    idx = path.with_suffix(".index")
+    raw = bytearray(idx.read_bytes())
+    struct.pack_into("<I", raw, 2 * 16 + 4, 12345)  # wrong position for message 2
+    idx.write_bytes(bytes(raw))
+    rows = read_all(path)
+    errs = [r for t, r in rows if t == "commands"]
+    assert [e["decode_status"] for e in errs] == ["index_mismatch"]
+    assert len([r for t, r in rows if t == "messages"]) == len(MSGS)
+
+
+def test_legacy_layout_roundtrip_and_batch_splits(tmp_path):
+    path, log = write_legacy(part_dir(tmp_path), MSGS)
+    assert seg.matches(str(path))
+    msgs = _check(read_all(path), first_offset=0)
+    assert all(m["checksum_ok"] for m in msgs)
+    assert json.loads(msgs[4]["details"])["batch_base_offset"] == 3
+    splits = seg.plan(str(path), 1)
+    assert len(splits) == 3  # one per batch
+    _check(read_all(path, 1), first_offset=0)
+
+
+def test_legacy_torn_and_bad_crc(tmp_path):
+    path, log = write_legacy(part_dir(tmp_path), MSGS)
+    raw = bytearray(log[:-3])
+    raw[24 + 4 + 45] ^= 0x01  # first payload byte of the first message
+    path.write_bytes(bytes(raw))
+    rows = read_all(path)
+    msgs = [r for t, r in rows if t == "messages"]
+    errs = [r for t, r in rows if t == "commands"]
+    assert msgs[0]["checksum_ok"] is False and all(m["checksum_ok"] for m in msgs[1:])
+    assert len(msgs) == 6
+    assert sorted(e["decode_status"] for e in errs) == ["checksum_mismatch", "truncated"]
+
+
+def test_not_a_segment(tmp_path):
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x3c\x00\x00\x00\x00\x02" + b"x" * 80)
+    assert not seg.matches(str(p))
+    rows = list(seg.read(str(p), 0, p.stat().st_size, Context()))
+    assert [r["decode_status"] for t, r in rows] == ["malformed"]
+    assert not seg.matches(str(tmp_path / "missing.log"))
+
+
+def test_bad_checksum_on_first_message_still_recognised(tmp_path):
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    raw = bytearray(log)
+    raw[64] ^= 0xFF  # first payload byte of message 0
+    path.write_bytes(bytes(raw))
+    assert seg.matches(str(path))
+    msgs = [r for t, r in read_all(path) if t == "messages"]
+    assert [m["checksum_ok"] for m in msgs] == [False] + [True] * 6
