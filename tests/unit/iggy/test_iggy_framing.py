@@ -249,3 +249,23 @@ def test_public_capture_rs_pcapng():
     assert [r["request_command"] for r in lat] == ["LOGIN_USER", "PING", "CREATE_STREAM", "CREATE_TOPIC"]
     assert all(r["latency_us"] > 0 and r["error_code"] == 0 for r in lat)
     assert round(lat[1]["latency_us"]) == 215
+
+
+@pytest.mark.skipif(not os.path.exists(RS), reason="public capture not present")
+def test_public_capture_through_decode_files():
+    from brokerscope.streams import decode_files
+
+    out = decode_files([RS])
+    iggy = [s for s in out["streams"] if s["protocol"] == "iggy"]
+    assert len(iggy) == 1 and iggy[0]["server_port"] == 8090
+    assert iggy[0]["frames_ok"] == 8 and iggy[0]["frames_failed"] == 0
+    others = [s for s in out["streams"] if s["server_port"] != 8090]
+    assert others and all(s["protocol"] != "iggy" for s in others)
+    cmds = [c for c in out["commands"] if c["protocol"] == "iggy"]
+    assert [c["command"] for c in cmds] == [
+        n for n in ("LOGIN_USER", "PING", "CREATE_STREAM", "CREATE_TOPIC") for _ in (0, 1)
+    ]
+    assert all(c["decode_status"] == "ok" for c in cmds)
+    assert "<redacted 4 bytes>" in cmds[0]["details"]
+    lat = [r for r in out["latencies"] if r["protocol"] == "iggy"]
+    assert [r["correlation_id"] for r in lat] == [1, 2, 3, 4]
