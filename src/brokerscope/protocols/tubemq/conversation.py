@@ -207,15 +207,15 @@ class TubeMQConversation(Conversation):
         sc = self.scanners[direction]
         rows: list[Row] = []
         while True:
+            err = None
             try:
                 item = sc.next()
             except Exception as e:  # a bug must not stop the connection: drop what is buffered
-                off, n = sc.buf.offset, len(sc.buf)
-                ts = sc.buf.last_ts
-                sc.buf.consume(n)
-                sc._reset_frame()
-                sc._junk = None
-                rows.append(self._error_row(direction, off, n, ts, f"internal framing error: {e!r}"))
+                err = f"internal framing error: {e!r}"
+                item = None
+            if err is not None:
+                off, n, ts = sc.drop_all()
+                rows.append(self._error_row(direction, off, n, ts, err))
                 continue
             if item is None:
                 return rows

@@ -99,7 +99,11 @@ class FrameScanner:
     # -- output -------------------------------------------------------------------------------
 
     def next(self) -> Frame | Junk | None:
-        """The next complete frame or junk record, or None when more bytes are needed."""
+        """The next complete frame or junk record, or None when more bytes are needed.
+
+        Views of the buffer (`data`) are dropped before anything consumes from it: a bytearray
+        cannot be compacted while a memoryview of it exists.
+        """
         while True:
             if self._junk is not None:
                 done = self._skip_to_token()
@@ -115,12 +119,14 @@ class FrameScanner:
                     return None
                 head = bytes(data[:4])
                 if not TOKEN.startswith(head[:n]) or (n >= 4 and head != TOKEN):
+                    del data
                     self._open_junk(MALFORMED, "bytes that do not start with the TubeMQ begin token")
                     continue
                 if n < HEADER_LEN:
                     return None
                 _, serial, list_size = _HDR.unpack_from(data, 0)
                 if list_size <= 0 or list_size > self.max_list:
+                    del data
                     self._open_junk(
                         MALFORMED,
                         f"list size {list_size} outside 1..{self.max_list}",
@@ -133,42 +139,31 @@ class FrameScanner:
                 self._blocks = []
                 self._pos = HEADER_LEN
             # walk the blocks that have arrived
+            problem: tuple[str, str] | None = None
             while len(self._blocks) < self._list_size:
                 if self._pos + 4 > n:
                     return None
                 (length,) = _LEN.unpack_from(data, self._pos)
                 if length < 0 or length > MAX_BLOCK:
-                    hdr = {
-                        "serial": self._serial,
-                        "list_size": self._list_size,
-                        "bad_block": len(self._blocks),
-                    }
-                    self._reset_frame()
-                    self._open_junk(
-                        MALFORMED,
-                        f"block {hdr['bad_block']} length {length} outside 0..{MAX_BLOCK}",
-                        header=hdr,
-                        keep_raw=False,
-                    )
-                    self._consume_into_junk(4)
+                    problem = (MALFORMED, f"block {len(self._blocks)} length {length} outside 0..{MAX_BLOCK}")
                     break
                 if self._pos + 4 + length > self.max_frame:
-                    hdr = {"serial": self._serial, "list_size": self._list_size}
-                    self._reset_frame()
-                    self._open_junk(
-                        OVERSIZE,
-                        f"frame exceeds max_frame_bytes={self.max_frame}",
-                        header=hdr,
-                        keep_raw=False,
-                    )
-                    self._consume_into_junk(4)
+                    problem = (OVERSIZE, f"frame exceeds max_frame_bytes={self.max_frame}")
                     break
                 if self._pos + 4 + length > n:
                     return None
                 self._blocks.append(length)
                 self._pos += 4 + length
-            else:
+            del data
+            if problem is None:
                 return self._take_frame()
+            status, reason = problem
+            hdr = {"serial": self._serial, "list_size": self._list_size}
+            if status == MALFORMED:
+                hdr["bad_block"] = len(self._blocks)
+            self._reset_frame()
+            self._open_junk(status, reason, header=hdr, keep_raw=False)
+            self._consume_into_junk(4)
 
     def close(self) -> Junk | None:
         """End of stream: the open junk region or the unfinished frame, if any."""
@@ -206,6 +201,18 @@ class FrameScanner:
         self._reset_frame()
         return j
 
+    def drop_all(self) -> tuple[int, int, int]:
+        """After an internal error: forget everything buffered and the frame in progress.
+        Returns (stream offset, bytes dropped, last time). Never touches the old buffer's storage."""
+        old = self.buf
+        off, n, ts = old.offset, len(old), old.last_ts
+        self.buf = StreamBuffer()
+        self.buf.offset = old.end
+        self.buf.last_ts = ts
+        self._reset_frame()
+        self._junk = None
+        return off, n, ts
+
     # -- internals ----------------------------------------------------------------------------
 
     def _reset_frame(self) -> None:
@@ -223,6 +230,7 @@ class FrameScanner:
             parts.append(data[p + 4 : p + 4 + length])
             p += 4 + length
         body = b"".join(parts)
+        del parts, data  # release the views before the buffer is consumed (and maybe compacted)
         f = Frame(
             off,
             size,

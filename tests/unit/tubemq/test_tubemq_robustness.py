@@ -1,0 +1,125 @@
+"""Bad input never raises, every byte is accounted for, memory stays bounded."""
+
+from __future__ import annotations
+
+import random
+
+from brokerscope import tables
+from brokerscope.protocols.base import C2S, S2C
+from brokerscope.protocols.tubemq import rpc as rpc_mod
+from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
+
+from .helpers import new_conv, request, response, run
+
+
+def _stream(n: int = 40) -> tuple[bytes, bytes]:
+    reqs, rsps = [], []
+    for i in range(1, n + 1):
+        size = (i * 997) % 20000
+        data = bytes([i % 251]) * size
+        reqs.append(
+            request(
+                i,
+                3,
+                13,
+                brk.SendMessageRequestP2B(
+                    clientId="p", topicName="t", partitionId=i % 3, data=data, flag=0, checkSum=-1, sentAddr=1
+                ),
+            )
+        )
+        rsps.append(
+            response(
+                i,
+                13,
+                brk.SendMessageResponseB2P(
+                    success=True, errCode=200, errMsg="OK", messageId=i, appendOffset=i * 20
+                ),
+            )
+        )
+    return b"".join(reqs), b"".join(rsps)
+
+
+def _chunks(data: bytes, rnd: random.Random, direction: str) -> list[tuple[str, bytes]]:
+    out, i = [], 0
+    while i < len(data):
+        k = rnd.choice((1, 7, 100, 1460, 9000, 65536))
+        out.append((direction, data[i : i + k]))
+        i += k
+    return out
+
+
+def test_long_stream_in_small_segments_keeps_every_frame():
+    c2s, s2c = _stream(60)
+    assert len(c2s) > 400_000  # far past the point where the stream buffer compacts
+    rnd = random.Random(1)
+    out = run(new_conv(), _chunks(c2s, rnd, C2S) + _chunks(s2c, rnd, S2C))
+    assert {r["decode_status"] for r in out["commands"]} == {"ok"}
+    assert len(out["messages"]) == 60 and len(out["latencies"]) == 60
+    assert all(r["response_ts_ns"] is not None for r in out["latencies"])
+    assert sum(r["size"] for r in out["commands"] if r["direction"] == C2S) == len(c2s)
+
+
+def test_fuzzed_streams_never_raise_and_account_for_every_byte():
+    c2s, s2c = _stream(12)
+    rnd = random.Random(20240101)
+    for case in range(150):
+        data = bytearray(c2s)
+        for _ in range(rnd.randint(1, 6)):
+            op = rnd.random()
+            pos = rnd.randrange(len(data))
+            if op < 0.4:
+                data[pos] = rnd.randrange(256)  # flip a byte
+            elif op < 0.6:
+                del data[pos : pos + rnd.randint(1, 50)]  # lose bytes
+            elif op < 0.8:
+                data[pos:pos] = rnd.randbytes(rnd.randint(1, 40))  # insert garbage
+            else:
+                data[pos:pos] = b"\xff\x7f\xf4\xfe" + rnd.randbytes(8)  # a fake token
+        if rnd.random() < 0.3:
+            data = data[: rnd.randrange(len(data))]  # truncated tail
+        conv = new_conv()
+        out = run(conv, _chunks(bytes(data), rnd, C2S) + _chunks(s2c, rnd, S2C))
+        for t, rows in out.items():
+            tables.conform(t, rows)
+        got = sum(r["size"] for r in out["commands"] if r["direction"] == C2S)
+        assert got == len(data), case
+        assert len(conv.pending) == 0  # close() flushed every unanswered request
+
+
+def test_random_bytes_are_malformed_rows():
+    rnd = random.Random(7)
+    blob = rnd.randbytes(50_000).replace(b"\xff\x7f\xf4\xfe", b"")
+    out = run(new_conv(), _chunks(blob, rnd, C2S))
+    (row,) = out["commands"]
+    assert row["decode_status"] == "malformed" and row["size"] == len(blob)
+    assert len(row["raw"]) == 4096  # capped at max_raw_bytes
+
+
+def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
+    c2s, _ = _stream(3)
+    calls = {"n": 0}
+    real = rpc_mod.decode_envelope
+
+    def flaky(data):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return real(data)
+
+    monkeypatch.setattr(rpc_mod, "decode_envelope", flaky)
+    out = run(new_conv(), [(C2S, c2s)])
+    st = [(r["decode_status"], r.get("decode_error")) for r in out["commands"]]
+    assert st[0][0] == "ok" and st[2][0] == "ok"
+    assert st[1] == ("malformed", "internal error: RuntimeError('boom')")
+
+
+def test_pending_requests_are_bounded(monkeypatch):
+    from brokerscope.protocols.tubemq import conversation
+
+    monkeypatch.setattr(conversation, "MAX_PENDING", 5)
+    c2s, _ = _stream(12)
+    conv = new_conv()
+    rows = list(conv.feed(C2S, c2s, 1))
+    assert len(conv.pending) == 5
+    lats = [r for t, r in rows if t == "latencies"]
+    assert len(lats) == 7 and all(r.get("response_ts_ns") is None for r in lats)
