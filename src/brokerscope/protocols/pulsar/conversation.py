@@ -149,6 +149,7 @@ class PulsarConversation(Conversation):
         self.batch_sizes: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # (cid, L, E) -> n
         self.chunks: OrderedDict[tuple, ChunkedMessage] = OrderedDict()
         self.chunk_bytes = 0
+        self.acked: OrderedDict[tuple[int, int, int, int], bool] = OrderedDict()  # (cid, L, E, bi)
         self.protocol_version: int | None = None
 
     # ------------------------------------------------------------------------------------------
@@ -432,7 +433,7 @@ class PulsarConversation(Conversation):
             row["partition"] = partition_of(row["topic"])
         row["details"] = base.to_json(details)
         if row["decode_status"] not in (base.OK, base.CHECKSUM_MISMATCH) and pf.type_code not in SECRET_TYPES:
-            row["raw"] = self.ctx.raw(frame)
+            row["raw"] = self.ctx.raw(_U32.pack(len(frame)) + frame[: self.ctx.max_raw_bytes])
 
     def _payload_details(self, pf: ParsedFrame) -> dict:
         out: dict = {"checksum_ok": pf.checksum_ok}
@@ -955,9 +956,15 @@ class PulsarConversation(Conversation):
             msgs = self._message_rows(md, pf.payload or b"", base_row, status, extra)
         ack_set = list(body.ack_set)
         dl = self.deliveries.setdefault(cid, OrderedDict())
+        if is_chunk(md):
+            # every chunk's id is acknowledged by the consumer: remember each delivery
+            dl[(L, E, -1)] = ts_end
+            self.n_deliveries += 1
         for r in msgs:
             bi = r.get("_batch_index", -1)
             r["message_id"] = mid_str(L, E, bi)
+            if (L, E, bi) in dl:
+                self.n_deliveries -= 1  # the last chunk, remembered above
             if ack_set and bi >= 0 and not _bit_set(ack_set, bi):
                 r["details"] = r["details"][:-1] + ',"already_acked":true}'
             dl[(L, E, bi)] = ts_end
@@ -990,6 +997,7 @@ class PulsarConversation(Conversation):
             extra["validation_error"] = pb.CommandAck.ValidationError.Name(body.validation_error)
         if body.txnid_most_bits or body.txnid_least_bits:
             extra["txnid"] = [body.txnid_most_bits, body.txnid_least_bits]
+        seen: set[tuple[int, int, int]] = set()
         for mid in body.message_id:
             L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
             part = mid.partition if mid.partition >= 0 else partition_of(topic)
@@ -1019,11 +1027,16 @@ class PulsarConversation(Conversation):
                 mid_extra["cumulative_to"] = mid_str(L, E, B)
             det = base.to_json(mid_extra)
             for k in targets:
+                if k in seen:
+                    continue  # the same id listed twice in one ACK is one acknowledgement
+                seen.add(k)
                 dts = dl.pop(k, None)
                 if dts is not None:
                     self.n_deliveries -= 1
                 elif cumulative and k[:2] != (L, E):
                     continue
+                again = (cid, *k) in self.acked
+                self._remember(self.acked, (cid, *k), True)
                 rows.append(
                     (
                         "acks",
@@ -1036,7 +1049,7 @@ class PulsarConversation(Conversation):
                             "consumer": consumer,
                             "ack_latency_us": None if dts is None else (ts - dts) / 1000.0,
                             "correlation_id": rid,
-                            "details": det,
+                            "details": det if not again else det[:-1] + ',"already_acked":true}',
                         },
                     )
                 )

@@ -81,8 +81,12 @@ class ParsedFrame:
 
 
 def _fail(pf: ParsedFrame, status: str, error: str) -> ParsedFrame:
+    """Record a problem: the first one wins, except that a structural error outranks a checksum
+    mismatch found earlier (the damage explains the mismatch)."""
     if pf.status == base.OK:
         pf.status, pf.error = status, error
+    elif pf.status == base.CHECKSUM_MISMATCH and status != base.CHECKSUM_MISMATCH:
+        pf.status, pf.error = status, f"{error}; {pf.error}"
     return pf
 
 

@@ -1,0 +1,387 @@
+"""A small Apache Pulsar broker simulator for tests and sample captures (127.0.0.1 only).
+
+It speaks enough of the binary protocol for the real pulsar-client library (C++ core) to create
+producers and consumers: CONNECT, PARTITIONED_METADATA, LOOKUP, PRODUCER, SEND (receipts assign
+ledger/entry ids), SUBSCRIBE, FLOW (MESSAGE frames re-deliver what was produced, the metadata and
+the payload exactly as the producer sent them, so batches arrive as batches and chunks as
+chunks), ACK (ACK_RESPONSE when the ack asks for one), PING/PONG, CLOSE_PRODUCER/CLOSE_CONSUMER,
+UNSUBSCRIBE, GET_LAST_MESSAGE_ID. The broker also pings each client once after CONNECTED.
+
+Framing is implemented here independently of the decoder under test (only the generated protobuf
+classes are shared), so the real client validates every frame the simulator builds.
+
+    with PulsarSim() as sim:
+        client = pulsar.Client(sim.url)
+        ...
+    sim.log  # what was produced, delivered and acknowledged
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import crc32c
+
+from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+T = pb.BaseCommand
+_BODY = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.name != "type"}
+
+
+def _frame(
+    cmd: pb.BaseCommand, metadata: bytes | None = None, payload: bytes = b"", bem: bytes | None = None
+) -> bytes:
+    """[total][cmd size][cmd] then, for payload commands, [0x0e02 bem]? [0x0e01][crc32c][md size][md][payload]."""
+    c = cmd.SerializeToString()
+    parts = [struct.pack(">I", len(c)), c]
+    if metadata is not None:
+        if bem is not None:
+            parts += [b"\x0e\x02", struct.pack(">I", len(bem)), bem]
+        tail = struct.pack(">I", len(metadata)) + metadata + payload
+        parts += [b"\x0e\x01", struct.pack(">I", crc32c.crc32c(tail)), tail]
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
+
+
+def _cmd(t: int, **fields) -> pb.BaseCommand:
+    c = pb.BaseCommand(type=t)
+    body = getattr(c, _BODY[t])
+    body.SetInParent()
+    for k, v in fields.items():
+        if isinstance(v, dict):
+            getattr(body, k).SetInParent()
+            for kk, vv in v.items():
+                setattr(getattr(body, k), kk, vv)
+        else:
+            setattr(body, k, v)
+    return c
+
+
+@dataclass
+class Entry:
+    ledger: int
+    entry: int
+    metadata: bytes  # MessageMetadata exactly as sent
+    payload: bytes  # as sent (compressed / batched / a chunk)
+    num_messages: int
+    producer_id: int
+    sequence_id: int
+
+
+@dataclass
+class Topic:
+    name: str
+    ledger: int
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass
+class Consumer:
+    conn: _Conn
+    consumer_id: int
+    topic: str
+    subscription: str
+    cursor: int = 0
+    permits: int = 0
+
+
+class _Conn(threading.Thread):
+    def __init__(self, sim: PulsarSim, sock: socket.socket):
+        super().__init__(daemon=True)
+        self.sim, self.sock = sim, sock
+        self.wlock = threading.Lock()
+        self.producers: dict[int, str] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.client_bem = False
+
+    def send(self, data: bytes) -> None:
+        with self.wlock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                pass
+
+    def reply(self, t: int, **fields) -> None:
+        self.send(_frame(_cmd(t, **fields)))
+
+    def run(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                try:
+                    chunk = self.sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+                while len(buf) >= 4:
+                    (total,) = struct.unpack_from(">I", buf, 0)
+                    if len(buf) < 4 + total:
+                        break
+                    frame = bytes(buf[4 : 4 + total])
+                    del buf[: 4 + total]
+                    try:
+                        self.handle(frame)
+                    except Exception:  # a simulator bug must be visible, not a hung client
+                        traceback.print_exc()
+        finally:
+            with self.sim.lock:
+                for c in self.consumers.values():
+                    if c in self.sim.consumers:
+                        self.sim.consumers.remove(c)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def handle(self, frame: bytes) -> None:
+        (csize,) = struct.unpack_from(">I", frame, 0)
+        cmd = pb.BaseCommand()
+        cmd.ParseFromString(frame[4 : 4 + csize])
+        rest = frame[4 + csize :]
+        t = cmd.type
+        sim = self.sim
+        sim.log["commands"].append(pb.BaseCommand.Type.Name(t))
+        if t == T.CONNECT:
+            c = cmd.connect
+            self.client_bem = c.feature_flags.supports_broker_entry_metadata
+            self.reply(
+                T.CONNECTED,
+                server_version="brokerscope-pulsar-sim",
+                protocol_version=min(c.protocol_version, 21),
+                max_message_size=sim.max_message_size,
+            )
+            self.reply(T.PING)
+        elif t == T.PING:
+            self.reply(T.PONG)
+        elif t == T.PONG:
+            pass
+        elif t == T.PARTITIONED_METADATA:
+            b = cmd.partitioned_metadata
+            n = sim.partitions.get(b.topic.split("://")[-1], sim.partitions.get(b.topic, 0))
+            self.reply(T.PARTITIONED_METADATA_RESPONSE, request_id=b.request_id, partitions=n, response=0)
+        elif t == T.LOOKUP:
+            b = cmd.lookup
+            self.reply(
+                T.LOOKUP_RESPONSE,
+                request_id=b.request_id,
+                response=pb.CommandLookupTopicResponse.Connect,
+                broker_service_url=sim.url,
+                authoritative=True,
+                proxy_through_service_url=False,
+            )
+        elif t == T.PRODUCER:
+            b = cmd.producer
+            self.producers[b.producer_id] = b.topic
+            sim.topic(b.topic)
+            name = b.producer_name if b.HasField("producer_name") else f"sim-producer-{b.producer_id}"
+            self.reply(T.PRODUCER_SUCCESS, request_id=b.request_id, producer_name=name, last_sequence_id=-1)
+        elif t == T.SEND:
+            self.on_send(cmd.send, rest)
+        elif t == T.SUBSCRIBE:
+            b = cmd.subscribe
+            c = Consumer(self, b.consumer_id, b.topic, b.subscription)
+            self.consumers[b.consumer_id] = c
+            with sim.lock:
+                sim.topic(b.topic)
+                sim.consumers.append(c)
+            self.reply(T.SUCCESS, request_id=b.request_id)
+        elif t == T.FLOW:
+            c = self.consumers.get(cmd.flow.consumer_id)
+            if c is not None:
+                with sim.lock:
+                    c.permits += cmd.flow.message_permits
+                sim.dispatch(c.topic)
+        elif t == T.ACK:
+            b = cmd.ack
+            sim.log["acks"].append(
+                {
+                    "consumer_id": b.consumer_id,
+                    "cumulative": b.ack_type == pb.CommandAck.Cumulative,
+                    "ids": [
+                        {
+                            "ledger": m.ledger_id,
+                            "entry": m.entry_id,
+                            "batch_index": m.batch_index,
+                            "ack_set": list(m.ack_set),
+                            "batch_size": m.batch_size,
+                        }
+                        for m in b.message_id
+                    ],
+                }
+            )
+            if b.HasField("request_id"):
+                self.reply(T.ACK_RESPONSE, consumer_id=b.consumer_id, request_id=b.request_id)
+        elif t in (T.CLOSE_PRODUCER, T.CLOSE_CONSUMER, T.UNSUBSCRIBE):
+            b = getattr(cmd, _BODY[t])
+            if t != T.CLOSE_PRODUCER:
+                c = self.consumers.pop(b.consumer_id, None)
+                with sim.lock:
+                    if c in sim.consumers:
+                        sim.consumers.remove(c)
+            self.reply(T.SUCCESS, request_id=b.request_id)
+        elif t == T.GET_LAST_MESSAGE_ID:
+            b = cmd.get_last_message_id
+            c = self.consumers.get(b.consumer_id)
+            tp = sim.topics.get(c.topic) if c else None
+            last = tp.entries[-1] if tp and tp.entries else None
+            self.reply(
+                T.GET_LAST_MESSAGE_ID_RESPONSE,
+                request_id=b.request_id,
+                last_message_id={
+                    "ledger_id": last.ledger if last else 0,
+                    "entry_id": last.entry if last else 0,
+                },
+            )
+        elif t == T.REDELIVER_UNACKNOWLEDGED_MESSAGES:
+            pass
+        else:
+            body = getattr(cmd, _BODY.get(t, "type"), None)
+            rid = getattr(body, "request_id", None)
+            if rid is not None:
+                self.reply(
+                    T.ERROR,
+                    request_id=rid,
+                    error=pb.NotAllowedError,
+                    message=f"{pb.BaseCommand.Type.Name(t)} not simulated",
+                )
+
+    def on_send(self, send: pb.CommandSend, rest: bytes) -> None:
+        sim = self.sim
+        pos = 0
+        if rest[:2] == b"\x0e\x01":
+            (crc,) = struct.unpack_from(">I", rest, 2)
+            pos = 6
+            if crc32c.crc32c(rest[pos:]) != crc:
+                self.reply(T.SEND_ERROR, producer_id=send.producer_id, sequence_id=send.sequence_id,
+                           error=pb.ChecksumError, message="bad checksum")  # fmt: skip
+                return
+        (msize,) = struct.unpack_from(">I", rest, pos)
+        metadata = rest[pos + 4 : pos + 4 + msize]
+        payload = rest[pos + 4 + msize :]
+        topic = self.producers.get(send.producer_id)
+        with sim.lock:
+            tp = sim.topic(topic)
+            e = Entry(
+                tp.ledger,
+                len(tp.entries),
+                metadata,
+                payload,
+                send.num_messages,
+                send.producer_id,
+                send.sequence_id,
+            )
+            tp.entries.append(e)
+            sim.log["sends"].append({"topic": topic, "ledger": e.ledger, "entry": e.entry, "sequence_id": send.sequence_id,
+                                     "num_messages": send.num_messages, "is_chunk": send.is_chunk})  # fmt: skip
+        rcpt = {"producer_id": send.producer_id, "sequence_id": send.sequence_id,
+                "message_id": {"ledger_id": e.ledger, "entry_id": e.entry}}  # fmt: skip
+        if send.HasField("highest_sequence_id"):
+            rcpt["highest_sequence_id"] = send.highest_sequence_id
+        self.reply(T.SEND_RECEIPT, **rcpt)
+        sim.dispatch(topic)
+
+
+class PulsarSim:
+    """The broker: a listening socket on 127.0.0.1 and one thread per connection."""
+
+    def __init__(
+        self,
+        port: int = 0,
+        partitions: dict[str, int] | None = None,
+        max_message_size: int = 5 * 1024 * 1024,
+        broker_entry_metadata: bool = True,
+    ):
+        self.lock = threading.RLock()
+        self.partitions = partitions or {}
+        self.max_message_size = max_message_size
+        self.broker_entry_metadata = broker_entry_metadata
+        self.topics: dict[str, Topic] = {}
+        self.consumers: list[Consumer] = []
+        self.log: dict[str, list] = {"commands": [], "sends": [], "acks": [], "deliveries": []}
+        self.index = 0  # broker entry metadata index (messages so far)
+        self._srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._srv.bind(("127.0.0.1", port))
+        self._srv.listen(16)
+        self.port = self._srv.getsockname()[1]
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+        self._conns: list[_Conn] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def topic(self, name: str | None) -> Topic:
+        name = name or "unknown"
+        if name not in self.topics:
+            self.topics[name] = Topic(name, ledger=100 + len(self.topics))
+        return self.topics[name]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._srv.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c = _Conn(self, sock)
+            self._conns.append(c)
+            c.start()
+
+    def dispatch(self, topic: str) -> None:
+        """Push entries to the topic's consumers while they have permits."""
+        out: list[tuple[_Conn, bytes]] = []
+        with self.lock:
+            tp = self.topics.get(topic)
+            if tp is None:
+                return
+            for c in self.consumers:
+                if c.topic != topic:
+                    continue
+                while c.permits > 0 and c.cursor < len(tp.entries):
+                    e = tp.entries[c.cursor]
+                    c.cursor += 1
+                    c.permits -= max(1, e.num_messages)
+                    mid = {"ledger_id": e.ledger, "entry_id": e.entry}
+                    if "-partition-" in topic:
+                        mid["partition"] = int(topic.rsplit("-partition-", 1)[1])
+                    bem = None
+                    if self.broker_entry_metadata and c.conn.client_bem:
+                        self.index += max(1, e.num_messages)
+                        bem = pb.BrokerEntryMetadata(
+                            broker_timestamp=1_700_000_000_000 + self.index, index=self.index - 1
+                        ).SerializeToString()
+                    cmd = _cmd(T.MESSAGE, consumer_id=c.consumer_id, message_id=mid)
+                    out.append((c.conn, _frame(cmd, e.metadata, e.payload, bem)))
+                    self.log["deliveries"].append(
+                        {"topic": topic, "consumer_id": c.consumer_id, "ledger": e.ledger, "entry": e.entry}
+                    )
+        for conn, data in out:
+            conn.send(data)
+
+    def start(self) -> PulsarSim:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._srv.close()
+        except OSError:
+            pass
+        for c in self._conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for c in self._conns:
+            c.join(2)
+        self._thread.join(2)
+
+    def __enter__(self) -> PulsarSim:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
