@@ -200,7 +200,8 @@ def test_absurd_list_size_and_block_length_resync():
     assert [r["decode_status"] for r in rows] == ["malformed", "ok", "malformed", "malformed", "ok"]
     assert rows[0]["size"] == len(bad_list) and "list size 2147483647" in rows[0]["decode_error"]
     assert rows[2]["size"] == len(bad_block) and "length 9000" in rows[2]["decode_error"]
-    assert rows[2].get("raw") is None  # may hold frame content: not kept
+    assert rows[0]["raw"] == bad_list[:12]  # the header only: what follows may be frame content
+    assert rows[2]["raw"] == bad_block[:12]
     assert rows[3]["size"] == len(zero_list)
 
 
@@ -213,7 +214,7 @@ def test_oversize_frame_is_recorded_and_skipped():
     _conform(out)
     rows = out["commands"]
     assert [r["decode_status"] for r in rows] == ["oversize", "ok"]
-    assert rows[0]["size"] == len(big) and rows[0]["correlation_id"] == 9 and rows[0].get("raw") is None
+    assert rows[0]["size"] == len(big) and rows[0]["correlation_id"] == 9 and rows[0]["raw"] == big[:12]
     assert out["messages"] == []
 
 

@@ -155,7 +155,7 @@ class Pending:
 class TubeMQConversation(Conversation):
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
-        max_frame = int(ctx.option("tubemq", "max_frame_bytes", ctx.max_frame_bytes))
+        max_frame = ctx.max_frame_bytes  # [protocols.tubemq] max_frame_bytes is applied by the config
         self.scanners = {
             C2S: FrameScanner(max_frame, ctx.max_raw_bytes),
             S2C: FrameScanner(max_frame, ctx.max_raw_bytes),

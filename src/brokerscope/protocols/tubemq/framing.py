@@ -126,12 +126,15 @@ class FrameScanner:
                     return None
                 _, serial, list_size = _HDR.unpack_from(data, 0)
                 if list_size <= 0 or list_size > self.max_list:
+                    header_bytes = bytes(data[:HEADER_LEN])
                     del data
                     self._open_junk(
                         MALFORMED,
                         f"list size {list_size} outside 1..{self.max_list}",
                         header={"serial": serial, "list_size": list_size},
+                        keep_raw=False,
                     )
+                    self._junk.raw = header_bytes  # the frame header only: what follows may be content
                     self._consume_into_junk(4)
                     continue
                 self._list_size = list_size
@@ -154,6 +157,7 @@ class FrameScanner:
                     return None
                 self._blocks.append(length)
                 self._pos += 4 + length
+            header_bytes = bytes(data[:HEADER_LEN])
             del data
             if problem is None:
                 return self._take_frame()
@@ -163,6 +167,7 @@ class FrameScanner:
                 hdr["bad_block"] = len(self._blocks)
             self._reset_frame()
             self._open_junk(status, reason, header=hdr, keep_raw=False)
+            self._junk.raw = header_bytes
             self._consume_into_junk(4)
 
     def close(self) -> Junk | None:
