@@ -159,7 +159,10 @@ def run_scenario(name: str, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     pcap = out_dir / f"pulsar_{name}.pcap"
     chunked = name == "chunked"
-    sim = PulsarSim(max_message_size=4096 if chunked else 5 * 1024 * 1024)
+    sim = PulsarSim(
+        max_message_size=4096 if chunked else 5 * 1024 * 1024,
+        partitions={"public/default/none-partitioned": 2} if name == "none" else None,
+    )
     manifest: dict = {
         "scenario": name,
         "client": f"pulsar-client {pulsar.__version__}",
@@ -201,6 +204,11 @@ def run_scenario(name: str, out_dir: Path) -> dict:
                     client, t_batch, f"{name}-batched-sub", N_MESSAGES, ACK_MODE[name]
                 )
                 manifest["ack_mode"] = {t_plain: "individual", t_batch: ACK_MODE[name]}
+                if name == "none":
+                    # a topic with two partitions: the client opens one producer / consumer per partition
+                    t_part = "persistent://public/default/none-partitioned"
+                    manifest["sent"] += _produce(client, t_part, "none-partitioned", False, codec, 4)
+                    manifest["received"] += _consume(client, t_part, "none-partitioned-sub", 4, "individual")
         finally:
             client.close()
     manifest["simulator"] = {
