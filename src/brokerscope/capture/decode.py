@@ -55,8 +55,8 @@ _PACK32 = struct.Struct(">I").pack
 _IP4 = struct.Struct(">HHHBBHII").unpack_from
 # TCP header: sport, dport, seq, ack, data offset byte, flags byte, window
 _TCP = struct.Struct(">HHIIBBH").unpack_from
-# IPv6 fragment header after its next-header byte: reserved, offset+flags, identification
-_V6FRAG = struct.Struct(">BHI").unpack_from
+# IPv6 fragment header: next header, reserved, offset(13 bits)+res(2)+M(1), identification
+_V6FRAG = struct.Struct(">BBHI").unpack_from
 
 MAX_FRAGMENT_PARTS = 1024  # fragments kept per datagram before it is given up
 MAX_ERRORS = 50  # error strings kept per split; the rest are only counted
@@ -307,7 +307,7 @@ class PacketDecoder:
                 self.malformed += 1
                 return
             if nh == V6_EXT_FRAGMENT:
-                nxt, _res, offfl, ident = _V6FRAG(buf, p + 1)
+                nxt, _res, offfl, ident = _V6FRAG(buf, p)
                 if offfl & 0xFFF9 == 0:  # atomic fragment: offset 0, M=0, the whole datagram
                     nh = nxt
                     p += 8

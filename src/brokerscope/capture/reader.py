@@ -16,7 +16,6 @@ The final batch of every split is a stats row (lo_ip null, payload = JSON counte
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import os
 import struct
@@ -62,11 +61,61 @@ class _MapWindow:
         self._fh.close()
 
 
+class _Gunzip:
+    """Incremental gzip decompression (multi-member) that keeps every byte decoded before damage.
+
+    `gzip.GzipFile.read(n)` drops the partial output of a read that hits a truncated or corrupt
+    stream; here each call returns what decompressed, and the damage surfaces on the next call.
+    """
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._d = zlib.decompressobj(wbits=31)
+        self._in = b""  # compressed bytes not yet given to the decompressor
+        self._started = False  # the current member has consumed input
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        out: list[bytes] = []
+        have = 0
+        while have < n and not self.done:
+            d = self._d
+            if d.unconsumed_tail:
+                data = d.unconsumed_tail
+            elif self._in:
+                data, self._in = self._in, b""
+            else:
+                data = self._fh.read(1 << 20)
+                if not data:
+                    self.done = True
+                    if self._started and not d.eof:
+                        if out:
+                            break  # report the truncation on the next call, after this data
+                        raise EOFError("compressed stream ends before its end marker")
+                    break
+            self._started = True
+            chunk = d.decompress(data, n - have)
+            if chunk:
+                out.append(chunk)
+                have += len(chunk)
+            if d.eof:  # end of a member: another may follow
+                self._in = d.unused_data + self._in
+                self._d = zlib.decompressobj(wbits=31)
+                self._started = False
+        if not out and self.done and self._started and not self._d.eof:
+            self._started = False
+            raise EOFError("compressed stream ends before its end marker")
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._fh.close()
+
+
 class _StreamWindow:
     """A sliding window over a decompressed gzip stream."""
 
     def __init__(self, path: str, dec: PacketDecoder) -> None:
-        self._fh = gzip.open(path, "rb")
+        self._fh = _Gunzip(open(path, "rb"))  # noqa: SIM115 - closed in close()
         self._dec = dec
         self.buf = b""
         self.base = 0
@@ -150,7 +199,7 @@ def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: i
 
     A header is valid when caplen <= lim, caplen <= origlen and the fraction is below one second;
     consecutive timestamps (and `ref`, when given) lie within a day of each other. A chain cut by
-    the end of the file counts as valid once it holds at least one header.
+    the end of the file counts as valid once it holds at least one complete record.
     """
     k = 0
     prev = ref
@@ -166,9 +215,11 @@ def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: i
             return 0
         prev = s
         q += 16 + cl
+        if q > L:  # a record cut by the end of the data: fine after a complete one
+            if not eof:
+                return _NEED
+            return 1 if k > 0 else 0
         k += 1
-        if q > L:
-            return 1 if eof else _NEED
     return 1
 
 
@@ -263,7 +314,11 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             last_s = s
             records += 1
             nbytes += cl
-            handle(buf, p + 16, q, ol, ts, rec)
+            try:
+                handle(buf, p + 16, q, ol, ts, rec)
+            except (struct.error, IndexError, ValueError) as e:  # a parser bug must not end the split
+                dec.malformed += 1
+                dec.error(f"undecodable record at offset {rec}: {e}")
             p = q
             if len(rows) >= bp:
                 yield dec.flush()
@@ -321,7 +376,12 @@ def _shb_order(buf, q: int, L: int) -> _Order | None:
 
 def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
     """Does a chain of CHAIN blocks validate from q on (1 / 0 / _NEED)? Also the byte order of
-    the first block (an SHB fixes its own). The first block must be of a known type."""
+    the first block (an SHB fixes its own).
+
+    Each block: a standard (or local-use) type, total length a multiple of 4 and >= 12, trailing
+    length equal to the leading one; an EPB's caplen fits its block and its interface id is small.
+    A chain cut by the end of the data is valid once it holds one complete block.
+    """
     k = 0
     first = od
     while k < CHAIN:
@@ -340,17 +400,17 @@ def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
             n = od.u32(buf, q + 4)[0]
             if n < 28:
                 return 0, first
-        elif k == 0 and t not in _KNOWN_BLOCKS:
+        elif t not in _KNOWN_BLOCKS and not t & 0x80000000:  # standard or local-use types only
             return 0, first
         if n < 12 or n & 3 or n > MAX_BLOCK:
             return 0, first
         if q + n > L:
             if not eof:
                 return _NEED, first
-            return 1, first
+            return (1 if k > 0 else 0), first
         if od.u32(buf, q + n - 4)[0] != n:
             return 0, first
-        if t == EPB and (n < 32 or od.u32(buf, q + 20)[0] > n - 32):
+        if t == EPB and (n < 32 or od.u32(buf, q + 20)[0] > n - 32 or od.u32(buf, q + 8)[0] >= 65536):
             return 0, first
         q += n
         k += 1
@@ -571,7 +631,11 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         tmax = ts
                     records += 1
                     nbytes += cl
-                    ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                    try:
+                        ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                    except (struct.error, IndexError, ValueError) as e:
+                        dec.malformed += 1
+                        dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
                         yield dec.flush()
                         rows = dec.rows
@@ -594,7 +658,11 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         cl = min(cl, ifc.snaplen)
                     records += 1
                     nbytes += cl
-                    ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
+                    try:
+                        ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
+                    except (struct.error, IndexError, ValueError) as e:
+                        dec.malformed += 1
+                        dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
                         yield dec.flush()
                         rows = dec.rows

@@ -1,0 +1,245 @@
+"""pcap / pcapng / gzip containers, identification and capture ids."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+
+import pytest
+from capture_kit import (
+    custom,
+    epb,
+    idb,
+    isb,
+    nrb,
+    pb,
+    pcap_bytes,
+    read_path,
+    shb,
+    spb,
+    total,
+    write,
+)
+from scapy.layers.inet import IP, TCP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import CookedLinux, Ether
+from scapy.packet import Raw
+from scapy.utils import PcapNgWriter, wrpcap
+
+from brokerscope.capture import capture_id, identify, plan_splits
+
+TS = 1_700_000_000_000_000_000
+
+
+def frame(i: int, payload: bytes = b"") -> bytes:
+    pkt = (
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src="10.0.0.1", dst="10.0.0.2")
+        / TCP(sport=40000, dport=9092, seq=i, flags="PA")
+        / Raw(payload or f"msg-{i}".encode())
+    )
+    return bytes(pkt)
+
+
+def raw4(i: int) -> bytes:
+    return bytes(
+        IP(src="192.168.0.1", dst="192.168.0.9") / TCP(sport=1, dport=2, seq=i) / Raw(f"raw-{i}".encode())
+    )
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("nano", [False, True])
+def test_pcap_magics_and_byte_orders(tmp_path, order, nano):
+    recs = [(TS + i * 1_000_123_457, frame(i)) for i in range(5)]
+    path = write(tmp_path, "x.pcap", pcap_bytes(recs, order=order, nano=nano))
+    assert identify(path) == "pcap"
+    rows, (st,) = read_path(path)
+    assert [r["payload"] for r in rows] == [f"msg-{i}".encode() for i in range(5)]
+    want = [t if nano else t // 1000 * 1000 for t, _ in recs]
+    assert [r["ts_ns"] for r in rows] == want
+    assert st["first_ts_ns"] == want[0] and st["last_ts_ns"] == want[-1]
+    offs = [24]
+    for _, f in recs[:-1]:
+        offs.append(offs[-1] + 16 + len(f))
+    assert [r["rec_offset"] for r in rows] == offs
+
+
+def test_pcap_snaplen_and_caplen_below_origlen(tmp_path):
+    big = frame(1, b"B" * 500)
+    path = write(tmp_path, "s.pcap", pcap_bytes([(TS, big), (TS + 1000, frame(2))], snaplen=100))
+    rows, (st,) = read_path(path)
+    assert rows[0]["wire_len"] == len(big) and rows[0]["payload_len"] == 500
+    assert rows[0]["payload"] == b"B" * 46 and rows[0]["snap_truncated"]
+    assert rows[1]["payload"] == b"msg-2" and not rows[1]["snap_truncated"]
+    assert st["snap_truncated"] == 1 and st["bytes"] == 100 + len(frame(2))
+
+
+def test_scapy_written_pcap_and_pcapng(tmp_path):
+    pkts = [Ether(frame(i)) for i in range(20)]
+    for i, p in enumerate(pkts):
+        p.time = 1_600_000_000 + i / 8
+    wrpcap(str(tmp_path / "scapy.pcap"), pkts)
+    wrpcap(str(tmp_path / "scapy_ns.pcap"), pkts, nano=True)
+    with PcapNgWriter(str(tmp_path / "scapy.pcapng")) as w:
+        for p in pkts:
+            w.write(p)
+    want = [f"msg-{i}".encode() for i in range(20)]
+    for name in ("scapy.pcap", "scapy_ns.pcap", "scapy.pcapng"):
+        rows, _ = read_path(str(tmp_path / name))
+        assert [r["payload"] for r in rows] == want, name
+        assert [r["ts_ns"] for r in rows] == [
+            1_600_000_000_000_000_000 + i * 125_000_000 for i in range(20)
+        ], name
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_pcapng_blocks_interfaces_and_resolutions(tmp_path, order):
+    data = b"".join(
+        [
+            shb(order),
+            idb(order, 1),  # 0: Ethernet, default microseconds
+            idb(order, 101, tsresol=9),  # 1: raw IP, nanoseconds
+            idb(order, 113, tsresol=0x80 | 20, tsoffset=1000),  # 2: SLL, 2^-20 s, +1000 s
+            nrb(order),
+            epb(order, 0, TS // 1000, frame(0)),
+            epb(order, 1, TS + 7, raw4(1)),
+            custom(order),
+            epb(order, 2, (5 << 20) + (1 << 19), bytes(CookedLinux(proto=0x0800) / IP(raw4(2)))),
+            isb(order),
+            pb(order, 1, TS + 9, raw4(3)),
+            spb(order, frame(4)),
+            epb(order, 0, TS // 1000 + 1, frame(5, b"C" * 300), snaplen=80),
+        ]
+    )
+    path = write(tmp_path, "x.pcapng", data)
+    assert identify(path) == "pcapng"
+    rows, (st,) = read_path(path)
+    assert [r["payload"][:6] for r in rows] == [b"msg-0", b"raw-1", b"raw-2", b"raw-3", b"msg-4", b"C" * 6]
+    ts = [r["ts_ns"] for r in rows]
+    assert ts[0] == TS and ts[1] == TS + 7
+    assert ts[2] == (1000 + 5) * 10**9 + 500_000_000  # 5.5 s in 2^-20 units, plus the offset
+    assert ts[3] == TS + 9
+    assert ts[4] == ts[3]  # a simple packet block has no time: the last one seen
+    assert rows[5]["snap_truncated"] and rows[5]["payload_len"] == 300
+    assert st["records"] == 6 and st["tcp"] == 6 and st["errors"] == [] and st["malformed"] == 0
+
+
+def test_pcapng_sections_reset_interfaces(tmp_path):
+    data = b"".join(
+        [
+            shb("<"),
+            idb("<", 1),
+            epb("<", 0, TS // 1000, frame(0)),
+            shb(">"),  # a second section, other byte order: interface 0 is now raw IP in ns
+            idb(">", 101, tsresol=9),
+            epb(">", 0, TS + 5, raw4(1)),
+            shb("<"),
+            epb("<", 0, TS, frame(2)),  # no IDB in this section: an error, not a crash
+            idb("<", 228),
+            epb("<", 0, TS // 1000, raw4(3)),
+        ]
+    )
+    rows, (st,) = read_path(write(tmp_path, "m.pcapng", data))
+    assert [r["payload"] for r in rows] == [b"msg-0", b"raw-1", b"raw-3"]
+    assert rows[1]["ts_ns"] == TS + 5
+    assert st["malformed"] == 1 and any("unknown interface" in e for e in st["errors"])
+
+
+@pytest.mark.parametrize("kind", ["pcap", "pcapng"])
+def test_gzip_streams(tmp_path, kind):
+    if kind == "pcap":
+        raw = pcap_bytes([(TS + i, frame(i)) for i in range(300)], nano=True)
+    else:
+        raw = shb() + idb("<", 1, tsresol=9) + b"".join(epb("<", 0, TS + i, frame(i)) for i in range(300))
+    plain = write(tmp_path, f"x.{kind}", raw)
+    gz = str(tmp_path / f"x.{kind}.gz")
+    with gzip.open(gz, "wb") as fh:
+        fh.write(raw)
+    assert identify(gz) == f"{kind}.gz"
+    cid = capture_id(gz)
+    assert plan_splits(gz, 0, cid, f"{kind}.gz", 64) == plan_splits(gz, 0, cid, f"{kind}.gz", 1 << 30)
+    assert len(plan_splits(gz, 0, cid, f"{kind}.gz", 64)) == 1
+    rows_plain, _ = read_path(plain)
+    rows_gz, (st,) = read_path(gz, split_size=64)
+    assert rows_gz == rows_plain and len(rows_gz) == 300
+    # a gzip stream cut short: the records before the cut are kept, the damage is reported
+    cut = write(tmp_path, f"cut.{kind}.gz", open(gz, "rb").read()[: os.path.getsize(gz) // 2])
+    rows_cut, (st,) = read_path(cut)
+    assert 0 < len(rows_cut) < 300 and rows_cut == rows_plain[: len(rows_cut)]
+    assert st["errors"]
+
+
+def test_gzip_window_slides_over_large_stream(tmp_path, monkeypatch):
+    import brokerscope.capture.reader as reader
+
+    monkeypatch.setattr(reader, "_CHUNK", 1000)  # force many window slides and records across them
+    recs = [(TS + i * 1000, frame(i, bytes([i % 256]) * (i % 700))) for i in range(400)]
+    raw = pcap_bytes(recs)
+    cut = 24 + sum(16 + len(f) for _, f in recs[:60])  # a record boundary
+    gz = str(tmp_path / "w.pcap.gz")
+    with gzip.open(gz, "wb") as fh:
+        fh.write(raw[:cut] + b"\xff" * 333 + raw[cut:])  # and garbage to resync over
+    rows, (st,) = read_path(gz, batch_packets=50)
+    plain_rows, _ = read_path(write(tmp_path, "w.pcap", raw))
+    for r in rows[60:]:
+        r["rec_offset"] -= 333
+    assert rows == plain_rows and len(rows) == 400
+    assert any(f"resynced at offset {cut + 333}" in e for e in st["errors"]), st["errors"]
+
+
+def test_identify_kinds(tmp_path):
+    assert identify(write(tmp_path, "e", b"")) == "empty"
+    assert identify(write(tmp_path, "u", b"hello world, not a capture at all")) == "unknown"
+    assert identify(write(tmp_path, "short", b"\xd4\xc3\xb2\xa1\x02\x00")) == "unknown"
+    assert identify(write(tmp_path, "ng", shb(">"))) == "pcapng"
+    assert identify(write(tmp_path, "ngbad", b"\x0a\x0d\x0d\x0a" + b"\0" * 24)) == "unknown"
+    assert identify(write(tmp_path, "gzjunk", gzip.compress(b"junk" * 10))) == "unknown"
+    assert identify(write(tmp_path, "gzempty", gzip.compress(b""))) == "empty"
+    assert identify(write(tmp_path, "ns", pcap_bytes([], nano=True, order=">"))) == "pcap"
+
+
+def test_unknown_kind_reads_to_an_error_not_an_exception(tmp_path):
+    path = write(tmp_path, "u", b"not a capture")
+    rows, (st,) = read_path(path)
+    assert rows == [] and st["errors"] and st["records"] == 0
+
+
+def test_capture_id_stable_and_cheap(tmp_path):
+    a = write(tmp_path, "a.pcap", pcap_bytes([(TS, frame(1))]))
+    b = write(tmp_path, "b.pcap", pcap_bytes([(TS, frame(1))]))
+    c = write(tmp_path, "c.pcap", pcap_bytes([(TS, frame(2))]))
+    assert capture_id(a) == capture_id(b) != capture_id(c)
+    assert len(capture_id(a)) == 32
+    # a sparse 8 GiB file: only its two ends are read
+    big = tmp_path / "big.pcap"
+    with open(big, "wb") as fh:
+        fh.write(pcap_bytes([]))
+        fh.truncate(8 << 30)
+    cid = capture_id(big)
+    with open(big, "r+b") as fh:
+        fh.seek(4 << 30)
+        fh.write(b"middle")  # the middle is not part of the id
+    assert capture_id(big) == cid
+    with open(big, "r+b") as fh:
+        fh.seek((8 << 30) - 10)
+        fh.write(b"tail")
+    assert capture_id(big) != cid
+
+
+def test_plan_splits_cover_file(tmp_path):
+    path = write(tmp_path, "p.pcap", pcap_bytes([(TS + i, frame(i)) for i in range(50)]))
+    size = os.path.getsize(path)
+    sp = plan_splits(path, 3, "cid", "pcap", 1000)
+    assert sp[0].start == 0 and sp[-1].end == size and len(sp) == -(-size // 1000)
+    assert all(a.end == b.start for a, b in zip(sp, sp[1:], strict=False))
+    assert {(s.file_index, s.capture_id, s.kind) for s in sp} == {(3, "cid", "pcap")}
+    assert plan_splits(path, 0, "cid", "pcap", size) == [sp[0].__class__(path, "cid", 0, "pcap", 0, size)]
+
+
+def test_stats_counts_add_up_over_ipv6(tmp_path):
+    v6 = bytes(Ether() / IPv6(src="2001:db8::1", dst="2001:db8::2") / TCP() / Raw(b"six"))
+    path = write(tmp_path, "6.pcap", pcap_bytes([(TS, v6)] * 3))
+    rows, stats = read_path(path)
+    assert total(stats, "tcp") == 3 and [r["lo_ip"] for r in rows] == ["2001:db8::1"] * 3
+    assert struct.unpack_from("<I", open(path, "rb").read(), 20)[0] == 1
