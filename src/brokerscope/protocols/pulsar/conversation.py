@@ -89,9 +89,43 @@ def scrub(d):
     return d
 
 
+def may_hold_secret(raw: bytes | memoryview) -> bool:
+    """Could these undecodable bytes contain a frame that carries auth data? (a plausible frame
+    header whose type is CONNECT, AUTH_*, LOOKUP or PARTITIONED_METADATA). Such bytes are not kept."""
+    b = bytes(raw)
+    i = b.find(b"\x08")
+    while i >= 0:
+        if i + 1 < len(b) and b[i + 1] in SECRET_TYPES:
+            if i < HEADER:
+                return True  # the header was cut off: cannot tell, assume the worst
+            total, cmd_size = struct.unpack_from(">II", b, i - HEADER)
+            if cmd_size <= total - 4:
+                return True
+        i = b.find(b"\x08", i + 1)
+    return False
+
+
+def text(v):
+    """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
+    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
+
+
+STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
+
+
+def sanitize(rows: list[Row]) -> list[Row]:
+    for _t, r in rows:
+        for c in STR_COLS:
+            v = r.get(c)
+            if v is not None and not isinstance(v, str):
+                r[c] = text(v)
+    return rows
+
+
 def partition_of(topic: str | None) -> int | None:
     if not topic:
         return None
+    topic = text(topic)
     m = _PARTITION_SUFFIX.search(topic)
     return int(m.group(1)) if m else None
 
@@ -167,7 +201,7 @@ class PulsarConversation(Conversation):
             )
             buf.consume(len(buf))
             self.strict[direction] = True
-        return rows
+        return sanitize(rows)
 
     def _drain(self, d: str, rows: list[Row]) -> None:
         buf = self.bufs[d]
@@ -193,6 +227,14 @@ class PulsarConversation(Conversation):
                 self._flush_garbage(d, rows)
                 self.strict[d] = False
             if total > self.max_frame:
+                # skip only what really looks like a frame: a damaged length must not swallow the stream
+                verdict, _, _ = framing.plausible_header(mv, 0, self.max_frame)
+                if verdict is None:
+                    return
+                if verdict is False:
+                    if not self._scan(d, rows):
+                        return
+                    continue
                 rows.append(self._oversize_row(d, total))
                 self.skip[d] = total + 4
                 continue
@@ -252,7 +294,7 @@ class PulsarConversation(Conversation):
                     "stream_offset": g["offset"],
                     "decode_status": base.MALFORMED,
                     "decode_error": f"{g['size']} bytes that do not start a Pulsar frame (resynchronised)",
-                    "raw": self.ctx.raw(g["raw"]),
+                    "raw": None if may_hold_secret(g["raw"]) else self.ctx.raw(g["raw"]),
                 },
             )
         )
@@ -329,7 +371,7 @@ class PulsarConversation(Conversation):
             rows.append(
                 self._error_row(direction, buf.offset, 0, base.GAP, f"decoder error: {e!r}", ts=ts_ns)
             )
-        return rows
+        return sanitize(rows)
 
     def close(self) -> list[Row]:
         rows: list[Row] = []
@@ -339,7 +381,8 @@ class PulsarConversation(Conversation):
                 if len(buf) and not self.skip[d]:
                     mv = buf.data
                     total = _U32.unpack_from(mv, 0)[0] if len(mv) >= 4 else None
-                    if (
+                    in_garbage = self.garbage[d] is not None
+                    if in_garbage or (
                         self.strict[d]
                         and len(mv) >= HEADER + 2
                         and framing.plausible_header(mv, 0, self.max_frame)[0] is False
@@ -358,7 +401,7 @@ class PulsarConversation(Conversation):
                                     "stream_offset": buf.offset,
                                     "decode_status": base.TRUNCATED,
                                     "decode_error": f"connection ended after {len(buf)}{need} bytes of a frame",
-                                    "raw": self.ctx.raw(mv),
+                                    "raw": None if may_hold_secret(mv[:4096]) else self.ctx.raw(mv),
                                 },
                             )
                         )
@@ -386,7 +429,7 @@ class PulsarConversation(Conversation):
             self.chunks.clear()
         except Exception as e:
             rows.append(self._error_row(C2S, 0, 0, base.MALFORMED, f"decoder error at close: {e!r}"))
-        return rows
+        return sanitize(rows)
 
     # ------------------------------------------------------------------------------------------
     # one frame
@@ -830,7 +873,10 @@ class PulsarConversation(Conversation):
     def _row(self, r: dict, s: Single, status: str, error: str | None, common: dict) -> dict:
         r.update(self.ctx.payload.value(s.value))
         r["key"] = self.ctx.payload.key(s.key)
-        r["headers"] = [{"key": k, "value": v.encode("utf-8", "surrogateescape")} for k, v in s.properties]
+        r["headers"] = [
+            {"key": text(k), "value": v if isinstance(v, bytes) else v.encode("utf-8", "surrogateescape")}
+            for k, v in s.properties
+        ]
         r["sequence"] = s.sequence
         r["decode_status"] = status
         r["decode_error"] = error
@@ -842,7 +888,7 @@ class PulsarConversation(Conversation):
             det["ordering_key"] = s.ordering_key
         if s.null_value:
             det["null_value"] = True
-        if s.key_raw is not None and s.key is not None and s.key_raw.encode() != s.key:
+        if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
             det["partition_key_b64"] = s.key_raw
         det.update(s.extra)
         r["details"] = base.to_json(det)

@@ -112,6 +112,8 @@ class Single:
 def key_bytes(partition_key: str | None, b64: bool) -> bytes | None:
     if partition_key is None:
         return None
+    if isinstance(partition_key, bytes):  # not valid UTF-8 on the wire
+        return partition_key
     if b64:
         try:
             return base64.b64decode(partition_key, validate=False)

@@ -1,0 +1,178 @@
+"""Payload handling: every codec, decompression caps, batches, encryption, keys, secrets, bad bytes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import zlib
+
+import cramjam
+import lz4.block
+import pytest
+import zstandard
+
+from brokerscope.protocols.base import Context
+from brokerscope.protocols.pulsar import framing
+from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+from brokerscope.protocols.pulsar.messages import PayloadError, decompress, expand
+
+from . import frames as F
+from .test_golden import run
+
+T = pb.BaseCommand
+RAW = F.BATCH_RAW  # two single messages: 'first' (key a), 'second'
+
+CODECS = {
+    pb.NONE: lambda b: b,
+    pb.LZ4: lambda b: lz4.block.compress(b, store_size=False),
+    pb.ZLIB: zlib.compress,
+    pb.ZSTD: lambda b: zstandard.ZstdCompressor().compress(b),
+    pb.SNAPPY: lambda b: bytes(cramjam.snappy.compress_raw(b)),
+}
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_every_codec_roundtrip(codec):
+    md = pb.MessageMetadata(
+        producer_name="p", sequence_id=1, publish_time=1, compression=codec, num_messages_in_batch=2
+    )
+    md.uncompressed_size = len(RAW)
+    singles = expand(md, CODECS[codec](RAW), cap=1 << 20)
+    assert [(s.batch_index, s.value, s.key, s.sequence) for s in singles] == [
+        (0, b"first", b"a", 8),
+        (1, b"second", None, 9),
+    ]
+
+
+@pytest.mark.parametrize("codec", [pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY])
+def test_decompression_is_capped(codec):
+    bomb = b"\0" * (4 << 20)
+    with pytest.raises(PayloadError) as e:
+        decompress(codec, CODECS[codec](bomb), len(bomb) if codec == pb.LZ4 else 0, cap=1 << 20)
+    assert e.value.status == "decompression_failed"
+
+
+def test_corrupt_compressed_payload_is_an_error_row_not_an_exception():
+    md = pb.MessageMetadata(
+        producer_name="p", sequence_id=3, publish_time=1, compression=pb.ZSTD, uncompressed_size=50
+    )
+    send = pb.BaseCommand(type=T.SEND)
+    send.send.producer_id, send.send.sequence_id = 1, 3
+    frame = framing.encode_frame(send, md, b"not zstd at all")
+    out = run([("c2s", frame)])
+    [m] = out["messages"]
+    assert m["decode_status"] == "decompression_failed" and m["value"] is None and "ZSTD" in m["decode_error"]
+    assert out["commands"][0]["decode_status"] == "ok"  # the frame itself is fine
+
+
+def test_batch_count_larger_than_payload_is_truncated():
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=3)
+    with pytest.raises(PayloadError) as e:
+        expand(md, RAW, cap=1 << 20)
+    assert e.value.status == "truncated"
+
+
+def _send(md: pb.MessageMetadata, payload: bytes, seq: int = 1) -> bytes:
+    c = pb.BaseCommand(type=T.SEND)
+    c.send.producer_id, c.send.sequence_id = 1, seq
+    return framing.encode_frame(c, md, payload)
+
+
+def test_encrypted_payload_kept_and_flagged():
+    md = pb.MessageMetadata(
+        producer_name="p", sequence_id=1, publish_time=1, encryption_algo="RSA", num_messages_in_batch=4
+    )
+    md.encryption_keys.add(key="mykey", value=b"\x01\x02")
+    out = run([("c2s", F.PRODUCER), ("c2s", _send(md, b"\x99ciphertext"))])
+    [m] = out["messages"]
+    assert m["decode_status"] == "encrypted" and m["value"] == b"\x99ciphertext"
+    d = json.loads(m["details"])
+    assert d["encryption_keys"] == ["mykey"] and d["num_messages"] == 4
+
+
+def test_partition_key_base64_and_null_value_and_ordering_key():
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, null_value=True)
+    md.partition_key = base64.b64encode(b"\x00\xffbin").decode()
+    md.partition_key_b64_encoded = True
+    md.ordering_key = b"ok"
+    out = run([("c2s", F.PRODUCER), ("c2s", _send(md, b""))])
+    [m] = out["messages"]
+    assert m["key"] == b"\x00\xffbin" and m["value"] is None and m["value_size"] is None
+    d = json.loads(m["details"])
+    assert (
+        d["null_value"] is True and d["ordering_key"] == "ok" and d["partition_key_b64"] == md.partition_key
+    )
+
+
+def test_payload_policy_applies():
+    out = run(
+        [("c2s", F.PRODUCER), ("c2s", F.SEND_7)],
+        ctx=Context(payload=__import__("brokerscope").protocols.base.PayloadPolicy(mode="hash")),
+    )
+    [m] = out["messages"]
+    assert m["value"] is None and m["value_size"] == 12 and len(m["value_hash"]) == 64
+
+
+def test_auth_challenge_and_response_redacted():
+    ch = pb.BaseCommand(type=T.AUTH_CHALLENGE)
+    ch.auth_challenge.challenge.auth_method_name = "sasl"
+    ch.auth_challenge.challenge.auth_data = b"server-nonce-SECRET"
+    rs = pb.BaseCommand(type=T.AUTH_RESPONSE)
+    rs.auth_response.response.auth_method_name = "sasl"
+    rs.auth_response.response.auth_data = b"client-proof-SECRET"
+    out = run([("c2s", F.CONNECT), ("s2c", framing.encode_frame(ch)), ("c2s", framing.encode_frame(rs))])
+    assert [r["decode_status"] for r in out["commands"]] == ["ok"] * 3
+    assert b"SECRET" not in repr(out).encode()
+    assert b"U0VDUkVU" not in repr(out).encode()  # nor in base64
+    d = json.loads(out["commands"][2]["details"])
+    assert d["response"]["auth_data"] == "<redacted 19 bytes>"
+    lat = {(r["request_command"], r["response_command"]) for r in out["latencies"]}
+    assert ("CONNECT", "AUTH_CHALLENGE") in lat and ("AUTH_CHALLENGE", "AUTH_RESPONSE") in lat
+
+
+def test_broken_connect_keeps_no_raw():
+    broken = bytearray(F.CONNECT)
+    broken[-6] = 0x7F  # auth_method_name's length now runs past the command
+    # as the first frame (no way to resynchronise on it) and after a good frame
+    for feeds in (
+        [("c2s", bytes(broken))],
+        [("c2s", F.PING + bytes(broken) + F.PING)],
+        [("c2s", bytes(broken)[:-9])],
+    ):
+        out = run(feeds)
+        bad = [c for c in out["commands"] if c["decode_status"] != "ok"]
+        assert bad and all(c["raw"] is None for c in bad)
+        assert b"s3cr3t" not in repr(out).encode()
+
+
+def test_send_error_pairs_and_is_an_ack_row():
+    err = pb.BaseCommand(type=T.SEND_ERROR)
+    err.send_error.producer_id, err.send_error.sequence_id = 1, 7
+    err.send_error.error, err.send_error.message = pb.ChecksumError, "bad"
+    out = run([("c2s", F.PRODUCER), ("c2s", F.SEND_7), ("s2c", framing.encode_frame(err))])
+    [lat] = [r for r in out["latencies"] if r["request_command"] == "SEND"]
+    assert lat["response_command"] == "SEND_ERROR" and lat["error_code"] == pb.ChecksumError
+    [a] = out["acks"]
+    assert a["ack_type"] == "pulsar_send_error" and a["error_code"] == pb.ChecksumError
+    [m] = out["messages"]
+    assert m["message_id"] is None and json.loads(m["details"])["send_error"] == pb.ChecksumError
+
+
+def test_random_bytes_never_raise():
+    rnd = random.Random(1234)
+    good = [F.CONNECT, F.PRODUCER, F.SEND_7, F.SEND_BATCH, F.PING]
+    for _ in range(200):
+        stream = bytearray(b"".join(good))
+        for _ in range(rnd.randint(1, 8)):  # flip, insert or delete bytes
+            i = rnd.randrange(len(stream))
+            op = rnd.random()
+            if op < 0.4:
+                stream[i] = rnd.randrange(256)
+            elif op < 0.7:
+                stream[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 20)))
+            else:
+                del stream[i : i + rnd.randint(1, 10)]
+        out = run([("c2s", bytes(stream))], chunk=rnd.randint(1, 64))
+        total = sum(r["size"] for r in out["commands"] if r["decode_status"] != "oversize")
+        assert total <= len(stream)  # rows never claim more bytes than were fed
