@@ -538,8 +538,11 @@ MAX_TRAILING = 64
 
 def decode_body(p: Plan, buf: bytes, pos: int) -> dict:
     """Decode a message body. Kafka brokers ignore bytes after a request's last field, and some
-    clients send a few (old librdkafka's ApiVersions v0 carries 4 zero bytes): up to MAX_TRAILING
-    such bytes are kept in `_trailing_bytes`; more mean the frame is not what its header says."""
+    clients send a few (old librdkafka's ApiVersions v0 carries 4 zero bytes, librdkafka 2.x an
+    extra tagged-field section in Metadata v13 for all topics; librdkafka's mock broker an extra
+    byte after Metadata v13 responses): up to MAX_TRAILING such bytes are kept in
+    `_trailing_bytes`; more mean the frame is not what its header says. Versions older than the
+    specs' baseline must end exactly (that is the check that the field ranges still hold)."""
     d, end = p.read(buf, pos)
     extra = len(buf) - end
     if extra:
