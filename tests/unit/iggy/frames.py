@@ -63,16 +63,30 @@ def resp2(request_id: int, payload: bytes = b"", status: int = 0) -> bytes:
     return u32(status) + u32(8 + len(payload)) + u64(request_id) + payload
 
 
-def vsr_header(command: int, size: int, request: int, operation: int, client: int = 7) -> bytes:
-    """A 256-byte VSR header (Request = 5 carries client/request/operation at 128/168/176;
-    Reply = 8 carries request at 184 and operation at 192)."""
+def vsr_header(
+    command: int,
+    size: int,
+    request: int,
+    operation: int,
+    client: int = 7,
+    code: int = 0,
+    status: int = 0,
+    session: int = 0,
+) -> bytes:
+    """A 256-byte VSR header as apache-iggy 0.9 clients put it on the wire: size @48, command @60;
+    Request (5): client u128 @128, request u64 @168, operation @176, session u64 @184, command
+    code u32 @196 for non-replicated operations; Reply (8): request @200, operation @208,
+    status u32 @216."""
     h = bytearray(256)
     struct.pack_into("<IIIBB", h, 48, size, 0, 0, command, 0)
     if command == 5:
         h[128:144] = client.to_bytes(16, "little")
         struct.pack_into("<QQB", h, 160, 123, request, operation)
+        struct.pack_into("<Q", h, 184, session)
+        struct.pack_into("<I", h, 196, code)
     elif command == 8:
-        struct.pack_into("<QQQQB", h, 160, 1, 1, 456, request, operation)
+        struct.pack_into("<QB", h, 200, request, operation)
+        struct.pack_into("<I", h, 216, status)
     return bytes(h)
 
 

@@ -129,29 +129,50 @@ def test_request_id_framing_detected_from_a_payload_request():
     assert json.loads(cmds[1]["details"])["user_id"] == 7
 
 
-def test_vsr_header_frames_pair_by_request_number():
-    body = b"xyz"
+def test_vsr_frames_register_non_replicated_and_replicated():
+    login = b"\x00\x2c\x00\x00" + s8("rust-sdk") + s8("0.11.0") + s8("iggy") + s8("pw-secret")
+    login += u32(0)
+    reg_reply = u32(0) + u32(1) + u64(42) + u32(0) + s8("0.0.0")
     rows = run(
         [
-            ("c2s", vsr_header(5, 256 + len(body), request=1, operation=128) + body),
-            ("c2s", vsr_header(5, 256, request=2, operation=2)),
-            ("s2c", vsr_header(8, 256, request=1, operation=128)),
+            ("c2s", vsr_header(5, 256 + len(login), request=0, operation=1) + login),
+            ("s2c", vsr_header(8, 256 + len(reg_reply), request=0, operation=1) + reg_reply),
+            ("c2s", vsr_header(5, 256, request=1, operation=2, code=1, session=42)),
+            ("s2c", vsr_header(8, 256, request=1, operation=2)),
+            ("c2s", vsr_header(5, 256 + 3, request=1, operation=128, session=42) + s8("s1")),
+            ("s2c", vsr_header(8, 256, request=1, operation=128, status=1012)),
+            ("c2s", vsr_header(5, 256, request=2, operation=99, session=42)),
         ]
     )
     cmds = table(rows, "commands")
     tables.conform("commands", cmds)
-    assert [(c["direction"], c["command"], c["correlation_id"]) for c in cmds] == [
-        ("c2s", "CREATE_STREAM", 1),
-        ("c2s", "VSR_OP_2", 2),
-        ("s2c", "CREATE_STREAM", 1),
+    assert [(c["direction"], c["command"], c["decode_status"]) for c in cmds] == [
+        ("c2s", "LOGIN_REGISTER", "ok"),
+        ("s2c", "LOGIN_REGISTER", "ok"),
+        ("c2s", "PING", "ok"),
+        ("s2c", "PING", "ok"),
+        ("c2s", "CREATE_STREAM", "ok"),
+        ("s2c", "CREATE_STREAM", "ok"),
+        ("c2s", "VSR_OP_99", "unknown_command"),
     ]
     d = json.loads(cmds[0]["details"])
-    assert (d["framing"], d["vsr_command"], d["body_size"], d["client"][-2:]) == ("vsr", "REQUEST", 3, "07")
+    assert (d["framing"], d["operation_name"], d["username"], d["password"]) == (
+        "vsr",
+        "REGISTER",
+        "iggy",
+        "<redacted 9 bytes>",
+    )
+    assert b"pw-secret" not in repr(rows).encode()
+    assert json.loads(cmds[1]["details"])["session"] == 42
+    assert json.loads(cmds[4]["details"])["name"] == "s1"
+    assert cmds[5]["error_code"] == 1012
     lat = table(rows, "latencies")
-    assert {(r["correlation_id"], r.get("response_command")) for r in lat} == {
-        (1, "CREATE_STREAM"),
-        (2, None),
-    }
+    assert [(r["request_command"], r.get("error_code")) for r in lat] == [
+        ("LOGIN_REGISTER", 0),
+        ("PING", 0),
+        ("CREATE_STREAM", 1012),
+        ("VSR_OP_99", None),
+    ]
 
 
 def test_garbage_between_frames_is_recorded_and_skipped():
@@ -212,7 +233,7 @@ def test_sniff():
     login = req(38, s8("iggy") + s8("iggy") + s32("0.7.0") + s32(""))
     assert PROTOCOL.sniff(login, resp(u32(1))) >= 0.8
     assert PROTOCOL.sniff(req(1), resp()) >= 0.7
-    assert PROTOCOL.sniff(vsr_header(5, 256, 1, 2), b"") >= 0.7
+    assert PROTOCOL.sniff(vsr_header(5, 256, 1, 2, code=1), b"") >= 0.7
     assert PROTOCOL.sniff(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n") == 0.0
     kafka_api_versions = bytes.fromhex("0000002300120003000000010009636c69656e742d6964")
     assert PROTOCOL.sniff(kafka_api_versions, b"") < 0.5

@@ -8,6 +8,7 @@ COMMANDS: dict[int, str] = {
     10: "GET_STATS",
     11: "GET_SNAPSHOT_FILE",
     12: "GET_CLUSTER_METADATA",
+    13: "DESCRIBE_OPTIONS",
     20: "GET_ME",
     21: "GET_CLIENT",
     22: "GET_CLIENTS",
@@ -20,10 +21,12 @@ COMMANDS: dict[int, str] = {
     37: "CHANGE_PASSWORD",
     38: "LOGIN_USER",
     39: "LOGOUT_USER",
+    40: "LOGIN_REGISTER",
     41: "GET_PERSONAL_ACCESS_TOKENS",
     42: "CREATE_PERSONAL_ACCESS_TOKEN",
     43: "DELETE_PERSONAL_ACCESS_TOKEN",
     44: "LOGIN_WITH_PERSONAL_ACCESS_TOKEN",
+    45: "LOGIN_REGISTER_WITH_PERSONAL_ACCESS_TOKEN",
     100: "POLL_MESSAGES",
     101: "SEND_MESSAGES",
     102: "FLUSH_UNSAVED_BUFFER",
@@ -51,11 +54,18 @@ COMMANDS: dict[int, str] = {
     603: "DELETE_CONSUMER_GROUP",
     604: "JOIN_CONSUMER_GROUP",
     605: "LEAVE_CONSUMER_GROUP",
+    606: "SYNC_CONSUMER_GROUP",
 }
 NAMES: dict[str, int] = {v: k for k, v in COMMANDS.items()}
 
 # Commands whose request payload is empty (used to tell the two length-prefixed framings apart).
 EMPTY_REQUEST = frozenset({1, 10, 12, 20, 22, 32, 39, 41, 201})
+
+# VSR framing: the request header's `operation` byte. 1 and 2 are the client session operations
+# (apache-iggy 0.9 clients: REGISTER carries the login, NON_REPLICATED carries a classic command
+# whose code sits in the header at offset 196); 128+ are replicated state-machine operations.
+VSR_REGISTER = 1
+VSR_NON_REPLICATED = 2
 
 # VSR (consensus) header `command` byte values (apache/iggy types/consensus/header.rs).
 VSR_COMMANDS: dict[int, str] = {
@@ -72,9 +82,12 @@ VSR_COMMANDS: dict[int, str] = {
     10: "START_VIEW_CHANGE",
     11: "DO_VIEW_CHANGE",
     12: "START_VIEW",
+    13: "EVICTION",
 }
 # VSR `operation` byte values known from the sources.
 VSR_OPERATIONS: dict[int, str] = {
+    1: "REGISTER",
+    2: "NON_REPLICATED",
     128: "CREATE_STREAM",
     129: "UPDATE_STREAM",
     130: "DELETE_STREAM",
@@ -97,6 +110,31 @@ VSR_OPERATIONS: dict[int, str] = {
     147: "DELETE_PERSONAL_ACCESS_TOKEN",
     160: "SEND_MESSAGES",
     161: "STORE_CONSUMER_OFFSET",
+}
+# replicated VSR operations whose body is the classic payload of this command code
+VSR_OPERATION_CODES: dict[int, int] = {
+    128: 202,
+    129: 204,
+    130: 203,
+    131: 205,
+    132: 302,
+    133: 304,
+    134: 303,
+    135: 305,
+    136: 402,
+    137: 403,
+    138: 503,
+    139: 602,
+    140: 603,
+    141: 33,
+    142: 35,
+    143: 34,
+    144: 37,
+    145: 36,
+    146: 42,
+    147: 43,
+    160: 101,
+    161: 121,
 }
 
 HEADER_KINDS: dict[int, str] = {

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..base import redacted
+from .codes import HEADER_KINDS
 from .messages import parse_polled, parse_send
-from .wire import DecodeError, Reader, consumer, identifier, polling_strategy
+from .wire import DecodeError, Reader, consumer, header_value, identifier, polling_strategy
 
 # Codes whose frames carry secrets: never keep their raw bytes.
-SECRET_REQUESTS = frozenset({33, 37, 38, 44})
+SECRET_REQUESTS = frozenset({33, 37, 38, 40, 44, 45})
 SECRET_RESPONSES = frozenset({42})
 
 
@@ -203,7 +204,71 @@ def create_topic(payload) -> dict:
         d["layout"] = "spec"
         return d
 
-    return _variants(payload, current, spec_expiry, spec)
+    def with_options(r: Reader) -> dict:
+        d = {"stream_id": identifier(r), "partitions_count": r.u32(), "name": r.str8()}
+        d["options"] = options(r)
+        d["layout"] = "options"
+        return d
+
+    return _variants(payload, current, spec_expiry, spec, with_options)
+
+
+def options(r: Reader) -> dict:
+    """apache-iggy 0.9 settings: typed key/value pairs to the end of the payload
+    ([kind u8][length u32][bytes] for the key, then the same for the value)."""
+    out: dict = {}
+    while r.remaining:
+        vals = []
+        for _ in range(2):
+            kind = r.u8()
+            if kind not in HEADER_KINDS:
+                raise DecodeError(f"option kind {kind}")
+            vals.append(header_value(kind, r.bytes(r.u32())))
+        out[str(vals[0])] = vals[1]
+    return out
+
+
+def register_reply(payload) -> dict:
+    """VSR REGISTER reply: u32, user id u32, session u64, u32, server version (u8 length)."""
+
+    def p(r: Reader) -> dict:
+        d = {"reserved": r.u32(), "user_id": r.u32(), "session": r.u64(), "flags": r.u32()}
+        d["server_version"] = r.str8()
+        return d
+
+    return _variants(payload, p)
+
+
+def cluster_metadata(payload) -> dict:
+    """GET_CLUSTER_METADATA reply: name (u32 len), node count u32, per node: name (u32 len),
+    ip (u32 len), port u16 + 6 reserved bytes, role u8, status u8."""
+
+    def p(r: Reader) -> dict:
+        d: dict = {"name": r.str32(), "nodes": []}
+        for _ in range(r.u32()):
+            node = {"name": r.str32(), "ip": r.str32(), "port": r.u16()}
+            r.bytes(6)
+            node["role"] = r.u8()
+            node["status"] = r.u8()
+            d["nodes"].append(node)
+        return d
+
+    return _variants(payload, p)
+
+
+def register(payload) -> dict:
+    """VSR REGISTER body (the login of apache-iggy 0.9 clients): protocol u32, SDK name (u8 len),
+    SDK version (u8 len), username (u8 len), password (u8 len, redacted), then context (u32 len)."""
+
+    def p(r: Reader) -> dict:
+        d = {"protocol": r.u32(), "sdk": r.str8(), "sdk_version": r.str8()}
+        d["username"] = r.str8()
+        d["password"] = redacted(r.bytes(r.u8()))
+        if r.remaining:
+            d["context"] = r.str32()
+        return d
+
+    return _variants(payload, p)
 
 
 def update_topic(payload) -> dict:
@@ -270,24 +335,33 @@ def create_group(payload) -> dict:
     return _variants(payload, named, legacy, named_no_id)
 
 
-def _consumer_st_partition(r: Reader, legacy: bool) -> dict:
+def _consumer_st_partition(r: Reader, legacy: bool, flagged: bool) -> dict:
+    """consumer, stream, topic, partition: u32 (0 = none), or since apache-iggy 0.9 an
+    Option as [present u8][u32]."""
     d = {"consumer": consumer(r, legacy)}
     d.update(_st(r))
-    pid = r.u32()
-    d["partition_id"] = pid if (legacy or pid) else None
+    if flagged:
+        present = r.u8()
+        if present > 1:
+            raise DecodeError(f"partition presence flag {present}")
+        pid = r.u32()
+        d["partition_id"] = pid if present else None
+    else:
+        pid = r.u32()
+        d["partition_id"] = pid if (legacy or pid) else None
     return d
 
 
 def _with_consumer(tail: Callable[[Reader, dict], dict] | None = None) -> Callable:
     def dec(payload) -> dict:
-        def mk(legacy: bool):
+        def mk(legacy: bool, flagged: bool):
             def p(r: Reader) -> dict:
-                d = _consumer_st_partition(r, legacy)
+                d = _consumer_st_partition(r, legacy, flagged)
                 return tail(r, d) if tail else d
 
             return p
 
-        return _variants(payload, mk(False), mk(True))
+        return _variants(payload, mk(False, False), mk(True, False), mk(False, True))
 
     return dec
 
@@ -343,7 +417,9 @@ REQUESTS: dict[int, Callable] = {
     41: _empty,
     42: create_pat,
     43: name_only,
+    40: login_user,
     44: login_pat,
+    45: login_pat,
     100: poll_messages,
     101: parse_send,
     102: flush,

@@ -21,8 +21,24 @@ from collections import OrderedDict, deque
 
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
-from .codes import COMMANDS, EMPTY_REQUEST, VSR_COMMANDS, VSR_OPERATIONS
-from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response
+from .codes import (
+    COMMANDS,
+    EMPTY_REQUEST,
+    VSR_COMMANDS,
+    VSR_NON_REPLICATED,
+    VSR_OPERATION_CODES,
+    VSR_OPERATIONS,
+    VSR_REGISTER,
+)
+from .commands import (
+    SECRET_REQUESTS,
+    SECRET_RESPONSES,
+    cluster_metadata,
+    decode_request,
+    decode_response,
+    register,
+    register_reply,
+)
 from .wire import DecodeError, Truncated, topic_name
 
 CLASSIC = "classic"
@@ -378,6 +394,14 @@ class IggyConversation(Conversation):
         details: dict = {"framing": self.mode, "length": length}
         if req_id is not None:
             details["request_id"] = req_id
+        self._emit_request(code, name, payload, frame, row, pend, details, ts1, rows)
+        return True
+
+    def _emit_request(
+        self, code, name, payload, frame, row, pend, details, ts1, rows, secret: bool = False, decoder=None
+    ) -> None:
+        """Decode a request payload into its commands row (+ produce rows) and remember it."""
+        corr = pend["corr"]
         if name is None:
             row.update(
                 decode_status=base.UNKNOWN_COMMAND,
@@ -387,17 +411,17 @@ class IggyConversation(Conversation):
             )
             rows.append(("commands", row))
             self._pending_add(pend)
-            return True
+            return
         try:
-            fields = decode_request(code, payload)
+            fields = decoder(payload) if decoder else decode_request(code, payload)
         except DecodeError as e:
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
-            if code not in SECRET_REQUESTS:
+            if code not in SECRET_REQUESTS and not secret:
                 row["raw"] = self.ctx.raw(frame)
             rows.append(("commands", row))
             self._pending_add(pend)
-            return True
+            return
         msgs = fields.pop("messages", None) if code == 101 else None
         if msgs is not None:
             fields["messages"] = [self._msg_summary(m) for m in msgs]
@@ -420,7 +444,6 @@ class IggyConversation(Conversation):
             for m in msgs:
                 rows.append(self._message_row("produce", m, topic, _i32(partition), corr, ts1, key))
         self._pending_add(pend)
-        return True
 
     def _response(self, rows: list[Row]) -> bool:
         b = self.buf[S2C]
@@ -467,6 +490,11 @@ class IggyConversation(Conversation):
                 row["raw"] = self.ctx.raw(frame)
             rows.append(("commands", row))
             return True
+        self._emit_response(req, status, payload, frame, row, details, ts0, rows)
+        return True
+
+    def _emit_response(self, req, status, payload, frame, row, details, ts0, rows, decoder=None) -> None:
+        """Decode a response for its request: commands, latency, deliver and ack rows."""
         code = req["code"]
         row.update(
             command=req["name"],
@@ -479,14 +507,14 @@ class IggyConversation(Conversation):
         fields: dict = {}
         if status == 0:
             try:
-                fields = decode_response(code, payload)
+                fields = decoder(payload) if decoder else decode_response(code, payload)
             except DecodeError as e:
                 st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
                 row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
                 if code not in SECRET_RESPONSES:
                     row["raw"] = self.ctx.raw(frame)
                 rows.append(("commands", row))
-                return True
+                return
         elif len(payload):
             details["payload_size"] = len(payload)
         msgs = fields.pop("messages", None) if code == 100 else None
@@ -504,7 +532,6 @@ class IggyConversation(Conversation):
                     )
                 )
         rows.extend(self._acks(req, status, fields, msgs, ts0))
-        return True
 
     # -----------------------------------------------------------------------------------------
     # VSR frames
@@ -521,10 +548,13 @@ class IggyConversation(Conversation):
         command = data[60]
         if size > self.max_frame:
             self._oversize(direction, size, rows, {"vsr_command": VSR_COMMANDS[command], "size": size})
+            if command == 8 and self.fifo:
+                rows.append(self._latency(self.fifo.popleft(), None, b.last_ts))
             return True
         if len(b) < size:
             return False
         frame, off, ts0, ts1 = self._take(direction, size)
+        body = frame[VSR_HEADER:]
         view, release = struct.unpack_from("<II", frame, 52)
         d: dict = {
             "framing": VSR,
@@ -533,56 +563,91 @@ class IggyConversation(Conversation):
             "view": view,
             "release": release,
             "replica": frame[61],
-            "cluster": int.from_bytes(frame[32:48], "little"),
             "body_size": size - VSR_HEADER,
         }
-        request = operation = None
-        if command == 5:  # Request
+        row = {"direction": direction, "size": size, "stream_offset": off, "ts_ns": ts0, "ts_end_ns": ts1}
+        if command == 5:  # Request (client wire: no namespace field)
             d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
-            d["timestamp"] = struct.unpack_from("<Q", frame, 160)[0]
-            request = struct.unpack_from("<Q", frame, 168)[0]
+            d["timestamp"], request = struct.unpack_from("<QQ", frame, 160)
             operation = frame[176]
-            d["namespace"] = struct.unpack_from("<Q", frame, 184)[0]
-        elif command == 8:  # Reply
-            d["op"], d["commit"], d["timestamp"], request = struct.unpack_from("<QQQQ", frame, 160)
-            operation = frame[192]
-            d["namespace"] = struct.unpack_from("<Q", frame, 200)[0]
-        if request is not None:
-            d["request"] = request
-            d["operation"] = operation
-        name = VSR_OPERATIONS.get(operation) if operation is not None else None
-        if name is None:
-            name = f"VSR_{VSR_COMMANDS[command]}" if operation is None else f"VSR_OP_{operation}"
-        row = {
-            "direction": direction,
-            "command": name,
-            "command_code": operation,
-            "correlation_id": request,
-            "size": size,
-            "stream_offset": off,
-            "ts_ns": ts0,
-            "ts_end_ns": ts1,
-            "decode_status": base.OK,
-            "details": base.to_json(d),
-        }
-        rows.append(("commands", row))
-        if command == 5 and request is not None:
-            self._pending_add(
-                {
-                    "code": operation,
-                    "name": name,
-                    "corr": request,
-                    "ts_end": ts1,
-                    "topic": None,
-                    "partition": None,
-                    "details": None,
-                },
-                key=request,
+            d["session"] = struct.unpack_from("<Q", frame, 184)[0]
+            d.update(request=request, operation=operation)
+            decoder = None
+            secret = False
+            if operation == VSR_REGISTER:
+                code, decoder, secret = 40, register, True
+            elif operation == VSR_NON_REPLICATED:
+                code = struct.unpack_from("<I", frame, 196)[0]
+            else:
+                code = VSR_OPERATION_CODES.get(operation)
+            name = COMMANDS.get(code) if code is not None else None
+            d["operation_name"] = VSR_OPERATIONS.get(operation, f"op_{operation}")
+            row.update(command=name or f"VSR_OP_{operation}", command_code=code, correlation_id=request)
+            pend = {
+                "code": code,
+                "name": row["command"],
+                "corr": request,
+                "ts_end": ts1,
+                "topic": None,
+                "partition": None,
+                "details": None,
+            }
+            if code is None:
+                row.update(
+                    decode_status=base.UNKNOWN_COMMAND,
+                    decode_error=f"VSR operation {operation}",
+                    details=base.to_json(d),
+                )
+                if len(body):
+                    row["raw"] = self.ctx.raw(frame)
+                rows.append(("commands", row))
+                self._pending_add(pend)
+                return True
+            self._emit_request(
+                code, name, body, frame, row, pend, d, ts1, rows, secret=secret, decoder=decoder
             )
-        elif command == 8 and request is not None:
-            req = self.by_id.pop(request, None)
-            if req is not None:
-                rows.append(self._latency(req, None, ts0, response_name=name))
+            return True
+        if command == 8:  # Reply
+            request = struct.unpack_from("<Q", frame, 200)[0]
+            operation = frame[208]
+            status = struct.unpack_from("<I", frame, 216)[0]
+            d.update(request=request, operation=operation, status=status)
+            row["error_code"] = status
+            req = self.fifo.popleft() if self.fifo else None
+            if req is None:
+                row.update(
+                    correlation_id=request,
+                    decode_status=base.REQUEST_MISSING,
+                    decode_error="reply without a request in the capture",
+                    details=base.to_json(d),
+                )
+                if len(body):
+                    row["raw"] = self.ctx.raw(frame)
+                rows.append(("commands", row))
+                return True
+            decoder = None
+            if req["code"] == 40:
+                decoder = register_reply
+            elif req["code"] == 12:
+                decoder = cluster_metadata
+            if req["code"] is None:
+                row.update(
+                    command=req["name"],
+                    correlation_id=req["corr"],
+                    decode_status=base.OK,
+                    details=base.to_json(d),
+                )
+                rows.append(("commands", row))
+                rows.append(self._latency(req, status, ts0))
+                return True
+            self._emit_response(req, status, body, frame, row, d, ts0, rows, decoder=decoder)
+            return True
+        # other consensus frames (eviction, replica traffic): header only
+        if command == 13:
+            d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
+            d["reason"] = frame[255]
+        row.update(command=f"VSR_{VSR_COMMANDS[command]}", decode_status=base.OK, details=base.to_json(d))
+        rows.append(("commands", row))
         return True
 
     # -----------------------------------------------------------------------------------------
@@ -593,7 +658,7 @@ class IggyConversation(Conversation):
         return self.ordinal if req_id is None else req_id
 
     def _pending_add(self, req: dict, key: int | None = None) -> None:
-        if self.mode in (REQID, VSR):
+        if self.mode == REQID:
             k = req["corr"] if key is None else key
             self.by_id[k] = req
             while len(self.by_id) > MAX_PENDING:

@@ -139,6 +139,11 @@ def parse_polled(payload: bytes | memoryview) -> dict:
     out = {"partition_id": partition_id, "current_offset": current_offset, "count": count}
     if count > MAX_MESSAGES:
         raise DecodeError(f"message count {count}")
+    if count and r.remaining >= 256 and struct.unpack_from("<Q", payload, r.pos + 32)[0] == (r.remaining):
+        batch = parse_batch_v48(payload, r.pos, len(payload), count)
+        out.update(batch)
+        out["format"] = "v48_batch"
+        return out
     try:
         out["messages"] = parse_messages_any(payload, r.pos, len(payload), count)
         out["format"] = f"v{out['messages'][0]['header_size']}" if count else "v64"
@@ -181,6 +186,22 @@ def _parse_send_new(payload) -> dict:
         raise DecodeError(f"metadata length {metadata_length} != {r.pos - start}")
     if count > MAX_MESSAGES:
         raise DecodeError(f"message count {count}")
+    if (
+        r.remaining >= BATCH_HEADER_V48
+        and len(payload) - r.pos == struct.unpack_from("<Q", payload, r.pos + 32)[0]
+    ):
+        batch = parse_batch_v48(payload, r.pos, len(payload), count)
+        msgs = batch.pop("messages")
+        return {
+            "format": "v48_batch",
+            "metadata_length": metadata_length,
+            "stream_id": stream,
+            "topic_id": topic,
+            "partitioning": part,
+            "messages_count": count,
+            **batch,
+            "messages": msgs,
+        }
     r.need(count * INDEX_SIZE)
     index = [struct.unpack_from("<IIQ", payload, r.pos + i * INDEX_SIZE) for i in range(count)]
     first = r.pos + count * INDEX_SIZE
@@ -254,3 +275,72 @@ def build_headers(items: list[tuple[str, int, bytes]]) -> bytes:
         k = key.encode()
         out += struct.pack("<I", len(k)) + k + bytes([kind]) + struct.pack("<I", len(value)) + value
     return out
+
+
+# apache-iggy 0.9 clients (Rust SDK 0.11, VSR framing) send a 256-byte batch header after the
+# message count (base timestamp u64 @24, batch size u64 @32, checksum u64 @40, count u64 @48),
+# then messages with a 48-byte header: checksum u64 (XXH3-64 of the message after this field),
+# id u128, offset delta u32 @24, a second u32 @28, user headers length u32 @32, payload length
+# u32 @36, reserved u64 @40; then payload, then user headers. Observed on the wire from the
+# client and checked by the checksums; the server side of this generation is not published.
+BATCH_HEADER_V48 = 256
+V48 = 48
+
+
+def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
+    if pos + V48 > end:
+        raise DecodeError(f"message header truncated at {pos}")
+    (checksum,) = struct.unpack_from("<Q", buf, pos)
+    mid = int.from_bytes(buf[pos + 8 : pos + 24], "little")
+    delta, aux, hlen, plen, reserved = struct.unpack_from("<IIIIQ", buf, pos + 24)
+    body = pos + V48
+    stop = body + plen + hlen
+    if stop > end:
+        raise DecodeError(f"message at {pos} runs past the data ({plen}+{hlen} bytes)")
+    ok = None
+    if checksum:
+        calc = checksum_of(buf[pos:stop])
+        ok = None if calc is None else calc == checksum
+    msg = {
+        "id": mid,
+        "offset_delta": delta,
+        "aux": aux,
+        "checksum": checksum,
+        "checksum_ok": ok,
+        "headers": user_headers(bytes(buf[body + plen : stop])) if hlen else [],
+        "payload": bytes(buf[body : body + plen]),
+        "size": stop - pos,
+        "header_size": V48,
+    }
+    if reserved:
+        msg["reserved"] = reserved
+    return msg, stop
+
+
+def parse_batch_v48(buf, pos: int, end: int, count: int | None) -> dict:
+    """A 256-byte batch header then `count` 48-byte-header messages running to `end`."""
+    if pos + BATCH_HEADER_V48 > end:
+        raise DecodeError("batch header truncated")
+    base_offset, base_ts, size, checksum, n = struct.unpack_from("<QQQQQ", buf, pos + 16)
+    if count is not None and n != count:
+        raise DecodeError(f"batch count {n} != {count}")
+    if size != end - pos:
+        raise DecodeError(f"batch size {size} != {end - pos}")
+    msgs = []
+    p = pos + BATCH_HEADER_V48
+    while p < end:
+        if len(msgs) >= n:
+            raise DecodeError("more messages than the batch count")
+        m, p = parse_message_v48(buf, p, end)
+        m["offset"] = base_offset + m["offset_delta"]
+        m["timestamp"] = base_ts or None
+        msgs.append(m)
+    if len(msgs) != n:
+        raise DecodeError(f"{len(msgs)} messages where the batch says {n}")
+    return {
+        "base_offset": base_offset,
+        "base_timestamp": base_ts,
+        "batch_size": size,
+        "batch_checksum": checksum,
+        "messages": msgs,
+    }

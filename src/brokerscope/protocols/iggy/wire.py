@@ -186,23 +186,42 @@ def header_value(kind: int, value: bytes):
 
 
 def user_headers(buf: bytes) -> list[dict]:
-    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order."""
+    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order.
+
+    Two entry layouts: [key length u32][key][value kind u8][value length u32][value] (0.5-0.8),
+    and typed keys [key kind u8][key length u32][key][value kind u8][value length u32][value]
+    (apache-iggy 0.9 clients). The one that parses the whole blob wins."""
+    try:
+        return _headers(buf, typed_keys=False)
+    except DecodeError as e:
+        try:
+            return _headers(buf, typed_keys=True)
+        except DecodeError:
+            raise e from None
+
+
+def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
     r = Reader(buf)
     out = []
     while r.remaining:
+        key_kind = None
+        if typed_keys:
+            key_kind = r.u8()
+            if key_kind not in HEADER_KINDS:
+                raise DecodeError(f"header key kind {key_kind}")
         key = r.bytes(r.u32())
         kind = r.u8()
         if kind not in HEADER_KINDS:
             raise DecodeError(f"header kind {kind}")
         value = r.bytes(r.u32())
-        out.append(
-            {
-                "key": key.decode("utf-8", "replace"),
-                "kind": HEADER_KINDS[kind],
-                "value": value,
-                "typed": header_value(kind, value),
-            }
-        )
+        if key_kind in (None, 1, 2):
+            key_text = key.decode("utf-8", "replace")
+        else:  # a typed non-string key: its value rendered as text
+            key_text = str(header_value(key_kind, key))
+        h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}
+        if key_kind is not None:
+            h["key_kind"] = HEADER_KINDS[key_kind]
+        out.append(h)
     return out
 
 
