@@ -183,3 +183,20 @@ def test_bad_checksum_on_first_message_still_recognised(tmp_path):
     assert seg.matches(str(path))
     msgs = [r for t, r in read_all(path) if t == "messages"]
     assert [m["checksum_ok"] for m in msgs] == [False] + [True] * 6
+
+
+def test_partition_directory_through_decode_files(tmp_path):
+    from brokerscope.streams import decode_files
+
+    d = part_dir(tmp_path)
+    write_new(d, MSGS, base_offset=0)
+    write_new(d, MSGS[:2], base_offset=len(MSGS))
+    out = decode_files([str(tmp_path / "streams")])
+    assert out["_errors"] == []
+    msgs = [m for m in out["messages"] if m["protocol"] == "iggy"]
+    assert len(msgs) == len(MSGS) + 2
+    assert sorted(m["offset"] for m in msgs) == list(range(len(MSGS) + 2))
+    assert {(m["direction"], m["source"], m["topic"], m["partition"]) for m in msgs} == {
+        ("stored", "segment", "1/2", 3)
+    }
+    assert all(m["client_ip"] is None for m in msgs)
