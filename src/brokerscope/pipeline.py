@@ -12,6 +12,7 @@ import datetime
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ import pyarrow as pa
 from . import capture, inputs, tables
 from .config import Settings
 from .lake import Lake
-from .streams import STATS_TABLE, StreamDriver, segment_rows
+from .streams import StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
 
     if settings.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers run the interpreter that runs brokerscope (its venv has the dependencies)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app_name or settings.raw["spark"]["app_name"])
     if not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE") and "spark.master" not in os.environ.get(
         "PYSPARK_SUBMIT_ARGS", ""
@@ -68,7 +71,24 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):
+        _ship_package(spark.sparkContext)
     return spark
+
+
+def _ship_package(sc) -> None:
+    """Make this brokerscope importable on executors that lack it (its dependencies must be
+    installed there: pip install brokerscope, or a venv shipped with --archives)."""
+    import tempfile
+    import zipfile
+
+    pkg = Path(__file__).resolve().parent
+    zpath = Path(tempfile.mkdtemp(prefix="brokerscope-")) / "brokerscope.zip"
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in pkg.rglob("*"):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.write(f, Path("brokerscope") / f.relative_to(pkg))
+    sc.addPyFile(str(zpath))
 
 
 @dataclass
@@ -108,7 +128,9 @@ def _read_splits_fn(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for r in b.to_pylist():
-                sp = capture.Split(r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"])
+                sp = capture.Split(
+                    r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
+                )
                 yield from capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
 
     return read
@@ -140,7 +162,7 @@ def _union_batches(rows: Iterator[tuple[str, dict]], extra_stats: Callable[[], l
     if extra_stats is not None:
         stats = extra_stats()
         if stats:
-            cols = [pa.nulls(len(stats), type=f.type) for f in UNION[:-1]]
+            cols = [pa.nulls(len(stats), type=f.type) for f in list(UNION)[:-1]]
             cols.append(pa.array([json.dumps(s) for s in stats], pa.string()))
             yield pa.RecordBatch.from_arrays(cols, schema=UNION)
 
@@ -221,7 +243,9 @@ def ingest(
         parts.append(decoded)
     if ssplits:
         rdd = sc.parallelize([asdict(s) for s in ssplits], len(ssplits))
-        seg_df = spark.createDataFrame(rdd, "path string, capture_id string, kind string, start long, end long")
+        seg_df = spark.createDataFrame(
+            rdd, "path string, capture_id string, kind string, start long, end long"
+        )
         parts.append(seg_df.mapInArrow(_segments_fn(settings), union_spark))
     out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     from pyspark import StorageLevel

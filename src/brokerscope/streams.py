@@ -28,8 +28,8 @@ import pyarrow as pa
 from . import tables
 from .config import Settings
 from .protocols import base
-from .tcp import TcpConnection
 from .tcp import Packet as TcpPacket
+from .tcp import TcpConnection
 
 log = logging.getLogger(__name__)
 
@@ -294,18 +294,33 @@ class StreamDriver:
         for b in batches:
             d = b.to_pydict()
             cols = (
-                d["lo_ip"], d["lo_port"], d["hi_ip"], d["hi_port"], d["ts_ns"], d["from_lo"], d["seq"],
-                d["ack"], d["flags"], d["window"], d["payload"], d["payload_len"], d["wire_len"],
-                d["snap_truncated"], d["file_index"], d["capture_id"],
+                d["lo_ip"],
+                d["lo_port"],
+                d["hi_ip"],
+                d["hi_port"],
+                d["ts_ns"],
+                d["from_lo"],
+                d["seq"],
+                d["ack"],
+                d["flags"],
+                d["window"],
+                d["payload"],
+                d["payload_len"],
+                d["wire_len"],
+                d["snap_truncated"],
+                d["file_index"],
+                d["capture_id"],
             )
             for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid in zip(*cols):
                 if lo_ip is None:  # a reader's stats row
-                    st = json.loads(pl)
-                    st.setdefault("capture_id", cid)
-                    self.capture_stats.append(st)
+                    counters = json.loads(pl)
+                    counters.setdefault("capture_id", cid)
+                    self.capture_stats.append(counters)
                     continue
-                yield (lo_ip, lo_p), (hi_ip, hi_p), TcpPacket(
-                    ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid
+                yield (
+                    (lo_ip, lo_p),
+                    (hi_ip, hi_p),
+                    TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid),
                 )
 
 
@@ -314,8 +329,15 @@ class StreamDriver:
 
 
 def sort_key(row: dict) -> tuple:
-    return (row["lo_ip"] or "", row["lo_port"] or 0, row["hi_ip"] or "", row["hi_port"] or 0,
-            row["ts_ns"] or 0, row["file_index"], row["rec_offset"])
+    return (
+        row["lo_ip"] or "",
+        row["lo_port"] or 0,
+        row["hi_ip"] or "",
+        row["hi_port"] or 0,
+        row["ts_ns"] or 0,
+        row["file_index"],
+        row["rec_offset"],
+    )
 
 
 def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str, list[dict]]:
@@ -346,9 +368,23 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
 
     def gen():
         for r in packet_rows:
-            yield (r["lo_ip"], r["lo_port"]), (r["hi_ip"], r["hi_port"]), TcpPacket(
-                r["ts_ns"], r["from_lo"], r["seq"], r["ack"], r["flags"], r["window"], r["payload"] or b"",
-                r["payload_len"], r["wire_len"], r["snap_truncated"], r["file_index"], r["capture_id"],
+            yield (
+                (r["lo_ip"], r["lo_port"]),
+                (r["hi_ip"], r["hi_port"]),
+                TcpPacket(
+                    r["ts_ns"],
+                    r["from_lo"],
+                    r["seq"],
+                    r["ack"],
+                    r["flags"],
+                    r["window"],
+                    r["payload"] or b"",
+                    r["payload_len"],
+                    r["wire_len"],
+                    r["snap_truncated"],
+                    r["file_index"],
+                    r["capture_id"],
+                ),
             )
 
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}

@@ -194,7 +194,10 @@ class StreamBuffer:
         while len(self._chunks) > 1 and self._chunks[1][0] <= self.offset:
             self._chunks.popleft()
         if self._start > 65536 and self._start * 2 > len(self._buf):
-            del self._buf[: self._start]
+            try:
+                del self._buf[: self._start]
+            except BufferError:  # a caller still holds a view from `data`: compact next time
+                return
             self._start = 0
 
     def skip(self, nbytes: int) -> None:

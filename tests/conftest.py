@@ -1,0 +1,29 @@
+"""Shared fixtures: paths to the public captures and one local Spark session per test run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("BROKERSCOPE_SHARED", ROOT.parent / "shared"))
+CAPTURES = SHARED / "captures"
+SAMPLE_DATA = ROOT / "sample_data"
+
+
+def public_captures() -> list[Path]:
+    return sorted(p for p in CAPTURES.glob("*/*") if p.suffix in (".pcap", ".pcapng"))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real local Spark session (2 cores), shared by every Spark test."""
+    from brokerscope.config import Settings
+    from brokerscope.pipeline import make_spark
+
+    s = Settings.load(overrides={"spark": {"master": "local[2]", "shuffle_partitions": 4}})
+    session = make_spark(s, app_name="brokerscope-tests", quiet_progress=True)
+    yield session
+    session.stop()

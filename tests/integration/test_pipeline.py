@@ -1,0 +1,129 @@
+"""End to end on a real local Spark session: captures in, Delta tables out, read back by
+delta-rs and DuckDB."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from brokerscope import pipeline, tables
+from brokerscope.config import Settings
+from brokerscope.lake import Lake
+from brokerscope.streams import decode_files
+from tests.conftest import ROOT, public_captures
+from tests.support.lakecheck import delta_rs_rows, duckdb_connect, duckdb_count, normalized
+from tests.support.synth import write_capture
+
+pytestmark = pytest.mark.spark
+
+
+def _settings(lake, **capture) -> Settings:
+    over = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}}
+    if capture:
+        over["capture"] = capture
+    return Settings.load(overrides=over)
+
+
+def _all_rows(lake) -> dict[str, list[dict]]:
+    return {t: delta_rs_rows(str(lake / t)) for t in tables.DECODED_TABLES}
+
+
+def test_public_captures_end_to_end(spark, tmp_path):
+    caps = [str(p) for p in public_captures()]
+    assert caps, "the public captures under ../shared/captures are missing"
+    settings = _settings(tmp_path / "lake")
+    summary = pipeline.ingest(caps, settings, spark=spark)
+    assert summary.errors == []
+    assert summary.files == len(caps)
+    assert summary.packets > 0 and summary.rows["streams"] > 0
+    got = _all_rows(tmp_path / "lake")
+    # Spark wrote exactly what the Spark-free decode of the same capture set gives
+    local = decode_files(caps, settings)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(local[t]), t
+    # every table, decoder tables included, opens in DuckDB with the same row count
+    con = duckdb_connect()
+    for t in tables.TABLES:
+        path = str(tmp_path / "lake" / t)
+        assert duckdb_count(con, path) == len(delta_rs_rows(path)), t
+    cols = {
+        r[0]
+        for r in con.execute(
+            f"DESCRIBE SELECT * FROM delta_scan('{tmp_path / 'lake' / 'messages'}')"
+        ).fetchall()
+    }
+    assert set(tables.schema("messages").names) <= cols
+    inputs = delta_rs_rows(str(tmp_path / "lake" / "inputs"))
+    assert sorted(r["path"] for r in inputs) == sorted(os.path.realpath(c) for c in caps)
+    assert sum(r["packets"] for r in inputs) == summary.packets
+
+
+def test_reingest_gives_identical_tables(spark, tmp_path):
+    cap = tmp_path / "syn.pcap"
+    write_capture(str(cap), n_conns=12, exchanges=5)
+    settings = _settings(tmp_path / "lake")
+    pipeline.ingest([str(cap)], settings, spark=spark)
+    first = _all_rows(tmp_path / "lake")
+    versions = {i.name: i.version for i in Lake(tmp_path / "lake").info()}
+    pipeline.ingest([str(cap)], settings, spark=spark)
+    second = _all_rows(tmp_path / "lake")
+    assert len(first["streams"]) == 12
+    for t in tables.DECODED_TABLES:
+        assert normalized(second[t]) == normalized(first[t]), t
+    after = {i.name: i.version for i in Lake(tmp_path / "lake").info()}
+    assert after["streams"] == versions["streams"] + 1  # replaced in one commit, not appended
+    assert len(delta_rs_rows(str(tmp_path / "lake" / "inputs"))) == 1
+
+
+def test_tiny_splits_give_identical_tables(spark, tmp_path):
+    cap = tmp_path / "syn.pcap"
+    info = write_capture(str(cap), n_conns=25, exchanges=8)
+    whole = _settings(tmp_path / "a")
+    split = _settings(tmp_path / "b", split_size=900)
+    s1 = pipeline.ingest([str(cap)], whole, spark=spark)
+    s2 = pipeline.ingest([str(cap)], split, spark=spark)
+    assert s1.packets == s2.packets == info["packets"]
+    a, b = _all_rows(tmp_path / "a"), _all_rows(tmp_path / "b")
+    assert len(a["streams"]) == 25
+    for t in tables.DECODED_TABLES:
+        assert normalized(a[t]) == normalized(b[t]), t
+    by_port = {r["client_port"]: r for r in a["streams"]}
+    for c in info["connections"]:
+        r = by_port[c["client_port"]]
+        assert (r["c2s_bytes"], r["s2c_bytes"], r["c2s_packets"] + r["s2c_packets"]) == (
+            c["c2s_bytes"],
+            c["s2c_bytes"],
+            c["packets"],
+        )
+
+
+def test_run_killed_before_commit_leaves_tables_unchanged(spark, tmp_path):
+    lake = tmp_path / "lake"
+    cap1, cap2 = tmp_path / "one.pcap", tmp_path / "two.pcap"
+    write_capture(str(cap1), n_conns=3, exchanges=2)
+    write_capture(str(cap2), n_conns=4, exchanges=2, server_port=7001, start_ns=1_700_000_100_000_000_000)
+    pipeline.ingest([str(cap1)], _settings(lake), spark=spark)
+    before = _all_rows(lake)
+    versions = {i.name: i.version for i in Lake(lake).info()}
+    # a separate process that dies (SIGKILL) at its first Delta commit
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from deltalake import DeltaTable
+        DeltaTable.create_write_transaction = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        from brokerscope.config import Settings
+        from brokerscope import pipeline
+        s = Settings.load(overrides={{"lake": {{"path": {str(lake)!r}}}, "spark": {{"master": "local[1]"}}}})
+        pipeline.ingest([{str(cap1)!r}, {str(cap2)!r}], s)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert _all_rows(lake) == before
+    assert {i.name: i.version for i in Lake(lake).info()} == versions
+    # and the next run completes normally over the leftovers
+    pipeline.ingest([str(cap1), str(cap2)], _settings(lake), spark=spark)
+    assert len(delta_rs_rows(str(lake / "streams"))) == 7

@@ -1,0 +1,48 @@
+"""Read a lake back with independent readers: delta-rs and DuckDB's delta extension."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+
+def delta_rs_rows(table_path: str) -> list[dict]:
+    return pa.table(DeltaTable(table_path).to_pyarrow_table()).to_pylist()
+
+
+def duckdb_connect():
+    """A DuckDB connection with the delta extension loaded offline from its wheel."""
+    import duckdb
+    import duckdb_extension_delta
+
+    pattern = os.path.join(
+        os.path.dirname(duckdb_extension_delta.__file__), "extensions", "*", "delta.duckdb_extension"
+    )
+    ext = sorted(glob.glob(pattern))[-1]
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    con.execute(f"LOAD '{ext}'")
+    return con
+
+
+def duckdb_count(con, table_path: str) -> int:
+    return con.execute(f"SELECT count(*) FROM delta_scan('{table_path}')").fetchone()[0]
+
+
+def _norm(v):
+    import datetime as dt
+
+    if isinstance(v, dt.datetime):
+        return (v - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    if isinstance(v, list):
+        return [_norm(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _norm(x) for k, x in sorted(v.items())}
+    return v
+
+
+def normalized(rows: list[dict], drop: tuple[str, ...] = ()) -> list[tuple]:
+    """Rows as sorted tuples of (column, value) with timestamps as epoch microseconds."""
+    return sorted(tuple((k, repr(_norm(v))) for k, v in sorted(r.items()) if k not in drop) for r in rows)
