@@ -649,9 +649,23 @@ RESPONSES: dict[int, Callable] = {
 }
 
 
+def login_register(payload) -> dict:
+    """LOGIN_REGISTER (40): the VSR register body, or a LOGIN_USER-shaped payload."""
+    try:
+        return register(payload)
+    except DecodeError:
+        return login_user(payload)
+
+
+REQUESTS[40] = login_register
+
+
 def decode_request(code: int, payload) -> dict:
+    """Fields of a request payload; codes whose layout is not known keep only the size."""
     fn = REQUESTS.get(code)
-    return fn(payload) if fn else {}
+    if fn is None:
+        return {"payload_size": len(payload)} if len(payload) else {}
+    return fn(payload)
 
 
 def decode_response(code: int | None, payload) -> dict:
