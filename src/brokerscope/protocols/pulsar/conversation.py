@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from collections import OrderedDict, deque
@@ -52,6 +53,8 @@ RESPONSES = frozenset(
         T.TC_CLIENT_CONNECT_RESPONSE, T.WATCH_TOPIC_LIST_SUCCESS,
     }
 )  # fmt: skip
+# base.to_json's encoding, with one encoder built once (json.dumps with options builds one per call)
+to_json = json.JSONEncoder(default=base._jsonable, separators=(",", ":"), ensure_ascii=False).encode
 _PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
 _U32 = struct.Struct(">I")
 _MASK64 = (1 << 64) - 1
@@ -323,7 +326,7 @@ class PulsarConversation(Conversation):
                 "stream_offset": buf.offset,
                 "decode_status": base.OVERSIZE,
                 "decode_error": f"frame of {total + 4} bytes exceeds max_frame_bytes {self.max_frame}",
-                "details": base.to_json(details),
+                "details": to_json(details),
             },
         )
 
@@ -452,15 +455,15 @@ class PulsarConversation(Conversation):
         try:
             body = pf.body()
             if body is not None:
-                details = scrub(to_dict(body))
-                if body.DESCRIPTOR.fields_by_name.get("request_id") is not None and body.HasField(
-                    "request_id"
-                ):
+                details = to_dict(body)
+                if pf.type_code in SECRET_TYPES:
+                    scrub(details)
+                has_rid, err_field, has_topic = _FIELDS[pf.type_code]
+                if has_rid and body.HasField("request_id"):
                     row["correlation_id"] = body.request_id
-                for f in ("error", "error_code"):
-                    if f in body.DESCRIPTOR.fields_by_name and body.HasField(f):
-                        row["error_code"] = getattr(body, f)
-                if "topic" in body.DESCRIPTOR.fields_by_name and body.HasField("topic"):
+                if err_field is not None and body.HasField(err_field):
+                    row["error_code"] = getattr(body, err_field)
+                if has_topic and body.HasField("topic"):
                     row["topic"] = body.topic
             if pf.missing:
                 details["missing_required"] = pf.missing
@@ -474,7 +477,7 @@ class PulsarConversation(Conversation):
             row["decode_error"] = f"decoder error: {e!r}"
         if row.get("topic") and row.get("partition") is None:
             row["partition"] = partition_of(row["topic"])
-        row["details"] = base.to_json(details)
+        row["details"] = to_json(details)
         if row["decode_status"] not in (base.OK, base.CHECKSUM_MISMATCH) and pf.type_code not in SECRET_TYPES:
             row["raw"] = self.ctx.raw(_U32.pack(len(frame)) + frame[: self.ctx.max_raw_bytes])
 
@@ -662,7 +665,7 @@ class PulsarConversation(Conversation):
                         "ack_latency_us": rows[-1][1]["latency_us"]
                         if rows and rows[-1][0] == "latencies" and rows[-1][1]["request_command"] == "ACK"
                         else None,
-                        "details": base.to_json({"consumer_id": body.consumer_id, **details}),
+                        "details": to_json({"consumer_id": body.consumer_id, **details}),
                     },
                 )
             )
@@ -785,7 +788,7 @@ class PulsarConversation(Conversation):
                         "ack_type": ack_type,
                         "message_id": mid_str(mid.ledger_id, mid.entry_id, bi) if mid is not None else None,
                         "sequence": body.sequence_id,
-                        "details": base.to_json(extra),
+                        "details": to_json(extra),
                     },
                 )
             )
@@ -801,7 +804,7 @@ class PulsarConversation(Conversation):
                             if mid is not None
                             else None,
                             "sequence": seq,
-                            "details": base.to_json(extra),
+                            "details": to_json(extra),
                         },
                     )
                 )
@@ -863,7 +866,7 @@ class PulsarConversation(Conversation):
                     "sequence": md.sequence_id,
                     "decode_status": e.status,
                     "decode_error": str(e),
-                    "details": base.to_json({**common_details, "payload_size": len(payload)}),
+                    "details": to_json({**common_details, "payload_size": len(payload)}),
                     "_batch_index": -1,
                 }
             )
@@ -891,7 +894,7 @@ class PulsarConversation(Conversation):
         if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
             det["partition_key_b64"] = s.key_raw
         det.update(s.extra)
-        r["details"] = base.to_json(det)
+        r["details"] = to_json(det)
         r["_batch_index"] = s.batch_index
         return r
 
@@ -938,7 +941,7 @@ class PulsarConversation(Conversation):
             "sequence": md.sequence_id if md is not None else None,
             "decode_status": CHUNK_INCOMPLETE,
             "decode_error": f"{len(cm.chunks)} of {cm.num_chunks} chunks captured",
-            "details": base.to_json(
+            "details": to_json(
                 {
                     "uuid": cm.uuid,
                     "chunks_seen": sorted(cm.chunks),
@@ -1071,7 +1074,7 @@ class PulsarConversation(Conversation):
                 mid_extra["ack_set"] = ack_set
             if cumulative:
                 mid_extra["cumulative_to"] = mid_str(L, E, B)
-            det = base.to_json(mid_extra)
+            det = to_json(mid_extra)
             for k in targets:
                 if k in seen:
                     continue  # the same id listed twice in one ACK is one acknowledgement
@@ -1100,6 +1103,16 @@ class PulsarConversation(Conversation):
                     )
                 )
 
+
+def _field_info(type_code: int) -> tuple[bool, str | None, bool]:
+    """(has request_id, the error field if any, has topic) of a command type's body."""
+    name = framing.BODY_FIELD.get(type_code)
+    fields = pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type.fields_by_name if name else {}
+    err = "error" if "error" in fields else "error_code" if "error_code" in fields else None
+    return "request_id" in fields, err, "topic" in fields
+
+
+_FIELDS = {t: _field_info(t) for t in framing.TYPE_NAMES}
 
 _HANDLERS = {
     T.CONNECT: PulsarConversation._on_connect,
