@@ -24,6 +24,7 @@ _HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, cl
 MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
 MAX_CLIENT_ID = 512
+SKIP_LIMIT_FACTOR = 4  # an oversize frame with a credible header is skipped up to 4x the frame cap
 _TOPIC_IDS: OrderedDict[str, str] = OrderedDict()  # topic id -> name, learned from Metadata (process-wide)
 _MAX_TOPIC_IDS = 100_000
 
@@ -238,16 +239,19 @@ class KafkaConversation(Conversation):
                     return "oversize" if not self.resync[d] else "bad"
                 return "bad"
             if size > self.max_frame:
+                # a credible header: skip the frame exactly, unless its size is beyond anything a
+                # Kafka broker accepts (then it is more likely garbage: resync by scanning)
                 key, ver, corr = struct.unpack_from(">hhi", data, 4)
-                self._oversize(d, size, (key, ver, corr), True)
-                return "oversize"
+                skip = size <= SKIP_LIMIT_FACTOR * self.max_frame
+                self._oversize(d, size, (key, ver, corr), skip)
+                return "oversize" if skip else "bad"
             return "ok"
         # s2c
         if len(data) < 8:
             return "wait" if 4 <= size <= self.max_frame else "bad"
         corr = _I32.unpack_from(data, 4)[0]
         if size > self.max_frame or size < 0:
-            known = corr in self.pending and 0 < size
+            known = corr in self.pending and 0 < size <= SKIP_LIMIT_FACTOR * self.max_frame
             self._oversize(d, size, corr if known else None, known)
             return "oversize" if known else "bad"
         if size < 4:
@@ -301,7 +305,7 @@ class KafkaConversation(Conversation):
         i = 0
         while i + 14 <= n:
             if d == C2S:
-                if plausible_request(data, i, self.max_frame) >= 1:
+                if self._credible_request(data, i):
                     found = i
                     break
             else:
@@ -340,6 +344,26 @@ class KafkaConversation(Conversation):
             self.started[d] = True
             return True
         return False
+
+    def _credible_request(self, data: memoryview, i: int) -> bool:
+        """A resync candidate: a plausible header and, when the whole frame is buffered, a body
+        that decodes under its spec (or, for APIs the specs lack, a next frame that is plausible)."""
+        conf = plausible_request(data, i, self.max_frame)
+        if not conf:
+            return False
+        size = _I32.unpack_from(data, i)[0]
+        end = i + 4 + size
+        if end > len(data):
+            return conf == 2
+        if conf == 2:
+            frame = bytes(data[i + 4 : end])
+            try:
+                h = schema.read_request_header(frame)
+                schema.decode_body(schema.plan(h.api_key, h.api_version, "request"), frame, h.body_offset)
+            except schema.DecodeError:
+                return False
+            return True
+        return end == len(data) or plausible_request(data, end, self.max_frame) > 0
 
     # -- rows ---------------------------------------------------------------------------------
     def _error_row(self, d, offset, status, error, raw, size, ts0, ts1, **extra) -> Row:
@@ -627,6 +651,23 @@ class KafkaConversation(Conversation):
     def _response(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
         self._out_ref = out
         size = len(frame) + 4
+        if self.sasl_raw and (len(frame) < 4 or _I32.unpack_from(frame, 0)[0] not in self.pending):
+            out.append(
+                (
+                    "commands",
+                    {
+                        "direction": S2C,
+                        "command": "SaslToken",
+                        "size": size,
+                        "stream_offset": offset,
+                        "ts_ns": ts0,
+                        "ts_end_ns": ts1,
+                        "decode_status": base.OK,
+                        "details": base.to_json({"token": base.redacted(frame)}),
+                    },
+                )
+            )
+            return
         if len(frame) < 4:
             out.append(
                 self._error_row(

@@ -1,8 +1,8 @@
 """Kafka message decoding driven by the official Kafka JSON message specs.
 
 The specs ship inside the kafka-python package (`kafka/protocol/schemas/resources/*.json`, the
-files Apache Kafka generates its own serializers from). They are read at run time through
-importlib.resources and never copied into this repository.
+files Apache Kafka generates its own serializers from). They are read at run time from the
+installed package (located with importlib, see `spec_dir`) and never copied into this repository.
 
 For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
 of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
@@ -22,7 +22,7 @@ Wire rules implemented (Kafka protocol guide, KIP-482 for flexible versions):
 from __future__ import annotations
 
 import base64
-import importlib.resources
+import importlib.util
 import json
 import re
 import struct
@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 
@@ -93,21 +94,34 @@ class ApiSpec:
     response_structs: dict = field(default_factory=dict)
 
 
-def _load_json(name: str) -> dict:
-    text = importlib.resources.files(SPEC_PACKAGE).joinpath(name).read_text(encoding="utf-8")
-    return json.loads(_COMMENT.sub("", text))
+def spec_dir() -> Path:
+    """The directory of the JSON specs inside the installed kafka-python package.
+
+    Found through the import system (`importlib.util.find_spec`) without importing `kafka`:
+    its `__init__` pulls in the whole client (a quarter of a second and deprecation warnings in
+    every worker process), and the specs are plain data files.
+    """
+    spec = importlib.util.find_spec("kafka")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("kafka-python is not installed: it ships the Kafka message specs")
+    for loc in spec.submodule_search_locations:
+        d = Path(loc, *SPEC_PACKAGE.split(".")[1:])
+        if d.is_dir():
+            return d
+    raise ImportError(f"no {SPEC_PACKAGE} in the installed kafka-python")
+
+
+def _load_json(path: Path) -> dict:
+    return json.loads(_COMMENT.sub("", path.read_text(encoding="utf-8")))
 
 
 @lru_cache(maxsize=1)
 def specs() -> dict[int, ApiSpec]:
     """Every API in the shipped specs, by api key (loaded once per process)."""
     out: dict[int, ApiSpec] = {}
-    files = sorted(
-        p.name for p in importlib.resources.files(SPEC_PACKAGE).iterdir() if p.name.endswith(".json")
-    )
     by_key: dict[int, dict[str, dict]] = {}
-    for fname in files:
-        j = _load_json(fname)
+    for path in sorted(spec_dir().glob("*.json")):
+        j = _load_json(path)
         if "apiKey" not in j or j.get("type") not in ("request", "response"):
             continue
         by_key.setdefault(int(j["apiKey"]), {})[j["type"]] = j

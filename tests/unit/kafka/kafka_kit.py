@@ -1,0 +1,189 @@
+"""Helpers for the Kafka tests: frames and record sets built with kafka-python's own encoders
+(an independent implementation), and a driver that feeds a conversation."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import warnings
+
+from brokerscope import tables
+from brokerscope.protocols import base
+from brokerscope.protocols.kafka import KafkaConversation
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.consumer import FetchRequest, FetchResponse  # noqa: F401
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse  # noqa: F401
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse  # noqa: F401
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+CONN = base.ConnInfo("c1", "10.0.0.1", 50000, "10.0.0.2", 9092)
+
+
+def records(msgs, magic: int = 2, codec: int = 0, offset: int = 0, **kw) -> bytes:
+    """A record set: msgs = [(key, value, headers)], built by kafka-python."""
+    b = MemoryRecordsBuilder(magic, codec, 1 << 20, offset=offset, **kw)
+    for i, (k, v, h) in enumerate(msgs):
+        b.append(1_700_000_000_000 + i, k, v, h if magic >= 2 else None)
+    b.close()
+    return bytes(b.records().buffer() if hasattr(b.records(), "buffer") else b._buffer)
+
+
+def frame(msg, corr: int, client_id: str | None = "kit") -> bytes:
+    """Size-prefixed request or response, with its header."""
+    if msg.is_request():
+        msg.with_header(correlation_id=corr, client_id=client_id)
+    else:
+        msg.with_header(correlation_id=corr)
+    return bytes(msg.encode(header=True, framed=True))
+
+
+def produce_request(
+    version: int, topic: str, partition: int, recs: bytes, acks: int = 1, corr: int = 1
+) -> bytes:
+    P = ProduceRequest
+    req = P(
+        version=version,
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[
+            P.TopicProduceData(
+                version=version,
+                name=topic,
+                partition_data=[
+                    P.TopicProduceData.PartitionProduceData(version=version, index=partition, records=recs)
+                ],
+            )
+        ],
+    )
+    return frame(req, corr)
+
+
+def produce_response(
+    version: int, topic: str, partition: int, base_offset: int, error: int = 0, corr: int = 1
+) -> bytes:
+    R = ProduceResponse
+    resp = R(
+        version=version,
+        responses=[
+            R.TopicProduceResponse(
+                version=version,
+                name=topic,
+                partition_responses=[
+                    R.TopicProduceResponse.PartitionProduceResponse(
+                        version=version, index=partition, error_code=error, base_offset=base_offset
+                    )
+                ],
+            )
+        ],
+        throttle_time_ms=0,
+    )
+    return frame(resp, corr)
+
+
+def fetch_request(
+    version: int, topic: str, partition: int, offset: int, corr: int, topic_id=None, isolation=0
+) -> bytes:
+    F = FetchRequest
+    t = {"topic": topic} if version < 13 else {"topic_id": topic_id}
+    req = F(
+        version=version,
+        replica_id=-1,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=isolation,
+        topics=[
+            F.FetchTopic(
+                version=version,
+                partitions=[
+                    F.FetchTopic.FetchPartition(
+                        version=version, partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
+                    )
+                ],
+                **t,
+            )
+        ],
+    )
+    return frame(req, corr)
+
+
+def fetch_response(version: int, topic: str, partition: int, recs: bytes, corr: int, topic_id=None) -> bytes:
+    F = FetchResponse
+    t = {"topic": topic} if version < 13 else {"topic_id": topic_id}
+    resp = F(
+        version=version,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            F.FetchableTopicResponse(
+                version=version,
+                partitions=[
+                    F.FetchableTopicResponse.PartitionData(
+                        version=version,
+                        partition_index=partition,
+                        error_code=0,
+                        high_watermark=100,
+                        records=recs,
+                    )
+                ],
+                **t,
+            )
+        ],
+    )
+    return frame(resp, corr)
+
+
+class Driver:
+    """Feeds byte chunks to one conversation and collects rows per table (conformed)."""
+
+    def __init__(self, ctx: base.Context | None = None):
+        self.conv = KafkaConversation(CONN, ctx or base.Context())
+        self.rows: list[base.Row] = []
+        self.t = 1_700_000_000_000_000_000
+
+    def send(self, direction: str, data: bytes, chunk: int | None = None, dt: int = 1000) -> Driver:
+        step = chunk or max(1, len(data))
+        for i in range(0, len(data), step):
+            self.t += dt
+            self.rows.extend(self.conv.feed(direction, data[i : i + step], self.t))
+        return self
+
+    def c2s(self, data: bytes, chunk: int | None = None) -> Driver:
+        return self.send(base.C2S, data, chunk)
+
+    def s2c(self, data: bytes, chunk: int | None = None) -> Driver:
+        return self.send(base.S2C, data, chunk)
+
+    def gap(self, direction: str, n: int) -> Driver:
+        self.t += 1000
+        self.rows.extend(self.conv.gap(direction, n, self.t))
+        return self
+
+    def close(self) -> dict[str, list[dict]]:
+        self.rows.extend(self.conv.close())
+        out: dict[str, list[dict]] = {"commands": [], "messages": [], "latencies": [], "acks": []}
+        for t, r in self.rows:
+            out[t].append(r)
+        for t, rs in out.items():
+            tables.conform(t, rs)  # unknown keys fail here
+            # every column present (None when the decoder left it out), *_ns keys kept
+            sch = tables.schema(t)
+            names = sch.names + [f"{f.name}_ns" for f in sch if str(f.type).startswith("timestamp")]
+            out[t] = [{**dict.fromkeys(names), **r} for r in rs]
+        return out
+
+
+def gzip_bomb(size: int) -> bytes:
+    return gzip.compress(b"\0" * size, 9)
+
+
+def v2_batch_header_crc_offset() -> int:
+    return 17
+
+
+def i32(n: int) -> bytes:
+    return struct.pack(">i", n)
