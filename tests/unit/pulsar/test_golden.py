@@ -336,3 +336,74 @@ def test_sniff():
     assert PROTOCOL.sniff(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n") == 0.0
     assert PROTOCOL.default_ports == (6650,)
     assert base.get("pulsar") is PROTOCOL
+
+
+def _cmd(t: int, **fields) -> bytes:
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    c = pb.BaseCommand(type=t)
+    body = getattr(c, framing.BODY_FIELD[t])
+    body.SetInParent()
+    for k, v in fields.items():
+        setattr(body, k, v)
+    return framing.encode_frame(c)
+
+
+def test_request_pairing_topics_and_errors():
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    T = pb.BaseCommand
+    topic = "persistent://public/default/orders-partition-3"
+    out = run(
+        [
+            ("c2s", F.CONNECT),
+            ("s2c", F.CONNECTED),
+            ("c2s", _cmd(T.LOOKUP, topic=topic, request_id=5)),
+            (
+                "s2c",
+                _cmd(T.LOOKUP_RESPONSE, request_id=5, response=2, error=pb.TopicNotFound, message="nope"),
+            ),
+            (
+                "c2s",
+                _cmd(T.SUBSCRIBE, topic=topic, subscription="audit", sub_type=1, consumer_id=4, request_id=6),
+            ),
+            ("s2c", _cmd(T.SUCCESS, request_id=6)),
+            ("c2s", _cmd(T.FLOW, consumer_id=4, message_permits=1000)),
+            ("c2s", _cmd(T.GET_LAST_MESSAGE_ID, consumer_id=4, request_id=7)),
+            ("s2c", F.PING),  # the broker pings, the client answers
+            ("c2s", F.PONG),
+            ("c2s", _cmd(T.PRODUCER, topic=topic, producer_id=9, request_id=8, producer_access_mode=2)),
+            ("s2c", _cmd(T.PRODUCER_SUCCESS, request_id=8, producer_name="ex", producer_ready=False)),
+            ("s2c", _cmd(T.PRODUCER_SUCCESS, request_id=8, producer_name="ex", producer_ready=True)),
+            ("c2s", _cmd(T.CLOSE_CONSUMER, consumer_id=4, request_id=10)),
+            ("s2c", _cmd(T.ERROR, request_id=10, error=pb.ConsumerNotFound, message="gone")),
+        ]
+    )
+    assert {r["decode_status"] for r in out["commands"]} == {"ok"}
+    by = {r["command"]: r for r in out["commands"]}
+    assert by["LOOKUP_RESPONSE"]["error_code"] == pb.TopicNotFound and by["LOOKUP_RESPONSE"]["topic"] == topic
+    assert by["FLOW"]["topic"] == topic and by["FLOW"]["partition"] == 3
+    assert by["CLOSE_CONSUMER"]["topic"] == topic and by["ERROR"]["correlation_id"] == 10
+    lat = [
+        (r["request_command"], r["response_command"], r["correlation_id"], r["error_code"])
+        for r in out["latencies"]
+    ]
+    assert ("LOOKUP", "LOOKUP_RESPONSE", 5, pb.TopicNotFound) in lat
+    assert ("SUBSCRIBE", "SUCCESS", 6, None) in lat
+    assert ("PING", "PONG", None, None) in lat
+    assert ("CLOSE_CONSUMER", "ERROR", 10, pb.ConsumerNotFound) in lat
+    # the producer waited for exclusive access: one latency, to the PRODUCER_SUCCESS that made it ready
+    prod = [r for r in out["latencies"] if r["request_command"] == "PRODUCER"]
+    assert len(prod) == 1 and prod[0]["response_ts_ns"] == T0 + 13_000_000
+    # never answered
+    assert ("GET_LAST_MESSAGE_ID", None, 7, None) in lat
+
+
+def test_unknown_command_type_is_skipped_cleanly():
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    future = framing.encode_frame(pb.BaseCommand(type=pb.BaseCommand.PING))
+    future = future[:8] + b"\x08\x63" + future[10:]  # type 99: not in this protocol version
+    out = run([("c2s", F.CONNECT + future + F.PRODUCER)])
+    st = [(r["command"], r["decode_status"], r["command_code"]) for r in out["commands"]]
+    assert st == [("CONNECT", "ok", 2), ("UNKNOWN_99", "unknown_command", 99), ("PRODUCER", "ok", 5)]

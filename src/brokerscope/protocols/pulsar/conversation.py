@@ -256,14 +256,16 @@ class PulsarConversation(Conversation):
         buf = self.bufs[d]
         mv = buf.data
         n = len(mv)
-        pos = 1
-        while pos <= n - (HEADER + 2):
-            if mv[pos + HEADER] == 0x08:
-                verdict, _, _ = framing.plausible_header(mv, pos, self.max_frame)
-                if verdict is not False:
-                    self._add_garbage(d, pos)
-                    return verdict is True
-            pos += 1
+        raw = buf.peek(n)
+        # a frame's command starts with 0x08 (field 1, the type) at offset 8: jump between those
+        j = raw.find(b"\x08", 1 + HEADER)
+        while 0 <= j and j - HEADER <= n - (HEADER + 2):
+            pos = j - HEADER
+            verdict, _, _ = framing.plausible_header(mv, pos, self.max_frame)
+            if verdict is not False:
+                self._add_garbage(d, pos)
+                return verdict is True
+            j = raw.find(b"\x08", j + 1)
         keep = HEADER + 1
         if n > keep:
             self._add_garbage(d, n - keep)
