@@ -90,6 +90,11 @@ def vsr_header(
     return bytes(h)
 
 
+def login() -> list[tuple[str, bytes]]:
+    """LOGIN_USER and its reply (raw bytes are kept for client frames only after a login)."""
+    return [("c2s", req(38, s8("iggy") + s8("pw") + s32("v") + s32(""))), ("s2c", resp(u32(1)))]
+
+
 def run(chunks: list[tuple[str, bytes]], ctx: Context | None = None, ts0: int = 1_000_000_000):
     """Feed (direction, bytes) chunks 1 ms apart; return all rows, close included."""
     conv = PROTOCOL.conversation(CONN, ctx or Context())

@@ -8,7 +8,7 @@ import pytest
 
 from brokerscope import tables
 
-from .frames import num_id, req, resp, run, s8, s32, str_id, table, u8, u32, u64
+from .frames import login, num_id, req, resp, run, s8, s32, str_id, table, u8, u32, u64
 
 STREAM_TOPIC = num_id(1) + str_id("orders")
 
@@ -220,8 +220,15 @@ def test_error_status_is_error_code():
 
 
 def test_unknown_command_kept_raw():
-    rows = run([("c2s", req(777, b"abc")), ("s2c", resp())])
-    cmds = table(rows, "commands")
+    rows = run(login() + [("c2s", req(777, b"abc")), ("s2c", resp())])
+    cmds = table(rows, "commands")[2:]
     assert cmds[0]["decode_status"] == "unknown_command"
     assert cmds[0]["raw"] == req(777, b"abc") and cmds[0]["command_code"] == 777
     assert cmds[1]["decode_status"] == "ok"  # still paired
+
+
+def test_client_raw_withheld_before_login():
+    # a damaged frame before any login may be the login itself: its bytes are not kept
+    rows = run([("c2s", req(777, b"u\x08hunter22")), ("s2c", resp())])
+    cmd = table(rows, "commands")[0]
+    assert cmd["decode_status"] == "unknown_command" and cmd.get("raw") is None

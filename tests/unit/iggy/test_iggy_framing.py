@@ -14,6 +14,7 @@ from brokerscope.protocols.iggy import PROTOCOL
 
 from .frames import (
     CONN,
+    login,
     num_id,
     req,
     req2,
@@ -177,13 +178,24 @@ def test_vsr_frames_register_non_replicated_and_replicated():
 
 def test_garbage_between_frames_is_recorded_and_skipped():
     junk = b"\xff" * 13
-    rows = run([("c2s", req(1) + junk + req(10)), ("s2c", resp() + resp())])
-    cmds = table(rows, "commands")
+    rows = run(login() + [("c2s", req(1) + junk + req(10)), ("s2c", resp() + resp())])
+    cmds = table(rows, "commands")[2:]
     c2s = [c for c in cmds if c["direction"] == "c2s"]
     assert [c.get("command") for c in c2s] == ["PING", None, "GET_STATS"]
     assert c2s[1]["decode_status"] == "malformed" and c2s[1]["size"] == 13
-    assert c2s[1]["raw"] == junk
-    assert c2s[2]["stream_offset"] == 8 + 13
+    assert c2s[1].get("raw") is None  # unframed client bytes could be a damaged login
+    assert c2s[2]["stream_offset"] == 8 + 13 + len(login()[0][1])
+
+
+def test_server_garbage_kept_raw():
+    junk = b"\xff" * 13
+    rows = run([("c2s", req(1) + req(10)), ("s2c", resp() + junk + resp())])
+    s2c = [c for c in table(rows, "commands") if c["direction"] == "s2c"]
+    assert [c["decode_status"] for c in s2c] == ["ok", "malformed", "ok"]
+    assert s2c[1]["raw"] == junk and [c["command"] for c in s2c if c["decode_status"] == "ok"] == [
+        "PING",
+        "GET_STATS",
+    ]
 
 
 def test_pure_garbage_never_raises():
@@ -290,3 +302,31 @@ def test_public_capture_through_decode_files():
     assert "<redacted 4 bytes>" in cmds[0]["details"]
     lat = [r for r in out["latencies"] if r["protocol"] == "iggy"]
     assert [r["correlation_id"] for r in lat] == [1, 2, 3, 4]
+
+
+def test_damaged_logins_never_leak_the_password():
+    """Random byte damage to a login conversation: the password is in no row, ever."""
+    import random
+
+    secret = b"LongSecretPw123"
+    classic = [
+        ("c2s", req(38, s8("iggy") + s8(secret) + s32("0.7") + s32(""))),
+        ("s2c", resp(u32(1))),
+        ("c2s", req(1)),
+        ("s2c", resp()),
+    ]
+    body = b"\0" * 4 + s8("sdk") + s8("1") + s8("u") + s8(secret) + b"\0" * 4
+    vsr = [
+        ("c2s", vsr_header(5, 256 + len(body), request=0, operation=1) + body),
+        ("s2c", vsr_header(8, 256, request=0, operation=1)),
+    ]
+    rnd = random.Random(11)
+    for i in range(400):
+        chunks = []
+        for d, data in classic if i % 2 else vsr:
+            b = bytearray(data)
+            for _ in range(rnd.randrange(0, 3)):
+                b[rnd.randrange(min(len(b), 300))] = rnd.randrange(256)
+            chunks.append((d, bytes(b)))
+        rows = run(chunks)
+        assert secret not in repr(rows).encode()

@@ -13,7 +13,7 @@ from brokerscope import tables
 from brokerscope.protocols.base import Context, PayloadPolicy
 from brokerscope.protocols.iggy.messages import build_headers, build_message
 
-from .frames import num_id, req, resp, run, str_id, table, u8, u32, u64
+from .frames import login, num_id, req, resp, run, str_id, table, u8, u32, u64
 
 ST = str_id("orders") + str_id("eu")
 HDRS = build_headers([("trace", 2, b"abc"), ("n", 11, struct.pack("<I", 7)), ("ok", 3, b"\x01")])
@@ -189,7 +189,7 @@ def test_payload_policy_applies():
 
 def test_corrupt_message_list_is_an_error_row():
     bad = send_new(MSGS)[:-3]
-    rows = run([("c2s", req(101, bad)), ("s2c", resp())])
-    cmd = table(rows, "commands")[0]
+    rows = run(login() + [("c2s", req(101, bad)), ("s2c", resp())])
+    cmd = table(rows, "commands")[2]
     assert cmd["decode_status"] in ("malformed", "truncated") and cmd["raw"]
     assert table(rows, "messages") == []

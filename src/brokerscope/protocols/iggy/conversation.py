@@ -48,6 +48,8 @@ VSR_HEADER = 256
 MAX_PENDING = 100_000
 MAX_DELIVERED = 100_000
 MAX_STATUS = 100_000  # Iggy error codes are small numbers
+LOGIN_CODES = frozenset({38, 40, 44, 45})
+RESYNC_MAX_STATUS = 10_000  # stricter when hunting for a response header in garbage
 _II = struct.Struct("<II")
 
 
@@ -90,6 +92,7 @@ class IggyConversation(Conversation):
         self.fifo: deque[dict] = deque()  # classic pairing
         self.by_id: OrderedDict[int, dict] = OrderedDict()  # request-id / VSR pairing
         self.delivered: OrderedDict[tuple, int] = OrderedDict()  # (topic, part, offset) -> ts
+        self.logged_in = False  # a login was decoded: later client bytes hold no credentials
 
     # -----------------------------------------------------------------------------------------
     # driver interface
@@ -161,7 +164,7 @@ class IggyConversation(Conversation):
                             base.TRUNCATED,
                             "connection ended inside a frame",
                             None,
-                            raw=b.peek(self.ctx.max_raw_bytes),
+                            raw=self._raw(d, b.peek(self.ctx.max_raw_bytes), framed=False),
                         )
                     )
                     b.consume(len(b))
@@ -247,7 +250,7 @@ class IggyConversation(Conversation):
         b = self.buf[direction]
         data = bytes(b.data)  # a copy: the buffer is consumed below
         n = len(data)
-        found = None
+        found = weak = None
         for i in range(n):
             if self.mode == VSR:
                 if plausible_vsr(data, i):
@@ -264,10 +267,16 @@ class IggyConversation(Conversation):
             else:
                 if n - i < 8:
                     break
-                status, length = _II.unpack_from(data, i)
-                if status < MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8):
-                    found = i
-                    break
+                if self._plausible_response(data, i):
+                    nxt = i + 8 + _II.unpack_from(data, i)[1]
+                    # prefer a header whose frame ends the data or is followed by another one
+                    if nxt == n or (nxt + 8 <= n and self._plausible_response(data, nxt)):
+                        found = i
+                        break
+                    if weak is None:
+                        weak = i
+        if found is None:
+            found = weak
         if found is None:
             keep = 63 if self.mode == VSR else 7
             drop = max(0, n - keep)
@@ -282,7 +291,7 @@ class IggyConversation(Conversation):
                         base.MALFORMED,
                         "no frame header found (resync)",
                         None,
-                        raw=self.ctx.raw(data[:drop]),
+                        raw=self._raw(direction, data[:drop], framed=False),
                     )
                 )
                 b.consume(drop)
@@ -298,12 +307,16 @@ class IggyConversation(Conversation):
                     base.MALFORMED,
                     f"skipped {found} bytes to resync",
                     None,
-                    raw=self.ctx.raw(data[:found]),
+                    raw=self._raw(direction, data[:found], framed=False),
                 )
             )
             b.consume(found)
         self.resync[direction] = False
         return True
+
+    def _plausible_response(self, data: bytes, i: int) -> bool:
+        status, length = _II.unpack_from(data, i)
+        return status < RESYNC_MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8)
 
     def _take(self, direction: str, total: int) -> tuple[memoryview, int, int, int]:
         """Consume a whole frame: (bytes, stream offset, first-byte ts, last-byte ts)."""
@@ -406,7 +419,7 @@ class IggyConversation(Conversation):
             row.update(
                 decode_status=base.UNKNOWN_COMMAND,
                 decode_error=f"unknown code {code}",
-                raw=self.ctx.raw(frame),
+                raw=self._raw(C2S, frame),
                 details=base.to_json(details),
             )
             rows.append(("commands", row))
@@ -418,10 +431,12 @@ class IggyConversation(Conversation):
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
             if code not in SECRET_REQUESTS and not secret:
-                row["raw"] = self.ctx.raw(frame)
+                row["raw"] = self._raw(C2S, frame)
             rows.append(("commands", row))
             self._pending_add(pend)
             return
+        if code in LOGIN_CODES:
+            self.logged_in = True
         msgs = fields.pop("messages", None) if code == 101 else None
         if msgs is not None:
             fields["messages"] = [self._msg_summary(m) for m in msgs]
@@ -487,7 +502,7 @@ class IggyConversation(Conversation):
                 details=base.to_json(details),
             )
             if len(payload):
-                row["raw"] = self.ctx.raw(frame)
+                row["raw"] = self._raw(S2C, frame)
             rows.append(("commands", row))
             return True
         self._emit_response(req, status, payload, frame, row, details, ts0, rows)
@@ -512,7 +527,7 @@ class IggyConversation(Conversation):
                 st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
                 row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
                 if code not in SECRET_RESPONSES:
-                    row["raw"] = self.ctx.raw(frame)
+                    row["raw"] = self._raw(S2C, frame)
                 rows.append(("commands", row))
                 return
         elif len(payload):
@@ -599,12 +614,12 @@ class IggyConversation(Conversation):
                     details=base.to_json(d),
                 )
                 if len(body):
-                    row["raw"] = self.ctx.raw(frame)
+                    row["raw"] = self._raw(direction, frame[:VSR_HEADER])
                 rows.append(("commands", row))
                 self._pending_add(pend)
                 return True
             self._emit_request(
-                code, name, body, frame, row, pend, d, ts1, rows, secret=secret, decoder=decoder
+                code, name, body, frame[:VSR_HEADER], row, pend, d, ts1, rows, secret=secret, decoder=decoder
             )
             return True
         if command == 8:  # Reply
@@ -622,7 +637,7 @@ class IggyConversation(Conversation):
                     details=base.to_json(d),
                 )
                 if len(body):
-                    row["raw"] = self.ctx.raw(frame)
+                    row["raw"] = self._raw(direction, frame[:VSR_HEADER])
                 rows.append(("commands", row))
                 return True
             decoder = None
@@ -640,7 +655,7 @@ class IggyConversation(Conversation):
                 rows.append(("commands", row))
                 rows.append(self._latency(req, status, ts0))
                 return True
-            self._emit_response(req, status, body, frame, row, d, ts0, rows, decoder=decoder)
+            self._emit_response(req, status, body, frame[:VSR_HEADER], row, d, ts0, rows, decoder=decoder)
             return True
         # other consensus frames (eviction, replica traffic): header only
         if command == 13:
@@ -792,6 +807,14 @@ class IggyConversation(Conversation):
             while len(self.delivered) > MAX_DELIVERED:
                 self.delivered.popitem(last=False)
         return ("messages", row)
+
+    def _raw(self, direction: str, data, framed: bool = True) -> bytes | None:
+        """Bytes for `raw`. Client bytes are withheld before a decoded login (a damaged login
+        frame would otherwise put the password in `raw`) and whenever they are not a frame at all
+        (resync skips, truncated tails: they may be a damaged login)."""
+        if direction == C2S and (not self.logged_in or not framed):
+            return None
+        return self.ctx.raw(data)
 
     def _error_row(
         self,
