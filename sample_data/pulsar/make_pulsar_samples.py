@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,7 +47,7 @@ ACK_MODE = {
     "zstd": "individual",
     "snappy": "cumulative",
 }
-SCENARIOS = [*CODECS, "chunked"]
+SCENARIOS = [*CODECS, "chunked", "encrypted"]
 N_MESSAGES = 6
 
 
@@ -70,9 +72,19 @@ def _payload(tag: str, i: int, size: int = 0) -> bytes:
 
 
 def _produce(
-    client, topic: str, tag: str, batching: bool, codec, n: int, size: int = 0, chunking: bool = False
+    client,
+    topic: str,
+    tag: str,
+    batching: bool,
+    codec,
+    n: int,
+    size: int = 0,
+    chunking: bool = False,
+    crypto=None,
 ) -> list[dict]:
     kw = {"batching_enabled": batching, "compression_type": codec, "send_timeout_millis": 5000}
+    if crypto is not None:
+        kw.update(encryption_key="brokerscope-test-key", crypto_key_reader=crypto)
     if batching:
         kw.update(batching_max_messages=n, batching_max_publish_delay_ms=50)
     if chunking:
@@ -113,7 +125,8 @@ def _produce(
     return sent
 
 
-def _consume(client, topic: str, sub: str, n: int, mode: str) -> list[dict]:
+def _consume(client, topic: str, sub: str, n: int, mode: str, crypto=None) -> list[dict]:
+    extra = {"crypto_key_reader": crypto} if crypto is not None else {}
     consumer = client.subscribe(
         topic,
         sub,
@@ -121,6 +134,7 @@ def _consume(client, topic: str, sub: str, n: int, mode: str) -> list[dict]:
         initial_position=pulsar.InitialPosition.Earliest,
         batch_index_ack_enabled=(mode == "batch_index"),
         receiver_queue_size=100,
+        **extra,
     )
     got: list[dict] = []
     msgs = []
@@ -154,6 +168,17 @@ def _consume(client, topic: str, sub: str, n: int, mode: str) -> list[dict]:
     return got
 
 
+def _rsa_keys(out_dir: Path) -> tuple[str, str]:
+    """A throw-away RSA key pair (PEM) in a temporary directory; returns (public, private) paths."""
+    d = Path(tempfile.mkdtemp(prefix="pulsar-keys-"))
+    priv, pub = d / "private.pem", d / "public.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(priv), "2048"], check=True, capture_output=True)
+    subprocess.run(
+        ["openssl", "rsa", "-in", str(priv), "-pubout", "-out", str(pub)], check=True, capture_output=True
+    )
+    return str(pub), str(priv)
+
+
 def run_scenario(name: str, out_dir: Path) -> dict:
     """Run one scenario under capture; write <out_dir>/pulsar_<name>.pcap and .json."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +202,18 @@ def run_scenario(name: str, out_dir: Path) -> dict:
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
         try:
-            if chunked:
+            if name == "encrypted":
+                # end-to-end encryption: RSA key pair made for this run only (not kept)
+                crypto = pulsar.CryptoKeyReader(*_rsa_keys(out_dir))
+                topic = "persistent://public/default/encrypted"
+                manifest["sent"] += _produce(
+                    client, topic, "enc-plain", False, pulsar.CompressionType.LZ4, 2, crypto=crypto
+                )
+                manifest["sent"] += _produce(
+                    client, topic, "enc-batched", True, pulsar.CompressionType.NONE, 4, crypto=crypto
+                )
+                manifest["received"] += _consume(client, topic, "enc-sub", 6, "individual", crypto=crypto)
+            elif chunked:
                 topic = "persistent://public/default/chunked"
                 manifest["sent"] += _produce(
                     client,

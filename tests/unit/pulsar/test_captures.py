@@ -156,3 +156,29 @@ def test_live_client_run(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     manifest = json.loads((tmp_path / "pulsar_lz4.json").read_text())
     check(decode(tmp_path / "pulsar_lz4.pcap"), manifest)
+
+
+def test_committed_encrypted_capture():
+    """End-to-end encrypted messages (RSA data key, AES payload): kept as they are and flagged."""
+    manifest = json.loads((SAMPLES / "pulsar_encrypted.json").read_text())
+    out = decode(SAMPLES / "pulsar_encrypted.pcap")
+    assert {r["decode_status"] for r in out["commands"]} == {"ok"}
+    produce = [m for m in out["messages"] if m["direction"] == "produce"]
+    deliver = [m for m in out["messages"] if m["direction"] == "deliver"]
+    n_send = sum(1 for r in out["commands"] if r["command"] == "SEND")
+    assert len(produce) == n_send == 3  # 2 single messages + 1 batch of 4, not splittable
+    assert {m["decode_status"] for m in out["messages"]} == {"encrypted"}
+    assert all(
+        json.loads(m["details"])["encryption_keys"] == ["brokerscope-test-key"] for m in out["messages"]
+    )
+    plain = [base64.b64decode(s["value_b64"]) for s in manifest["sent"]]
+    for m in out["messages"]:
+        assert m["value"] and not any(p in m["value"] for p in plain)
+    # the broker passes the ciphertext through unchanged
+    assert {(m["message_id"], m["value"]) for m in produce} == {
+        (m["message_id"], m["value"]) for m in deliver
+    }
+    assert [json.loads(m["details"])["num_messages"] for m in produce] == [1, 1, 4]
+    receipts = {a["message_id"] for a in out["acks"] if a["ack_type"] == "pulsar_receipt"}
+    acked = {a["message_id"] for a in out["acks"] if a["ack_type"] == "pulsar_ack"}
+    assert {m["message_id"] for m in produce} == receipts == acked

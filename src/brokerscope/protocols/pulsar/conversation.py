@@ -835,7 +835,8 @@ class PulsarConversation(Conversation):
         if is_batch(md):
             common_details["num_messages_in_batch"] = md.num_messages_in_batch
         if len(md.encryption_keys):
-            common_details["encryption_algo"] = md.encryption_algo or None
+            if md.encryption_algo:
+                common_details["encryption_algo"] = md.encryption_algo
             common_details["encryption_keys"] = [k.key for k in md.encryption_keys]
             common_details["num_messages"] = md.num_messages_in_batch if is_batch(md) else 1
             r = dict(base_row)
