@@ -53,6 +53,10 @@ _U32LE = struct.Struct("<I").unpack_from
 _PACK32 = struct.Struct(">I").pack
 # IPv4 header from byte 2: total length, id, flags+fragment offset, ttl, proto, checksum, src, dst
 _IP4 = struct.Struct(">HHHBBHII").unpack_from
+# IPv4 header without options followed by the TCP base header, from the IPv4 header's first byte:
+# total length (2), flags+fragment offset (6), src (12), dst (16), then TCP sport (20), dport,
+# seq, ack, data offset byte, flags byte, window
+_V4TCP = struct.Struct(">2xH2xH4xIIHHIIBBH").unpack_from
 # TCP header: sport, dport, seq, ack, data offset byte, flags byte, window
 _TCP = struct.Struct(">HHIIBBH").unpack_from
 # IPv6 fragment header: next header, reserved, offset(13 bits)+res(2)+M(1), identification
@@ -97,9 +101,10 @@ class PacketDecoder:
         self.file_index = file_index
         self.max_pending = max(1, int(max_pending_fragments))
         self.rows: list[tuple] = []
+        self._append = self.rows.append
+        self._flushed = 0  # rows handed out in batches so far
         # counters
         self.records = 0
-        self.tcp = 0
         self.udp = 0
         self.other = 0
         self.ip_fragments = 0
@@ -119,6 +124,11 @@ class PacketDecoder:
         self._unknown_lt: set[int] = set()
 
     # -- errors and stats -----------------------------------------------------------------------
+    @property
+    def tcp(self) -> int:
+        """TCP segments turned into rows (every row is one)."""
+        return self._flushed + len(self.rows)
+
     def error(self, msg: str) -> None:
         self.n_errors += 1
         if len(self.errors) < MAX_ERRORS:
@@ -168,6 +178,9 @@ class PacketDecoder:
 
     def eth(self, buf, off, end, wire, ts, rec):
         """Ethernet II, with any number of stacked 802.1Q/802.1ad tags."""
+        if end - off >= 34 and buf[off + 12] == 8 and buf[off + 13] == 0:  # IPv4, untagged
+            self.ip4(buf, off + 14, end, wire, ts, rec)
+            return
         if end - off < 14:
             self.malformed += 1
             return
@@ -246,6 +259,72 @@ class PacketDecoder:
     # -- network layer --------------------------------------------------------------------------
     def ip4(self, buf, off, end, wire, ts, rec):
         """IPv4 (options skipped by IHL); fragments go to reassembly, never to TCP parsing."""
+        # fast path: IHL 5, TCP, not a fragment, IPv4 + TCP base headers captured: one unpack
+        if end - off >= 40 and buf[off] == 0x45 and buf[off + 9] == 6:
+            total, ff, src, dst, sport, dport, seq, ack, doff, flags, win = _V4TCP(buf, off)
+            if total >= 40 and not ff & 0x3FFF:
+                ip_end = off + total
+                p = off + 20 + ((doff >> 4) << 2)
+                if doff >= 0x50 and p <= ip_end:
+                    names = self._ip4names
+                    s = names.get(src)
+                    if s is None:
+                        s = names[src] = socket.inet_ntoa(_PACK32(src))
+                    d = names.get(dst)
+                    if d is None:
+                        d = names[dst] = socket.inet_ntoa(_PACK32(dst))
+                    if end >= ip_end:
+                        payload = buf[p:ip_end]
+                        trunc = False
+                    elif p < end:
+                        payload = buf[p:end]
+                        trunc = True
+                        self.snap_truncated += 1
+                    else:
+                        payload = b""
+                        trunc = True
+                        self.snap_truncated += 1
+                    if src < dst or (src == dst and sport <= dport):
+                        self._append(
+                            (
+                                rec,
+                                ts,
+                                s,
+                                sport,
+                                d,
+                                dport,
+                                True,
+                                seq,
+                                ack,
+                                flags,
+                                win,
+                                wire,
+                                ip_end - p,
+                                trunc,
+                                payload,
+                            )
+                        )
+                    else:
+                        self._append(
+                            (
+                                rec,
+                                ts,
+                                d,
+                                dport,
+                                s,
+                                sport,
+                                False,
+                                seq,
+                                ack,
+                                flags,
+                                win,
+                                wire,
+                                ip_end - p,
+                                trunc,
+                                payload,
+                            )
+                        )
+                    return
         if end - off < 20:
             self.malformed += 1
             return
@@ -442,13 +521,12 @@ class PacketDecoder:
             trunc = plen > 0 or p > cap_end
         if trunc:
             self.snap_truncated += 1
-        self.tcp += 1
         if src < dst or (src == dst and sport <= dport):
-            self.rows.append(
+            self._append(
                 (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
             )
         else:
-            self.rows.append(
+            self._append(
                 (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
             )
 
@@ -482,13 +560,12 @@ class PacketDecoder:
             trunc = plen > 0 or p > cap_end
         if trunc:
             self.snap_truncated += 1
-        self.tcp += 1
         if src < dst or (src == dst and sport <= dport):
-            self.rows.append(
+            self._append(
                 (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
             )
         else:
-            self.rows.append(
+            self._append(
                 (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
             )
 
@@ -497,7 +574,9 @@ class PacketDecoder:
         """The accumulated rows as one PACKETS batch (and a fresh row list)."""
         rows = self.rows
         self.rows = []
+        self._append = self.rows.append
         n = len(rows)
+        self._flushed += n
         if n == 0:
             return _empty_batch()
         (

@@ -16,6 +16,7 @@ The final batch of every split is a stats row (lo_ip null, payload = JSON counte
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import struct
@@ -183,6 +184,21 @@ def read_split(
     yield dec.stats_batch()
 
 
+def _gc_pause() -> bool:
+    """Pause the cyclic GC while a record loop runs (it allocates many small acyclic tuples, which
+    would trigger collections for nothing). Re-enabled around every yield and at the end."""
+    on = gc.isenabled()
+    if on:
+        gc.disable()
+    return on
+
+
+def _gc_resume(was_on: bool) -> bool:
+    if was_on:
+        gc.enable()
+    return was_on
+
+
 def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
     if tmin is not None and (dec.first_ts_ns is None or tmin < dec.first_ts_ns):
         dec.first_ts_ns = tmin
@@ -261,6 +277,8 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     fmax = 1_000_000 if mult == 1000 else 1_000_000_000
     hdr = struct.Struct(order + "IIII").unpack_from  # ts_sec, ts_frac, caplen, origlen
     handle = dec.handler(linktype)
+    eth = linktype & 0xFFFF == 1
+    ip4 = dec.ip4
     rows = dec.rows
 
     records = 0
@@ -274,6 +292,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
         if p < 0:
             return
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+    gc_on = _gc_pause()
     try:
         while True:
             if L - p < 16:
@@ -315,15 +334,23 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             records += 1
             nbytes += cl
             try:
-                handle(buf, p + 16, q, ol, ts, rec)
+                # Ethernet + IPv4 (the common case) goes straight to the IPv4 parser
+                if eth and cl >= 34 and buf[p + 28] == 8 and buf[p + 29] == 0:
+                    ip4(buf, p + 30, q, ol, ts, rec)
+                else:
+                    handle(buf, p + 16, q, ol, ts, rec)
             except (struct.error, IndexError, ValueError) as e:  # a parser bug must not end the split
                 dec.malformed += 1
                 dec.error(f"undecodable record at offset {rec}: {e}")
             p = q
             if len(rows) >= bp:
-                yield dec.flush()
+                batch = dec.flush()
                 rows = dec.rows
+                gc_on = _gc_resume(gc_on)
+                yield batch
+                gc_on = _gc_pause()
     finally:
+        _gc_resume(gc_on)
         dec.records += records
         dec.bytes += nbytes
         _note_ts(dec, tmin, tmax)
@@ -340,6 +367,7 @@ NRB = 4
 ISB = 5
 EPB = 6
 _KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, 9, 10, 0x00000BAD, 0x40000BAD))
+_KNOWN_PATTERNS = frozenset(struct.pack(o + "I", t) for t in _KNOWN_BLOCKS for o in "<>")
 _BOM_LE = struct.pack("<I", PCAPNG_BOM)
 _BOM_BE = struct.pack(">I", PCAPNG_BOM)
 
@@ -400,8 +428,8 @@ def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
             n = od.u32(buf, q + 4)[0]
             if n < 28:
                 return 0, first
-        elif t not in _KNOWN_BLOCKS and not t & 0x80000000:  # standard or local-use types only
-            return 0, first
+        elif t not in _KNOWN_BLOCKS and (k == 0 or not t & 0x80000000):
+            return 0, first  # the first block of a standard type, later ones may be local-use
         if n < 12 or n & 3 or n > MAX_BLOCK:
             return 0, first
         if q + n > L:
@@ -427,6 +455,9 @@ def _ng_resync(win, p: int, od: _Order) -> tuple[int, _Order]:
         other = _BE if od is _LE else _LE
         need = False
         while q < stop:  # noqa: B007
+            if buf[q : q + 4] not in _KNOWN_PATTERNS:  # cheap pre-check of the block type
+                q += 1
+                continue
             for o in (od, other):
                 r, o2 = _ng_chain(buf, q, L, eof, o)
                 if r == 1:
@@ -443,7 +474,7 @@ def _ng_resync(win, p: int, od: _Order) -> tuple[int, _Order]:
 
 
 class _Iface:
-    __slots__ = ("linktype", "snaplen", "mul", "shift", "div", "off_ns", "handle")
+    __slots__ = ("linktype", "snaplen", "mul", "shift", "div", "off_ns", "handle", "simple", "eth")
 
     def __init__(self, linktype: int, snaplen: int, tsresol: int, tsoffset: int, dec: PacketDecoder) -> None:
         self.linktype = linktype
@@ -455,7 +486,9 @@ class _Iface:
             e = tsresol
             self.mul, self.shift, self.div = (10 ** (9 - e), 0, 1) if e <= 9 else (1, 0, 10 ** (e - 9))
         self.off_ns = tsoffset * 1_000_000_000
+        self.simple = self.shift == 0 and self.div == 1  # ts_ns = units * mul + off_ns
         self.handle = dec.handler(linktype)
+        self.eth = linktype & 0xFFFF == 1
 
 
 def _parse_idb(buf, q: int, n: int, od: _Order, dec: PacketDecoder) -> _Iface:
@@ -554,7 +587,9 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
     last_ts = 0
     rows = dec.rows
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
-    bh = od.bh
+    bh, epbu, u32 = od.bh, od.epb, od.u32
+    ip4 = dec.ip4
+    gc_on = _gc_pause()
     try:
         while True:
             if L - p < 12:
@@ -569,6 +604,38 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
             if rec >= end:
                 break
             t, n = bh(buf, p)
+            # fast path: a well-framed EPB of a known interface
+            if t == EPB and 32 <= n <= MAX_BLOCK and not n & 3 and p + n <= L:
+                iid, th, tl, cl, ol = epbu(buf, p + 8)
+                if iid < len(ifaces) and cl <= n - 32 and u32(buf, p + n - 4)[0] == n:
+                    ifc = ifaces[iid]
+                    if ifc.simple:
+                        ts = (th << 32 | tl) * ifc.mul + ifc.off_ns
+                    else:
+                        ts = (((th << 32 | tl) * ifc.mul) >> ifc.shift) // ifc.div + ifc.off_ns
+                    last_ts = ts
+                    if tmin is None or ts < tmin:
+                        tmin = ts
+                    if tmax is None or ts > tmax:
+                        tmax = ts
+                    records += 1
+                    nbytes += cl
+                    try:
+                        if ifc.eth and cl >= 34 and buf[p + 40] == 8 and buf[p + 41] == 0:
+                            ip4(buf, p + 42, p + 28 + cl, ol, ts, rec)  # Ethernet + IPv4
+                        else:
+                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                    except (struct.error, IndexError, ValueError) as e:
+                        dec.malformed += 1
+                        dec.error(f"undecodable record at offset {rec}: {e}")
+                    p += n
+                    if len(rows) >= bp:
+                        batch = dec.flush()
+                        rows = dec.rows
+                        gc_on = _gc_resume(gc_on)
+                        yield batch
+                        gc_on = _gc_pause()
+                    continue
             bad = None
             if t == SHB:
                 o2 = _shb_order(buf, p, L)
@@ -576,7 +643,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                     bad = "bad section header byte-order magic"
                 else:
                     od = o2
-                    bh = od.bh
+                    bh, epbu, u32 = od.bh, od.epb, od.u32
                     n = od.u32(buf, p + 4)[0]
             if bad is None and (n < 12 or n & 3 or n > MAX_BLOCK):
                 bad = f"bad block length {n}"
@@ -598,7 +665,8 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                 if q < 0:
                     break
                 if od2 is not od:
-                    od, bh = od2, od2.bh
+                    od = od2
+                    bh, epbu, u32 = od.bh, od.epb, od.u32
                     ifaces, complete = [], False
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
                 p = q
@@ -613,7 +681,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                     room = n - 32
                 if iid >= len(ifaces) and not complete and win.random_access:
                     od, ifaces = _ng_walk(buf, rec, dec)
-                    bh = od.bh
+                    bh, epbu, u32 = od.bh, od.epb, od.u32
                     complete = True
                 if iid >= len(ifaces):
                     dec.malformed += 1
@@ -637,12 +705,15 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         dec.malformed += 1
                         dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
-                        yield dec.flush()
+                        batch = dec.flush()
                         rows = dec.rows
+                        gc_on = _gc_resume(gc_on)
+                        yield batch
+                        gc_on = _gc_pause()
             elif t == SPB:
                 if not ifaces and not complete and win.random_access:
                     od, ifaces = _ng_walk(buf, rec, dec)
-                    bh = od.bh
+                    bh, epbu, u32 = od.bh, od.epb, od.u32
                     complete = True
                 if n < 16:
                     dec.malformed += 1
@@ -664,13 +735,16 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         dec.malformed += 1
                         dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
-                        yield dec.flush()
+                        batch = dec.flush()
                         rows = dec.rows
+                        gc_on = _gc_resume(gc_on)
+                        yield batch
+                        gc_on = _gc_pause()
             elif t == IDB:
                 if not complete and win.random_access:
                     # IDBs before this one may be unknown to this split: collect them first
                     od, ifaces = _ng_walk(buf, rec, dec)
-                    bh = od.bh
+                    bh, epbu, u32 = od.bh, od.epb, od.u32
                     complete = True
                 if n < 20:
                     dec.malformed += 1
@@ -683,6 +757,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
             # NRB, ISB, DSB, custom and unknown blocks: skipped by their length
             p += n
     finally:
+        _gc_resume(gc_on)
         dec.records += records
         dec.bytes += nbytes
         _note_ts(dec, tmin, tmax)

@@ -83,7 +83,17 @@ def test_pcap_splits_equal_unsplit(tmp_path, order, nano):
     assert st["records"] == 2500 and st["snap_truncated"] > 0 and st["errors"] == []
 
 
-def test_pcapng_multi_interface_multi_section_splits_equal_unsplit(tmp_path):
+def test_pcapng_multi_interface_multi_section_splits_equal_unsplit(tmp_path, monkeypatch):
+    import brokerscope.capture.reader as reader
+
+    walks = []
+    real_walk = reader._ng_walk
+
+    def counting_walk(buf, target, dec):
+        walks.append(target)
+        return real_walk(buf, target, dec)
+
+    monkeypatch.setattr(reader, "_ng_walk", counting_walk)
     rnd = random.Random(3)
     recs = _records(3000, rnd)
     parts = [
@@ -131,6 +141,8 @@ def test_pcapng_multi_interface_multi_section_splits_equal_unsplit(tmp_path):
     n_tcp = sum(1 for _, l3 in recs if l3 is not None)
     whole, st = _assert_split_equivalence(path, n_tcp)
     assert st["errors"] == [] and st["records"] == 3000
+    # splits after the appended IDB and in the second section had to walk from the file head
+    assert walks and max(walks) > len(b"".join(parts)) * 0.6
     # the timestamps survive every resolution (ms and us interfaces round down)
     want = {ts for ts, l3 in recs if l3 is not None}
     got = {r["ts_ns"] for r in whole}
