@@ -1,0 +1,369 @@
+"""Kafka log segments (`<log dir>/<topic>-<partition>/<base offset>.log`) -> `messages` rows.
+
+A segment's `.log` is a plain sequence of record batches (message format v2) or message sets
+(v0/v1), exactly as they travel in Produce/Fetch `records` fields, with absolute offsets: every
+batch starts with baseOffset int64 and batchLength int32 (bytes after that field), which is how
+the file is walked and cut at batch boundaries. The batch decoding is shared with the wire
+decoder (`protocols.kafka.records`).
+
+Companion files next to the log, verified against it as `kafka-dump-log --verify-index-only`
+does:
+- `.index`: 8-byte entries, relative offset int32 (offset - segment base offset) and position
+  int32 (byte position of a batch in the log); the offset is the batch's last offset.
+  Preallocated files end in zero entries.
+- `.timeindex`: 12-byte entries, timestamp int64 and relative offset int32: the largest
+  timestamp seen so far and the offset it belongs to.
+
+Rows: one `messages` row per record (direction stored, source segment); transaction markers
+(control batches) as `acks` rows (kafka_txn_marker); problems as `commands` rows with command
+LogSegment / OffsetIndex / TimeIndex and decode_status checksum_mismatch, truncated (a torn
+tail), malformed, decompression_failed or index_mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterator
+
+from ..protocols import base
+from ..protocols.kafka import records as rec
+
+Row = tuple[str, dict]
+INDEX_MISMATCH = "index_mismatch"
+_DIR = re.compile(r"^(.+)-(\d+)$")
+_NAME = re.compile(r"^(\d{1,20})\.log$")
+_HEAD = struct.Struct(">qiib")  # baseOffset, length, (epoch or crc), magic: the first 17 bytes
+MAX_BATCH = 1 << 30  # a batch header claiming more is not a batch
+
+
+def topic_partition(path: str) -> tuple[str, int] | None:
+    """(topic, partition) from the segment's directory name `<topic>-<partition>`."""
+    m = _DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if not m:
+        return None
+    return m.group(1), int(m.group(2))
+
+
+def base_offset_of(path: str) -> int | None:
+    m = _NAME.match(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def _header_ok(head: bytes, file_size: int, pos: int = 0) -> bool:
+    if len(head) < 17:
+        return False
+    base_offset, length, _x, magic = _HEAD.unpack_from(head, 0)
+    if magic not in (0, 1, 2) or base_offset < 0:
+        return False
+    min_len = 49 if magic == 2 else 14
+    return min_len <= length <= MAX_BATCH and pos + 12 + length <= file_size + (1 << 20)
+
+
+def matches(path: str) -> bool:
+    """A `.log` in a `<topic>-<partition>` directory whose first batch header is a Kafka one
+    (and, when the first batch is small enough to read, whose checksum holds)."""
+    if not path.endswith(".log") or topic_partition(path) is None:
+        return False
+    size = os.path.getsize(path)
+    if size < 26:
+        return False
+    with open(path, "rb") as f:
+        head = f.read(64 * 1024)
+    if not _header_ok(head, size):
+        return False
+    length = struct.unpack_from(">i", head, 8)[0]
+    if 12 + length <= len(head):
+        rs = rec.read_record_set(head[: 12 + length], cap=1 << 20)
+        return bool(rs.batches) and rs.batches[0].crc_ok
+    return True
+
+
+def plan(path: str, split_size: int) -> list[tuple[int, int]]:
+    """Byte ranges [start, end) cut at batch boundaries, each about `split_size` bytes. The walk
+    reads only batch headers (baseOffset, batchLength); from the first header that does not hold
+    up, the rest of the file goes to the last range (its reader reports the damage)."""
+    size = os.path.getsize(path)
+    out: list[tuple[int, int]] = []
+    start = pos = 0
+    with open(path, "rb") as f:
+        while pos < size:
+            f.seek(pos)
+            head = f.read(17)
+            if not _header_ok(head, size, pos):
+                break
+            nxt = pos + 12 + struct.unpack_from(">i", head, 8)[0]
+            if nxt > size:
+                break
+            pos = nxt
+            if pos - start >= split_size:
+                out.append((start, pos))
+                start = pos
+    if start < size or not out:
+        out.append((start, size))
+    return out
+
+
+def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
+    """Rows for the batches that start in [start, end); the split at 0 also verifies the indexes."""
+    tp = topic_partition(path)
+    topic, partition = tp if tp else (None, None)
+    try:
+        mtime_ns = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime_ns = 0
+    size = os.path.getsize(path)
+    positions: list[tuple[int, rec.Batch]] = []
+    with open(path, "rb") as f:
+        pos = start
+        while pos < end:
+            f.seek(pos)
+            head = f.read(17)
+            if len(head) < 17 or not _header_ok(head, size, pos):
+                status = base.TRUNCATED if len(head) < 17 else base.MALFORMED
+                yield _problem(
+                    "LogSegment",
+                    pos,
+                    min(end, size) - pos,
+                    status,
+                    f"no batch header at byte {pos}" + (" (torn tail)" if status == base.TRUNCATED else ""),
+                    mtime_ns,
+                    head,
+                    ctx,
+                )
+                break
+            length = struct.unpack_from(">i", head, 8)[0]
+            total = 12 + length
+            if total > ctx.max_frame_bytes:
+                yield _problem(
+                    "LogSegment",
+                    pos,
+                    total,
+                    base.OVERSIZE,
+                    f"batch of {total} bytes exceeds the limit of {ctx.max_frame_bytes}",
+                    mtime_ns,
+                    head,
+                    ctx,
+                )
+                pos += total
+                continue
+            f.seek(pos)
+            data = f.read(total)
+            if len(data) < total:
+                yield _problem(
+                    "LogSegment",
+                    pos,
+                    len(data),
+                    base.TRUNCATED,
+                    f"torn tail: batch at byte {pos} needs {total} bytes, {len(data)} present",
+                    mtime_ns,
+                    data,
+                    ctx,
+                )
+                break
+            rs = rec.read_record_set(data, ctx.max_decompressed_bytes)
+            if not rs.batches:
+                yield _problem(
+                    "LogSegment", pos, total, rs.status, rs.error or "unreadable batch", mtime_ns, data, ctx
+                )
+                pos += total
+                continue
+            b = rs.batches[0]
+            positions.append((pos, b))
+            yield from _batch_rows(b, pos, topic, partition, mtime_ns, data, ctx)
+            pos += total
+    if start == 0:
+        yield from verify_indexes(path, ctx, mtime_ns)
+
+
+def _batch_rows(b: rec.Batch, pos: int, topic, partition, mtime_ns: int, data: bytes, ctx) -> Iterator[Row]:
+    ts_batch = (b.max_timestamp or 0) * 1_000_000 if (b.max_timestamp or 0) > 0 else mtime_ns
+    if b.status != base.OK:
+        yield _problem(
+            "LogSegment",
+            pos,
+            b.size,
+            b.status,
+            f"batch at byte {pos} (offset {b.base_offset}): {b.error}",
+            ts_batch,
+            data,
+            ctx,
+            details=b.summary(),
+        )
+    if b.control:
+        yield (
+            "acks",
+            {
+                "ts_ns": ts_batch,
+                "ack_type": "kafka_txn_marker",
+                "topic": topic,
+                "partition": partition,
+                "offset": b.base_offset,
+                "message_id": f"{topic}-{partition}@{b.base_offset}",
+                "producer_id": b.producer_id,
+                "details": base.to_json(
+                    {
+                        "control_type": b.control_type,
+                        "producer_epoch": b.producer_epoch,
+                        "coordinator_epoch": b.coordinator_epoch,
+                        "source": "segment",
+                    }
+                ),
+            },
+        )
+        return
+    pol = ctx.payload
+    for r in b.records:
+        ts = r.timestamp * 1_000_000 if r.timestamp is not None and r.timestamp >= 0 else None
+        row = {
+            "ts_ns": ts if ts is not None else ts_batch,
+            "direction": "stored",
+            "source": "segment",
+            "topic": topic,
+            "partition": partition,
+            "offset": r.offset,
+            "message_id": f"{topic}-{partition}@{r.offset}",
+            "key": pol.key(r.key),
+            "headers": [{"key": k, "value": v} for k, v in r.headers],
+            "message_ts_ns": ts,
+            "producer_id": b.producer_id if b.magic >= 2 else None,
+            "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
+            "sequence": (b.base_sequence + r.delta) if b.magic >= 2 and (b.base_sequence or 0) >= 0 else None,
+            "compression": b.codec,
+            "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
+            "decode_status": b.status,
+            "decode_error": b.error,
+            "details": base.to_json(
+                {
+                    "file_position": pos,
+                    "batch_base_offset": b.base_offset,
+                    "magic": b.magic,
+                    "transactional": b.transactional,
+                    "timestamp_type": b.timestamp_type,
+                }
+            ),
+        }
+        row.update(pol.value(r.value))
+        yield ("messages", row)
+
+
+def _problem(command, pos, size, status, error, ts_ns, raw, ctx, details=None) -> Row:
+    return (
+        "commands",
+        {
+            "ts_ns": ts_ns,
+            "command": command,
+            "stream_offset": pos,
+            "size": size,
+            "decode_status": status,
+            "decode_error": error,
+            "raw": None if raw is None else ctx.raw(raw),
+            "details": None if details is None else base.to_json(details),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# index verification
+
+
+def _batch_at(f, pos: int, size: int) -> tuple[int, int, int | None] | None:
+    """(base offset, last offset, max timestamp) of the batch starting at `pos`, from its header."""
+    if pos < 0 or pos + 17 > size:
+        return None
+    f.seek(pos)
+    head = f.read(61)
+    if not _header_ok(head, size, pos):
+        return None
+    base_offset, length, _x, magic = _HEAD.unpack_from(head, 0)
+    if magic == 2 and len(head) >= 61:
+        last_delta, _bt, max_ts = struct.unpack_from(">iqq", head, 23)
+        return base_offset, base_offset + last_delta, max_ts
+    # v0/v1: a message (or a compressed wrapper whose offset is its last inner offset)
+    return base_offset, base_offset, None
+
+
+def _all_batches(f, size: int) -> list[tuple[int, int, int, int | None]]:
+    """(position, base offset, last offset, max timestamp) for every batch header in the log."""
+    out = []
+    pos = 0
+    while pos < size:
+        b = _batch_at(f, pos, size)
+        if b is None:
+            break
+        out.append((pos, *b))
+        f.seek(pos + 8)
+        pos += 12 + struct.unpack(">i", f.read(4))[0]
+    return out
+
+
+def _entries(path: str, width: int) -> list[bytes]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    return [data[i : i + width] for i in range(0, len(data) - width + 1, width)]
+
+
+def verify_indexes(path: str, ctx: base.Context, ts_ns: int) -> Iterator[Row]:
+    """Check `.index` and `.timeindex` next to the log against the log's batches."""
+    stem = path[: -len(".log")]
+    base_off = base_offset_of(path) or 0
+    size = os.path.getsize(path)
+    index = _entries(stem + ".index", 8)
+    tindex = _entries(stem + ".timeindex", 12)
+    if not index and not tindex:
+        return
+    with open(path, "rb") as f:
+        batches = _all_batches(f, size)
+    by_pos = {p: (b, last, mts) for p, b, last, mts in batches}
+
+    def containing(offset: int):
+        for _p, b, last, mts in batches:
+            if b <= offset <= last:
+                return b, last, mts
+        return None
+
+    prev_off = prev_pos = -1
+    for i, e in enumerate(index):
+        rel, position = struct.unpack(">ii", e)
+        if rel == 0 and position == 0 and i > 0:
+            break  # preallocated tail
+        offset = base_off + rel
+        problem = None
+        if i > 0 and (offset <= prev_off or position <= prev_pos):
+            problem = f"entry {i} (offset {offset}, position {position}) is not after the previous entry"
+        elif position not in by_pos:
+            problem = f"entry {i}: no batch starts at position {position} (indexed offset {offset})"
+        else:
+            # Kafka indexes a batch by its last offset (kafka-dump-log compares the same)
+            b, last, _m = by_pos[position]
+            if offset != last:
+                problem = (
+                    f"entry {i}: indexed offset {offset}, but the batch at position {position} ends at {last}"
+                )
+        if problem:
+            yield _problem("OffsetIndex", i * 8, 8, INDEX_MISMATCH, problem, ts_ns, e, ctx)
+        prev_off, prev_pos = offset, position
+
+    prev_ts = None
+    for i, e in enumerate(tindex):
+        ts, rel = struct.unpack(">qi", e)
+        if ts == 0 and rel == 0 and i > 0:
+            break
+        offset = base_off + rel
+        problem = None
+        found = containing(offset)
+        if prev_ts is not None and ts < prev_ts:
+            problem = f"entry {i}: timestamp {ts} is before the previous entry's {prev_ts}"
+        elif found is None:
+            problem = f"entry {i}: offset {offset} is not in the log"
+        elif found[2] is not None and found[2] != ts:
+            problem = (
+                f"entry {i}: timestamp {ts} for offset {offset}, but its batch's max timestamp is {found[2]}"
+            )
+        if problem:
+            yield _problem("TimeIndex", i * 12, 12, INDEX_MISMATCH, problem, ts_ns, e, ctx)
+        prev_ts = ts

@@ -1,0 +1,191 @@
+"""Kafka log segments: detection, splitting at batch boundaries, rows, damaged batches, torn
+tails, and `.index` / `.timeindex` verification. Segments are written by a small test writer from
+batches built by kafka-python's record builder, laid out as a broker stores them."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from kafka_kit import records
+from test_kafka_records import _control_batch
+
+from brokerscope import tables
+from brokerscope.protocols import base
+from brokerscope.segments import kafka as seg
+
+CTX = base.Context()
+
+
+def _batch(base_offset: int, msgs, codec: int = 0, **kw) -> bytes:
+    data = records(msgs, 2, codec, offset=0, **kw)
+    return struct.pack(">q", base_offset) + data[8:]  # the CRC does not cover the base offset
+
+
+def _last_and_max_ts(batch: bytes) -> tuple[int, int]:
+    base_offset = struct.unpack_from(">q", batch, 0)[0]
+    last_delta, _bt, max_ts = struct.unpack_from(">iqq", batch, 23)
+    return base_offset + last_delta, max_ts
+
+
+def write_segment(d: Path, batches: list[bytes], base: int, index=True, tail: bytes = b"", prealloc=4):
+    """A segment as a broker writes it: the log, an offset index entry and a time index entry per
+    batch (Kafka writes one per index.interval.bytes; one per batch is the dense case), plus
+    preallocated zero entries."""
+    d.mkdir(parents=True, exist_ok=True)
+    stem = d / f"{base:020d}"
+    log = b"".join(batches) + tail
+    (stem.with_suffix(".log")).write_bytes(log)
+    if index:
+        idx, tidx, pos, top = b"", b"", 0, -1
+        for b in batches:
+            last, max_ts = _last_and_max_ts(b)
+            idx += struct.pack(">ii", last - base, pos)
+            if max_ts > top:  # the time index only grows
+                tidx += struct.pack(">qi", max_ts, last - base)
+                top = max_ts
+            pos += len(b)
+        (stem.with_suffix(".index")).write_bytes(idx + b"\0" * 8 * prealloc)
+        (stem.with_suffix(".timeindex")).write_bytes(tidx + b"\0" * 12 * prealloc)
+    return str(stem.with_suffix(".log"))
+
+
+MSGS1 = [(b"k1", b"v1", [("h", b"1")]), (b"k2", b"v2", [])]
+MSGS2 = [(b"k3", b"v3" * 100, []), (None, b"v4", [("a", None)])]
+
+
+@pytest.fixture
+def segment(tmp_path):
+    batches = [_batch(100, MSGS1), _batch(102, MSGS2, codec=1), _control_batch(1, base_offset=104, pid=9)]
+    return write_segment(tmp_path / "orders-3", batches, 100), batches
+
+
+def _rows(path, start=0, end=None, ctx=CTX):
+    end = Path(path).stat().st_size if end is None else end
+    out: dict[str, list] = {"commands": [], "messages": [], "acks": [], "latencies": []}
+    for t, r in seg.read(path, start, end, ctx):
+        out[t].append(r)
+    for t, rs in out.items():
+        tables.conform(t, rs)
+    return out
+
+
+def test_matches(segment, tmp_path):
+    path, _b = segment
+    assert seg.matches(path)
+    other = tmp_path / "not-a-partition-dir" / "00000000000000000000.log"
+    other.parent.mkdir()
+    other.write_bytes(Path(path).read_bytes())
+    assert not seg.matches(str(other))  # "dir" is not a number
+    garbage = tmp_path / "t-0" / "00000000000000000000.log"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"hello world, not a kafka log at all........")
+    assert not seg.matches(str(garbage))
+    assert not seg.matches(path[:-4] + ".index")
+
+
+def test_rows(segment):
+    path, _b = segment
+    out = _rows(path)
+    assert out["commands"] == []
+    msgs = out["messages"]
+    assert [(m["offset"], m["key"], m["message_id"]) for m in msgs] == [
+        (100, b"k1", "orders-3@100"),
+        (101, b"k2", "orders-3@101"),
+        (102, b"k3", "orders-3@102"),
+        (103, None, "orders-3@103"),
+    ]
+    assert all(m["direction"] == "stored" and m["source"] == "segment" for m in msgs)
+    assert all((m["topic"], m["partition"]) == ("orders", 3) for m in msgs)
+    assert [m["compression"] for m in msgs] == ["none", "none", "gzip", "gzip"]
+    assert msgs[0]["headers"] == [{"key": "h", "value": b"1"}] and msgs[3]["headers"] == [
+        {"key": "a", "value": None}
+    ]
+    assert msgs[0]["ts_ns"] == msgs[0]["message_ts_ns"] == 1_700_000_000_000 * 1_000_000
+    (ack,) = out["acks"]
+    assert (ack["ack_type"], ack["offset"], ack["producer_id"]) == ("kafka_txn_marker", 104, 9)
+
+
+def test_plan_cuts_at_batch_boundaries(segment):
+    path, batches = segment
+    sizes = [len(b) for b in batches]
+    ranges = seg.plan(path, 1)
+    assert ranges == [(0, sizes[0]), (sizes[0], sizes[0] + sizes[1]), (sizes[0] + sizes[1], sum(sizes))]
+    assert seg.plan(path, 1 << 20) == [(0, sum(sizes))]
+    whole = _rows(path)["messages"]
+    parts = [m for s, e in ranges for m in _rows(path, s, e)["messages"]]
+    assert [m["offset"] for m in parts] == [m["offset"] for m in whole]
+
+
+def test_flipped_crc_bit_keeps_good_batches(tmp_path):
+    b2 = bytearray(_batch(102, MSGS2))
+    b2[80] ^= 0x10  # inside the first record's value
+    path = write_segment(tmp_path / "t-0", [_batch(100, MSGS1), bytes(b2), _batch(104, MSGS1)], 100)
+    out = _rows(path)
+    (c,) = out["commands"]
+    assert (c["command"], c["decode_status"], c["stream_offset"]) == (
+        "LogSegment",
+        "checksum_mismatch",
+        len(_batch(100, MSGS1)),
+    )
+    ok = {m["offset"]: m["checksum_ok"] for m in out["messages"]}
+    assert ok == {100: True, 101: True, 102: False, 103: False, 104: True, 105: True}
+
+
+def test_torn_tail(tmp_path):
+    last = _batch(102, MSGS2)
+    path = write_segment(tmp_path / "t-0", [_batch(100, MSGS1)], 100, tail=last[:40])
+    out = _rows(path)
+    (c,) = out["commands"]
+    assert c["decode_status"] == "truncated" and "torn tail" in c["decode_error"]
+    assert [m["offset"] for m in out["messages"]] == [100, 101]
+    # a tail shorter than a batch header
+    path = write_segment(tmp_path / "t-1", [_batch(100, MSGS1)], 100, tail=last[:9])
+    assert [c["decode_status"] for c in _rows(path)["commands"]] == ["truncated"]
+
+
+def test_index_mismatches(segment):
+    path, batches = segment
+    stem = path[:-4]
+    idx = bytearray(Path(stem + ".index").read_bytes())
+    struct.pack_into(">ii", idx, 8, 3, len(batches[0]) + 1)  # entry 1: a position inside a batch
+    Path(stem + ".index").write_bytes(bytes(idx))
+    tidx = bytearray(Path(stem + ".timeindex").read_bytes())
+    struct.pack_into(">q", tidx, 0, 42)  # entry 0: wrong timestamp
+    Path(stem + ".timeindex").write_bytes(bytes(tidx))
+    out = _rows(path)
+    probs = [(c["command"], c["decode_status"]) for c in out["commands"]]
+    assert probs == [("OffsetIndex", "index_mismatch"), ("TimeIndex", "index_mismatch")]
+    assert "no batch starts at position" in out["commands"][0]["decode_error"]
+    assert "max timestamp" in out["commands"][1]["decode_error"]
+    assert len(out["messages"]) == 4  # the log itself is fine
+
+
+def test_index_offset_not_last_of_batch(segment):
+    path, _b = segment
+    stem = path[:-4]
+    idx = bytearray(Path(stem + ".index").read_bytes())
+    struct.pack_into(">i", idx, 0, 0)  # entry 0 says offset 100, the batch at 0 ends at 101
+    Path(stem + ".index").write_bytes(bytes(idx))
+    (c,) = _rows(path)["commands"]
+    assert c["command"] == "OffsetIndex" and "ends at 101" in c["decode_error"]
+
+
+def test_index_checked_once(segment):
+    path, _b = segment
+    Path(path[:-4] + ".index").write_bytes(struct.pack(">ii", 1, 7))
+    ranges = seg.plan(path, 1)
+    probs = [c for s, e in ranges for c in _rows(path, s, e)["commands"]]
+    assert len(probs) == 1  # only the split at byte 0 verifies the indexes
+
+
+def test_decode_files_on_a_log_directory(segment, tmp_path):
+    from brokerscope.streams import decode_files
+
+    path, _b = segment
+    out = decode_files([str(tmp_path)])
+    assert out["_errors"] == []
+    msgs = out["messages"]
+    assert len(msgs) == 4 and {m["protocol"] for m in msgs} == {"kafka"}
+    assert msgs[0]["client_ip"] is None and msgs[0]["capture_id"]
