@@ -407,3 +407,30 @@ def test_unknown_command_type_is_skipped_cleanly():
     out = run([("c2s", F.CONNECT + future + F.PRODUCER)])
     st = [(r["command"], r["decode_status"], r["command_code"]) for r in out["commands"]]
     assert st == [("CONNECT", "ok", 2), ("UNKNOWN_99", "unknown_command", 99), ("PRODUCER", "ok", 5)]
+
+
+def test_roles_follow_connect_when_the_driver_swapped_them():
+    """The side that sends CONNECT is the client even if it arrives as s2c."""
+    out = run([("s2c", F.CONNECT), ("c2s", F.CONNECTED), ("s2c", F.PRODUCER), ("c2s", F.PRODUCER_SUCCESS)])
+    lat = {(r["request_command"], r["response_command"]) for r in out["latencies"]}
+    assert lat == {("CONNECT", "CONNECTED"), ("PRODUCER", "PRODUCER_SUCCESS")}
+
+
+def test_produce_rows_not_held_forever(monkeypatch):
+    from brokerscope.protocols.pulsar import conversation
+
+    monkeypatch.setattr(conversation, "HOLD_BYTES", 20)  # one 12-byte value fits, two do not
+    conv_rows = run(
+        [("c2s", F.PRODUCER), ("c2s", F.SEND_7), ("c2s", F.SEND_BATCH), ("s2c", F.RECEIPT_8)], close=False
+    )
+    msgs = conv_rows["messages"]
+    # SEND_7 gave up waiting (no id); the batch got its receipt
+    assert [(m["value"], m["message_id"]) for m in msgs] == [
+        (b"hello pulsar", None),
+        (b"first", "5:10:0"),
+        (b"second", "5:10:1"),
+    ]
+    assert [(r["request_command"], r["response_command"]) for r in conv_rows["latencies"]] == [
+        ("SEND", None),
+        ("SEND", "SEND_RECEIPT"),
+    ]

@@ -188,6 +188,9 @@ class PulsarConversation(Conversation):
         self.chunk_bytes = 0
         self.acked: OrderedDict[tuple[int, int, int, int], bool] = OrderedDict()  # (cid, L, E, bi)
         self.protocol_version: int | None = None
+        # requests come from the client; the side that sends CONNECT is the client, whatever the
+        # driver decided (a capture that starts mid-connection may have the roles the wrong way round)
+        self.client_dir = C2S
 
     # ------------------------------------------------------------------------------------------
     # byte stream -> frames
@@ -525,7 +528,7 @@ class PulsarConversation(Conversation):
                 rows.append(self._latency(old.command, None, old.ts_ns, None, k[1], old.topic, old.partition))
 
     def _request(self, d, pf, body, row, ts_end, rows) -> None:
-        if d != C2S or not body.HasField("request_id"):
+        if d != self.client_dir or not body.HasField("request_id"):
             return
         p = Pending(pf.type_name, ts_end, row.get("topic"), row.get("partition"))
         self._remember(self.requests, (d, body.request_id), p, rows)
@@ -563,6 +566,7 @@ class PulsarConversation(Conversation):
     # command handlers: (self, direction, frame, body, commands row, details, ts, ts_end, rows)
 
     def _on_connect(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+        self.client_dir = d
         row["api_version"] = body.protocol_version
         row["client_id"] = body.client_version
         self.protocol_version = body.protocol_version
@@ -615,7 +619,7 @@ class PulsarConversation(Conversation):
         info = {"topic": body.topic, "name": body.producer_name if body.HasField("producer_name") else None}
         self._remember(self.producers, body.producer_id, info)
         self._on_request(d, pf, body, row, details, ts, ts_end, rows)
-        if d == C2S and body.HasField("request_id"):
+        if d == self.client_dir and body.HasField("request_id"):
             self.requests[(d, body.request_id)].extra["producer_id"] = body.producer_id
 
     def _on_subscribe(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
@@ -628,7 +632,7 @@ class PulsarConversation(Conversation):
     def _on_producer_success(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
         if not body.producer_ready:
             # the producer waits for exclusive access: the final PRODUCER_SUCCESS follows
-            p = self.requests.get((C2S, body.request_id))
+            p = self.requests.get((self.client_dir, body.request_id))
             if p is not None:
                 row["topic"] = p.topic
                 pid = p.extra.get("producer_id")
@@ -776,7 +780,7 @@ class PulsarConversation(Conversation):
         if error is None and body.HasField("highest_sequence_id"):
             extra["highest_sequence_id"] = body.highest_sequence_id
         if ps is None:
-            extra["send_not_captured"] = True
+            extra["send_unmatched"] = True  # the SEND was not captured, or gave up waiting for this receipt
         if ps is not None and ps.chunk is not None:
             extra["chunk"] = ps.chunk
         ack_type = "pulsar_receipt" if error is None else "pulsar_send_error"
