@@ -11,7 +11,10 @@ serves the real Kafka protocol on 127.0.0.1 at an ephemeral port. Each run:
 Writes `<run>.pcap` and `<run>.json` (a manifest of what was produced and consumed, the truth the
 tests compare the decoded tables with). Re-running regenerates every file.
 
-Usage (as root): .venv/bin/python sample_data/kafka/make_kafka_samples.py [outdir]
+Also writes `segments/bs-segment-0/`: a partition's log as the broker stores it (batches of
+every codec, fetched back raw) with its `.index` and `.timeindex`, and `segment.json`.
+
+Usage (as root): .venv/bin/python sample_data/kafka/make_kafka_samples.py [outdir [run ...]]
 """
 
 from __future__ import annotations
@@ -212,11 +215,150 @@ def txn_run(outdir: Path) -> dict:
     }
 
 
+def _fetch_log(host: str, port: int, topic: str, partition: int) -> bytes:
+    """The partition's stored batches, fetched from the broker with plain Fetch v4 requests
+    (built and parsed by kafka-python's protocol classes) over a raw socket, from offset 0 until
+    the broker has nothing more (the mock broker returns one batch per Fetch)."""
+    import socket
+    import struct
+
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    F = FetchRequest
+    log = b""
+    offset = 0
+    with socket.create_connection((host, port), timeout=10) as s:
+        for corr in range(1, 1000):
+            req = F(
+                version=4,
+                replica_id=-1,
+                max_wait_ms=100,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                topics=[
+                    F.FetchTopic(
+                        version=4,
+                        topic=topic,
+                        partitions=[
+                            F.FetchTopic.FetchPartition(
+                                version=4,
+                                partition=partition,
+                                fetch_offset=offset,
+                                partition_max_bytes=1 << 20,
+                            )
+                        ],
+                    )
+                ],
+            )
+            req.with_header(correlation_id=corr, client_id="bs-segment-dumper")
+            s.sendall(bytes(req.encode(header=True, framed=True)))
+            size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+            data = s.recv(size, socket.MSG_WAITALL)
+            recs = bytes(FetchResponse.decode(data[4:], version=4).responses[0].partitions[0].records or b"")
+            pos = 0
+            while pos + 61 <= len(recs):  # whole batches only; each at or after `offset`
+                base_offset, length = struct.unpack_from(">qi", recs, pos)
+                if pos + 12 + length > len(recs):
+                    break
+                last = base_offset + struct.unpack_from(">i", recs, pos + 23)[0]
+                if last >= offset:
+                    log += recs[pos : pos + 12 + length]
+                    offset = last + 1
+                pos += 12 + length
+            if pos == 0:
+                return log
+    return log
+
+
+def _write_segment(log: bytes, d: Path, base: int = 0, interval: int = 512) -> None:
+    """Write `log` as a broker segment: an offset index entry (last offset of a batch, its
+    position) whenever `interval` bytes were appended since the last entry, and a time index
+    entry whenever the largest timestamp so far grows, as Kafka's LogSegment does."""
+    import struct
+
+    d.mkdir(parents=True, exist_ok=True)
+    idx, tidx = b"", b""
+    pos, since, top = 0, interval, -1
+    while pos + 61 <= len(log):
+        base_offset, length = struct.unpack_from(">qi", log, pos)
+        last_delta, _bt, max_ts = struct.unpack_from(">iqq", log, pos + 23)
+        last = base_offset + last_delta
+        if since >= interval:
+            idx += struct.pack(">ii", last - base, pos)
+            since = 0
+        if max_ts > top:
+            tidx += struct.pack(">qi", max_ts, last - base)
+            top = max_ts
+        since += 12 + length
+        pos += 12 + length
+    stem = d / f"{base:020d}"
+    stem.with_suffix(".log").write_bytes(log[:pos])
+    stem.with_suffix(".index").write_bytes(idx)
+    stem.with_suffix(".timeindex").write_bytes(tidx)
+
+
+def segment_run(outdir: Path) -> dict:
+    """A partition log as the (mock) broker stores it: batches from producers using every codec,
+    fetched back raw and written as a segment directory `segments/bs-segment-0/`."""
+    topic = "bs-segment"
+    produced: list[dict] = []
+    owner = Producer({"test.mock.num.brokers": 1, "linger.ms": 5, **NO_TELEMETRY})
+    host, port = _broker(owner)
+    for codec in CODECS:
+        p = (
+            owner
+            if codec == "none"
+            else Producer(
+                {
+                    "bootstrap.servers": f"{host}:{port}",
+                    "linger.ms": 5,
+                    "compression.type": codec,
+                    **NO_TELEMETRY,
+                }
+            )
+        )
+        for i in range(4):
+            key = f"{codec}-{i}".encode()
+            value = (f"{codec} stored message {i} " + "data " * 20).encode()
+            headers = [("codec", codec.encode())]
+            p.produce(
+                topic,
+                key=key,
+                value=value,
+                headers=headers,
+                partition=0,
+                on_delivery=lambda err, m, h=headers: (
+                    produced.append(_msg(m.topic(), m.partition(), m.offset(), m.key(), m.value(), h))
+                    if err is None
+                    else None
+                ),
+            )
+        p.flush(15)
+    log = _fetch_log(host, port, topic, 0)
+    _write_segment(log, outdir / "segments" / f"{topic}-0")
+    return {
+        "run": "segment",
+        "codec": "mixed",
+        "topic": topic,
+        "broker_port": port,
+        "packets": 0,
+        "produced": produced,
+        "consumed": [],
+        "log_bytes": len(log),
+    }
+
+
 def main() -> None:
     outdir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
     if os.geteuid() != 0:
         raise SystemExit("capturing on lo needs root")
-    runs = [codec_run(c, outdir) for c in CODECS] + [txn_run(outdir)]
+    only = set(sys.argv[2:])  # optional run names, e.g. "segment"
+    runs = [codec_run(c, outdir) for c in CODECS if not only or c in only]
+    if not only or "txn" in only:
+        runs.append(txn_run(outdir))
+    if not only or "segment" in only:
+        runs.append(segment_run(outdir))
     for r in runs:
         r["client"] = {"confluent_kafka": _version()[0], "librdkafka": _libversion()[0]}
         (outdir / f"{r['run']}.json").write_text(json.dumps(r, indent=1) + "\n")
