@@ -912,7 +912,8 @@ class PulsarConversation(Conversation):
             cm = ChunkedMessage(md.uuid, md.num_chunks_from_msg, md.total_chunk_msg_size, ts)
             self.chunks[key] = cm
             while len(self.chunks) > 10_000:
-                self.chunks.popitem(last=False)
+                _k, old = self.chunks.popitem(last=False)
+                self.chunk_bytes -= old.size
         before = cm.size
         cm.add(md.chunk_id, payload, md, message_id)
         self.chunk_bytes += cm.size - before
