@@ -140,8 +140,9 @@ class PacketDecoder:
         if self.n_errors > len(errs):
             errs.append(f"... and {self.n_errors - len(errs)} more errors")
         d["errors"] = errs
-        d["first_ts_ns"] = self.first_ts_ns
-        d["last_ts_ns"] = self.last_ts_ns
+        lo, hi = _I64
+        d["first_ts_ns"] = None if self.first_ts_ns is None else min(max(self.first_ts_ns, lo), hi)
+        d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
         return d
 
     def finish(self) -> None:
@@ -630,13 +631,23 @@ def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in PACKETS], schema=PACKETS)
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
 def _i64(values) -> pa.Array:
-    a = array("q", values)
+    try:
+        a = array("q", values)
+    except OverflowError:  # absurd header values (a 64-bit timestamp in 2^-30 s units...): clamp
+        a = array("q", (min(max(v, _I64[0]), _I64[1]) for v in values))
     return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
 
 
 def _i32(values) -> pa.Array:
-    a = array("i", values)
+    try:
+        a = array("i", values)
+    except OverflowError:  # an original length above 2^31-1 in a damaged record header: clamp
+        a = array("i", (min(max(v, _I32[0]), _I32[1]) for v in values))
     return pa.Array.from_buffers(pa.int32(), len(a), [None, pa.py_buffer(a)])
 
 
