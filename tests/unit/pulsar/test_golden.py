@@ -434,3 +434,17 @@ def test_produce_rows_not_held_forever(monkeypatch):
         ("SEND", None),
         ("SEND", "SEND_RECEIPT"),
     ]
+
+
+def test_topic_lists_fill_the_topics_column():
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    c = pb.BaseCommand(type=pb.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE)
+    c.get_topics_of_namespace_response.request_id = 4
+    c.get_topics_of_namespace_response.topics.extend(["persistent://t/ns/a", "persistent://t/ns/b"])
+    q = _cmd(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE, request_id=4, namespace="t/ns")
+    out = run([("c2s", F.CONNECT), ("c2s", q), ("s2c", framing.encode_frame(c))])
+    assert out["commands"][-1]["topics"] == ["persistent://t/ns/a", "persistent://t/ns/b"]
+    assert ("GET_TOPICS_OF_NAMESPACE", "GET_TOPICS_OF_NAMESPACE_RESPONSE") in {
+        (r["request_command"], r["response_command"]) for r in out["latencies"]
+    }

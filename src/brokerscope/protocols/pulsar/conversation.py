@@ -470,6 +470,9 @@ class PulsarConversation(Conversation):
                     row["error_code"] = getattr(body, err_field)
                 if has_topic and body.HasField("topic"):
                     row["topic"] = body.topic
+                lists = _TOPIC_LISTS.get(pf.type_code)
+                if lists is not None:
+                    row["topics"] = [text(t) for f in lists for t in getattr(body, f)]
             if pf.missing:
                 details["missing_required"] = pf.missing
             if pf.has_payload_section:
@@ -1121,6 +1124,13 @@ def _field_info(type_code: int) -> tuple[bool, str | None, bool]:
 
 
 _FIELDS = {t: _field_info(t) for t in framing.TYPE_NAMES}
+# commands that name several topics: they fill the `topics` column
+_TOPIC_LISTS = {
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: ("topics",),
+    T.WATCH_TOPIC_LIST_SUCCESS: ("topic",),
+    T.WATCH_TOPIC_UPDATE: ("new_topics", "deleted_topics"),
+    T.ADD_PARTITION_TO_TXN: ("partitions",),
+}
 
 _HANDLERS = {
     T.CONNECT: PulsarConversation._on_connect,
