@@ -475,3 +475,20 @@ def test_feed_never_raises_on_random_bytes():
             blob = PRODUCE_V9_REQ[: rnd.randint(0, len(PRODUCE_V9_REQ))] + blob
         d.c2s(blob, chunk=rnd.randint(1, 50)).s2c(blob[::-1], chunk=rnd.randint(1, 50))
         d.close()
+
+
+def test_unknown_tagged_fields_are_kept_raw():
+    """A flexible request carrying a tagged field the spec does not know (tag 99): decoded, the
+    field kept as base64 under _unknown_tagged_fields."""
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    f = frame(ApiVersionsRequest(version=3, client_software_name="x", client_software_version="1"), 12)
+    assert f.endswith(b"\x00")  # empty tagged-field section of the body
+    tagged = b"\x01" + b"\x63" + b"\x03" + b"abc"  # one field: tag 99, 3 bytes
+    body = f[4:-1] + tagged
+    out = Driver().c2s(struct.pack(">i", len(body)) + body).close()
+    (r,) = out["commands"]
+    assert r["decode_status"] == "ok"
+    d = json.loads(r["details"])
+    assert d["_unknown_tagged_fields"] == {"99": {"base64": "YWJj"}}
+    assert d["ClientSoftwareName"] == "x"

@@ -603,47 +603,59 @@ class KafkaConversation(Conversation):
         with_offset: bool,
         min_offset: int | None = None,
     ) -> list[Row]:
+        """One `messages` row per record of a (non-control) batch."""
         if b.control:
             return []
         rows: list[Row] = []
         pol = self.ctx.payload
-        bstatus = b.status
+        keep_all = pol.mode == "keep" and not pol.apply_to_keys
+        v2 = b.magic >= 2
+        pid = b.producer_id if v2 else None
+        epoch = b.producer_epoch if v2 else None
+        seq0 = b.base_sequence if v2 and (b.base_sequence or 0) >= 0 else None
+        # details: batch-level fields once, the record's offset delta appended per row
+        head = base.to_json(
+            {
+                "batch_base_offset": b.base_offset,
+                "magic": b.magic,
+                "transactional": b.transactional,
+                "timestamp_type": b.timestamp_type,
+            }
+        )
+        head = head[:-1] + ',"offset_delta":'
+        prefix = f"{topic}-{partition}@"
         for r in b.records:
             if min_offset is not None and r.offset < min_offset:
                 continue
+            ts = r.timestamp
+            value = r.value
             row = {
                 "ts_ns": ts_ns,
                 "direction": direction,
                 "source": "capture",
                 "topic": topic,
                 "partition": partition,
-                "key": pol.key(r.key),
+                "key": r.key if keep_all else pol.key(r.key),
                 "headers": [{"key": k, "value": v} for k, v in r.headers],
-                "message_ts_ns": None if r.timestamp is None or r.timestamp < 0 else r.timestamp * 1_000_000,
-                "producer_id": b.producer_id if b.magic >= 2 else None,
-                "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
-                "sequence": (b.base_sequence + r.delta)
-                if b.magic >= 2 and (b.base_sequence or 0) >= 0
-                else None,
+                "message_ts_ns": None if ts is None or ts < 0 else ts * 1_000_000,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "sequence": None if seq0 is None else seq0 + r.delta,
                 "compression": b.codec,
                 "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
                 "correlation_id": corr,
-                "decode_status": bstatus,
+                "decode_status": b.status,
                 "decode_error": b.error,
-                "details": base.to_json(
-                    {
-                        "batch_base_offset": b.base_offset,
-                        "offset_delta": r.delta,
-                        "magic": b.magic,
-                        "transactional": b.transactional,
-                        "timestamp_type": b.timestamp_type,
-                    }
-                ),
+                "details": f"{head}{r.delta}}}",
             }
             if with_offset:
                 row["offset"] = r.offset
-                row["message_id"] = f"{topic}-{partition}@{r.offset}"
-            row.update(pol.value(r.value))
+                row["message_id"] = f"{prefix}{r.offset}"
+            if keep_all:
+                row["value"] = value
+                row["value_size"] = None if value is None else len(value)
+            else:
+                row.update(pol.value(value))
             rows.append(("messages", row))
         return rows
 

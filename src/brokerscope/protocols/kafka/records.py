@@ -49,7 +49,7 @@ class RecordError(Exception):
         self.status = status
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     offset: int  # absolute offset (base offset + delta; for produce requests the client's value)
     delta: int  # position relative to the batch's base offset
@@ -132,6 +132,10 @@ class RecordSet:
 
 
 def _zigzag_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos + 1 < len(buf) and buf[pos + 1] < 0x80:  # two bytes: the common case for lengths 64..8191
+        result = (buf[pos] & 0x7F) | (buf[pos + 1] << 7)
+        if buf[pos] & 0x80:
+            return (result >> 1) ^ -(result & 1), pos + 2
     result = 0
     shift = 0
     n = len(buf)
@@ -331,6 +335,84 @@ def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
 # v2
 
 
+def _read_records(body: bytes, count: int, base_offset: int, base_ts: int, recs: list) -> int:
+    """Decode `count` v2 records from `body` into `recs`; returns the end position.
+
+    The hot loop of the decoder: single-byte varints (values -64..63, nearly every length and
+    delta) are decoded inline; longer ones go through `_zigzag_varint`."""
+    zz = _zigzag_varint
+    n = len(body)
+    p = 0
+    try:
+        for _ in range(count):
+            c = body[p]
+            if c < 0x80:
+                rlen = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                rlen, p = zz(body, p)
+            rend = p + rlen
+            if rlen < 0 or rend > n:
+                raise RecordError("record runs past the end of the batch", "truncated")
+            p += 1  # record attributes (unused)
+            c = body[p]
+            if c < 0x80:
+                ts_delta = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                ts_delta, p = zz(body, p)
+            c = body[p]
+            if c < 0x80:
+                off_delta = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                off_delta, p = zz(body, p)
+            c = body[p]
+            if c < 0x80:
+                klen = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                klen, p = zz(body, p)
+            if klen < 0:
+                key = None
+            else:
+                key = body[p : p + klen]
+                p += klen
+            c = body[p]
+            if c < 0x80:
+                vlen = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                vlen, p = zz(body, p)
+            if vlen < 0:
+                value = None
+            else:
+                value = body[p : p + vlen]
+                p += vlen
+            if p > rend:
+                raise RecordError("record fields run past the record", "truncated")
+            c = body[p]
+            if c < 0x80:
+                nh = (c >> 1) ^ -(c & 1)
+                p += 1
+            else:
+                nh, p = zz(body, p)
+            headers = []
+            if nh:
+                if nh < 0 or nh > rend - p:
+                    raise RecordError(f"header count {nh} impossible")
+                for _h in range(nh):
+                    hk, p = _varbytes(body, p)
+                    hv, p = _varbytes(body, p)
+                    headers.append(((hk or b"").decode("utf-8", errors="replace"), hv))
+            if p != rend:
+                raise RecordError(f"record length {rlen} does not match its fields")
+            recs.append(Record(base_offset + off_delta, off_delta, base_ts + ts_delta, key, value, headers))
+    except IndexError:
+        raise RecordError("record runs past the end of the batch", "truncated") from None
+    return p
+
+
 def _read_v2(buf: bytes, pos: int, size: int, cap: int, verify_crc: bool = True) -> Batch:
     (
         base_offset,
@@ -377,29 +459,9 @@ def _read_v2(buf: bytes, pos: int, size: int, cap: int, verify_crc: bool = True)
             body = decompress(codec_id, bytes(body), cap, magic)
         if count < 0 or count > len(body):
             raise RecordError(f"record count {count} impossible for {len(body)} bytes")
-        p = 0
+        body = bytes(body)
         recs = b.records
-        for _ in range(count):
-            rlen, p = _zigzag_varint(body, p)
-            rend = p + rlen
-            if rlen < 0 or rend > len(body):
-                raise RecordError("record runs past the end of the batch", "truncated")
-            p += 1  # record attributes (unused)
-            ts_delta, p = _zigzag_varint(body, p)
-            off_delta, p = _zigzag_varint(body, p)
-            key, p = _varbytes(body, p)
-            value, p = _varbytes(body, p)
-            nh, p = _zigzag_varint(body, p)
-            if nh < 0 or nh > rend - p:
-                raise RecordError(f"header count {nh} impossible")
-            headers = []
-            for _h in range(nh):
-                hk, p = _varbytes(body, p)
-                hv, p = _varbytes(body, p)
-                headers.append(((hk or b"").decode("utf-8", errors="replace"), hv))
-            if p != rend:
-                raise RecordError(f"record length {rlen} does not match its fields")
-            recs.append(Record(base_offset + off_delta, off_delta, base_ts + ts_delta, key, value, headers))
+        p = _read_records(body, count, base_offset, base_ts, recs)
         if p != len(body):
             raise RecordError(f"{len(body) - p} bytes after the last record")
     except RecordError as e:
