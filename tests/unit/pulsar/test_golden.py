@@ -448,3 +448,28 @@ def test_topic_lists_fill_the_topics_column():
     assert ("GET_TOPICS_OF_NAMESPACE", "GET_TOPICS_OF_NAMESPACE_RESPONSE") in {
         (r["request_command"], r["response_command"]) for r in out["latencies"]
     }
+
+
+def test_batch_index_ack_set():
+    """ack_set bits: set = still unacknowledged, clear = acknowledged."""
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    def ack(ack_set, batch_size=None):
+        c = pb.BaseCommand(type=pb.BaseCommand.ACK)
+        c.ack.consumer_id, c.ack.ack_type = 2, 0
+        m = c.ack.message_id.add(ledger_id=5, entry_id=10)
+        m.ack_set.extend(ack_set)
+        if batch_size:
+            m.batch_size = batch_size
+        return framing.encode_frame(c)
+
+    # delivered batch of 2 (MESSAGE_BEM): 0b10 -> index 0 acked, index 1 not
+    out = run([("c2s", F.SUBSCRIBE), ("s2c", F.MESSAGE_BEM), ("c2s", ack([0b10]))])
+    assert [(a["message_id"], a["ack_latency_us"]) for a in out["acks"]] == [("5:10:0", 1000.0)]
+    # no delivery captured, batch size on the wire
+    out = run([("c2s", F.SUBSCRIBE), ("c2s", ack([0b1010], batch_size=5))])
+    assert [a["message_id"] for a in out["acks"]] == ["5:10:0", "5:10:2", "5:10:4"]
+    # neither: only indexes below the highest unacked one
+    out = run([("c2s", F.SUBSCRIBE), ("c2s", ack([0b1010]))])
+    assert [a["message_id"] for a in out["acks"]] == ["5:10:0", "5:10:2"]
+    assert json.loads(out["acks"][0]["details"])["batch_size_unknown"] is True

@@ -1063,13 +1063,17 @@ class PulsarConversation(Conversation):
             part = mid.partition if mid.partition >= 0 else partition_of(topic)
             n_batch = self.batch_sizes.get((cid, L, E))
             ack_set = list(mid.ack_set)
+            size_known = True
             if ack_set:
-                size = (
-                    mid.batch_size
-                    if mid.HasField("batch_size") and mid.batch_size > 0
-                    else (n_batch or 64 * len(ack_set))
-                )
-                in_entry = [i for i in range(size) if not _bit_set(ack_set, i)]
+                # batch-index ack: a set bit is a message still unacknowledged, a clear bit an acked one
+                if mid.HasField("batch_size") and mid.batch_size > 0:
+                    size = mid.batch_size
+                elif n_batch:
+                    size = n_batch
+                else:  # delivery not captured: only indexes below the highest unacked one are certain
+                    size_known = False
+                    size = max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
+                in_entry = [i for i in range(min(size, 1 << 16)) if not _bit_set(ack_set, i)] or [-1]
             elif B >= 0:
                 in_entry = list(range(B + 1)) if cumulative else [B]
             elif n_batch:
@@ -1083,6 +1087,8 @@ class PulsarConversation(Conversation):
             mid_extra = dict(extra)
             if ack_set:
                 mid_extra["ack_set"] = ack_set
+                if not size_known:
+                    mid_extra["batch_size_unknown"] = True
             if cumulative:
                 mid_extra["cumulative_to"] = mid_str(L, E, B)
             det = to_json(mid_extra)
