@@ -273,7 +273,10 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     order, mult = PCAP_MAGICS[magic]
     # global header: magic, version major/minor, thiszone, sigfigs, snaplen (16), linktype (20)
     snaplen, linktype = struct.unpack_from(order + "II", buf, 16)
+    # resync chains trust only caplen <= min(snaplen, 256 KiB); reading in sequence is lenient
+    # like Wireshark (some writers put a snaplen smaller than their records in the header)
     lim = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
+    seq_lim = max(MAX_CAPLEN, min(snaplen, MAX_BLOCK * 4))
     fmax = 1_000_000 if mult == 1000 else 1_000_000_000
     hdr = struct.Struct(order + "IIII").unpack_from  # ts_sec, ts_frac, caplen, origlen
     handle = dec.handler(linktype)
@@ -307,7 +310,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             if rec >= end:
                 break
             s, f, cl, ol = hdr(buf, p)
-            if cl > lim or cl > ol or f >= fmax:
+            if cl > seq_lim or cl > ol or f >= fmax:
                 dec.error(f"bad record header at offset {rec} (caplen {cl}, origlen {ol})")
                 dec.malformed += 1
                 q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s)

@@ -75,6 +75,15 @@ def test_pcap_snaplen_and_caplen_below_origlen(tmp_path):
     assert st["snap_truncated"] == 1 and st["bytes"] == 100 + len(frame(2))
 
 
+def test_pcap_records_larger_than_header_snaplen_are_read(tmp_path):
+    # some writers put a snaplen in the header that their records exceed: read them anyway
+    recs = [(TS + i, frame(i, b"L" * 400)) for i in range(3)]
+    data = bytearray(pcap_bytes(recs, snaplen=65535))
+    struct.pack_into("<I", data, 16, 128)
+    rows, (st,) = read_path(write(tmp_path, "lying.pcap", bytes(data)))
+    assert [r["payload"] for r in rows] == [b"L" * 400] * 3 and st["errors"] == []
+
+
 def test_scapy_written_pcap_and_pcapng(tmp_path):
     pkts = [Ether(frame(i)) for i in range(20)]
     for i, p in enumerate(pkts):
