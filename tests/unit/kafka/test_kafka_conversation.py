@@ -492,3 +492,18 @@ def test_unknown_tagged_fields_are_kept_raw():
     d = json.loads(r["details"])
     assert d["_unknown_tagged_fields"] == {"99": {"base64": "YWJj"}}
     assert d["ClientSoftwareName"] == "x"
+
+
+def test_capture_starting_inside_a_response():
+    """A connection whose capture starts in the middle of a response: the leftover bytes are
+    skipped (one malformed row), the next responses are request_missing, then pairing resumes."""
+    tail_of_something = PRODUCE_V2_RESP[13:]
+    out = Driver().s2c(tail_of_something + PRODUCE_V9_RESP).c2s(PRODUCE_V2_REQ).s2c(PRODUCE_V2_RESP).close()
+    st = [(c["direction"], c["decode_status"], c["correlation_id"]) for c in out["commands"]]
+    assert st == [
+        ("s2c", "malformed", None),
+        ("s2c", "request_missing", 47),
+        ("c2s", "ok", 1),
+        ("s2c", "ok", 1),
+    ]
+    assert out["commands"][0]["size"] == len(tail_of_something)

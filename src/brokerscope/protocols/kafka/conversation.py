@@ -234,9 +234,8 @@ class KafkaConversation(Conversation):
             if not conf:
                 if self.started[d] and 0 <= size <= self.max_frame:
                     return "ok"  # mid-conversation: decode it and report what is wrong
-                if size > self.max_frame or size < 0:
-                    self._oversize(d, size, None, False)
-                    return "oversize" if not self.resync[d] else "bad"
+                if self.started[d] and (size > self.max_frame or size < 0):
+                    self._oversize(d, size, None, False)  # a size field, not a frame start: resync
                 return "bad"
             if size > self.max_frame:
                 # a credible header: skip the frame exactly, unless its size is beyond anything a
@@ -252,10 +251,19 @@ class KafkaConversation(Conversation):
         corr = _I32.unpack_from(data, 4)[0]
         if size > self.max_frame or size < 0:
             known = corr in self.pending and 0 < size <= SKIP_LIMIT_FACTOR * self.max_frame
-            self._oversize(d, size, corr if known else None, known)
+            if known or self.started[d]:
+                self._oversize(d, size, corr if known else None, known)
             return "oversize" if known else "bad"
         if size < 4:
             return "bad"
+        if not self.started[d] and corr not in self.pending and not self.sasl_raw:
+            # the first response of a capture that may start mid-frame: a correlation id is
+            # never negative, and where the next frame is already here its size must be sane
+            if corr < 0:
+                return "bad"
+            nxt = 4 + size
+            if len(data) >= nxt + 4 and not 4 <= _I32.unpack_from(data, nxt)[0] <= self.max_frame:
+                return "bad"
         return "ok"
 
     def _oversize(self, d: str, size: int, head, skip: bool) -> None:
