@@ -507,3 +507,20 @@ def test_capture_starting_inside_a_response():
         ("s2c", "ok", 1),
     ]
     assert out["commands"][0]["size"] == len(tail_of_something)
+
+
+def test_gap_inside_a_frame_of_known_size_stays_in_step():
+    """A gap that ends inside the frame it started in: the rest of that frame is skipped exactly,
+    the request's header survives (so its response still pairs) and nothing is resynchronised."""
+    d = Driver().c2s(PRODUCE_V9_REQ[:30]).gap(base.C2S, 50).c2s(PRODUCE_V9_REQ[80:] + PRODUCE_V2_REQ)
+    out = d.s2c(PRODUCE_V9_RESP[:20]).gap(base.S2C, 10).s2c(PRODUCE_V9_RESP[30:] + PRODUCE_V2_RESP).close()
+    st = [(c["direction"], c["command"], c["decode_status"], c["correlation_id"]) for c in out["commands"]]
+    assert st == [
+        ("c2s", "Produce", "gap", 47),
+        ("c2s", "Produce", "ok", 1),
+        ("s2c", "Produce", "gap", 47),
+        ("s2c", "Produce", "ok", 1),
+    ]
+    lat = {r["correlation_id"]: r for r in out["latencies"]}
+    assert lat[47]["response_ts_ns"] is not None and lat[47]["latency_us"] > 0
+    assert [m["offset"] for m in out["messages"]] == [0]  # v2 request's message, offset from its response

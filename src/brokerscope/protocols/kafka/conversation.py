@@ -127,6 +127,7 @@ class KafkaConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         out: list[Row] = []
+        self._out_ref = out
         buf = self.bufs[direction]
         if self.skip[direction]:
             n = min(self.skip[direction], nbytes)
@@ -135,22 +136,72 @@ class KafkaConversation(Conversation):
             buf.skip(n)
             if nbytes == 0:
                 return out
-        if len(buf):
+        have = len(buf)
+        if have:
+            extra: dict = {}
+            rest = -1
+            if have >= 4 and not self.resync[direction] and self.started[direction]:
+                size = _I32.unpack_from(buf.data, 0)[0]
+                if 0 <= size <= self.max_frame:
+                    rest = 4 + size - have - nbytes  # bytes of this frame after the gap
+                    extra = self._gap_header(direction, buf.peek(12), buf.ts_at(buf.offset))
             out.append(
                 self._error_row(
                     direction,
                     buf.offset,
                     base.GAP,
-                    f"{nbytes} bytes missing inside this frame",
+                    f"{nbytes} bytes missing inside this frame"
+                    + ("" if rest >= 0 else "; the gap runs past its end: resynchronising"),
                     None,
-                    len(buf),
+                    have,
                     buf.ts_at(buf.offset),
                     ts_ns,
+                    **extra,
                 )
             )
-        buf.skip(nbytes)
+            buf.skip(nbytes)
+            if rest >= 0:
+                # the gap lies inside a frame of known size: skip its remainder, stay in step
+                self.skip[direction] = rest
+                return out
+        else:
+            buf.skip(nbytes)
         self.resync[direction] = True
         return out
+
+    def _gap_header(self, direction: str, head: bytes, ts: int) -> dict:
+        """What the surviving head of a frame cut by a gap tells: for a request, its api, version
+        and correlation id (registered as pending, so its response still decodes)."""
+        if direction == C2S and len(head) >= 12:
+            key, ver, corr = struct.unpack_from(">hhi", head, 4)
+            if api_name(key) is not None and corr >= 0:
+                p = schema.plan(key, ver, "request")
+                self._add_pending(
+                    corr, Pending(key, ver, api_name(key), p is not None, ts, None, None, None), self._out_ref
+                )
+                return {
+                    "command": api_name(key),
+                    "command_code": key,
+                    "api_version": ver,
+                    "correlation_id": corr,
+                }
+        if direction == S2C and len(head) >= 8:
+            corr = _I32.unpack_from(head, 4)[0]
+            p = self.pending.pop(corr, None)
+            if p is not None:
+                # the response's first byte was captured: the latency is known, its body is not
+                rows = self._unanswered(corr, p)
+                rows[0][1].update(
+                    response_command=p.name, response_ts_ns=ts, latency_us=(ts - p.ts_end) / 1000.0
+                )
+                self._out_ref.extend(rows)  # with its produced messages, without offsets
+                return {
+                    "command": p.name,
+                    "command_code": p.api_key,
+                    "api_version": p.version,
+                    "correlation_id": corr,
+                }
+        return {}
 
     def close(self) -> list[Row]:
         out: list[Row] = []
