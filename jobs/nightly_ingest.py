@@ -25,15 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
     spark = make_spark(settings, app_name="brokerscope-nightly", quiet_progress=True)
-    summary = ingest(a.input, settings, spark=spark, progress=lambda m: print(m, flush=True),
-                     skip_ingested=not a.reingest)
+    summary = ingest(
+        a.input, settings, spark=spark, progress=lambda m: print(m, flush=True), skip_ingested=not a.reingest
+    )
     for line in summary.lines():
         print(line)
     if summary.skipped_already_ingested:
         print(f"skipped {len(summary.skipped_already_ingested)} file(s) ingested before")
-    spark.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pyspark.sql import SparkSession
+
+    rc = main()
+    if SparkSession.getActiveSession() is not None:
+        SparkSession.getActiveSession().stop()
+    sys.exit(rc)

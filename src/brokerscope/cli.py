@@ -69,6 +69,8 @@ def _spark(settings: Settings, quiet: bool = False):
         raise SystemExit(f"brokerscope: {err}")
     from .pipeline import make_spark
 
+    # PySpark logs a failed query's context as JSON on stderr; the CLI prints one line instead
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return make_spark(settings, quiet_progress=quiet)
 
 
@@ -97,7 +99,8 @@ def cmd_ingest(args) -> int:
     return 0
 
 
-def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=sys.stdout) -> None:
+def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=None) -> None:
+    out = out or sys.stdout
     def cell(v):
         if isinstance(v, bytes | bytearray):
             return v.hex() if len(v) <= 32 else v[:32].hex() + "..."
@@ -169,7 +172,9 @@ def cmd_tables(args) -> int:
 
 def cmd_demo(args) -> int:
     """Ingest the bundled sample data and show what the lake holds."""
-    sample = Path(args.sample_data) if args.sample_data else Path(__file__).resolve().parents[2] / "sample_data"
+    sample = (
+        Path(args.sample_data) if args.sample_data else Path(__file__).resolve().parents[2] / "sample_data"
+    )
     if not sample.is_dir():
         raise SystemExit(f"brokerscope: sample data not found at {sample}")
     args.paths = [str(sample)]
@@ -184,7 +189,9 @@ def cmd_demo(args) -> int:
     print("\nexample query:\n" + EXAMPLE_QUERY + "\n")
     cols, rows = run_sql(spark, settings.lake_path, EXAMPLE_QUERY)
     _print_rows(cols, rows, "table")
-    print(f'\nnext: brokerscope sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {settings.lake_path}')
+    print(
+        f'\nnext: brokerscope sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {settings.lake_path}'
+    )
     return 0
 
 
@@ -204,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
     ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
     ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")
-    ing.add_argument("--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds")
+    ing.add_argument(
+        "--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds"
+    )
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)
 

@@ -79,6 +79,10 @@ class LoopbackCapture:
 
     def start(self) -> LoopbackCapture:
         self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        try:  # a large receive buffer so bursts of loopback traffic are not dropped
+            self._sock.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
         self._sock.bind(("lo", 0))
         self._sock.setblocking(False)
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -237,9 +237,12 @@ def _jsonable(o):
     return repr(o)
 
 
+_ENCODER = json.JSONEncoder(default=_jsonable, separators=(",", ":"), ensure_ascii=False)
+
+
 def to_json(obj) -> str:
     """Serialise decoded fields for the `details` column (bytes become text or base64)."""
-    return json.dumps(obj, default=_jsonable, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(obj)
 
 
 def redacted(data: bytes | str | None) -> str | None:
