@@ -49,8 +49,13 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
     # Python workers run the interpreter that runs brokerscope (its venv has the dependencies)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app_name or settings.raw["spark"]["app_name"])
-    if not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE") and "spark.master" not in os.environ.get(
-        "PYSPARK_SUBMIT_ARGS", ""
+    # Under spark-submit the driver JVM already exists (PYSPARK_GATEWAY_PORT is set) and holds
+    # --master; a builder master would override it and silently run the job in local mode.
+    launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if (
+        not launched_by_submit
+        and not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE")
+        and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     ):
         b = b.master(settings.master)
     log4j = CONF_DIR / "log4j2.properties"

@@ -1,0 +1,183 @@
+"""The nightly job on a real Spark standalone cluster writes the same tables as a local run.
+
+A master and two 1-core workers are started on loopback with pyspark's own `spark-class`;
+`jobs/nightly_ingest.py` is submitted to them with `spark-submit`, while the same capture set is
+ingested locally (`local[2]`). Every decoded table must be identical, and the cluster run must
+really have run on both workers (event log + the master's JSON + the workers' work dirs).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from brokerscope import inputs, pipeline, tables
+from brokerscope.config import Settings
+from tests.conftest import ROOT, public_captures
+from tests.support.lakecheck import delta_rs_rows, normalized
+from tests.support.standalone import StandaloneCluster, java_missing, read_event_log
+from tests.support.synth import write_capture
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+APP_NAME = "brokerscope-nightly"  # jobs/nightly_ingest.py names its application so
+SPLIT_SIZE = 64 * 1024  # the ~300 KB synthetic capture becomes several splits
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Master + two workers (1 core, 1 GiB each) on 127.0.0.1, stopped whatever happens."""
+    why = java_missing()
+    if why:
+        pytest.skip(why)
+    c = StandaloneCluster.start(
+        tmp_path_factory.mktemp("standalone"), workers=2, cores=1, memory="1g", timeout=150
+    )
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _capture_set(d: Path) -> dict:
+    """A synthetic capture (a few thousand packets) plus copies of the public captures."""
+    d.mkdir()
+    info = write_capture(str(d / "synthetic.pcap"), n_conns=60, exchanges=20)
+    caps = public_captures()
+    assert caps, "the public captures under ../shared/captures are missing"
+    for p in caps:
+        shutil.copy(p, d / f"{p.parent.name}__{p.name}")
+    info["public"] = len(caps)
+    return info
+
+
+def _submit_conf(events: Path) -> dict[str, str]:
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "512m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        # start only when both executors are registered, so the first stage can use both
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
+
+
+def test_cluster_run_matches_local_run(cluster, tmp_path, request):
+    t0 = time.monotonic()
+    input_dir = tmp_path / "input"
+    info = _capture_set(input_dir)
+    conf_file = tmp_path / "brokerscope.toml"
+    conf_file.write_text(f"[capture]\nsplit_size = {SPLIT_SIZE}\n\n[spark]\nshuffle_partitions = 4\n")
+    lake_cluster, lake_local = tmp_path / "lake_cluster", tmp_path / "lake_local"
+    events = tmp_path / "events"
+    events.mkdir()
+
+    # the splits the job will plan: the synthetic file must be cut into several of them
+    disc = inputs.discover([str(input_dir)])
+    assert not disc.errors, disc.errors
+    psplits, _ = inputs.plan(disc.inputs, SPLIT_SIZE)
+    synth_splits = [s for s in psplits if s.path.endswith("synthetic.pcap")]
+    assert len(synth_splits) >= 4, synth_splits
+
+    job = cluster.submit(
+        [
+            str(ROOT / "jobs" / "nightly_ingest.py"),
+            "--input",
+            str(input_dir),
+            "--lake",
+            str(lake_cluster),
+            "--conf",
+            str(conf_file),
+        ],
+        conf=_submit_conf(events),
+        cwd=ROOT,
+        extra_args=[
+            "--driver-java-options",
+            f"-Dlog4j2.configurationFile=file:{ROOT / 'conf' / 'log4j2.properties'}",
+        ],
+    )
+    try:
+        # meanwhile: the same capture set, same settings, on the local session
+        spark = request.getfixturevalue("spark")
+        local_settings = Settings.load(conf_file, {"lake": {"path": str(lake_local)}})
+        local = pipeline.ingest([str(input_dir)], local_settings, spark=spark)
+        res = job.wait(timeout=420)
+    finally:
+        job.kill()
+    assert res.returncode == 0, (
+        f"spark-submit failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}\n{cluster.logs()}"
+    )
+    assert local.errors == []
+    assert local.packets > info["packets"]  # the synthetic capture and the public ones
+    assert f"{local.packets:,} packets" in res.stdout, res.stdout
+
+    # -- the same tables ---------------------------------------------------------------------
+    got = {}
+    for t in tables.DECODED_TABLES:
+        a = delta_rs_rows(str(lake_cluster / t))
+        b = delta_rs_rows(str(lake_local / t))
+        assert len(a) == len(b), (t, len(a), len(b))
+        assert normalized(a) == normalized(b), t
+        got[t] = a
+    # not a vacuous comparison: every synthetic connection, the public ones and decoded frames
+    synth_ports = {c["client_port"] for c in info["connections"]}
+    assert len([r for r in got["streams"] if r["client_port"] in synth_ports]) == 60
+    assert len(got["streams"]) > 60
+    assert got["commands"] and got["messages"] and got["latencies"]
+    keep = ("capture_id", "path", "kind", "size", "packets", "status")
+    inp_c = sorted(tuple(r[k] for k in keep) for r in delta_rs_rows(str(lake_cluster / "inputs")))
+    inp_l = sorted(tuple(r[k] for k in keep) for r in delta_rs_rows(str(lake_local / "inputs")))
+    assert inp_c == inp_l and len(inp_c) == info["public"] + 1
+
+    # -- it really ran on the cluster, on both workers ----------------------------------------
+    state = cluster.state()
+    apps = [a for a in state["completedapps"] if a["name"] == APP_NAME]
+    assert len(apps) == 1, state["completedapps"]
+    app_id = apps[0]["id"]
+    assert apps[0]["state"] == "FINISHED"
+    assert len(cluster.alive_workers(state)) == 2
+
+    ev = read_event_log(events, app_id)
+    worker_ports = {w.webui_port for w in cluster.workers}
+    # executor id -> the worker that launched it (its log URLs point at that worker's web UI)
+    executor_worker = {
+        e["Executor ID"]: urlparse(e["Executor Info"]["Log Urls"]["stdout"]).port
+        for e in ev
+        if e["Event"] == "SparkListenerExecutorAdded"
+    }
+    assert set(executor_worker.values()) == worker_ports, executor_worker
+    assert "driver" not in executor_worker
+    tasks_by_stage: dict[int, set[str]] = defaultdict(set)
+    for e in ev:
+        if e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success":
+            tasks_by_stage[e["Stage ID"]].add(e["Task Info"]["Executor ID"])
+    # the split-reading stage has one task per planned split; both executors read splits
+    read_stages = [
+        e["Stage Info"]["Stage ID"]
+        for e in ev
+        if e["Event"] == "SparkListenerStageCompleted" and e["Stage Info"]["Number of Tasks"] == len(psplits)
+    ]
+    assert read_stages, f"no stage with {len(psplits)} tasks"
+    assert {executor_worker[x] for x in tasks_by_stage[read_stages[0]]} == worker_ports
+    # each worker ran an executor of this app, which received the shipped brokerscope package
+    for w in cluster.workers:
+        shipped = list((w.work_dir / app_id).glob("*/brokerscope.zip"))
+        assert shipped, f"no executor of {app_id} under {w.work_dir}"
+
+    print(
+        f"\ncluster vs local: {sum(len(v) for v in got.values())} rows in {len(got)} tables identical; "
+        f"{len(psplits)} splits; executors {sorted(executor_worker)}; {time.monotonic() - t0:.1f} s "
+        f"(python {sys.version_info.major}.{sys.version_info.minor})"
+    )
