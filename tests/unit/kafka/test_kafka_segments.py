@@ -222,3 +222,27 @@ def test_sample_segment_from_the_mock_broker():
     assert got == want
     assert {r["compression"] for r in out["messages"]} == {"none", "gzip", "snappy", "lz4", "zstd"}
     assert all(r["message_id"] == f"bs-segment-0@{r['offset']}" for r in out["messages"])
+
+
+def test_legacy_message_sets_in_a_segment(tmp_path):
+    """A segment written before message format v2: v1 messages, one of them a gzip wrapper whose
+    offset is its last inner offset (as brokers store it). The offset index points at the
+    wrapper by that offset."""
+    plain = bytearray(records([(b"a", b"1", [])], 1, 0))
+    struct.pack_into(">q", plain, 0, 10)
+    wrapped = bytearray(records([(b"b", b"2", []), (b"c", b"3", [])], 1, 1))
+    struct.pack_into(">q", wrapped, 0, 12)  # inner relative offsets 0, 1 -> 11, 12
+    d = tmp_path / "old-0"
+    d.mkdir()
+    (d / "00000000000000000010.log").write_bytes(bytes(plain + wrapped))
+    (d / "00000000000000000010.index").write_bytes(struct.pack(">ii", 2, len(plain)))
+    path = str(d / "00000000000000000010.log")
+    assert seg.matches(path)
+    out = _rows(path)
+    assert out["commands"] == []
+    assert [(m["offset"], m["key"], m["compression"]) for m in out["messages"]] == [
+        (10, b"a", "none"),
+        (11, b"b", "gzip"),
+        (12, b"c", "gzip"),
+    ]
+    assert all(m["producer_id"] is None and m["checksum_ok"] for m in out["messages"])
