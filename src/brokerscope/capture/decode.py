@@ -602,9 +602,9 @@ class PacketDecoder:
             pa.repeat(pa.scalar(self.file_index, pa.int32()), n),
             _i64(rec),
             _i64(ts),
-            pa.array(lo_ip, pa.string()),
+            _ips(lo_ip),
             _i32(lo_port),
-            pa.array(hi_ip, pa.string()),
+            _ips(hi_ip),
             _i32(hi_port),
             pa.array(from_lo, pa.bool_()),
             _i64(seq),
@@ -633,6 +633,15 @@ def _empty_batch() -> pa.RecordBatch:
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+_IPDICT = pa.dictionary(pa.int32(), pa.string())
+
+
+def _ips(values) -> pa.Array:
+    """IP strings repeat a lot: dictionary-encode while converting (hashing in C is ~10x cheaper
+    than UTF-8-encoding every Python str), then decode to a plain string array."""
+    return pa.array(values, _IPDICT).dictionary_decode()
 
 
 def _i64(values) -> pa.Array:
