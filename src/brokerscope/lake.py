@@ -175,8 +175,13 @@ class Lake:
             if a.get("partition.capture_id") in ids:
                 pv = {k.split(".", 1)[1]: _pv_str(v) for k, v in a.items() if k.startswith("partition.")}
                 out.append(
-                    RemoveAction(path=a["path"], data_change=True, deletion_timestamp=now,
-                                 size=a["size_bytes"], partition_values=pv)
+                    RemoveAction(
+                        path=a["path"],
+                        data_change=True,
+                        deletion_timestamp=now,
+                        size=a["size_bytes"],
+                        partition_values=pv,
+                    )
                 )
         return out
 
@@ -247,11 +252,7 @@ def _adds(dt: DeltaTable) -> list[dict]:
 
 def _num_records(dt: DeltaTable, capture_ids: list[str]) -> int:
     ids = set(capture_ids)
-    return sum(
-        int(a.get("num_records") or 0)
-        for a in _adds(dt)
-        if a.get("partition.capture_id") in ids
-    )
+    return sum(int(a.get("num_records") or 0) for a in _adds(dt) if a.get("partition.capture_id") in ids)
 
 
 def _partition_values(rel: Path) -> dict[str, str | None]:

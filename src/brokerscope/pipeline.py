@@ -285,7 +285,7 @@ def ingest(
                 "ingested_at": now_us,
                 "packets": per_file.get(i.capture_id),
                 "status": "ok",
-                "date": datetime.datetime.now(datetime.timezone.utc).date(),
+                "date": datetime.datetime.now(datetime.UTC).date(),
             }
             for i in todo
         ]

@@ -170,7 +170,7 @@ def partition_by(table: str) -> list[str]:
 
 
 def _date_of(ns: int) -> _dt.date:
-    return _dt.datetime.fromtimestamp(ns // 1_000_000_000, _dt.timezone.utc).date()
+    return _dt.datetime.fromtimestamp(ns // 1_000_000_000, _dt.UTC).date()
 
 
 def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
