@@ -497,8 +497,8 @@ class PacketDecoder:
         if ip_end - l4 < 20:
             self.malformed += 1
             return
-        if cap_end - l4 < 20:  # the snap length cut the TCP header itself: nothing to key it by
-            self.snap_truncated += 1
+        if cap_end - l4 < 20:  # the snap length cut the TCP header itself: a truncated header
+            self.malformed += 1
             return
         sport, dport, seq, ack, doff, flags, win = _TCP(buf, l4)
         doff = (doff >> 4) << 2
@@ -537,7 +537,7 @@ class PacketDecoder:
             self.malformed += 1
             return
         if cap_end - l4 < 20:
-            self.snap_truncated += 1
+            self.malformed += 1
             return
         sport, dport, seq, ack, doff, flags, win = _TCP(buf, l4)
         doff = (doff >> 4) << 2

@@ -74,9 +74,13 @@ class _Gunzip:
         self._d = zlib.decompressobj(wbits=31)
         self._in = b""  # compressed bytes not yet given to the decompressor
         self._started = False  # the current member has consumed input
+        self._err: Exception | None = None  # damage found after some data was decoded
         self.done = False
 
     def read(self, n: int) -> bytes:
+        if self._err is not None:
+            e, self._err = self._err, None
+            raise e
         out: list[bytes] = []
         have = 0
         while have < n and not self.done:
@@ -95,7 +99,14 @@ class _Gunzip:
                         raise EOFError("compressed stream ends before its end marker")
                     break
             self._started = True
-            chunk = d.decompress(data, n - have)
+            try:
+                chunk = d.decompress(data, n - have)
+            except zlib.error as e:
+                self.done = True
+                if out:  # hand out what decoded first; the damage surfaces on the next call
+                    self._err = e
+                    break
+                raise
             if chunk:
                 out.append(chunk)
                 have += len(chunk)

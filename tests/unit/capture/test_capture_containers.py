@@ -179,6 +179,21 @@ def test_gzip_streams(tmp_path, kind):
     assert st["errors"]
 
 
+def test_gzip_multi_member_stream(tmp_path):
+    raw = pcap_bytes([(TS + i, frame(i)) for i in range(50)])
+    cut = 24 + 16 * 20 + sum(len(frame(i)) for i in range(20))
+    gz = write(
+        tmp_path,
+        "mm.pcap.gz",
+        gzip.compress(raw[:100]) + gzip.compress(raw[100:cut]) + gzip.compress(raw[cut:]),
+    )
+    rows, (st,) = read_path(gz)
+    assert [r["seq"] for r in rows] == list(range(50)) and st["errors"] == []
+    # trailing junk after the last member: the packets are kept, the junk is reported
+    rows, (st,) = read_path(write(tmp_path, "junk.pcap.gz", gzip.compress(raw) + b"\0" * 100))
+    assert len(rows) == 50 and st["errors"]
+
+
 def test_gzip_window_slides_over_large_stream(tmp_path, monkeypatch):
     import brokerscope.capture.reader as reader
 

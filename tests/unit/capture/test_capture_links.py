@@ -206,9 +206,9 @@ def test_snap_truncation(tmp_path):
     # cut inside the TCP options: still a row (ports, seq, flags), with no payload
     assert rows[1]["payload_len"] == 10 and rows[1]["payload"] == b"" and rows[1]["snap_truncated"]
     assert st["snap_truncated"] == 2
-    # cut inside the TCP base header: no row, counted
+    # cut inside the TCP base header: no row, a truncated header counts as malformed
     rows, st = read_frames(tmp_path, [big], snaplen=44)
-    assert rows == [] and st["snap_truncated"] == 1 and st["malformed"] == 0
+    assert rows == [] and st["malformed"] == 1 and st["snap_truncated"] == 0
 
 
 def test_malformed_and_other_traffic_counted(tmp_path):
