@@ -135,6 +135,17 @@ class PacketDecoder:
             self.errors.append(msg)
 
     def stats(self) -> dict:
+        """The split's counters, as the closing stats batch carries them (JSON).
+
+        records: packet records owned by the split (pcap records; pcapng EPB/SPB/PB); bytes: their
+        captured bytes. tcp: segments emitted as rows (a reassembled datagram is one); udp / other
+        (non-IP or another transport); ip_fragments: fragment records (IPv4 and IPv6);
+        fragments_reassembled / fragments_unreassembled: datagrams completed / given up (evicted or
+        still incomplete at the end of the split); snap_truncated: rows (or fragments) cut by the
+        snap length; malformed: records or blocks whose headers do not parse; unknown_linktype:
+        records of an unsupported link type; errors: the first MAX_ERRORS messages about the
+        file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
+        """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)
         if self.n_errors > len(errs):
@@ -578,6 +589,9 @@ class PacketDecoder:
         self._append = self.rows.append
         n = len(rows)
         self._flushed += n
+        if len(self._ip4names) + len(self._ip6names) > 200_000:  # a scan of many addresses
+            self._ip4names.clear()
+            self._ip6names.clear()
         if n == 0:
             return _empty_batch()
         (
