@@ -45,3 +45,17 @@ def test_response_first_head_scores_low():
     assert 0 < KAFKA.sniff(b"", PRODUCE_V9_RESP) <= 0.3
     assert KAFKA.sniff(b"", PRODUCE_V9_RESP[:-3]) == 0.0  # sizes must chain to the end
     assert KAFKA.sniff(b"", b"HTTP/1.1 200 OK\r\n\r\n") == 0.0
+
+
+def test_answered_but_incomplete_first_request_is_not_kafka():
+    """rs.pcapng's unrelated 52127<->49363 connection: a 66-byte client head whose 'size' says
+    2054 bytes, answered by the server. A broker never answers a partial request."""
+    from brokerscope.streams import decode_files
+    from tests.conftest import CAPTURES
+
+    out = decode_files([str(CAPTURES / "iggy" / "rs.pcapng")])
+    by_port = {r["client_port"]: r for r in out["streams"]}
+    other = [r for r in out["streams"] if r["server_port"] != 8090]
+    assert len(by_port) == 3 and len(other) == 2
+    assert all(r["protocol"] == "unknown" and r["detected_by"] == "none" for r in other)
+    assert not [r for r in out["commands"] if r["protocol"] == "kafka"]

@@ -24,7 +24,7 @@ class KafkaProtocol(Protocol):
         printable client id; a request that decodes completely under its spec scores highest.
         Without a request, a response head whose size fields chain exactly gives a low score."""
         if client_head:
-            return _sniff_request(client_head)
+            return _sniff_request(client_head, bool(server_head))
         if server_head:
             return _sniff_response(server_head)
         return 0.0
@@ -33,7 +33,7 @@ class KafkaProtocol(Protocol):
         return KafkaConversation(conn, ctx)
 
 
-def _sniff_request(head: bytes) -> float:
+def _sniff_request(head: bytes, answered: bool = False) -> float:
     conf = plausible_request(head, 0, 64 * 1024 * 1024)
     if not conf:
         return 0.0
@@ -41,7 +41,9 @@ def _sniff_request(head: bytes) -> float:
     if conf == 1:
         return 0.5
     if len(head) < 4 + size:
-        return 0.8
+        # A broker answers only a complete request: an answered first request that is still
+        # incomplete in a short head is not Kafka (the driver sniffs up to 4 KiB per direction).
+        return 0.2 if answered and len(head) < 4096 else 0.8
     frame = bytes(head[4 : 4 + size])
     try:
         h = schema.read_request_header(frame)
