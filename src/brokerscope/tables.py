@@ -137,7 +137,7 @@ STREAMS = [
 INPUTS = [
     pa.field("capture_id", pa.string()),
     pa.field("path", pa.string()),
-    pa.field("kind", pa.string()),  # pcap | pcapng | gzip+pcap | kafka_segment | iggy_segment | ...
+    pa.field("kind", pa.string()),  # pcap | pcapng | pcap.gz | pcapng.gz | kafka_segment | iggy_segment
     pa.field("size", pa.int64()),
     pa.field("mtime", TS),
     pa.field("run_id", pa.string()),
