@@ -93,6 +93,12 @@ def _ship_package(sc) -> None:
         for f in pkg.rglob("*"):
             if f.is_file() and "__pycache__" not in f.parts:
                 z.write(f, Path("brokerscope") / f.relative_to(pkg))
+        # zipimport cannot import namespace packages (brokerscope/ and protocols/ have no
+        # __init__.py): give every package directory of the zip one
+        for d in [pkg, *pkg.rglob("*")]:
+            if d.is_dir() and "__pycache__" not in d.parts and not (d / "__init__.py").exists():
+                if any(d.rglob("*.py")):
+                    z.writestr((Path("brokerscope") / d.relative_to(pkg) / "__init__.py").as_posix(), "")
     sc.addPyFile(str(zpath))
 
 

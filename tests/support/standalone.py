@@ -149,6 +149,7 @@ class StandaloneCluster:
     workers: list[Worker] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     _seen: set[int] = field(default_factory=set)
+    started_in: float = 0.0  # seconds from start() to every worker ALIVE
 
     @property
     def url(self) -> str:
@@ -163,10 +164,13 @@ class StandaloneCluster:
         cores: int = 1,
         memory: str = "1g",
         timeout: float = 90.0,
+        daemon_java_opts: str = "",
     ) -> StandaloneCluster:
         """Start a master and `workers` workers under `base` (logs, work dirs, conf dir) and wait
         until every worker is registered and ALIVE. Raises (after stopping everything) if that
-        does not happen within `timeout` seconds."""
+        does not happen within `timeout` seconds. `daemon_java_opts` go to the master and worker
+        JVMs (SPARK_DAEMON_JAVA_OPTS)."""
+        t0 = time.monotonic()
         home = spark_home()
         base = Path(base)
         conf_dir = base / "conf"  # empty: no stray spark-defaults.conf / spark-env.sh is read
@@ -181,6 +185,7 @@ class StandaloneCluster:
                 "SPARK_LOCAL_DIRS": str(base / "local"),
                 "SPARK_LOCAL_IP": LOOPBACK,
                 "SPARK_DAEMON_MEMORY": "512m",
+                "SPARK_DAEMON_JAVA_OPTS": daemon_java_opts,
                 "PYSPARK_PYTHON": sys.executable,
             }
         )
@@ -243,6 +248,7 @@ class StandaloneCluster:
         except BaseException:
             cluster.stop()
             raise
+        cluster.started_in = time.monotonic() - t0
         return cluster
 
     def stop(self) -> None:
@@ -302,10 +308,14 @@ class StandaloneCluster:
         conf: dict[str, str] | None = None,
         cwd: str | os.PathLike | None = None,
         extra_args: list[str] | None = None,
+        executor_python: str | None = None,
     ) -> Submission:
         """Start `spark-submit --master <this cluster> ... app_args`; `.wait()` on the result.
-        The driver and the executors run this interpreter (sys.executable)."""
-        return Submission.start(self.url, app_args, self.base, self.env, conf, cwd, extra_args, self)
+        The driver runs this interpreter (sys.executable), the executors `executor_python`
+        (default: the same)."""
+        return Submission.start(
+            self.url, app_args, self.base, self.env, conf, cwd, extra_args, self, executor_python
+        )
 
 
 @dataclass
@@ -329,11 +339,12 @@ class Submission:
         cwd: str | os.PathLike | None = None,
         extra_args: list[str] | None = None,
         cluster: StandaloneCluster | None = None,
+        executor_python: str | None = None,
     ) -> Submission:
         home = spark_home()
         env = dict(env or os.environ)
         env.setdefault("SPARK_HOME", str(home))
-        env["PYSPARK_PYTHON"] = sys.executable
+        env["PYSPARK_PYTHON"] = executor_python or sys.executable  # executors (and make_spark)
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         env.pop("PYSPARK_SUBMIT_ARGS", None)
         cmd = [str(home / "bin" / "spark-submit"), "--master", master]
