@@ -48,79 +48,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _children() -> dict[int, list[int]]:
-    """ppid -> child pids, from /proc (Linux)."""
-    out: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        out.setdefault(ppid, []).append(int(d))
-    return out
-
-
-def descendants(pids: list[int]) -> set[int]:
-    """Every live descendant of `pids` (not the pids themselves)."""
-    kids = _children()
-    seen: set[int] = set()
-    todo = list(pids)
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            if c not in seen:
-                seen.add(c)
-                todo.append(c)
-    return seen
-
-
-def _alive(pid: int) -> bool:
+def _stat(pid: int) -> tuple[int, bytes, int] | None:
+    """(ppid, state, start time in clock ticks) of a process, from /proc (Linux); None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :][:1] != b"Z"
+        return None
+    # pid (comm) state ppid ... field 22 = starttime; comm may hold spaces: split after the last ')'
+    rest = stat[stat.rindex(b")") + 2 :].split()
+    return int(rest[1]), rest[0], int(rest[19])
 
 
-def kill_tree(procs: list[subprocess.Popen], extra: set[int] = frozenset(), grace: float = 10.0) -> None:
-    """SIGTERM the process groups of `procs` and the pids in `extra` and their descendants,
-    wait up to `grace` seconds, then SIGKILL whatever is left. Only pids we started (or that
-    descend from them) are signalled."""
+def descendants(pids: list[int]) -> dict[int, int]:
+    """Every live descendant of `pids` (not the pids themselves): pid -> start time, so that a
+    pid is only ever signalled while it still names the same process."""
+    kids: dict[int, list[tuple[int, int]]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit() and (st := _stat(int(d))) is not None:
+            kids.setdefault(st[0], []).append((int(d), st[2]))
+    seen: dict[int, int] = {}
+    todo = list(pids)
+    while todo:
+        for c, start in kids.get(todo.pop(), []):
+            if c not in seen:
+                seen[c] = start
+                todo.append(c)
+    return seen
+
+
+def _same_alive(pid: int, start: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[2] == start and st[1] != b"Z"
+
+
+def _signal(tree: dict[int, int], sig: int) -> None:
+    for pid, start in tree.items():
+        if _same_alive(pid, start):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def kill_tree(
+    procs: list[subprocess.Popen], extra: dict[int, int] | None = None, grace: float = 10.0
+) -> None:
+    """SIGTERM the process groups of `procs`, their descendants and the recorded processes in
+    `extra` (pid -> start time), wait up to `grace` seconds, then SIGKILL whatever is left.
+    Only processes we started, or that descend from them, are signalled."""
     live = [p for p in procs if p.poll() is None]
-    tree = set(extra) | descendants([p.pid for p in live])
+    tree = dict(extra or {})
+    tree.update(descendants([p.pid for p in live]))
     for p in live:
         try:
             os.killpg(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _signal(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if all(p.poll() is not None for p in live) and not any(_alive(x) for x in tree):
+        if all(p.poll() is not None for p in live) and not any(_same_alive(x, s) for x, s in tree.items()):
             break
         time.sleep(0.2)
-    tree |= descendants([p.pid for p in live if p.poll() is None])
+    tree.update(descendants([p.pid for p in live if p.poll() is None]))
     for p in live:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    for pid in tree:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    _signal(tree, signal.SIGKILL)
     for p in live:
         try:
             p.wait(timeout=10)
@@ -148,7 +146,7 @@ class StandaloneCluster:
     master_proc: subprocess.Popen
     workers: list[Worker] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    _seen: set[int] = field(default_factory=set)
+    _seen: dict[int, int] = field(default_factory=dict)  # descendants seen: pid -> start time
     started_in: float = 0.0  # seconds from start() to every worker ALIVE
 
     @property
@@ -254,7 +252,7 @@ class StandaloneCluster:
     def stop(self) -> None:
         """End the workers (and their executors), then the master; idempotent."""
         procs = [w.proc for w in self.workers] + [self.master_proc]
-        self._seen |= descendants([p.pid for p in procs if p.poll() is None])
+        self._seen.update(descendants([p.pid for p in procs if p.poll() is None]))
         kill_tree([w.proc for w in self.workers], self._seen)
         kill_tree([self.master_proc], self._seen)
 
@@ -262,7 +260,7 @@ class StandaloneCluster:
         """Record the current process tree (executors, Python daemons) so `stop()` reaches
         processes that re-parented themselves."""
         procs = [w.proc for w in self.workers] + [self.master_proc]
-        self._seen |= descendants([p.pid for p in procs if p.poll() is None])
+        self._seen.update(descendants([p.pid for p in procs if p.poll() is None]))
 
     # -- observing ------------------------------------------------------------------------------
     def state(self) -> dict | None:
