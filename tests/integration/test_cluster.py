@@ -10,6 +10,7 @@ both workers (event log + the master's JSON + the workers' work dirs).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,6 @@ from tests.conftest import ROOT, public_captures
 from tests.support.lakecheck import delta_rs_rows, normalized
 from tests.support.standalone import StandaloneCluster, java_missing, read_event_log
 from tests.support.synth import write_capture
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 APP_NAME = "brokerscope-nightly"  # jobs/nightly_ingest.py names its application so
 SPLIT_SIZE = 64 * 1024  # the ~300 KB synthetic capture becomes several splits
@@ -107,6 +106,40 @@ def _submit_conf(events: Path) -> dict[str, str]:
     }
 
 
+def test_shipped_package_imports_without_install(tmp_path):
+    """The zip make_spark ships to executors imports on a Python that lacks brokerscope, and
+    every protocol decoder loads from it (no Spark needed)."""
+
+    class FakeContext:
+        def addPyFile(self, path: str) -> None:
+            self.path = path
+
+    sc = FakeContext()
+    pipeline._ship_package(sc)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "import brokerscope, brokerscope.pipeline, brokerscope.streams;"
+        "from brokerscope.protocols import base;"
+        "print(brokerscope.__file__); print(json.dumps(sorted(base.protocols())));"
+        "print(json.dumps(base.load_errors))"
+    )
+    r = subprocess.run(
+        [_python_without_brokerscope(tmp_path), "-c", code, sc.path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    where, names, errors = r.stdout.splitlines()
+    assert where.startswith(sc.path)
+    assert {"kafka", "pulsar", "iggy", "tubemq"} <= set(json.loads(names))
+    assert json.loads(errors) == {}
+    shutil.rmtree(Path(sc.path).parent)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 def test_cluster_run_matches_local_run(cluster, tmp_path, request):
     t0 = time.monotonic()
     input_dir = tmp_path / "input"
