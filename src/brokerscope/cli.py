@@ -101,6 +101,7 @@ def cmd_ingest(args) -> int:
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=None) -> None:
     out = out or sys.stdout
+
     def cell(v):
         if isinstance(v, bytes | bytearray):
             return v.hex() if len(v) <= 32 else v[:32].hex() + "..."

@@ -12,7 +12,7 @@ from .protocols.base import Context, PayloadPolicy
 
 DEFAULTS: dict = {
     "lake": {"path": "lake", "writer": "auto"},
-    "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0},
+    "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0, "conf": {}},
     "capture": {"split_size": 128 * 1024**2, "max_pending_fragments": 4096, "batch_packets": 8192},
     "tcp": {
         "idle_timeout_s": 600,
@@ -58,7 +58,11 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _merge(base[k], v, f"{where}{k}.")
-        elif k not in base and where not in ("ports.", "protocols.") and not where.startswith("protocols."):
+        elif (
+            k not in base
+            and where not in ("ports.", "protocols.", "spark.conf.")
+            and not where.startswith("protocols.")
+        ):
             raise ValueError(f"unknown setting {where}{k}")
         else:
             base[k] = v

@@ -21,10 +21,12 @@ import os
 import shutil
 import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
@@ -54,7 +56,7 @@ def delta_spark_available(spark) -> bool:
         return False
 
 
-def spark_schema(table: str, with_partitions: bool = True):
+def spark_schema(table: str):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     sch = tables.schema(table)
@@ -96,19 +98,14 @@ class Lake:
         if self.writer == "spark" and not delta_spark_available(spark):
             raise RuntimeError(
                 "lake.writer = spark, but delta-spark's classes are not on the classpath "
-                "(start Spark with --packages io.delta:delta-spark_2.13:4.0.0 or use writer = embedded)"
+                "(start Spark with --packages io.delta:delta-spark_4.2_2.13:4.4.1 or use writer = embedded)"
             )
         return self.writer
 
     # -- writing ----------------------------------------------------------------------------
-    def write(self, table: str, df, replace_capture_ids: list[str], run_id: str, writer: str) -> int:
-        """Replace the rows of `replace_capture_ids` in `table` with `df`, atomically.
-        Returns the number of rows written."""
-        if writer == "spark":
-            return self._write_delta_spark(table, df, replace_capture_ids)
-        return self._write_embedded(table, df, replace_capture_ids, run_id)
-
-    def _write_delta_spark(self, table: str, df, replace_capture_ids: list[str]) -> int:
+    def write_dataframe(self, table: str, df, replace_capture_ids: list[str]) -> int:
+        """delta-spark's writer: replace the partitions of `replace_capture_ids` with `df` in one
+        Delta commit. Returns the rows now held for those inputs."""
         cond = _in_predicate(replace_capture_ids)
         (
             df.write.format("delta")
@@ -117,52 +114,53 @@ class Lake:
             .partitionBy(*tables.partition_by(table))
             .save(self.path(table))
         )
-        dt = DeltaTable(self.path(table))
-        return int(_num_records(dt, replace_capture_ids))
+        return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
 
-    def _write_embedded(self, table: str, df, replace_capture_ids: list[str], run_id: str) -> int:
+    def commit_staged(
+        self, table: str, files: list[dict], replace_capture_ids: list[str], run_id: str
+    ) -> int:
+        """The embedded writer's commit: move the Parquet files tasks staged for `table` (see
+        StagedWriter) into their partition directories and commit them, with the removal of
+        every file `replace_capture_ids` had, in one delta-rs transaction. Returns rows added."""
         tpath = Path(self.path(table))
-        stage = tpath / STAGING / run_id
-        if stage.exists():
-            shutil.rmtree(stage)
-        df.write.mode("overwrite").partitionBy(*tables.partition_by(table)).parquet(str(stage))
         adds: list[AddAction] = []
         rows = 0
-        for f in sorted(stage.rglob("*.parquet")):
-            rel_stage = f.relative_to(stage)
-            pvals = _partition_values(rel_stage.parent)
-            dest_rel = rel_stage.parent / f"{run_id}-{f.name}"
+        for f in sorted(files, key=lambda f: f["path"]):
+            src = tpath / f["path"]
+            dest_rel = Path(*Path(f["path"]).parts[2:])  # drop _staging/<run_id>/
             dest = tpath / dest_rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            md = pq.read_metadata(f)
-            os.replace(f, dest)
+            os.replace(src, dest)
             st = dest.stat()
-            rows += md.num_rows
+            rows += f["rows"]
             adds.append(
                 AddAction(
                     path=dest_rel.as_posix(),
                     size=st.st_size,
-                    partition_values=pvals,
+                    partition_values={"date": f["date"], "capture_id": f["capture_id"]},
                     modification_time=int(st.st_mtime * 1000),
                     data_change=True,
-                    stats=json.dumps({"numRecords": md.num_rows}),
+                    stats=json.dumps({"numRecords": f["rows"]}),
                 )
             )
         removes = self._removes(table, replace_capture_ids)
         if adds or removes:
-            dt = DeltaTable(str(tpath))
-            dt.create_write_transaction(
+            DeltaTable(str(tpath)).create_write_transaction(
                 [*removes, *adds],
                 mode="append",
                 schema=tables.schema(table),
                 partition_by=tables.partition_by(table),
             )
-        shutil.rmtree(stage, ignore_errors=True)
+        self.drop_staging(table, run_id)
+        return rows
+
+    def drop_staging(self, table: str, run_id: str) -> None:
+        stage = Path(self.path(table)) / STAGING
+        shutil.rmtree(stage / run_id, ignore_errors=True)
         try:
-            (tpath / STAGING).rmdir()
+            stage.rmdir()
         except OSError:
             pass
-        return rows
 
     def _removes(self, table: str, capture_ids: list[str]) -> list[RemoveAction]:
         if not capture_ids:
@@ -243,6 +241,89 @@ class Lake:
             df.createOrReplaceTempView(t)
             names.append(t)
         return names
+
+
+class StagedWriter:
+    """Writes one task's rows as Parquet files into the tables' staging directories.
+
+    Runs inside a Spark task (the embedded writer): rows never travel through the JVM. Files go to
+    `<lake>/<table>/_staging/<run_id>/date=<d>/capture_id=<c>/part-<uuid>.parquet`, without the
+    partition columns (Delta keeps those in the log); `close()` returns what the driver needs to
+    commit them. Rows are buffered per file up to `rows_per_group` rows or `bytes_per_group`
+    bytes, then written as one row group, so memory stays bounded.
+    """
+
+    def __init__(self, root: str, run_id: str, rows_per_group: int = 65536, bytes_per_group: int = 64 << 20):
+        self.root = Path(root)
+        self.run_id = run_id
+        self.rows_per_group = rows_per_group
+        self.bytes_per_group = bytes_per_group
+        self._token = uuid.uuid4().hex
+        self._open: dict[
+            tuple[str, str, str], list
+        ] = {}  # key -> [writer, relpath, rows, pending, pending_bytes]
+
+    def add(self, table: str, batch: pa.RecordBatch) -> None:
+        """A conformed batch of `table` (tables.schema), partition columns included."""
+        if batch.num_rows == 0:
+            return
+        dates = batch.column("date")
+        cids = batch.column("capture_id")
+        if dates.null_count == 0 and cids.null_count == 0 and _single(dates) and _single(cids):
+            self._add(table, dates[0].as_py().isoformat(), cids[0].as_py(), batch)
+            return
+        keys = [(d.isoformat() if d else None, c) for d, c in zip(dates.to_pylist(), cids.to_pylist())]
+        for key in dict.fromkeys(keys):
+            mask = pa.array([k == key for k in keys])
+            self._add(table, key[0], key[1], batch.filter(mask))
+
+    def _add(self, table: str, date: str | None, cid: str | None, batch: pa.RecordBatch) -> None:
+        key = (table, date, cid)
+        st = self._open.get(key)
+        if st is None:
+            part = f"date={_pq_path_value(date)}/capture_id={_pq_path_value(cid)}"
+            rel = f"{STAGING}/{self.run_id}/{part}/part-{self._token}-{len(self._open):05d}.parquet"
+            st = self._open[key] = [None, rel, 0, [], 0]
+        data = batch.drop_columns(tables.partition_by(table))
+        st[3].append(data)
+        st[4] += data.nbytes
+        st[2] += data.num_rows
+        if sum(b.num_rows for b in st[3]) >= self.rows_per_group or st[4] >= self.bytes_per_group:
+            self._flush(table, st)
+
+    def _flush(self, table: str, st: list) -> None:
+        if not st[3]:
+            return
+        if st[0] is None:
+            path = self.root / table / st[1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            st[0] = pq.ParquetWriter(str(path), st[3][0].schema, compression="snappy")
+        st[0].write_table(pa.Table.from_batches(st[3]))
+        st[3], st[4] = [], 0
+
+    def close(self) -> list[dict]:
+        out = []
+        for (table, date, cid), st in self._open.items():
+            self._flush(table, st)
+            st[0].close()
+            out.append({"table": table, "path": st[1], "date": date, "capture_id": cid, "rows": st[2]})
+        self._open.clear()
+        return out
+
+    def abort(self) -> None:
+        for (table, _, _), st in self._open.items():
+            if st[0] is not None:
+                st[0].close()
+                Path(self.root / table / st[1]).unlink(missing_ok=True)
+        self._open.clear()
+
+
+def _single(arr: pa.Array) -> bool:
+    return arr[0] == arr[len(arr) - 1] and len(pa.compute.unique(arr)) == 1
+
+
+def _pq_path_value(v: str | None) -> str:
+    return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
 
 
 def _adds(dt: DeltaTable) -> list[dict]:

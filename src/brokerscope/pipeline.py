@@ -8,10 +8,12 @@ union --persist--> one Delta commit per table (lake.py), then the `inputs` recor
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -23,7 +25,7 @@ import pyarrow as pa
 
 from . import capture, inputs, tables
 from .config import Settings
-from .lake import Lake
+from .lake import Lake, StagedWriter
 from .streams import StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,17 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 UNION = pa.schema(
     [pa.field(t, pa.struct(list(tables.schema(t)))) for t in tables.DECODED_TABLES]
     + [pa.field("stats", pa.string())]
+)
+# the embedded writer's task output: one row per Parquet file a task staged, plus counters rows
+FILES = pa.schema(
+    [
+        pa.field("table", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("date", pa.string()),
+        pa.field("capture_id", pa.string()),
+        pa.field("rows", pa.int64()),
+        pa.field("stats", pa.string()),
+    ]
 )
 SPLIT_SCHEMA = "path string, capture_id string, file_index int, kind string, start long, end long"
 
@@ -71,6 +84,11 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
     }
     if log4j.is_file():
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if launched_by_submit:  # spark-submit's --conf / --properties-file values win over ours
+        from pyspark import SparkConf
+
+        given = SparkConf()
+        conf = {k: v for k, v in conf.items() if not given.contains(k)}
     conf.update({k: str(v) for k, v in settings.raw["spark"].get("conf", {}).items()})
     for k, v in conf.items():
         b = b.config(k, v)
@@ -88,7 +106,9 @@ def _ship_package(sc) -> None:
     import zipfile
 
     pkg = Path(__file__).resolve().parent
-    zpath = Path(tempfile.mkdtemp(prefix="brokerscope-")) / "brokerscope.zip"
+    tmp = tempfile.mkdtemp(prefix="brokerscope-")
+    atexit.register(shutil.rmtree, tmp, True)
+    zpath = Path(tmp) / "brokerscope.zip"
     with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
         for f in pkg.rglob("*"):
             if f.is_file() and "__pycache__" not in f.parts:
@@ -147,53 +167,80 @@ def _read_splits_fn(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], 
     return read
 
 
-def _union_batches(rows: Iterator[tuple[str, dict]], extra_stats: Callable[[], list[dict]] | None = None):
-    """Group (table, row) pairs into UNION batches of at most ROWS_PER_BATCH rows per table."""
+def _table_batches(rows: Iterator[tuple[str, dict]]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Group (table, row) pairs into conformed batches of at most ROWS_PER_BATCH rows."""
     pending: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
-
-    def flush(t: str) -> pa.RecordBatch:
-        rb = tables.conform(t, pending[t])
-        pending[t] = []
-        n = rb.num_rows
-        cols = []
-        for f in UNION:
-            if f.name == t:
-                cols.append(pa.StructArray.from_arrays(rb.columns, fields=list(rb.schema)))
-            else:
-                cols.append(pa.nulls(n, type=f.type))
-        return pa.RecordBatch.from_arrays(cols, schema=UNION)
-
     for t, row in rows:
         pending[t].append(row)
         if len(pending[t]) >= ROWS_PER_BATCH:
-            yield flush(t)
+            yield t, tables.conform(t, pending[t])
+            pending[t] = []
     for t in tables.DECODED_TABLES:
         if pending[t]:
-            yield flush(t)
-    if extra_stats is not None:
-        stats = extra_stats()
-        if stats:
-            cols = [pa.nulls(len(stats), type=f.type) for f in list(UNION)[:-1]]
-            cols.append(pa.array([json.dumps(s) for s in stats], pa.string()))
-            yield pa.RecordBatch.from_arrays(cols, schema=UNION)
+            yield t, tables.conform(t, pending[t])
 
 
-def _decode_fn(settings: Settings):
+def _as_union(t: str, rb: pa.RecordBatch) -> pa.RecordBatch:
+    cols = []
+    for f in UNION:
+        if f.name == t:
+            cols.append(pa.StructArray.from_arrays(rb.columns, fields=list(rb.schema)))
+        else:
+            cols.append(pa.nulls(rb.num_rows, type=f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=UNION)
+
+
+def _stats_union(stats: list[dict]) -> pa.RecordBatch:
+    cols = [pa.nulls(len(stats), type=f.type) for f in list(UNION)[:-1]]
+    cols.append(pa.array([json.dumps(s) for s in stats], pa.string()))
+    return pa.RecordBatch.from_arrays(cols, schema=UNION)
+
+
+def _files_batch(files: list[dict], stats: list[dict]) -> pa.RecordBatch:
+    rows = [{**f, "stats": None} for f in files]
+    rows += [
+        {"table": None, "path": None, "date": None, "capture_id": None, "rows": 0, "stats": json.dumps(s)}
+        for s in stats
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=FILES)
+
+
+def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], staged: tuple[str, str] | None):
+    """Rows of one task as UNION batches (delta-spark writer) or, with `staged` = (lake, run_id),
+    written to Parquet in the task and reported as FILES rows (embedded writer)."""
+    if staged is None:
+        for t, rb in _table_batches(rows):
+            yield _as_union(t, rb)
+        if stats():
+            yield _stats_union(stats())
+        return
+    w = StagedWriter(staged[0], staged[1])
+    try:
+        for t, rb in _table_batches(rows):
+            w.add(t, rb)
+        files = w.close()
+    except BaseException:
+        w.abort()
+        raise
+    yield _files_batch(files, stats())
+
+
+def _decode_fn(settings: Settings, staged: tuple[str, str] | None):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         drv = StreamDriver(settings)
-        yield from _union_batches(drv.run_batches(batches), lambda: drv.capture_stats)
+        yield from _emit(drv.run_batches(batches), lambda: drv.capture_stats, staged)
 
     return decode
 
 
-def _segments_fn(settings: Settings):
+def _segments_fn(settings: Settings, staged: tuple[str, str] | None):
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         splits = [
             inputs.SegmentSplit(r["path"], r["capture_id"], r["kind"], r["start"], r["end"])
             for b in batches
             for r in b.to_pylist()
         ]
-        yield from _union_batches(segment_rows(splits, settings))
+        yield from _emit(segment_rows(splits, settings), list, staged)
 
     return read
 
@@ -236,20 +283,21 @@ def ingest(
     spark = spark or make_spark(settings)
     writer = lake.resolve_writer(spark)
     summary.writer = writer
+    ids = [i.capture_id for i in todo]
+    staged = (str(lake.root), run_id) if writer == "embedded" else None
+    out_schema = _spark_schema(FILES if staged else UNION)
     sc = spark.sparkContext
-    union_spark = _spark_union_schema()
     parts = []
     if psplits:
         rdd = sc.parallelize([asdict(s) for s in psplits], len(psplits))
-        splits_df = spark.createDataFrame(rdd, SPLIT_SCHEMA)
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        packets = splits_df.mapInArrow(_read_splits_fn(settings), from_arrow_schema(tables.PACKETS))
+        packets = spark.createDataFrame(rdd, SPLIT_SCHEMA).mapInArrow(
+            _read_splits_fn(settings), _spark_schema(tables.PACKETS)
+        )
         nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
         decoded = (
             packets.repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
             .sortWithinPartitions(*SORT_COLS)
-            .mapInArrow(_decode_fn(settings), union_spark)
+            .mapInArrow(_decode_fn(settings, staged), out_schema)
         )
         parts.append(decoded)
     if ssplits:
@@ -257,26 +305,36 @@ def ingest(
         seg_df = spark.createDataFrame(
             rdd, "path string, capture_id string, kind string, start long, end long"
         )
-        parts.append(seg_df.mapInArrow(_segments_fn(settings), union_spark))
+        parts.append(seg_df.mapInArrow(_segments_fn(settings, staged), out_schema))
     out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    from pyspark import StorageLevel
+    progress("decoding")
+    if staged:
+        try:
+            results = [r.asDict() for r in out.collect()]
+            stats = [json.loads(r["stats"]) for r in results if r["stats"]]
+            for t in tables.DECODED_TABLES:
+                progress(f"committing {t}")
+                files = [r for r in results if r["table"] == t]
+                summary.rows[t] = lake.commit_staged(t, files, ids, run_id)
+        finally:
+            for t in tables.DECODED_TABLES:
+                lake.drop_staging(t, run_id)
+    else:
+        from pyspark import StorageLevel
 
-    out = out.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        progress("decoding")
-        stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
-        for s in stats:
-            summary.packets += int(s.get("records", 0))
-            summary.tcp_segments += int(s.get("tcp", 0))
-            summary.capture_errors.extend(s.get("errors", []))
-        ids = [i.capture_id for i in todo]
-        for t in tables.DECODED_TABLES:
-            progress(f"writing {t}")
-            df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
-            summary.rows[t] = lake.write(t, df, ids, run_id, writer)
-        summary.connections = summary.rows.get("streams", 0)
-    finally:
-        out.unpersist()
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
+            for t in tables.DECODED_TABLES:
+                progress(f"writing {t}")
+                summary.rows[t] = lake.write_dataframe(t, out.where(f"{t} IS NOT NULL").select(f"{t}.*"), ids)
+        finally:
+            out.unpersist()
+    for s in stats:
+        summary.packets += int(s.get("records", 0))
+        summary.tcp_segments += int(s.get("tcp", 0))
+        summary.capture_errors.extend(s.get("errors", []))
+    summary.connections = summary.rows.get("streams", 0)
     per_file = _packets_per_file(stats)
     now_us = int(time.time() * 1e6)
     lake.write_inputs(
@@ -319,7 +377,7 @@ def _ingested_keys(lake: Lake) -> set[tuple[str, int, int]]:
     return out
 
 
-def _spark_union_schema():
+def _spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(UNION)
+    return from_arrow_schema(schema)

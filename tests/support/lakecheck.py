@@ -35,7 +35,7 @@ def _norm(v):
     import datetime as dt
 
     if isinstance(v, dt.datetime):
-        return (v - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+        return (v - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
     if isinstance(v, list):
         return [_norm(x) for x in v]
     if isinstance(v, dict):

@@ -21,7 +21,9 @@ def kept() -> list[dict]:
 
 
 def _decode(policy: str, **extra) -> list[dict]:
-    return decode_files([CAPTURE], Settings.load(overrides={"payload": {"policy": policy, **extra}}))["messages"]
+    return decode_files([CAPTURE], Settings.load(overrides={"payload": {"policy": policy, **extra}}))[
+        "messages"
+    ]
 
 
 def test_hash(kept):

@@ -94,7 +94,7 @@ def parse_msg_time(s: str | None) -> int | None:
         return None
     for fmt in ("%Y%m%d%H%M", "%Y%m%d%H%M%S"):
         try:
-            t = _dt.datetime.strptime(s.strip(), fmt).replace(tzinfo=_dt.timezone.utc)
+            t = _dt.datetime.strptime(s.strip(), fmt).replace(tzinfo=_dt.UTC)
             return int(t.timestamp()) * 1_000_000_000
         except ValueError:
             continue

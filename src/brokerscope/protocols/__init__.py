@@ -1,0 +1,1 @@
+"""One decoder package per protocol; base.py holds the contract and the registry."""
