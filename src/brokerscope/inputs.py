@@ -121,8 +121,24 @@ def discover(paths: list[str]) -> Discovery:
     return d
 
 
-def plan(inputs: list[Input], split_size: int) -> tuple[list[capture.Split], list[SegmentSplit]]:
-    """Cut inputs into the units one task reads."""
+MIN_SPLIT = 8 << 20
+
+
+def effective_split_size(inputs: list[Input], split_size: int, parallelism: int = 1) -> int:
+    """`split_size`, made smaller when that keeps cores busy: a capture set smaller than
+    parallelism x split_size is cut so every core gets a split, but never below 8 MiB (unless
+    `split_size` itself is smaller, as tests set it)."""
+    total = sum(i.size for i in inputs if i.kind in CAPTURE_KINDS and not i.kind.endswith(".gz"))
+    if parallelism <= 1 or total == 0 or split_size <= MIN_SPLIT:
+        return split_size
+    return max(MIN_SPLIT, min(split_size, -(-total // parallelism)))
+
+
+def plan(
+    inputs: list[Input], split_size: int, parallelism: int = 1
+) -> tuple[list[capture.Split], list[SegmentSplit]]:
+    """Cut inputs into the units one task reads (see effective_split_size)."""
+    split_size = effective_split_size(inputs, split_size, parallelism)
     packet_splits: list[capture.Split] = []
     segment_splits: list[SegmentSplit] = []
     readers = segment_readers()

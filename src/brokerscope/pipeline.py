@@ -274,13 +274,13 @@ def ingest(
         progress("nothing to ingest")
         summary.seconds = time.time() - t0
         return summary
-    psplits, ssplits = inputs.plan(todo, settings.split_size)
+    spark = spark or make_spark(settings)
+    psplits, ssplits = inputs.plan(todo, settings.split_size, spark.sparkContext.defaultParallelism)
     total = sum(i.size for i in todo)
     progress(
         f"planned {len(psplits)} capture split(s) and {len(ssplits)} segment split(s) "
         f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
     )
-    spark = spark or make_spark(settings)
     writer = lake.resolve_writer(spark)
     summary.writer = writer
     ids = [i.capture_id for i in todo]
