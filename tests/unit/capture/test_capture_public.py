@@ -3,15 +3,14 @@ every segment against scapy's own reading of the same file."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from capture_kit import read_path
 from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 from scapy.utils import rdpcap
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
+from tests.conftest import CAPTURES  # noqa: E402
+
 FILES = sorted(p for p in CAPTURES.glob("*/*") if p.suffix in (".pcap", ".pcapng"))
 
 pytestmark = pytest.mark.skipif(not FILES, reason="public captures not present")

@@ -11,6 +11,7 @@ import pytest
 from brokerscope import tables
 from brokerscope.protocols.base import Context
 from brokerscope.protocols.iggy import PROTOCOL
+from tests.conftest import CAPTURES  # noqa: E402
 
 from .frames import (
     CONN,
@@ -30,7 +31,8 @@ from .frames import (
     vsr_header,
 )
 
-RS = os.path.join(os.path.dirname(__file__), "../../../../shared/captures/iggy/rs.pcapng")
+RS = str(CAPTURES / "iggy" / "rs.pcapng")
+
 
 CONVO = [
     ("c2s", req(38, s8("iggy") + s8("pw") + s32("0.7.0") + s32(""))),

@@ -6,13 +6,11 @@ decode here)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from brokerscope.streams import decode_files
+from tests.conftest import CAPTURES  # noqa: E402
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"public captures not found at {CAPTURES}")
 
 # deepflow: (request, response) as in the .result files:

@@ -15,7 +15,8 @@ from brokerscope.tcp import ACK, FIN, PSH, RST, SYN, Packet, TcpConnection, cano
 
 MASK = 0xFFFFFFFF
 REPO = Path(__file__).resolve().parents[3]
-CAPTURES = REPO.parent / "shared" / "captures"
+from tests.conftest import CAPTURES  # noqa: E402
+
 C_ISN, S_ISN = 5000, 90000  # client is the lower endpoint in these tests
 
 
