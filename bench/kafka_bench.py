@@ -15,7 +15,8 @@ measures, on the same bytes:
 - tshark, when installed: `tshark -r CAPTURE -d tcp.port==9092,kafka -V` (full dissection of
   every field, printed to /dev/null), the closest equivalent of decoding every field.
 
-The Spark pipeline itself (`brokerscope ingest`) is not run here; bench/read_bench.py covers it.
+- Spark pipeline: `pipeline.ingest` into a temporary lake (JVM and Python worker start-up
+  excluded), unless --no-spark.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "unit" / "kafka"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from brokerscope.protocols import base  # noqa: E402
 from brokerscope.protocols.kafka import KafkaConversation  # noqa: E402
@@ -113,6 +115,8 @@ def main() -> None:
         "decode them); tshark: Produce v7 / Fetch v11, which tshark 4.0 dissects fully",
     )
     ap.add_argument("--keep", action="store_true", help="keep the capture and print its path")
+    ap.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline run")
+    ap.add_argument("--master", default="local[*]", help="Spark master for the pipeline run")
     a = ap.parse_args()
 
     payloads = make_payloads(a.records, a.codec, a.versions)
@@ -142,6 +146,14 @@ def main() -> None:
     assert n == expected, (n, expected)
     bad = sum(r["decode_status"] != "ok" for r in out["commands"])
     print(f"Spark-free pipeline:  {n / secs_p:>12,.0f} records/s  ({secs_p:.2f} s, {bad} frames not ok)")
+
+    if not a.no_spark:
+        from read_bench import pipeline_run
+
+        res, secs_s = pipeline_run(path, a.master)
+        n = res["rows"]["messages"]
+        assert n == expected, (n, expected)
+        print(f"Spark pipeline:       {n / secs_s:>12,.0f} records/s  ({secs_s:.2f} s, {a.master}, ingest into Delta)")
 
     tshark = shutil.which("tshark")
     if tshark:

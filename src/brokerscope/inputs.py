@@ -41,6 +41,7 @@ class Discovery:
     inputs: list[Input] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
     skipped: list[str] = field(default_factory=list)  # files inside given directories that are not inputs
+    duplicates: list[tuple[str, str]] = field(default_factory=list)  # (path, path of the same content kept)
 
 
 def segment_readers() -> dict:
@@ -83,6 +84,7 @@ def discover(paths: list[str]) -> Discovery:
     """
     d = Discovery()
     seen: set[str] = set()
+    by_id: dict[str, str] = {}
     candidates: list[tuple[str, bool]] = []  # (path, named explicitly)
     for p in paths:
         matches = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
@@ -114,7 +116,12 @@ def discover(paths: list[str]) -> Discovery:
                 d.skipped.append(path)
             continue
         st = os.stat(path)
-        d.inputs.append(Input(real, kind, st.st_size, st.st_mtime_ns, capture.capture_id(path)))
+        cid = capture.capture_id(path)
+        if cid in by_id:  # the same bytes under another name: decoding them twice would double rows
+            d.duplicates.append((path, by_id[cid]))
+            continue
+        by_id[cid] = path
+        d.inputs.append(Input(real, kind, st.st_size, st.st_mtime_ns, cid))
     # one capture set: a stable order (by path) gives every file its index
     d.inputs.sort(key=lambda i: i.path)
     d.inputs = [Input(i.path, i.kind, i.size, i.mtime_ns, i.capture_id, n) for n, i in enumerate(d.inputs)]

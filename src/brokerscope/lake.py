@@ -32,6 +32,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from . import tables
+from .streams import needs_topic_names, resolve_topic_ids
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,14 @@ class Lake:
         return self.writer
 
     # -- writing ----------------------------------------------------------------------------
-    def write_dataframe(self, table: str, df, replace_capture_ids: list[str]) -> int:
+    def write_dataframe(
+        self, table: str, df, replace_capture_ids: list[str], topic_names: dict[str, str] | None = None
+    ) -> int:
         """delta-spark's writer: replace the partitions of `replace_capture_ids` with `df` in one
-        Delta commit. Returns the rows now held for those inputs."""
+        Delta commit (topics known only by id named from `topic_names`, as the embedded writer
+        does). Returns the rows now held for those inputs."""
+        if topic_names and "topic_id" in df.columns:
+            df = _name_topics(df, topic_names)
         cond = _in_predicate(replace_capture_ids)
         (
             df.write.format("delta")
@@ -117,12 +123,22 @@ class Lake:
         return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
 
     def commit_staged(
-        self, table: str, files: list[dict], replace_capture_ids: list[str], run_id: str
+        self,
+        table: str,
+        files: list[dict],
+        replace_capture_ids: list[str],
+        run_id: str,
+        topic_names: dict[str, str] | None = None,
     ) -> int:
         """The embedded writer's commit: move the Parquet files tasks staged for `table` (see
         StagedWriter) into their partition directories and commit them, with the removal of
-        every file `replace_capture_ids` had, in one delta-rs transaction. Returns rows added."""
+        every file `replace_capture_ids` had, in one delta-rs transaction. Staged files whose
+        rows name topics only by id are rewritten first with `topic_names`. Returns rows added."""
         tpath = Path(self.path(table))
+        for f in files:
+            if f.get("fixup") and topic_names:
+                src = tpath / f["path"]
+                pq.write_table(resolve_topic_ids(pq.read_table(src), topic_names), src, compression="snappy")
         adds: list[AddAction] = []
         rows = 0
         for f in sorted(files, key=lambda f: f["path"]):
@@ -283,8 +299,10 @@ class StagedWriter:
         if st is None:
             part = f"date={_pq_path_value(date)}/capture_id={_pq_path_value(cid)}"
             rel = f"{STAGING}/{self.run_id}/{part}/part-{self._token}-{len(self._open):05d}.parquet"
-            st = self._open[key] = [None, rel, 0, [], 0]
+            st = self._open[key] = [None, rel, 0, [], 0, False]
         data = batch.drop_columns(tables.partition_by(table))
+        if not st[5] and needs_topic_names(data):
+            st[5] = True
         st[3].append(data)
         st[4] += data.nbytes
         st[2] += data.num_rows
@@ -306,7 +324,16 @@ class StagedWriter:
         for (table, date, cid), st in self._open.items():
             self._flush(table, st)
             st[0].close()
-            out.append({"table": table, "path": st[1], "date": date, "capture_id": cid, "rows": st[2]})
+            out.append(
+                {
+                    "table": table,
+                    "path": st[1],
+                    "date": date,
+                    "capture_id": cid,
+                    "rows": st[2],
+                    "fixup": st[5],
+                }
+            )
         self._open.clear()
         return out
 
@@ -324,6 +351,33 @@ def _single(arr: pa.Array) -> bool:
 
 def _pq_path_value(v: str | None) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
+
+
+def _name_topics(df, names: dict[str, str]):
+    """Spark form of streams.resolve_topic_ids."""
+    from pyspark.sql import functions as F
+
+    m = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])
+    named = F.coalesce(F.col("topic"), F.element_at(m, F.col("topic_id")))
+    out = df.withColumn("topic", F.when(F.col("topic_id").isNotNull(), named).otherwise(F.col("topic")))
+    if "message_id" in df.columns and "offset" in df.columns:
+        mid = F.concat_ws(
+            "",
+            F.col("topic"),
+            F.lit("-"),
+            F.col("partition").cast("string"),
+            F.lit("@"),
+            F.col("offset").cast("string"),
+        )
+        cond = (
+            F.col("message_id").isNull()
+            & F.col("topic_id").isNotNull()
+            & F.col("topic").isNotNull()
+            & F.col("offset").isNotNull()
+            & (F.col("protocol") == "kafka")
+        )
+        out = out.withColumn("message_id", F.when(cond, mid).otherwise(F.col("message_id")))
+    return out
 
 
 def _adds(dt: DeltaTable) -> list[dict]:

@@ -47,6 +47,7 @@ FILES = pa.schema(
         pa.field("date", pa.string()),
         pa.field("capture_id", pa.string()),
         pa.field("rows", pa.int64()),
+        pa.field("fixup", pa.bool_()),  # some rows name their topic only by id
         pa.field("stats", pa.string()),
     ]
 )
@@ -197,11 +198,8 @@ def _stats_union(stats: list[dict]) -> pa.RecordBatch:
 
 
 def _files_batch(files: list[dict], stats: list[dict]) -> pa.RecordBatch:
-    rows = [{**f, "stats": None} for f in files]
-    rows += [
-        {"table": None, "path": None, "date": None, "capture_id": None, "rows": 0, "stats": json.dumps(s)}
-        for s in stats
-    ]
+    none = {"table": None, "path": None, "date": None, "capture_id": None, "rows": 0, "fixup": False}
+    rows = [{**f, "stats": None} for f in files] + [{**none, "stats": json.dumps(s)} for s in stats]
     return pa.RecordBatch.from_pylist(rows, schema=FILES)
 
 
@@ -228,7 +226,12 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
 def _decode_fn(settings: Settings, staged: tuple[str, str] | None):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         drv = StreamDriver(settings)
-        yield from _emit(drv.run_batches(batches), lambda: drv.capture_stats, staged)
+
+        def stats() -> list[dict]:
+            names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
+            return drv.capture_stats + names
+
+        yield from _emit(drv.run_batches(batches), stats, staged)
 
     return decode
 
@@ -261,6 +264,7 @@ def ingest(
     summary = Summary(run_id=run_id)
     disc = inputs.discover(paths)
     summary.errors = list(disc.errors)
+    summary.capture_errors.extend(f"{p}: same content as {k}, ingested once" for p, k in disc.duplicates)
     lake = Lake(settings.lake_path, settings.writer)
     lake.ensure_tables()
     todo = disc.inputs
@@ -312,10 +316,11 @@ def ingest(
         try:
             results = [r.asDict() for r in out.collect()]
             stats = [json.loads(r["stats"]) for r in results if r["stats"]]
+            names = _topic_names(stats)
             for t in tables.DECODED_TABLES:
                 progress(f"committing {t}")
                 files = [r for r in results if r["table"] == t]
-                summary.rows[t] = lake.commit_staged(t, files, ids, run_id)
+                summary.rows[t] = lake.commit_staged(t, files, ids, run_id, names)
         finally:
             for t in tables.DECODED_TABLES:
                 lake.drop_staging(t, run_id)
@@ -325,9 +330,11 @@ def ingest(
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
+            names = _topic_names(stats)
             for t in tables.DECODED_TABLES:
                 progress(f"writing {t}")
-                summary.rows[t] = lake.write_dataframe(t, out.where(f"{t} IS NOT NULL").select(f"{t}.*"), ids)
+                df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
+                summary.rows[t] = lake.write_dataframe(t, df, ids, names)
         finally:
             out.unpersist()
     for s in stats:
@@ -356,6 +363,14 @@ def ingest(
     )
     summary.seconds = time.time() - t0
     return summary
+
+
+def _topic_names(stats: list[dict]) -> dict[str, str]:
+    """Topic id -> name pairs every task learned (Kafka Metadata), for the whole capture set."""
+    out: dict[str, str] = {}
+    for s in stats:
+        out.update(s.get("topic_names", {}))
+    return out
 
 
 def _packets_per_file(stats: list[dict]) -> dict[str, int]:

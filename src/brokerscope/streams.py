@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import tables
 from .config import Settings
@@ -206,6 +207,9 @@ class _Conn:
                 )
             ]
         for table, row in out:
+            if table == base.TOPIC_NAMES:
+                self.drv.topic_names[row["topic_id"]] = row["topic"]
+                continue
             if table == "commands":
                 if row.get("decode_status", base.OK) == base.OK:
                     self.frames_ok += 1
@@ -267,6 +271,7 @@ class StreamDriver:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.protocols = base.protocols()
+        self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
 
     def run(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
@@ -390,7 +395,10 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run(gen()), segment_rows(ssplits, settings)):
         raw[table].append(row)
-    out: dict[str, list[dict]] = {t: tables.conform(t, rows).to_pylist() for t, rows in raw.items()}
+    out: dict[str, list[dict]] = {
+        t: resolve_topic_ids(pa.Table.from_batches([tables.conform(t, rows)]), drv.topic_names).to_pylist()
+        for t, rows in raw.items()
+    }
     out[STATS_TABLE] = stats
     out["_errors"] = [{"path": p, "error": e} for p, e in disc.errors]
     return out
@@ -408,3 +416,38 @@ def segment_rows(splits, settings: Settings) -> Iterator[base.Row]:
             row["capture_id"] = sp.capture_id
             row["protocol"] = proto
             yield table, row
+
+
+def needs_topic_names(batch: pa.RecordBatch | pa.Table) -> bool:
+    """True when some row names its topic only by id."""
+    if "topic_id" not in batch.schema.names:
+        return False
+    return bool(
+        pc.any(pc.and_(pc.is_null(batch.column("topic")), pc.is_valid(batch.column("topic_id")))).as_py()
+    )
+
+
+def resolve_topic_ids(t: pa.Table, names: dict[str, str]) -> pa.Table:
+    """Name the topics of rows that carry only a topic id, from the ids -> names learned anywhere in
+    the capture set; Kafka rows named this way get their message_id (topic-partition@offset) too.
+    Ids without a known name stay as they are (topic null, topic_id set)."""
+    if not names or not needs_topic_names(t):
+        return t
+    ids = t.column("topic_id").to_pylist()
+    topics = [
+        tp if tp is not None or i is None else names.get(i)
+        for tp, i in zip(t.column("topic").to_pylist(), ids)
+    ]
+    t = t.set_column(t.schema.get_field_index("topic"), "topic", pa.array(topics, pa.string()))
+    if "message_id" in t.schema.names and "offset" in t.schema.names:
+        mids = t.column("message_id").to_pylist()
+        parts, offs = t.column("partition").to_pylist(), t.column("offset").to_pylist()
+        protos = t.column("protocol").to_pylist()
+        mids = [
+            f"{tp}-{p}@{o}"
+            if m is None and i is not None and tp is not None and o is not None and pr == "kafka"
+            else m
+            for m, i, tp, p, o, pr in zip(mids, ids, topics, parts, offs, protos)
+        ]
+        t = t.set_column(t.schema.get_field_index("message_id"), "message_id", pa.array(mids, pa.string()))
+    return t

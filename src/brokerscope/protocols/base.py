@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 Row = tuple[str, dict]
 C2S = "c2s"
+# Side channel to the driver, never written as a table: {"topic_id", "topic"} pairs a decoder
+# learned (Kafka Metadata), used to name topics that other connections refer to only by id.
+TOPIC_NAMES = "_topic_names"
 S2C = "s2c"
 
 # decode_status values shared by all protocols (a protocol may add its own)

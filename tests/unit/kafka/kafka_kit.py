@@ -166,7 +166,11 @@ class Driver:
     def close(self) -> dict[str, list[dict]]:
         self.rows.extend(self.conv.close())
         out: dict[str, list[dict]] = {"commands": [], "messages": [], "latencies": [], "acks": []}
+        self.topic_names = {}
         for t, r in self.rows:
+            if t == base.TOPIC_NAMES:  # the driver's side channel
+                self.topic_names[r["topic_id"]] = r["topic"]
+                continue
             out[t].append(r)
         for t, rs in out.items():
             tables.conform(t, rs)  # unknown keys fail here

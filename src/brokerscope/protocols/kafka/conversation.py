@@ -25,8 +25,7 @@ MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
 MAX_CLIENT_ID = 512
 SKIP_LIMIT_FACTOR = 4  # an oversize frame with a credible header is skipped up to 4x the frame cap
-_TOPIC_IDS: OrderedDict[str, str] = OrderedDict()  # topic id -> name, learned from Metadata (process-wide)
-_MAX_TOPIC_IDS = 100_000
+_MAX_TOPIC_IDS = 100_000  # per connection
 
 
 def api_name(key: int) -> str | None:
@@ -443,17 +442,18 @@ class KafkaConversation(Conversation):
         if name:
             return name
         if topic_id:
-            return self.topic_ids.get(topic_id) or _TOPIC_IDS.get(topic_id)
+            return self.topic_ids.get(topic_id)
         return None
 
     def _learn_topic_ids(self, body: dict) -> None:
         for t in body.get("Topics") or ():
             tid, name = t.get("TopicId"), t.get("Name")
             if tid and name and tid != "00000000-0000-0000-0000-000000000000":
-                self.topic_ids[tid] = name
-                _TOPIC_IDS[tid] = name
-                if len(_TOPIC_IDS) > _MAX_TOPIC_IDS:
-                    _TOPIC_IDS.popitem(last=False)
+                # per connection only: rows must not depend on which task decoded what before;
+                # the pipeline names ids across connections from these side rows
+                if len(self.topic_ids) < _MAX_TOPIC_IDS or tid in self.topic_ids:
+                    self.topic_ids[tid] = name
+                self._out_ref.append((base.TOPIC_NAMES, {"topic_id": tid, "topic": name}))
 
     # -- requests -----------------------------------------------------------------------------
     def _request(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
@@ -533,6 +533,7 @@ class KafkaConversation(Conversation):
         ]
         row.update(
             topic=topics[0] if topics else None,
+            topic_id=summ["topic_ids"][0] if not topics and summ["topic_ids"] else None,
             topics=topics or None,
             partition=summ["partition"],
             error_code=summ["error_code"],
@@ -661,6 +662,7 @@ class KafkaConversation(Conversation):
         ts_ns,
         with_offset: bool,
         min_offset: int | None = None,
+        topic_id: str | None = None,
     ) -> list[Row]:
         """One `messages` row per record of a (non-control) batch."""
         if b.control:
@@ -682,6 +684,9 @@ class KafkaConversation(Conversation):
             }
         )
         head = head[:-1] + ',"offset_delta":'
+        # a topic known only by id on this connection: the pipeline names it from the Metadata
+        # responses of the whole capture set (streams.resolve_topic_ids), message_id with it
+        unnamed = topic is None and topic_id is not None
         prefix = f"{topic}-{partition}@"
         for r in b.records:
             if min_offset is not None and r.offset < min_offset:
@@ -707,9 +712,11 @@ class KafkaConversation(Conversation):
                 "decode_error": b.error,
                 "details": f"{head}{r.delta}}}",
             }
+            if unnamed:
+                row["topic_id"] = topic_id
             if with_offset:
                 row["offset"] = r.offset
-                row["message_id"] = f"{prefix}{r.offset}"
+                row["message_id"] = None if unnamed else f"{prefix}{r.offset}"
             if keep_all:
                 row["value"] = value
                 row["value_size"] = None if value is None else len(value)
@@ -838,6 +845,7 @@ class KafkaConversation(Conversation):
         err_code = summ["error_code"]
         row.update(
             topic=topics[0] if topics else p.topic,
+            topic_id=summ["topic_ids"][0] if not (topics or p.topic) and summ["topic_ids"] else None,
             topics=topics or None,
             partition=summ["partition"] if summ["partition"] is not None else p.partition,
             error_code=err_code,
@@ -1007,9 +1015,10 @@ class KafkaConversation(Conversation):
                                     "ts_ns": ts0,
                                     "ack_type": "kafka_txn_marker",
                                     "topic": tname,
+                                    "topic_id": None if tname else t.get("TopicId"),
                                     "partition": pidx,
                                     "offset": b.base_offset,
-                                    "message_id": f"{tname}-{pidx}@{b.base_offset}",
+                                    "message_id": f"{tname}-{pidx}@{b.base_offset}" if tname else None,
                                     "producer_id": b.producer_id,
                                     "correlation_id": corr,
                                     "details": base.to_json(
@@ -1027,7 +1036,15 @@ class KafkaConversation(Conversation):
                         continue
                     extra.extend(
                         self._message_rows(
-                            b, "deliver", tname, pidx, corr, ts0, with_offset=True, min_offset=min_off
+                            b,
+                            "deliver",
+                            tname,
+                            pidx,
+                            corr,
+                            ts0,
+                            with_offset=True,
+                            min_offset=min_off,
+                            topic_id=t.get("TopicId"),
                         )
                     )
         return status, err
