@@ -220,6 +220,37 @@ class StreamBuffer:
 
 
 # ---------------------------------------------------------------------------------------------
+# wire helpers
+
+
+class VarintError(ValueError):
+    """A varint cut short by the end of the data (`truncated`) or longer than allowed."""
+
+    def __init__(self, msg: str, truncated: bool):
+        super().__init__(msg)
+        self.truncated = truncated
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int, max_bits: int = 64) -> tuple[int, int]:
+    """(value, next position) of the unsigned base-128 (LEB128) varint at `pos`, as Kafka's
+    compact fields and protobuf encode them: 7 bits per byte, low group first, high bit = more."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise VarintError("varint runs past the end of the data", True)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= max_bits:
+            raise VarintError(f"varint longer than {max_bits} bits", False)
+
+
+# ---------------------------------------------------------------------------------------------
 # details JSON
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import crc32c as _crc32c
 
+from .. import base
+
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
@@ -239,18 +241,11 @@ def _snappy_raw(block: bytes, cap: int) -> bytes:
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise RecordError("snappy length runs past the end", "decompression_failed")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise RecordError("bad snappy length", "decompression_failed")
+    """The uncompressed length that starts a raw snappy block (at most 32 bits)."""
+    try:
+        return base.read_uvarint(buf, pos, max_bits=35)
+    except base.VarintError as e:
+        raise RecordError(f"bad snappy length: {e}", "decompression_failed") from None
 
 
 _XERIAL = b"\x82SNAPPY\x00"

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from .. import base
+
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 
 Reader = Callable[[bytes, int], tuple[object, int]]
@@ -186,20 +188,10 @@ _F64 = struct.Struct(">d")
 
 def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     """Unsigned LEB128 varint (at most 5 bytes for the 32-bit values Kafka uses, 10 for 64)."""
-    result = 0
-    shift = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise Truncated("varint runs past the end")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varint longer than 10 bytes")
+    try:
+        return base.read_uvarint(buf, pos)
+    except base.VarintError as e:
+        raise (Truncated if e.truncated else DecodeError)(str(e)) from None
 
 
 def _fixed(st: struct.Struct) -> Reader:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError, Message
 
+from .. import base
 from .gen import tubemq_broker_pb2 as brk
 from .gen import tubemq_master_pb2 as mst
 from .gen import tubemq_rpc_pb2 as rpc
@@ -117,22 +118,8 @@ def method_name(method_id: int | None) -> str:
 # varints and delimited messages
 
 
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """(value, next position) of the base-128 varint at `pos`; raises ValueError if cut or too long."""
-    result = 0
-    shift = 0
-    end = len(buf)
-    while True:
-        if pos >= end:
-            raise ValueError("varint runs past the end of the data")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 64:
-            raise ValueError("varint longer than 10 bytes")
+# (value, next position) of the varint at `pos`; raises ValueError (base.VarintError) if cut or too long
+read_varint = base.read_uvarint
 
 
 def read_delimited(buf: bytes, pos: int, cls: type[Message]) -> tuple[Message, int]:
