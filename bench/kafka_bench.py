@@ -153,7 +153,9 @@ def main() -> None:
         res, secs_s = pipeline_run(path, a.master)
         n = res["rows"]["messages"]
         assert n == expected, (n, expected)
-        print(f"Spark pipeline:       {n / secs_s:>12,.0f} records/s  ({secs_s:.2f} s, {a.master}, ingest into Delta)")
+        print(
+            f"Spark pipeline:       {n / secs_s:>12,.0f} records/s  ({secs_s:.2f} s, {a.master}, ingest into Delta)"
+        )
 
     tshark = shutil.which("tshark")
     if tshark:
