@@ -78,6 +78,7 @@ MESSAGES = [
     pa.field("compression", pa.string()),
     pa.field("checksum_ok", pa.bool_()),
     pa.field("correlation_id", pa.int64()),  # of the command that carried the message
+    pa.field("consumer", pa.string()),  # deliver rows: the subscription, group or consumer it went to
     pa.field("decode_status", pa.string()),
     pa.field("decode_error", pa.string()),
     pa.field("details", pa.string()),
