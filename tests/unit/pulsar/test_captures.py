@@ -99,10 +99,19 @@ def check(out: dict[str, list[dict]], manifest: dict) -> None:
     # every delivered message is acknowledged by its subscription, and every ACK lists what it acked
     acked = [a for a in out["acks"] if a["ack_type"] in ("pulsar_ack", "pulsar_ack_cumulative")]
     acked_ids = {(a["consumer"], a["message_id"]) for a in acked}
-    subs = {json.loads(m["details"])["subscription"] for m in deliver}
+    # messages.consumer names the subscription the message went to: the SUBSCRIBE of its consumer id,
+    # the same value details.subscription and acks.consumer carry
+    subscribed = {}
+    for r in cmds:
+        if r["command"] == "SUBSCRIBE":
+            det = json.loads(r["details"])
+            subscribed[det["consumer_id"]] = det["subscription"]
     for m in deliver:
-        sub = json.loads(m["details"])["subscription"]
-        assert (sub, m["message_id"]) in acked_ids
+        det = json.loads(m["details"])
+        assert m["consumer"] == det["subscription"] == subscribed[det["consumer_id"]]
+        assert (m["consumer"], m["message_id"]) in acked_ids
+    assert all(m["consumer"] is None for m in produce)
+    subs = {m["consumer"] for m in deliver}
     assert {a["consumer"] for a in acked} == subs
     assert any(a["ack_latency_us"] is not None for a in acked)
     for r in cmds:
@@ -132,6 +141,11 @@ def test_committed_capture(name):
     manifest = json.loads((SAMPLES / f"pulsar_{name}.json").read_text())
     out = decode(pcap)
     check(out, manifest)
+    # the subscription names make_pulsar_samples.py gave each consumer
+    for m in out["messages"]:
+        if m["direction"] == "deliver":
+            short = _PART.sub("", m["topic"]).rsplit("/", 1)[-1]
+            assert m["consumer"] == ("chunk-sub" if name == "chunked" else f"{short}-sub")
     compressions = {m["compression"] for m in out["messages"]}
     if name == "chunked":
         big = [m for m in out["messages"] if m["value_size"] == 10_000]
@@ -168,6 +182,7 @@ def test_committed_encrypted_capture():
     n_send = sum(1 for r in out["commands"] if r["command"] == "SEND")
     assert len(produce) == n_send == 3  # 2 single messages + 1 batch of 4, not splittable
     assert {m["decode_status"] for m in out["messages"]} == {"encrypted"}
+    assert {m["consumer"] for m in deliver} == {"enc-sub"}
     assert all(
         json.loads(m["details"])["encryption_keys"] == ["brokerscope-test-key"] for m in out["messages"]
     )

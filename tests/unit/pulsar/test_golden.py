@@ -138,6 +138,7 @@ def test_broker_entry_metadata_lz4_batch_delivery_and_acks():
     d = json.loads(msgs[0]["details"])
     assert d["broker_entry"] == {"broker_timestamp": 1_700_000_000_300, "index": 41}
     assert d["subscription"] == "s1" and msgs[0]["topic"] == "persistent://public/default/t"
+    assert [m["consumer"] for m in msgs] == ["s1", "s1"]  # the subscription the message went to
     acks = out["acks"]
     ind = [a for a in acks if a["ack_type"] == "pulsar_ack"]
     assert [(a["message_id"], a["consumer"], a["ack_latency_us"]) for a in ind] == [("5:10:1", "s1", 1000.0)]
@@ -150,6 +151,18 @@ def test_broker_entry_metadata_lz4_batch_delivery_and_acks():
     assert ("ACK", "ACK_RESPONSE") in {
         (r["request_command"], r["response_command"]) for r in out["latencies"]
     }
+
+
+def test_deliver_consumer_without_subscribe_is_the_consumer_id_as_acks_use_it():
+    """Mid-stream: the SUBSCRIBE was not captured; deliver rows and acks both name the consumer id."""
+    out = run([("s2c", F.MESSAGE_BEM), ("c2s", F.ACK_IND)])
+    msgs = out["messages"]
+    assert len(msgs) == 2 and all(m["direction"] == "deliver" for m in msgs)
+    cid = json.loads(msgs[0]["details"])["consumer_id"]
+    assert "subscription" not in json.loads(msgs[0]["details"])
+    assert {m["consumer"] for m in msgs} == {str(cid)}
+    [ack] = [a for a in out["acks"] if a["ack_type"] == "pulsar_ack"]
+    assert ack["consumer"] == str(cid) and ack["message_id"] == "5:10:1"
 
 
 def test_chunked_message_reassembled():
@@ -173,7 +186,21 @@ def test_chunked_message_incomplete_is_flagged():
     out = run([("c2s", F.PRODUCER), ("c2s", F.SEND_CHUNK1)])
     [m] = out["messages"]
     assert m["decode_status"] == "chunk_incomplete" and m["value"] is None
+    assert m["consumer"] is None  # produce rows name no consumer
     assert json.loads(m["details"])["chunks_seen"] == [1]
+
+
+def test_incomplete_delivered_chunk_names_its_subscription():
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    c = pb.BaseCommand(type=pb.BaseCommand.MESSAGE)
+    c.message.consumer_id = 2  # F.SUBSCRIBE: consumer 2, subscription s1
+    c.message.message_id.ledger_id, c.message.message_id.entry_id = 7, 3
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1_700_000_000_000)
+    md.uuid, md.chunk_id, md.num_chunks_from_msg, md.total_chunk_msg_size = "p-1", 0, 2, 8
+    out = run([("c2s", F.SUBSCRIBE), ("s2c", F.SUCCESS_2), ("s2c", framing.encode_frame(c, md, b"half"))])
+    [m] = out["messages"]
+    assert (m["direction"], m["decode_status"], m["consumer"]) == ("deliver", "chunk_incomplete", "s1")
 
 
 def test_checksum_mismatch_still_decoded_and_neighbours_intact():

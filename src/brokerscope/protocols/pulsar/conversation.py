@@ -968,6 +968,7 @@ class PulsarConversation(Conversation):
             row["topic"] = self.producers.get(ident, {}).get("topic")
         else:
             row["topic"] = self.consumers.get(ident, {}).get("topic")
+            row["consumer"] = self._consumer_name(ident)
         row["partition"] = partition_of(row["topic"])
         return row
 
@@ -988,6 +989,8 @@ class PulsarConversation(Conversation):
             "source": "capture",
             "topic": topic,
             "partition": part,
+            # the subscription the message went to: the same value acks.consumer carries
+            "consumer": self._consumer_name(cid),
             "producer_name": md.producer_name,
             "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
             "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
