@@ -82,6 +82,7 @@ def test_get_messages_deliver_rows_and_confirmation_ack():
     assert m1["headers"] == [{"key": "$msgType$", "value": b"t1"}, {"key": "k", "value": b"v"}]
     assert m1["message_ts_ns"] == 1_700_000_123_456 * 1_000_000
     assert m2["value"] == b"world" and m2["checksum_ok"] is False and m2["headers"] == []
+    assert m1["consumer"] == m2["consumer"] == "grp"  # the group of the getMessagesC2B request
     confirm, commit_ack = out["acks"]
     assert confirm["ack_type"] == commit_ack["ack_type"] == "tubemq_commit"
     assert json.loads(confirm["details"])["via"] == "getMessagesC2B"
@@ -110,7 +111,8 @@ def test_produce_checksum_and_payload_policy():
     bad = brk.SendMessageRequestP2B(
         clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=7, sentAddr=1
     )
-    signed = zlib.crc32(data) - (1 << 32) if zlib.crc32(data) >= 1 << 31 else zlib.crc32(data)
+    assert zlib.crc32(data) >= 1 << 31  # so the signed full CRC differs from TubeMQ's masked one
+    signed = zlib.crc32(data) - (1 << 32)
     full = brk.SendMessageRequestP2B(
         clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=signed, sentAddr=1
     )
@@ -120,8 +122,10 @@ def test_produce_checksum_and_payload_policy():
     out = run(
         conv, [(C2S, request(1, 3, 13, good)), (C2S, request(2, 3, 13, bad)), (C2S, request(3, 3, 13, full))]
     )
-    ok, wrong, full_ok = out["messages"]
-    assert ok["checksum_ok"] is True and wrong["checksum_ok"] is False and full_ok["checksum_ok"] is True
+    ok, wrong, full = out["messages"]
+    # TubeMQ's CheckSum.crc32 clears the sign bit; a full (signed) CRC32 is not TubeMQ's checksum
+    assert ok["checksum_ok"] is True and wrong["checksum_ok"] is False and full["checksum_ok"] is False
+    assert all(m.get("consumer") is None for m in out["messages"])  # produce rows have no consumer
     assert ok["value"] is None and ok["value_size"] == len(b"payload-bytes") and len(ok["value_hash"]) == 64
 
 
@@ -234,3 +238,81 @@ def test_sniff():
     bad_list = b"\xff\x7f\xf4\xfe\x00\x00\x00\x01\x7f\x00\x00\x00\x00\x00\x00\x10"
     assert PROTOCOL.sniff(bad_list, b"") == 0.0
     assert 8715 in PROTOCOL.default_ports and 8123 in PROTOCOL.default_ports
+
+
+# producerHeartbeatP2M response (method 2), serial 9, spelled out byte by byte. HeartResponseM2P:
+#   08 01                 success = true
+#   10 c8 01              errCode = 200
+#   1a 02 "OK"            errMsg
+#   20 07                 brokerCheckSum = 7
+#   2a <len> text         topicInfos (field 5), twice
+#   32 <len> text         brokerInfos (field 6), twice
+HB_P2M_BODY = (
+    b"\x08\x01"
+    + b"\x10\xc8\x01"
+    + b"\x1a\x02OK"
+    + b"\x20\x07"
+    + b"\x2a\x17"
+    + b"demo#1:3:2,2:4:1#524288"  # topicInfos[0]
+    + b"\x2a\x0b"
+    + b"other#2:1:1"  # topicInfos[1]: no max message size segment
+    + b"\x32\x0f"
+    + b"1:127.0.0.1:812"  # brokerInfos[0] (port 812)
+    + b"\x32\x0e"
+    + b"2:10.0.0.2:900"  # brokerInfos[1]
+)
+HB_P2M_FRAME = (
+    b"\xff\x7f\xf4\xfe"  # begin token
+    + b"\x00\x00\x00\x09"  # serialNo 9
+    + b"\x00\x00\x00\x01"  # one block
+    + (3 + 3 + 1 + 4 + len(HB_P2M_BODY)).to_bytes(4, "big")  # block length
+    + b"\x02\x08\x01"  # RpcConnHeader{flag: 1}
+    + b"\x02\x08\x00"  # ResponseHeader{status: SUCCESS}
+    + bytes([4 + len(HB_P2M_BODY)])  # RspResponseBody length (< 128: a one-byte varint)
+    + b"\x08\x02"  # method = 2 (producerHeartbeatP2M)
+    + b"\x12"
+    + bytes([len(HB_P2M_BODY)])
+    + HB_P2M_BODY
+)
+
+
+def test_producer_heartbeat_topic_infos_golden_bytes():
+    hb = mst.HeartRequestP2M(clientId="prod-1", brokerCheckSum=-1, hostName="h", topicList=["demo", "other"])
+    out = run(new_conv(), [(C2S, request(9, 1, 2, hb)), (S2C, HB_P2M_FRAME)])
+    for t, rows in out.items():
+        tables.conform(t, rows)
+    req, rsp = out["commands"]
+    assert (
+        rsp["decode_status"] == "ok" and rsp["command"] == "producerHeartbeatP2M" and rsp["error_code"] == 0
+    )
+    assert rsp["size"] == len(HB_P2M_FRAME)
+    d = json.loads(rsp["details"])
+    assert d["topic_infos"] == [
+        {
+            "info": "demo#1:3:2,2:4:1#524288",
+            "topic": "demo",
+            "brokers": [
+                {"broker_id": 1, "partitions": 3, "stores": 2, "host": "127.0.0.1", "port": 812},
+                {"broker_id": 2, "partitions": 4, "stores": 1, "host": "10.0.0.2", "port": 900},
+            ],
+            "partition_count": 10,  # 3 partitions x 2 stores + 4 x 1
+            "max_msg_size": 524288,
+        },
+        {
+            "info": "other#2:1:1",
+            "topic": "other",
+            "brokers": [{"broker_id": 2, "partitions": 1, "stores": 1, "host": "10.0.0.2", "port": 900}],
+            "partition_count": 1,
+        },
+    ]
+    assert [b["broker_id"] for b in d["brokers"]] == [1, 2]
+    assert out["latencies"][0]["response_command"] == "producerHeartbeatP2M"
+
+
+def test_topic_info_parser_keeps_odd_entries():
+    from brokerscope.protocols.tubemq.conversation import parse_topic_info
+
+    assert parse_topic_info("no-separator") == {"info": "no-separator"}
+    t = parse_topic_info("t#5:x:1,7:2:1#")
+    assert t["brokers"] == [{"info": "5:x:1"}, {"broker_id": 7, "partitions": 2, "stores": 1}]
+    assert t["partition_count"] == 2 and "max_msg_size" not in t

@@ -50,6 +50,7 @@ def check_capture(rows: dict[str, list[dict]], expected: dict) -> None:
     assert all(r["decode_status"] == "ok" for r in rows["messages"])
     delivered = [r for r in rows["messages"] if r["direction"] == "deliver"]
     assert all(r["checksum_ok"] is True and r["message_id"] for r in delivered)
+    assert {r["consumer"] for r in delivered} == {"grp"}  # the group that fetched them
     produced = [r for r in rows["messages"] if r["direction"] == "produce"]
     assert Counter(r["checksum_ok"] for r in produced) == Counter({None: 4, True: 3})  # odd sends carry a CRC
     attrs = {m["attribute"] for m in expected["messages"]}
@@ -72,6 +73,12 @@ def check_capture(rows: dict[str, list[dict]], expected: dict) -> None:
     # metadata kept in details: broker list and partition assignment
     hb = [r for r in cmds if r["command"] == "consumerHeartbeatC2M" and r["direction"] == "s2c"]
     assert [a["partition"] for a in json.loads(hb[0]["details"])["assigned"]] == [0, 1]
+    phb = [r for r in cmds if r["command"] == "producerHeartbeatP2M" and r["direction"] == "s2c"]
+    assert phb
+    for r in phb:  # the simulator's master publishes one topic on broker 1 with two partitions
+        (ti,) = json.loads(r["details"])["topic_infos"]
+        assert ti["partition_count"] == 2 and ti["brokers"][0]["broker_id"] == 1
+        assert ti["brokers"][0]["host"] == "127.0.0.1"
     # frames that needed several 8192-byte blocks
     multi = [r for r in cmds if len(json.loads(r["details"])["blocks"]) > 1]
     assert len(multi) >= 3  # two big sends + the delivery that carried both

@@ -51,12 +51,12 @@ def tube_checksum(data: bytes) -> int:
 
 
 def _checksum_ok(expected: int | None, data: bytes) -> bool | None:
-    """None when no checksum was sent (TubeMQ producers send -1), else whether it matches."""
+    """None when no checksum was sent (TubeMQ's Java producer always sends -1), else whether it
+    equals TubeMQ's checksum (CheckSum.crc32: CRC32 & 0x7FFFFFFF, the only form TubeMQ computes
+    and the only one its consumer accepts)."""
     if expected is None or expected == -1:
         return None
-    crc = zlib.crc32(data)
-    signed = crc - (1 << 32) if crc >= 1 << 31 else crc
-    return expected in (crc & 0x7FFFFFFF, signed)
+    return expected == tube_checksum(data)
 
 
 def split_payload(data: bytes, flag: int | None) -> tuple[str | None, bytes, str | None]:
@@ -118,6 +118,38 @@ def parse_broker_info(s: str) -> dict:
         out["host"] = parts[1]
     if len(parts) > 2 and parts[2].isdigit():
         out["port"] = int(parts[2])
+    return out
+
+
+def parse_topic_info(s: str, brokers: dict[int, dict] | None = None) -> dict:
+    """A producer heartbeat's topicInfos entry -> dict.
+
+    Layout (TubeMQ's DataConverterUtil.convertTopicInfo, separators from TokenConstants):
+    `topic#brokerId:partitionNum:storeNum[,brokerId:partitionNum:storeNum...][#maxMsgSizeInB]`.
+    `brokers` (broker id -> parse_broker_info of the same response's brokerInfos) adds host/port.
+    """
+    out: dict = {"info": s}
+    seg = s.strip().split("#")
+    if len(seg) < 2:
+        return out
+    out["topic"] = seg[0]
+    parts: list[dict] = []
+    for item in seg[1].split(","):
+        f = item.split(":")
+        if len(f) < 3 or not all(x.strip().lstrip("-").isdigit() for x in f[:3]):
+            if item:
+                parts.append({"info": item})
+            continue
+        bid, num, stores = (int(x) for x in f[:3])
+        p: dict = {"broker_id": bid, "partitions": num, "stores": stores}
+        b = (brokers or {}).get(bid)
+        if b is not None:
+            p.update({k: b[k] for k in ("host", "port") if k in b})
+        parts.append(p)
+    out["brokers"] = parts
+    out["partition_count"] = sum(p.get("partitions", 0) * p.get("stores", 1) for p in parts)
+    if len(seg) > 2 and seg[2].strip().isdigit():
+        out["max_msg_size"] = int(seg[2])
     return out
 
 
@@ -456,8 +488,13 @@ class TubeMQConversation(Conversation):
     def _metadata(self, msg, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""
         brokers = list(getattr(msg, "brokerInfos", []) or [])
-        if brokers:
-            details["brokers"] = [parse_broker_info(b) for b in brokers]
+        parsed = [parse_broker_info(b) for b in brokers]
+        if parsed:
+            details["brokers"] = parsed
+        topic_infos = list(getattr(msg, "topicInfos", []) or [])  # HeartResponseM2P only
+        if topic_infos:
+            by_id = {b["broker_id"]: b for b in parsed if "broker_id" in b}
+            details["topic_infos"] = [parse_topic_info(t, by_id) for t in topic_infos]
         event = _field(msg, "event")
         if event is not None:
             details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
@@ -550,6 +587,7 @@ class TubeMQConversation(Conversation):
                 "topic": topic,
                 "partition": part if part is not None else req_part,
                 "message_id": str(tm.messageId) if tm.HasField("messageId") else None,
+                "consumer": pend.group if pend else None,  # the consumer group that fetched it
                 "headers": headers,
                 "checksum_ok": _checksum_ok(cs, data),
                 "correlation_id": f.serial,
@@ -664,4 +702,11 @@ def _ipv4(v: int | None) -> str | None:
     return ".".join(str((v >> s) & 0xFF) for s in (24, 16, 8, 0))
 
 
-__all__ = ["TubeMQConversation", "HEADER_LEN", "tube_checksum", "split_payload"]
+__all__ = [
+    "TubeMQConversation",
+    "HEADER_LEN",
+    "tube_checksum",
+    "split_payload",
+    "parse_topic_info",
+    "parse_subscribe_info",
+]

@@ -98,8 +98,10 @@ METHODS: dict[int, Method] = {
             carries_auth=False,
         ),
         Method(19, "consumerCloseC2B", _BROKER, None, None),
-        # The V2 consumer calls: TubeMQ's definitions of their messages are not published with
-        # the others; their bodies are decoded field by field (wire format) into details.
+        # The V2 (client-balance) consumer calls. Their messages (RegisterRequestC2MV2,
+        # HeartRequestC2MV2, GetPartMetaRequestC2M and responses) are named in TubeMQ's Java code,
+        # but no available source gives their field numbers (docs/protocols/tubemq.md): their
+        # bodies are decoded field by field (wire format) into details.
         Method(20, "consumerRegisterC2MV2", _MASTER, None, None),
         Method(21, "consumerHeartbeatC2MV2", _MASTER, None, None),
         Method(22, "consumerGetPartMetaInfoC2M", _MASTER, None, None),
