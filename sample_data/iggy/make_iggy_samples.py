@@ -95,8 +95,24 @@ async def session(port: int, log: list) -> dict:
         + struct.pack("<Q", 2)
     )
     await step(log, "store_consumer_offset", c.send_binary_request(121, store))
+    stream = await step(log, "get_stream", c.get_stream(STREAM))
+    topic = await step(log, "get_topic", c.get_topic(STREAM, TOPIC))
     return {
-        "polled": [{"id": m.id(), "offset": m.offset(), "payload": m.payload().hex()} for m in (polled or [])]
+        "polled": [
+            {"id": m.id(), "offset": m.offset(), "payload": m.payload().hex()} for m in (polled or [])
+        ],
+        "stream": None
+        if stream is None
+        else {"id": stream.id, "name": stream.name, "topics": stream.topics_count},
+        "topic": None
+        if topic is None
+        else {
+            "id": topic.id,
+            "name": topic.name,
+            "partitions": topic.partitions_count,
+            "messages": topic.messages_count,
+            "options": {str(k): str(v) for k, v in topic.options.items()},
+        },
     }
 
 
@@ -128,8 +144,11 @@ def main() -> None:
         ],
         "stored_offsets": [{"consumer": "consumer:7", "partition": 1, "offset": 2}],
         "auto_commit_poll": {"consumer": "consumer:7", "last_offset": len(MESSAGES) - 1},
+        "deliver_consumer": "consumer:7",
         "client_steps": log,
         "client_polled": result["polled"],
+        "client_stream": result["stream"],
+        "client_topic": result["topic"],
     }
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)

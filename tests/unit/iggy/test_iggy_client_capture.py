@@ -38,6 +38,28 @@ def _check(out: dict, manifest: dict) -> None:
         "POLL_MESSAGES",
         "STORE_CONSUMER_OFFSET",
     } <= names
+    # the real client completed every step against the simulator's replies
+    assert all(step["ok"] for step in manifest["client_steps"]), manifest["client_steps"]
+    replies = {c["command"]: json.loads(c["details"]) for c in cmds if c["direction"] == "s2c"}
+    # metadata replies: result section (count 0) then the new stream / topic
+    created = replies["CREATE_STREAM"]
+    assert (created["result_count"], created["name"], created["layout"]) == (0, manifest["stream"], "vsr")
+    topic = replies["CREATE_TOPIC"]
+    assert topic["result_count"] == 0 and f"{manifest['stream']}/{topic['name']}" == manifest["topic"]
+    assert [p["id"] for p in topic["partitions"]] == [1]
+    assert replies["STORE_CONSUMER_OFFSET"]["result_count"] == 0
+    assert replies["LOGIN_REGISTER"]["session"] > 0
+    if manifest.get("client_topic"):  # GET_TOPIC as the client decoded it
+        got = replies["GET_TOPIC"]
+        want = manifest["client_topic"]
+        assert (got["id"], got["name"], got["messages_count"]) == (want["id"], want["name"], want["messages"])
+    # batch checksums: the client's (send) and the server's restamped one (poll) both verify
+    send = next(
+        json.loads(c["details"]) for c in cmds if c["command"] == "SEND_MESSAGES" and c["direction"] == "c2s"
+    )
+    assert send["batch"]["batch_checksum_ok"] is True
+    assert replies["POLL_MESSAGES"]["batch_checksum_ok"] is True
+    assert replies["SEND_MESSAGES"]["confirmations"][0]["base_offset"] == 0
     # the password never lands anywhere
     assert "s3cret-sample-pw" not in repr(out)
     login = next(c for c in cmds if c["command"] == "LOGIN_REGISTER" and c["direction"] == "c2s")
@@ -57,6 +79,12 @@ def _check(out: dict, manifest: dict) -> None:
     for m in (m for m in msgs if m["direction"] == "deliver"):
         assert m["headers"] == produce[m["message_id"]]["headers"]
     assert sorted(m["offset"] for m in msgs if m["direction"] == "deliver") == list(range(len(sent)))
+    # deliver rows name the consumer of the poll; produce rows have none
+    assert {m["consumer"] for m in msgs if m["direction"] == "deliver"} == {manifest["deliver_consumer"]}
+    assert {m["consumer"] for m in msgs if m["direction"] == "produce"} == {None}
+    # per-message times: producer clock = batch origin + timestamp delta, in order
+    origins = [json.loads(m["details"])["origin_timestamp"] for m in msgs if m["direction"] == "produce"]
+    assert origins == sorted(origins) and all(origins)
 
     acks = [
         (a["consumer"], a["partition"], a["offset"])

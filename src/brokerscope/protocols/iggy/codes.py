@@ -84,10 +84,13 @@ VSR_COMMANDS: dict[int, str] = {
     12: "START_VIEW",
     13: "EVICTION",
 }
-# VSR `operation` byte values known from the sources.
+# VSR `operation` byte values (apache/iggy core/binary_protocol/src/consensus/operation.rs).
 VSR_OPERATIONS: dict[int, str] = {
     1: "REGISTER",
     2: "NON_REPLICATED",
+    3: "LOGOUT",
+    64: "CREATE_TOPIC_WITH_ASSIGNMENTS",  # replica-internal
+    65: "CREATE_PARTITIONS_WITH_ASSIGNMENTS",  # replica-internal
     128: "CREATE_STREAM",
     129: "UPDATE_STREAM",
     130: "DELETE_STREAM",
@@ -108,11 +111,17 @@ VSR_OPERATIONS: dict[int, str] = {
     145: "UPDATE_PERMISSIONS",
     146: "CREATE_PERSONAL_ACCESS_TOKEN",
     147: "DELETE_PERSONAL_ACCESS_TOKEN",
+    148: "JOIN_CONSUMER_GROUP",
+    149: "LEAVE_CONSUMER_GROUP",
     160: "SEND_MESSAGES",
     161: "STORE_CONSUMER_OFFSET",
+    162: "DELETE_CONSUMER_OFFSET",
+    164: "STORE_CONSUMER_OFFSET2",
+    165: "DELETE_CONSUMER_OFFSET2",
 }
-# replicated VSR operations whose body is the classic payload of this command code
+# VSR operations whose body is the classic payload of this command code
 VSR_OPERATION_CODES: dict[int, int] = {
+    3: 39,
     128: 202,
     129: 204,
     130: 203,
@@ -133,9 +142,25 @@ VSR_OPERATION_CODES: dict[int, int] = {
     145: 36,
     146: 42,
     147: 43,
+    148: 604,
+    149: 605,
     160: 101,
     161: 121,
+    162: 122,
+    164: 121,
+    165: 122,
 }
+
+# Replies whose body leads with a result section ([count u32] then count x {index u32,
+# result u32}; success = count 0 then the payload): `Operation::is_result_framed` = every
+# metadata operation (internal 64-65 and 128-149) plus the four consumer-offset writes, and a
+# non-empty REGISTER reply (apache/iggy consensus/reply_result.rs, the SDK's reply decode).
+_RESULT_FRAMED = frozenset({64, 65, *range(128, 150), 161, 162, 164, 165})
+
+
+def result_framed(operation: int, body_size: int) -> bool:
+    return operation in _RESULT_FRAMED or (operation == VSR_REGISTER and body_size > 0)
+
 
 HEADER_KINDS: dict[int, str] = {
     1: "raw",

@@ -229,10 +229,12 @@ def options(r: Reader) -> dict:
 
 
 def register_reply(payload) -> dict:
-    """VSR REGISTER reply: u32, user id u32, session u64, u32, server version (u8 length)."""
+    """VSR REGISTER reply payload (after the result section): `LoginRegisterResponse` = user id
+    u32, session u64, server protocol version u32, server version (u8 length). Confirmed from
+    apache/iggy core/server-ng (build_login_register_reply) and the SDK's register decode."""
 
     def p(r: Reader) -> dict:
-        d = {"reserved": r.u32(), "user_id": r.u32(), "session": r.u64(), "flags": r.u32()}
+        d = {"user_id": r.u32(), "session": r.u64(), "server_protocol_version": r.u32()}
         d["server_version"] = r.str8()
         return d
 
@@ -500,6 +502,97 @@ def _many(fn: Callable[[Reader], dict], key: str) -> Callable:
         return {key: items}
 
     return p
+
+
+def _prefixed_options(r: Reader) -> dict:
+    """A u32-length-prefixed options block (responses; apache/iggy primitives/options.rs):
+    user-header TLV entries, string keys."""
+    n = r.u32()
+    if n > r.remaining:
+        raise DecodeError(f"options block of {n} bytes, {r.remaining} left")
+    sub = Reader(r.bytes(n))
+    return options(sub)
+
+
+def _stream_vsr(r: Reader) -> dict:
+    """`StreamResponse` of the VSR generation: the classic stream fields then an options block."""
+    d = _stream(r)
+    d["options"] = _prefixed_options(r)
+    return d
+
+
+def _topic_vsr(r: Reader) -> dict:
+    """`TopicHeader` (apache/iggy responses/streams/get_stream.rs): id u32, created_at u64,
+    partitions_count u32, message_expiry u64, compression u8, max_topic_size u64, size u64,
+    messages_count u64, name (u8 len), options and derived options (u32-prefixed blocks)."""
+    d = {
+        "id": r.u32(),
+        "created_at": r.u64(),
+        "partitions_count": r.u32(),
+        "message_expiry": r.u64(),
+        "compression_algorithm": r.u8(),
+        "max_topic_size": r.u64(),
+        "size": r.u64(),
+        "messages_count": r.u64(),
+        "name": r.str8(),
+    }
+    d["options"] = _prefixed_options(r)
+    d["derived_options"] = _prefixed_options(r)
+    return d
+
+
+def _partitions_vsr(r: Reader, count: int) -> list[dict]:
+    """`count` partition records: 40 bytes (what apache-iggy 0.9 decodes) or 64 bytes (newer
+    servers append a 24-byte partition context, kept as hex)."""
+    size = 40 if r.remaining == 40 * count else 64 if r.remaining == 64 * count else 40
+    out = []
+    for _ in range(count):
+        p = _partition(r)
+        if size == 64:
+            p["context"] = r.bytes(24).hex()
+        out.append(p)
+    return out
+
+
+def stream_details_vsr(payload) -> dict:
+    """GET_STREAM / CREATE_STREAM reply payload: StreamResponse then topics_count TopicHeaders."""
+
+    def p(r: Reader) -> dict:
+        d = _stream_vsr(r)
+        d["topics"] = [_topic_vsr(r) for _ in range(d["topics_count"])]
+        d["layout"] = "vsr"
+        return d
+
+    return _variants(payload, p)
+
+
+def topic_details_vsr(payload) -> dict:
+    """GET_TOPIC / CREATE_TOPIC reply payload: TopicHeader then partitions_count partitions."""
+
+    def p(r: Reader) -> dict:
+        d = _topic_vsr(r)
+        d["partitions"] = _partitions_vsr(r, d["partitions_count"])
+        d["layout"] = "vsr"
+        return d
+
+    return _variants(payload, p)
+
+
+def send_confirmations(payload) -> dict:
+    """SEND_MESSAGES reply of the VSR generation (apache/iggy responses/messages/
+    send_messages.rs): count u32, then per partition written stream_id u32, topic_id u32,
+    partition_id u32, base_offset u64."""
+
+    def p(r: Reader) -> dict:
+        n = r.u32()
+        r.need(20 * n)
+        items = [
+            {"stream_id": r.u32(), "topic_id": r.u32(), "partition_id": r.u32(), "base_offset": r.u64()}
+            for _ in range(n)
+        ]
+        return {"confirmations": items}
+
+    return _variants(payload, p)
 
 
 def stream_details(payload) -> dict:

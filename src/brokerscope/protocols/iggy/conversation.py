@@ -29,6 +29,7 @@ from .codes import (
     VSR_OPERATION_CODES,
     VSR_OPERATIONS,
     VSR_REGISTER,
+    result_framed,
 )
 from .commands import (
     SECRET_REQUESTS,
@@ -38,6 +39,9 @@ from .commands import (
     decode_response,
     register,
     register_reply,
+    send_confirmations,
+    stream_details_vsr,
+    topic_details_vsr,
 )
 from .wire import DecodeError, Truncated, topic_name
 
@@ -51,6 +55,30 @@ MAX_STATUS = 100_000  # Iggy error codes are small numbers
 LOGIN_CODES = frozenset({38, 40, 44, 45})
 RESYNC_MAX_STATUS = 10_000  # stricter when hunting for a response header in garbage
 _II = struct.Struct("<II")
+
+
+def _vsr_or_classic(vsr_decoder, code: int):
+    """The VSR-generation layout first; a reply in the classic shape still decodes."""
+
+    def dec(payload) -> dict:
+        try:
+            return vsr_decoder(payload)
+        except DecodeError:
+            return decode_response(code, payload)
+
+    return dec
+
+
+# reply payload decoders of the VSR generation, by the request's command code
+VSR_RESPONSES = {
+    40: register_reply,
+    12: cluster_metadata,
+    101: send_confirmations,
+    200: _vsr_or_classic(stream_details_vsr, 200),
+    202: _vsr_or_classic(stream_details_vsr, 202),
+    300: _vsr_or_classic(topic_details_vsr, 300),
+    302: _vsr_or_classic(topic_details_vsr, 302),
+}
 
 
 def plausible_request(buf, pos: int, max_len: int) -> bool:
@@ -451,6 +479,7 @@ class IggyConversation(Conversation):
         row.update(
             topic=topic, partition=_i32(partition), decode_status=base.OK, details=base.to_json(details)
         )
+        _flag_batch_checksum(row, (fields.get("batch") or {}).get("batch_checksum_ok"))
         rows.append(("commands", row))
         if msgs:
             key = None
@@ -520,7 +549,7 @@ class IggyConversation(Conversation):
         )
         rows.append(self._latency(req, status, ts0))
         fields: dict = {}
-        if status == 0:
+        if status == 0 and len(payload):
             try:
                 fields = decoder(payload) if decoder else decode_response(code, payload)
             except DecodeError as e:
@@ -538,14 +567,16 @@ class IggyConversation(Conversation):
             row["partition"] = _i32(fields.get("partition_id"))
         details.update(fields)
         row.update(decode_status=base.OK, details=base.to_json(details))
+        _flag_batch_checksum(row, fields.get("batch_checksum_ok"))
         rows.append(("commands", row))
         if msgs:
+            consumer = consumer_label((req.get("details") or {}).get("consumer"))
             for m in msgs:
-                rows.append(
-                    self._message_row(
-                        "deliver", m, req["topic"], _i32(fields.get("partition_id")), req["corr"], ts0
-                    )
+                row_m = self._message_row(
+                    "deliver", m, req["topic"], _i32(fields.get("partition_id")), req["corr"], ts0
                 )
+                row_m[1]["consumer"] = consumer
+                rows.append(row_m)
         rows.extend(self._acks(req, status, fields, msgs, ts0))
 
     # -----------------------------------------------------------------------------------------
@@ -640,11 +671,30 @@ class IggyConversation(Conversation):
                     row["raw"] = self._raw(direction, frame[:VSR_HEADER])
                 rows.append(("commands", row))
                 return True
-            decoder = None
-            if req["code"] == 40:
-                decoder = register_reply
-            elif req["code"] == 12:
-                decoder = cluster_metadata
+            decoder = VSR_RESPONSES.get(req["code"])
+            if status == 0 and result_framed(operation, len(body)):
+                # metadata, consumer-offset write and non-empty register replies lead with a
+                # result section: [count u32] then count x {index u32, result u32}; success is
+                # count 0 followed by the typed payload (apache/iggy consensus/reply_result.rs)
+                if len(body) < 4:
+                    d["result_section"] = "missing"
+                else:
+                    count = struct.unpack_from("<I", body, 0)[0]
+                    d["result_count"] = count
+                    if count == 0:
+                        body = body[4:]
+                    elif len(body) >= 4 + 8 * min(count, 1024):
+                        d["results"] = [
+                            dict(zip(("index", "result"), struct.unpack_from("<II", body, 4 + 8 * i)))
+                            for i in range(min(count, 1024))
+                        ]
+                        status = d["results"][0]["result"]  # a committed rejection's error code
+                        row["error_code"] = status
+                        if len(body) > 4 + 8 * count:
+                            d["payload_size"] = len(body) - 4 - 8 * count
+                        body = body[:0]
+                    else:
+                        d["result_section"] = "truncated"
             if req["code"] is None:
                 row.update(
                     command=req["name"],
@@ -735,7 +785,7 @@ class IggyConversation(Conversation):
                         "partition": _i32(fields.get("partition_id")),
                         "offset": last.get("offset"),
                         "message_id": str(last["id"]),
-                        "consumer": f"{c['kind']}:{c['id']}",
+                        "consumer": consumer_label(c),
                         "error_code": status,
                         "correlation_id": req["corr"],
                         "details": base.to_json({"auto_commit": True, "messages": len(msgs)}),
@@ -755,7 +805,7 @@ class IggyConversation(Conversation):
             "topic": req["topic"],
             "partition": _i32(part),
             "offset": _i64(offset),
-            "consumer": f"{c['kind']}:{c['id']}",
+            "consumer": consumer_label(c),
             "error_code": status,
             "correlation_id": req["corr"],
         }
@@ -846,6 +896,24 @@ class IggyConversation(Conversation):
         if raw is not None:
             row["raw"] = raw
         return ("commands", row)
+
+
+def _flag_batch_checksum(row: dict, ok: bool | None) -> None:
+    """A message batch whose batch checksum does not verify marks its frame's row (the messages
+    keep their own per-message checksum verdicts)."""
+    if ok is False:
+        row["decode_status"] = base.CHECKSUM_MISMATCH
+        row["decode_error"] = "batch checksum does not match"
+
+
+def consumer_label(c: dict | None) -> str | None:
+    """The consumer of a POLL_MESSAGES / STORE_CONSUMER_OFFSET request as one string:
+    `consumer:<id>` for a single consumer, `group:<id>` for a consumer group; <id> is the
+    numeric id or the name, as the client sent it (e.g. `consumer:7`, `group:orders`)."""
+    if not c:
+        return None
+    prefix = "group" if c.get("kind") == "consumer_group" else "consumer"
+    return f"{prefix}:{c.get('id')}"
 
 
 def _i32(v) -> int | None:

@@ -139,11 +139,15 @@ def parse_polled(payload: bytes | memoryview) -> dict:
     out = {"partition_id": partition_id, "current_offset": current_offset, "count": count}
     if count > MAX_MESSAGES:
         raise DecodeError(f"message count {count}")
-    if count and r.remaining >= 256 and struct.unpack_from("<Q", payload, r.pos + 32)[0] == (r.remaining):
-        batch = parse_batch_v48(payload, r.pos, len(payload), count)
-        out.update(batch)
-        out["format"] = "v48_batch"
-        return out
+    if count and looks_like_batch(payload, r.pos, len(payload)):
+        # VSR generation (apache/iggy server build_polled_messages_reply): the head above, then
+        # the stored batch records as they are, `count` = the messages over all batches
+        try:
+            out.update(parse_batches_v48(payload, r.pos, len(payload), count))
+            out["format"] = "v48_batch"
+            return out
+        except DecodeError:
+            pass  # fall through to the older layouts
     try:
         out["messages"] = parse_messages_any(payload, r.pos, len(payload), count)
         out["format"] = f"v{out['messages'][0]['header_size']}" if count else "v64"
@@ -186,11 +190,11 @@ def _parse_send_new(payload) -> dict:
         raise DecodeError(f"metadata length {metadata_length} != {r.pos - start}")
     if count > MAX_MESSAGES:
         raise DecodeError(f"message count {count}")
-    if (
-        r.remaining >= BATCH_HEADER_V48
-        and len(payload) - r.pos == struct.unpack_from("<Q", payload, r.pos + 32)[0]
+    if looks_like_batch(payload, r.pos, len(payload)) and (
+        len(payload) - r.pos == struct.unpack_from("<Q", payload, r.pos + 32)[0]
     ):
-        batch = parse_batch_v48(payload, r.pos, len(payload), count)
+        # VSR generation: one batch record (apache/iggy core/binary_protocol/src/batch.rs)
+        batch, _ = parse_batch_v48(payload, r.pos, len(payload), count)
         msgs = batch.pop("messages")
         return {
             "format": "v48_batch",
@@ -199,7 +203,7 @@ def _parse_send_new(payload) -> dict:
             "topic_id": topic,
             "partitioning": part,
             "messages_count": count,
-            **batch,
+            "batch": batch,  # its partition_id/base_offset are 0 until the server stamps them
             "messages": msgs,
         }
     r.need(count * INDEX_SIZE)
@@ -277,22 +281,42 @@ def build_headers(items: list[tuple[str, int, bytes]]) -> bytes:
     return out
 
 
-# apache-iggy 0.9 clients (Rust SDK 0.11, VSR framing) send a 256-byte batch header after the
-# message count (base timestamp u64 @24, batch size u64 @32, checksum u64 @40, count u64 @48),
-# then messages with a 48-byte header: checksum u64 (XXH3-64 of the message after this field),
-# id u128, offset delta u32 @24, a second u32 @28, user headers length u32 @32, payload length
-# u32 @36, reserved u64 @40; then payload, then user headers. Observed on the wire from the
-# client and checked by the checksums; the server side of this generation is not published.
+# The message batch of the VSR generation (apache-iggy 0.9 clients, Rust SDK 0.11), confirmed
+# from apache/iggy core/binary_protocol/src/batch.rs: "the one layout a SendMessages body, the
+# replicated prepare, the persisted segment record, and the poll reply all share".
+#   batch header (256 bytes): partition_id u64 @0, base_offset u64 @8, base_timestamp u64 @16,
+#     origin_timestamp u64 @24, batch_length u64 @32 (= 256 + blob), batch_checksum u64 @40,
+#     message_count u32 @48, reserved (zero) @52..256. A producer sends partition_id, base_offset
+#     and base_timestamp as 0; the server stamps them and recomputes the batch checksum.
+#   message frame: 48-byte header then payload then user headers: checksum u64 @0 (XXH3-64 of
+#     frame[8:] + payload + user headers), id u128 @8, offset_delta u32 @24, timestamp_delta u32
+#     @28 (microseconds after the batch origin_timestamp), user_headers_length u32 @32,
+#     payload_length u32 @36, reserved u64 @40 (zero).
+#   batch checksum: XXH3-64 over partition_id, base_offset, base_timestamp, origin_timestamp,
+#     batch_length (u64 LE each) and message_count (u32 LE), then each message's 8-byte checksum
+#     field in order (not the bodies: those are bound by the per-message checksums).
 BATCH_HEADER_V48 = 256
 V48 = 48
+_BATCH_META = struct.Struct("<QQQQQQI")  # partition, base offset, base ts, origin ts, len, checksum, count
+_BATCH_HASHED = struct.Struct("<QQQQQI")
+
+
+def batch_checksum(header_fields: tuple, message_checksums: list[bytes]) -> int | None:
+    """The batch checksum Iggy stores at batch header offset 40 (None without xxhash)."""
+    pid, base_offset, base_ts, origin_ts, length, count = header_fields
+    data = _BATCH_HASHED.pack(pid, base_offset, base_ts, origin_ts, length, count)
+    return xxh3_64(data + b"".join(message_checksums))
 
 
 def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
+    """One message frame of a batch: (message, next position); offsets/times are relative."""
     if pos + V48 > end:
         raise DecodeError(f"message header truncated at {pos}")
     (checksum,) = struct.unpack_from("<Q", buf, pos)
     mid = int.from_bytes(buf[pos + 8 : pos + 24], "little")
-    delta, aux, hlen, plen, reserved = struct.unpack_from("<IIIIQ", buf, pos + 24)
+    delta, ts_delta, hlen, plen, reserved = struct.unpack_from("<IIIIQ", buf, pos + 24)
+    if reserved:
+        raise DecodeError(f"message at {pos}: reserved bytes not zero")
     body = pos + V48
     stop = body + plen + hlen
     if stop > end:
@@ -304,7 +328,7 @@ def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
     msg = {
         "id": mid,
         "offset_delta": delta,
-        "aux": aux,
+        "timestamp_delta": ts_delta,
         "checksum": checksum,
         "checksum_ok": ok,
         "headers": user_headers(bytes(buf[body + plen : stop])) if hlen else [],
@@ -312,35 +336,111 @@ def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
         "size": stop - pos,
         "header_size": V48,
     }
-    if reserved:
-        msg["reserved"] = reserved
     return msg, stop
 
 
-def parse_batch_v48(buf, pos: int, end: int, count: int | None) -> dict:
-    """A 256-byte batch header then `count` 48-byte-header messages running to `end`."""
+def parse_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[dict, int]:
+    """One batch record at `pos` (within `end`): (batch fields with its messages, next position).
+
+    Each message gets its absolute `offset` (base_offset + delta), `origin_timestamp` (the
+    producer's clock: batch origin + timestamp_delta, µs) and `timestamp` (the server's
+    base_timestamp, µs; None while the server has not stamped the batch)."""
     if pos + BATCH_HEADER_V48 > end:
         raise DecodeError("batch header truncated")
-    base_offset, base_ts, size, checksum, n = struct.unpack_from("<QQQQQ", buf, pos + 16)
+    pid, base_offset, base_ts, origin_ts, length, checksum, n = _BATCH_META.unpack_from(buf, pos)
+    if length < BATCH_HEADER_V48 or pos + length > end:
+        raise DecodeError(f"batch length {length} does not fit {end - pos} bytes")
+    if any(bytes(buf[pos + 52 : pos + BATCH_HEADER_V48])):
+        raise DecodeError("batch header reserved bytes not zero")
     if count is not None and n != count:
         raise DecodeError(f"batch count {n} != {count}")
-    if size != end - pos:
-        raise DecodeError(f"batch size {size} != {end - pos}")
+    stop = pos + length
     msgs = []
+    sums = []
     p = pos + BATCH_HEADER_V48
-    while p < end:
+    while p < stop:
         if len(msgs) >= n:
             raise DecodeError("more messages than the batch count")
-        m, p = parse_message_v48(buf, p, end)
+        m, nxt = parse_message_v48(buf, p, stop)
+        sums.append(bytes(buf[p : p + 8]))
         m["offset"] = base_offset + m["offset_delta"]
+        m["origin_timestamp"] = origin_ts + m["timestamp_delta"] if origin_ts else None
         m["timestamp"] = base_ts or None
         msgs.append(m)
+        p = nxt
     if len(msgs) != n:
         raise DecodeError(f"{len(msgs)} messages where the batch says {n}")
-    return {
+    ok = None
+    if checksum:
+        calc = batch_checksum((pid, base_offset, base_ts, origin_ts, length, n), sums)
+        ok = None if calc is None else calc == checksum
+    batch = {
+        "partition_id": pid,
         "base_offset": base_offset,
         "base_timestamp": base_ts,
-        "batch_size": size,
+        "origin_timestamp": origin_ts,
+        "batch_length": length,
         "batch_checksum": checksum,
+        "batch_checksum_ok": ok,
+        "message_count": n,
         "messages": msgs,
     }
+    return batch, stop
+
+
+def parse_batches_v48(buf, pos: int, end: int, count: int | None) -> dict:
+    """Batch records back to back from pos to end (a poll reply may carry several); `count`,
+    when given, is the total number of messages."""
+    batches = []
+    msgs: list[dict] = []
+    while pos < end:
+        if len(batches) >= MAX_MESSAGES:
+            raise DecodeError("too many batches")
+        b, pos = parse_batch_v48(buf, pos, end)
+        msgs.extend(b.pop("messages"))
+        batches.append(b)
+    if count is not None and len(msgs) != count:
+        raise DecodeError(f"{len(msgs)} messages in the batches where the count says {count}")
+    oks = [b["batch_checksum_ok"] for b in batches]
+    return {
+        "batches": batches,
+        "batch_checksum_ok": False if False in oks else (True if oks and all(oks) else None),
+        "messages": msgs,
+    }
+
+
+def looks_like_batch(buf, pos: int, end: int) -> bool:
+    """A batch header at pos: its length fits the data and its reserved tail is zero."""
+    if end - pos < BATCH_HEADER_V48:
+        return False
+    length = struct.unpack_from("<Q", buf, pos + 32)[0]
+    return BATCH_HEADER_V48 <= length <= end - pos and not any(bytes(buf[pos + 52 : pos + 256]))
+
+
+def build_batch_v48(
+    messages: list[tuple[int, bytes, bytes]],
+    origin_timestamp: int,
+    partition_id: int = 0,
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+    timestamp_deltas: list[int] | None = None,
+    with_checksums: bool = True,
+) -> bytes:
+    """Serialise one batch (for simulators and tests) from (id, payload, user headers blob)."""
+    blob = b""
+    sums = []
+    for i, (mid, payload, headers) in enumerate(messages):
+        tdelta = timestamp_deltas[i] if timestamp_deltas else 0
+        rest = mid.to_bytes(16, "little") + struct.pack("<IIIIQ", i, tdelta, len(headers), len(payload), 0)
+        rest += payload + headers
+        csum = (xxh3_64(rest) or 0) if with_checksums else 0
+        sums.append(struct.pack("<Q", csum))
+        blob += sums[-1] + rest
+    length = BATCH_HEADER_V48 + len(blob)
+    fields = (partition_id, base_offset, base_timestamp, origin_timestamp, length, len(messages))
+    bsum = (batch_checksum(fields, sums) or 0) if with_checksums else 0
+    head = bytearray(BATCH_HEADER_V48)
+    _BATCH_META.pack_into(
+        head, 0, partition_id, base_offset, base_timestamp, origin_timestamp, length, bsum, len(messages)
+    )
+    return bytes(head) + blob
