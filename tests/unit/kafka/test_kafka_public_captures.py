@@ -6,6 +6,8 @@ decode here)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from brokerscope.streams import decode_files
@@ -82,9 +84,9 @@ NDPI = [
     (49280, "s2c", "ApiVersions", 0, 129, "ok"),
     (49280, "c2s", "Metadata", 2, 130, "ok"),
     (49280, "s2c", "Metadata", 2, 130, "ok"),
-    (49280, "s2c", None, None, 131, "request_missing"),
-    (58052, "s2c", None, None, 140, "request_missing"),
-    (58052, "s2c", None, None, 141, "request_missing"),
+    (49280, "s2c", "Metadata", 2, 131, "request_missing"),  # inferred: neighbour 130 is Metadata v2
+    (58052, "s2c", None, None, 140, "request_missing"),  # no captured neighbour: not inferred
+    (58052, "s2c", "Metadata", 2, 141, "request_missing"),  # inferred: neighbour 142 is Metadata v2
     (58052, "c2s", "Metadata", 2, 142, "ok"),
     (58052, "s2c", "Metadata", 2, 142, "ok"),
     (40042, "c2s", "Metadata", 2, 164, "ok"),
@@ -125,6 +127,28 @@ def test_ndpi():
     assert got == NDPI
     missing = [r for r in out["commands"] if r["decode_status"] == "request_missing"]
     assert all(r["raw"] for r in missing)
+    # tshark shows these three frames as "Request missing" with their length and correlation id
+    # only (frames 5-7: lengths 116, 346, 116); inference adds the api where it is certain
+    assert [(r["correlation_id"], r["size"] - 4) for r in sorted(missing, key=lambda r: r["ts_ns"])] == [
+        (131, 116),
+        (140, 346),
+        (141, 116),
+    ]
+    by_corr = {r["correlation_id"]: r for r in out["commands"] if r["client_port"] in (49280, 58052)}
+    for corr, paired in ((131, 130), (141, 142)):
+        det = json.loads(by_corr[corr]["details"])
+        assert det.pop("inferred") is True and "Metadata v2" in det.pop("inferred_reason")
+        # the same broker's answer to the same question, paired with its captured request
+        assert by_corr[paired]["decode_status"] == "ok"
+        assert det == json.loads(by_corr[paired]["details"])
+        assert by_corr[corr]["topic"] == "LB_MAIN_LOG_INPUT"
+    # 140 is an ApiVersions v0 response (the size of 129's) on a connection where only Metadata
+    # v2 was requested, and neither neighbour's request was captured: left undecoded
+    assert json.loads(by_corr[140]["details"]) == {
+        "inferred": False,
+        "inferred_reason": "no request with correlation id 139 or 141 in the capture",
+    }
+    assert by_corr[140]["size"] == by_corr[129]["size"]
     values = sorted(m["value"][:13] for m in out["messages"])
     assert values == [b"Hello world!", b'{"timestamp":', b'{"timestamp":']
     assert {m["message_id"] for m in out["messages"]} == {

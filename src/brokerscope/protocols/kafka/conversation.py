@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from . import inference, schema
 from . import records as rec
-from . import schema
 from .names import EXTRA_API_NAMES, SECRET_FIELDS
 
 _I32 = struct.Struct(">i")
@@ -26,6 +26,12 @@ MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offset
 MAX_CLIENT_ID = 512
 SKIP_LIMIT_FACTOR = 4  # an oversize frame with a credible header is skipped up to 4x the frame cap
 _MAX_TOPIC_IDS = 100_000  # per connection
+# responses whose request is missing are held until the connection ends, when every api requested
+# on it is known, and then decoded where the api can be inferred with certainty (inference.py)
+MAX_HELD_MISSING = 1_000
+MAX_HELD_MISSING_BYTES = 16 * 1024 * 1024
+RECENT_REQUESTS = 1_024  # correlation id -> (api key, version) of the latest requests
+MAX_REQUESTED_APIS = 4_096  # distinct (api key, version) pairs remembered per connection
 
 
 def api_name(key: int) -> str | None:
@@ -56,6 +62,18 @@ def plausible_request(buf: bytes | memoryview, pos: int, max_frame: int) -> int:
     if ver > s.valid.hi:
         return 1
     return 2
+
+
+@dataclass
+class HeldResponse:
+    """A response whose request is not in the capture, waiting for the end of the connection."""
+
+    corr: int
+    frame: bytes
+    offset: int
+    ts0: int
+    ts1: int
+    neighbours: dict = field(default_factory=dict)  # correlation id N-1 / N+1 -> (api key, version)
 
 
 @dataclass
@@ -93,6 +111,14 @@ class KafkaConversation(Conversation):
         self.held_bytes = 0
         self.max_frame = ctx.max_frame_bytes
         self._out_ref: list[Row] = []  # where rows made during framing go
+        # request_missing inference: what was requested on this connection, and the held responses
+        self.recent_reqs: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.requested: dict[tuple[int, int], bool] = {}  # (api key, version) -> decodable
+        self.requested_overflow = False
+        self.held: OrderedDict[int, HeldResponse] = OrderedDict()  # by arrival
+        self.held_by_corr: dict[int, list[HeldResponse]] = {}
+        self.held_missing_bytes = 0
+        self._held_seq = 0
 
     # -- driver interface ---------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
@@ -174,6 +200,7 @@ class KafkaConversation(Conversation):
         if direction == C2S and len(head) >= 12:
             key, ver, corr = struct.unpack_from(">hhi", head, 4)
             if api_name(key) is not None and corr >= 0:
+                self._note_request(corr, key, ver)
                 p = schema.plan(key, ver, "request")
                 self._add_pending(
                     corr, Pending(key, ver, api_name(key), p is not None, ts, None, None, None), self._out_ref
@@ -222,6 +249,8 @@ class KafkaConversation(Conversation):
         for corr, p in self.pending.items():
             out.extend(self._unanswered(corr, p))
         self.pending.clear()
+        while self.held:
+            out.append(self._release_held(infer=True))
         return out
 
     # -- framing ------------------------------------------------------------------------------
@@ -484,6 +513,7 @@ class KafkaConversation(Conversation):
         except schema.DecodeError as e:
             out.append(self._error_row(C2S, offset, e.status, f"request header: {e}", frame, size, ts0, ts1))
             return
+        self._note_request(h.correlation_id, h.api_key, h.api_version)
         name = api_name(h.api_key)
         row = {
             "direction": C2S,
@@ -581,6 +611,115 @@ class KafkaConversation(Conversation):
                 out.extend(mrows)
         else:
             self._add_pending(h.correlation_id, pend, out)
+
+    # -- responses whose request is missing -----------------------------------------------------
+    def _note_request(self, corr: int, key: int, ver: int) -> None:
+        """Remember what was requested: the candidates and neighbours for inference."""
+        kv = (key, ver)
+        if kv not in self.requested:
+            if len(self.requested) < MAX_REQUESTED_APIS:
+                self.requested[kv] = schema.plan(key, ver, "response") is not None
+            else:
+                self.requested_overflow = True
+        self.recent_reqs[corr] = kv
+        self.recent_reqs.move_to_end(corr)
+        if len(self.recent_reqs) > RECENT_REQUESTS:
+            self.recent_reqs.popitem(last=False)
+        for c in (corr - 1, corr + 1):
+            for h in self.held_by_corr.get(c, ()):
+                h.neighbours[corr] = kv
+
+    def _hold(self, corr: int, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
+        h = HeldResponse(corr, frame, offset, ts0, ts1)
+        for c in (corr - 1, corr + 1):
+            kv = self.recent_reqs.get(c)
+            if kv is None and c in self.pending:
+                kv = (self.pending[c].api_key, self.pending[c].version)
+            if kv is not None:
+                h.neighbours[c] = kv
+        self._held_seq += 1
+        self.held[self._held_seq] = h
+        self.held_by_corr.setdefault(corr, []).append(h)
+        self.held_missing_bytes += len(frame)
+        while len(self.held) > MAX_HELD_MISSING or (
+            self.held_missing_bytes > MAX_HELD_MISSING_BYTES and len(self.held) > 1
+        ):
+            out.append(self._release_held(infer=False))
+
+    def _release_held(self, infer: bool) -> Row:
+        """The commands row of the oldest held response: decoded under the inferred api when that
+        is certain (decode_status stays request_missing), else undecoded with the reason."""
+        _seq, h = self.held.popitem(last=False)
+        self.held_missing_bytes -= len(h.frame)
+        same = self.held_by_corr.get(h.corr, [])
+        if h in same:
+            same.remove(h)
+        if not same:
+            self.held_by_corr.pop(h.corr, None)
+        size = len(h.frame) + 4
+        kv = body = None
+        if not infer:
+            why = "not held for inference: too many responses without their request on this connection"
+        elif self.requested_overflow:
+            why = f"more than {MAX_REQUESTED_APIS} (api, version) pairs requested on this connection"
+        else:
+            try:
+                kv, body, why = inference.infer(
+                    h.frame,
+                    h.corr,
+                    h.neighbours,
+                    self.requested,
+                    self.ctx.max_decompressed_bytes,
+                    _records_summary,
+                )
+            except Exception as e:  # never raise out of the decoder (close() has no other guard)
+                kv, body, why = None, None, f"inference failed: {type(e).__name__}: {e}"
+        if kv is None or body is None:
+            return self._error_row(
+                S2C,
+                h.offset,
+                base.REQUEST_MISSING,
+                "response whose request is not in the capture (api key and version unknown)",
+                h.frame,
+                size,
+                h.ts0,
+                h.ts1,
+                correlation_id=h.corr,
+                details=base.to_json({"inferred": False, "inferred_reason": why}),
+            )
+        key, ver = kv
+        plan = schema.plan(key, ver, "response")
+        summ = plan.summarize(body)
+        topics = list(summ["topics"]) + [
+            self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
+        ]
+        details = {"inferred": True, "inferred_reason": why, **_clean(body)}
+        return (
+            "commands",
+            {
+                "direction": S2C,
+                "command": api_name(key),
+                "command_code": key,
+                "api_version": ver,
+                "correlation_id": h.corr,
+                "topic": topics[0] if topics else None,
+                "topic_id": summ["topic_ids"][0] if not topics and summ["topic_ids"] else None,
+                "topics": topics or None,
+                "partition": summ["partition"],
+                "error_code": summ["error_code"],
+                "throttle_time_ms": body.get("ThrottleTimeMs"),
+                "size": size,
+                "stream_offset": h.offset,
+                "ts_ns": h.ts0,
+                "ts_end_ns": h.ts1,
+                "decode_status": base.REQUEST_MISSING,
+                "decode_error": f"response whose request is not in the capture; decoded as "
+                f"{inference.label(kv)}, inferred from the neighbouring requests (details.inferred_reason)",
+                "details": base.to_json(details),
+                # the bytes stay, so the inference can be checked; SASL frames never keep them
+                "raw": None if key in (17, 36) else self.ctx.raw(h.frame),
+            },
+        )
 
     def _why(self, p: schema.Plan, e: Exception) -> str:
         msg = f"{p.name} v{p.version} {p.kind}: {e}"
@@ -773,19 +912,7 @@ class KafkaConversation(Conversation):
                     )
                 )
                 return
-            out.append(
-                self._error_row(
-                    S2C,
-                    offset,
-                    base.REQUEST_MISSING,
-                    "response whose request is not in the capture (api key and version unknown)",
-                    frame,
-                    size,
-                    ts0,
-                    ts1,
-                    correlation_id=corr,
-                )
-            )
+            self._hold(corr, frame, offset, ts0, ts1, out)
             return
         self.held_bytes -= p.held_bytes
         row = {
