@@ -259,11 +259,16 @@ def cluster_metadata(payload) -> dict:
 
 
 def register(payload) -> dict:
-    """VSR REGISTER body (the login of apache-iggy 0.9 clients): protocol u32, SDK name (u8 len),
-    SDK version (u8 len), username (u8 len), password (u8 len, redacted), then context (u32 len)."""
+    """VSR REGISTER body (the login of apache-iggy 0.9 clients): ClientVersionInfo (protocol
+    version u32, SDK name (u8 len), SDK version (u8 len); apache/iggy binary_protocol
+    version.rs), username (u8 len), password (u8 len, redacted), then context (u32 len)."""
 
     def p(r: Reader) -> dict:
-        d = {"protocol": r.u32(), "sdk": r.str8(), "sdk_version": r.str8()}
+        v = r.u32()
+        # packed major.minor.patch; 10 bits per component fits the 0.11.0 client (11 << 10)
+        d = {"protocol_version": v, "protocol_version_text": f"{v >> 20}.{(v >> 10) & 1023}.{v & 1023}"}
+        d["sdk"] = r.str8()
+        d["sdk_version"] = r.str8()
         d["username"] = r.str8()
         d["password"] = redacted(r.bytes(r.u8()))
         if r.remaining:

@@ -7,11 +7,15 @@ Framings, detected per connection from the first request (all little-endian):
 - request id (apache/iggy "server-ng" `RequestFrame2`/`ResponseFrame2`): request
   [length u32][code u32][request_id u64][payload], length = 12 + payload; response
   [status u32][length u32][request_id u64][payload], length = 8 + payload; paired by request id.
-- VSR (consensus `GenericHeader`, spoken by apache-iggy 0.9 clients): a 256-byte header
-  (checksum u128, checksum_body u128, cluster u128, size u32 @48 = header + body, view u32,
-  release u32, command u8 @60, replica u8 @61, ...) then the body. Requests carry client u128 @128,
-  request u64 @168 and operation u8 @176; replies carry request u64 @184 and operation u8 @192.
-  Paired by request number. Bodies are recorded by size; the header is decoded.
+- VSR (consensus headers of apache/iggy core/binary_protocol/src/consensus/header.rs, the
+  client-wire version spoken by apache-iggy 0.9 clients): a 256-byte header (checksum u128,
+  checksum_body u128, cluster u128, size u32 @48 = header + body, view u32, release u32,
+  command u8 @60, replica u8 @61, ...) then the body. Requests carry client u128 @128,
+  request_checksum @144, request u64 @168, operation u8 @176, session u64 @184, user_id u32
+  @192 and (non-replicated) the command code u32 @196; replies carry commit u64 @184,
+  request u64 @200, operation u8 @208 and status u32 @216. One request in flight: FIFO pairing.
+  Bodies are the classic payloads; metadata / offset-write / register replies lead with a
+  result section (consensus/reply_result.rs).
 """
 
 from __future__ import annotations
@@ -616,7 +620,8 @@ class IggyConversation(Conversation):
             d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
             d["timestamp"], request = struct.unpack_from("<QQ", frame, 160)
             operation = frame[176]
-            d["session"] = struct.unpack_from("<Q", frame, 184)[0]
+            d["session"], d["header_user_id"] = struct.unpack_from("<QI", frame, 184)
+            d["request_checksum"] = f"{int.from_bytes(frame[144:160], 'little'):x}"
             d.update(request=request, operation=operation)
             decoder = None
             secret = False
@@ -658,6 +663,7 @@ class IggyConversation(Conversation):
             operation = frame[208]
             status = struct.unpack_from("<I", frame, 216)[0]
             d.update(request=request, operation=operation, status=status)
+            d["op"], d["commit"] = struct.unpack_from("<QQ", frame, 176)
             row["error_code"] = status
             req = self.fifo.popleft() if self.fifo else None
             if req is None:
