@@ -13,6 +13,14 @@ On-disk layouts (confirmed against apache/iggy's server sources):
   after this field), offset u64, state u8, timestamp u64, id u128, checksum u32 (CRC32 of the
   payload), headers length u32, headers, payload.
 
+- VSR generation (apache-iggy 0.9 / server-ng): the `.log` is a sequence of message batch
+  records, the same bytes a SEND_MESSAGES body and a POLL_MESSAGES reply carry ("the replicated
+  prepare, the persisted segment record, and the poll reply all share" one layout, apache/iggy
+  core/binary_protocol/src/batch.rs): a 256-byte batch header (partition_id, base_offset,
+  base_timestamp, origin_timestamp, batch_length, batch_checksum u64 each, message_count u32)
+  then 48-byte-header messages. Both checksums are verified. The index files of this
+  generation are not documented in the sources read: they are not checked for this layout.
+
 Directory layout: .../streams/<stream>/topics/<topic>/partitions/<partition>/<start offset>.log;
 `topic` is "<stream>/<topic>" (as on the wire, where it is "<stream id or name>/<topic id or name>").
 """
@@ -27,11 +35,11 @@ from collections.abc import Iterator
 
 from ..protocols import base
 from ..protocols.iggy.codes import MESSAGE_STATES
-from ..protocols.iggy.messages import checksum_of
+from ..protocols.iggy.messages import BATCH_HEADER_V48, checksum_of, looks_like_batch, parse_batch_v48
 from ..protocols.iggy.wire import DecodeError, user_headers
 
 Row = tuple[str, dict]
-NEW64, NEW56, LEGACY = "v64", "v56", "legacy"
+NEW64, NEW56, LEGACY, BATCHES = "v64", "v56", "legacy", "v48_batch"
 BATCH_HEADER = 24
 INDEX_ENTRY = 16
 _PATH = re.compile(r"streams[/\\]([^/\\]+)[/\\]topics[/\\]([^/\\]+)[/\\]partitions[/\\]([^/\\]+)")
@@ -46,6 +54,12 @@ def _read(path: str, start: int, n: int) -> bytes:
 def detect(head: bytes) -> str | None:
     """The layout of a segment from its first bytes: the first message (or batch) must check
     out by its checksum, or, when that message is damaged, by the structure around it."""
+    if looks_like_batch(head, 0, len(head)):
+        try:
+            parse_batch_v48(head, 0, len(head))  # counts, reserved bytes, frames tiling the batch
+            return BATCHES
+        except DecodeError:
+            pass
     for fmt, hs in ((NEW64, 64), (NEW56, 56)):
         if len(head) < hs:
             continue
@@ -95,6 +109,8 @@ def _unit_size(head: bytes, fmt: str) -> int | None:
         if len(head) < BATCH_HEADER:
             return None
         return BATCH_HEADER + struct.unpack_from("<I", head, 8)[0]
+    if fmt == BATCHES:
+        return struct.unpack_from("<Q", head, 32)[0] if len(head) >= 40 else None
     hs = 64 if fmt == NEW64 else 56
     if len(head) < hs:
         return None
@@ -171,6 +187,8 @@ def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> It
     seg = {"path": path, "topic": topic, "partition": partition, "ctx": ctx, "mtime": mtime_ns}
     if fmt == LEGACY:
         yield from _read_legacy(data, start, seg)
+    elif fmt == BATCHES:
+        yield from _read_batches(data, start, seg)
     else:
         yield from _read_new(data, start, 64 if fmt == NEW64 else 56, seg)
 
@@ -189,9 +207,9 @@ def _msg_row(seg: dict, m: dict, file_offset: int) -> Row:
         "headers": [{"key": h["key"], "value": h["value"]} for h in m["headers"]],
         "checksum_ok": m["checksum_ok"],
         "message_ts_ns": ts,
-        "decode_status": base.OK if m["checksum_ok"] else base.CHECKSUM_MISMATCH,
+        "decode_status": base.CHECKSUM_MISMATCH if m["checksum_ok"] is False else base.OK,
     }
-    if not m["checksum_ok"]:
+    if m["checksum_ok"] is False:
         row["decode_error"] = "message checksum does not match"
     row.update(ctx.payload.value(m["payload"]))
     det = {
@@ -199,7 +217,7 @@ def _msg_row(seg: dict, m: dict, file_offset: int) -> Row:
         "checksum": m["checksum"],
         "headers": [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]],
     }
-    for k in ("origin_timestamp", "state", "batch_base_offset"):
+    for k in ("origin_timestamp", "state", "batch_base_offset", "batch_checksum_ok"):
         if m.get(k) is not None:
             det[k] = m[k]
     row["details"] = base.to_json(det)
@@ -377,3 +395,57 @@ def _read_legacy(data: bytes, start: int, seg: dict) -> Iterator[Row]:
                 )
             return
         pos = bend
+
+
+def _read_batches(data: bytes, start: int, seg: dict) -> Iterator[Row]:
+    """VSR-generation segment: batch records back to back."""
+    path = seg["path"]
+    pos = 0
+    last_ts = seg["mtime"]
+    while pos < len(data):
+        fo = start + pos
+        left = len(data) - pos
+        if left < BATCH_HEADER_V48:
+            yield _problem(path, fo, left, base.TRUNCATED, "torn batch header", last_ts)
+            return
+        length = struct.unpack_from("<Q", data, pos + 32)[0]
+        if length > left:
+            yield _problem(
+                path, fo, left, base.TRUNCATED, f"torn last batch ({left} of {length} bytes)", last_ts
+            )
+            return
+        try:
+            batch, nxt = parse_batch_v48(data, pos, pos + length)
+        except DecodeError as e:
+            yield _problem(path, fo, max(length, 0), base.MALFORMED, f"batch: {e}", last_ts)
+            if length < BATCH_HEADER_V48:
+                return  # no way to find the next batch
+            pos += length
+            continue
+        if batch["base_timestamp"]:
+            last_ts = batch["base_timestamp"] * 1000
+        if batch["batch_checksum_ok"] is False:
+            yield _problem(
+                path,
+                fo,
+                length,
+                base.CHECKSUM_MISMATCH,
+                f"batch at offset {batch['base_offset']}: batch checksum mismatch",
+                last_ts,
+            )
+        mpos = fo + BATCH_HEADER_V48
+        for m in batch["messages"]:
+            m["batch_base_offset"] = batch["base_offset"]
+            m["batch_checksum_ok"] = batch["batch_checksum_ok"]
+            if m["checksum_ok"] is False:
+                yield _problem(
+                    path,
+                    mpos,
+                    m["size"],
+                    base.CHECKSUM_MISMATCH,
+                    f"message at offset {m['offset']}: checksum mismatch",
+                    last_ts,
+                )
+            yield _msg_row(seg, m, mpos)
+            mpos += m["size"]
+        pos = nxt

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import xxhash
+
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.iggy import PROTOCOL
 
@@ -107,3 +109,26 @@ def run(chunks: list[tuple[str, bytes]], ctx: Context | None = None, ts0: int = 
 
 def table(rows, name: str) -> list[dict]:
     return [r for t, r in rows if t == name]
+
+
+VSR_ORIGIN = 1_700_000_000_000_000  # µs
+
+
+def vsr_batch(msgs, pid=0, base=0, base_ts=0, deltas=None, bad_batch_sum=False, origin=VSR_ORIGIN) -> bytes:
+    """One VSR-generation batch record (apache/iggy core/binary_protocol/src/batch.rs): 256-byte
+    header (partition_id, base_offset, base_timestamp, origin_timestamp, batch_length,
+    batch_checksum u64 each, message_count u32, zeros) then message frames (checksum u64, id
+    u128, offset_delta u32, timestamp_delta u32, user headers length u32, payload length u32,
+    reserved u64) + payload + user headers, from (id, payload, user headers blob)."""
+    frames, sums = b"", []
+    for i, (mid, payload, hdrs) in enumerate(msgs):
+        rest = mid.to_bytes(16, "little") + u32(i) + u32(deltas[i] if deltas else 0)
+        rest += u32(len(hdrs)) + u32(len(payload)) + u64(0) + payload + hdrs
+        csum = u64(xxhash.xxh3_64_intdigest(rest))
+        sums.append(csum)
+        frames += csum + rest
+    length = 256 + len(frames)
+    meta = struct.pack("<QQQQQI", pid, base, base_ts, origin, length, len(msgs))
+    bsum = xxhash.xxh3_64_intdigest(meta + b"".join(sums)) ^ (1 if bad_batch_sum else 0)
+    head = struct.pack("<QQQQQQI", pid, base, base_ts, origin, length, bsum, len(msgs))
+    return head + bytes(256 - len(head)) + frames

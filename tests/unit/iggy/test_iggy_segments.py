@@ -13,6 +13,8 @@ from brokerscope.protocols.base import Context
 from brokerscope.protocols.iggy.messages import build_headers, build_message
 from brokerscope.segments import iggy as seg
 
+from .frames import VSR_ORIGIN, vsr_batch
+
 HDRS = build_headers([("k", 2, b"v"), ("n", 9, b"\x05")])
 MSGS = [(1000 + i, f"payload-{i}".encode() * (i + 1), HDRS if i % 2 else b"") for i in range(7)]
 
@@ -200,3 +202,53 @@ def test_partition_directory_through_decode_files(tmp_path):
         ("stored", "segment", "1/2", 3)
     }
     assert all(m["client_ip"] is None for m in msgs)
+
+
+# VSR generation: the segment is the batch records themselves (typed user-header keys)
+TYPED = b"\x02" + struct.pack("<I", 1) + b"k" + b"\x02" + struct.pack("<I", 1) + b"v"
+TYPED += b"\x02" + struct.pack("<I", 1) + b"n" + b"\x09" + struct.pack("<I", 1) + b"\x05"
+VSR_MSGS = [(mid, payload, TYPED if hdrs else b"") for mid, payload, hdrs in MSGS]
+STAMP = 1_700_000_000_000_900
+
+
+def write_batches(d, msgs, per_batch=3, base_offset=100, **kw):
+    log = b""
+    for b0 in range(0, len(msgs), per_batch):
+        chunk = msgs[b0 : b0 + per_batch]
+        log += vsr_batch(
+            chunk, pid=3, base=base_offset + b0, base_ts=STAMP + b0, deltas=list(range(len(chunk))), **kw
+        )
+    path = d / f"{base_offset:020d}.log"
+    path.write_bytes(log)
+    return path, log
+
+
+def test_vsr_batch_layout_roundtrip_and_splits(tmp_path):
+    path, _ = write_batches(part_dir(tmp_path), VSR_MSGS)
+    assert seg.matches(str(path)) and seg.detect(path.read_bytes()) == "v48_batch"
+    assert len(seg.plan(str(path), 1)) == 3  # one split per batch
+    msgs = _check(read_all(path, 1))
+    assert [r for t, r in read_all(path) if t == "commands"] == []
+    assert all(m["checksum_ok"] is True for m in msgs)
+    assert [m["message_ts_ns"] for m in msgs[:4]] == [STAMP * 1000] * 3 + [(STAMP + 3) * 1000]
+    d = json.loads(msgs[4]["details"])
+    assert (d["batch_base_offset"], d["batch_checksum_ok"], d["origin_timestamp"]) == (
+        103,
+        True,
+        VSR_ORIGIN + 1,
+    )
+
+
+def test_vsr_batch_layout_torn_bad_checksums(tmp_path):
+    path, log = write_batches(part_dir(tmp_path), VSR_MSGS)
+    raw = bytearray(log[:-3])  # torn last batch (message 6)
+    raw[256 + 48] ^= 0x01  # first payload byte of message 0: its checksum fails
+    raw[256 + sum(48 + len(p) + len(h) for _, p, h in VSR_MSGS[:3]) + 16] ^= 0x01  # batch 2 base_ts
+    path.write_bytes(bytes(raw))
+    rows = read_all(path)
+    msgs = [r for t, r in rows if t == "messages"]
+    errs = [r for t, r in rows if t == "commands"]
+    tables.conform("commands", errs)
+    assert len(msgs) == 6 and [m["checksum_ok"] for m in msgs] == [False] + [True] * 5
+    assert [json.loads(m["details"])["batch_checksum_ok"] for m in msgs] == [True] * 3 + [False] * 3
+    assert sorted(e["decode_status"] for e in errs) == ["checksum_mismatch", "checksum_mismatch", "truncated"]

@@ -9,13 +9,12 @@ import json
 import struct
 
 import pytest
-import xxhash
 
 from brokerscope import tables
 from brokerscope.protocols.iggy.messages import build_batch_v48, parse_batch_v48, parse_polled
 from brokerscope.protocols.iggy.wire import DecodeError
 
-from .frames import num_id, run, s8, str_id, table, u8, u32, u64, vsr_header
+from .frames import num_id, run, s8, str_id, table, u8, u32, u64, vsr_batch, vsr_header
 
 ST = str_id("orders") + str_id("eu")
 PART3 = b"\x02\x04" + u32(3)  # partitioning: partition id 3
@@ -26,22 +25,7 @@ MSGS = [(1001, b"first", HDRS), (2**100 + 3, b"second!", b"")]
 
 
 def batch(msgs, pid=0, base=0, base_ts=0, deltas=(0, 7), bad_batch_sum=False) -> bytes:
-    """One batch record: 256-byte header (partition_id, base_offset, base_timestamp,
-    origin_timestamp, batch_length, batch_checksum u64 each, message_count u32, zeros) then
-    48-byte-header message frames (checksum, id u128, offset_delta, timestamp_delta, user
-    headers length, payload length, reserved u64) + payload + user headers."""
-    frames, sums = b"", []
-    for i, (mid, payload, hdrs) in enumerate(msgs):
-        rest = mid.to_bytes(16, "little") + u32(i) + u32(deltas[i]) + u32(len(hdrs)) + u32(len(payload))
-        rest += u64(0) + payload + hdrs
-        csum = u64(xxhash.xxh3_64_intdigest(rest))
-        sums.append(csum)
-        frames += csum + rest
-    length = 256 + len(frames)
-    meta = struct.pack("<QQQQQI", pid, base, base_ts, ORIGIN, length, len(msgs))
-    bsum = xxhash.xxh3_64_intdigest(meta + b"".join(sums)) ^ (1 if bad_batch_sum else 0)
-    head = struct.pack("<QQQQQQI", pid, base, base_ts, ORIGIN, length, bsum, len(msgs))
-    return head + bytes(256 - len(head)) + frames
+    return vsr_batch(msgs, pid, base, base_ts, list(deltas), bad_batch_sum, ORIGIN)
 
 
 def req(size_body: bytes, request: int, operation: int, code: int = 0) -> bytes:
