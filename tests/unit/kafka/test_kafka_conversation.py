@@ -526,3 +526,19 @@ def test_gap_inside_a_frame_of_known_size_stays_in_step():
     lat = {r["correlation_id"]: r for r in out["latencies"]}
     assert lat[47]["response_ts_ns"] is not None and lat[47]["latency_us"] > 0
     assert [m["offset"] for m in out["messages"]] == [0]  # v2 request's message, offset from its response
+
+
+def test_undecodable_response_then_more_bytes_in_the_same_direction():
+    """Regression (found by fuzzing): a response that fails to decode under its request's api must
+    not leave the stream buffer exported, or the next bytes in that direction raise BufferError."""
+    import gc
+
+    req = fetch_request(11, "t", 0, 0, corr=105)
+    bad_resp = bytes.fromhex("0000000a0000006900d100000000")  # Fetch v11 response, 6 body bytes
+    gc.disable()  # the bug was a reference cycle that only a garbage collection released
+    try:
+        out = Driver().c2s(req).s2c(bad_resp).s2c(PRODUCE_V9_RESP).close()
+    finally:
+        gc.enable()
+    st = [(r["direction"], r["correlation_id"], r["decode_status"]) for r in out["commands"]]
+    assert sorted(st) == [("c2s", 105, "ok"), ("s2c", 47, "request_missing"), ("s2c", 105, "truncated")]

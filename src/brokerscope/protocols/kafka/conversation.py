@@ -1047,7 +1047,10 @@ class KafkaConversation(Conversation):
             _c, tagged, pos = schema.read_response_header(frame, p.api_key, plan.version)
             return schema.decode_body(plan, frame, pos), tagged, None
         except schema.DecodeError as e:
-            return None, None, e
+            # without its traceback: the traceback's frames reach _frames(), whose view of the
+            # stream buffer would then stay exported (a reference cycle until the next garbage
+            # collection) and the next append to the buffer would fail with BufferError
+            return None, None, e.with_traceback(None)
 
     def _produce_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
         acked: dict[tuple, tuple[int, int]] = {}
