@@ -219,3 +219,17 @@ def test_vsr_create_stream_and_topic_replies(context):
     assert cmds[7]["error_code"] == 1012
     lat = table(rows, "latencies")
     assert [r["error_code"] for r in lat] == [0, 0, 0, 1012]
+
+
+def test_vsr_sync_consumer_group_request():
+    body = ST + str_id("workers")
+    rows = run(
+        [("c2s", req(LOGIN, 0, 1)), ("s2c", rep(REGISTER_OK, 0, 1)), ("c2s", req(body, 1, 2, code=606))]
+    )
+    sync = table(rows, "commands")[2]
+    assert (sync["command"], sync["decode_status"], sync["topic"]) == (
+        "SYNC_CONSUMER_GROUP",
+        "ok",
+        "orders/eu",
+    )
+    assert json.loads(sync["details"])["group_id"]["value"] == "workers"

@@ -454,6 +454,7 @@ REQUESTS: dict[int, Callable] = {
     603: group_op,
     604: group_op,
     605: group_op,
+    606: group_op,  # SYNC_CONSUMER_GROUP: stream, topic, group (apache/iggy SyncConsumerGroupRequest)
 }
 
 
