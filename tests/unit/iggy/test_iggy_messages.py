@@ -134,6 +134,7 @@ def test_poll_new_layout_delivers_with_checksums_and_auto_commit_ack(header_size
     msgs = _check_messages(rows, "deliver")
     assert [m["offset"] for m in msgs] == [10, 11]
     assert all(m["checksum_ok"] is True and m["decode_status"] == "ok" for m in msgs)
+    assert [m["consumer"] for m in msgs] == ["consumer:5", "consumer:5"]  # as in acks.consumer
     assert msgs[1]["message_ts_ns"] == (1_700_000_000_000_000 + 1) * 1000
     acks = table(rows, "acks")
     tables.conform("acks", acks)
@@ -178,6 +179,22 @@ def test_store_offset_ack_latency_from_delivery():
     acks = table(rows, "acks")
     assert len(acks) == 1
     assert acks[0]["offset"] == 11 and acks[0]["ack_latency_us"] == 1000.0
+
+
+def test_legacy_u32_consumer_group_names_deliveries_and_acks():
+    """The spec's Consumer (kind u8, id u32): a group 9 poll and store."""
+    poll = b"\x02" + u32(9) + ST + u32(3) + b"\x01" + u64(10) + u32(10) + b"\x00"
+    store = b"\x02" + u32(9) + ST + u32(3) + u64(11)
+    rows = run(
+        [
+            ("c2s", req(100, poll)),
+            ("s2c", resp(polled_legacy(MSGS))),
+            ("c2s", req(121, store)),
+            ("s2c", resp()),
+        ]
+    )
+    assert [m["consumer"] for m in table(rows, "messages")] == ["group:9", "group:9"]
+    assert [a["consumer"] for a in table(rows, "acks")] == ["group:9"]
 
 
 def test_payload_policy_applies():
