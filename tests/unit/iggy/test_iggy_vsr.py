@@ -233,3 +233,22 @@ def test_vsr_sync_consumer_group_request():
         "orders/eu",
     )
     assert json.loads(sync["details"])["group_id"]["value"] == "workers"
+
+
+@pytest.mark.parametrize(("ack", "level"), [(b"", None), (b"\x01", "quorum"), (b"\x00", "no_ack")])
+def test_vsr_store_offset_with_or_without_ack_level(ack, level):
+    store = GROUP + ST + b"\x01" + u32(3) + u64(7) + ack
+    rows = run(
+        [
+            ("c2s", req(LOGIN, 0, 1)),
+            ("s2c", rep(REGISTER_OK, 0, 1)),
+            ("c2s", req(store, 1, 164)),  # StoreConsumerOffset2
+            ("s2c", rep(u32(0), 1, 164)),
+        ]
+    )
+    cmds = table(rows, "commands")
+    assert [(c["command"], c["decode_status"]) for c in cmds[2:]] == [("STORE_CONSUMER_OFFSET", "ok")] * 2
+    assert json.loads(cmds[2]["details"]).get("ack_level") == level
+    assert [(a["consumer"], a["offset"], a["error_code"]) for a in table(rows, "acks")] == [
+        ("group:workers", 7, 0)
+    ]

@@ -353,6 +353,7 @@ def _consumer_st_partition(r: Reader, legacy: bool, flagged: bool) -> dict:
             raise DecodeError(f"partition presence flag {present}")
         pid = r.u32()
         d["partition_id"] = pid if present else None
+        d["_flagged"] = True  # the 0.9+ layout: only it may end with an ack level
     else:
         pid = r.u32()
         d["partition_id"] = pid if (legacy or pid) else None
@@ -364,7 +365,9 @@ def _with_consumer(tail: Callable[[Reader, dict], dict] | None = None) -> Callab
         def mk(legacy: bool, flagged: bool):
             def p(r: Reader) -> dict:
                 d = _consumer_st_partition(r, legacy, flagged)
-                return tail(r, d) if tail else d
+                d = tail(r, d) if tail else d
+                d.pop("_flagged", None)
+                return d
 
             return p
 
@@ -383,15 +386,30 @@ def _poll_tail(r: Reader, d: dict) -> dict:
     return d
 
 
+ACK_LEVELS = {0: "no_ack", 1: "quorum"}
+
+
+def _ack_tail(r: Reader, d: dict) -> dict:
+    """Later sources end the consumer-offset writes with an AckLevel u8 (0 no_ack, 1 quorum;
+    apache/iggy primitives/ack_level.rs); older clients send none. Its place at the end
+    follows the request struct's field order (inferred)."""
+    if r.remaining == 1 and d.get("_flagged"):
+        level = r.u8()
+        if level not in ACK_LEVELS:
+            raise DecodeError(f"ack level {level}")
+        d["ack_level"] = ACK_LEVELS[level]
+    return d
+
+
 def _store_tail(r: Reader, d: dict) -> dict:
     d["offset"] = r.u64()
-    return d
+    return _ack_tail(r, d)
 
 
 poll_messages = _with_consumer(_poll_tail)
 get_consumer_offset = _with_consumer()
 store_consumer_offset = _with_consumer(_store_tail)
-delete_consumer_offset = _with_consumer()
+delete_consumer_offset = _with_consumer(_ack_tail)
 
 
 def flush(payload) -> dict:
