@@ -293,7 +293,10 @@ def ingest(
     sc = spark.sparkContext
     parts = []
     if psplits:
-        rdd = sc.parallelize([asdict(s) for s in psplits], len(psplits))
+        packs = pack_splits(
+            psplits, inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
+        )
+        rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
         packets = spark.createDataFrame(rdd, SPLIT_SCHEMA).mapInArrow(
             _read_splits_fn(settings), _spark_schema(tables.PACKETS)
         )
@@ -305,7 +308,8 @@ def ingest(
         )
         parts.append(decoded)
     if ssplits:
-        rdd = sc.parallelize([asdict(s) for s in ssplits], len(ssplits))
+        packs = pack_splits(ssplits, settings.split_size)
+        rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
         seg_df = spark.createDataFrame(
             rdd, "path string, capture_id string, kind string, start long, end long"
         )
@@ -363,6 +367,21 @@ def ingest(
     )
     summary.seconds = time.time() - t0
     return summary
+
+
+def pack_splits(splits: list, target: int) -> list[list[dict]]:
+    """Group splits into tasks of about `target` bytes (largest first, each into the emptiest
+    task that still has room), so a capture set of many small files does not pay Spark's
+    per-task cost once per file. A split never spans tasks."""
+    total = sum(sp.end - sp.start for sp in splits)
+    n = max(1, -(-total // max(1, target)))
+    bins: list[tuple[int, list[dict]]] = [(0, []) for _ in range(min(n, len(splits)))]
+    for sp in sorted(splits, key=lambda sp: sp.start - sp.end):
+        i = min(range(len(bins)), key=lambda k: bins[k][0])
+        size, items = bins[i]
+        items.append(asdict(sp))
+        bins[i] = (size + sp.end - sp.start, items)
+    return [items for _, items in bins if items]
 
 
 def _topic_names(stats: list[dict]) -> dict[str, str]:

@@ -156,6 +156,9 @@ def test_cluster_run_matches_local_run(cluster, tmp_path, request):
     psplits, _ = inputs.plan(disc.inputs, SPLIT_SIZE)
     synth_splits = [s for s in psplits if s.path.endswith("synthetic.pcap")]
     assert len(synth_splits) >= 4, synth_splits
+    # the read tasks: splits packed to about the split size (2 executor cores in all)
+    read_tasks = pipeline.pack_splits(psplits, inputs.effective_split_size(disc.inputs, SPLIT_SIZE, 2))
+    assert len(read_tasks) >= 4, read_tasks
 
     t_submit = time.monotonic()
     job = cluster.submit(
@@ -233,13 +236,14 @@ def test_cluster_run_matches_local_run(cluster, tmp_path, request):
     for e in ev:
         if e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success":
             tasks_by_stage[e["Stage ID"]].add(e["Task Info"]["Executor ID"])
-    # the split-reading stage has one task per planned split; both executors read splits
+    # the split-reading stage has one task per pack of splits; both executors read splits
     read_stages = [
         e["Stage Info"]["Stage ID"]
         for e in ev
-        if e["Event"] == "SparkListenerStageCompleted" and e["Stage Info"]["Number of Tasks"] == len(psplits)
+        if e["Event"] == "SparkListenerStageCompleted"
+        and e["Stage Info"]["Number of Tasks"] == len(read_tasks)
     ]
-    assert read_stages, f"no stage with {len(psplits)} tasks"
+    assert read_stages, f"no stage with {len(read_tasks)} tasks"
     assert {executor_worker[x] for x in tasks_by_stage[read_stages[0]]} == worker_ports
     # each worker ran an executor of this app, which received the shipped brokerscope package
     for w in cluster.workers:

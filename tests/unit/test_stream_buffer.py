@@ -27,3 +27,11 @@ def test_consume_while_a_view_is_held_does_not_raise():
     b.append(b"z", 2)
     b.consume(50_000)
     assert bytes(b.data) == b"z" and b.ts_at(b.offset) == 2
+
+
+def test_append_while_a_view_is_held_does_not_raise():
+    b = StreamBuffer()
+    b.append(b"abc", 1)
+    view = b.data
+    b.append(b"def", 2)
+    assert bytes(view) == b"abc" and bytes(b.data) == b"abcdef" and b.ts_at(3) == 2

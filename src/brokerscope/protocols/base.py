@@ -179,7 +179,11 @@ class StreamBuffer:
             return
         if not self._chunks or self._chunks[-1][1] != ts_ns:
             self._chunks.append((self.end, ts_ns))
-        self._buf += data
+        try:
+            self._buf += data
+        except BufferError:  # a caller still holds a view from `data`: grow a new buffer instead
+            self._buf = self._buf[self._start :] + data
+            self._start = 0
         self.last_ts = ts_ns
 
     @property
