@@ -209,3 +209,41 @@ def test_ipv4_fragments_are_reassembled_not_misread(tmp_path):
     row, got = run(tmp_path, pkts)
     assert got["c2s"] == [b"F" * 3000]
     assert row["c2s_packets"] == 3  # SYN, ACK and the one reassembled datagram
+
+
+class _Exploding(base.Conversation):
+    def feed(self, direction, data, ts_ns):
+        if b"boom" in data:
+            raise RuntimeError("decoder bug")
+        return [("commands", {"ts_ns": ts_ns, "direction": direction, "command": "X", "decode_status": "ok"})]
+
+
+class _ExplodingProtocol(base.Protocol):
+    name = "boom"
+
+    def conversation(self, conn, ctx):
+        return _Exploding(conn, ctx)
+
+
+def test_a_decoder_that_raises_is_retired_for_its_connection_only(tmp_path):
+    """A decoder bug becomes a decoder_error row; that connection's other rows so far and every other
+    connection are kept, and the run goes on."""
+    base.register(_ExplodingProtocol())
+    try:
+        bad = handshake(sport=40001) + [
+            c(1, payload=b"fine", sport=40001),
+            c(5, payload=b"boom", sport=40001),
+            c(9, payload=b"after", sport=40001),
+        ]
+        good = handshake(sport=40002) + [c(1, payload=b"ok", sport=40002)]
+        path = tmp_path / "t.pcap"
+        write_pcap(path, bad + good)
+        out = decode_files([str(path)], Settings.load(overrides={"ports": {"boom": [PORT]}}))
+    finally:
+        base._registry.pop("boom", None)
+    by_port = {r["client_port"]: r for r in out["streams"]}
+    assert by_port[40001]["frames_ok"] == 1 and by_port[40001]["frames_failed"] == 1
+    assert by_port[40002]["frames_ok"] == 1 and by_port[40002]["frames_failed"] == 0
+    errors = [r for r in out["commands"] if r["decode_status"] == "decoder_error"]
+    assert len(errors) == 1 and "RuntimeError: decoder bug" in errors[0]["decode_error"]
+    assert errors[0]["client_port"] == 40001
