@@ -112,15 +112,17 @@ class Lake:
         does). Returns the rows now held for those inputs."""
         if topic_names and "topic_id" in df.columns:
             df = _name_topics(df, topic_names)
-        cond = _in_predicate(replace_capture_ids)
+        self._save_delta(table, df, _in_predicate(replace_capture_ids))
+        return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
+
+    def _save_delta(self, table: str, df, replace_where: str) -> None:
         (
             df.write.format("delta")
             .mode("overwrite")
-            .option("replaceWhere", cond)
+            .option("replaceWhere", replace_where)
             .partitionBy(*tables.partition_by(table))
             .save(self.path(table))
         )
-        return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
 
     def commit_staged(
         self,

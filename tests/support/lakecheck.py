@@ -35,7 +35,11 @@ def _norm(v):
     import datetime as dt
 
     if isinstance(v, dt.datetime):
+        if v.tzinfo is None:  # Spark's collect() gives naive datetimes; brokerscope sessions run in UTC
+            v = v.replace(tzinfo=dt.UTC)
         return (v - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    if isinstance(v, bytearray):
+        return bytes(v)
     if isinstance(v, list):
         return [_norm(x) for x in v]
     if isinstance(v, dict):
