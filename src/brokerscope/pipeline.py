@@ -285,28 +285,43 @@ def ingest(
         f"planned {len(psplits)} capture split(s) and {len(ssplits)} segment split(s) "
         f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
     )
-    writer = lake.resolve_writer(spark)
-    summary.writer = writer
+    summary.writer = lake.resolve_writer(spark)
     ids = [i.capture_id for i in todo]
-    staged = (str(lake.root), run_id) if writer == "embedded" else None
-    out_schema = _spark_schema(FILES if staged else UNION)
+    staged = (str(lake.root), run_id) if summary.writer == "embedded" else None
+    out = _decoded(spark, settings, todo, psplits, ssplits, staged)
+    progress("decoding")
+    if staged:
+        stats = _commit_staged(out, lake, ids, run_id, summary, progress)
+    else:
+        stats = _write_dataframes(out, lake, ids, summary, progress)
+    for s in stats:
+        summary.packets += int(s.get("records", 0))
+        summary.tcp_segments += int(s.get("tcp", 0))
+        summary.capture_errors.extend(s.get("errors", []))
+    summary.connections = summary.rows.get("streams", 0)
+    _record_inputs(lake, todo, run_id, stats)
+    summary.seconds = time.time() - t0
+    return summary
+
+
+def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[str, str] | None):
+    """The decode DataFrame: FILES rows (embedded writer, `staged` = (lake, run_id)) or UNION rows."""
     sc = spark.sparkContext
+    out_schema = _spark_schema(FILES if staged else UNION)
     parts = []
     if psplits:
-        packs = pack_splits(
-            psplits, inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
-        )
+        target = inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
+        packs = pack_splits(psplits, target)
         rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
         packets = spark.createDataFrame(rdd, SPLIT_SCHEMA).mapInArrow(
             _read_splits_fn(settings), _spark_schema(tables.PACKETS)
         )
         nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
-        decoded = (
+        parts.append(
             packets.repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
             .sortWithinPartitions(*SORT_COLS)
             .mapInArrow(_decode_fn(settings, staged), out_schema)
         )
-        parts.append(decoded)
     if ssplits:
         packs = pack_splits(ssplits, settings.split_size)
         rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
@@ -314,40 +329,47 @@ def ingest(
             rdd, "path string, capture_id string, kind string, start long, end long"
         )
         parts.append(seg_df.mapInArrow(_segments_fn(settings, staged), out_schema))
-    out = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    progress("decoding")
-    if staged:
-        try:
-            results = [r.asDict() for r in out.collect()]
-            stats = [json.loads(r["stats"]) for r in results if r["stats"]]
-            names = _topic_names(stats)
-            for t in tables.DECODED_TABLES:
-                progress(f"committing {t}")
-                files = [r for r in results if r["table"] == t]
-                summary.rows[t] = lake.commit_staged(t, files, ids, run_id, names)
-        finally:
-            for t in tables.DECODED_TABLES:
-                lake.drop_staging(t, run_id)
-    else:
-        from pyspark import StorageLevel
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
-            names = _topic_names(stats)
-            for t in tables.DECODED_TABLES:
-                progress(f"writing {t}")
-                df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
-                summary.rows[t] = lake.write_dataframe(t, df, ids, names)
-        finally:
-            out.unpersist()
-    for s in stats:
-        summary.packets += int(s.get("records", 0))
-        summary.tcp_segments += int(s.get("tcp", 0))
-        summary.capture_errors.extend(s.get("errors", []))
-    summary.connections = summary.rows.get("streams", 0)
+
+def _commit_staged(out, lake: Lake, ids: list[str], run_id: str, summary: Summary, progress) -> list[dict]:
+    """Embedded writer: run the decode (tasks stage their files), then one commit per table."""
+    try:
+        results = [r.asDict() for r in out.collect()]
+        stats = [json.loads(r["stats"]) for r in results if r["stats"]]
+        names = _topic_names(stats)
+        for t in tables.DECODED_TABLES:
+            progress(f"committing {t}")
+            files = [r for r in results if r["table"] == t]
+            summary.rows[t] = lake.commit_staged(t, files, ids, run_id, names)
+    finally:
+        for t in tables.DECODED_TABLES:
+            lake.drop_staging(t, run_id)
+    return stats
+
+
+def _write_dataframes(out, lake: Lake, ids: list[str], summary: Summary, progress) -> list[dict]:
+    """delta-spark's writer: the decoded rows persisted once, then one Delta write per table."""
+    from pyspark import StorageLevel
+
+    out = out.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
+        names = _topic_names(stats)
+        for t in tables.DECODED_TABLES:
+            progress(f"writing {t}")
+            df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
+            summary.rows[t] = lake.write_dataframe(t, df, ids, names)
+    finally:
+        out.unpersist()
+    return stats
+
+
+def _record_inputs(lake: Lake, todo, run_id: str, stats: list[dict]) -> None:
+    """The `inputs` record, written last: a run that died before it is simply run again."""
     per_file = _packets_per_file(stats)
     now_us = int(time.time() * 1e6)
+    today = datetime.datetime.now(datetime.UTC).date()
     lake.write_inputs(
         [
             {
@@ -360,19 +382,17 @@ def ingest(
                 "ingested_at": now_us,
                 "packets": per_file.get(i.capture_id),
                 "status": "ok",
-                "date": datetime.datetime.now(datetime.UTC).date(),
+                "date": today,
             }
             for i in todo
         ]
     )
-    summary.seconds = time.time() - t0
-    return summary
 
 
 def pack_splits(splits: list, target: int) -> list[list[dict]]:
-    """Group splits into tasks of about `target` bytes (largest first, each into the emptiest
-    task that still has room), so a capture set of many small files does not pay Spark's
-    per-task cost once per file. A split never spans tasks."""
+    """Group splits into ceil(total / target) tasks, largest split first into the task with the
+    fewest bytes, so a capture set of many small files does not pay Spark's per-task cost once
+    per file. A split never spans tasks."""
     total = sum(sp.end - sp.start for sp in splits)
     n = max(1, -(-total // max(1, target)))
     bins: list[tuple[int, list[dict]]] = [(0, []) for _ in range(min(n, len(splits)))]
