@@ -268,14 +268,24 @@ class StagedWriter:
     `<lake>/<table>/_staging/<run_id>/date=<d>/capture_id=<c>/part-<uuid>.parquet`, without the
     partition columns (Delta keeps those in the log); `close()` returns what the driver needs to
     commit them. Rows are buffered per file up to `rows_per_group` rows or `bytes_per_group`
-    bytes, then written as one row group, so memory stays bounded.
+    bytes, then written as one row group; all buffers together stay under `bytes_pending` (the
+    biggest is written out first), so memory is bounded however many files a task writes.
     """
 
-    def __init__(self, root: str, run_id: str, rows_per_group: int = 65536, bytes_per_group: int = 64 << 20):
+    def __init__(
+        self,
+        root: str,
+        run_id: str,
+        rows_per_group: int = 65536,
+        bytes_per_group: int = 64 << 20,
+        bytes_pending: int = 256 << 20,
+    ):
         self.root = Path(root)
         self.run_id = run_id
         self.rows_per_group = rows_per_group
         self.bytes_per_group = bytes_per_group
+        self.bytes_pending = bytes_pending
+        self._pending_total = 0
         self._token = uuid.uuid4().hex
         self._open: dict[
             tuple[str, str, str], list
@@ -308,8 +318,12 @@ class StagedWriter:
         st[3].append(data)
         st[4] += data.nbytes
         st[2] += data.num_rows
+        self._pending_total += data.nbytes
         if sum(b.num_rows for b in st[3]) >= self.rows_per_group or st[4] >= self.bytes_per_group:
             self._flush(table, st)
+        while self._pending_total > self.bytes_pending:
+            (t, _, _), big = max(self._open.items(), key=lambda kv: kv[1][4])
+            self._flush(t, big)
 
     def _flush(self, table: str, st: list) -> None:
         if not st[3]:
@@ -319,6 +333,7 @@ class StagedWriter:
             path.parent.mkdir(parents=True, exist_ok=True)
             st[0] = pq.ParquetWriter(str(path), st[3][0].schema, compression="snappy")
         st[0].write_table(pa.Table.from_batches(st[3]))
+        self._pending_total -= st[4]
         st[3], st[4] = [], 0
 
     def close(self) -> list[dict]:
