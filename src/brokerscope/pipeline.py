@@ -223,9 +223,9 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
     yield _files_batch(files, stats())
 
 
-def _decode_fn(settings: Settings, staged: tuple[str, str] | None):
+def _decode_fn(settings: Settings, staged: tuple[str, str] | None, capture_ids: list[str]):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        drv = StreamDriver(settings)
+        drv = StreamDriver(settings, capture_ids)
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
@@ -317,10 +317,12 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[st
             _read_splits_fn(settings), _spark_schema(tables.PACKETS)
         )
         nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
+        capture_ids = [i.capture_id for i in sorted(todo, key=lambda i: i.file_index)]
         parts.append(
-            packets.repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
+            packets.drop("capture_id")  # file_index names it: less to shuffle
+            .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
             .sortWithinPartitions(*SORT_COLS)
-            .mapInArrow(_decode_fn(settings, staged), out_schema)
+            .mapInArrow(_decode_fn(settings, staged, capture_ids), out_schema)
         )
     if ssplits:
         packs = pack_splits(ssplits, settings.split_size)

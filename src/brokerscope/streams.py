@@ -268,8 +268,11 @@ class _Conn:
 class StreamDriver:
     """Decode one partition's sorted packets."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, capture_ids: list[str] | None = None):
+        """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
+        column (the pipeline drops it before the shuffle: one string less per packet)."""
         self.settings = settings
+        self.capture_ids = capture_ids or []
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
@@ -314,7 +317,7 @@ class StreamDriver:
                 d["wire_len"],
                 d["snap_truncated"],
                 d["file_index"],
-                d["capture_id"],
+                d["capture_id"] if "capture_id" in d else [self.capture_ids[i] for i in d["file_index"]],
             )
             for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid in zip(*cols):
                 if lo_ip is None:  # a reader's stats row
