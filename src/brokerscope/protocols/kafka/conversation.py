@@ -485,27 +485,25 @@ class KafkaConversation(Conversation):
                 self._out_ref.append((base.TOPIC_NAMES, {"topic_id": tid, "topic": name}))
 
     # -- requests -----------------------------------------------------------------------------
+    def _sasl_token(self, direction: str, frame: bytes, offset: int, ts0: int, ts1: int) -> Row:
+        """A raw SASL token (after a v0 SaslHandshake): its size only, never its bytes."""
+        details = base.to_json({"token": base.redacted(frame)})
+        row = {
+            "direction": direction,
+            "command": "SaslToken",
+            "size": len(frame) + 4,
+            "stream_offset": offset,
+        }
+        row.update(ts_ns=ts0, ts_end_ns=ts1, decode_status=base.OK, details=details)
+        return "commands", row
+
     def _request(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
         self._out_ref = out
         size = len(frame) + 4
         if self.sasl_raw:
             conf = plausible_request(_I32.pack(len(frame)) + frame[: 10 + MAX_CLIENT_ID], 0, self.max_frame)
             if conf < 2:
-                out.append(
-                    (
-                        "commands",
-                        {
-                            "direction": C2S,
-                            "command": "SaslToken",
-                            "size": size,
-                            "stream_offset": offset,
-                            "ts_ns": ts0,
-                            "ts_end_ns": ts1,
-                            "decode_status": base.OK,
-                            "details": base.to_json({"token": base.redacted(frame)}),
-                        },
-                    )
-                )
+                out.append(self._sasl_token(C2S, frame, offset, ts0, ts1))
                 return
             self.sasl_raw = False
         try:
@@ -869,21 +867,7 @@ class KafkaConversation(Conversation):
         self._out_ref = out
         size = len(frame) + 4
         if self.sasl_raw and (len(frame) < 4 or _I32.unpack_from(frame, 0)[0] not in self.pending):
-            out.append(
-                (
-                    "commands",
-                    {
-                        "direction": S2C,
-                        "command": "SaslToken",
-                        "size": size,
-                        "stream_offset": offset,
-                        "ts_ns": ts0,
-                        "ts_end_ns": ts1,
-                        "decode_status": base.OK,
-                        "details": base.to_json({"token": base.redacted(frame)}),
-                    },
-                )
-            )
+            out.append(self._sasl_token(S2C, frame, offset, ts0, ts1))
             return
         if len(frame) < 4:
             out.append(
@@ -895,23 +879,6 @@ class KafkaConversation(Conversation):
         corr = _I32.unpack_from(frame, 0)[0]
         p = self.pending.pop(corr, None)
         if p is None:
-            if self.sasl_raw:
-                out.append(
-                    (
-                        "commands",
-                        {
-                            "direction": S2C,
-                            "command": "SaslToken",
-                            "size": size,
-                            "stream_offset": offset,
-                            "ts_ns": ts0,
-                            "ts_end_ns": ts1,
-                            "decode_status": base.OK,
-                            "details": base.to_json({"token": base.redacted(frame)}),
-                        },
-                    )
-                )
-                return
             self._hold(corr, frame, offset, ts0, ts1, out)
             return
         self.held_bytes -= p.held_bytes
