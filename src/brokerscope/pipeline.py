@@ -26,11 +26,10 @@ import pyarrow as pa
 from . import capture, inputs, tables
 from .config import Settings
 from .lake import Lake, StagedWriter
-from .streams import StreamDriver, segment_rows
+from .streams import SORT_COLS, StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
 
-SORT_COLS = ["lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns", "file_index", "rec_offset"]
 ROWS_PER_BATCH = 4096
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 

@@ -275,6 +275,7 @@ class StreamDriver:
         self.capture_ids = capture_ids or []
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
+        self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
 
     def run(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
@@ -298,7 +299,6 @@ class StreamDriver:
         return self.run(self._packets(batches))
 
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
-        self.capture_stats: list[dict] = []
         for b in batches:
             d = b.to_pydict()
             cols = (
@@ -336,16 +336,8 @@ class StreamDriver:
 # Spark-free end-to-end decode
 
 
-def sort_key(row: dict) -> tuple:
-    return (
-        row["lo_ip"] or "",
-        row["lo_port"] or 0,
-        row["hi_ip"] or "",
-        row["hi_port"] or 0,
-        row["ts_ns"] or 0,
-        row["file_index"],
-        row["rec_offset"],
-    )
+# the order packets reach the driver in: connection, then capture time, then file position
+SORT_COLS = ["lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns", "file_index", "rec_offset"]
 
 
 def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str, list[dict]]:
@@ -360,49 +352,22 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     settings = settings or Settings.load()
     disc = inputs.discover(paths)
     psplits, ssplits = inputs.plan(disc.inputs, settings.split_size)
-    packet_rows: list[dict] = []
-    stats: list[dict] = []
-    for sp in psplits:
-        for b in capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments):
-            for r in b.to_pylist():
-                if r["lo_ip"] is None:
-                    st = json.loads(r["payload"])
-                    st.setdefault("capture_id", r["capture_id"])
-                    stats.append(st)
-                else:
-                    packet_rows.append(r)
-    packet_rows.sort(key=sort_key)
+    batches = [
+        b
+        for sp in psplits
+        for b in capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
+    ]
+    packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
+    packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
     drv = StreamDriver(settings)
-
-    def gen():
-        for r in packet_rows:
-            yield (
-                (r["lo_ip"], r["lo_port"]),
-                (r["hi_ip"], r["hi_port"]),
-                TcpPacket(
-                    r["ts_ns"],
-                    r["from_lo"],
-                    r["seq"],
-                    r["ack"],
-                    r["flags"],
-                    r["window"],
-                    r["payload"] or b"",
-                    r["payload_len"],
-                    r["wire_len"],
-                    r["snap_truncated"],
-                    r["file_index"],
-                    r["capture_id"],
-                ),
-            )
-
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
-    for table, row in itertools.chain(drv.run(gen()), segment_rows(ssplits, settings)):
+    for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):
         raw[table].append(row)
     out: dict[str, list[dict]] = {
         t: resolve_topic_ids(pa.Table.from_batches([tables.conform(t, rows)]), drv.topic_names).to_pylist()
         for t, rows in raw.items()
     }
-    out[STATS_TABLE] = stats
+    out[STATS_TABLE] = drv.capture_stats
     out["_errors"] = [{"path": p, "error": e} for p, e in disc.errors]
     return out
 
