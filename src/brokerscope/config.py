@@ -27,8 +27,11 @@ DEFAULTS: dict = {
         "max_raw_bytes": 4096,
     },
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
-    "protocols": {"pulsar": {"max_frame_bytes": 5 * 1024**2}},
+    "protocols": {"pulsar": {"max_frame_bytes": 5 * 1024**2}, "tubemq": {"schema_file": ""}},
 }
+
+# [protocols.<name>] settings that name a protobuf schema file (see protocols/schema.py)
+SCHEMA_OPTIONS = {"tubemq": "schema_file"}
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.I)
 _UNITS = {
@@ -72,6 +75,8 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
 @dataclass
 class Settings:
     raw: dict = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+    # protocol -> serialized FileDescriptorSet of its schema_file, read once on the driver
+    schemas: dict[str, bytes] = field(default_factory=dict)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -87,7 +92,18 @@ class Settings:
             _merge(raw, overrides)
         s = cls(raw)
         s.validate()
+        s.load_schemas()
         return s
+
+    def load_schemas(self) -> None:
+        """Read the schema files named in [protocols.*] (relative paths: from the working dir)."""
+        from .protocols.schema import load_descriptor_set
+
+        self.schemas = {}
+        for proto, key in SCHEMA_OPTIONS.items():
+            path = self.raw.get("protocols", {}).get(proto, {}).get(key)
+            if path:
+                self.schemas[proto] = load_descriptor_set(path)
 
     def validate(self) -> None:
         pol = self.raw["payload"]["policy"]
@@ -176,4 +192,5 @@ class Settings:
                 apply_to_keys=bool(pay["apply_to_keys"]),
             ),
             protocol_options=popts,
+            schemas=self.schemas,
         )

@@ -3,6 +3,7 @@ delta-rs and DuckDB."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,40 @@ def test_delta_spark_writer_path_gives_the_same_rows(spark, tmp_path, monkeypatc
     for t in tables.DECODED_TABLES:
         assert normalized(written[t]) == normalized(local[t]), t
     assert any(r["topic_id"] for r in written["messages"])  # names resolved by _name_topics
+
+
+def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):
+    """`[protocols.tubemq] schema_file` is read on the driver and used in every Spark task: the
+    V2 consumer calls in a capture get field names (else only field numbers)."""
+    pytest.importorskip("grpc_tools")
+    from brokerscope.protocols.schema import MessagePool, load_descriptor_set
+    from tests.unit.tubemq.helpers import request, response
+    from tests.unit.tubemq.test_tubemq_schema import STANDIN
+
+    pool = MessagePool.from_bytes(load_descriptor_set(STANDIN))
+
+    def payloads(conn: int, i: int) -> tuple[bytes, bytes]:
+        name = ("RegisterRequestC2MV2", "HeartRequestC2MV2", "GetPartMetaRequestC2M")[i]
+        rsp = ("RegisterResponseM2CV2", "HeartResponseM2CV2", "GetPartMetaResponseM2C")[i]
+        req = pool.get(name)(clientId=f"cb-{conn}", groupName="grp")
+        return request(i + 1, 1, 20 + i, req), response(i + 1, 20 + i, pool.get(rsp)(errCode=200))
+
+    cap = tmp_path / "v2.pcap"
+    write_capture(str(cap), n_conns=6, exchanges=3, payloads=payloads, server_port=8715)
+    conf = tmp_path / "b.toml"
+    conf.write_text(
+        f'[lake]\npath = "{tmp_path / "lake"}"\n[spark]\nshuffle_partitions = 4\n'
+        f'[protocols.tubemq]\nschema_file = "{STANDIN}"\n'
+    )
+    summary = pipeline.ingest([str(cap)], Settings.load(conf), spark=spark)
+    assert summary.errors == []
+    cmds = delta_rs_rows(str(tmp_path / "lake" / "commands"))
+    assert len(cmds) == 36 and all(r["decode_status"] == "ok" for r in cmds)
+    reqs = [r for r in cmds if r["direction"] == "c2s"]
+    assert sorted(r["client_id"] for r in reqs) == sorted(f"cb-{c}" for c in range(6) for _ in range(3))
+    assert all(json.loads(r["details"])["request"]["schema"] == "v2_standin.proto" for r in reqs)
+    # the same capture without the schema: numbers only, nothing named
+    plain = decode_files([str(cap)], _settings(tmp_path / "unused"))["commands"]
+    assert len(plain) == 36
+    plain_reqs = [r for r in plain if r["direction"] == "c2s"]
+    assert all(r["client_id"] is None and "fields" in json.loads(r["details"])["request"] for r in plain_reqs)

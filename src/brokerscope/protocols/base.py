@@ -96,6 +96,7 @@ class Context:
     max_raw_bytes: int = 4096  # how much of an undecodable frame is kept in `raw`
     payload: PayloadPolicy = field(default_factory=PayloadPolicy)
     protocol_options: dict = field(default_factory=dict)  # [protocols.<name>] from the config
+    schemas: dict = field(default_factory=dict)  # protocol -> FileDescriptorSet bytes (schema_file)
 
     def option(self, protocol: str, key: str, default):
         return self.protocol_options.get(protocol, {}).get(key, default)

@@ -32,6 +32,7 @@ from ..base import (
     Row,
     to_json,
 )
+from ..schema import MessagePool
 from . import rpc
 from .framing import HEADER_LEN, TOKEN, Frame, FrameScanner, Junk
 
@@ -193,6 +194,9 @@ class TubeMQConversation(Conversation):
             S2C: FrameScanner(max_frame, ctx.max_raw_bytes),
         }
         self.pending: OrderedDict[int, Pending] = OrderedDict()
+        # the user's schema_file, checked on the driver when the settings were loaded
+        fds = ctx.schemas.get("tubemq")
+        self.schema = MessagePool.from_bytes(fds) if fds else None
         # last delivery per (topic, partition): (ts of the response's first byte, currOffset)
         self.deliveries: dict[tuple, tuple[int, int | None]] = {}
 
@@ -359,7 +363,7 @@ class TubeMQConversation(Conversation):
             details["timeout_ms"] = env.timeout
         if meth is not None and env.service_type is not None and env.service_type not in meth.services:
             details["service_mismatch"] = True
-        msg, body, err = rpc.decode_body(mid, True, env.body)
+        msg, body, err = rpc.decode_body(mid, True, env.body, self.schema)
         details["request"] = body
         if meth is None:
             row["decode_status"] = UNKNOWN_COMMAND
@@ -429,7 +433,7 @@ class TubeMQConversation(Conversation):
             row["command"] = rpc.method_name(mid)
             row["command_code"] = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
-            msg, body, err = rpc.decode_body(mid, False, env.body)
+            msg, body, err = rpc.decode_body(mid, False, env.body, self.schema)
             details["response"] = body
             if meth is None:
                 row["decode_status"] = UNKNOWN_COMMAND

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError, Message
 
 from .. import base
+from ..schema import MessagePool
 from .gen import tubemq_broker_pb2 as brk
 from .gen import tubemq_master_pb2 as mst
 from .gen import tubemq_rpc_pb2 as rpc
@@ -57,6 +58,15 @@ class Method:
     request: type[Message] | None
     response: type[Message] | None
     carries_auth: bool = True  # may hold credentials/tokens: never keep raw bytes of it
+    # TubeMQ's message names, looked up in a user schema (schema_file); default: the built-in's
+    request_name: str | None = None
+    response_name: str | None = None
+
+    def message_name(self, is_request: bool) -> str | None:
+        cls = self.request if is_request else self.response
+        if cls is not None:
+            return cls.DESCRIPTOR.name
+        return self.request_name if is_request else self.response_name
 
 
 _MASTER = (1,)
@@ -98,13 +108,32 @@ METHODS: dict[int, Method] = {
             carries_auth=False,
         ),
         Method(19, "consumerCloseC2B", _BROKER, None, None),
-        # The V2 (client-balance) consumer calls. Their messages (RegisterRequestC2MV2,
-        # HeartRequestC2MV2, GetPartMetaRequestC2M and responses) are named in TubeMQ's Java code,
+        # The V2 (client-balance) consumer calls. Their messages are named in TubeMQ's Java code,
         # but no available source gives their field numbers (docs/protocols/tubemq.md): their
-        # bodies are decoded field by field (wire format) into details.
-        Method(20, "consumerRegisterC2MV2", _MASTER, None, None),
-        Method(21, "consumerHeartbeatC2MV2", _MASTER, None, None),
-        Method(22, "consumerGetPartMetaInfoC2M", _MASTER, None, None),
+        # bodies are decoded by a user schema (schema_file) or else field by field.
+        Method(
+            20,
+            "consumerRegisterC2MV2",
+            _MASTER,
+            None,
+            None,
+            True,
+            "RegisterRequestC2MV2",
+            "RegisterResponseM2CV2",
+        ),
+        Method(
+            21, "consumerHeartbeatC2MV2", _MASTER, None, None, True, "HeartRequestC2MV2", "HeartResponseM2CV2"
+        ),
+        Method(
+            22,
+            "consumerGetPartMetaInfoC2M",
+            _MASTER,
+            None,
+            None,
+            True,
+            "GetPartMetaRequestC2M",
+            "GetPartMetaResponseM2C",
+        ),
     )
 }
 
@@ -237,13 +266,19 @@ def message_to_dict(msg: Message) -> dict:
 
 
 def decode_body(
-    method_id: int | None, is_request: bool, body: bytes | None
+    method_id: int | None, is_request: bool, body: bytes | None, schema: MessagePool | None = None
 ) -> tuple[Message | None, dict, str | None]:
-    """(message or None, details dict, error text or None) for a method's body."""
+    """(message or None, details dict, error text or None) for a method's body.
+
+    A message of the same name in `schema` (the user's schema_file) replaces the built-in one;
+    the details then name the schema file that defined it (`schema`)."""
     if body is None:
         return None, {}, None
     m = METHODS.get(method_id) if method_id is not None else None
     cls = None if m is None else (m.request if is_request else m.response)
+    user = schema.get(m.message_name(is_request)) if schema is not None and m is not None else None
+    if user is not None:
+        cls = user
     if cls is None:
         fields, err = decode_wire(body)
         return None, {"fields": fields}, err
@@ -251,8 +286,11 @@ def decode_body(
     try:
         msg.ParseFromString(body)
     except DecodeError as e:
-        return None, {}, f"{cls.__name__}: {e}"
-    return msg, message_to_dict(msg), None
+        return None, {}, f"{cls.DESCRIPTOR.name}: {e}"
+    out = message_to_dict(msg)
+    if user is not None:
+        out["schema"] = user.DESCRIPTOR.file.name
+    return msg, out, None
 
 
 def decode_wire(data: bytes, depth: int = 0) -> tuple[dict, str | None]:
