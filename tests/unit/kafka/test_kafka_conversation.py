@@ -228,7 +228,8 @@ def test_unsupported_version_keeps_raw():
 
 
 def test_unknown_api_key_is_framed_and_paired():
-    body = struct.pack(">hhih", 71, 0, 9, 3) + b"bs!" + b"\x00" + b"\x00"
+    # LeaderAndIsr (key 4): a ZooKeeper-era broker API that no shipped spec describes
+    body = struct.pack(">hhih", 4, 0, 9, 3) + b"bs!" + b"\x00" + b"\x00"
     resp = struct.pack(">i", 9) + b"\x00" + b"\x00\x00" + b"\x00" * 8
     out = (
         Driver()
@@ -239,13 +240,13 @@ def test_unknown_api_key_is_framed_and_paired():
     )
     r0, r1, r2 = out["commands"]
     assert (r0["command"], r0["decode_status"], r0["correlation_id"], r0["client_id"]) == (
-        "GetTelemetrySubscriptions",
+        "LeaderAndIsr",
         "unknown_command",
         9,
         "bs!",
     )
     assert (r1["command"], r1["decode_status"], r1["correlation_id"]) == (
-        "GetTelemetrySubscriptions",
+        "LeaderAndIsr",
         "unknown_command",
         9,
     )

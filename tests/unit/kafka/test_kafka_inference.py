@@ -173,20 +173,22 @@ def test_no_neighbour_stays_undecoded():
 
 
 def test_undecodable_api_on_the_connection_blocks_inference():
-    """An api the specs cannot decode (GetTelemetrySubscriptions, key 71) was requested on the
-    connection: it cannot be ruled out, so nothing is inferred."""
-    telemetry = h("000000130047 0000 0000000a 0003 6b6974000000000000")  # key 71 v0, corr 10, 6 body bytes
+    """An api no spec decodes (LeaderAndIsr, key 4) was requested on the connection: it cannot be
+    ruled out, so nothing is inferred."""
+    leader_and_isr = h(
+        "000000130004 0000 0000000a 0003 6b6974000000000000"
+    )  # key 4 v0, corr 10, 6 body bytes
     out = (
         Driver()
         .s2c(metadata_v2_response(7))
         .c2s(metadata_v2_request(8))
         .s2c(metadata_v2_response(8))
-        .c2s(telemetry)
+        .c2s(leader_and_isr)
         .close()
     )
     r = by_corr(out)[7]
     assert (r["decode_status"], r["command"]) == ("request_missing", None)
-    assert "GetTelemetrySubscriptions v0" in json.loads(r["details"])["inferred_reason"]
+    assert "LeaderAndIsr v0" in json.loads(r["details"])["inferred_reason"]
 
 
 @pytest.mark.parametrize(

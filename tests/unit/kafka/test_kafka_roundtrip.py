@@ -179,11 +179,12 @@ def _norm(o):
 
 
 def test_every_spec_api_is_covered():
-    """Every api key in the specs has a kafka-python class pair, so the round trip covers them all."""
-    spec_keys = set(schema.specs())
+    """Every api key in kafka-python's specs has a kafka-python class pair, so the round trip covers
+    them all (the APIs rebuilt from kio are checked in test_kafka_kio_specs.py)."""
+    shipped = {k: s for k, s in schema.specs().items() if s.source == "kafka-python"}
     covered = {k for k, _ in CLASSES}
-    assert spec_keys <= covered
-    assert len(CASES) >= 2 * sum(s.valid.hi - s.valid.lo + 1 for s in schema.specs().values())
+    assert set(shipped) <= covered
+    assert len(CASES) >= 2 * sum(s.valid.hi - s.valid.lo + 1 for s in shipped.values())
 
 
 def test_underscore_names_match():

@@ -56,7 +56,7 @@ def plausible_request(buf: bytes | memoryview, pos: int, max_frame: int) -> int:
         cid = bytes(buf[pos + 14 : pos + 14 + clen])
         if len(cid) == clen and not _printable(cid):
             return 0
-    s = schema.specs().get(key)
+    s = schema.spec(key)
     if s is None:
         return 1 if key in EXTRA_API_NAMES else 0
     if ver > s.valid.hi:
@@ -528,7 +528,7 @@ class KafkaConversation(Conversation):
         p = schema.plan(h.api_key, h.api_version, "request")
         pend = Pending(h.api_key, h.api_version, name, p is not None, ts1, None, None, h.client_id)
         if p is None:
-            if schema.specs().get(h.api_key) is None:
+            if schema.spec(h.api_key) is None:
                 row.update(
                     decode_status=base.UNKNOWN_COMMAND,
                     decode_error=f"api key {h.api_key} ({name or 'unknown'}) is not in the message specs",
@@ -758,8 +758,11 @@ class KafkaConversation(Conversation):
         return rows
 
     def _details(self, body: dict, p: schema.Plan) -> dict:
-        """Decoded fields for `details`: records replaced by their batch headers, secrets redacted."""
-        return _clean(body)
+        """Decoded fields for `details`: records replaced by their batch headers, secrets redacted.
+
+        Produce and Fetch summarize their records while making message rows; record sets of other
+        APIs (ShareFetch, FetchSnapshot, ...) are summarized here, so no payload reaches `details`."""
+        return _clean(body, frozenset(p.records_fields), self.ctx.max_decompressed_bytes)
 
     # -- produce ------------------------------------------------------------------------------
     def _produce_request(self, body, h, pend: Pending, ts0: int, msgs) -> tuple[str, str | None]:
@@ -907,7 +910,7 @@ class KafkaConversation(Conversation):
         }
         plan = schema.plan(p.api_key, p.version, "response") if p.decodable else None
         if plan is None:
-            known = schema.specs().get(p.api_key) is not None
+            known = schema.spec(p.api_key) is not None
             row.update(
                 decode_status=base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND,
                 decode_error="the request could not be decoded, so neither can its response",
@@ -1182,13 +1185,19 @@ def _records_summary(rs: rec.RecordSet) -> dict:
     return d
 
 
-def _clean(o):
-    """Copy a decoded body for details, redacting secret fields."""
+def _clean(o, records: frozenset = frozenset(), cap: int = 0):
+    """Copy a decoded body for details, redacting secret fields and summarizing record sets
+    (fields named in `records` that still hold bytes)."""
     if isinstance(o, dict):
-        return {
-            k: (base.redacted(v) if k in SECRET_FIELDS and isinstance(v, bytes | str) else _clean(v))
-            for k, v in o.items()
-        }
+        out = {}
+        for k, v in o.items():
+            if k in SECRET_FIELDS and isinstance(v, bytes | str):
+                out[k] = base.redacted(v)
+            elif k in records and isinstance(v, bytes):
+                out[k] = _records_summary(rec.read_record_set(v, cap))
+            else:
+                out[k] = _clean(v, records, cap)
+        return out
     if isinstance(o, list):
-        return [_clean(v) for v in o]
+        return [_clean(v, records, cap) for v in o]
     return o

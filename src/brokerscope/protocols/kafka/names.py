@@ -1,50 +1,18 @@
-"""Kafka API names for api keys that the shipped JSON specs do not describe (broker-internal,
-KRaft, newer client APIs). Such frames are framed and paired but their bodies are not decoded
-(decode_status unknown_command, raw kept). Names from the Apache Kafka protocol guide."""
+"""Kafka API names for api keys that no spec describes: the ZooKeeper-era inter-broker APIs,
+dropped from Kafka 4.0's specs and so from both kafka-python and kio. Such frames are framed
+and paired but their bodies are not decoded (decode_status unknown_command, raw kept). Names
+from the Apache Kafka protocol guide."""
 
 EXTRA_API_NAMES: dict[int, str] = {
     4: "LeaderAndIsr",
     5: "StopReplica",
     6: "UpdateMetadata",
     7: "ControlledShutdown",
-    38: "CreateDelegationToken",
-    39: "RenewDelegationToken",
-    40: "ExpireDelegationToken",
-    41: "DescribeDelegationToken",
-    52: "Vote",
-    53: "BeginQuorumEpoch",
-    54: "EndQuorumEpoch",
-    56: "AlterPartition",
-    58: "Envelope",
-    59: "FetchSnapshot",
-    62: "BrokerRegistration",
-    63: "BrokerHeartbeat",
-    64: "UnregisterBroker",
-    67: "AllocateProducerIds",
-    68: "ConsumerGroupHeartbeat",
-    69: "ConsumerGroupDescribe",
-    70: "ControllerRegistration",
-    71: "GetTelemetrySubscriptions",
-    72: "PushTelemetry",
-    73: "AssignReplicasToDirs",
-    76: "ShareGroupHeartbeat",
-    77: "ShareGroupDescribe",
-    78: "ShareFetch",
-    79: "ShareAcknowledge",
-    80: "AddRaftVoter",
-    81: "RemoveRaftVoter",
-    82: "UpdateRaftVoter",
-    83: "InitializeShareGroupState",
-    84: "ReadShareGroupState",
-    85: "WriteShareGroupState",
-    86: "DeleteShareGroupState",
-    87: "ReadShareGroupStateSummary",
-    88: "StreamsGroupHeartbeat",
-    89: "StreamsGroupDescribe",
-    90: "DescribeShareGroupOffsets",
-    91: "AlterShareGroupOffsets",
-    92: "DeleteShareGroupOffsets",
 }
 
 # Fields whose values are secrets: they become base.redacted(...) in details.
-SECRET_FIELDS = frozenset({"AuthBytes", "SaltedPassword", "Salt", "Password", "Hmac", "TokenHmac"})
+# Envelope (58) RequestData/ResponseData: a forwarded request, which can be one carrying credentials
+# (AlterUserScramCredentials, say).
+SECRET_FIELDS = frozenset(
+    {"AuthBytes", "SaltedPassword", "Salt", "Password", "Hmac", "TokenHmac", "RequestData", "ResponseData"}
+)

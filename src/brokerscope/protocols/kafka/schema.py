@@ -3,6 +3,7 @@
 The specs ship inside the kafka-python package (`kafka/protocol/schemas/resources/*.json`, the
 files Apache Kafka generates its own serializers from). They are read at run time from the
 installed package (located with importlib, see `spec_dir`) and never copied into this repository.
+APIs kafka-python lacks are rebuilt in the same form from the `kio` package (kio_specs.py).
 
 For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
 of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
@@ -33,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import base
+from . import kio_specs
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 
@@ -94,6 +96,7 @@ class ApiSpec:
     response: dict
     request_structs: dict = field(default_factory=dict)
     response_structs: dict = field(default_factory=dict)
+    source: str = "kafka-python"  # or "kio": rebuilt from kio's classes (kio_specs.py)
 
 
 def spec_dir() -> Path:
@@ -118,8 +121,8 @@ def _load_json(path: Path) -> dict:
 
 
 @lru_cache(maxsize=1)
-def specs() -> dict[int, ApiSpec]:
-    """Every API in the shipped specs, by api key (loaded once per process)."""
+def _shipped() -> dict[int, ApiSpec]:
+    """Every API in kafka-python's specs, by api key (loaded once per process)."""
     out: dict[int, ApiSpec] = {}
     by_key: dict[int, dict[str, dict]] = {}
     for path in sorted(spec_dir().glob("*.json")):
@@ -145,18 +148,51 @@ def specs() -> dict[int, ApiSpec]:
     return out
 
 
+_from_kio: dict[int, ApiSpec | None] = {}
+
+
+def spec(api_key: int) -> ApiSpec | None:
+    """The spec of `api_key`: kafka-python's, else rebuilt from kio (newer client APIs, KRaft,
+    share groups, ...), built on first use: importing all of kio's classes takes seconds."""
+    s = _shipped().get(api_key)
+    if s is not None:
+        return s
+    if api_key not in _from_kio:
+        k = kio_specs.spec(api_key) if kio_specs.available() else None
+        _from_kio[api_key] = (
+            None
+            if k is None
+            else ApiSpec(
+                api_key=api_key,
+                name=k[0],
+                valid=Versions.parse(k[1]["validVersions"]),
+                flexible=Versions.parse(k[1]["flexibleVersions"]),
+                request=k[1],
+                response=k[2],
+                source="kio",
+            )
+        )
+    return _from_kio[api_key]
+
+
+def specs() -> dict[int, ApiSpec]:
+    """Every API either source describes, by api key (builds every kio spec: tests and tools)."""
+    keys = set(_shipped()) | set(kio_specs.api_keys())
+    return {k: s for k in sorted(keys) if (s := spec(k)) is not None}
+
+
 def api_name(api_key: int) -> str | None:
-    s = specs().get(api_key)
+    s = spec(api_key)
     return s.name if s else None
 
 
 def spec_versions(api_key: int) -> tuple[int, int] | None:
-    s = specs().get(api_key)
+    s = spec(api_key)
     return (s.valid.lo, s.valid.hi) if s else None
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    s = specs().get(api_key)
+    s = spec(api_key)
     return bool(s and version in s.flexible)
 
 
@@ -456,7 +492,7 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
     p = _plans.get(k, False)
     if p is not False:
         return p  # type: ignore[return-value]
-    s = specs().get(api_key)
+    s = spec(api_key)
     if s is None or version < 0 or version > s.valid.hi:
         _plans[k] = None
         return None
