@@ -38,9 +38,10 @@ from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noq
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 N_MESSAGES = 12
-# KIP-714 client telemetry (GetTelemetrySubscriptions, api key 71) is not in the message specs
-# kafka-python ships, so it would be an `unknown_command` frame; the samples leave it off.
+# The codec runs leave KIP-714 client telemetry off, so that they hold the classic APIs only; the
+# "kip848" run turns it on and uses the KIP-848 consumer protocol (ConsumerGroupHeartbeat).
 NO_TELEMETRY = {"enable.metrics.push": False}
+KIP848 = {"enable.metrics.push": True, "group.protocol": "consumer"}
 
 
 def _b64(b: bytes | None) -> str | None:
@@ -65,7 +66,13 @@ def _broker(p: Producer) -> tuple[str, int]:
 
 
 def _consume(
-    bootstrap: str, topic: str, group: str, n: int, read_committed: bool = False, timeout_s: float = 30.0
+    bootstrap: str,
+    topic: str,
+    group: str,
+    n: int,
+    read_committed: bool = False,
+    timeout_s: float = 30.0,
+    conf: dict | None = None,
 ) -> tuple[Consumer, list[dict]]:
     c = Consumer(
         {
@@ -75,7 +82,7 @@ def _consume(
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
             "fetch.wait.max.ms": 100,
-            **NO_TELEMETRY,
+            **(conf or NO_TELEMETRY),
         }
     )
     c.subscribe([topic])
@@ -95,8 +102,11 @@ def _write(frames, port: int, pcap: Path) -> int:
     return len(keep)
 
 
-def codec_run(codec: str, outdir: Path) -> dict:
-    topic = f"bs-{codec}"
+def codec_run(codec: str, outdir: Path, run: str | None = None, conf: dict | None = None) -> dict:
+    """One producer and one consumer group; `conf` (default NO_TELEMETRY) goes to both clients."""
+    run = run or codec
+    conf = conf or NO_TELEMETRY
+    topic = f"bs-{run}"
     tmp = tempfile.NamedTemporaryFile(suffix=".pcap", delete=False).name
     produced: list[dict] = []
     with LoopbackCapture(tmp, ports=None) as cap:
@@ -105,8 +115,8 @@ def codec_run(codec: str, outdir: Path) -> dict:
                 "test.mock.num.brokers": 1,
                 "compression.type": codec,
                 "linger.ms": 20,
-                "client.id": f"bs-producer-{codec}",
-                **NO_TELEMETRY,
+                "client.id": f"bs-producer-{run}",
+                "enable.metrics.push": conf.get("enable.metrics.push", False),
             }
         )
         host, port = _broker(p)
@@ -127,15 +137,15 @@ def codec_run(codec: str, outdir: Path) -> dict:
                 ),
             )
         p.flush(15)
-        c, consumed = _consume(f"{host}:{port}", topic, f"bs-group-{codec}", len(produced))
+        c, consumed = _consume(f"{host}:{port}", topic, f"bs-group-{run}", len(produced), conf=conf)
         c.commit(asynchronous=False)
         c.close()
         p.flush(5)
         del p
-    n = _write(cap.frames, port, outdir / f"{codec}.pcap")
+    n = _write(cap.frames, port, outdir / f"{run}.pcap")
     os.unlink(tmp)
     return {
-        "run": codec,
+        "run": run,
         "codec": codec,
         "topic": topic,
         "broker_port": port,
@@ -355,6 +365,8 @@ def main() -> None:
         raise SystemExit("capturing on lo needs root")
     only = set(sys.argv[2:])  # optional run names, e.g. "segment"
     runs = [codec_run(c, outdir) for c in CODECS if not only or c in only]
+    if not only or "kip848" in only:
+        runs.append(codec_run("lz4", outdir, run="kip848", conf=KIP848))
     if not only or "txn" in only:
         runs.append(txn_run(outdir))
     if not only or "segment" in only:

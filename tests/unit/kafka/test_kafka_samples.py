@@ -15,7 +15,7 @@ from brokerscope import tables
 from brokerscope.streams import decode_files
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_data" / "kafka"
-RUNS = ("none", "gzip", "snappy", "lz4", "zstd", "txn")
+RUNS = ("none", "gzip", "snappy", "lz4", "zstd", "txn", "kip848")
 
 
 def _b(s):
