@@ -543,3 +543,63 @@ def test_undecodable_response_then_more_bytes_in_the_same_direction():
         gc.enable()
     st = [(r["direction"], r["correlation_id"], r["decode_status"]) for r in out["commands"]]
     assert sorted(st) == [("c2s", 105, "ok"), ("s2c", 47, "request_missing"), ("s2c", 105, "truncated")]
+
+
+def test_sensitive_config_values_are_redacted():
+    """AlterConfigs v0 (hand-built bytes) and IncrementalAlterConfigs v1 (kafka-python's encoder)
+    setting a keystore password and a JAAS config next to an ordinary config."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.protocol.admin import IncrementalAlterConfigsRequest as Inc
+
+    from kafka_kit import frame
+
+    def s16(x: str | None) -> bytes:  # classic (nullable) string: int16 length, -1 = null
+        return struct.pack(">h", -1) if x is None else struct.pack(">h", len(x)) + x.encode()
+
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";'
+    entries = [("ssl.keystore.password", "hunter2"), ("retention.ms", "86400000"), ("cleanup.policy", None)]
+    body = (
+        struct.pack(">i", 1)  # Resources: 1
+        + struct.pack(">b", 2)
+        + s16("orders")  # ResourceType TOPIC, ResourceName
+        + struct.pack(">i", len(entries))
+        + b"".join(s16(n) + s16(v) for n, v in entries)
+        + b"\x00"  # ValidateOnly
+    )
+    head = struct.pack(">hhih", 33, 0, 5, 3) + b"cli"  # request header v1
+    classic = struct.pack(">i", len(head) + len(body)) + head + body
+    Res, Cfg = Inc.AlterConfigsResource, Inc.AlterConfigsResource.AlterableConfig
+    inc = Inc(
+        version=1,
+        resources=[
+            Res(
+                version=1,
+                resource_type=4,  # BROKER
+                resource_name="1",
+                configs=[
+                    Cfg(
+                        version=1,
+                        name="listener.name.sasl_ssl.plain.sasl.jaas.config",
+                        config_operation=0,
+                        value=jaas,
+                    ),
+                    Cfg(version=1, name="log.retention.hours", config_operation=0, value="48"),
+                ],
+            )
+        ],
+        validate_only=False,
+    )
+    rows = Driver().c2s(classic).c2s(frame(inc, 6)).close()
+    assert [c["decode_status"] for c in rows["commands"]] == ["ok", "ok"]
+    alter = json.loads(rows["commands"][0]["details"])["Resources"][0]["Configs"]
+    assert [(c["Name"], c["Value"]) for c in alter] == [
+        ("ssl.keystore.password", "<redacted 7 bytes>"),
+        ("retention.ms", "86400000"),
+        ("cleanup.policy", None),
+    ]
+    incr = json.loads(rows["commands"][1]["details"])["Resources"][0]["Configs"]
+    assert incr[0]["Value"] == f"<redacted {len(jaas)} bytes>" and incr[1]["Value"] == "48"
+    assert all("hunter2" not in c["details"] for c in rows["commands"])

@@ -17,7 +17,7 @@ from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
 from . import inference, schema
 from . import records as rec
-from .names import EXTRA_API_NAMES, SECRET_FIELDS
+from .names import EXTRA_API_NAMES, SECRET_FIELDS, SENSITIVE_CONFIG
 
 _I32 = struct.Struct(">i")
 _HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
@@ -1186,8 +1186,8 @@ def _records_summary(rs: rec.RecordSet) -> dict:
 
 
 def _clean(o, records: frozenset = frozenset(), cap: int = 0):
-    """Copy a decoded body for details, redacting secret fields and summarizing record sets
-    (fields named in `records` that still hold bytes)."""
+    """Copy a decoded body for details, redacting secret fields and sensitive config values and
+    summarizing record sets (fields named in `records` that still hold bytes)."""
     if isinstance(o, dict):
         out = {}
         for k, v in o.items():
@@ -1197,6 +1197,9 @@ def _clean(o, records: frozenset = frozenset(), cap: int = 0):
                 out[k] = _records_summary(rec.read_record_set(v, cap))
             else:
                 out[k] = _clean(v, records, cap)
+        if isinstance(out.get("Value"), str) and isinstance(out.get("Name"), str):
+            if out.get("IsSensitive") is True or SENSITIVE_CONFIG.search(out["Name"]):
+                out["Value"] = base.redacted(out["Value"])
         return out
     if isinstance(o, list):
         return [_clean(v, records, cap) for v in o]

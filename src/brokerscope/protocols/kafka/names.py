@@ -1,7 +1,11 @@
-"""Kafka API names for api keys that no spec describes: the ZooKeeper-era inter-broker APIs,
-dropped from Kafka 4.0's specs and so from both kafka-python and kio. Such frames are framed
-and paired but their bodies are not decoded (decode_status unknown_command, raw kept). Names
-from the Apache Kafka protocol guide."""
+"""What the Kafka specs do not say: names of api keys no spec describes, and which fields and
+config entries hold secrets.
+
+EXTRA_API_NAMES: the ZooKeeper-era inter-broker APIs, dropped from Kafka 4.0's specs and so from
+both kafka-python and kio. Such frames are framed and paired but their bodies are not decoded
+(decode_status unknown_command, raw kept). Names from the Apache Kafka protocol guide."""
+
+import re
 
 EXTRA_API_NAMES: dict[int, str] = {
     4: "LeaderAndIsr",
@@ -16,3 +20,11 @@ EXTRA_API_NAMES: dict[int, str] = {
 SECRET_FIELDS = frozenset(
     {"AuthBytes", "SaltedPassword", "Salt", "Password", "Hmac", "TokenHmac", "RequestData", "ResponseData"}
 )
+
+# Config entries ({"Name", "Value"} in AlterConfigs, IncrementalAlterConfigs, CreateTopics,
+# DescribeConfigs, ...): the value of a password-type config is a credential. Kafka's own
+# password-type configs all match this (ssl.key.password, ssl.keystore.password,
+# ssl.keystore.key, sasl.jaas.config, sasl.oauthbearer client secrets, password.encoder.secret,
+# delegation.token.secret.key, their listener.name.* forms); entries the broker flags
+# IsSensitive are redacted whatever their name.
+SENSITIVE_CONFIG = re.compile(r"(?i)password|secret|jaas|credential|token|keystore\.key|private\.key")
