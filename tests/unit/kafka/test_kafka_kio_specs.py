@@ -54,7 +54,7 @@ def test_rebuilt_specs_equal_the_official_ones_where_both_exist():
     assert len(official) >= 50
     compared, diffs = 0, []
     for key, s in official.items():
-        _name, kreq, kresp = rebuilt[key]
+        kreq, kresp = rebuilt[key]
         kflex = Versions.parse(kreq["flexibleVersions"])
         for kind, js, ks, structs in (
             ("request", s.request, kreq, s.request_structs),

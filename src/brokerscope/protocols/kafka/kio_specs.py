@@ -11,7 +11,7 @@ spec dicts of the JSON form `schema.py` compiles (fields with `versions`, `nulla
 What kio does not keep is recovered as follows (checked against every API both packages describe,
 tests/unit/kafka/test_kafka_kio_specs.py):
 - field names: kio's snake_case back to the specs' CamelCase; kio drops the `Ms` of durations
-  (`timedelta_*` types), so it is put back;
+  and times (`timedelta_*`, `datetime_i64` types), so it is put back;
 - `entityType: topicName`: fields typed with kio's `TopicName`.
 """
 
@@ -159,8 +159,8 @@ def _load(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def spec(api_key: int) -> tuple[str, dict, dict] | None:
-    """(API name, request spec, response spec) for `api_key` from kio, or None."""
+def spec(api_key: int) -> tuple[dict, dict] | None:
+    """(request spec, response spec) for `api_key` from kio, or None."""
     from kio.schema.index import api_key_map, schema_name_map
     from kio.static.constants import EntityType
 
@@ -192,9 +192,7 @@ def spec(api_key: int) -> tuple[str, dict, dict] | None:
                 "fields": _merge(per_version),
             }
         )
-    req, resp = out
-    api = req["name"][: -len("Request")] if req["name"].endswith("Request") else req["name"]
-    return api, req, resp
+    return out[0], out[1]
 
 
 def api_keys() -> list[int]:
@@ -207,7 +205,7 @@ def api_keys() -> list[int]:
 
 
 @lru_cache(maxsize=1)
-def all_specs() -> dict[int, tuple[str, dict, dict]]:
+def all_specs() -> dict[int, tuple[dict, dict]]:
     """Every API kio describes, by api key (imports all of kio's classes: seconds)."""
     out = {}
     for key in api_keys():

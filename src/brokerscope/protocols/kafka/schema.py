@@ -134,10 +134,9 @@ def _shipped() -> dict[int, ApiSpec]:
         if "request" not in pair or "response" not in pair:
             continue
         req, resp = pair["request"], pair["response"]
-        name = req["name"][: -len("Request")] if req["name"].endswith("Request") else req["name"]
         out[key] = ApiSpec(
             api_key=key,
-            name=name,
+            name=req["name"].removesuffix("Request"),
             valid=Versions.parse(req["validVersions"]),
             flexible=Versions.parse(req.get("flexibleVersions")),
             request=req,
@@ -164,11 +163,11 @@ def spec(api_key: int) -> ApiSpec | None:
             if k is None
             else ApiSpec(
                 api_key=api_key,
-                name=k[0],
-                valid=Versions.parse(k[1]["validVersions"]),
-                flexible=Versions.parse(k[1]["flexibleVersions"]),
-                request=k[1],
-                response=k[2],
+                name=k[0]["name"].removesuffix("Request"),
+                valid=Versions.parse(k[0]["validVersions"]),
+                flexible=Versions.parse(k[0]["flexibleVersions"]),
+                request=k[0],
+                response=k[1],
                 source="kio",
             )
         )
