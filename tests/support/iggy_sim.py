@@ -79,11 +79,11 @@ def register_body(version: bytes = SERVER_VERSION) -> bytes:
 
 def metadata_body(port: int) -> bytes:
     """Cluster metadata: name (u32 len), node count u32, per node name (u32 len), ip (u32 len),
-    port u16 + 6 bytes, role u8, status u8."""
+    tcp/quic/http/websocket ports u16, role u8, status u8 (leader, healthy)."""
     name, node, ip = b"sim", b"sim-node", b"127.0.0.1"
     out = struct.pack("<I", len(name)) + name + struct.pack("<I", 1)
     out += struct.pack("<I", len(node)) + node + struct.pack("<I", len(ip)) + ip
-    out += struct.pack("<H", port) + b"\0" * 6 + b"\0\0"
+    out += struct.pack("<HHHH", port, 0, 0, 0) + b"\0\0"
     return out
 
 

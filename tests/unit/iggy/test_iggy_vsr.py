@@ -14,7 +14,7 @@ from brokerscope import tables
 from brokerscope.protocols.iggy.messages import build_batch_v48, parse_batch_v48, parse_polled
 from brokerscope.protocols.iggy.wire import DecodeError
 
-from .frames import num_id, run, s8, str_id, table, u8, u32, u64, vsr_batch, vsr_header
+from .frames import num_id, run, s8, s32, str_id, table, u8, u32, u64, vsr_batch, vsr_header
 
 ST = str_id("orders") + str_id("eu")
 PART3 = b"\x02\x04" + u32(3)  # partitioning: partition id 3
@@ -252,3 +252,66 @@ def test_vsr_store_offset_with_or_without_ack_level(ack, level):
     assert [(a["consumer"], a["offset"], a["error_code"]) for a in table(rows, "acks")] == [
         ("group:workers", 7, 0)
     ]
+
+
+def test_cluster_metadata_and_sync_consumer_group_replies():
+    """Non-replicated replies (no result section): GET_CLUSTER_METADATA with its four transport
+    ports, role and status (responses/system/get_cluster_metadata.rs), and SYNC_CONSUMER_GROUP's
+    generation and partitions (responses/consumer_groups/sync_consumer_group.rs); an empty sync
+    reply (not a member) has no fields."""
+    node = s32("node-1") + s32("10.0.0.7") + struct.pack("<HHHH", 8090, 8080, 3000, 8092) + u8(1) + u8(4)
+    metadata = s32("prod") + u32(1) + node
+    sync_req = ST + str_id("workers")
+    out = run(
+        [
+            ("c2s", req(LOGIN, 0, 1)),
+            ("s2c", rep(REGISTER_OK, 0, 1)),
+            ("c2s", req(b"", 1, 2, code=12)),
+            ("s2c", rep(metadata, 1, 2)),
+            ("c2s", req(sync_req, 2, 2, code=606)),
+            ("s2c", rep(u64(7) + u32(2) + u32(0) + u32(3), 2, 2)),
+            ("c2s", req(sync_req, 3, 2, code=606)),
+            ("s2c", rep(b"", 3, 2)),
+        ]
+    )
+    cmds = table(out, "commands")
+    replies = [c for c in cmds if c["direction"] == "s2c"]
+    assert all(c["decode_status"] == "ok" for c in cmds)
+    meta = json.loads(replies[1]["details"])
+    assert meta["name"] == "prod" and meta["nodes"] == [
+        {
+            "name": "node-1",
+            "ip": "10.0.0.7",
+            "tcp_port": 8090,
+            "quic_port": 8080,
+            "http_port": 3000,
+            "websocket_port": 8092,
+            "role": 1,
+            "role_name": "follower",
+            "status": 4,
+            "status_name": "maintenance",
+        }
+    ]
+    assert [c["command"] for c in replies[2:]] == ["SYNC_CONSUMER_GROUP", "SYNC_CONSUMER_GROUP"]
+    sync = json.loads(replies[2]["details"])
+    assert sync["generation"] == 7 and sync["partitions"] == [0, 3]
+    assert "generation" not in json.loads(replies[3]["details"])
+
+
+@pytest.mark.parametrize(
+    "reason, name, window",
+    [(14, "incompatible_protocol", ("0.12.0", "0.11.0")), (9, "invalid_credentials", None)],
+)
+def test_eviction_reason_and_protocol_window(reason, name, window):
+    """An EvictionHeader (command 13) for a client: reason byte @255; incompatible-protocol and
+    malformed-login evictions carry the server's max/min protocol versions at @144/@148."""
+    h = bytearray(vsr_header(13, 256, 0, 0))
+    h[128:144] = (0xC0FFEE).to_bytes(16, "little")
+    struct.pack_into("<II", h, 144, (0 << 20) | (12 << 10), 11 << 10)
+    h[255] = reason
+    cmd = table(run([("c2s", req(LOGIN, 0, 1)), ("s2c", bytes(h))]), "commands")[-1]
+    d = json.loads(cmd["details"])
+    assert cmd["command"] == "VSR_EVICTION" and cmd["decode_status"] == "ok"
+    assert (d["reason"], d["reason_name"], d["client"]) == (reason, name, f"{0xC0FFEE:032x}")
+    got = (d["server_protocol_max"], d["server_protocol_min"]) if "server_protocol_max" in d else None
+    assert got == window

@@ -84,6 +84,27 @@ VSR_COMMANDS: dict[int, str] = {
     12: "START_VIEW",
     13: "EVICTION",
 }
+# EvictionHeader reason byte @255 (apache/iggy consensus header EvictionReason). Reasons 14 and
+# 15 carry the server's accepted protocol window: max u32 @144, min u32 @148 (binary_protocol
+# version.rs).
+EVICTION_REASONS: dict[int, str] = {
+    0: "reserved",
+    1: "no_session",
+    2: "client_release_too_low",
+    3: "client_release_too_high",
+    4: "invalid_request_operation",
+    5: "invalid_request_body",
+    6: "invalid_request_body_size",
+    7: "session_too_low",
+    8: "session_release_mismatch",
+    9: "invalid_credentials",
+    10: "invalid_token",
+    11: "user_inactive",
+    12: "session_error",
+    13: "stale_client",
+    14: "incompatible_protocol",
+    15: "malformed_login",
+}
 # VSR `operation` byte values (apache/iggy core/binary_protocol/src/consensus/operation.rs).
 VSR_OPERATIONS: dict[int, str] = {
     1: "REGISTER",

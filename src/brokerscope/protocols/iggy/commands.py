@@ -241,21 +241,36 @@ def register_reply(payload) -> dict:
     return _variants(payload, p)
 
 
+# ClusterNode role and status (apache/iggy core/common/src/types/cluster/node.rs)
+NODE_ROLES = {0: "leader", 1: "follower"}
+NODE_STATUSES = {0: "healthy", 1: "starting", 2: "stopping", 3: "unreachable", 4: "maintenance"}
+
+
 def cluster_metadata(payload) -> dict:
-    """GET_CLUSTER_METADATA reply: name (u32 len), node count u32, per node: name (u32 len),
-    ip (u32 len), port u16 + 6 reserved bytes, role u8, status u8."""
+    """GET_CLUSTER_METADATA reply (apache/iggy responses/system/get_cluster_metadata.rs): name
+    (u32 len), node count u32, per node: name (u32 len), ip (u32 len), tcp/quic/http/websocket
+    ports u16 each, role u8, status u8."""
 
     def p(r: Reader) -> dict:
         d: dict = {"name": r.str32(), "nodes": []}
         for _ in range(r.u32()):
-            node = {"name": r.str32(), "ip": r.str32(), "port": r.u16()}
-            r.bytes(6)
+            node = {"name": r.str32(), "ip": r.str32()}
+            for transport in ("tcp", "quic", "http", "websocket"):
+                node[f"{transport}_port"] = r.u16()
             node["role"] = r.u8()
+            node["role_name"] = NODE_ROLES.get(node["role"], "unknown")
             node["status"] = r.u8()
+            node["status_name"] = NODE_STATUSES.get(node["status"], "unknown")
             d["nodes"].append(node)
         return d
 
     return _variants(payload, p)
+
+
+def protocol_version_text(v: int) -> str:
+    """major<<20 | minor<<10 | patch, 10 bits each, bits 31-30 reserved (binary_protocol
+    version.rs): 0.11.0 = 11264."""
+    return f"{(v >> 20) & 1023}.{(v >> 10) & 1023}.{v & 1023}"
 
 
 def register(payload) -> dict:
@@ -265,8 +280,7 @@ def register(payload) -> dict:
 
     def p(r: Reader) -> dict:
         v = r.u32()
-        # packed major.minor.patch; 10 bits per component fits the 0.11.0 client (11 << 10)
-        d = {"protocol_version": v, "protocol_version_text": f"{v >> 20}.{(v >> 10) & 1023}.{v & 1023}"}
+        d = {"protocol_version": v, "protocol_version_text": protocol_version_text(v)}
         d["sdk"] = r.str8()
         d["sdk_version"] = r.str8()
         d["username"] = r.str8()
@@ -390,9 +404,9 @@ ACK_LEVELS = {0: "no_ack", 1: "quorum"}
 
 
 def _ack_tail(r: Reader, d: dict) -> dict:
-    """Later sources end the consumer-offset writes with an AckLevel u8 (0 no_ack, 1 quorum;
-    apache/iggy primitives/ack_level.rs); older clients send none. Its place at the end
-    follows the request struct's field order (inferred)."""
+    """0.9-era sources end the consumer-offset writes with an AckLevel u8, always the last byte
+    (0 no_ack, 1 quorum; apache/iggy primitives/ack_level.rs, requests/consumer_offsets/
+    store_consumer_offset.rs); older clients send none, and such bodies are accepted too."""
     if r.remaining == 1 and d.get("_flagged"):
         level = r.u8()
         if level not in ACK_LEVELS:
@@ -737,6 +751,19 @@ def group_details(payload) -> dict:
     return _variants(payload, p)
 
 
+def sync_group(payload) -> dict:
+    """SYNC_CONSUMER_GROUP reply (apache/iggy responses/consumer_groups/sync_consumer_group.rs):
+    generation u64, partition count u32, partition ids u32. An empty reply (no details) means
+    the client is not a member of the group."""
+
+    def p(r: Reader) -> dict:
+        d: dict = {"generation": r.u64()}
+        d["partitions"] = [r.u32() for _ in range(r.u32())]
+        return d
+
+    return _variants(payload, p)
+
+
 def groups(payload) -> dict:
     def g(r: Reader) -> dict:
         return {"id": r.u32(), "partitions_count": r.u32(), "members_count": r.u32(), "name": r.str8()}
@@ -763,6 +790,7 @@ RESPONSES: dict[int, Callable] = {
     600: group_details,
     601: groups,
     602: group_details,
+    606: sync_group,
 }
 
 

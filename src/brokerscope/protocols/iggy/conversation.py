@@ -28,6 +28,7 @@ from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
 from .codes import (
     COMMANDS,
     EMPTY_REQUEST,
+    EVICTION_REASONS,
     VSR_COMMANDS,
     VSR_NON_REPLICATED,
     VSR_OPERATION_CODES,
@@ -41,6 +42,7 @@ from .commands import (
     cluster_metadata,
     decode_request,
     decode_response,
+    protocol_version_text,
     register,
     register_reply,
     send_confirmations,
@@ -717,6 +719,11 @@ class IggyConversation(Conversation):
         if command == 13:
             d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
             d["reason"] = frame[255]
+            d["reason_name"] = EVICTION_REASONS.get(frame[255], "unknown")
+            if frame[255] in (14, 15):  # the server's accepted protocol window
+                hi, lo = _II.unpack_from(frame, 144)
+                d["server_protocol_max"] = protocol_version_text(hi)
+                d["server_protocol_min"] = protocol_version_text(lo)
         row.update(command=f"VSR_{VSR_COMMANDS[command]}", decode_status=base.OK, details=base.to_json(d))
         rows.append(("commands", row))
         return True
