@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import logging
 import re
 import struct
 import uuid
@@ -37,6 +38,7 @@ from .. import base
 from . import kio_specs
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
+log = logging.getLogger(__name__)
 
 Reader = Callable[[bytes, int], tuple[object, int]]
 
@@ -157,7 +159,11 @@ def spec(api_key: int) -> ApiSpec | None:
     if s is not None:
         return s
     if api_key not in _from_kio:
-        k = kio_specs.spec(api_key) if kio_specs.available() else None
+        try:
+            k = kio_specs.spec(api_key) if kio_specs.available() else None
+        except (ValueError, KeyError, TypeError, ImportError) as e:  # a kio this code does not know
+            log.warning("kafka api key %d: cannot rebuild its spec from kio: %s", api_key, e)
+            k = None
         _from_kio[api_key] = (
             None
             if k is None
