@@ -263,7 +263,7 @@ def test_truncated_new_api_body_is_an_error_row(cut):
 
 def test_share_fetch_records_are_summarized_not_copied():
     """ShareFetch (key 78) responses carry record sets: details get their batch headers only, so
-    payloads never reach `details` (only Fetch makes message rows)."""
+    payloads never reach `details`; only the acquired records become deliver rows."""
     from kafka_kit import records
 
     recs = records([(b"k1", b"secret-payload-1", []), (b"k2", b"secret-payload-2", [])])
@@ -286,7 +286,7 @@ def test_share_fetch_records_are_summarized_not_copied():
         + struct.pack(">ii", 1, 0)
         + no_tags  # CurrentLeader: LeaderId, LeaderEpoch
         + _cbytes(recs)  # Records
-        + _carr([struct.pack(">qqh", 0, 1, 1) + no_tags])  # AcquiredRecords
+        + _carr([struct.pack(">qqh", 1, 1, 1) + no_tags])  # AcquiredRecords: offset 1 only
         + no_tags
     )
     rsp = (
@@ -303,7 +303,8 @@ def test_share_fetch_records_are_summarized_not_copied():
     assert "secret-payload" not in details and '"base64"' not in details  # not as text, not as bytes
     batch = json.loads(details)["Responses"][0]["Partitions"][0]["Records"]["batches"][0]
     assert batch["record_count"] == 2 and batch["crc_ok"] is True
-    assert rows["messages"] == []
+    delivered = [(m["offset"], m["value"], m["consumer"], m["topic_id"]) for m in rows["messages"]]
+    assert delivered == [(1, b"secret-payload-2", "grp", str(uuid.UUID(int=0xABC)))]
 
 
 def test_random_bodies_of_every_new_api_never_raise():
@@ -322,3 +323,32 @@ def test_random_bodies_of_every_new_api_never_raise():
             d = Driver().c2s(_req(key, v, 1, body)).s2c(_rsp(1, body)).c2s(good).close()
             assert len(d["commands"]) == 3, (key, v)
             assert d["commands"][-1]["command"] == "ConsumerGroupHeartbeat"
+
+
+def test_share_acknowledge_per_offset_types_and_gaps():
+    """ShareAcknowledge v1 (hand-built): one batch with a type per offset, a gap among them, and a
+    partition error in the response; the topic is known by id only."""
+    tid = uuid.UUID(int=0x5EED)
+    no_tags = b"\x00"
+    batch = struct.pack(">qq", 10, 13) + _carr([b"\x01", b"\x00", b"\x03", b"\x02"]) + no_tags
+    req = (
+        _cstr("grp")  # GroupId
+        + _cstr("m1")  # MemberId
+        + struct.pack(">i", 3)  # ShareSessionEpoch
+        + _carr([tid.bytes + _carr([struct.pack(">i", 2) + _carr([batch]) + no_tags]) + no_tags])
+        + no_tags
+    )
+    part = struct.pack(">ih", 2, 87) + _cstr(None) + struct.pack(">ii", 1, 0) + no_tags + no_tags
+    rsp = (
+        struct.pack(">ih", 0, 0)  # ThrottleTimeMs, ErrorCode
+        + _cstr(None)  # ErrorMessage
+        + _carr([tid.bytes + _carr([part]) + no_tags])  # Responses
+        + _carr([])  # NodeEndpoints
+        + no_tags
+    )
+    rows = Driver().c2s(_req(79, 1, 5, req)).s2c(_rsp(5, rsp)).close()
+    assert [c["decode_status"] for c in rows["commands"]] == ["ok", "ok"]
+    acks = [(a["offset"], json.loads(a["details"])["type"], a["error_code"]) for a in rows["acks"]]
+    assert acks == [(10, "accept", 87), (12, "reject", 87), (13, "release", 87)]
+    assert all(a["ack_type"] == "kafka_share_ack" and a["consumer"] == "grp" for a in rows["acks"])
+    assert all(a["topic"] is None and a["topic_id"] == str(tid) and a["partition"] == 2 for a in rows["acks"])

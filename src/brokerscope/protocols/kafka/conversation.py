@@ -20,6 +20,10 @@ from . import records as rec
 from .names import EXTRA_API_NAMES, SECRET_FIELDS, SENSITIVE_CONFIG
 
 _I32 = struct.Struct(">i")
+# KIP-932 AcknowledgeTypes ("0:Gap,1:Accept,2:Release,3:Reject,4:Renew" in the request specs);
+# a gap marks an offset without a record, not an acknowledgement
+SHARE_ACK_TYPES = {1: "accept", 2: "release", 3: "reject", 4: "renew"}
+MAX_SHARE_ACK_ROWS = 100_000  # per request; beyond, one acks row per acknowledged range
 _HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
 MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
@@ -96,6 +100,7 @@ class Pending:
     read_committed: bool = False
     txn: dict | None = None
     held_bytes: int = 0
+    share_acks: list = field(default_factory=list)  # [(topic, topic id, partition, first, last, types)]
 
 
 class KafkaConversation(Conversation):
@@ -586,6 +591,22 @@ class KafkaConversation(Conversation):
                 tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
                 for part in t.get("Partitions") or ():
                     pend.commits.append((tname, part.get("PartitionIndex"), part.get("CommittedOffset")))
+        elif key in (78, 79):  # ShareFetch, ShareAcknowledge (KIP-932 share groups)
+            pend.group = body.get("GroupId")
+            for t in body.get("Topics") or ():
+                tid = t.get("TopicId")
+                for part in t.get("Partitions") or ():
+                    for a in part.get("AcknowledgementBatches") or ():
+                        pend.share_acks.append(
+                            (
+                                self._resolve_topic(None, tid),
+                                tid,
+                                part.get("PartitionIndex"),
+                                a.get("FirstOffset"),
+                                a.get("LastOffset"),
+                                a.get("AcknowledgeTypes") or [],
+                            )
+                        )
         elif key == 26:  # EndTxn
             pend.txn = {
                 "transactional_id": body.get("TransactionalId"),
@@ -960,6 +981,10 @@ class KafkaConversation(Conversation):
             status, err = self._fetch_response(body, p, corr, ts0, extra)
         elif key in (8, 28):
             self._commit_response(body, p, corr, ts0, lat["latency_us"], extra)
+        elif key in (78, 79):
+            if key == 78:
+                status, err = self._share_fetch_response(body, p, corr, ts0, extra)
+            self._share_acks(body, p, corr, ts0, lat["latency_us"], extra)
         elif key == 26 and p.txn:
             extra.append(
                 (
@@ -1148,6 +1173,92 @@ class KafkaConversation(Conversation):
                         )
                     )
         return status, err
+
+    def _share_fetch_response(self, body, p: Pending, corr, ts0, extra) -> tuple[str, str | None]:
+        """ShareFetch (KIP-932): the records of a batch that lie in the partition's
+        AcquiredRecords ranges are what the share consumer receives: `deliver` rows with the
+        group as consumer and the range's delivery count in details (above 1: a redelivery)."""
+        status, err = base.OK, None
+        cap = self.ctx.max_decompressed_bytes
+        for t in body.get("Responses") or ():
+            tid = t.get("TopicId")
+            tname = self._resolve_topic(None, tid)
+            for part in t.get("Partitions") or ():
+                pidx = part.get("PartitionIndex")
+                raw = part.get("Records")
+                if not raw:
+                    continue
+                rs = rec.read_record_set(raw, cap)
+                if rs.error and status == base.OK:
+                    status, err = rs.status, f"{tname or tid}-{pidx}: {rs.error}"
+                acquired = [
+                    (a.get("FirstOffset"), a.get("LastOffset"), a.get("DeliveryCount"))
+                    for a in part.get("AcquiredRecords") or ()
+                ]
+                for b in rs.batches:
+                    if b.status != base.OK and status == base.OK:
+                        status, err = b.status, f"{tname or tid}-{pidx} batch at {b.base_offset}: {b.error}"
+                    rows = self._message_rows(
+                        b, "deliver", tname, pidx, corr, ts0, with_offset=True, topic_id=tid
+                    )
+                    for tab, r in rows:
+                        count = next((n for lo, hi, n in acquired if lo <= r["offset"] <= hi), None)
+                        if count is None:
+                            continue  # returned in the batch but not acquired by this consumer
+                        r["consumer"] = p.group
+                        r["details"] = f'{r["details"][:-1]},"delivery_count":{count}}}'
+                        extra.append((tab, r))
+        return status, err
+
+    def _share_acks(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        """Acknowledgements a share consumer sent (in ShareFetch or ShareAcknowledge): one
+        `kafka_share_ack` row per offset (accept, release, reject; gaps are skipped), with the
+        partition's error code from the response. Ranges past MAX_SHARE_ACK_ROWS in one request
+        become one row per range (`details.last_offset`)."""
+        if not p.share_acks:
+            return
+        errs: dict[tuple, int | None] = {}
+        for t in body.get("Responses") or ():
+            for part in t.get("Partitions") or ():
+                code = part.get("AcknowledgeErrorCode", part.get("ErrorCode"))
+                errs[(t.get("TopicId"), part.get("PartitionIndex"))] = code
+        budget = MAX_SHARE_ACK_ROWS
+        for tname, tid, pidx, first, last, types in p.share_acks:
+            if first is None or last is None or last < first:
+                continue
+            per_offset = last - first + 1 <= budget
+            offsets = range(first, last + 1) if per_offset else (first,)
+            for off in offsets:
+                code = (
+                    types[off - first]
+                    if len(types) > 1 and off - first < len(types)
+                    else (types or [None])[0]
+                )
+                if code == 0:
+                    continue  # a gap: no record at this offset
+                details = {"api": p.name, "type": SHARE_ACK_TYPES.get(code, code)}
+                if not per_offset:
+                    details["last_offset"] = last
+                extra.append(
+                    (
+                        "acks",
+                        {
+                            "ts_ns": ts0,
+                            "ack_type": "kafka_share_ack",
+                            "topic": tname,
+                            "topic_id": None if tname else tid,
+                            "partition": pidx,
+                            "offset": off,
+                            "message_id": f"{tname}-{pidx}@{off}" if tname else None,
+                            "consumer": p.group,
+                            "error_code": errs.get((tid, pidx)),
+                            "ack_latency_us": latency_us,
+                            "correlation_id": corr,
+                            "details": base.to_json(details),
+                        },
+                    )
+                )
+            budget -= len(offsets)
 
     def _commit_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
         errs: dict[tuple, int] = {}
