@@ -155,6 +155,80 @@ def codec_run(codec: str, outdir: Path, run: str | None = None, conf: dict | Non
     }
 
 
+def share_run(outdir: Path) -> dict:
+    """A KIP-932 share group: a share consumer (explicit acknowledgement) joins group
+    `bs-share-group`, then 12 messages are produced; it accepts them, except one it rejects and
+    one it releases once (redelivered, then accepted). A share group starts at the latest offset,
+    so the warm-up message produced before the consumer joined is not delivered."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    topic = "bs-share"
+    tmp = tempfile.NamedTemporaryFile(suffix=".pcap", delete=False).name
+    produced: list[dict] = []
+    consumed: list[dict] = []
+    acks: list[dict] = []
+    report = lambda err, m: (  # noqa: E731
+        produced.append(_msg(m.topic(), m.partition(), m.offset(), m.key(), m.value(), None))
+        if err is None
+        else None
+    )
+    with LoopbackCapture(tmp, ports=None) as cap:
+        p = Producer({"test.mock.num.brokers": 1, "client.id": "bs-share-producer", **NO_TELEMETRY})
+        host, port = _broker(p)
+        p.produce(
+            topic, key=b"warm-up", value=b"before the share consumer joined", partition=0, on_delivery=report
+        )
+        p.flush(10)
+        c = ShareConsumer(
+            {
+                "bootstrap.servers": f"{host}:{port}",
+                "group.id": "bs-share-group",
+                "share.acknowledgement.mode": "explicit",
+                **NO_TELEMETRY,
+            }
+        )
+        c.subscribe([topic])
+        for _ in range(6):  # join the group and get the assignment
+            list(c.poll(0.5))
+        for i in range(N_MESSAGES):
+            p.produce(
+                topic, key=f"q{i}".encode(), value=f"queued {i}".encode(), partition=i % 2, on_delivery=report
+            )
+        p.flush(10)
+        released = False
+        end = time.time() + 30
+        while len({(a["partition"], a["offset"]) for a in acks if a["type"] != "release"}) < N_MESSAGES:
+            if time.time() > end:
+                raise SystemExit("share run: not every message was acknowledged in 30 s")
+            for m in c.poll(0.5):
+                if m.error():
+                    continue
+                consumed.append(_msg(m.topic(), m.partition(), m.offset(), m.key(), m.value(), None))
+                if m.key() == b"q3":
+                    kind = "reject"
+                elif m.key() == b"q5" and not released:
+                    kind, released = "release", True
+                else:
+                    kind = "accept"
+                c.acknowledge(m, getattr(AcknowledgeType, kind.upper()))
+                acks.append({"partition": m.partition(), "offset": m.offset(), "type": kind})
+        c.commit_sync()
+        c.close()
+        del p
+    n = _write(cap.frames, port, outdir / "share.pcap")
+    os.unlink(tmp)
+    return {
+        "run": "share",
+        "codec": "none",
+        "topic": topic,
+        "broker_port": port,
+        "packets": n,
+        "produced": produced,
+        "consumed": consumed,
+        "share_acks": acks,
+    }
+
+
 def txn_run(outdir: Path) -> dict:
     """Transactions: a committed and an aborted transaction, then a read_committed consumer whose
     offsets are committed inside a third transaction (TxnOffsetCommit). Quirks of the mock cluster
@@ -369,6 +443,8 @@ def main() -> None:
         runs.append(codec_run("lz4", outdir, run="kip848", conf=KIP848))
     if not only or "txn" in only:
         runs.append(txn_run(outdir))
+    if not only or "share" in only:
+        runs.append(share_run(outdir))
     if not only or "segment" in only:
         runs.append(segment_run(outdir))
     for r in runs:

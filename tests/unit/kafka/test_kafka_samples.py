@@ -15,7 +15,7 @@ from brokerscope import tables
 from brokerscope.streams import decode_files
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_data" / "kafka"
-RUNS = ("none", "gzip", "snappy", "lz4", "zstd", "txn", "kip848")
+RUNS = ("none", "gzip", "snappy", "lz4", "zstd", "txn", "kip848", "share")
 
 
 def _b(s):
@@ -120,6 +120,15 @@ def test_acks(run):
     for x in m["produced"]:
         assert any((x["topic"], x["partition"], o) in first for o in range(0, x["offset"] + 1))
     commits = [a for a in acks if a["ack_type"] == "kafka_offset_commit"]
+    if name == "share":
+        # a share group commits no offsets: each delivery is acknowledged (KIP-932)
+        assert commits == []
+        share = [a for a in acks if a["ack_type"] == "kafka_share_ack"]
+        got = sorted((a["partition"], a["offset"], json.loads(a["details"])["type"]) for a in share)
+        assert got == sorted((x["partition"], x["offset"], x["type"]) for x in m["share_acks"])
+        assert all(a["error_code"] == 0 and a["consumer"] == "bs-share-group" for a in share)
+        assert all(a["message_id"] == f"bs-share-{a['partition']}@{a['offset']}" for a in share)
+        return
     assert commits and all(a["error_code"] == 0 for a in commits)
     if name == "txn":
         assert {a["consumer"] for a in commits} == {"bs-txn-group"}
@@ -133,6 +142,22 @@ def test_acks(run):
         assert "COMMIT" in markers and "ABORT" in markers
     else:
         assert {a["consumer"] for a in commits} == {f"bs-group-{name}"}
+
+
+def test_share_group_deliveries_carry_group_and_delivery_count():
+    m = json.loads((SAMPLES / "share.json").read_text())
+    out = decode_files([str(SAMPLES / "share.pcap")])
+    delivered = [r for r in out["messages"] if r["direction"] == "deliver"]
+    assert {r["consumer"] for r in delivered} == {"bs-share-group"}
+    counts = collections.Counter((r["partition"], r["offset"]) for r in delivered)
+    released = [(a["partition"], a["offset"]) for a in m["share_acks"] if a["type"] == "release"]
+    assert released and all(counts[k] == 2 for k in released)  # released, then redelivered
+    by_count = {(r["partition"], r["offset"], json.loads(r["details"])["delivery_count"]) for r in delivered}
+    assert all((p, o, 2) in by_count and (p, o, 1) in by_count for p, o in released)
+    assert sum(counts.values()) == len(m["consumed"])
+    # a share group starts at the latest offset: the message produced before it joined stays unread
+    assert b"warm-up" in {_b(x["key"]) for x in m["produced"]}
+    assert b"warm-up" not in {r["key"] for r in delivered}
 
 
 def test_rows_conform(run):
