@@ -102,6 +102,13 @@ def _write(frames, port: int, pcap: Path) -> int:
     return len(keep)
 
 
+def _finish(cap, tmp: str, port: int, outdir: Path, run: str, codec: str, topic: str, **rest) -> dict:
+    """Write `<run>.pcap` (the mock broker's traffic only) and return the run's manifest."""
+    n = _write(cap.frames, port, outdir / f"{run}.pcap")
+    os.unlink(tmp)
+    return {"run": run, "codec": codec, "topic": topic, "broker_port": port, "packets": n, **rest}
+
+
 def codec_run(codec: str, outdir: Path, run: str | None = None, conf: dict | None = None) -> dict:
     """One producer and one consumer group; `conf` (default NO_TELEMETRY) goes to both clients."""
     run = run or codec
@@ -142,17 +149,7 @@ def codec_run(codec: str, outdir: Path, run: str | None = None, conf: dict | Non
         c.close()
         p.flush(5)
         del p
-    n = _write(cap.frames, port, outdir / f"{run}.pcap")
-    os.unlink(tmp)
-    return {
-        "run": run,
-        "codec": codec,
-        "topic": topic,
-        "broker_port": port,
-        "packets": n,
-        "produced": produced,
-        "consumed": consumed,
-    }
+    return _finish(cap, tmp, port, outdir, run, codec, topic, produced=produced, consumed=consumed)
 
 
 def share_run(outdir: Path) -> dict:
@@ -215,18 +212,9 @@ def share_run(outdir: Path) -> dict:
         c.commit_sync()
         c.close()
         del p
-    n = _write(cap.frames, port, outdir / "share.pcap")
-    os.unlink(tmp)
-    return {
-        "run": "share",
-        "codec": "none",
-        "topic": topic,
-        "broker_port": port,
-        "packets": n,
-        "produced": produced,
-        "consumed": consumed,
-        "share_acks": acks,
-    }
+    return _finish(
+        cap, tmp, port, outdir, "share", "none", topic, produced=produced, consumed=consumed, share_acks=acks
+    )
 
 
 def txn_run(outdir: Path) -> dict:
@@ -284,19 +272,19 @@ def txn_run(outdir: Path) -> dict:
         p.commit_transaction(15)
         c.close()
         del p
-    n = _write(cap.frames, port, outdir / "txn.pcap")
-    os.unlink(tmp)
-    return {
-        "run": "txn",
-        "codec": "none",
-        "topic": topic,
-        "broker_port": port,
-        "packets": n,
-        "produced": produced,
-        "aborted": aborted,
-        "consumed": consumed,
-        "committed_positions": [[tp.topic, tp.partition, tp.offset] for tp in positions],
-    }
+    return _finish(
+        cap,
+        tmp,
+        port,
+        outdir,
+        "txn",
+        "none",
+        topic,
+        produced=produced,
+        aborted=aborted,
+        consumed=consumed,
+        committed_positions=[[tp.topic, tp.partition, tp.offset] for tp in positions],
+    )
 
 
 def _fetch_log(host: str, port: int, topic: str, partition: int) -> bytes:
