@@ -101,8 +101,16 @@ class Context:
     def option(self, protocol: str, key: str, default):
         return self.protocol_options.get(protocol, {}).get(key, default)
 
-    def raw(self, data: bytes | memoryview) -> bytes:
-        return bytes(data[: self.max_raw_bytes])
+    def raw(self, data: bytes | memoryview) -> bytes | None:
+        """The bytes of an undecodable frame kept in `raw`. Frames carry message payloads, so
+        the payload policy applies: `truncate` caps them at truncate_bytes, `hash` and `drop`
+        keep none (the row's status, error and size remain)."""
+        mode = self.payload.mode
+        if mode == "keep":
+            return bytes(data[: self.max_raw_bytes])
+        if mode == "truncate":
+            return bytes(data[: min(self.max_raw_bytes, self.payload.truncate_bytes)])
+        return None
 
 
 @dataclass(frozen=True)

@@ -432,6 +432,24 @@ def test_flipped_crc_bit_in_a_produce_request():
     assert out["commands"][1]["decode_status"] == "ok"
 
 
+@pytest.mark.parametrize("mode, raw_len", [("keep", None), ("truncate", 16), ("hash", 0), ("drop", 0)])
+def test_raw_bytes_of_a_bad_frame_follow_the_payload_policy(mode, raw_len):
+    """A frame kept in `raw` carries message values: with `hash`/`drop` none of it is kept, with
+    `truncate` only truncate_bytes; the row's status and size stay."""
+    req = bytearray(PRODUCE_V9_REQ)
+    req[-10] ^= 0x04  # a record value bit: checksum_mismatch, a row that keeps raw bytes
+    ctx = base.Context(payload=base.PayloadPolicy(mode=mode, truncate_bytes=16))
+    r = Driver(ctx).c2s(bytes(req)).close()["commands"][0]
+    assert r["decode_status"] == "checksum_mismatch" and r["size"] == len(req)
+    frame = bytes(req[4:])  # raw holds the frame after its size field
+    if raw_len is None:
+        assert r["raw"] == frame[: ctx.max_raw_bytes]
+    elif raw_len == 0:
+        assert r["raw"] is None
+    else:
+        assert r["raw"] == frame[:raw_len]
+
+
 def test_compression_bomb_in_a_produce_request():
     import gzip
 
