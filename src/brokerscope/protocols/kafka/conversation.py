@@ -1189,6 +1189,7 @@ class KafkaConversation(Conversation):
                 if not raw:
                     continue
                 rs = rec.read_record_set(raw, cap)
+                part["Records"] = _records_summary(rs)
                 if rs.error and status == base.OK:
                     status, err = rs.status, f"{tname or tid}-{pidx}: {rs.error}"
                 acquired = [
@@ -1212,7 +1213,7 @@ class KafkaConversation(Conversation):
 
     def _share_acks(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
         """Acknowledgements a share consumer sent (in ShareFetch or ShareAcknowledge): one
-        `kafka_share_ack` row per offset (accept, release, reject; gaps are skipped), with the
+        `kafka_share_ack` row per offset (accept, release, reject, renew; gaps are skipped), with the
         partition's error code from the response. Ranges past MAX_SHARE_ACK_ROWS in one request
         become one row per range (`details.last_offset`)."""
         if not p.share_acks:
