@@ -80,7 +80,8 @@ async def session(port: int, log: list) -> dict:
             auto_commit=True,
         ),
     )
-    # STORE_CONSUMER_OFFSET (121): consumer 7, stream, topic, partition 1, offset 2
+    # STORE_CONSUMER_OFFSET (121) in the 0.9-era layout: consumer 7, stream, topic, partition
+    # flag + 1, offset 2, ack level quorum (the Python client has no store method)
     store = (
         b"\x01\x01\x04"
         + struct.pack("<I", 7)
@@ -93,6 +94,7 @@ async def session(port: int, log: list) -> dict:
         + b"\x01"
         + struct.pack("<I", 1)
         + struct.pack("<Q", 2)
+        + b"\x01"
     )
     await step(log, "store_consumer_offset", c.send_binary_request(121, store))
     stream = await step(log, "get_stream", c.get_stream(STREAM))
@@ -142,7 +144,7 @@ def main() -> None:
             }
             for m in MESSAGES
         ],
-        "stored_offsets": [{"consumer": "consumer:7", "partition": 1, "offset": 2}],
+        "stored_offsets": [{"consumer": "consumer:7", "partition": 1, "offset": 2, "ack_level": "quorum"}],
         "auto_commit_poll": {"consumer": "consumer:7", "last_offset": len(MESSAGES) - 1},
         "deliver_consumer": "consumer:7",
         "client_steps": log,

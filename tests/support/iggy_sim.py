@@ -341,4 +341,13 @@ class IggySim:
         return struct.pack("<IQQ", 1, 0, max(self.offsets.values(), default=0))
 
     def _store_offset(self, body: bytes) -> None:
-        self.offsets[("store",)] = struct.unpack_from("<Q", body, len(body) - 8)[0]
+        """StoreConsumerOffset of the 0.9 era (requests/consumer_offsets/store_consumer_offset.rs):
+        consumer kind u8 + identifier, stream, topic, partition flag u8 + id u32, offset u64, then
+        the AckLevel u8 (0 no_ack, 1 quorum) as the last byte, which this server requires."""
+        _consumer, pos = _ident(body, 1)
+        _stream, pos = _ident(body, pos)
+        _topic, pos = _ident(body, pos)
+        pos += 5  # partition flag + id
+        if len(body) != pos + 9 or body[pos + 8] not in (0, 1):
+            raise ValueError("STORE_CONSUMER_OFFSET without its ack level")
+        self.offsets[("store",)] = struct.unpack_from("<Q", body, pos)[0]

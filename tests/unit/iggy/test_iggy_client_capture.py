@@ -93,6 +93,15 @@ def _check(out: dict, manifest: dict) -> None:
     ]
     for s in manifest["stored_offsets"]:
         assert (s["consumer"], s["partition"], s["offset"]) in acks
+    # the store request in the 0.9-era layout: partition flag, offset, then the ack level
+    stores = [
+        json.loads(c["details"])
+        for c in out["commands"]
+        if c["command"] == "STORE_CONSUMER_OFFSET" and c["direction"] == "c2s"
+    ]
+    assert [(d["partition_id"], d["offset"], d["ack_level"]) for d in stores] == [
+        (s["partition"], s["offset"], s["ack_level"]) for s in manifest["stored_offsets"]
+    ]
     auto = manifest["auto_commit_poll"]
     assert (auto["consumer"], 1, auto["last_offset"]) in acks
     lat = [r for r in out["latencies"] if r["protocol"] == "iggy"]
