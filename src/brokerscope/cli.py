@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import Settings
+from .config import SCHEMA_OPTIONS, Settings
 
 log = logging.getLogger("brokerscope")
 
@@ -54,6 +54,15 @@ def _settings(args) -> Settings:
         overrides.setdefault("capture", {})["split_size"] = args.split_size
     if getattr(args, "payload", None):
         overrides.setdefault("payload", {})["policy"] = args.payload
+    for spec in getattr(args, "schema", None) or []:
+        proto, _, path = spec.partition("=")
+        proto = proto.strip()
+        if proto not in SCHEMA_OPTIONS or not path:
+            known = ", ".join(sorted(SCHEMA_OPTIONS))
+            raise SystemExit(
+                f"brokerscope: --schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}"
+            )
+        overrides.setdefault("protocols", {}).setdefault(proto, {})[SCHEMA_OPTIONS[proto]] = path
     s = Settings.load(args.conf, overrides)
     for spec in getattr(args, "port", None) or []:
         proto, _, port = spec.partition("=")
@@ -212,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
     ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
     ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")
+    ing.add_argument(
+        "--schema",
+        action="append",
+        metavar="PROTO=FILE",
+        help="a protobuf schema (.proto or descriptor set) for messages brokerscope lacks, e.g. "
+        "tubemq=MasterService.proto (repeatable)",
+    )
     ing.add_argument(
         "--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds"
     )
