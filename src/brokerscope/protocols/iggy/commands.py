@@ -633,26 +633,24 @@ def send_confirmations(payload) -> dict:
     return _variants(payload, p)
 
 
-def stream_details(payload) -> dict:
-    def p(r: Reader) -> dict:
-        d = _stream(r)
-        d["topics"] = []
-        while r.remaining:
-            d["topics"].append(_topic(r))
-        return d
+def _head_and_list(head: Callable[[Reader], dict], key: str, item: Callable[[Reader], dict]) -> Callable:
+    """A record (`head`) followed by records of another kind to the end of the payload."""
 
-    return _variants(payload, p)
+    def dec(payload) -> dict:
+        def p(r: Reader) -> dict:
+            d = head(r)
+            d[key] = []
+            while r.remaining:
+                d[key].append(item(r))
+            return d
+
+        return _variants(payload, p)
+
+    return dec
 
 
-def topic_details(payload) -> dict:
-    def p(r: Reader) -> dict:
-        d = _topic(r)
-        d["partitions"] = []
-        while r.remaining:
-            d["partitions"].append(_partition(r))
-        return d
-
-    return _variants(payload, p)
+stream_details = _head_and_list(_stream, "topics", _topic)  # a stream and its topics
+topic_details = _head_and_list(_topic, "partitions", _partition)  # a topic and its partitions
 
 
 def offset_info(payload) -> dict:

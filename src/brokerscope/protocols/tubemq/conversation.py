@@ -365,14 +365,7 @@ class TubeMQConversation(Conversation):
             details["service_mismatch"] = True
         msg, body, err = rpc.decode_body(mid, True, env.body, self.schema)
         details["request"] = body
-        if meth is None:
-            row["decode_status"] = UNKNOWN_COMMAND
-            row["decode_error"] = f"unknown TubeMQ method id {mid}"
-        elif err:
-            row["decode_status"] = MALFORMED
-            row["decode_error"] = err
-            if not meth.carries_auth:
-                row["raw"] = self.ctx.raw(self._rebuild(f))
+        self._body_status(row, meth, mid, err, f)
         topic = partition = client_id = group = None
         if msg is not None:
             topic = _field(msg, "topicName")
@@ -435,14 +428,7 @@ class TubeMQConversation(Conversation):
             meth = rpc.METHODS.get(mid) if mid is not None else None
             msg, body, err = rpc.decode_body(mid, False, env.body, self.schema)
             details["response"] = body
-            if meth is None:
-                row["decode_status"] = UNKNOWN_COMMAND
-                row["decode_error"] = f"unknown TubeMQ method id {mid}"
-            elif err:
-                row["decode_status"] = MALFORMED
-                row["decode_error"] = err
-                if not meth.carries_auth:
-                    row["raw"] = self.ctx.raw(self._rebuild(f))
+            self._body_status(row, meth, mid, err, f)
             if msg is not None:
                 success = _field(msg, "success")
                 code = _field(msg, "errCode")
@@ -488,6 +474,18 @@ class TubeMQConversation(Conversation):
         if msg is not None and mid == M_SEND:
             rows.append(self._produce_ack(msg, f, pend, error_code))
         return rows
+
+    def _body_status(self, row: dict, meth, mid, err: str | None, f: Frame) -> None:
+        """An unknown method id or a body that does not parse: the row's status and error; raw
+        bytes only for methods that carry no credentials."""
+        if meth is None:
+            row["decode_status"] = UNKNOWN_COMMAND
+            row["decode_error"] = f"unknown TubeMQ method id {mid}"
+        elif err:
+            row["decode_status"] = MALFORMED
+            row["decode_error"] = err
+            if not meth.carries_auth:
+                row["raw"] = self.ctx.raw(self._rebuild(f))
 
     def _metadata(self, msg, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""
