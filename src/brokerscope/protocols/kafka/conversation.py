@@ -1114,8 +1114,8 @@ class KafkaConversation(Conversation):
                     continue
                 rs = rec.read_record_set(raw, cap)
                 part["Records"] = _records_summary(rs)
-                if rs.error and status == base.OK:
-                    status, err = rs.status, f"{tname}-{pidx}: {rs.error}"
+                if status == base.OK:
+                    status, err = _first_error(rs, f"{tname}-{pidx}")
                 min_off = p.fetch_offsets.get((tk, pidx))
                 # read_committed: records of aborted transactions are dropped by the consumer
                 # (AbortedTransactions lists producer id and first offset; the ABORT marker ends it)
@@ -1124,8 +1124,6 @@ class KafkaConversation(Conversation):
                 }
                 aborting: set = set()
                 for b in rs.batches:
-                    if b.status != base.OK and status == base.OK:
-                        status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
                     if p.read_committed and b.transactional and b.producer_id in aborted:
                         if b.control:
                             aborting.discard(b.producer_id)
@@ -1190,15 +1188,13 @@ class KafkaConversation(Conversation):
                     continue
                 rs = rec.read_record_set(raw, cap)
                 part["Records"] = _records_summary(rs)
-                if rs.error and status == base.OK:
-                    status, err = rs.status, f"{tname or tid}-{pidx}: {rs.error}"
+                if status == base.OK:
+                    status, err = _first_error(rs, f"{tname or tid}-{pidx}")
                 acquired = [
                     (a.get("FirstOffset"), a.get("LastOffset"), a.get("DeliveryCount"))
                     for a in part.get("AcquiredRecords") or ()
                 ]
                 for b in rs.batches:
-                    if b.status != base.OK and status == base.OK:
-                        status, err = b.status, f"{tname or tid}-{pidx} batch at {b.base_offset}: {b.error}"
                     rows = self._message_rows(
                         b, "deliver", tname, pidx, corr, ts0, with_offset=True, topic_id=tid
                     )
@@ -1286,6 +1282,16 @@ class KafkaConversation(Conversation):
                     },
                 )
             )
+
+
+def _first_error(rs: rec.RecordSet, where: str) -> tuple[str, str | None]:
+    """(status, error) of a fetched record set: its own error, else its first bad batch's."""
+    if rs.error:
+        return rs.status, f"{where}: {rs.error}"
+    for b in rs.batches:
+        if b.status != base.OK:
+            return b.status, f"{where} batch at {b.base_offset}: {b.error}"
+    return base.OK, None
 
 
 def _records_summary(rs: rec.RecordSet) -> dict:
