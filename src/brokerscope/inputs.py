@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import capture
@@ -23,7 +23,7 @@ class Input:
     kind: str  # one of CAPTURE_KINDS, or a segment kind ("kafka_segment", "iggy_segment")
     size: int
     mtime_ns: int
-    capture_id: str
+    capture_id: str  # content hash; "" until the run's tasks hashed the file (see capture.files)
     file_index: int = 0
 
 
@@ -34,14 +34,18 @@ class SegmentSplit:
     kind: str
     start: int
     end: int
+    file_index: int = 0
+    size: int = 0  # the whole file's planned size (its identity is hashed over it)
 
 
 @dataclass
 class Discovery:
     inputs: list[Input] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
-    skipped: list[str] = field(default_factory=list)  # files inside given directories that are not inputs
-    duplicates: list[tuple[str, str]] = field(default_factory=list)  # (path, path of the same content kept)
+    # files inside given directories that are not inputs: (path, one-line reason)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # (input dropped, input kept): the same bytes under two paths, decoded once, recorded under both
+    duplicates: list[tuple[Input, Input]] = field(default_factory=list)
 
 
 def segment_readers() -> dict:
@@ -79,12 +83,14 @@ def _classify(path: str) -> tuple[str | None, str | None]:
 def discover(paths: list[str]) -> Discovery:
     """Expand files, directories (recursively) and globs into inputs.
 
-    A named file that is missing, empty or of no known kind is an error naming it; files inside a
-    named directory that are not inputs are skipped quietly (listed in `skipped`).
+    A named file that is missing, empty or of no known kind is an error naming it; such files
+    inside a named directory are listed in `skipped` with the reason (companion files of segments
+    and dot files are not inputs and are passed over). Identical content under two paths is one
+    input: files of equal size are hashed here to find out (the only case where discovery reads a
+    whole file); every other input's capture_id is left to the run's tasks.
     """
     d = Discovery()
     seen: set[str] = set()
-    by_id: dict[str, str] = {}
     candidates: list[tuple[str, bool]] = []  # (path, named explicitly)
     for p in paths:
         matches = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
@@ -101,6 +107,7 @@ def discover(paths: list[str]) -> Discovery:
                 candidates.append((m, True))
             else:
                 d.errors.append((m, "no such file or directory"))
+    found: list[Input] = []
     for path, named in candidates:
         real = str(Path(path).resolve())
         if real in seen:
@@ -110,22 +117,37 @@ def discover(paths: list[str]) -> Discovery:
             continue
         kind, err = _classify(path)
         if kind is None:
-            if named:
-                d.errors.append((path, err or "unknown"))
-            else:
-                d.skipped.append(path)
+            (d.errors if named else d.skipped).append((path, err or "unknown"))
             continue
         st = os.stat(path)
-        cid = capture.capture_id(path)
-        if cid in by_id:  # the same bytes under another name: decoding them twice would double rows
-            d.duplicates.append((path, by_id[cid]))
-            continue
-        by_id[cid] = path
-        d.inputs.append(Input(real, kind, st.st_size, st.st_mtime_ns, cid))
+        found.append(Input(real, kind, st.st_size, st.st_mtime_ns, ""))
+    d.inputs = _one_per_content(found, d)
     # one capture set: a stable order (by path) gives every file its index
     d.inputs.sort(key=lambda i: i.path)
-    d.inputs = [Input(i.path, i.kind, i.size, i.mtime_ns, i.capture_id, n) for n, i in enumerate(d.inputs)]
+    d.inputs = [replace(i, file_index=n) for n, i in enumerate(d.inputs)]
     return d
+
+
+def _one_per_content(found: list[Input], d: Discovery) -> list[Input]:
+    """Drop inputs whose bytes equal an earlier one's (decoding both would double every row);
+    only files of equal size can be equal, so only those are hashed."""
+    by_size: dict[int, list[Input]] = {}
+    for i in found:
+        by_size.setdefault(i.size, []).append(i)
+    out: list[Input] = []
+    for group in by_size.values():
+        if len(group) == 1:
+            out.extend(group)
+            continue
+        kept: dict[str, Input] = {}
+        for i in sorted(group, key=lambda i: i.path):
+            cid = capture.capture_id(i.path, i.size)
+            if cid in kept:
+                d.duplicates.append((replace(i, capture_id=cid), kept[cid]))
+            else:
+                kept[cid] = replace(i, capture_id=cid)
+        out.extend(kept.values())
+    return out
 
 
 MIN_SPLIT = 8 << 20
@@ -154,5 +176,7 @@ def plan(
             packet_splits.extend(capture.plan_splits(i.path, i.file_index, i.capture_id, i.kind, split_size))
         else:
             for start, end in readers[i.kind].plan(i.path, split_size):
-                segment_splits.append(SegmentSplit(i.path, i.capture_id, i.kind, start, end))
+                segment_splits.append(
+                    SegmentSplit(i.path, i.capture_id, i.kind, start, end, i.file_index, i.size)
+                )
     return packet_splits, segment_splits

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from . import tables
@@ -76,7 +77,8 @@ class Lake:
 
     # -- creation ---------------------------------------------------------------------------
     def ensure_tables(self) -> None:
-        """Create every table that does not exist yet, empty, with its full schema."""
+        """Create every table that does not exist yet, empty, with its full schema; add the
+        columns a table of an older brokerscope lacks (new columns read as null in old rows)."""
         self.root.mkdir(parents=True, exist_ok=True)
         for t in tables.TABLES:
             p = self.path(t)
@@ -89,6 +91,12 @@ class Lake:
                     name=t,
                     description=f"brokerscope {t}",
                 )
+                continue
+            dt = DeltaTable(p)
+            have = set(pa.schema(dt.schema()).names)
+            missing = [f for f in tables.schema(t) if f.name not in have]
+            if missing:
+                dt.alter.add_columns(DeltaSchema.from_arrow(pa.schema(missing)).fields)
 
     def exists(self) -> bool:
         return all(DeltaTable.is_deltatable(self.path(t)) for t in tables.TABLES)
@@ -201,17 +209,40 @@ class Lake:
                 )
         return out
 
-    def write_inputs(self, rows: list[dict]) -> None:
-        """Record ingested inputs; a capture_id ingested again replaces its earlier record."""
+    def path_history(self, current: dict[str, object]) -> tuple[list[str], list[dict]]:
+        """For a run recording `current` (path -> its Input, capture_id known): the capture ids
+        whose rows the run replaces, and the earlier `inputs` rows of those paths to keep.
+
+        A path's earlier content is replaced (its rows removed in the run's commits) unless
+        another path still holds the same content; its `inputs` rows stay, as `replaced`."""
+        prior = self.read_arrow("inputs").to_pylist()
+        new_ids = {i.capture_id for i in current.values()}
+        held = {
+            r["capture_id"]
+            for r in prior
+            if r["path"] not in current and r["status"] in ("ok", "partial") and r["capture_id"]
+        }
+        history, old = [], set()
+        for r in prior:
+            i = current.get(r["path"])
+            if i is None or not r["capture_id"] or r["capture_id"] == i.capture_id:
+                continue  # another path, a rejected file's record, or this content again
+            if r["status"] != "replaced":
+                r = {**r, "status": "replaced", "replaced_by": i.capture_id}
+                old.add(r["capture_id"])
+            history.append(r)
+        return sorted(new_ids | (old - held)), history
+
+    def write_inputs(self, rows: list[dict], paths: list[str]) -> None:
+        """Record what a run ingested: `rows` replace every earlier row of `paths`."""
         if not rows:
             return
         batch = tables.conform("inputs", rows)
-        ids = sorted({r["capture_id"] for r in rows})
         write_deltalake(
             self.path("inputs"),
             pa.Table.from_batches([batch]),
             mode="overwrite",
-            predicate=_in_predicate(ids),
+            predicate=_in_predicate(paths, "path"),
         )
 
     # -- reading ----------------------------------------------------------------------------
@@ -422,8 +453,8 @@ def _pv_str(v) -> str | None:
     return v.isoformat() if hasattr(v, "isoformat") else str(v)
 
 
-def _in_predicate(ids: list[str]) -> str:
+def _in_predicate(ids: list[str], column: str = "capture_id") -> str:
     if not ids:
         return "false"
-    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in sorted(ids))
-    return f"capture_id IN ({quoted})"
+    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in sorted(set(ids)))
+    return f"{column} IN ({quoted})"

@@ -9,6 +9,7 @@ union --persist--> one Delta commit per table (lake.py), then the `inputs` recor
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import json
 import logging
@@ -24,8 +25,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from . import capture, inputs, tables
+from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter
+from .runs import RunDir
 from .streams import SORT_COLS, StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,9 @@ FILES = pa.schema(
     ]
 )
 SPLIT_SCHEMA = "path string, capture_id string, file_index int, kind string, start long, end long"
+SEGMENT_SPLIT_SCHEMA = (
+    "path string, capture_id string, kind string, start long, end long, file_index int, size long"
+)
 
 
 def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: bool = False):
@@ -155,7 +161,12 @@ class Summary:
 # -- tasks (run on executors: plain functions of picklable arguments) -------------------------
 
 
-def _read_splits_fn(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _read_splits_fn(
+    settings: Settings, run: RunDir, sizes: dict[int, int]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Read capture splits into packets; hash each split's identity chunks (bytes the reader just
+    brought into memory) into the run directory."""
+
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for r in b.to_pylist():
@@ -163,6 +174,8 @@ def _read_splits_fn(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], 
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
                 yield from capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
+                size = sizes[sp.file_index]
+                run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
 
     return read
 
@@ -222,9 +235,10 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
     yield _files_batch(files, stats())
 
 
-def _decode_fn(settings: Settings, staged: tuple[str, str] | None, capture_ids: list[str]):
+def _decode_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir, sizes: dict[int, int]):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        drv = StreamDriver(settings, capture_ids)
+        # every read task of the capture set finished before this stage began: all ids are known
+        drv = StreamDriver(settings, run.capture_ids(sizes))
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
@@ -235,14 +249,22 @@ def _decode_fn(settings: Settings, staged: tuple[str, str] | None, capture_ids: 
     return decode
 
 
-def _segments_fn(settings: Settings, staged: tuple[str, str] | None):
+def _segments_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir):
+    """Read segment files, each whole in one task: hash it first (its capture_id names every
+    row; the second read comes from the page cache), then decode its splits in order."""
+
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        splits = [
-            inputs.SegmentSplit(r["path"], r["capture_id"], r["kind"], r["start"], r["end"])
-            for b in batches
-            for r in b.to_pylist()
-        ]
-        yield from _emit(segment_rows(splits, settings), list, staged)
+        splits = [inputs.SegmentSplit(**r) for b in batches for r in b.to_pylist()]
+
+        def rows() -> Iterator[tuple[str, dict]]:
+            for fi in dict.fromkeys(sp.file_index for sp in splits):
+                mine = [sp for sp in splits if sp.file_index == fi]
+                digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
+                run.write_digests(fi, 0, digests)
+                cid = combine_id(mine[0].size, digests)
+                yield from segment_rows([dataclasses.replace(sp, capture_id=cid) for sp in mine], settings)
+
+        yield from _emit(rows(), list, staged)
 
     return read
 
@@ -263,15 +285,18 @@ def ingest(
     summary = Summary(run_id=run_id)
     disc = inputs.discover(paths)
     summary.errors = list(disc.errors)
-    summary.capture_errors.extend(f"{p}: same content as {k}, ingested once" for p, k in disc.duplicates)
+    summary.capture_errors.extend(
+        f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
+    )
     lake = Lake(settings.lake_path, settings.writer)
     lake.ensure_tables()
-    todo = disc.inputs
+    todo, dups = disc.inputs, disc.duplicates
     if skip_ingested:
         done = _ingested_keys(lake)
         todo = [i for i in todo if (i.path, i.size, i.mtime_ns // 1000) not in done]
+        dups = [(d, k) for d, k in dups if (d.path, d.size, d.mtime_ns // 1000) not in done]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
-        todo = [inputs.Input(i.path, i.kind, i.size, i.mtime_ns, i.capture_id, n) for n, i in enumerate(todo)]
+        todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
     summary.files = len(todo)
     if not todo:
         progress("nothing to ingest")
@@ -285,25 +310,27 @@ def ingest(
         f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
     )
     summary.writer = lake.resolve_writer(spark)
-    ids = [i.capture_id for i in todo]
+    run = RunDir(lake.root, run_id)
     staged = (str(lake.root), run_id) if summary.writer == "embedded" else None
-    out = _decoded(spark, settings, todo, psplits, ssplits, staged)
+    out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
     progress("decoding")
-    if staged:
-        stats = _commit_staged(out, lake, ids, run_id, summary, progress)
-    else:
-        stats = _write_dataframes(out, lake, ids, summary, progress)
+    try:
+        if staged:
+            stats = _commit_staged(out, lake, todo, dups, run, summary, progress)
+        else:
+            stats = _write_dataframes(out, lake, todo, dups, run, summary, progress)
+    finally:
+        run.remove()
     for s in stats:
         summary.packets += int(s.get("records", 0))
         summary.tcp_segments += int(s.get("tcp", 0))
         summary.capture_errors.extend(s.get("errors", []))
     summary.connections = summary.rows.get("streams", 0)
-    _record_inputs(lake, todo, run_id, stats)
     summary.seconds = time.time() - t0
     return summary
 
 
-def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[str, str] | None):
+def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[str, str] | None, run: RunDir):
     """The decode DataFrame: FILES rows (embedded writer, `staged` = (lake, run_id)) or UNION rows."""
     sc = spark.sparkContext
     out_schema = _spark_schema(FILES if staged else UNION)
@@ -312,44 +339,66 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[st
         target = inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
         packs = pack_splits(psplits, target)
         rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
+        sizes = {i.file_index: i.size for i in todo if i.kind in inputs.CAPTURE_KINDS}
         packets = spark.createDataFrame(rdd, SPLIT_SCHEMA).mapInArrow(
-            _read_splits_fn(settings), _spark_schema(tables.PACKETS)
+            _read_splits_fn(settings, run, sizes), _spark_schema(tables.PACKETS)
         )
         nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
-        capture_ids = [i.capture_id for i in sorted(todo, key=lambda i: i.file_index)]
         parts.append(
             packets.drop("capture_id")  # file_index names it: less to shuffle
             .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
             .sortWithinPartitions(*SORT_COLS)
-            .mapInArrow(_decode_fn(settings, staged, capture_ids), out_schema)
+            .mapInArrow(_decode_fn(settings, staged, run, sizes), out_schema)
         )
     if ssplits:
-        packs = pack_splits(ssplits, settings.split_size)
+        # a segment file is read whole by one task, which hashes it before naming its rows
+        per_file: dict[int, list] = {}
+        for sp in ssplits:
+            per_file.setdefault(sp.file_index, []).append(sp)
+        units = [
+            inputs.SegmentSplit(sps[0].path, "", sps[0].kind, sps[0].start, sps[-1].end, fi, sps[0].size)
+            for fi, sps in per_file.items()
+        ]
+        packs = [
+            [asdict(sp) for u in pack for sp in per_file[u["file_index"]]]
+            for pack in pack_splits(units, settings.split_size)
+        ]
         rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
-        seg_df = spark.createDataFrame(
-            rdd, "path string, capture_id string, kind string, start long, end long"
-        )
-        parts.append(seg_df.mapInArrow(_segments_fn(settings, staged), out_schema))
+        seg_df = spark.createDataFrame(rdd, SEGMENT_SPLIT_SCHEMA)
+        parts.append(seg_df.mapInArrow(_segments_fn(settings, staged, run), out_schema))
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-def _commit_staged(out, lake: Lake, ids: list[str], run_id: str, summary: Summary, progress) -> list[dict]:
+def _identified(lake: Lake, todo, dups, run: RunDir) -> tuple[list[str], list[dict]]:
+    """After the decode: every input's capture_id from its tasks' digests, the capture ids whose
+    rows this run replaces (its own, and the earlier content of its paths), and its `inputs` rows."""
+    ids = run.capture_ids({i.file_index: i.size for i in todo})
+    todo[:] = [dataclasses.replace(i, capture_id=ids[i.file_index]) for i in todo]
+    by_path = {i.path: i for i in todo}
+    for d, k in dups:
+        by_path[d.path] = dataclasses.replace(d, capture_id=by_path[k.path].capture_id)
+    return lake.path_history(by_path)
+
+
+def _commit_staged(out, lake: Lake, todo, dups, run: RunDir, summary: Summary, progress) -> list[dict]:
     """Embedded writer: run the decode (tasks stage their files), then one commit per table."""
     try:
         results = [r.asDict() for r in out.collect()]
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
+        replace_ids, history = _identified(lake, todo, dups, run)
         for t in tables.DECODED_TABLES:
             progress(f"committing {t}")
             files = [r for r in results if r["table"] == t]
-            summary.rows[t] = lake.commit_staged(t, files, ids, run_id, names)
+            summary.rows[t] = lake.commit_staged(t, files, replace_ids, run.run_id, names)
     finally:
         for t in tables.DECODED_TABLES:
-            lake.drop_staging(t, run_id)
+            lake.drop_staging(t, run.run_id)
+    _record_inputs(lake, todo, dups, history, run.run_id, stats)
     return stats
 
 
-def _write_dataframes(out, lake: Lake, ids: list[str], summary: Summary, progress) -> list[dict]:
+def _write_dataframes(out, lake: Lake, todo, dups, run: RunDir, summary: Summary, progress) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table."""
     from pyspark import StorageLevel
 
@@ -357,20 +406,23 @@ def _write_dataframes(out, lake: Lake, ids: list[str], summary: Summary, progres
     try:
         stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
         names = _topic_names(stats)
+        replace_ids, history = _identified(lake, todo, dups, run)
         for t in tables.DECODED_TABLES:
             progress(f"writing {t}")
             df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
-            summary.rows[t] = lake.write_dataframe(t, df, ids, names)
+            summary.rows[t] = lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()
+    _record_inputs(lake, todo, dups, history, run.run_id, stats)
     return stats
 
 
-def _record_inputs(lake: Lake, todo, run_id: str, stats: list[dict]) -> None:
+def _record_inputs(lake: Lake, todo, dups, history: list[dict], run_id: str, stats: list[dict]) -> None:
     """The `inputs` record, written last: a run that died before it is simply run again."""
     per_file = _packets_per_file(stats)
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
+    recorded = [*todo, *(d for d, _ in dups)]
     lake.write_inputs(
         [
             {
@@ -385,8 +437,10 @@ def _record_inputs(lake: Lake, todo, run_id: str, stats: list[dict]) -> None:
                 "status": "ok",
                 "date": today,
             }
-            for i in todo
+            for i in recorded
         ]
+        + history,
+        paths=[i.path for i in recorded],
     )
 
 
@@ -423,11 +477,12 @@ def _packets_per_file(stats: list[dict]) -> dict[str, int]:
 
 
 def _ingested_keys(lake: Lake) -> set[tuple[str, int, int]]:
+    """(path, size, mtime in µs) of every file the lake holds a current record of."""
     t = lake.read_arrow("inputs")
     mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
     out = set()
     for r, mt in zip(t.select(["path", "size", "status"]).to_pylist(), mtimes):
-        if r["status"] == "ok" and mt is not None:
+        if r["status"] != "replaced" and mt is not None:
             out.add((r["path"], r["size"], mt))
     return out
 

@@ -17,6 +17,7 @@ most confident sniffer at >= 0.5 (`content`), else `unknown` (`none`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -351,7 +352,12 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
 
     settings = settings or Settings.load()
     disc = inputs.discover(paths)
-    psplits, ssplits = inputs.plan(disc.inputs, settings.split_size)
+    # identity hashed here in one pass (the pipeline's tasks hash as they read)
+    ids = [
+        dataclasses.replace(i, capture_id=i.capture_id or capture.capture_id(i.path, i.size))
+        for i in disc.inputs
+    ]
+    psplits, ssplits = inputs.plan(ids, settings.split_size)
     batches = [
         b
         for sp in psplits

@@ -139,9 +139,11 @@ STREAMS = [
     pa.field("capture_ids", pa.list_(pa.string())),  # every input file the connection spans
 ]
 
-# What was ingested: one row per input file per run, the nightly job's memory.
+# What was ingested: one row per path and content, the nightly job's memory. Identical content
+# under two paths is one input (decoded once) with a row per path; a path whose content changed
+# keeps its earlier rows with status `replaced`.
 INPUTS = [
-    pa.field("capture_id", pa.string()),
+    pa.field("capture_id", pa.string()),  # null for files that were rejected unread
     pa.field("path", pa.string()),
     pa.field("kind", pa.string()),  # pcap | pcapng | pcap.gz | pcapng.gz | kafka_segment | iggy_segment
     pa.field("size", pa.int64()),
@@ -149,8 +151,10 @@ INPUTS = [
     pa.field("run_id", pa.string()),
     pa.field("ingested_at", TS),
     pa.field("packets", pa.int64()),
-    pa.field("status", pa.string()),  # ok | error
-    pa.field("error", pa.string()),
+    pa.field("status", pa.string()),  # ok | partial | error | replaced
+    pa.field("error", pa.string()),  # why partial or error: the first problems found, `; `-joined
+    pa.field("damaged_bytes", pa.int64()),  # bytes skipped as damaged or cut off
+    pa.field("replaced_by", pa.string()),  # status replaced: the capture_id of the path's newer content
 ]
 
 _BODIES: dict[str, list[pa.Field]] = {

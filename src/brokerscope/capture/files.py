@@ -21,7 +21,6 @@ PCAPNG_BOM = 0x1A2B3C4D
 GZIP_MAGIC = b"\x1f\x8b"
 
 KINDS = ("pcap", "pcapng", "pcap.gz", "pcapng.gz")
-_HEAD = 1024 * 1024  # bytes hashed at each end of a file for its id
 
 
 def _kind_of_head(head: bytes) -> str:
@@ -67,21 +66,50 @@ def _gzip_head_lenient(path) -> bytes:
         return b""
 
 
-def capture_id(path) -> str:
-    """Stable id of an input file: hex blake2b-128 over (size, first 1 MiB, last 1 MiB).
+# Identity: a file's capture_id is a hash of every byte. The file is cut into fixed ID_CHUNK
+# chunks; a chunk belongs to the split holding its first byte (the rule records follow), so each
+# split task hashes what it reads anyway and the id does not depend on the split size. The driver
+# combines the chunk digests in order with the file size.
+ID_CHUNK = 8 << 20
+_ID_PERSON = b"brokerscope-id2"  # blake2b personalisation: ids of this scheme never equal v1's
 
-    Reads at most 2 MiB whatever the file size, so it is cheap on huge files; a file renamed or
-    copied keeps its id.
-    """
-    h = hashlib.blake2b(digest_size=16)
+
+def chunk_digests(path, start: int, end: int, size: int) -> dict[int, bytes]:
+    """Digests (blake2b-128) of the chunks of the first `size` bytes of `path` whose first byte
+    lies in [start, end). `size` is the size the run planned with, so a file that keeps growing
+    while it is read is hashed as it was planned."""
+    out: dict[int, bytes] = {}
+    first = -(-start // ID_CHUNK)
     with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        h.update(struct.pack("<Q", size))
-        h.update(fh.read(_HEAD))
-        if size > _HEAD:
-            fh.seek(max(_HEAD, size - _HEAD))
-            h.update(fh.read(_HEAD))
+        for k in range(first, -(-min(end, size) // ID_CHUNK)):
+            fh.seek(k * ID_CHUNK)
+            data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
+            if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
+                raise OSError(f"{path}: shorter than the {size} bytes planned (truncated while read?)")
+            out[k] = hashlib.blake2b(data, digest_size=16).digest()
+    return out
+
+
+def n_chunks(size: int) -> int:
+    return -(-size // ID_CHUNK)
+
+
+def combine_id(size: int, digests: dict[int, bytes]) -> str:
+    """The capture_id of a file of `size` bytes from the digests of all its chunks."""
+    missing = [k for k in range(n_chunks(size)) if k not in digests]
+    if missing:
+        raise ValueError(f"identity chunks {missing[:5]} of {n_chunks(size)} were never hashed")
+    h = hashlib.blake2b(digest_size=16, person=_ID_PERSON)
+    h.update(struct.pack("<Q", size))
+    for k in range(n_chunks(size)):
+        h.update(digests[k])
     return h.hexdigest()
+
+
+def capture_id(path, size: int | None = None) -> str:
+    """The capture_id of a file, hashed here in one pass (the pipeline hashes in its tasks)."""
+    size = os.path.getsize(path) if size is None else size
+    return combine_id(size, chunk_digests(path, 0, size, size))
 
 
 @dataclass(frozen=True)

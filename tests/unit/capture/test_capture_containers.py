@@ -28,6 +28,7 @@ from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, wrpcap
 
 from brokerscope.capture import capture_id, identify, plan_splits
+from brokerscope.capture.files import ID_CHUNK, chunk_digests, combine_id
 
 TS = 1_700_000_000_000_000_000
 
@@ -229,26 +230,43 @@ def test_unknown_kind_reads_to_an_error_not_an_exception(tmp_path):
     assert rows == [] and st["errors"] and st["records"] == 0
 
 
-def test_capture_id_stable_and_cheap(tmp_path):
+def test_capture_id_is_a_hash_of_every_byte(tmp_path):
     a = write(tmp_path, "a.pcap", pcap_bytes([(TS, frame(1))]))
     b = write(tmp_path, "b.pcap", pcap_bytes([(TS, frame(1))]))
     c = write(tmp_path, "c.pcap", pcap_bytes([(TS, frame(2))]))
     assert capture_id(a) == capture_id(b) != capture_id(c)
     assert len(capture_id(a)) == 32
-    # a sparse 8 GiB file: only its two ends are read
-    big = tmp_path / "big.pcap"
-    with open(big, "wb") as fh:
-        fh.write(pcap_bytes([]))
-        fh.truncate(8 << 30)
-    cid = capture_id(big)
-    with open(big, "r+b") as fh:
-        fh.seek(4 << 30)
-        fh.write(b"middle")  # the middle is not part of the id
-    assert capture_id(big) == cid
-    with open(big, "r+b") as fh:
-        fh.seek((8 << 30) - 10)
-        fh.write(b"tail")
-    assert capture_id(big) != cid
+    # two 4 MB captures that differ in one byte in the middle are two inputs (the old id, size +
+    # first MiB + last MiB, gave them one); and a prefix of a file is not the file
+    body = pcap_bytes([(TS + i, frame(i % 7, payload=bytes(range(256)) * 4)) for i in range(3800)])
+    assert len(body) > 4_000_000
+    x = write(tmp_path, "x.pcap", body)
+    mid = len(body) // 2
+    y = write(tmp_path, "y.pcap", body[:mid] + bytes([body[mid] ^ 1]) + body[mid + 1 :])
+    head = write(tmp_path, "head.pcap", body[:9000])
+    assert len({capture_id(x), capture_id(y), capture_id(head)}) == 3
+
+
+@pytest.mark.parametrize("split", [300, 1000, 1 << 20, ID_CHUNK - 1, ID_CHUNK + 5])
+def test_capture_id_does_not_depend_on_the_split_size(tmp_path, split):
+    """Each split hashes the identity chunks that start in its range; combined in order they
+    give the id of the whole file, however the file was cut (here 2.2 chunks long)."""
+    path = tmp_path / "f.bin"
+    data = os.urandom(ID_CHUNK * 2 + ID_CHUNK // 5)
+    path.write_bytes(data)
+    size = len(data)
+    digests: dict = {}
+    for start in range(0, size, split):
+        part = chunk_digests(path, start, min(size, start + split), size)
+        assert not set(part) & set(digests)  # every chunk is owned by exactly one split
+        digests.update(part)
+    assert combine_id(size, digests) == capture_id(path)
+    with pytest.raises(ValueError, match="never hashed"):
+        combine_id(size, {k: v for k, v in digests.items() if k != 1})
+    # the planned size is what counts: bytes appended after planning are not part of the id
+    with open(path, "ab") as fh:
+        fh.write(b"grown")
+    assert capture_id(path, size) == combine_id(size, digests) != capture_id(path)
 
 
 def test_plan_splits_cover_file(tmp_path):
