@@ -4,6 +4,8 @@ that the lake has not ingested yet (same path, size and mtime), as one capture s
     spark-submit --master spark://host:7077 --properties-file conf/spark-defaults.conf \
         jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml]
 
+Exits as `brokerscope ingest` does (README, "Exit codes"): 0 every input read cleanly, 1 the run
+failed, 2 bad arguments or lake path, 3 some inputs partial or rejected, 4 nothing ingested.
 All logic lives in the brokerscope package; this file only parses arguments.
 """
 
@@ -13,7 +15,9 @@ import argparse
 import sys
 
 from brokerscope.config import Settings
+from brokerscope.lake import Lake
 from brokerscope.pipeline import ingest, make_spark
+from brokerscope.report import EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,16 +27,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conf", help="brokerscope TOML config")
     ap.add_argument("--reingest", action="store_true", help="decode inputs again even if already ingested")
     a = ap.parse_args(argv)
-    settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
-    spark = make_spark(settings, app_name="brokerscope-nightly", quiet_progress=True)
+    try:
+        settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
+        Lake(settings.lake_path).check_writable()
+    except (ValueError, FileNotFoundError) as e:
+        print(f"nightly_ingest: {e}", file=sys.stderr)
+        return EXIT_USAGE
     summary = ingest(
-        a.input, settings, spark=spark, progress=lambda m: print(m, flush=True), skip_ingested=not a.reingest
+        a.input,
+        settings,
+        progress=lambda m: print(m, flush=True),
+        skip_ingested=not a.reingest,
+        make_session=lambda: make_spark(settings, app_name="brokerscope-nightly", quiet_progress=True),
     )
     for line in summary.lines():
         print(line)
     if summary.skipped_already_ingested:
         print(f"skipped {len(summary.skipped_already_ingested)} file(s) ingested before")
-    return 0
+    return summary.exit_code()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `brokerscope` command: ingest, sql, tables, demo."""
+"""The `brokerscope` command: ingest, sql, tables, recover, demo."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from .config import SCHEMA_OPTIONS, Settings
+from .protocols.base import known_names
+from .report import EXIT_USAGE
 
 log = logging.getLogger("brokerscope")
 
@@ -22,6 +24,10 @@ SELECT protocol, server_port, count(*) AS connections,
        sum(frames_failed) AS frames_failed
 FROM streams GROUP BY protocol, server_port ORDER BY connections DESC, server_port
 """.strip()
+
+
+class UsageError(ValueError):
+    """Bad arguments, configuration or environment: one line, exit 2, before Spark starts."""
 
 
 def _java_ok() -> str | None:
@@ -59,15 +65,16 @@ def _settings(args) -> Settings:
         proto = proto.strip()
         if proto not in SCHEMA_OPTIONS or not path:
             known = ", ".join(sorted(SCHEMA_OPTIONS))
-            raise SystemExit(
-                f"brokerscope: --schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}"
-            )
+            raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")
         overrides.setdefault("protocols", {}).setdefault(proto, {})[SCHEMA_OPTIONS[proto]] = path
     s = Settings.load(args.conf, overrides)
     for spec in getattr(args, "port", None) or []:
         proto, _, port = spec.partition("=")
-        if not port.isdigit():
-            raise SystemExit(f"brokerscope: --port wants PROTO=PORT (e.g. kafka=19092), not {spec!r}")
+        if not port.isdigit() or proto.strip() not in known_names():
+            raise UsageError(
+                f"--port wants PROTO=PORT with PROTO one of {', '.join(known_names())} "
+                f"(e.g. kafka=19092), not {spec!r}"
+            )
         s.add_port(proto.strip(), int(port))
     return s
 
@@ -75,7 +82,7 @@ def _settings(args) -> Settings:
 def _spark(settings: Settings, quiet: bool = False):
     err = _java_ok()
     if err:
-        raise SystemExit(f"brokerscope: {err}")
+        raise UsageError(err)
     from .pipeline import make_spark
 
     # PySpark logs a failed query's context as JSON on stderr; the CLI prints one line instead
@@ -84,28 +91,32 @@ def _spark(settings: Settings, quiet: bool = False):
 
 
 def cmd_ingest(args) -> int:
+    """Exit codes: pipeline.EXIT_* (README, "Exit codes")."""
     settings = _settings(args)
+    from . import inputs
+    from .lake import Lake
     from .pipeline import ingest
+
+    Lake(settings.lake_path).check_writable()  # a bad --lake is one line, before Spark starts
 
     def progress(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    spark = None
-    from . import inputs
-
     disc = inputs.discover(args.paths)
     for p, e in disc.errors:
         print(f"brokerscope: {p}: {e}", file=sys.stderr)
-    if not disc.inputs:
-        print("brokerscope: no input to ingest", file=sys.stderr)
-        return 2 if disc.errors else 1
-    spark = _spark(settings, quiet=args.quiet)
-    summary = ingest(args.paths, settings, spark=spark, progress=progress, skip_ingested=args.skip_ingested)
+    summary = ingest(
+        args.paths,
+        settings,
+        progress=progress,
+        skip_ingested=args.skip_ingested,
+        disc=disc,
+        make_session=lambda: _spark(settings, quiet=args.quiet),
+    )
     for line in summary.lines():
-        if not line.startswith("error:"):  # already printed above
-            print(line)
+        print(line)
     print(f"lake: {Path(settings.lake_path).absolute()}")
-    return 0
+    return summary.exit_code()
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=None) -> None:
@@ -140,8 +151,8 @@ def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tupl
     from .lake import Lake
 
     lake = Lake(lake_path)
-    if not lake.exists():
-        raise SystemExit(f"brokerscope: no brokerscope lake at {lake_path} (run `brokerscope ingest` first)")
+    lake.check_readable()
+    _recover(lake)
     lake.register(spark)
     df = spark.sql(query)
     rows = df.limit(limit).collect() if limit else df.collect()
@@ -149,11 +160,14 @@ def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tupl
 
 
 def cmd_sql(args) -> int:
+    from .lake import Lake
+
     settings = _settings(args)
+    Lake(settings.lake_path).check_readable()
     spark = _spark(settings, quiet=True)
     try:
         cols, rows = run_sql(spark, settings.lake_path, args.query, args.limit)
-    except SystemExit:
+    except ValueError:
         raise
     except Exception as e:  # AnalysisException and friends: one clear line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -168,15 +182,33 @@ def cmd_tables(args) -> int:
 
     settings = _settings(args)
     lake = Lake(settings.lake_path)
+    lake.check_readable()
+    _recover(lake)
     info = lake.info()
-    if not info:
-        print(f"brokerscope: no brokerscope lake at {settings.lake_path}", file=sys.stderr)
-        return 1
     _print_rows(
         ["table", "rows", "delta_version", "files", "size_bytes"],
         [(i.name, i.rows, i.version, i.files, i.size_bytes) for i in info],
         args.format,
     )
+    return 0
+
+
+def _recover(lake) -> list[str]:
+    """Finish runs that were killed between their table commits (one line each, on stderr)."""
+    lines = lake.recover()
+    for line in lines:
+        print(f"brokerscope: {line}", file=sys.stderr)
+    return lines
+
+
+def cmd_recover(args) -> int:
+    from .lake import Lake
+
+    settings = _settings(args)
+    lake = Lake(settings.lake_path)
+    lake.check_readable()
+    if not _recover(lake):
+        print(f"nothing to recover in {lake.root}")
     return 0
 
 
@@ -186,11 +218,14 @@ def cmd_demo(args) -> int:
         Path(args.sample_data) if args.sample_data else Path(__file__).resolve().parents[2] / "sample_data"
     )
     if not sample.is_dir():
-        raise SystemExit(f"brokerscope: sample data not found at {sample}")
-    args.paths = [str(sample)]
+        raise UsageError(f"sample data not found at {sample}")
+    from . import inputs
+
+    # the capture and segment files only: the provenance notes and scripts beside them are no input
+    args.paths = [i.path for i in inputs.discover([str(sample)]).inputs] or [str(sample)]
     args.skip_ingested = False
     rc = cmd_ingest(args)
-    if rc:
+    if rc not in (0, 3):  # sample data with a damaged file still shows the query
         return rc
     settings = _settings(args)
     from .pipeline import make_spark
@@ -246,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--format", choices=["table", "csv", "json"], default="table")
     tb.set_defaults(func=cmd_tables)
 
+    rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
+    common(rc)
+    rc.set_defaults(func=cmd_recover)
+
     dm = sub.add_parser("demo", help="ingest the bundled sample data and run an example query")
     common(dm)
     dm.add_argument("--sample-data", help="directory to ingest (default: the repository's sample_data/)")
@@ -262,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

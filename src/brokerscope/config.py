@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .protocols.base import Context, PayloadPolicy
+from .protocols.base import Context, PayloadPolicy, known_names
 
 DEFAULTS: dict = {
     "lake": {"path": "lake", "writer": "auto"},
@@ -110,6 +110,8 @@ class Settings:
         if pol not in ("keep", "truncate", "hash", "drop"):
             raise ValueError(f"payload.policy must be keep|truncate|hash|drop, not {pol!r}")
         for name, ports in self.raw["ports"].items():
+            if name not in known_names():
+                raise ValueError(f"ports.{name}: unknown protocol (one of {', '.join(known_names())})")
             if not isinstance(ports, list) or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
                 raise ValueError(f"ports.{name} must be a list of TCP ports, not {ports!r}")
         if self.split_size < 64 * 1024:

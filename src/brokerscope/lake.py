@@ -8,16 +8,19 @@ Two writers behind one interface, chosen by `lake.writer` (auto | spark | embedd
   moves them into their partition directories and commits them, together with the removal of the
   files the same inputs produced before, in ONE Delta transaction through delta-rs.
 
-Either way a table changes only at its commit: a run killed earlier leaves every table as it was
-(its staged files are invisible to Delta readers), and re-ingesting the same inputs replaces the
-partitions `capture_id IN (those inputs)` instead of adding duplicates.
+Either way a table changes only at its commit (staged files are invisible to Delta readers), and
+re-ingesting the same inputs replaces the partitions `capture_id IN (those inputs)` instead of
+adding duplicates. The embedded writer commits from a manifest with the run's Delta txn id on every
+table, so a run killed between two table commits is finished by `Lake.recover` (docs/design.md).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import random
 import shutil
 import time
 import urllib.parse
@@ -30,14 +33,20 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from . import tables
+from . import __version__, tables
+from .runs import RUNS, RunDir, app_id, stopped_runs
 from .streams import needs_topic_names, resolve_topic_ids
 
 log = logging.getLogger(__name__)
 
 STAGING = "_staging"
+COMMIT_ATTEMPTS = 12  # a table commit that conflicts with concurrent runs is retried this often
+# columns whose min/max/null counts go into the add actions' statistics, where a table has them
+STATS_COLUMNS = ("ts", "ts_ns", "protocol", "topic", "conn_id", "command", "request_command", "ack_type")
+_STATS_STR_MAX = 32  # longer strings get no min/max (a cut max would be below the real one)
 
 
 @dataclass
@@ -101,6 +110,31 @@ class Lake:
     def exists(self) -> bool:
         return all(DeltaTable.is_deltatable(self.path(t)) for t in tables.TABLES)
 
+    def check_writable(self) -> None:
+        """Raise ValueError (one line naming the path) when the lake cannot be written: a regular
+        file, a directory that cannot be created or written, a read-only filesystem. Meant to run
+        before Spark starts."""
+        r = self.root
+        if r.exists() and not r.is_dir():
+            raise ValueError(f"lake {r} is not a directory")
+        try:
+            r.mkdir(parents=True, exist_ok=True)
+            for d in [r, *(Path(self.path(t)) for t in tables.TABLES)]:
+                if d.is_dir():
+                    probe = d / f".brokerscope-write-test-{uuid.uuid4().hex}"
+                    probe.write_bytes(b"")
+                    probe.unlink()
+        except OSError as e:
+            raise ValueError(f"cannot write to the lake {r}: {e.strerror or e}") from None
+
+    def check_readable(self) -> None:
+        """Raise ValueError (one line) when there is no brokerscope lake at the path."""
+        if not self.root.is_dir():
+            raise ValueError(f"no brokerscope lake at {self.root} (run `brokerscope ingest` first)")
+        missing = [t for t in tables.TABLES if not DeltaTable.is_deltatable(self.path(t))]
+        if len(missing) == len(tables.TABLES):
+            raise ValueError(f"no brokerscope lake at {self.root} (run `brokerscope ingest` first)")
+
     def resolve_writer(self, spark) -> str:
         if self.writer == "auto":
             return "spark" if delta_spark_available(spark) else "embedded"
@@ -132,33 +166,40 @@ class Lake:
             .save(self.path(table))
         )
 
-    def commit_staged(
-        self,
-        table: str,
-        files: list[dict],
-        replace_capture_ids: list[str],
-        run_id: str,
-        topic_names: dict[str, str] | None = None,
-    ) -> int:
-        """The embedded writer's commit: move the Parquet files tasks staged for `table` (see
-        StagedWriter) into their partition directories and commit them, with the removal of
-        every file `replace_capture_ids` had, in one delta-rs transaction. Staged files whose
-        rows name topics only by id are rewritten first with `topic_names`. Returns rows added."""
+    def apply_topic_names(self, table: str, files: list[dict], topic_names: dict[str, str]) -> None:
+        """Rewrite the staged files whose rows name topics only by id (before the manifest)."""
         tpath = Path(self.path(table))
         for f in files:
             if f.get("fixup") and topic_names:
                 src = tpath / f["path"]
                 pq.write_table(resolve_topic_ids(pq.read_table(src), topic_names), src, compression="snappy")
+                f["file_stats"] = file_stats(src, f["rows"])
+
+    def commit_table(
+        self, table: str, files: list[dict], replace_capture_ids: list[str], run_id: str
+    ) -> tuple[int, bool]:
+        """The embedded writer's commit of one table: move the Parquet files the tasks staged (see
+        StagedWriter) into their partition directories and commit them, with the removal of every
+        file of `replace_capture_ids`, in one delta-rs transaction carrying the run's txn id.
+        Idempotent: a table that already holds the run is left alone (roll forward). A commit that
+        conflicts with another writer's is retried against the new snapshot. Returns (rows added,
+        committed now)."""
+        tpath = Path(self.path(table))
+        aid = app_id(run_id)
+        rows = sum(int(f["rows"]) for f in files)
+        if DeltaTable(str(tpath)).transaction_version(aid) is not None:
+            return rows, False
         adds: list[AddAction] = []
-        rows = 0
         for f in sorted(files, key=lambda f: f["path"]):
             src = tpath / f["path"]
             dest_rel = Path(*Path(f["path"]).parts[2:])  # drop _staging/<run_id>/
             dest = tpath / dest_rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dest)
+            if src.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dest)
+            elif not dest.exists():
+                raise RuntimeError(f"{table}: staged file {f['path']} of run {run_id} is missing")
             st = dest.stat()
-            rows += f["rows"]
             adds.append(
                 AddAction(
                     path=dest_rel.as_posix(),
@@ -166,19 +207,83 @@ class Lake:
                     partition_values={"date": f["date"], "capture_id": f["capture_id"]},
                     modification_time=int(st.st_mtime * 1000),
                     data_change=True,
-                    stats=json.dumps({"numRecords": f["rows"]}),
+                    stats=f.get("file_stats") or json.dumps({"numRecords": f["rows"]}),
                 )
             )
-        removes = self._removes(table, replace_capture_ids)
-        if adds or removes:
-            DeltaTable(str(tpath)).create_write_transaction(
-                [*removes, *adds],
-                mode="append",
-                schema=tables.schema(table),
-                partition_by=tables.partition_by(table),
+        captures = sorted({f["capture_id"] for f in files if f["capture_id"]})
+        first: set[str] | None = None
+        for attempt in range(COMMIT_ATTEMPTS):
+            dt = DeltaTable(str(tpath))
+            removes = self._removes(dt, replace_capture_ids)
+            if first is None:
+                first = {r.path for r in removes}
+            elif {r.path for r in removes} - first:
+                log.warning(
+                    "%s: another run committed rows of the captures run %s replaces while it ran; "
+                    "this run's rows replace them (the last commit wins)",
+                    table,
+                    run_id,
+                )
+                first = {r.path for r in removes}
+            if not adds and not removes:
+                break
+            meta = _commit_info(run_id, captures, replace_capture_ids, len(adds), len(removes), rows)
+            # delta-rs would rebase a blind commit onto a concurrent one by itself, keeping removes
+            # computed on the old snapshot (both runs' rows of a capture would survive): no retries
+            # there, they happen here with the removes recomputed
+            props = CommitProperties(
+                custom_metadata=meta, app_transactions=[Transaction(aid, 1, _now_ms())], max_commit_retries=0
             )
-        self.drop_staging(table, run_id)
+            try:
+                dt.create_write_transaction(
+                    [*removes, *adds],
+                    mode="append",
+                    schema=tables.schema(table),
+                    partition_by=tables.partition_by(table),
+                    commit_properties=props,
+                )
+                break
+            except CommitFailedError:  # another run committed first: retry on its snapshot
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+                log.warning("%s: commit of run %s conflicted; retrying on the new snapshot", table, run_id)
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (1 + random.random()))
+        return rows, True
+
+    def finish_run(self, run: RunDir, manifest: dict, progress=lambda m: None) -> dict[str, int]:
+        """Commit a run from its manifest, table by table, then its `inputs` record; tables that
+        already hold the run are skipped, so this also rolls forward a run that was killed."""
+        rows = {}
+        for t in tables.DECODED_TABLES:
+            progress(f"committing {t}")
+            rows[t], _ = self.commit_table(
+                t, manifest["tables"].get(t, []), manifest["replace_ids"], run.run_id
+            )
+        inp = manifest["inputs"]
+        self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
+        for t in tables.DECODED_TABLES:
+            self.drop_staging(t, run.run_id)
+        run.remove()
         return rows
+
+    def recover(self) -> list[str]:
+        """Finish every run that was killed after writing its manifest, remove what runs killed
+        before it left behind (staged files, run directories). One line per run, for the user."""
+        out = []
+        if not (self.root / RUNS).is_dir():
+            return out
+        for run in stopped_runs(self.root):
+            m = run.manifest()
+            if m is not None:
+                self.finish_run(run, m)
+                n = len(m["inputs"]["paths"])
+                out.append(f"finished run {run.run_id}, interrupted after its manifest ({n} input(s))")
+            else:
+                for t in tables.DECODED_TABLES:
+                    self.drop_staging(t, run.run_id)
+                run.remove()
+                out.append(f"removed the leftovers of run {run.run_id}, killed before its commit")
+        return out
 
     def drop_staging(self, table: str, run_id: str) -> None:
         stage = Path(self.path(table)) / STAGING
@@ -188,10 +293,9 @@ class Lake:
         except OSError:
             pass
 
-    def _removes(self, table: str, capture_ids: list[str]) -> list[RemoveAction]:
+    def _removes(self, dt: DeltaTable, capture_ids: list[str]) -> list[RemoveAction]:
         if not capture_ids:
             return []
-        dt = DeltaTable(self.path(table))
         ids = set(capture_ids)
         now = int(time.time() * 1000)
         out = []
@@ -233,17 +337,34 @@ class Lake:
             history.append(r)
         return sorted(new_ids | (old - held)), history
 
-    def write_inputs(self, rows: list[dict], paths: list[str]) -> None:
-        """Record what a run ingested: `rows` replace every earlier row of `paths`."""
+    def write_inputs(self, rows: list[dict], paths: list[str], run_id: str | None = None) -> None:
+        """Record what a run ingested: `rows` replace every earlier row of `paths` (once per run:
+        with `run_id`, a table already holding the run's txn is left alone)."""
         if not rows:
             return
+        aid = app_id(run_id) if run_id else None
+        if aid and DeltaTable(self.path("inputs")).transaction_version(aid) is not None:
+            return
         batch = tables.conform("inputs", rows)
-        write_deltalake(
-            self.path("inputs"),
-            pa.Table.from_batches([batch]),
-            mode="overwrite",
-            predicate=_in_predicate(paths, "path"),
-        )
+        ids = sorted({r["capture_id"] for r in rows if r.get("capture_id")})
+        for attempt in range(COMMIT_ATTEMPTS):
+            meta = {"brokerscope": {"run_id": run_id, "capture_ids": ids, "version": __version__}}
+            txn = [Transaction(aid, 1, _now_ms())] if aid else None
+            try:
+                write_deltalake(
+                    self.path("inputs"),
+                    pa.Table.from_batches([batch]),
+                    mode="overwrite",
+                    predicate=_in_predicate(paths, "path"),
+                    commit_properties=CommitProperties(
+                        custom_metadata=meta, app_transactions=txn, max_commit_retries=0
+                    ),
+                )
+                return
+            except CommitFailedError:
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (1 + random.random()))
 
     # -- reading ----------------------------------------------------------------------------
     def read_arrow(self, table: str) -> pa.Table:
@@ -380,6 +501,7 @@ class StagedWriter:
                     "capture_id": cid,
                     "rows": st[2],
                     "fixup": st[5],
+                    "file_stats": file_stats(self.root / table / st[1], st[2]),
                 }
             )
         self._open.clear()
@@ -458,3 +580,94 @@ def _in_predicate(ids: list[str], column: str = "capture_id") -> str:
         return "false"
     quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in sorted(set(ids)))
     return f"{column} IN ({quoted})"
+
+
+def file_stats(path: str | os.PathLike, rows: int) -> str:
+    """Delta statistics of a Parquet file from its footer: numRecords, and minValues, maxValues
+    and nullCount of STATS_COLUMNS (timestamps as ISO-8601 to the millisecond, the max rounded
+    up, so a reader that skips files by them never skips a matching row)."""
+    md = pq.read_metadata(path)
+    names = md.schema.to_arrow_schema().names
+    mins: dict = {}
+    maxs: dict = {}
+    nulls: dict = {}
+    for col in STATS_COLUMNS:
+        if col not in names:
+            continue
+        ci = names.index(col)
+        lo = hi = None
+        n_null = 0
+        ok = True
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(ci).statistics
+            if st is None or not st.has_null_count:
+                ok = False
+                break
+            n_null += st.null_count
+            if st.has_min_max:
+                lo = st.min if lo is None else min(lo, st.min)
+                hi = st.max if hi is None else max(hi, st.max)
+        if not ok:
+            continue
+        nulls[col] = n_null
+        if lo is None:
+            continue
+        if isinstance(lo, datetime.datetime):
+            mins[col] = _iso_ms(lo, up=False)
+            maxs[col] = _iso_ms(hi, up=True)
+        elif isinstance(lo, str):
+            if len(lo) <= _STATS_STR_MAX and len(hi) <= _STATS_STR_MAX:
+                mins[col], maxs[col] = lo, hi
+        else:
+            mins[col], maxs[col] = lo, hi
+    return json.dumps({"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+
+
+def _iso_ms(v: datetime.datetime, up: bool) -> str:
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=datetime.UTC)
+    if up and v.microsecond % 1000:
+        v += datetime.timedelta(microseconds=1000 - v.microsecond % 1000)
+    v = v.replace(microsecond=v.microsecond - v.microsecond % 1000)
+    return v.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
+
+
+def _commit_info(
+    run_id: str, captures: list[str], replaced: list[str], added: int, removed: int, rows: int
+) -> dict:
+    """commitInfo of a table commit: a replacing write (its predicate), its metrics, the run."""
+    return {
+        "operationParameters": {
+            "mode": "Overwrite" if replaced else "Append",
+            "predicate": _in_predicate(replaced) if replaced else None,
+            "writer": "brokerscope embedded",
+        },
+        "operationMetrics": {"numAddedFiles": added, "numRemovedFiles": removed, "numOutputRows": rows},
+        "userMetadata": f"brokerscope run {run_id}",
+        "brokerscope": {
+            "run_id": run_id,
+            "capture_ids": captures,
+            "replaced": replaced,
+            "version": __version__,
+        },
+    }
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def row_to_json(r: dict) -> dict:
+    """An `inputs` row in a form JSON keeps (the manifest): timestamps as µs, dates as ISO."""
+    out = {}
+    for k, v in r.items():
+        if isinstance(v, datetime.datetime):
+            v = int(v.timestamp() * 1_000_000)
+        elif isinstance(v, datetime.date):
+            v = v.isoformat()
+        out[k] = v
+    return out
+
+
+def _row_from_json(r: dict) -> dict:
+    return {**r, "date": datetime.date.fromisoformat(r["date"])} if isinstance(r.get("date"), str) else r

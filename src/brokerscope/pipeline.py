@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,7 +27,8 @@ import pyarrow as pa
 from . import capture, inputs, tables
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
-from .lake import Lake, StagedWriter
+from .lake import Lake, StagedWriter, row_to_json
+from .report import Summary
 from .runs import RunDir
 from .streams import SORT_COLS, StreamDriver, segment_rows
 
@@ -50,6 +51,7 @@ FILES = pa.schema(
         pa.field("capture_id", pa.string()),
         pa.field("rows", pa.int64()),
         pa.field("fixup", pa.bool_()),  # some rows name their topic only by id
+        pa.field("file_stats", pa.string()),  # the Delta statistics of the file (lake.file_stats)
         pa.field("stats", pa.string()),
     ]
 )
@@ -128,36 +130,6 @@ def _ship_package(sc) -> None:
     sc.addPyFile(str(zpath))
 
 
-@dataclass
-class Summary:
-    run_id: str
-    files: int = 0
-    errors: list[tuple[str, str]] = field(default_factory=list)
-    skipped_already_ingested: list[str] = field(default_factory=list)
-    packets: int = 0
-    tcp_segments: int = 0
-    connections: int = 0
-    rows: dict[str, int] = field(default_factory=dict)
-    writer: str = ""
-    seconds: float = 0.0
-    capture_errors: list[str] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        out = [
-            f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
-            f"({self.tcp_segments:,} TCP segments), {self.connections:,} connections, "
-            f"{self.seconds:.1f} s, writer={self.writer}",
-            "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
-        ]
-        for p, e in self.errors:
-            out.append(f"error: {p}: {e}")
-        for e in self.capture_errors[:20]:
-            out.append(f"warning: {e}")
-        if len(self.capture_errors) > 20:
-            out.append(f"warning: ... {len(self.capture_errors) - 20} more capture warnings")
-        return out
-
-
 # -- tasks (run on executors: plain functions of picklable arguments) -------------------------
 
 
@@ -210,7 +182,15 @@ def _stats_union(stats: list[dict]) -> pa.RecordBatch:
 
 
 def _files_batch(files: list[dict], stats: list[dict]) -> pa.RecordBatch:
-    none = {"table": None, "path": None, "date": None, "capture_id": None, "rows": 0, "fixup": False}
+    none = {
+        "table": None,
+        "path": None,
+        "date": None,
+        "capture_id": None,
+        "rows": 0,
+        "fixup": False,
+        "file_stats": None,
+    }
     rows = [{**f, "stats": None} for f in files] + [{**none, "stats": json.dumps(s)} for s in stats]
     return pa.RecordBatch.from_pylist(rows, schema=FILES)
 
@@ -255,6 +235,7 @@ def _segments_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         splits = [inputs.SegmentSplit(**r) for b in batches for r in b.to_pylist()]
+        stats: list[dict] = []
 
         def rows() -> Iterator[tuple[str, dict]]:
             for fi in dict.fromkeys(sp.file_index for sp in splits):
@@ -262,9 +243,19 @@ def _segments_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir
                 digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
                 run.write_digests(fi, 0, digests)
                 cid = combine_id(mine[0].size, digests)
-                yield from segment_rows([dataclasses.replace(sp, capture_id=cid) for sp in mine], settings)
+                st = {"file_index": fi, "capture_id": cid, "segment_rows": 0, "damaged_rows": 0, "errors": []}
+                stats.append(st)
+                for table, row in segment_rows(
+                    [dataclasses.replace(sp, capture_id=cid) for sp in mine], settings
+                ):
+                    st["segment_rows"] += 1
+                    if row.get("decode_status", "ok") != "ok":
+                        st["damaged_rows"] += 1
+                        if len(st["errors"]) < 5:
+                            st["errors"].append(f"{row['decode_status']}: {row.get('decode_error')}")
+                    yield table, row
 
-        yield from _emit(rows(), list, staged)
+        yield from _emit(rows(), lambda: stats, staged)
 
     return read
 
@@ -278,31 +269,49 @@ def ingest(
     spark=None,
     progress: Callable[[str], None] = lambda m: log.info(m),
     skip_ingested: bool = False,
+    disc: inputs.Discovery | None = None,
+    make_session: Callable[[], object] | None = None,
 ) -> Summary:
-    """Decode `paths` (one capture set) into the lake at settings.lake_path."""
+    """Decode `paths` (one capture set) into the lake at settings.lake_path (`disc`: their
+    discovery, when the caller already made it; `make_session`: how to start Spark when there is
+    work and no `spark` was given). Files that are no input are recorded in `inputs` with status
+    error; `Summary.exit_code()` tells a scheduler how it went."""
     t0 = time.time()
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     summary = Summary(run_id=run_id)
-    disc = inputs.discover(paths)
+    disc = disc or inputs.discover(paths)
     summary.errors = list(disc.errors)
+    summary.skipped = list(disc.skipped)
     summary.capture_errors.extend(
         f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
     )
     lake = Lake(settings.lake_path, settings.writer)
     lake.ensure_tables()
+    for line in lake.recover():
+        progress(line)
+        summary.recovered.append(line)
     todo, dups = disc.inputs, disc.duplicates
+    rejected = _rejected_rows(disc, run_id)
     if skip_ingested:
         done = _ingested_keys(lake)
         todo = [i for i in todo if (i.path, i.size, i.mtime_ns // 1000) not in done]
         dups = [(d, k) for d, k in dups if (d.path, d.size, d.mtime_ns // 1000) not in done]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
+        # a file rejected before is not reported again (it is recorded, with its reason)
+        rejected = [r for r in rejected if (r["path"], r["size"], r["mtime"]) not in done]
+        kept = {r["path"] for r in rejected}
+        summary.errors = [
+            (p, e) for p, e in summary.errors if not os.path.exists(p) or os.path.realpath(p) in kept
+        ]
+        summary.skipped = [(p, e) for p, e in summary.skipped if os.path.realpath(p) in kept]
     summary.files = len(todo)
     if not todo:
+        lake.write_inputs(rejected, [r["path"] for r in rejected])
         progress("nothing to ingest")
         summary.seconds = time.time() - t0
         return summary
-    spark = spark or make_spark(settings)
+    spark = spark or (make_session or (lambda: make_spark(settings)))()
     psplits, ssplits = inputs.plan(todo, settings.split_size, spark.sparkContext.defaultParallelism)
     total = sum(i.size for i in todo)
     progress(
@@ -311,20 +320,25 @@ def ingest(
     )
     summary.writer = lake.resolve_writer(spark)
     run = RunDir(lake.root, run_id)
+    run.lock()
     staged = (str(lake.root), run_id) if summary.writer == "embedded" else None
     out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
     progress("decoding")
     try:
         if staged:
-            stats = _commit_staged(out, lake, todo, dups, run, summary, progress)
+            stats = _commit_staged(out, lake, todo, dups, rejected, run, summary, progress)
         else:
-            stats = _write_dataframes(out, lake, todo, dups, run, summary, progress)
-    finally:
-        run.remove()
+            stats = _write_dataframes(out, lake, todo, dups, rejected, run, summary, progress)
+            run.remove()
+    except BaseException:
+        if run.manifest() is None:
+            run.remove()
+        else:  # some tables may hold the run: the next command that opens the lake finishes it
+            run.release()
+        raise
     for s in stats:
         summary.packets += int(s.get("records", 0))
         summary.tcp_segments += int(s.get("tcp", 0))
-        summary.capture_errors.extend(s.get("errors", []))
     summary.connections = summary.rows.get("streams", 0)
     summary.seconds = time.time() - t0
     return summary
@@ -380,25 +394,41 @@ def _identified(lake: Lake, todo, dups, run: RunDir) -> tuple[list[str], list[di
     return lake.path_history(by_path)
 
 
-def _commit_staged(out, lake: Lake, todo, dups, run: RunDir, summary: Summary, progress) -> list[dict]:
-    """Embedded writer: run the decode (tasks stage their files), then one commit per table."""
+def _commit_staged(
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress
+) -> list[dict]:
+    """Embedded writer: run the decode (tasks stage their files), write the run's manifest, then
+    commit table by table from it (lake.finish_run), `inputs` last."""
     try:
         results = [r.asDict() for r in out.collect()]
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
         replace_ids, history = _identified(lake, todo, dups, run)
-        for t in tables.DECODED_TABLES:
-            progress(f"committing {t}")
-            files = [r for r in results if r["table"] == t]
-            summary.rows[t] = lake.commit_staged(t, files, replace_ids, run.run_id, names)
-    finally:
+        per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
+        for t, files in per_table.items():
+            lake.apply_topic_names(t, files, names)
+        rows, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
+        manifest = {
+            "run_id": run.run_id,
+            "tables": {t: [{k: f[k] for k in _MANIFEST_KEYS} for f in fs] for t, fs in per_table.items()},
+            "replace_ids": replace_ids,
+            "inputs": {"rows": [row_to_json(r) for r in rows], "paths": paths},
+        }
+        run.write_manifest(manifest)
+    except BaseException:
         for t in tables.DECODED_TABLES:
             lake.drop_staging(t, run.run_id)
-    _record_inputs(lake, todo, dups, history, run.run_id, stats)
+        raise
+    summary.rows.update(lake.finish_run(run, manifest, progress))
     return stats
 
 
-def _write_dataframes(out, lake: Lake, todo, dups, run: RunDir, summary: Summary, progress) -> list[dict]:
+_MANIFEST_KEYS = ("path", "date", "capture_id", "rows", "file_stats")
+
+
+def _write_dataframes(
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress
+) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table."""
     from pyspark import StorageLevel
 
@@ -413,17 +443,31 @@ def _write_dataframes(out, lake: Lake, todo, dups, run: RunDir, summary: Summary
             summary.rows[t] = lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()
-    _record_inputs(lake, todo, dups, history, run.run_id, stats)
+    lake.write_inputs(*_inputs_record(todo, dups, history + rejected, run.run_id, stats, summary), run.run_id)
     return stats
 
 
-def _record_inputs(lake: Lake, todo, dups, history: list[dict], run_id: str, stats: list[dict]) -> None:
-    """The `inputs` record, written last: a run that died before it is simply run again."""
-    per_file = _packets_per_file(stats)
+def _inputs_record(
+    todo, dups, extra: list[dict], run_id: str, stats: list[dict], summary: Summary
+) -> tuple[list[dict], list[str]]:
+    """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
+    each input's status from its tasks' counters and fills the summary's file lists."""
+    per_file = _per_file(stats)
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
+    status: dict[str, tuple[str, str | None, int | None, int]] = {}
+    for i in todo:
+        st = per_file.get(i.file_index, {})
+        for e in st.get("errors", []):
+            summary.capture_errors.append(f"{i.path}: {e}")
+        status[i.capture_id] = _status(i, st)
+        verdict, why = status[i.capture_id][:2]
+        if verdict == "partial":
+            summary.partial.append((i.path, why or ""))
+        elif verdict == "error":
+            summary.unreadable.append((i.path, why or ""))
     recorded = [*todo, *(d for d, _ in dups)]
-    lake.write_inputs(
+    return (
         [
             {
                 "capture_id": i.capture_id,
@@ -433,15 +477,59 @@ def _record_inputs(lake: Lake, todo, dups, history: list[dict], run_id: str, sta
                 "mtime": i.mtime_ns // 1000,
                 "run_id": run_id,
                 "ingested_at": now_us,
-                "packets": per_file.get(i.capture_id),
-                "status": "ok",
+                "packets": status[i.capture_id][2],
+                "status": status[i.capture_id][0],
+                "error": status[i.capture_id][1],
+                "damaged_bytes": status[i.capture_id][3],
                 "date": today,
             }
             for i in recorded
         ]
-        + history,
-        paths=[i.path for i in recorded],
+        + extra,
+        [i.path for i in recorded] + [r["path"] for r in extra],
     )
+
+
+def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
+    """(status, reason, packets, damaged bytes) of one input from its tasks' counters."""
+    errors = [e for e in st.get("errors", []) if not e.startswith("... and ")]
+    if i.kind in inputs.CAPTURE_KINDS:
+        records, damaged = int(st.get("records", 0)), int(st.get("damaged", 0))
+        trouble = damaged or int(st.get("malformed", 0)) or errors
+        why = "; ".join(errors[:3]) or (f"{damaged} damaged bytes" if damaged else None)
+        if records == 0 and trouble:
+            return "error", f"nothing readable: {why}", 0, damaged
+        return ("partial" if trouble else "ok"), why if trouble else None, records, damaged
+    total, bad = int(st.get("segment_rows", 0)), int(st.get("damaged_rows", 0))
+    why = "; ".join(errors[:3]) or None
+    if bad and total == bad:
+        return "error", f"nothing readable: {why}", None, 0
+    return ("partial" if bad else "ok"), (f"{bad} damaged rows: {why}" if bad else None), None, 0
+
+
+def _rejected_rows(disc, run_id: str) -> list[dict]:
+    """`inputs` rows (status error) for the files discovery found but could not take."""
+    now_us = int(time.time() * 1e6)
+    today = datetime.datetime.now(datetime.UTC).date()
+    out = []
+    for path, why in [*disc.errors, *disc.skipped]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # nothing there to record
+        out.append(
+            {
+                "path": os.path.realpath(path),
+                "size": st.st_size,
+                "mtime": st.st_mtime_ns // 1000,
+                "run_id": run_id,
+                "ingested_at": now_us,
+                "status": "error",
+                "error": why,
+                "date": today,
+            }
+        )
+    return out
 
 
 def pack_splits(splits: list, target: int) -> list[list[dict]]:
@@ -467,12 +555,20 @@ def _topic_names(stats: list[dict]) -> dict[str, str]:
     return out
 
 
-def _packets_per_file(stats: list[dict]) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _per_file(stats: list[dict]) -> dict[int, dict]:
+    """The tasks' counters summed per file index (error lists joined)."""
+    out: dict[int, dict] = {}
     for s in stats:
-        cid = s.get("capture_id")
-        if cid:
-            out[cid] = out.get(cid, 0) + int(s.get("records", 0))
+        fi = s.get("file_index")
+        if fi is None:
+            continue
+        acc = out.setdefault(fi, {"errors": []})
+        for k, v in s.items():
+            if k == "errors":
+                acc["errors"].extend(v)
+            elif isinstance(v, int) and not isinstance(v, bool) and k not in ("file_index",):
+                if not k.endswith("_ts_ns"):
+                    acc[k] = acc.get(k, 0) + v
     return out
 
 

@@ -6,12 +6,20 @@ share besides the tables.
   before its shuffle finished, so a decode task finds every digest of the capture set there and
   names its rows with the final capture_id; the driver combines the same digests for `inputs`.
   Like the embedded writer, this needs the lake on a filesystem the driver and executors share.
+- `lock`: held (flock) by the driver for the whole run. A run directory whose lock can be taken
+  belongs to a run that is no longer running.
+- `manifest.json`: written before the first table commit (embedded writer): the staged files of
+  every table, the capture ids the run replaces and its `inputs` rows. Delta has no multi-table
+  transaction; with the manifest a run killed between two table commits is rolled forward by the
+  next command that opens the lake (lake.Lake.recover), and every table commit carries the run's
+  Delta transaction id (`txn` app id `brokerscope/<run_id>`), so it is known which tables hold it.
 
 Plain Python, no Spark.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -23,10 +31,49 @@ from .capture.files import combine_id
 RUNS = "_runs"
 
 
+MANIFEST = "manifest.json"
+
+
+def app_id(run_id: str) -> str:
+    """The Delta transaction (txn) app id of a run's commits."""
+    return f"brokerscope/{run_id}"
+
+
 class RunDir:
     def __init__(self, lake_root: str | os.PathLike, run_id: str):
         self.run_id = run_id
         self.path = Path(lake_root) / RUNS / run_id
+        self._lock_fd: int | None = None
+
+    # -- liveness ---------------------------------------------------------------------------
+    def lock(self) -> bool:
+        """Take the run's lock (held until release() or the process ends). False when another
+        process holds it: that run is still going."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+    # -- the commit manifest ------------------------------------------------------------------
+    def write_manifest(self, manifest: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.path / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps(manifest))
+        os.replace(tmp, self.path / MANIFEST)
+
+    def manifest(self) -> dict | None:
+        f = self.path / MANIFEST
+        return json.loads(f.read_text()) if f.is_file() else None
 
     # -- identity ---------------------------------------------------------------------------
     def write_digests(self, file_index: int, start: int, digests: dict[int, bytes]) -> None:
@@ -59,7 +106,21 @@ class RunDir:
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
         try:
             self.path.parent.rmdir()
         except OSError:
             pass
+
+
+def stopped_runs(lake_root: str | os.PathLike) -> list[RunDir]:
+    """Run directories of runs that are not running any more (their lock is free), locked now
+    by this process so that two recoverers never finish the same run."""
+    base = Path(lake_root) / RUNS
+    out = []
+    for d in sorted(base.iterdir()) if base.is_dir() else ():
+        if d.is_dir():
+            run = RunDir(lake_root, d.name)
+            if run.lock():
+                out.append(run)
+    return out

@@ -324,6 +324,7 @@ class StreamDriver:
                 if lo_ip is None:  # a reader's stats row
                     counters = json.loads(pl)
                     counters.setdefault("capture_id", cid)
+                    counters.setdefault("file_index", fi)
                     self.capture_stats.append(counters)
                     continue
                 yield (

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import random
 import shutil
 import sys
 
 import pytest
 
-from brokerscope import cli
+from brokerscope import cli, pipeline, report
+from brokerscope.streams import decode_files
 from tests.conftest import CAPTURES, ROOT, SAMPLE_DATA
 from tests.support.lakecheck import delta_rs_rows
 from tests.support.synth import write_capture
@@ -24,31 +27,138 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+def _inputs(lake) -> dict[str, dict]:
+    return {r["path"].rsplit("/", 1)[1]: r for r in delta_rs_rows(str(lake / "inputs"))}
+
+
 def test_ingest_reports_bad_inputs_and_keeps_the_rest(spark, tmp_path, capsys):
+    """`ingest good.pcap truncated.pcap empty.pcap notes.txt /nope`: the good file and the good
+    part of the truncated one land; the exit code says some inputs were partial or rejected."""
     good = tmp_path / "good.pcap"
     write_capture(str(good), n_conns=3, exchanges=2)
+    cut = tmp_path / "truncated.pcap"
+    cut.write_bytes((SAMPLE_DATA / "kafka" / "zstd.pcap").read_bytes()[:9000])
     empty = tmp_path / "empty.pcap"
     empty.write_bytes(b"")
     text = tmp_path / "notes.txt"
     text.write_text("not a capture\n")
     missing = tmp_path / "missing.pcap"
     lake = tmp_path / "lake"
-    rc, out, err = run(
-        capsys, "ingest", str(good), str(empty), str(text), str(missing), "--lake", str(lake), "-q"
-    )
-    assert rc == 0
+    paths = [str(good), str(cut), str(empty), str(text), str(missing)]
+    rc, out, err = run(capsys, "ingest", *paths, "--lake", str(lake), "-q")
+    assert rc == report.EXIT_PARTIAL
     lines = [ln for ln in err.splitlines() if ln.startswith("brokerscope: ")]
     assert len(lines) == 3
     assert any(str(empty) in ln and "empty" in ln for ln in lines)
     assert any(str(text) in ln and "not a capture" in ln for ln in lines)
     assert any(str(missing) in ln and "no such file" in ln for ln in lines)
-    assert "1 file(s)" in out and "streams=3" in out
-    assert len(delta_rs_rows(str(lake / "streams"))) == 3
+    n_cut = len(decode_files([str(cut)])["streams"])
+    assert n_cut > 0 and "2 file(s)" in out and f"streams={3 + n_cut}" in out
+    # every warning names its file; the summary names the partial and rejected files
+    warnings = [ln for ln in out.splitlines() if ln.startswith("warning: ")]
+    assert warnings and all(str(cut) in ln for ln in warnings)
+    assert f"partial: 1 file(s): {cut} (truncated record at offset" in out
+    assert "rejected: 3 file(s):" in out and "exit 3:" in out
+    assert len(delta_rs_rows(str(lake / "streams"))) == 3 + n_cut
+    inp = _inputs(lake)
+    assert set(inp) == {"good.pcap", "truncated.pcap", "empty.pcap", "notes.txt"}
+    assert (inp["good.pcap"]["status"], inp["good.pcap"]["error"], inp["good.pcap"]["damaged_bytes"]) == (
+        "ok",
+        None,
+        0,
+    )
+    t = inp["truncated.pcap"]
+    assert t["status"] == "partial" and t["packets"] > 0 and 0 < t["damaged_bytes"] < 2000
+    assert t["error"].startswith("truncated record at offset")
+    assert inp["empty.pcap"]["status"] == "error" and inp["empty.pcap"]["error"] == "empty file"
+    assert inp["notes.txt"]["status"] == "error" and inp["notes.txt"]["capture_id"] is None
+
+
+def test_a_capture_of_garbage_is_an_error_not_ok(spark, tmp_path, capsys):
+    """A valid pcap header followed by random bytes reads 0 packets: status error, exit 4."""
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(
+        (SAMPLE_DATA / "kafka" / "zstd.pcap").read_bytes()[:24] + random.Random(7).randbytes(5000)
+    )
+    lake = tmp_path / "lake"
+    rc, out, _ = run(capsys, "ingest", str(junk), "--lake", str(lake), "-q")
+    assert rc == report.EXIT_NOTHING
+    r = _inputs(lake)["junk.pcap"]
+    assert r["status"] == "error" and r["error"].startswith("nothing readable") and r["damaged_bytes"] == 5000
+    assert f"unreadable: 1 file(s): {junk}" in out
+
+
+def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_path, capsys):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    write_capture(str(inbox / "a.pcap"), n_conns=2, exchanges=2)
+    (inbox / "empty.pcap").write_bytes(b"")
+    (inbox / "README").write_text("captures of the night\n")
+    lake = tmp_path / "lake"
+    rc, out, _ = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q")
+    assert rc == report.EXIT_PARTIAL
+    assert "skipped in directories: 2 file(s):" in out and "README (not a capture" in out
+    inp = _inputs(lake)
+    assert {k: v["status"] for k, v in inp.items()} == {
+        "a.pcap": "ok",
+        "empty.pcap": "error",
+        "README": "error",
+    }
+    # the nightly job does not report them again, and says all is well
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import nightly_ingest
+
+    assert nightly_ingest.main(["--input", str(inbox), "--lake", str(lake)]) == report.EXIT_OK
+    assert "nothing to ingest" in capsys.readouterr().out
 
 
 def test_ingest_with_nothing_valid_fails_plainly(tmp_path, capsys):
     rc, out, err = run(capsys, "ingest", str(tmp_path / "nope.pcap"), "--lake", str(tmp_path / "lake"))
-    assert rc == 2 and "nope.pcap: no such file or directory" in err
+    assert rc == report.EXIT_NOTHING and "nope.pcap: no such file or directory" in err
+
+
+def _no_spark(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(cli, "_spark", refuse)
+    monkeypatch.setattr(pipeline, "make_spark", refuse)
+
+
+def test_bad_lake_paths_and_ports_fail_before_spark(tmp_path, capsys, monkeypatch):
+    _no_spark(monkeypatch)
+    good = tmp_path / "good.pcap"
+    write_capture(str(good), n_conns=1, exchanges=1)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for lake, why in [(afile, "is not a directory"), (afile / "lake", "cannot write to the lake")]:
+        rc, out, err = run(capsys, "ingest", str(good), "--lake", str(lake))
+        assert rc == report.EXIT_USAGE and why in err and len(err.strip().splitlines()) == 1, err
+    rc, _, err = run(capsys, "ingest", str(good), "--port", "foo=36525", "--lake", str(tmp_path / "l"))
+    assert rc == report.EXIT_USAGE and "foo=36525" in err and "kafka" in err
+    conf = tmp_path / "c.toml"
+    conf.write_text("[ports]\nfoo = [36525]\n")
+    rc, _, err = run(capsys, "ingest", str(good), "--conf", str(conf), "--lake", str(tmp_path / "l"))
+    assert rc == report.EXIT_USAGE and "ports.foo: unknown protocol" in err
+    for cmd in (["sql", "SELECT 1"], ["tables"]):
+        rc, _, err = run(capsys, *cmd, "--lake", str(tmp_path / "no-lake"))
+        assert rc == report.EXIT_USAGE and "no brokerscope lake at" in err, cmd
+    assert not (tmp_path / "no-lake").exists()
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import nightly_ingest
+
+    assert nightly_ingest.main(["--input", str(good), "--lake", str(afile)]) == report.EXIT_USAGE
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def test_unwritable_lake_fails_before_spark(tmp_path, capsys, monkeypatch):
+    _no_spark(monkeypatch)
+    good = tmp_path / "good.pcap"
+    write_capture(str(good), n_conns=1, exchanges=1)
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    rc, _, err = run(capsys, "ingest", str(good), "--lake", str(ro))
+    assert rc == report.EXIT_USAGE and "cannot write to the lake" in err
 
 
 def test_sql_and_tables_formats(spark, tmp_path, capsys):

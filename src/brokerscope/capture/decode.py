@@ -77,6 +77,7 @@ STAT_KEYS = (
     "malformed",
     "unknown_linktype",
     "bytes",
+    "damaged",
 )
 
 
@@ -114,6 +115,7 @@ class PacketDecoder:
         self.malformed = 0
         self.unknown_linktype = 0
         self.bytes = 0
+        self.damaged = 0  # bytes skipped: garbage resynced over, a cut-off end
         self.errors: list[str] = []
         self.n_errors = 0
         self.first_ts_ns: int | None = None
@@ -143,7 +145,8 @@ class PacketDecoder:
         fragments_reassembled / fragments_unreassembled: datagrams completed / given up (evicted or
         still incomplete at the end of the split); snap_truncated: rows (or fragments) cut by the
         snap length; malformed: records or blocks whose headers do not parse; unknown_linktype:
-        records of an unsupported link type; errors: the first MAX_ERRORS messages about the
+        records of an unsupported link type; damaged: bytes skipped (garbage resynced over, a record
+        or header cut off by the end of the file); errors: the first MAX_ERRORS messages about the
         file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}

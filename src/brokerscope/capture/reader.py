@@ -210,6 +210,17 @@ def _gc_resume(was_on: bool) -> bool:
     return was_on
 
 
+def _unsynced(dec: PacketDecoder, rec: int, stop: int) -> None:
+    """No valid record header chain from `rec` to the end of the data: all of it is skipped.
+
+    Damage is counted by the split whose record precedes it, up to where the resync lands or the
+    data ends, past the split's own end if need be; a split's initial resync counts nothing (those
+    bytes belong to the previous split's last record, or to its damage)."""
+    if stop > rec:
+        dec.damaged += stop - rec
+        dec.error(f"no valid record from offset {rec} on ({stop - rec} bytes skipped)")
+
+
 def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
     if tmin is not None and (dec.first_ts_ns is None or tmin < dec.first_ts_ns):
         dec.first_ts_ns = tmin
@@ -316,6 +327,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                     continue
                 if L - p > 0 and base + p < end:
                     dec.error(f"truncated record header at offset {base + p}")
+                    dec.damaged += L - p
                 break
             rec = base + p
             if rec >= end:
@@ -327,7 +339,9 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                 q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s)
                 buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                 if q < 0:
+                    _unsynced(dec, rec, base + L)
                     break
+                dec.damaged += base + q - rec
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
                 p = q
                 continue
@@ -338,6 +352,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                     continue
                 dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
+                dec.damaged += L - p
                 break
             ts = s * 1_000_000_000 + f * mult
             if tmin is None or ts < tmin:
@@ -613,6 +628,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                     continue
                 if L - p > 0 and base + p < end:
                     dec.error(f"truncated block header at offset {base + p}")
+                    dec.damaged += L - p
                 break
             rec = base + p
             if rec >= end:
@@ -668,6 +684,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                         continue
                     dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
+                    dec.damaged += L - p
                     break
                 if od.u32(buf, p + n - 4)[0] != n:
                     bad = "trailing block length differs"
@@ -677,11 +694,13 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                 q, od2 = _ng_resync(win, p + 1, od)
                 buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                 if q < 0:
+                    _unsynced(dec, rec, base + L)
                     break
                 if od2 is not od:
                     od = od2
                     bh, epbu, u32 = od.bh, od.epb, od.u32
                     ifaces, complete = [], False
+                dec.damaged += base + q - rec
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
                 p = q
                 continue

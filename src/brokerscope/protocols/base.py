@@ -331,6 +331,11 @@ def get(name: str) -> Protocol:
     return _registry[name]
 
 
+def known_names() -> list[str]:
+    """Names of the built-in protocols and of any registered since (without importing them)."""
+    return list(dict.fromkeys([*BUILTIN, *_registry]))
+
+
 def protocols() -> dict[str, Protocol]:
     """Every registered protocol by name."""
     _load_builtins()

@@ -191,10 +191,10 @@ def test_bad_schema_files_are_clear_errors(tmp_path, content, suffix, expect):
 
 def test_cli_schema_flag(fds):
     """`brokerscope ingest --schema tubemq=FILE` sets [protocols.tubemq] schema_file."""
-    from brokerscope.cli import _settings, build_parser
+    from brokerscope.cli import UsageError, _settings, build_parser
 
     args = build_parser().parse_args(["ingest", "x.pcap", "--schema", f"tubemq={STANDIN}"])
     assert _settings(args).schemas == {"tubemq": fds}
     for bad in ("kafka=x.proto", "tubemq", "tubemq="):
-        with pytest.raises(SystemExit, match="--schema wants PROTO=FILE"):
+        with pytest.raises(UsageError, match="--schema wants PROTO=FILE"):
             _settings(build_parser().parse_args(["ingest", "x.pcap", "--schema", bad]))

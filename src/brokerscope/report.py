@@ -1,0 +1,69 @@
+"""What an ingest run reports: its summary, and the exit codes a scheduler acts on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Exit codes of `brokerscope ingest` and jobs/nightly_ingest.py (README, "Exit codes").
+EXIT_OK = 0  # every input was read cleanly
+EXIT_FAILED = 1  # the run failed; nothing of it was committed
+EXIT_USAGE = 2  # bad arguments, configuration or lake path (found before Spark starts)
+EXIT_PARTIAL = 3  # ingested, but some inputs were partial (damaged) or rejected
+EXIT_NOTHING = 4  # no input could be ingested
+SHOWN = 5  # files named per kind of problem in the summary; the rest are counted
+
+
+@dataclass
+class Summary:
+    run_id: str
+    files: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)  # named paths that are no input
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # non-inputs inside directories
+    skipped_already_ingested: list[str] = field(default_factory=list)
+    partial: list[tuple[str, str]] = field(default_factory=list)  # (path, why) read with damage
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why) nothing readable
+    packets: int = 0
+    tcp_segments: int = 0
+    connections: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    writer: str = ""
+    seconds: float = 0.0
+    capture_errors: list[str] = field(default_factory=list)  # warnings, each naming its file
+    recovered: list[str] = field(default_factory=list)  # interrupted runs this one finished first
+
+    def exit_code(self) -> int:
+        bad = self.errors or self.skipped or self.partial or self.unreadable
+        if self.files - len(self.unreadable) <= 0 and (bad or not self.skipped_already_ingested):
+            return EXIT_NOTHING if bad or not self.files else EXIT_OK
+        return EXIT_PARTIAL if bad else EXIT_OK
+
+    def lines(self) -> list[str]:
+        out = [
+            f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
+            f"({self.tcp_segments:,} TCP segments), {self.connections:,} connections, "
+            f"{self.seconds:.1f} s, writer={self.writer or '-'}",
+            "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
+        ]
+        out.extend(f"recovered: {line}" for line in self.recovered)
+        for e in self.capture_errors[:20]:
+            out.append(f"warning: {e}")
+        if len(self.capture_errors) > 20:
+            out.append(f"warning: ... {len(self.capture_errors) - 20} more warnings")
+        for what, items in (
+            ("rejected", self.errors),
+            ("skipped in directories", self.skipped),
+            ("unreadable", self.unreadable),
+            ("partial", self.partial),
+        ):
+            if items:
+                shown = "; ".join(f"{p} ({why})" for p, why in items[:SHOWN])
+                more = f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+                out.append(f"{what}: {len(items)} file(s): {shown}{more}")
+        code = self.exit_code()
+        verdict = {
+            EXIT_OK: "every input read cleanly",
+            EXIT_PARTIAL: "some inputs were partial or rejected (see inputs.status)",
+            EXIT_NOTHING: "no input could be ingested",
+        }[code]
+        out.append(f"exit {code}: {verdict}")
+        return out
