@@ -1,4 +1,4 @@
-"""The `brokerscope` command: ingest, sql, tables, recover, demo."""
+"""The `brokerscope` command: ingest, sql, tables, recover, optimize, vacuum, demo."""
 
 from __future__ import annotations
 
@@ -212,6 +212,40 @@ def cmd_recover(args) -> int:
     return 0
 
 
+def _files(lake) -> dict[str, int]:
+    return {i.name: i.files for i in lake.info()}
+
+
+def cmd_optimize(args) -> int:
+    from .config import parse_size
+    from .lake import Lake
+
+    settings = _settings(args)
+    lake = Lake(settings.lake_path)
+    lake.check_readable()
+    _recover(lake)
+    before = _files(lake)
+    size = parse_size(args.target_size) if args.target_size else settings.target_file_size
+    lake.optimize(None, size)
+    after = _files(lake)
+    _print_rows(["table", "files_before", "files_after"], [(t, before[t], after[t]) for t in after], "table")
+    return 0
+
+
+def cmd_vacuum(args) -> int:
+    from .lake import Lake
+
+    settings = _settings(args)
+    lake = Lake(settings.lake_path)
+    lake.check_readable()
+    _recover(lake)
+    hours = settings.vacuum_retain_hours if args.retain_hours is None else args.retain_hours
+    gone = lake.vacuum(hours, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    _print_rows(["table", f"files_{verb.replace(' ', '_')}"], [(t, len(f)) for t, f in gone.items()], "table")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Ingest the bundled sample data and show what the lake holds."""
     sample = (
@@ -284,6 +318,21 @@ def build_parser() -> argparse.ArgumentParser:
     rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
     common(rc)
     rc.set_defaults(func=cmd_recover)
+
+    op = sub.add_parser("optimize", help="compact every table's small files (delta-rs optimize)")
+    common(op)
+    op.add_argument("--target-size", help="file size to compact to (default lake.target_file_size, 128MiB)")
+    op.set_defaults(func=cmd_optimize)
+
+    va = sub.add_parser("vacuum", help="delete data files the tables no longer reference (delta-rs vacuum)")
+    common(va)
+    va.add_argument(
+        "--retain-hours",
+        type=float,
+        help="keep files unreferenced for less than this (default lake.vacuum_retain_hours, 168)",
+    )
+    va.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    va.set_defaults(func=cmd_vacuum)
 
     dm = sub.add_parser("demo", help="ingest the bundled sample data and run an example query")
     common(dm)

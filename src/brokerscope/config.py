@@ -11,7 +11,13 @@ from pathlib import Path
 from .protocols.base import Context, PayloadPolicy, known_names
 
 DEFAULTS: dict = {
-    "lake": {"path": "lake", "writer": "auto"},
+    "lake": {
+        "path": "lake",
+        "writer": "auto",
+        "optimize_after_run": True,
+        "target_file_size": 128 * 1024**2,
+        "vacuum_retain_hours": 168,
+    },
     "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0, "conf": {}},
     "capture": {"split_size": 128 * 1024**2, "max_pending_fragments": 4096, "batch_packets": 8192},
     "tcp": {
@@ -127,6 +133,18 @@ class Settings:
     @property
     def writer(self) -> str:
         return str(self.raw["lake"]["writer"])
+
+    @property
+    def optimize_after_run(self) -> bool:
+        return bool(self.raw["lake"]["optimize_after_run"])
+
+    @property
+    def target_file_size(self) -> int:
+        return parse_size(self.raw["lake"]["target_file_size"])
+
+    @property
+    def vacuum_retain_hours(self) -> float:
+        return float(self.raw["lake"]["vacuum_retain_hours"])
 
     @property
     def master(self) -> str:

@@ -266,6 +266,43 @@ class Lake:
         run.remove()
         return rows
 
+    def optimize(self, capture_ids: list[str] | None = None, target_size: int = 128 << 20) -> dict[str, dict]:
+        """Compact small files into files of about `target_size` with delta-rs (optimize.compact),
+        in the partitions of `capture_ids` (all partitions when None). Rows are unchanged; the
+        replaced files stay on disk for readers of older versions until `vacuum`. Returns
+        delta-rs's metrics per table."""
+        out = {}
+        for t in tables.TABLES:
+            p = self.path(t)
+            if not DeltaTable.is_deltatable(p):
+                continue
+            filters = None
+            if capture_ids is not None and tables.partition_by(t):
+                if not capture_ids:
+                    continue
+                filters = [("capture_id", "in", sorted(set(capture_ids)))]
+            meta = {"brokerscope": {"operation": "optimize", "version": __version__}}
+            out[t] = DeltaTable(p).optimize.compact(
+                partition_filters=filters,
+                target_size=target_size,
+                commit_properties=CommitProperties(custom_metadata=meta),
+            )
+        return out
+
+    def vacuum(self, retain_hours: float = 168, dry_run: bool = False) -> dict[str, list[str]]:
+        """Delete the data files no table version of the last `retain_hours` references (delta-rs
+        vacuum). Staged files of running runs are not touched (vacuum skips `_` directories)."""
+        out = {}
+        for t in tables.TABLES:
+            p = self.path(t)
+            if DeltaTable.is_deltatable(p):
+                out[t] = DeltaTable(p).vacuum(
+                    retention_hours=int(retain_hours),
+                    dry_run=dry_run,
+                    enforce_retention_duration=False,
+                )
+        return out
+
     def recover(self) -> list[str]:
         """Finish every run that was killed after writing its manifest, remove what runs killed
         before it left behind (staged files, run directories). One line per run, for the user."""

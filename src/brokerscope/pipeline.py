@@ -336,6 +336,14 @@ def ingest(
         else:  # some tables may hold the run: the next command that opens the lake finishes it
             run.release()
         raise
+    if settings.optimize_after_run:
+        progress("compacting the partitions this run wrote")
+        try:
+            lake.optimize([i.capture_id for i in todo], settings.target_file_size)
+        except Exception as e:  # noqa: BLE001 - the run is committed; compaction can wait
+            summary.capture_errors.append(
+                f"{lake.root}: compaction after the run failed (rows are safe): {e}"
+            )
     for s in stats:
         summary.packets += int(s.get("records", 0))
         summary.tcp_segments += int(s.get("tcp", 0))
