@@ -160,10 +160,7 @@ def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tupl
 
 
 def cmd_sql(args) -> int:
-    from .lake import Lake
-
-    settings = _settings(args)
-    Lake(settings.lake_path).check_readable()
+    settings, _ = _open_lake(args)  # before Spark starts: a missing lake is one line
     spark = _spark(settings, quiet=True)
     try:
         cols, rows = run_sql(spark, settings.lake_path, args.query, args.limit)
@@ -178,12 +175,8 @@ def cmd_sql(args) -> int:
 
 
 def cmd_tables(args) -> int:
-    from .lake import Lake
 
-    settings = _settings(args)
-    lake = Lake(settings.lake_path)
-    lake.check_readable()
-    _recover(lake)
+    settings, lake = _open_lake(args)
     info = lake.info()
     _print_rows(
         ["table", "rows", "delta_version", "files", "size_bytes"],
@@ -201,12 +194,21 @@ def _recover(lake) -> list[str]:
     return lines
 
 
-def cmd_recover(args) -> int:
+def _open_lake(args, recover: bool = True):
+    """(settings, lake) for a command that reads an existing lake: one line and exit 2 when there
+    is none; runs killed midway are finished first."""
     from .lake import Lake
 
     settings = _settings(args)
     lake = Lake(settings.lake_path)
     lake.check_readable()
+    if recover:
+        _recover(lake)
+    return settings, lake
+
+
+def cmd_recover(args) -> int:
+    _, lake = _open_lake(args, recover=False)
     if not _recover(lake):
         print(f"nothing to recover in {lake.root}")
     return 0
@@ -218,12 +220,8 @@ def _files(lake) -> dict[str, int]:
 
 def cmd_optimize(args) -> int:
     from .config import parse_size
-    from .lake import Lake
 
-    settings = _settings(args)
-    lake = Lake(settings.lake_path)
-    lake.check_readable()
-    _recover(lake)
+    settings, lake = _open_lake(args)
     before = _files(lake)
     size = parse_size(args.target_size) if args.target_size else settings.target_file_size
     lake.optimize(None, size)
@@ -233,12 +231,8 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_vacuum(args) -> int:
-    from .lake import Lake
 
-    settings = _settings(args)
-    lake = Lake(settings.lake_path)
-    lake.check_readable()
-    _recover(lake)
+    settings, lake = _open_lake(args)
     hours = settings.vacuum_retain_hours if args.retain_hours is None else args.retain_hours
     gone = lake.vacuum(hours, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
