@@ -45,7 +45,17 @@ log = logging.getLogger(__name__)
 STAGING = "_staging"
 COMMIT_ATTEMPTS = 12  # a table commit that conflicts with concurrent runs is retried this often
 # columns whose min/max/null counts go into the add actions' statistics, where a table has them
-STATS_COLUMNS = ("ts", "ts_ns", "protocol", "topic", "conn_id", "command", "request_command", "ack_type")
+STATS_COLUMNS = (
+    "capture_id",
+    "ts",
+    "ts_ns",
+    "protocol",
+    "topic",
+    "conn_id",
+    "command",
+    "request_command",
+    "ack_type",
+)
 _STATS_STR_MAX = 32  # longer strings get no min/max (a cut max would be below the real one)
 
 
@@ -83,6 +93,18 @@ class Lake:
 
     def path(self, table: str) -> str:
         return str(self.root / table)
+
+    def partition_columns(self, table: str) -> list[str]:
+        """The table's partition columns as its Delta metadata has them (a lake created by an
+        older brokerscope keeps its (date, capture_id) layout), or the current layout."""
+        p = self.path(table)
+        if DeltaTable.is_deltatable(p):
+            return list(DeltaTable(p).metadata().partition_columns)
+        return tables.partition_by(table)
+
+    def by_capture(self) -> tuple[str, ...]:
+        """Tables partitioned by capture_id (older lakes): StagedWriter writes a file per capture."""
+        return tuple(t for t in tables.DECODED_TABLES if "capture_id" in self.partition_columns(t))
 
     # -- creation ---------------------------------------------------------------------------
     def ensure_tables(self) -> None:
@@ -162,7 +184,7 @@ class Lake:
             df.write.format("delta")
             .mode("overwrite")
             .option("replaceWhere", replace_where)
-            .partitionBy(*tables.partition_by(table))
+            .partitionBy(*self.partition_columns(table))
             .save(self.path(table))
         )
 
@@ -176,11 +198,17 @@ class Lake:
                 f["file_stats"] = file_stats(src, f["rows"])
 
     def commit_table(
-        self, table: str, files: list[dict], replace_capture_ids: list[str], run_id: str
+        self,
+        table: str,
+        files: list[dict],
+        replace_capture_ids: list[str],
+        run_id: str,
+        captures: list[str] | None = None,
     ) -> tuple[int, bool]:
         """The embedded writer's commit of one table: move the Parquet files the tasks staged (see
         StagedWriter) into their partition directories and commit them, with the removal of every
-        file of `replace_capture_ids`, in one delta-rs transaction carrying the run's txn id.
+        row of `replace_capture_ids` (see _removes), in one delta-rs transaction carrying the run's
+        txn id (`captures`: the run's capture ids, for the commitInfo).
         Idempotent: a table that already holds the run is left alone (roll forward). A commit that
         conflicts with another writer's is retried against the new snapshot. Returns (rows added,
         committed now)."""
@@ -189,6 +217,7 @@ class Lake:
         rows = sum(int(f["rows"]) for f in files)
         if DeltaTable(str(tpath)).transaction_version(aid) is not None:
             return rows, False
+        parts = self.partition_columns(table)
         adds: list[AddAction] = []
         for f in sorted(files, key=lambda f: f["path"]):
             src = tpath / f["path"]
@@ -204,17 +233,17 @@ class Lake:
                 AddAction(
                     path=dest_rel.as_posix(),
                     size=st.st_size,
-                    partition_values={"date": f["date"], "capture_id": f["capture_id"]},
+                    partition_values={k: f[k] for k in parts},
                     modification_time=int(st.st_mtime * 1000),
                     data_change=True,
                     stats=f.get("file_stats") or json.dumps({"numRecords": f["rows"]}),
                 )
             )
-        captures = sorted({f["capture_id"] for f in files if f["capture_id"]})
+        captures = sorted(captures or {f["capture_id"] for f in files if f["capture_id"]})
         first: set[str] | None = None
         for attempt in range(COMMIT_ATTEMPTS):
             dt = DeltaTable(str(tpath))
-            removes = self._removes(dt, replace_capture_ids)
+            removes, kept = self._removes(dt, table, replace_capture_ids)
             if first is None:
                 first = {r.path for r in removes}
             elif {r.path for r in removes} - first:
@@ -227,7 +256,9 @@ class Lake:
                 first = {r.path for r in removes}
             if not adds and not removes:
                 break
-            meta = _commit_info(run_id, captures, replace_capture_ids, len(adds), len(removes), rows)
+            meta = _commit_info(
+                run_id, captures, replace_capture_ids, len(adds) + len(kept), len(removes), rows
+            )
             # delta-rs would rebase a blind commit onto a concurrent one by itself, keeping removes
             # computed on the old snapshot (both runs' rows of a capture would survive): no retries
             # there, they happen here with the removes recomputed
@@ -236,10 +267,10 @@ class Lake:
             )
             try:
                 dt.create_write_transaction(
-                    [*removes, *adds],
+                    [*removes, *kept, *adds],
                     mode="append",
                     schema=tables.schema(table),
-                    partition_by=tables.partition_by(table),
+                    partition_by=parts,
                     commit_properties=props,
                 )
                 break
@@ -257,7 +288,11 @@ class Lake:
         for t in tables.DECODED_TABLES:
             progress(f"committing {t}")
             rows[t], _ = self.commit_table(
-                t, manifest["tables"].get(t, []), manifest["replace_ids"], run.run_id
+                t,
+                manifest["tables"].get(t, []),
+                manifest["replace_ids"],
+                run.run_id,
+                manifest.get("capture_ids"),
             )
         inp = manifest["inputs"]
         self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
@@ -266,10 +301,10 @@ class Lake:
         run.remove()
         return rows
 
-    def optimize(self, capture_ids: list[str] | None = None, target_size: int = 128 << 20) -> dict[str, dict]:
+    def optimize(self, dates: list[str] | None = None, target_size: int = 128 << 20) -> dict[str, dict]:
         """Compact small files into files of about `target_size` with delta-rs (optimize.compact),
-        in the partitions of `capture_ids` (all partitions when None). Rows are unchanged; the
-        replaced files stay on disk for readers of older versions until `vacuum`. Returns
+        in the partitions of `dates` (ISO dates; all partitions when None). Rows are unchanged;
+        the replaced files stay on disk for readers of older versions until `vacuum`. Returns
         delta-rs's metrics per table."""
         out = {}
         for t in tables.TABLES:
@@ -277,10 +312,10 @@ class Lake:
             if not DeltaTable.is_deltatable(p):
                 continue
             filters = None
-            if capture_ids is not None and tables.partition_by(t):
-                if not capture_ids:
+            if dates is not None and "date" in self.partition_columns(t):
+                if not dates:
                     continue
-                filters = [("capture_id", "in", sorted(set(capture_ids)))]
+                filters = [("date", "in", sorted(set(dates)))]
             meta = {"brokerscope": {"operation": "optimize", "version": __version__}}
             out[t] = DeltaTable(p).optimize.compact(
                 partition_filters=filters,
@@ -330,25 +365,66 @@ class Lake:
         except OSError:
             pass
 
-    def _removes(self, dt: DeltaTable, capture_ids: list[str]) -> list[RemoveAction]:
+    def _removes(
+        self, dt: DeltaTable, table: str, capture_ids: list[str]
+    ) -> tuple[list[RemoveAction], list[AddAction]]:
+        """Actions that take every row of `capture_ids` out of the snapshot `dt`: removes of the
+        files holding them, and adds of rewritten files for the rows of other captures that shared
+        a file with them (compaction mixes a day's captures). A file is read only where its
+        capture_id statistics cannot rule it out, and then its capture_id column first."""
         if not capture_ids:
-            return []
+            return [], []
         ids = set(capture_ids)
+        lo_id, hi_id = min(ids), max(ids)
         now = int(time.time() * 1000)
-        out = []
+        tpath = Path(self.path(table))
+        removes, kept = [], []
         for a in _adds(dt):
-            if a.get("partition.capture_id") in ids:
-                pv = {k.split(".", 1)[1]: _pv_str(v) for k, v in a.items() if k.startswith("partition.")}
-                out.append(
-                    RemoveAction(
-                        path=a["path"],
-                        data_change=True,
-                        deletion_timestamp=now,
-                        size=a["size_bytes"],
-                        partition_values=pv,
+            pv = {k.split(".", 1)[1]: _pv_str(v) for k, v in a.items() if k.startswith("partition.")}
+            if "capture_id" in pv:  # partitioned by capture: the partition value says it all
+                if pv["capture_id"] not in ids:
+                    continue
+            else:
+                lo, hi = a.get("min.capture_id"), a.get("max.capture_id")
+                if lo is not None and hi is not None and (hi < lo_id or lo > hi_id):
+                    continue
+                if lo is None or lo != hi or lo not in ids:
+                    col = pq.read_table(tpath / a["path"], columns=["capture_id"]).column("capture_id")
+                    n_hit = (
+                        pa.compute.sum(pa.compute.is_in(col, value_set=pa.array(sorted(ids)))).as_py() or 0
                     )
+                    if n_hit == 0:
+                        continue
+                    if n_hit < len(col):
+                        kept.append(self._rewrite_without(tpath, a, pv, ids))
+            removes.append(
+                RemoveAction(
+                    path=a["path"],
+                    data_change=True,
+                    deletion_timestamp=now,
+                    size=a["size_bytes"],
+                    partition_values=pv,
                 )
-        return out
+            )
+        return removes, kept
+
+    @staticmethod
+    def _rewrite_without(tpath: Path, a: dict, pv: dict, ids: set[str]) -> AddAction:
+        """A new file in `a`'s partition holding its rows of the captures other than `ids`."""
+        t = pq.read_table(tpath / a["path"])
+        keep = pa.compute.invert(pa.compute.is_in(t.column("capture_id"), value_set=pa.array(sorted(ids))))
+        t = t.filter(keep)
+        rel = Path(a["path"]).parent / f"part-rw-{uuid.uuid4().hex}.parquet"
+        pq.write_table(t, tpath / rel, compression="snappy")
+        st = (tpath / rel).stat()
+        return AddAction(
+            path=rel.as_posix(),
+            size=st.st_size,
+            partition_values=pv,
+            modification_time=int(st.st_mtime * 1000),
+            data_change=True,
+            stats=file_stats(tpath / rel, t.num_rows),
+        )
 
     def path_history(self, current: dict[str, object]) -> tuple[list[str], list[dict]]:
         """For a run recording `current` (path -> its Input, capture_id known): the capture ids
@@ -454,9 +530,11 @@ class StagedWriter:
     """Writes one task's rows as Parquet files into the tables' staging directories.
 
     Runs inside a Spark task (the embedded writer): rows never travel through the JVM. Files go to
-    `<lake>/<table>/_staging/<run_id>/date=<d>/capture_id=<c>/part-<uuid>.parquet`, without the
-    partition columns (Delta keeps those in the log); `close()` returns what the driver needs to
-    commit them. Rows are buffered per file up to `rows_per_group` rows or `bytes_per_group`
+    `<lake>/<table>/_staging/<run_id>/date=<d>/part-<uuid>.parquet`, one per table and date, rows
+    of every capture together, without the `date` column (Delta keeps partition values in the
+    log). Tables of a lake created before brokerscope partitioned by date only (`by_capture`) get
+    a file per (date, capture_id) under `date=<d>/capture_id=<c>/`. `close()` returns what the
+    driver needs to commit them. Rows are buffered per file up to `rows_per_group` rows or `bytes_per_group`
     bytes, then written as one row group; all buffers together stay under `bytes_pending` (the
     biggest is written out first), so memory is bounded however many files a task writes.
     """
@@ -468,9 +546,11 @@ class StagedWriter:
         rows_per_group: int = 65536,
         bytes_per_group: int = 64 << 20,
         bytes_pending: int = 256 << 20,
+        by_capture: tuple[str, ...] = (),
     ):
         self.root = Path(root)
         self.run_id = run_id
+        self.by_capture = set(by_capture)
         self.rows_per_group = rows_per_group
         self.bytes_per_group = bytes_per_group
         self.bytes_pending = bytes_pending
@@ -485,8 +565,10 @@ class StagedWriter:
         if batch.num_rows == 0:
             return
         dates = batch.column("date")
-        cids = batch.column("capture_id")
-        if dates.null_count == 0 and cids.null_count == 0 and _single(dates) and _single(cids):
+        cids = (
+            batch.column("capture_id") if table in self.by_capture else pa.nulls(batch.num_rows, pa.string())
+        )
+        if dates.null_count == 0 and _single(dates) and (cids.null_count == len(cids) or _single(cids)):
             self._add(table, dates[0].as_py().isoformat(), cids[0].as_py(), batch)
             return
         keys = [(d.isoformat() if d else None, c) for d, c in zip(dates.to_pylist(), cids.to_pylist())]
@@ -497,11 +579,14 @@ class StagedWriter:
     def _add(self, table: str, date: str | None, cid: str | None, batch: pa.RecordBatch) -> None:
         key = (table, date, cid)
         st = self._open.get(key)
+        by_capture = table in self.by_capture
         if st is None:
-            part = f"date={_pq_path_value(date)}/capture_id={_pq_path_value(cid)}"
+            part = f"date={_pq_path_value(date)}"
+            if by_capture:
+                part += f"/capture_id={_pq_path_value(cid)}"
             rel = f"{STAGING}/{self.run_id}/{part}/part-{self._token}-{len(self._open):05d}.parquet"
             st = self._open[key] = [None, rel, 0, [], 0, False]
-        data = batch.drop_columns(tables.partition_by(table))
+        data = batch.drop_columns(["date", "capture_id"] if by_capture else ["date"])
         if not st[5] and needs_topic_names(data):
             st[5] = True
         st[3].append(data)
@@ -593,8 +678,8 @@ def _adds(dt: DeltaTable) -> list[dict]:
 
 
 def _num_records(dt: DeltaTable, capture_ids: list[str]) -> int:
-    ids = set(capture_ids)
-    return sum(int(a.get("num_records") or 0) for a in _adds(dt) if a.get("partition.capture_id") in ids)
+    ids = pa.array(sorted(set(capture_ids)), pa.string())
+    return dt.to_pyarrow_dataset().count_rows(filter=pa.compute.field("capture_id").isin(ids))
 
 
 def _partition_values(rel: Path) -> dict[str, str | None]:

@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +55,17 @@ FILES = pa.schema(
         pa.field("stats", pa.string()),
     ]
 )
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What decode tasks of the embedded writer need to stage their files (lake.StagedWriter)."""
+
+    root: str
+    run_id: str
+    by_capture: tuple[str, ...]  # tables of an older lake partitioned by capture_id
+
+
 SPLIT_SCHEMA = "path string, capture_id string, file_index int, kind string, start long, end long"
 SEGMENT_SPLIT_SCHEMA = (
     "path string, capture_id string, kind string, start long, end long, file_index int, size long"
@@ -195,8 +206,8 @@ def _files_batch(files: list[dict], stats: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=FILES)
 
 
-def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], staged: tuple[str, str] | None):
-    """Rows of one task as UNION batches (delta-spark writer) or, with `staged` = (lake, run_id),
+def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], staged: Staged | None):
+    """Rows of one task as UNION batches (delta-spark writer) or, with `staged` (embedded writer),
     written to Parquet in the task and reported as FILES rows (embedded writer)."""
     if staged is None:
         for t, rb in _table_batches(rows):
@@ -204,7 +215,7 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
         if stats():
             yield _stats_union(stats())
         return
-    w = StagedWriter(staged[0], staged[1])
+    w = StagedWriter(staged.root, staged.run_id, by_capture=staged.by_capture)
     try:
         for t, rb in _table_batches(rows):
             w.add(t, rb)
@@ -215,7 +226,7 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
     yield _files_batch(files, stats())
 
 
-def _decode_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir, sizes: dict[int, int]):
+def _decode_fn(settings: Settings, staged: Staged | None, run: RunDir, sizes: dict[int, int]):
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # every read task of the capture set finished before this stage began: all ids are known
         drv = StreamDriver(settings, run.capture_ids(sizes))
@@ -229,7 +240,7 @@ def _decode_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir, 
     return decode
 
 
-def _segments_fn(settings: Settings, staged: tuple[str, str] | None, run: RunDir):
+def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir):
     """Read segment files, each whole in one task: hash it first (its capture_id names every
     row; the second read comes from the page cache), then decode its splits in order."""
 
@@ -321,7 +332,7 @@ def ingest(
     summary.writer = lake.resolve_writer(spark)
     run = RunDir(lake.root, run_id)
     run.lock()
-    staged = (str(lake.root), run_id) if summary.writer == "embedded" else None
+    staged = Staged(str(lake.root), run_id, lake.by_capture()) if summary.writer == "embedded" else None
     out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
     progress("decoding")
     try:
@@ -336,10 +347,10 @@ def ingest(
         else:  # some tables may hold the run: the next command that opens the lake finishes it
             run.release()
         raise
-    if settings.optimize_after_run:
+    if settings.optimize_after_run and staged:
         progress("compacting the partitions this run wrote")
         try:
-            lake.optimize([i.capture_id for i in todo], settings.target_file_size)
+            lake.optimize(summary.dates, settings.target_file_size)
         except Exception as e:  # noqa: BLE001 - the run is committed; compaction can wait
             summary.capture_errors.append(
                 f"{lake.root}: compaction after the run failed (rows are safe): {e}"
@@ -352,8 +363,8 @@ def ingest(
     return summary
 
 
-def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: tuple[str, str] | None, run: RunDir):
-    """The decode DataFrame: FILES rows (embedded writer, `staged` = (lake, run_id)) or UNION rows."""
+def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged | None, run: RunDir):
+    """The decode DataFrame: FILES rows (embedded writer, `staged` given) or UNION rows."""
     sc = spark.sparkContext
     out_schema = _spark_schema(FILES if staged else UNION)
     parts = []
@@ -418,6 +429,7 @@ def _commit_staged(
         rows, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
         manifest = {
             "run_id": run.run_id,
+            "capture_ids": sorted({i.capture_id for i in todo}),
             "tables": {t: [{k: f[k] for k in _MANIFEST_KEYS} for f in fs] for t, fs in per_table.items()},
             "replace_ids": replace_ids,
             "inputs": {"rows": [row_to_json(r) for r in rows], "paths": paths},
@@ -428,6 +440,7 @@ def _commit_staged(
             lake.drop_staging(t, run.run_id)
         raise
     summary.rows.update(lake.finish_run(run, manifest, progress))
+    summary.dates = sorted({f["date"] for fs in per_table.values() for f in fs if f["date"]})
     return stats
 
 

@@ -30,6 +30,7 @@ class Summary:
     seconds: float = 0.0
     capture_errors: list[str] = field(default_factory=list)  # warnings, each naming its file
     recovered: list[str] = field(default_factory=list)  # interrupted runs this one finished first
+    dates: list[str] = field(default_factory=list)  # partitions (UTC dates) the run wrote
 
     def exit_code(self) -> int:
         bad = self.errors or self.skipped or self.partial or self.unreadable

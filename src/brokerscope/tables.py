@@ -28,9 +28,10 @@ SHARED: list[pa.Field] = [
     pa.field("ts_ns", pa.int64()),  # the same instant with the capture's full resolution
 ]
 PARTITION: list[pa.Field] = [pa.field("date", pa.date32())]
-# Delta partition columns. capture_id is the second level so that re-ingesting an input
-# replaces exactly the rows it produced, in one atomic commit.
-PARTITION_BY = ["date", "capture_id"]
+# Delta partition columns: the UTC date only, so compaction merges the files of every capture of a
+# day (rows of one capture are replaced by a predicate on capture_id, see lake.py). Lakes created
+# before this partition by (date, capture_id) and keep that layout.
+PARTITION_BY = ["date"]
 
 HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 

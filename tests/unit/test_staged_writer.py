@@ -1,7 +1,10 @@
-"""lake.StagedWriter: one Parquet file per (table, date, capture_id), bounded buffers, no partition
-columns in the files."""
+"""lake.StagedWriter: one Parquet file per (table, date) holding every capture's rows (per
+(table, date, capture_id) for the tables of an older lake), bounded buffers, no partition columns
+in the files."""
 
 from __future__ import annotations
+
+import json
 
 import pyarrow.parquet as pq
 
@@ -22,8 +25,21 @@ def _batch(cids: list[str], value_size: int = 10) -> object:
     return tables.conform("messages", rows)
 
 
-def test_files_per_partition_and_row_counts(tmp_path):
+def test_one_file_per_date_with_the_capture_id_column(tmp_path):
     w = StagedWriter(str(tmp_path), "run1")
+    w.add("messages", _batch(["a", "b", "a"]))
+    w.add("messages", _batch(["b"]))
+    (f,) = w.close()
+    assert (f["capture_id"], f["rows"], f["date"]) == (None, 4, "2023-11-14")
+    assert f["path"].startswith("_staging/run1/date=2023-11-14/part-")
+    t = pq.read_table(tmp_path / "messages" / f["path"])
+    assert t.column("capture_id").to_pylist() == ["a", "b", "a", "b"] and "date" not in t.column_names
+    stats = json.loads(f["file_stats"])
+    assert stats["minValues"]["capture_id"] == "a" and stats["maxValues"]["capture_id"] == "b"
+
+
+def test_older_lakes_keep_a_file_per_capture(tmp_path):
+    w = StagedWriter(str(tmp_path), "run1", by_capture=("messages",))
     w.add("messages", _batch(["a", "b", "a"]))
     w.add("messages", _batch(["b"]))
     files = sorted(w.close(), key=lambda f: f["capture_id"])
@@ -38,7 +54,7 @@ def test_files_per_partition_and_row_counts(tmp_path):
 
 
 def test_pending_bytes_stay_bounded(tmp_path):
-    w = StagedWriter(str(tmp_path), "run1", bytes_pending=1 << 20)
+    w = StagedWriter(str(tmp_path), "run1", bytes_pending=1 << 20, by_capture=("messages",))
     for i in range(40):  # 40 files x 100 KB: 4 MB in all, never more than 1 MiB buffered
         w.add("messages", _batch([f"cap{i}"], value_size=100_000))
         assert w._pending_total <= 1 << 20
