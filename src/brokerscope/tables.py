@@ -34,6 +34,10 @@ PARTITION: list[pa.Field] = [pa.field("date", pa.date32())]
 PARTITION_BY = ["date"]
 
 HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+# The last body column of every decoded table: the values of the row that did not fit their column
+# (out of range, not UTF-8, a timestamp no reader can represent, a negative latency), each as
+# "column: value (why)"; the column itself holds null. See conform().
+ANOMALIES = pa.field("anomalies", pa.list_(pa.string()))
 
 COMMANDS = [
     pa.field("direction", pa.string()),  # c2s | s2c
@@ -173,7 +177,7 @@ def schema(table: str) -> pa.Schema:
     """The full Arrow schema of an output table (partition column last)."""
     if table == "inputs":
         return pa.schema(INPUTS + [pa.field("date", pa.date32())])
-    return pa.schema(SHARED + _BODIES[table] + PARTITION)
+    return pa.schema(SHARED + _BODIES[table] + [ANOMALIES] + PARTITION)
 
 
 def partition_by(table: str) -> list[str]:
@@ -181,6 +185,13 @@ def partition_by(table: str) -> list[str]:
 
 
 _EPOCH_DATE = _dt.date(1970, 1, 1)
+
+
+# datetime's range, which Spark, pandas and Python readers convert timestamps through
+_TS_MIN_US = -62_135_596_800_000_000  # 0001-01-01
+_TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
+# durations that cannot be negative: a response captured before its request is an anomaly
+_NON_NEGATIVE = {"latencies": ("latency_us",), "acks": ("ack_latency_us",)}
 
 
 def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
@@ -191,6 +202,11 @@ def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
     and `X` is derived from it. `date` defaults to the UTC date of `ts_ns` (1970-01-01 without
     one). Unknown keys are an error (a typo would otherwise silently drop data). Column-wise, so
     the cost is one list comprehension per column that occurs in the rows.
+
+    A value that does not fit its column never fails the batch: it becomes null and the row's
+    `anomalies` says which column held what and why (values are kept as found, a timestamp in the
+    wrong unit is not reinterpreted). Good columns take one conversion; only a column that fails
+    is converted value by value.
     """
     rows = rows if isinstance(rows, list) else list(rows)
     sch = schema(table)
@@ -201,43 +217,107 @@ def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
     unknown = keys - set(sch.names) - {f"{f.name}_ns" for f in sch if pa.types.is_timestamp(f.type)}
     if unknown:
         raise KeyError(f"{table}: unknown column(s) {sorted(unknown)}")
+    bad: dict[int, list[str]] = {}  # row index -> anomalies found here
     arrays = []
     for f in sch:
         name = f.name
-        if pa.types.is_timestamp(f.type):
-            arrays.append(_timestamps(rows, name, keys, f.type))
+        if name == "anomalies":
+            arrays.append(None)  # filled last
+        elif pa.types.is_timestamp(f.type):
+            arrays.append(_timestamps(rows, name, keys, f.type, bad))
         elif name == "date" and name not in keys:
             arrays.append(_dates(rows, keys))
         elif name in keys:
-            arrays.append(pa.array([r.get(name) for r in rows], type=f.type))
+            arrays.append(_values([r.get(name) for r in rows], name, f.type, bad))
         else:
             arrays.append(pa.nulls(n, type=f.type))
+    for name in _NON_NEGATIVE.get(table, ()):
+        i = sch.get_field_index(name)
+        arrays[i] = _non_negative(arrays[i], name, bad)
+    if "anomalies" in sch.names:
+        given = [r.get("anomalies") for r in rows] if "anomalies" in keys else [None] * n
+        for i, found in bad.items():  # a ts_ns that overflows is reported once, not for ts too
+            given[i] = list(dict.fromkeys([*(given[i] or []), *found]))
+        arrays[sch.get_field_index("anomalies")] = pa.array(given, type=ANOMALIES.type)
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
 
 
-def _timestamps(rows: list[Mapping], name: str, keys: set, typ: pa.DataType) -> pa.Array:
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
+
+
+def _values(vals: list, name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
+    """`vals` as an array of `typ`; a value that does not convert is null and noted in `bad`."""
+    try:
+        return pa.array(vals, type=typ)
+    except _CONVERSION_ERRORS:
+        pass
+    out = []
+    for i, v in enumerate(vals):
+        try:
+            pa.array([v], type=typ)
+            out.append(v)
+        except _CONVERSION_ERRORS as e:
+            out.append(None)
+            bad.setdefault(i, []).append(_anomaly(name, v, _why(v, typ, e)))
+    return pa.array(out, type=typ)
+
+
+def _why(v, typ: pa.DataType, e: Exception) -> str:
+    if isinstance(v, int) and pa.types.is_integer(typ):
+        return f"out of range for {typ}"
+    if isinstance(v, bytes | bytearray) and pa.types.is_string(typ):
+        return "not UTF-8"
+    return f"not a {typ}: {type(e).__name__}"
+
+
+def _anomaly(name: str, v, why: str) -> str:
+    text = repr(v)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{name}: {text} ({why})"
+
+
+def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Array:
+    neg = pc.fill_null(pc.less(arr, 0), False)
+    if not pc.any(neg).as_py():
+        return arr
+    for i in pc.indices_nonzero(neg).to_pylist():
+        bad.setdefault(i, []).append(
+            _anomaly(name, arr[i].as_py(), "negative: the response was captured first")
+        )
+    return pc.if_else(neg, pa.scalar(None, arr.type), arr)
+
+
+def _timestamps(
+    rows: list[Mapping], name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]]
+) -> pa.Array:
     ns_key = f"{name}_ns"
-    if name in keys:  # explicit values (us ints or datetimes), ns where they are missing
-        vals = [r.get(name) for r in rows]
-        if ns_key in keys:
-            vals = [v if v is not None else _ns_to_us(r.get(ns_key)) for v, r in zip(vals, rows)]
-        return pa.array([_to_us(v) for v in vals], type=pa.int64()).cast(typ)
-    if ns_key in keys:
-        ns = pa.array([r.get(ns_key) for r in rows], type=pa.int64())
-        return pc.divide(ns, 1000).cast(typ)
-    return pa.nulls(len(rows), type=typ)
+    from_ns = None
+    if ns_key in keys:  # checked as found, whatever else the batch holds
+        from_ns = pc.divide(_values([r.get(ns_key) for r in rows], ns_key, pa.int64(), bad), 1000)
+    if name in keys:  # explicit values (us ints or datetimes) win, ns fill where they are missing
+        us = _values([_to_us(r.get(name)) for r in rows], name, pa.int64(), bad)
+        if from_ns is not None:
+            us = pc.coalesce(us, from_ns)
+    elif from_ns is not None:
+        us = from_ns
+    else:
+        return pa.nulls(len(rows), type=typ)
+    out = pc.and_(pc.greater_equal(us, _TS_MIN_US), pc.less_equal(us, _TS_MAX_US))
+    out = pc.invert(pc.fill_null(out, True))
+    if pc.any(out).as_py():
+        for i in pc.indices_nonzero(out).to_pylist():
+            bad.setdefault(i, []).append(_anomaly(name, us[i].as_py(), "µs since 1970 outside years 1-9999"))
+        us = pc.if_else(out, pa.scalar(None, pa.int64()), us)
+    return us.cast(typ)
 
 
 def _dates(rows: list[Mapping], keys: set) -> pa.Array:
     if "ts_ns" not in keys:
         return pa.array([_EPOCH_DATE] * len(rows), type=pa.date32())
-    ns = pa.array([r.get("ts_ns") for r in rows], type=pa.int64())
+    ns = _values([r.get("ts_ns") for r in rows], "ts_ns", pa.int64(), {})
     days = pc.divide(ns, 86_400_000_000_000)  # floor for the (non-negative) capture times
     return pc.fill_null(days, 0).cast(pa.int32()).cast(pa.date32())
-
-
-def _ns_to_us(ns: int | None) -> int | None:
-    return None if ns is None else ns // 1000
 
 
 def _to_us(v) -> int | None:
