@@ -481,6 +481,9 @@ def _inputs_record(
         st = per_file.get(i.file_index, {})
         for e in st.get("errors", []):
             summary.capture_errors.append(f"{i.path}: {e}")
+        if st.get("caplen_over_origlen"):
+            n = st["caplen_over_origlen"]
+            summary.capture_errors.append(f"{i.path}: {n} record(s) with caplen > origlen, read as captured")
         status[i.capture_id] = _status(i, st)
         verdict, why = status[i.capture_id][:2]
         if verdict == "partial":

@@ -202,7 +202,7 @@ class _Conn:
                     {
                         "ts_ns": self.tcp.last_ts,
                         "ts_end_ns": self.tcp.last_ts,
-                        "decode_status": "decoder_error",
+                        "decode_status": base.DECODER_ERROR,
                         "decode_error": f"{type(e).__name__}: {e}"[:500],
                     },
                 )
@@ -387,10 +387,24 @@ def segment_rows(splits, settings: Settings) -> Iterator[base.Row]:
     for sp in splits:
         proto = sp.kind.split("_")[0]
         ctx = settings.context(proto)
-        for table, row in readers[sp.kind].read(sp.path, sp.start, sp.end, ctx):
-            row["capture_id"] = sp.capture_id
-            row["protocol"] = proto
-            yield table, row
+        try:
+            for table, row in readers[sp.kind].read(sp.path, sp.start, sp.end, ctx):
+                row["capture_id"] = sp.capture_id
+                row["protocol"] = proto
+                yield table, row
+        except Exception as e:  # noqa: BLE001 - a reader bug costs the rest of its split, not the task
+            log.warning("%s: segment reader failed at bytes %d-%d: %r", sp.path, sp.start, sp.end, e)
+            yield (
+                "commands",
+                {
+                    "capture_id": sp.capture_id,
+                    "protocol": proto,
+                    "command": "segment",
+                    "decode_status": base.DECODER_ERROR,
+                    "decode_error": f"{type(e).__name__}: {e}"[:500],
+                    "details": json.dumps({"path": sp.path, "start": sp.start, "end": sp.end}),
+                },
+            )
 
 
 def needs_topic_names(batch: pa.RecordBatch | pa.Table) -> bool:

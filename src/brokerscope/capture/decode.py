@@ -78,6 +78,7 @@ STAT_KEYS = (
     "unknown_linktype",
     "bytes",
     "damaged",
+    "caplen_over_origlen",
 )
 
 
@@ -116,6 +117,7 @@ class PacketDecoder:
         self.unknown_linktype = 0
         self.bytes = 0
         self.damaged = 0  # bytes skipped: garbage resynced over, a cut-off end
+        self.caplen_over_origlen = 0  # records whose captured length exceeds their original length
         self.errors: list[str] = []
         self.n_errors = 0
         self.first_ts_ns: int | None = None
@@ -146,7 +148,9 @@ class PacketDecoder:
         still incomplete at the end of the split); snap_truncated: rows (or fragments) cut by the
         snap length; malformed: records or blocks whose headers do not parse; unknown_linktype:
         records of an unsupported link type; damaged: bytes skipped (garbage resynced over, a record
-        or header cut off by the end of the file); errors: the first MAX_ERRORS messages about the
+        or header cut off by the end of the file); caplen_over_origlen: records read as captured
+        although their header says they are longer than on the wire; errors: the first MAX_ERRORS
+        messages about the
         file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}

@@ -31,6 +31,7 @@ from .files import PCAP_MAGICS, PCAPNG_BOM, Split
 MAX_CAPLEN = 256 * 1024  # largest plausible captured record (pcap resync and sanity bound)
 MAX_BLOCK = 16 * 1024 * 1024  # largest pcapng block accepted
 CHAIN = 4  # consecutive record headers that must validate at a resync point
+MAX_LINK_HEADER = 64  # the largest caplen - origlen excess a file's writer may show consistently
 DAY = 86400
 _CHUNK = 4 * 1024 * 1024  # gzip: decompressed bytes read at a time
 _NEED = -2  # chain check: more data needed to decide
@@ -232,10 +233,14 @@ def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
 # pcap
 
 
-def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: int | None) -> int:
+def _pcap_chain(
+    buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0
+) -> int:
     """Do CHAIN record headers validate from q on? 1 yes, 0 no, _NEED more data needed.
 
-    A header is valid when caplen <= lim, caplen <= origlen and the fraction is below one second;
+    A header is valid when caplen <= lim, caplen <= origlen + slack (the excess the file's first
+    record shows: some writers count a link header in caplen only) and the fraction is below one
+    second;
     consecutive timestamps (and `ref`, when given) lie within a day of each other. A chain cut by
     the end of the file counts as valid once it holds at least one complete record.
     """
@@ -247,7 +252,7 @@ def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: i
                 return _NEED
             return 1 if k > 0 else 0
         s, f, cl, ol = hdr(buf, q)
-        if cl > lim or cl > ol or f >= fmax:
+        if cl > lim or cl > ol + slack or f >= fmax:
             return 0
         if prev is not None and (s - prev > DAY or prev - s > DAY):
             return 0
@@ -261,7 +266,7 @@ def _pcap_chain(buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: i
     return 1
 
 
-def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None) -> int:
+def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0) -> int:
     """The first offset (relative to win.buf, after win.more) >= p where a header chain validates,
     or -1 when none is found before the end of the data. May slide the window."""
     while True:
@@ -271,8 +276,8 @@ def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None) -> int:
         while q < stop:
             # cheap pre-check on the lengths before the full chain
             s, f, cl, ol = hdr(buf, q)
-            if cl <= lim and cl <= ol and f < fmax:
-                r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, ref)
+            if cl <= lim and cl <= ol + slack and f < fmax:
+                r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, ref, slack)
                 if r == 1:
                     return q
                 if r == _NEED:
@@ -301,6 +306,12 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     seq_lim = max(MAX_CAPLEN, min(snaplen, MAX_BLOCK * 4))
     fmax = 1_000_000 if mult == 1000 else 1_000_000_000
     hdr = struct.Struct(order + "IIII").unpack_from  # ts_sec, ts_frac, caplen, origlen
+    # a writer that counts a link header in caplen only (caplen = origlen + 16 for Linux cooked
+    # captures) does so in every record: the first record's excess is tolerated in resync chains
+    slack = 0
+    if len(buf) >= 40:
+        _, _, cl0, ol0 = hdr(buf, 24)
+        slack = cl0 - ol0 if 0 < cl0 - ol0 <= MAX_LINK_HEADER else 0
     handle = dec.handler(linktype)
     eth = linktype & 0xFFFF == 1
     ip4 = dec.ip4
@@ -313,7 +324,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     last_s: int | None = None
     p = 24
     if start > 24:
-        p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None)
+        p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None, slack)
         if p < 0:
             return
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
@@ -333,10 +344,10 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             if rec >= end:
                 break
             s, f, cl, ol = hdr(buf, p)
-            if cl > seq_lim or cl > ol or f >= fmax:
+            if cl > seq_lim or f >= fmax:
                 dec.error(f"bad record header at offset {rec} (caplen {cl}, origlen {ol})")
                 dec.malformed += 1
-                q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s)
+                q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s, slack)
                 buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                 if q < 0:
                     _unsynced(dec, rec, base + L)
@@ -345,6 +356,8 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
                 p = q
                 continue
+            if cl > ol:  # read as captured, like tshark and scapy; counted per input
+                dec.caplen_over_origlen += 1
             q = p + 16 + cl
             if q > L:
                 if not eof:

@@ -46,6 +46,7 @@ OVERSIZE = "oversize"
 GAP = "gap"
 UNKNOWN_COMMAND = "unknown_command"
 DECOMPRESSION_FAILED = "decompression_failed"
+DECODER_ERROR = "decoder_error"  # the decoder (or a segment reader) raised: retired, the task goes on
 
 
 @dataclass(frozen=True)

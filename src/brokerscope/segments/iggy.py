@@ -297,6 +297,17 @@ def _verify_index(seg: dict, found: list, ts_ns: int) -> Iterator[Row]:
     base_offset = int(name) if name.isdigit() else found[0][0]
     first_rel = found[0][0] - base_offset
     try:
+        idx_size = os.path.getsize(idx)
+    except OSError:
+        return
+    # a damaged offset (u64 on disk) can point before the segment or past any file: no entry
+    if not 0 <= first_rel * INDEX_ENTRY < idx_size:
+        offset, spos, epos, _ = found[0]
+        where = "below the segment's base offset" if first_rel < 0 else "beyond the index of base offset"
+        msg = f"message offset {offset} is {where} {base_offset}"
+        yield _problem(seg["path"], spos, epos - spos, "index_mismatch", msg, ts_ns)
+        return
+    try:
         raw = _read(idx, first_rel * INDEX_ENTRY, len(found) * INDEX_ENTRY)
     except OSError:
         return

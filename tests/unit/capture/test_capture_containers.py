@@ -25,7 +25,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, Ether
 from scapy.packet import Raw
-from scapy.utils import PcapNgWriter, wrpcap
+from scapy.utils import PcapNgWriter, rdpcap, wrpcap
 
 from brokerscope.capture import capture_id, identify, plan_splits
 from brokerscope.capture.files import ID_CHUNK, chunk_digests, combine_id
@@ -285,3 +285,32 @@ def test_stats_counts_add_up_over_ipv6(tmp_path):
     rows, stats = read_path(path)
     assert total(stats, "tcp") == 3 and [r["lo_ip"] for r in rows] == ["2001:db8::1"] * 3
     assert struct.unpack_from("<I", open(path, "rb").read(), 20)[0] == 1
+
+
+@pytest.mark.parametrize("split", [0, 300, 1000])
+def test_records_longer_than_on_the_wire_are_read_as_captured(tmp_path, split):
+    """A Linux cooked capture whose writer counted the 16-byte SLL header in caplen only (caplen =
+    origlen + 16): tshark and scapy read every packet, so does the reader, counting them, however
+    the file is split."""
+    frames = [
+        bytes(
+            CookedLinux(pkttype=0, lladdrtype=1, lladdrlen=6, src=b"\x02\x00\x00\x00\x00\x01\x00\x00")
+            / IP(src="10.0.0.1", dst="10.0.0.2")
+            / TCP(sport=40000, dport=9092, seq=1 + 10 * i, flags="PA")
+            / Raw(b"record %02d" % i)
+        )
+        for i in range(20)
+    ]
+    path = write(
+        tmp_path,
+        "sll.pcap",
+        pcap_bytes([(TS + i * 1000, f, len(f) - 16) for i, f in enumerate(frames)], linktype=113),
+    )
+    assert len(rdpcap(path)) == 20  # scapy's own reader takes them all
+    rows, stats = read_path(path, split_size=split)
+    assert len(rows) == 20 and [r["payload"] for r in rows] == [b"record %02d" % i for i in range(20)]
+    assert (
+        total(stats, "caplen_over_origlen") == 20
+        and total(stats, "malformed") == total(stats, "damaged") == 0
+    )
+    assert all(not s["errors"] for s in stats)

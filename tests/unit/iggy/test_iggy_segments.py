@@ -252,3 +252,43 @@ def test_vsr_batch_layout_torn_bad_checksums(tmp_path):
     assert len(msgs) == 6 and [m["checksum_ok"] for m in msgs] == [False] + [True] * 5
     assert [json.loads(m["details"])["batch_checksum_ok"] for m in msgs] == [True] * 3 + [False] * 3
     assert sorted(e["decode_status"] for e in errs) == ["checksum_mismatch", "checksum_mismatch", "truncated"]
+
+
+@pytest.mark.parametrize(
+    "written,named,why",
+    [
+        (100, 200, "message offset 100 is below the segment's base offset 200"),
+        # 16 x (2^62 - 100) bytes into the .index: Python's seek raised ValueError, killing the task
+        (1 << 62, 100, f"message offset {1 << 62} is beyond the index of base offset 100"),
+    ],
+)
+def test_message_offsets_the_index_cannot_hold_are_a_row_not_an_exception(tmp_path, written, named, why):
+    path, _ = write_new(part_dir(tmp_path), MSGS, base_offset=written)
+    moved = path.with_name(f"{named:020d}.log")
+    path.rename(moved)
+    path.with_suffix(".index").rename(moved.with_suffix(".index"))
+    rows = read_all(moved)
+    assert len([r for t, r in rows if t == "messages"]) == len(MSGS)
+    (err,) = [r for t, r in rows if t == "commands"]
+    assert err["decode_status"] == "index_mismatch" and err["decode_error"] == why
+
+
+def test_a_segment_reader_that_raises_costs_its_split_not_the_task(tmp_path, monkeypatch):
+    from brokerscope.config import Settings
+    from brokerscope.inputs import SegmentSplit
+    from brokerscope.streams import segment_rows
+
+    path, _ = write_new(part_dir(tmp_path), MSGS)
+    real = seg.read
+
+    def broken(p, start, end, ctx):
+        yield from list(real(p, start, end, ctx))[:2]
+        raise RuntimeError("reader bug")
+
+    monkeypatch.setattr(seg, "read", broken)
+    splits = [SegmentSplit(str(path), "cid", "iggy_segment", 0, path.stat().st_size)]
+    rows = list(segment_rows(splits, Settings.load()))
+    assert [t for t, _ in rows] == ["messages", "messages", "commands"]
+    err = rows[-1][1]
+    assert err["decode_status"] == "decoder_error" and err["decode_error"] == "RuntimeError: reader bug"
+    tables.conform("commands", [err])
