@@ -176,3 +176,17 @@ def test_random_bytes_never_raise():
         out = run([("c2s", bytes(stream))], chunk=rnd.randint(1, 64))
         total = sum(r["size"] for r in out["commands"] if r["decode_status"] != "oversize")
         assert total <= len(stream)  # rows never claim more bytes than were fed
+
+
+def test_a_batch_of_zero_messages_with_a_payload_is_malformed_not_a_decoder_error():
+    """Fuzzing found split_batch indexing an empty list (IndexError, the connection's decoder
+    retired) when num_messages_in_batch is 0 but bytes follow."""
+    md = pb.MessageMetadata(producer_name="p", sequence_id=4, publish_time=1, num_messages_in_batch=0)
+    with pytest.raises(PayloadError) as e:
+        expand(md, RAW, cap=1 << 20)
+    assert e.value.status == "malformed" and "num_messages_in_batch 0" in str(e.value)
+    send = pb.BaseCommand(type=T.SEND)
+    send.send.producer_id, send.send.sequence_id = 1, 4
+    out = run([("c2s", framing.encode_frame(send, md, RAW)), ("c2s", framing.encode_frame(send, md, b""))])
+    assert [c["decode_status"] for c in out["commands"]] == ["ok", "ok"]
+    assert [m["decode_status"] for m in out["messages"]] == ["malformed"]

@@ -168,8 +168,10 @@ def split_batch(md: pb.MessageMetadata, data: bytes) -> list[Single]:
             )
         )
     if pos != n:
+        if not out:  # num_messages_in_batch 0 with a payload: nothing to attach the bytes to
+            raise PayloadError("malformed", f"batch: {n} payload bytes, num_messages_in_batch {count}")
         # bytes after the last message: keep going, but say so
-        out[-1].extra["trailing_bytes"] = n - pos if out else None
+        out[-1].extra["trailing_bytes"] = n - pos
     return out
 
 
