@@ -102,10 +102,19 @@ class Context:
     def option(self, protocol: str, key: str, default):
         return self.protocol_options.get(protocol, {}).get(key, default)
 
-    def raw(self, data: bytes | memoryview) -> bytes | None:
-        """The bytes of an undecodable frame kept in `raw`. Frames carry message payloads, so
-        the payload policy applies: `truncate` caps them at truncate_bytes, `hash` and `drop`
-        keep none (the row's status, error and size remain)."""
+    def raw(self, data: bytes | memoryview, *, typed: bool) -> bytes | None:
+        """The bytes of an undecodable frame kept in `raw`.
+
+        Captures cut exchanges anywhere, so one rule keeps credentials out of `raw`: bytes are
+        kept only for a frame whose type was read from the wire (a request's header, a response
+        paired with its request) and is not an authentication type; the caller says so with
+        `typed`. Bytes of undetermined type (resync skips, the fragment a capture starts with, a
+        truncated tail without a readable header, a response whose request is missing, an
+        unknown command) keep none. Frames carry message payloads, so the payload policy then
+        applies: `truncate` caps them at truncate_bytes, `hash` and `drop` keep none (the row's
+        status, error and size remain)."""
+        if not typed:
+            return None
         mode = self.payload.mode
         if mode == "keep":
             return bytes(data[: self.max_raw_bytes])

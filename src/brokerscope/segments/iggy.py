@@ -180,7 +180,13 @@ def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> It
         return
     if fmt is None:
         yield _problem(
-            path, start, len(data), base.MALFORMED, "not an Iggy segment", mtime_ns, raw=ctx.raw(data)
+            path,
+            start,
+            len(data),
+            base.MALFORMED,
+            "not an Iggy segment",
+            mtime_ns,
+            raw=ctx.raw(data, typed=True),
         )
         return
     topic, partition = _location(path)

@@ -258,7 +258,8 @@ def _problem(command, pos, size, status, error, ts_ns, raw, ctx, details=None) -
             "size": size,
             "decode_status": status,
             "decode_error": error,
-            "raw": None if raw is None else ctx.raw(raw),
+            # segment files store messages, never an auth exchange: payload policy only
+            "raw": None if raw is None else ctx.raw(raw, typed=True),
             "details": None if details is None else base.to_json(details),
         },
     )

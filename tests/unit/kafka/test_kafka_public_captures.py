@@ -126,7 +126,7 @@ def test_ndpi():
     ]
     assert got == NDPI
     missing = [r for r in out["commands"] if r["decode_status"] == "request_missing"]
-    assert all(r["raw"] for r in missing)
+    assert missing and not any(r["raw"] for r in missing)  # undetermined type: no bytes
     # tshark shows these three frames as "Request missing" with their length and correlation id
     # only (frames 5-7: lengths 116, 346, 116); inference adds the api where it is certain
     assert [(r["correlation_id"], r["size"] - 4) for r in sorted(missing, key=lambda r: r["ts_ns"])] == [

@@ -198,7 +198,6 @@ class IggyConversation(Conversation):
                             base.TRUNCATED,
                             "connection ended inside a frame",
                             None,
-                            raw=self._raw(d, b.peek(self.ctx.max_raw_bytes), framed=False),
                         )
                     )
                     b.consume(len(b))
@@ -325,7 +324,6 @@ class IggyConversation(Conversation):
                         base.MALFORMED,
                         "no frame header found (resync)",
                         None,
-                        raw=self._raw(direction, data[:drop], framed=False),
                     )
                 )
                 b.consume(drop)
@@ -341,7 +339,6 @@ class IggyConversation(Conversation):
                     base.MALFORMED,
                     f"skipped {found} bytes to resync",
                     None,
-                    raw=self._raw(direction, data[:found], framed=False),
                 )
             )
             b.consume(found)
@@ -453,7 +450,6 @@ class IggyConversation(Conversation):
             row.update(
                 decode_status=base.UNKNOWN_COMMAND,
                 decode_error=f"unknown code {code}",
-                raw=self._raw(C2S, frame),
                 details=base.to_json(details),
             )
             rows.append(("commands", row))
@@ -464,8 +460,7 @@ class IggyConversation(Conversation):
         except DecodeError as e:
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
-            if code not in SECRET_REQUESTS and not secret:
-                row["raw"] = self._raw(C2S, frame)
+            row["raw"] = self._raw(C2S, frame, typed=code not in SECRET_REQUESTS and not secret)
             rows.append(("commands", row))
             self._pending_add(pend)
             return
@@ -536,8 +531,6 @@ class IggyConversation(Conversation):
                 decode_error="response without a request in the capture",
                 details=base.to_json(details),
             )
-            if len(payload):
-                row["raw"] = self._raw(S2C, frame)
             rows.append(("commands", row))
             return True
         self._emit_response(req, status, payload, frame, row, details, ts0, rows)
@@ -561,8 +554,7 @@ class IggyConversation(Conversation):
             except DecodeError as e:
                 st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
                 row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
-                if code not in SECRET_RESPONSES:
-                    row["raw"] = self._raw(S2C, frame)
+                row["raw"] = self._raw(S2C, frame, typed=code not in SECRET_RESPONSES)
                 rows.append(("commands", row))
                 return
         elif len(payload):
@@ -651,8 +643,6 @@ class IggyConversation(Conversation):
                     decode_error=f"VSR operation {operation}",
                     details=base.to_json(d),
                 )
-                if len(body):
-                    row["raw"] = self._raw(direction, frame[:VSR_HEADER])
                 rows.append(("commands", row))
                 self._pending_add(pend)
                 return True
@@ -675,8 +665,6 @@ class IggyConversation(Conversation):
                     decode_error="reply without a request in the capture",
                     details=base.to_json(d),
                 )
-                if len(body):
-                    row["raw"] = self._raw(direction, frame[:VSR_HEADER])
                 rows.append(("commands", row))
                 return True
             decoder = VSR_RESPONSES.get(req["code"])
@@ -871,13 +859,13 @@ class IggyConversation(Conversation):
                 self.delivered.popitem(last=False)
         return ("messages", row)
 
-    def _raw(self, direction: str, data, framed: bool = True) -> bytes | None:
-        """Bytes for `raw`. Client bytes are withheld before a decoded login (a damaged login
-        frame would otherwise put the password in `raw`) and whenever they are not a frame at all
-        (resync skips, truncated tails: they may be a damaged login)."""
-        if direction == C2S and (not self.logged_in or not framed):
+    def _raw(self, direction: str, data, *, typed: bool) -> bytes | None:
+        """Bytes for `raw` (Context.raw: only frames of known, non-secret type). Client bytes are
+        also withheld before a decoded login: a damaged login frame misread as another command
+        would otherwise put the password in `raw`."""
+        if direction == C2S and not self.logged_in:
             return None
-        return self.ctx.raw(data)
+        return self.ctx.raw(data, typed=typed)
 
     def _error_row(
         self,

@@ -17,7 +17,14 @@ from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
 from . import inference, schema
 from . import records as rec
-from .names import EXTRA_API_NAMES, SECRET_FIELDS, SENSITIVE_CONFIG
+from .names import (
+    AUTH_API_KEYS,
+    EXTRA_API_NAMES,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SECRET_FIELDS,
+    SENSITIVE_CONFIG,
+)
 
 _I32 = struct.Struct(">i")
 # KIP-932 AcknowledgeTypes ("0:Gap,1:Accept,2:Release,3:Reject,4:Renew" in the request specs);
@@ -40,6 +47,12 @@ MAX_REQUESTED_APIS = 4_096  # distinct (api key, version) pairs remembered per c
 
 def api_name(key: int) -> str | None:
     return schema.api_name(key) or EXTRA_API_NAMES.get(key)
+
+
+def _typed(key: int) -> bool:
+    """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one
+    (Context.raw)."""
+    return api_name(key) is not None and key not in AUTH_API_KEYS
 
 
 def _printable(b: bytes) -> bool:
@@ -145,7 +158,7 @@ class KafkaConversation(Conversation):
                     buf.offset,
                     base.MALFORMED,
                     f"internal: {type(e).__name__}: {e}",
-                    buf.peek(self.ctx.max_raw_bytes),
+                    None,
                     len(buf),
                     buf.last_ts,
                     buf.last_ts,
@@ -244,7 +257,7 @@ class KafkaConversation(Conversation):
                         buf.offset,
                         base.TRUNCATED,
                         f"connection ended inside a frame ({len(buf)} bytes buffered)",
-                        buf.peek(self.ctx.max_raw_bytes),
+                        buf.peek(self.ctx.max_raw_bytes) if self._typed_head(d, buf.peek(12)[4:]) else None,
                         len(buf),
                         buf.ts_at(buf.offset),
                         buf.last_ts,
@@ -300,12 +313,23 @@ class KafkaConversation(Conversation):
                         start,
                         base.MALFORMED,
                         f"internal: {type(e).__name__}: {e}",
-                        frame,
+                        frame if self._typed_head(d, frame) else None,
                         4 + size,
                         ts0,
                         ts1,
                     )
                 )
+
+    def _typed_head(self, d: str, head: bytes | memoryview) -> bool:
+        """Is this the start of a frame (after its size field) whose type is read and not SASL?
+        A request whose header is there while the direction is in step, or a response whose
+        correlation id is pending (Context.raw)."""
+        if self.sasl_raw or self.resync[d] or not self.started[d]:
+            return False
+        if d == C2S:
+            return len(head) >= 2 and _typed(struct.unpack_from(">h", head, 0)[0])
+        p = self.pending.get(_I32.unpack_from(head, 0)[0]) if len(head) >= 4 else None
+        return p is not None and _typed(p.api_key)
 
     def _check_start(self, d: str, data: memoryview, size: int) -> str:
         """'ok', 'wait' (need more bytes), 'bad' (resync) or 'oversize' (row made, skipping)."""
@@ -363,17 +387,19 @@ class KafkaConversation(Conversation):
             "decode_status": base.OVERSIZE,
             "decode_error": f"declared frame size {size} exceeds the limit of {self.max_frame} bytes"
             + ("" if skip else "; resynchronising"),
-            "raw": self.ctx.raw(buf.peek(64)),
+            "raw": None,
         }
         if d == C2S and head:
             key, ver, corr = head
             row.update(command=api_name(key), command_code=key, api_version=ver, correlation_id=corr)
+            row["raw"] = self.ctx.raw(buf.peek(64), typed=_typed(key))
             self.pending.pop(corr, None)
         elif d == S2C and head is not None:
             row["correlation_id"] = head
             p = self.pending.pop(head, None)
             if p:
                 row.update(command=p.name, command_code=p.api_key, api_version=p.version)
+                row["raw"] = self.ctx.raw(buf.peek(64), typed=_typed(p.api_key))
         self._out_ref.append(("commands", row))
         if skip:
             total = size + 4
@@ -424,7 +450,7 @@ class KafkaConversation(Conversation):
                     start,
                     base.MALFORMED,
                     f"{skipped} bytes skipped while resynchronising to a frame boundary",
-                    buf.peek(min(skipped, self.ctx.max_raw_bytes)),
+                    None,
                     skipped,
                     buf.ts_at(start),
                     buf.ts_at(start + skipped - 1),
@@ -467,7 +493,8 @@ class KafkaConversation(Conversation):
             "ts_end_ns": ts1,
             "decode_status": status,
             "decode_error": error,
-            "raw": None if raw is None else self.ctx.raw(raw),
+            # callers pass bytes only for a frame of known, non-auth type (Context.raw)
+            "raw": None if raw is None else self.ctx.raw(raw, typed=True),
         }
         row.update(extra)
         return ("commands", row)
@@ -514,7 +541,7 @@ class KafkaConversation(Conversation):
         try:
             h = schema.read_request_header(frame)
         except schema.DecodeError as e:
-            out.append(self._error_row(C2S, offset, e.status, f"request header: {e}", frame, size, ts0, ts1))
+            out.append(self._error_row(C2S, offset, e.status, f"request header: {e}", None, size, ts0, ts1))
             return
         self._note_request(h.correlation_id, h.api_key, h.api_version)
         name = api_name(h.api_key)
@@ -544,18 +571,17 @@ class KafkaConversation(Conversation):
                     decode_status=base.UNSUPPORTED_VERSION,
                     decode_error=f"{name} v{h.api_version} is newer than the specs (v{lo}-v{hi})",
                 )
-            row["raw"] = self.ctx.raw(frame)
+            row["raw"] = self.ctx.raw(frame, typed=_typed(h.api_key))
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
             return
         try:
             body = schema.decode_body(p, frame, h.body_offset)
         except schema.DecodeError as e:
-            # SASL frames never keep raw bytes (they carry credentials)
             row.update(
                 decode_status=e.status,
                 decode_error=self._why(p, e),
-                raw=None if h.api_key in (17, 36) else self.ctx.raw(frame),
+                raw=self.ctx.raw(frame, typed=_typed(h.api_key)),
             )
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
@@ -614,15 +640,15 @@ class KafkaConversation(Conversation):
                 "producer_epoch": body.get("ProducerEpoch"),
                 "committed": body.get("Committed"),
             }
-        elif key == 17 and h.api_version == 0:
+        elif key == SASL_HANDSHAKE and h.api_version == 0:
             pend.txn = {"sasl_v0": True}
         details = self._details(body, p)
         details["_header"] = {"version": h.header_version, **({"tagged": h.tagged} if h.tagged else {})}
         if p.below_baseline:
             details["_note"] = "version older than the specs' baseline, decoded from the field version ranges"
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
-        if status != base.OK and key not in (17, 36):
-            row["raw"] = self.ctx.raw(frame)
+        if status != base.OK:
+            row["raw"] = self.ctx.raw(frame, typed=_typed(key))
         out.append(("commands", row))
         acks0 = key == 0 and body.get("Acks") == 0
         if acks0:
@@ -699,7 +725,7 @@ class KafkaConversation(Conversation):
                 h.offset,
                 base.REQUEST_MISSING,
                 "response whose request is not in the capture (api key and version unknown)",
-                h.frame,
+                None,
                 size,
                 h.ts0,
                 h.ts1,
@@ -735,8 +761,8 @@ class KafkaConversation(Conversation):
                 "decode_error": f"response whose request is not in the capture; decoded as "
                 f"{inference.label(kv)}, inferred from the neighbouring requests (details.inferred_reason)",
                 "details": base.to_json(details),
-                # the bytes stay, so the inference can be checked; SASL frames never keep them
-                "raw": None if key in (17, 36) else self.ctx.raw(h.frame),
+                # an inferred type was not read from the wire: no bytes (Context.raw)
+                "raw": None,
             },
         )
 
@@ -896,7 +922,7 @@ class KafkaConversation(Conversation):
         if len(frame) < 4:
             out.append(
                 self._error_row(
-                    S2C, offset, base.MALFORMED, "response shorter than its header", frame, size, ts0, ts1
+                    S2C, offset, base.MALFORMED, "response shorter than its header", None, size, ts0, ts1
                 )
             )
             return
@@ -935,7 +961,7 @@ class KafkaConversation(Conversation):
             row.update(
                 decode_status=base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND,
                 decode_error="the request could not be decoded, so neither can its response",
-                raw=self.ctx.raw(frame),
+                raw=self.ctx.raw(frame, typed=_typed(p.api_key)),
             )
             out.append(("commands", row))
             out.append(("latencies", lat))
@@ -947,7 +973,7 @@ class KafkaConversation(Conversation):
             row.update(
                 decode_status=error.status,
                 decode_error=self._why(plan, error),
-                raw=None if p.api_key in (17, 36) else self.ctx.raw(frame),
+                raw=self.ctx.raw(frame, typed=_typed(p.api_key)),
             )
             out.append(("commands", row))
             out.append(("latencies", lat))
@@ -1003,9 +1029,9 @@ class KafkaConversation(Conversation):
                     },
                 )
             )
-        elif key == 17 and p.version == 0 and body.get("ErrorCode") == 0:
+        elif key == SASL_HANDSHAKE and p.version == 0 and body.get("ErrorCode") == 0:
             self.sasl_raw = True
-        elif key == 36 and body.get("ErrorCode") == 0:
+        elif key == SASL_AUTHENTICATE and body.get("ErrorCode") == 0:
             self.sasl_raw = False
         details = self._details(body, plan)
         if tagged:
@@ -1018,7 +1044,7 @@ class KafkaConversation(Conversation):
             )
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
         if status != base.OK:
-            row["raw"] = self.ctx.raw(frame)
+            row["raw"] = self.ctx.raw(frame, typed=_typed(key))
         out.append(("commands", row))
         out.append(("latencies", lat))
         out.extend(extra)

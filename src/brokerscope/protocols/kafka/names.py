@@ -14,6 +14,10 @@ EXTRA_API_NAMES: dict[int, str] = {
     7: "ControlledShutdown",
 }
 
+# SaslHandshake, SaslAuthenticate: their frames carry credentials, so their bytes never reach `raw`.
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+AUTH_API_KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
 # Fields whose values are secrets: they become base.redacted(...) in details.
 # Envelope (58) RequestData/ResponseData: a forwarded request, which can be one carrying credentials
 # (AlterUserScramCredentials, say).

@@ -92,22 +92,6 @@ def scrub(d):
     return d
 
 
-def may_hold_secret(raw: bytes | memoryview) -> bool:
-    """Could these undecodable bytes contain a frame that carries auth data? (a plausible frame
-    header whose type is CONNECT, AUTH_*, LOOKUP or PARTITIONED_METADATA). Such bytes are not kept."""
-    b = bytes(raw)
-    i = b.find(b"\x08")
-    while i >= 0:
-        if i + 1 < len(b) and b[i + 1] in SECRET_TYPES:
-            if i < HEADER:
-                return True  # the header was cut off: cannot tell, assume the worst
-            total, cmd_size = struct.unpack_from(">II", b, i - HEADER)
-            if cmd_size <= total - 4:
-                return True
-        i = b.find(b"\x08", i + 1)
-    return False
-
-
 def text(v):
     """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
     return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
@@ -278,9 +262,7 @@ class PulsarConversation(Conversation):
         buf = self.bufs[d]
         g = self.garbage[d]
         if g is None:
-            g = self.garbage[d] = {"offset": buf.offset, "ts": buf.ts_at(buf.offset), "size": 0, "raw": b""}
-        if len(g["raw"]) < self.ctx.max_raw_bytes:
-            g["raw"] += buf.peek(min(nbytes, self.ctx.max_raw_bytes - len(g["raw"])))
+            g = self.garbage[d] = {"offset": buf.offset, "ts": buf.ts_at(buf.offset), "size": 0}
         g["size"] += nbytes
         g["ts_end"] = buf.ts_at(buf.offset + nbytes - 1)
         buf.consume(nbytes)
@@ -302,10 +284,20 @@ class PulsarConversation(Conversation):
                     "stream_offset": g["offset"],
                     "decode_status": base.MALFORMED,
                     "decode_error": f"{g['size']} bytes that do not start a Pulsar frame (resynchronised)",
-                    "raw": None if may_hold_secret(g["raw"]) else self.ctx.raw(g["raw"]),
+                    # bytes of no determined type keep none (Context.raw)
                 },
             )
         )
+
+    def _typed_tail(self, d: str, mv: memoryview) -> bool:
+        """Does a frame cut by the end of the capture start in step (or with a header that
+        parses), with a command type that is known and carries no credentials (Context.raw)?"""
+        if len(mv) < HEADER + 3:
+            return False
+        if self.strict[d] and framing.plausible_header(mv, 0, self.max_frame)[0] is not True:
+            return False
+        t = framing.peek_type(mv[HEADER : HEADER + 3])
+        return t in framing.TYPE_NAMES and t not in SECRET_TYPES
 
     def _oversize_row(self, d: str, total: int) -> Row:
         buf = self.bufs[d]
@@ -409,7 +401,7 @@ class PulsarConversation(Conversation):
                                     "stream_offset": buf.offset,
                                     "decode_status": base.TRUNCATED,
                                     "decode_error": f"connection ended after {len(buf)}{need} bytes of a frame",
-                                    "raw": None if may_hold_secret(mv[:4096]) else self.ctx.raw(mv),
+                                    "raw": self.ctx.raw(mv, typed=self._typed_tail(d, mv)),
                                 },
                             )
                         )
@@ -486,8 +478,9 @@ class PulsarConversation(Conversation):
         if row.get("topic") and row.get("partition") is None:
             row["partition"] = partition_of(row["topic"])
         row["details"] = to_json(details)
-        if row["decode_status"] not in (base.OK, base.CHECKSUM_MISMATCH) and pf.type_code not in SECRET_TYPES:
-            row["raw"] = self.ctx.raw(_U32.pack(len(frame)) + frame[: self.ctx.max_raw_bytes])
+        if row["decode_status"] not in (base.OK, base.CHECKSUM_MISMATCH):
+            typed = pf.type_code in framing.TYPE_NAMES and pf.type_code not in SECRET_TYPES
+            row["raw"] = self.ctx.raw(_U32.pack(len(frame)) + frame[: self.ctx.max_raw_bytes], typed=typed)
 
     def _payload_details(self, pf: ParsedFrame) -> dict:
         out: dict = {"checksum_ok": pf.checksum_ok}

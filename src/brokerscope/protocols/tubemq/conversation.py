@@ -190,8 +190,8 @@ class TubeMQConversation(Conversation):
         super().__init__(conn, ctx)
         max_frame = ctx.max_frame_bytes  # [protocols.tubemq] max_frame_bytes is applied by the config
         self.scanners = {
-            C2S: FrameScanner(max_frame, ctx.max_raw_bytes),
-            S2C: FrameScanner(max_frame, ctx.max_raw_bytes),
+            C2S: FrameScanner(max_frame),
+            S2C: FrameScanner(max_frame),
         }
         self.pending: OrderedDict[int, Pending] = OrderedDict()
         # the user's schema_file, checked on the driver when the settings were loaded
@@ -301,7 +301,6 @@ class TubeMQConversation(Conversation):
                 "decode_status": j.status,
                 "decode_error": j.reason,
                 "details": to_json(j.header) if j.header else None,
-                "raw": self.ctx.raw(j.raw) if j.raw else None,
             },
         )
 
@@ -336,7 +335,6 @@ class TubeMQConversation(Conversation):
                 decode_status=MALFORMED,
                 decode_error=f"RPC envelope: {e}",
                 details=to_json(details),
-                raw=self.ctx.raw(self._rebuild(f)),
             )
             return [("commands", row)]
         details["flag"] = env.flag
@@ -484,8 +482,7 @@ class TubeMQConversation(Conversation):
         elif err:
             row["decode_status"] = MALFORMED
             row["decode_error"] = err
-            if not meth.carries_auth:
-                row["raw"] = self.ctx.raw(self._rebuild(f))
+            row["raw"] = self.ctx.raw(self._rebuild(f), typed=not meth.carries_auth)
 
     def _metadata(self, msg, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""

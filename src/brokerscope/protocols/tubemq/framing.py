@@ -56,17 +56,15 @@ class Junk:
     reason: str
     ts_first: int
     ts_last: int
-    raw: bytes = b""  # first bytes (capped); empty when they may hold frame content
     header: dict = field(default_factory=dict)
 
 
 class FrameScanner:
     """Frames of one direction. `push` bytes, then call `next()` until it returns None."""
 
-    def __init__(self, max_frame_bytes: int, max_raw: int = 4096, max_list_size: int = MAX_LIST_SIZE):
+    def __init__(self, max_frame_bytes: int, max_list_size: int = MAX_LIST_SIZE):
         self.buf = StreamBuffer()
         self.max_frame = max(HEADER_LEN, max_frame_bytes)
-        self.max_raw = max_raw
         self.max_list = max_list_size
         # progress through the frame at the head of the buffer
         self._list_size: int | None = None
@@ -75,7 +73,6 @@ class FrameScanner:
         self._pos = 0  # offset (from the frame start) of the next block's length field
         # an open junk region (bytes being skipped until the next token)
         self._junk: Junk | None = None
-        self._junk_keep_raw = True
 
     # -- input --------------------------------------------------------------------------------
 
@@ -87,9 +84,9 @@ class FrameScanner:
         pending = len(self.buf)
         if self._junk is None:
             if pending or self._list_size is not None:
-                self._open_junk(GAP, f"frame cut by a capture gap of {nbytes} bytes", keep_raw=False)
+                self._open_junk(GAP, f"frame cut by a capture gap of {nbytes} bytes")
             else:
-                self._open_junk(GAP, f"bytes after a capture gap of {nbytes} bytes", keep_raw=False)
+                self._open_junk(GAP, f"bytes after a capture gap of {nbytes} bytes")
                 self._junk.ts_first = ts_ns
         self._reset_frame()
         self._junk.size += pending + nbytes
@@ -126,15 +123,12 @@ class FrameScanner:
                     return None
                 _, serial, list_size = _HDR.unpack_from(data, 0)
                 if list_size <= 0 or list_size > self.max_list:
-                    header_bytes = bytes(data[:HEADER_LEN])
                     del data
                     self._open_junk(
                         MALFORMED,
                         f"list size {list_size} outside 1..{self.max_list}",
                         header={"serial": serial, "list_size": list_size},
-                        keep_raw=False,
                     )
-                    self._junk.raw = header_bytes  # the frame header only: what follows may be content
                     self._consume_into_junk(4)
                     continue
                 self._list_size = list_size
@@ -157,7 +151,6 @@ class FrameScanner:
                     return None
                 self._blocks.append(length)
                 self._pos += 4 + length
-            header_bytes = bytes(data[:HEADER_LEN])
             del data
             if problem is None:
                 return self._take_frame()
@@ -166,8 +159,7 @@ class FrameScanner:
             if status == MALFORMED:
                 hdr["bad_block"] = len(self._blocks)
             self._reset_frame()
-            self._open_junk(status, reason, header=hdr, keep_raw=False)
-            self._junk.raw = header_bytes
+            self._open_junk(status, reason, header=hdr)
             self._consume_into_junk(4)
 
     def close(self) -> Junk | None:
@@ -175,7 +167,6 @@ class FrameScanner:
         if self._junk is not None:
             j = self._junk
             j.size += len(self.buf)
-            self._note_raw(j, bytes(self.buf.data[: self.max_raw]))
             if len(self.buf):
                 j.ts_last = self.buf.ts_at(self.buf.end - 1)
             self.buf.consume(len(self.buf))
@@ -199,7 +190,6 @@ class FrameScanner:
             f"stream ended {n} bytes into a frame",
             self.buf.ts_at(off),
             self.buf.ts_at(self.buf.end - 1),
-            raw=bytes(self.buf.data[: min(n, HEADER_LEN)]),
             header=hdr,
         )
         self.buf.consume(n)
@@ -249,15 +239,10 @@ class FrameScanner:
         self._reset_frame()
         return f
 
-    def _open_junk(self, status: str, reason: str, header: dict | None = None, keep_raw: bool = True) -> None:
+    def _open_junk(self, status: str, reason: str, header: dict | None = None) -> None:
         off = self.buf.offset
         ts = self.buf.ts_at(off) if len(self.buf) else self.buf.last_ts
         self._junk = Junk(off, 0, status, reason, ts, ts, header=header or {})
-        self._junk_keep_raw = keep_raw
-
-    def _note_raw(self, j: Junk, chunk: bytes) -> None:
-        if self._junk_keep_raw and len(j.raw) < self.max_raw and chunk:
-            j.raw = (j.raw + chunk)[: self.max_raw]
 
     def _consume_into_junk(self, k: int) -> None:
         j = self._junk
@@ -265,7 +250,6 @@ class FrameScanner:
         k = min(k, len(self.buf))
         if k <= 0:
             return
-        self._note_raw(j, bytes(self.buf.data[:k]))
         j.size += k
         j.ts_last = self.buf.ts_at(self.buf.offset + k - 1)
         self.buf.consume(k)
