@@ -170,7 +170,7 @@ class _Conn:
             "server_port": server[1],
         }
         if self.protocol != "unknown":
-            info = base.ConnInfo(self.conn_id, client[0], client[1], server[0], server[1])
+            info = base.ConnInfo(self.conn_id, client[0], client[1], server[0], server[1], self.tcp.midstream)
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)

@@ -130,6 +130,7 @@ class ConnInfo:
     client_port: int
     server_ip: str
     server_port: int
+    midstream: bool = False  # the capture has no handshake: the first bytes may be mid-frame
 
 
 class Conversation:

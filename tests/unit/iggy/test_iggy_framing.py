@@ -194,10 +194,15 @@ def test_server_garbage_is_one_row_without_raw():
     rows = run([("c2s", req(1) + req(10)), ("s2c", resp() + junk + resp())])
     s2c = [c for c in table(rows, "commands") if c["direction"] == "s2c"]
     assert [c["decode_status"] for c in s2c] == ["ok", "malformed", "ok"]
-    assert s2c[1]["size"] == len(junk) and s2c[1].get("raw") is None and [c["command"] for c in s2c if c["decode_status"] == "ok"] == [
-        "PING",
-        "GET_STATS",
-    ]
+    assert (
+        s2c[1]["size"] == len(junk)
+        and s2c[1].get("raw") is None
+        and [c["command"] for c in s2c if c["decode_status"] == "ok"]
+        == [
+            "PING",
+            "GET_STATS",
+        ]
+    )
 
 
 def test_pure_garbage_never_raises():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import struct
 import warnings
+from dataclasses import astuple
 
 from brokerscope import tables
 from brokerscope.protocols import base
@@ -140,8 +141,9 @@ def fetch_response(version: int, topic: str, partition: int, recs: bytes, corr: 
 class Driver:
     """Feeds byte chunks to one conversation and collects rows per table (conformed)."""
 
-    def __init__(self, ctx: base.Context | None = None):
-        self.conv = KafkaConversation(CONN, ctx or base.Context())
+    def __init__(self, ctx: base.Context | None = None, midstream: bool = False):
+        conn = base.ConnInfo(*astuple(CONN)[:5], midstream=midstream)
+        self.conv = KafkaConversation(conn, ctx or base.Context())
         self.rows: list[base.Row] = []
         self.t = 1_700_000_000_000_000_000
 

@@ -349,6 +349,35 @@ def test_sasl_secrets_are_redacted():
         assert "<redacted" in r["details"]
 
 
+@pytest.mark.parametrize("midstream", [False, True])
+def test_a_guessed_first_frame_keeps_no_raw(midstream):
+    """A capture that starts mid-stream: the first response bytes read as a frame whose
+    correlation id is pending (ApiVersions) and whose size spans the real frames after it, a
+    SaslAuthenticate response among them, cut by the end of the capture. Such a guessed start
+    keeps no bytes; after a handshake the same tail is a frame in step and keeps them."""
+    from kafka.protocol.metadata import ApiVersionsRequest
+    from kafka.protocol.sasl import SaslAuthenticateResponse
+
+    sasl = frame(
+        SaslAuthenticateResponse(
+            version=1, error_code=0, error_message=None, auth_bytes=b"v=S1gnatur3", session_lifetime_ms=0
+        ),
+        3,
+    )
+    out = (
+        Driver(midstream=midstream)
+        .c2s(frame(ApiVersionsRequest(version=0), 2))
+        .s2c(struct.pack(">ii", 4000, 2) + b"\0" * 6 + sasl)
+        .close()
+    )
+    (tail,) = [r for r in out["commands"] if r["direction"] == "s2c"]
+    assert tail["decode_status"] == "truncated" and tail["command"] is None
+    if midstream:
+        assert tail["raw"] is None
+    else:
+        assert b"S1gnatur3" in tail["raw"]
+
+
 def test_sasl_handshake_v0_raw_tokens():
     from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 

@@ -276,20 +276,45 @@ def protocol_version_text(v: int) -> str:
 def register(payload) -> dict:
     """VSR REGISTER body (the login of apache-iggy 0.9 clients): ClientVersionInfo (protocol
     version u32, SDK name (u8 len), SDK version (u8 len); apache/iggy binary_protocol
-    version.rs), username (u8 len), password (u8 len, redacted), then context (u32 len)."""
+    version.rs), then either username (u8 len) and password (u8 len) or a personal access token
+    (u8 len), then context (u32 len). The header does not say which: the layout that consumes
+    the body exactly wins, and when both would, the username is redacted too (it may be a
+    token read as a name)."""
 
-    def p(r: Reader) -> dict:
+    def client(r: Reader) -> dict:
         v = r.u32()
         d = {"protocol_version": v, "protocol_version_text": protocol_version_text(v)}
         d["sdk"] = r.str8()
         d["sdk_version"] = r.str8()
+        return d
+
+    def with_password(r: Reader) -> dict:
+        d = client(r)
         d["username"] = r.str8()
         d["password"] = redacted(r.bytes(r.u8()))
         if r.remaining:
             d["context"] = r.str32()
         return d
 
-    return _variants(payload, p)
+    def with_token(r: Reader) -> dict:
+        d = client(r)
+        d["login"] = "personal_access_token"
+        d["token"] = redacted(r.bytes(r.u8()))
+        d["context"] = r.str32()
+        return d
+
+    fits = []
+    for p in (with_password, with_token):
+        try:
+            fits.append(_variants(payload, p))
+        except DecodeError as e:
+            err = e
+    if not fits:
+        raise err
+    if len(fits) == 2:
+        fits[0]["username"] = redacted(fits[0]["username"].encode())
+        fits[0]["login"] = "ambiguous: username and password, or a personal access token"
+    return fits[0]
 
 
 def update_topic(payload) -> dict:

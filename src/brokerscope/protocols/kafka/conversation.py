@@ -123,6 +123,9 @@ class KafkaConversation(Conversation):
         self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to skip
         self.resync = {C2S: False, S2C: False}
         self.started = {C2S: False, S2C: False}
+        # frame starts are confirmed, not a guess about where a capture cut in: the stream began
+        # with its handshake, or a whole frame was taken since the start or the last resync
+        self.in_step = {C2S: not conn.midstream, S2C: not conn.midstream}
         self.pending: OrderedDict[int, Pending] = OrderedDict()
         self.topic_ids: dict[str, str] = {}
         self.sasl_raw = False  # SaslHandshake v0 done: raw SASL tokens follow, no Kafka header
@@ -165,7 +168,7 @@ class KafkaConversation(Conversation):
                 )
             )
             buf.consume(len(buf))
-            self.resync[direction] = True
+            self._lose_step(direction)
         return out
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
@@ -209,7 +212,7 @@ class KafkaConversation(Conversation):
                 return out
         else:
             buf.skip(nbytes)
-        self.resync[direction] = True
+        self._lose_step(direction)
         return out
 
     def _gap_header(self, direction: str, head: bytes, ts: int) -> dict:
@@ -289,7 +292,7 @@ class KafkaConversation(Conversation):
                 if verdict == "wait":
                     return
                 if verdict == "bad":
-                    self.resync[d] = True
+                    self._lose_step(d)
                     continue
                 if verdict == "oversize":
                     continue
@@ -319,17 +322,29 @@ class KafkaConversation(Conversation):
                         ts1,
                     )
                 )
+            self.in_step[d] = True
+
+    def _typed(self, d: str, key: int) -> bool:
+        """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one whose
+        start is confirmed: the direction is in step (Context.raw). The first frame of a mid-stream
+        capture is a guess, and a wrong guess spans the real frames after it."""
+        return self.in_step[d] and _typed(key)
+
+    def _lose_step(self, d: str) -> None:
+        self.resync[d] = True
+        self.in_step[d] = False
 
     def _typed_head(self, d: str, head: bytes | memoryview) -> bool:
         """Is this the start of a frame (after its size field) whose type is read and not SASL?
-        A request whose header is there while the direction is in step, or a response whose
-        correlation id is pending (Context.raw)."""
-        if self.sasl_raw or self.resync[d] or not self.started[d]:
+        Only while the direction is in step (a whole frame was taken since it started or
+        resynchronised): a request whose header is there, or a response whose correlation id is
+        pending (Context.raw)."""
+        if self.sasl_raw or self.resync[d]:
             return False
         if d == C2S:
-            return len(head) >= 2 and _typed(struct.unpack_from(">h", head, 0)[0])
+            return len(head) >= 2 and self._typed(d, struct.unpack_from(">h", head, 0)[0])
         p = self.pending.get(_I32.unpack_from(head, 0)[0]) if len(head) >= 4 else None
-        return p is not None and _typed(p.api_key)
+        return p is not None and self._typed(d, p.api_key)
 
     def _check_start(self, d: str, data: memoryview, size: int) -> str:
         """'ok', 'wait' (need more bytes), 'bad' (resync) or 'oversize' (row made, skipping)."""
@@ -392,14 +407,14 @@ class KafkaConversation(Conversation):
         if d == C2S and head:
             key, ver, corr = head
             row.update(command=api_name(key), command_code=key, api_version=ver, correlation_id=corr)
-            row["raw"] = self.ctx.raw(buf.peek(64), typed=_typed(key))
+            row["raw"] = self.ctx.raw(buf.peek(64), typed=self._typed(C2S, key))
             self.pending.pop(corr, None)
         elif d == S2C and head is not None:
             row["correlation_id"] = head
             p = self.pending.pop(head, None)
             if p:
                 row.update(command=p.name, command_code=p.api_key, api_version=p.version)
-                row["raw"] = self.ctx.raw(buf.peek(64), typed=_typed(p.api_key))
+                row["raw"] = self.ctx.raw(buf.peek(64), typed=self._typed(S2C, p.api_key))
         self._out_ref.append(("commands", row))
         if skip:
             total = size + 4
@@ -411,7 +426,7 @@ class KafkaConversation(Conversation):
                 self.skip[d] = total - have
         else:
             buf.consume(4)
-            self.resync[d] = True
+            self._lose_step(d)
 
     def _resync(self, d: str, out: list[Row]) -> bool:
         """Scan for a credible frame start. True when found (buffer now starts there)."""
@@ -571,7 +586,7 @@ class KafkaConversation(Conversation):
                     decode_status=base.UNSUPPORTED_VERSION,
                     decode_error=f"{name} v{h.api_version} is newer than the specs (v{lo}-v{hi})",
                 )
-            row["raw"] = self.ctx.raw(frame, typed=_typed(h.api_key))
+            row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, h.api_key))
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
             return
@@ -581,7 +596,7 @@ class KafkaConversation(Conversation):
             row.update(
                 decode_status=e.status,
                 decode_error=self._why(p, e),
-                raw=self.ctx.raw(frame, typed=_typed(h.api_key)),
+                raw=self.ctx.raw(frame, typed=self._typed(C2S, h.api_key)),
             )
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
@@ -648,7 +663,7 @@ class KafkaConversation(Conversation):
             details["_note"] = "version older than the specs' baseline, decoded from the field version ranges"
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
         if status != base.OK:
-            row["raw"] = self.ctx.raw(frame, typed=_typed(key))
+            row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, key))
         out.append(("commands", row))
         acks0 = key == 0 and body.get("Acks") == 0
         if acks0:
@@ -961,7 +976,7 @@ class KafkaConversation(Conversation):
             row.update(
                 decode_status=base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND,
                 decode_error="the request could not be decoded, so neither can its response",
-                raw=self.ctx.raw(frame, typed=_typed(p.api_key)),
+                raw=self.ctx.raw(frame, typed=self._typed(S2C, p.api_key)),
             )
             out.append(("commands", row))
             out.append(("latencies", lat))
@@ -973,7 +988,7 @@ class KafkaConversation(Conversation):
             row.update(
                 decode_status=error.status,
                 decode_error=self._why(plan, error),
-                raw=self.ctx.raw(frame, typed=_typed(p.api_key)),
+                raw=self.ctx.raw(frame, typed=self._typed(S2C, p.api_key)),
             )
             out.append(("commands", row))
             out.append(("latencies", lat))
@@ -1044,7 +1059,7 @@ class KafkaConversation(Conversation):
             )
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
         if status != base.OK:
-            row["raw"] = self.ctx.raw(frame, typed=_typed(key))
+            row["raw"] = self.ctx.raw(frame, typed=self._typed(S2C, key))
         out.append(("commands", row))
         out.append(("latencies", lat))
         out.extend(extra)
