@@ -2,8 +2,13 @@
 
 Positions are 64-bit stream offsets: offset 0 is the first data byte (the sequence number after the
 SYN's, or the first sequence number seen when the capture starts mid-stream). A 32-bit sequence
-number is mapped to the offset closest to the next expected one, so wrap-around across 2^32 is
-seamless. The FIN occupies one offset, as it occupies one sequence number.
+number is mapped to an offset by serial arithmetic with the direction's history: a segment lies at
+most one TCP window (MAX_WINDOW) behind the next expected byte (a retransmission can be no older)
+and otherwise ahead of it, so wrap-around across 2^32 is seamless and a hole of up to 4 GiB minus
+a window is measured exactly. The peer's ACK is believed up to MAX_ACK_AHEAD beyond the next
+expected byte, and at any distance up to what this direction was seen sending (`high`). Holes of
+4 GiB or more cannot be told from smaller ones: sequence numbers repeat every 4 GiB. The FIN
+occupies one offset, as it occupies one sequence number.
 
 Only bytes that arrive ahead of a hole are held (as non-overlapping pieces, at most
 `max_reorder_bytes` of them, and at most `max_reorder_bytes // 256` pieces); delivered bytes are
@@ -20,10 +25,13 @@ from heapq import heappop, heappush
 from .packet import DATA, FIN, GAP, RST, SYN, Event, Packet
 
 MASK = 0xFFFFFFFF
-HALF = 1 << 31
 WRAP = 1 << 32
-# The largest window TCP can advertise (65535 << 14): an ACK further ahead than this is not
-# believed (a corrupt or unrelated ACK must not declare a gigantic gap).
+# The largest window TCP can advertise (RFC 7323): nothing is retransmitted from further back than
+# this behind the next expected byte, so a sequence number further behind is a jump ahead.
+MAX_WINDOW = 65535 << 14
+BEHIND = WRAP - MAX_WINDOW  # a 32-bit distance at or beyond this is a step back
+# An ACK further ahead than this of anything this direction was seen sending is not believed (a
+# corrupt or unrelated ACK must not declare a gigantic gap).
 MAX_ACK_AHEAD = 1 << 30
 # Held pieces also cost their bookkeeping (~200 bytes each): tiny out-of-order segments are capped
 # by count as well, at one piece per PIECE_COST bytes of the byte limit (at least MIN_PIECES).
@@ -57,6 +65,7 @@ class Reassembler:
         "base_seq",
         "midstream",
         "next_off",
+        "high",
         "_nseq",
         "_blocked",
         "_starts",
@@ -91,6 +100,7 @@ class Reassembler:
         self.base_seq: int | None = None  # 32-bit sequence number of stream offset 0
         self.midstream = False  # the direction started without a SYN
         self.next_off = 0  # stream offset of the next expected byte
+        self.high = 0  # end offset of the furthest data (or FIN) this direction was seen sending
         self._nseq = -1  # 32-bit sequence number of next_off; -1 until the direction starts
         self._blocked = False  # something is held beyond a hole (pieces or a FIN)
         self._starts: list[int] = []  # start offsets of the held pieces, sorted
@@ -151,7 +161,10 @@ class Reassembler:
         if nseq < 0:
             return []
         d = (ack - nseq) & MASK
-        if d == 0 or d > MAX_ACK_AHEAD:  # nothing new acknowledged (or an implausible ACK)
+        if d > MAX_ACK_AHEAD:
+            d = self._far_ack(ack)
+        if d == 0:
+            # nothing new acknowledged (or an implausible ACK)
             if self._blocked and ts_ns - self._hole_since > self.reorder_timeout_ns:
                 out: list[Event] = []
                 self._check_hole(ts_ns, out)
@@ -171,6 +184,18 @@ class Reassembler:
             self._drain(out, True)
         self._check_hole(ts_ns, out)
         return out
+
+    def _far_ack(self, ack: int) -> int:
+        """How far beyond next_off an ACK more than MAX_ACK_AHEAD ahead lies, measured from the
+        furthest byte this direction was seen sending: a hole of any size below it is credibly
+        acknowledged (and up to MAX_ACK_AHEAD beyond it). 0 when not credible."""
+        if self.high <= self.next_off:
+            return 0
+        dh = (ack - self.base_seq - self.high) & MASK
+        if dh >= BEHIND:
+            dh -= WRAP
+        ack_off = self.high + dh
+        return ack_off - self.next_off if dh <= MAX_ACK_AHEAD and ack_off > self.next_off else 0
 
     def flush(self, ts_ns: int) -> list[Event]:
         """End of the direction: every hole becomes a gap and all held bytes are delivered."""
@@ -209,11 +234,13 @@ class Reassembler:
 
         data_seq = (seq + 1) & MASK if flags & SYN else seq
         d = (data_seq - self._nseq) & MASK
-        if d >= HALF:
+        if d >= BEHIND:
             d -= WRAP
         nxt = self.next_off
         off = nxt + d
         end = off + n
+        if end + (flags & FIN) > self.high:  # the FIN takes one sequence number
+            self.high = end + (flags & FIN)
 
         if d == -1 and n <= 1 and not flags & _SYN_FIN_RST:
             if n and self.peer_window_zero:  # a zero-window probe sent again

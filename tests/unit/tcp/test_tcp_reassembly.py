@@ -466,3 +466,55 @@ def test_randomised_overlaps_reorders_and_losses_tile_the_stream_exactly():
         assert r.delivered_bytes == sum(covered)
         assert r.gap_bytes == end - sum(covered)
         assert r.buffered_bytes == 0
+
+
+GIB = 1 << 30
+
+
+def test_an_ack_beyond_a_one_gib_hole_declares_it_at_once():
+    """Bytes after a 1 GiB hole are held; the peer's ACK past them (more than 2^30 ahead of the
+    next expected byte, but not beyond what this side was seen sending) makes the hole a gap of
+    its exact size at once, and the held bytes follow in order."""
+    r = Reassembler()
+    syn(r)
+    assert data(r.segment(seg(ISN + 1, b"a" * 100, ts=1))) == b"a" * 100
+    after = ISN + 101 + GIB
+    assert r.segment(seg(after, b"b" * 150, ts=2)) == []  # held beyond the hole
+    ev = r.peer_ack((after + 150) & MASK, 3)
+    assert [(e[0], e[2] if e[0] == "gap" else len(e[2])) for e in ev] == [("gap", GIB), ("data", 150)]
+    assert data(r.segment(seg(after + 150, b"c" * 10, ts=4))) == b"c" * 10  # in step again
+    assert counters(r) == zero(delivered=260, ooo=1, gaps=1, gap_bytes=GIB)
+
+
+def test_a_three_gib_jump_is_a_gap_ahead_not_a_retransmission():
+    """Sequence numbers 3 GiB ahead are 1 GiB behind modulo 2^32: a retransmission can be at most
+    one TCP window (65535 << 14 bytes) old, so this is a jump ahead, measured exactly."""
+    r = Reassembler()
+    syn(r)
+    assert data(r.segment(seg(ISN + 1, b"a" * 100, ts=1))) == b"a" * 100
+    after = ISN + 101 + 3 * GIB
+    assert r.segment(seg(after, b"b" * 250, ts=2)) == []
+    ev = r.peer_ack((after + 250) & MASK, 3)
+    assert [(e[0], e[2] if e[0] == "gap" else len(e[2])) for e in ev] == [("gap", 3 * GIB), ("data", 250)]
+    assert counters(r) == zero(delivered=350, ooo=1, gaps=1, gap_bytes=3 * GIB)
+
+
+def test_a_retransmission_from_almost_a_window_back_is_still_one():
+    """Backwards by up to the largest window is a retransmission (here after 1.5 GiB of data)."""
+    r = Reassembler()
+    syn(r)
+    for i in range(3):
+        r.peer_ack((ISN + 1 + (i + 1) * GIB // 2) & MASK, i)  # half a GiB at a time, never captured
+    assert r.next_off == 3 * GIB // 2 and r.gap_bytes == 3 * GIB // 2
+    back = ISN + 1 + 3 * GIB // 2 - (65535 << 14)
+    assert r.segment(seg(back, b"x" * 10, ts=9)) == []
+    assert counters(r)["retrans"] == 10 and r.next_off == 3 * GIB // 2
+
+
+def test_an_ack_far_beyond_anything_sent_is_not_believed():
+    r = Reassembler()
+    syn(r)
+    r.segment(seg(ISN + 1, b"a" * 100, ts=1))
+    r.segment(seg(ISN + 101 + 5000, b"b" * 10, ts=2))  # held beyond a hole of 5000
+    assert r.peer_ack((ISN + 101 + 5010 + GIB + 1) & MASK, 3) == []  # 1 GiB past what was sent
+    assert r.buffered_bytes == 10 and r.gap_count == 0
