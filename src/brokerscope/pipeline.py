@@ -468,6 +468,14 @@ def _write_dataframes(
     return stats
 
 
+# capture records other readers take as they are: read (or skipped, if empty) and counted per input
+RECORD_ANOMALIES = {
+    "caplen_over_origlen": "with caplen > origlen, read as captured",
+    "caplen_over_snaplen": "longer than the snap length, read as captured",
+    "empty_records": "with no captured bytes (caplen 0), skipped",
+}
+
+
 def _inputs_record(
     todo, dups, extra: list[dict], run_id: str, stats: list[dict], summary: Summary
 ) -> tuple[list[dict], list[str]]:
@@ -481,9 +489,9 @@ def _inputs_record(
         st = per_file.get(i.file_index, {})
         for e in st.get("errors", []):
             summary.capture_errors.append(f"{i.path}: {e}")
-        if st.get("caplen_over_origlen"):
-            n = st["caplen_over_origlen"]
-            summary.capture_errors.append(f"{i.path}: {n} record(s) with caplen > origlen, read as captured")
+        for key, what in RECORD_ANOMALIES.items():
+            if st.get(key):
+                summary.capture_errors.append(f"{i.path}: {st[key]} record(s) {what}")
         status[i.capture_id] = _status(i, st)
         verdict, why = status[i.capture_id][:2]
         if verdict == "partial":

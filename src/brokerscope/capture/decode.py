@@ -79,6 +79,8 @@ STAT_KEYS = (
     "bytes",
     "damaged",
     "caplen_over_origlen",
+    "caplen_over_snaplen",
+    "empty_records",
 )
 
 
@@ -118,6 +120,8 @@ class PacketDecoder:
         self.bytes = 0
         self.damaged = 0  # bytes skipped: garbage resynced over, a cut-off end
         self.caplen_over_origlen = 0  # records whose captured length exceeds their original length
+        self.caplen_over_snaplen = 0  # records longer than the file's (or interface's) snap length
+        self.empty_records = 0  # records with no captured bytes (caplen 0)
         self.errors: list[str] = []
         self.n_errors = 0
         self.first_ts_ns: int | None = None
@@ -149,9 +153,10 @@ class PacketDecoder:
         snap length; malformed: records or blocks whose headers do not parse; unknown_linktype:
         records of an unsupported link type; damaged: bytes skipped (garbage resynced over, a record
         or header cut off by the end of the file); caplen_over_origlen: records read as captured
-        although their header says they are longer than on the wire; errors: the first MAX_ERRORS
-        messages about the
-        file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
+        although their header says they are longer than on the wire; caplen_over_snaplen: records
+        read as captured although longer than the snap length the file (pcapng: the interface)
+        declares; empty_records: records with caplen 0, counted and skipped, as tshark shows them
+        as empty frames; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)

@@ -358,6 +358,8 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                 continue
             if cl > ol:  # read as captured, like tshark and scapy; counted per input
                 dec.caplen_over_origlen += 1
+            if cl > snaplen > 0:  # likewise
+                dec.caplen_over_snaplen += 1
             q = p + 16 + cl
             if q > L:
                 if not eof:
@@ -375,6 +377,10 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             last_s = s
             records += 1
             nbytes += cl
+            if not cl:  # an empty frame: nothing to decode
+                dec.empty_records += 1
+                p = q
+                continue
             try:
                 # Ethernet + IPv4 (the common case) goes straight to the IPv4 parser
                 if eth and cl >= 34 and buf[p + 28] == 8 and buf[p + 29] == 0:
@@ -400,6 +406,19 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
 
 # ------------------------------------------------------------------------------------------------
 # pcapng
+
+
+def _odd_record(dec: PacketDecoder, cl: int, ol: int, snaplen: int) -> bool:
+    """Count a packet record other readers take as it is (longer than its original length or the
+    interface's snap length, or empty); True when it is empty, so there is nothing to decode."""
+    if cl > ol:
+        dec.caplen_over_origlen += 1
+    if cl > snaplen > 0:
+        dec.caplen_over_snaplen += 1
+    if not cl:
+        dec.empty_records += 1
+    return not cl
+
 
 SHB = 0x0A0D0D0A
 IDB = 1
@@ -663,14 +682,17 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         tmax = ts
                     records += 1
                     nbytes += cl
-                    try:
-                        if ifc.eth and cl >= 34 and buf[p + 40] == 8 and buf[p + 41] == 0:
-                            ip4(buf, p + 42, p + 28 + cl, ol, ts, rec)  # Ethernet + IPv4
-                        else:
-                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
-                    except (struct.error, IndexError, ValueError) as e:
-                        dec.malformed += 1
-                        dec.error(f"undecodable record at offset {rec}: {e}")
+                    if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
+                        pass  # empty: nothing to decode
+                    else:
+                        try:
+                            if ifc.eth and cl >= 34 and buf[p + 40] == 8 and buf[p + 41] == 0:
+                                ip4(buf, p + 42, p + 28 + cl, ol, ts, rec)  # Ethernet + IPv4
+                            else:
+                                ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                        except (struct.error, IndexError, ValueError) as e:
+                            dec.malformed += 1
+                            dec.error(f"undecodable record at offset {rec}: {e}")
                     p += n
                     if len(rows) >= bp:
                         batch = dec.flush()
@@ -745,11 +767,14 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         tmax = ts
                     records += 1
                     nbytes += cl
-                    try:
-                        ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
-                    except (struct.error, IndexError, ValueError) as e:
-                        dec.malformed += 1
-                        dec.error(f"undecodable record at offset {rec}: {e}")
+                    if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
+                        pass  # empty: nothing to decode
+                    else:
+                        try:
+                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                        except (struct.error, IndexError, ValueError) as e:
+                            dec.malformed += 1
+                            dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
                         batch = dec.flush()
                         rows = dec.rows
@@ -775,11 +800,14 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         cl = min(cl, ifc.snaplen)
                     records += 1
                     nbytes += cl
-                    try:
-                        ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
-                    except (struct.error, IndexError, ValueError) as e:
-                        dec.malformed += 1
-                        dec.error(f"undecodable record at offset {rec}: {e}")
+                    if not cl:
+                        dec.empty_records += 1
+                    else:
+                        try:
+                            ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
+                        except (struct.error, IndexError, ValueError) as e:
+                            dec.malformed += 1
+                            dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp:
                         batch = dec.flush()
                         rows = dec.rows

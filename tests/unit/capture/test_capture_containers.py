@@ -314,3 +314,39 @@ def test_records_longer_than_on_the_wire_are_read_as_captured(tmp_path, split):
         and total(stats, "malformed") == total(stats, "damaged") == 0
     )
     assert all(not s["errors"] for s in stats)
+
+
+def test_records_beyond_the_snap_length_and_empty_records(tmp_path):
+    """A pcap whose header says snaplen 64 but whose records are longer, with empty records
+    (caplen 0) among them: tshark and scapy read every record (the empty ones as empty frames);
+    so does the reader, counting both kinds per input, none of it malformed."""
+    frames = [frame(i, b"payload %02d " % i * 4) for i in range(6)]
+    assert all(len(f) > 64 for f in frames)
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 64, 1)
+    recs = []
+    for i, f in enumerate(frames):
+        recs.append(struct.pack("<IIII", 1_700_000_000 + i, 0, len(f), len(f)) + f)
+        if i in (1, 4):
+            recs.append(struct.pack("<IIII", 1_700_000_000 + i, 1, 0, 60 * (i == 4)))
+    path = write(tmp_path, "snap.pcap", head + b"".join(recs))
+    assert len(rdpcap(path)) == 8
+    rows, stats = read_path(path)
+    assert [r["payload"] for r in rows] == [b"payload %02d " % i * 4 for i in range(6)]
+    got = {k: total(stats, k) for k in ("records", "caplen_over_snaplen", "empty_records", "malformed", "damaged")}
+    assert got == {"records": 8, "caplen_over_snaplen": 6, "empty_records": 2, "malformed": 0, "damaged": 0}
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_pcapng_records_beyond_the_interface_snap_length_and_empty_ones(tmp_path, order):
+    frames = [frame(i, b"pcapng payload %02d" % i * 3) for i in range(4)]
+    blocks = [shb(order), idb(order, 1, snaplen=48)]
+    for i, f in enumerate(frames):
+        blocks.append(epb(order, 0, (TS // 1000) + i, f))  # not cut: longer than the IDB's snaplen
+        if i == 2:
+            blocks.append(epb(order, 0, (TS // 1000) + i, b""))  # caplen 0, origlen 0
+    blocks.append(spb(order, b"", 0))  # an empty simple packet block
+    path = write(tmp_path, "snap.pcapng", b"".join(blocks))
+    rows, stats = read_path(path)
+    assert [r["payload"] for r in rows] == [b"pcapng payload %02d" % i * 3 for i in range(4)]
+    got = {k: total(stats, k) for k in ("records", "caplen_over_snaplen", "empty_records", "malformed")}
+    assert got == {"records": 6, "caplen_over_snaplen": 4, "empty_records": 2, "malformed": 0}
