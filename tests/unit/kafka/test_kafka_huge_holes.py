@@ -42,3 +42,21 @@ def test_requests_after_a_huge_hole_still_pair(tmp_path, hole):
     assert all(lat["latency_us"] >= 0 for lat in out["latencies"])
     bad = [(r["correlation_id"], r["decode_status"]) for r in out["commands"] if r["decode_status"] != "ok"]
     assert bad == []
+
+
+def test_resync_after_an_absurd_size_finds_the_real_frames():
+    """A request whose size field claims 2^31-1 bytes (flagged oversize) followed by 12 valid
+    Metadata requests: the resync must not lock onto a frame start read out of the client id
+    bytes (its size far beyond the buffer, its correlation id out of sequence); every request
+    after it pairs with its response."""
+    from kafka_kit import Driver
+
+    bad = bytearray(metadata_v2_request(1))
+    bad[0:4] = (2**31 - 1).to_bytes(4, "big")
+    reqs = bytes(bad) + b"".join(metadata_v2_request(c) for c in range(2, 14))
+    d = Driver().c2s(metadata_v2_request(0)).s2c(metadata_v2_response(0)).c2s(reqs, chunk=97)
+    out = d.s2c(b"".join(metadata_v2_response(c) for c in range(2, 14))).close()
+    assert sorted(lat["correlation_id"] for lat in out["latencies"]) == [0, *range(2, 14)]
+    statuses = [(r["direction"], r["correlation_id"], r["decode_status"]) for r in out["commands"]]
+    assert [s for s in statuses if s[2] != "ok"][:1] == [("c2s", 1, "oversize")]
+    assert sum(s[2] == "ok" for s in statuses) == 26

@@ -36,6 +36,9 @@ MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
 MAX_CLIENT_ID = 512
 SKIP_LIMIT_FACTOR = 4  # an oversize frame with a credible header is skipped up to 4x the frame cap
+# A resync candidate whose frame is not yet all buffered must continue the connection: its
+# correlation id at most this far past the last request's (clients count up by one per request).
+CORR_WINDOW = 1 << 16
 _MAX_TOPIC_IDS = 100_000  # per connection
 # responses whose request is missing are held until the connection ends, when every api requested
 # on it is known, and then decoded where the api can be inferred with certainty (inference.py)
@@ -135,6 +138,8 @@ class KafkaConversation(Conversation):
         # request_missing inference: what was requested on this connection, and the held responses
         self.recent_reqs: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self.requested: dict[tuple[int, int], bool] = {}  # (api key, version) -> decodable
+        self.last_corr: int | None = None  # correlation id of the last request header read
+        self.client_id: str | None = None  # client id of the last request decoded
         self.requested_overflow = False
         self.held: OrderedDict[int, HeldResponse] = OrderedDict()  # by arrival
         self.held_by_corr: dict[int, list[HeldResponse]] = {}
@@ -484,10 +489,15 @@ class KafkaConversation(Conversation):
         conf = plausible_request(data, i, self.max_frame)
         if not conf:
             return False
-        size = _I32.unpack_from(data, i)[0]
+        size, _key, _ver, corr, clen = _HDR.unpack_from(data, i)
         end = i + 4 + size
         if end > len(data):
-            return conf == 2
+            # not confirmable yet (its body, the next frame): believed only when it continues the
+            # connection, its correlation id just past the last request's and the same client id
+            if conf < 2 or self.last_corr is None or not 0 < corr - self.last_corr <= CORR_WINDOW:
+                return False
+            cid = bytes(data[i + 14 : i + 14 + clen]).decode("utf-8", "replace") if clen >= 0 else None
+            return self.client_id is None or cid == self.client_id
         if conf == 2:
             frame = bytes(data[i + 4 : end])
             try:
@@ -559,6 +569,7 @@ class KafkaConversation(Conversation):
             out.append(self._error_row(C2S, offset, e.status, f"request header: {e}", None, size, ts0, ts1))
             return
         self._note_request(h.correlation_id, h.api_key, h.api_version)
+        self.client_id = h.client_id
         name = api_name(h.api_key)
         row = {
             "direction": C2S,
@@ -681,6 +692,7 @@ class KafkaConversation(Conversation):
                 self.requested[kv] = schema.plan(key, ver, "response") is not None
             else:
                 self.requested_overflow = True
+        self.last_corr = corr
         self.recent_reqs[corr] = kv
         self.recent_reqs.move_to_end(corr)
         if len(self.recent_reqs) > RECENT_REQUESTS:
