@@ -332,7 +332,10 @@ def test_records_beyond_the_snap_length_and_empty_records(tmp_path):
     assert len(rdpcap(path)) == 8
     rows, stats = read_path(path)
     assert [r["payload"] for r in rows] == [b"payload %02d " % i * 4 for i in range(6)]
-    got = {k: total(stats, k) for k in ("records", "caplen_over_snaplen", "empty_records", "malformed", "damaged")}
+    got = {
+        k: total(stats, k)
+        for k in ("records", "caplen_over_snaplen", "empty_records", "malformed", "damaged")
+    }
     assert got == {"records": 8, "caplen_over_snaplen": 6, "empty_records": 2, "malformed": 0, "damaged": 0}
 
 

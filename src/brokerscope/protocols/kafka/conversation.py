@@ -52,7 +52,7 @@ def api_name(key: int) -> str | None:
     return schema.api_name(key) or EXTRA_API_NAMES.get(key)
 
 
-def _typed(key: int) -> bool:
+def _named_not_sasl(key: int) -> bool:
     """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one
     (Context.raw)."""
     return api_name(key) is not None and key not in AUTH_API_KEYS
@@ -333,7 +333,7 @@ class KafkaConversation(Conversation):
         """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one whose
         start is confirmed: the direction is in step (Context.raw). The first frame of a mid-stream
         capture is a guess, and a wrong guess spans the real frames after it."""
-        return self.in_step[d] and _typed(key)
+        return self.in_step[d] and _named_not_sasl(key)
 
     def _lose_step(self, d: str) -> None:
         self.resync[d] = True
