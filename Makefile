@@ -7,7 +7,7 @@ LAKE   ?= lake
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint bench clean java-check
+.PHONY: demo test lint bench fuzz clean java-check
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "brokerscope needs Java 17 or newer for Spark: install it (Debian: apt-get install -y openjdk-17-jre-headless) and retry."; exit 1; }
@@ -40,6 +40,11 @@ lint: $(TSTAMP)
 
 bench: $(STAMP)
 	$(PY) bench/read_bench.py --generate 120
+
+## make fuzz: fuzz every target (tests/fuzz) for FUZZ_SECONDS each; failing inputs are printed
+FUZZ_SECONDS ?= 600
+fuzz: $(TSTAMP)
+	$(PY) -m tests.fuzz.run --target all --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(LAKE) .pytest_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""Coverage-guided fuzzing of brokerscope with atheris (see tests/fuzz/run.py)."""

@@ -1,0 +1,215 @@
+"""Seed corpora for the fuzz targets, built at run time from sample_data/ (nothing binary is
+committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>/seed-*.
+
+- decoders: each TCP connection of the sample captures, read by the project's capture reader and
+  reassembled by its TcpConnection, as data/gap events in the decoder encoding;
+- kafka_segment: sample_data/kafka/segments with and without its index files;
+- iggy_segment: the segments the Iggy segment tests write (three layouts);
+- capture: the small sample captures (one also gzip-compressed);
+- tcp: the sample captures' connections with absolute sequence numbers, and a few scenarios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+from brokerscope.protocols import base
+
+from . import targets as T
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_data"
+MAX_SEED = 1 << 16  # matches run.py's default -max_len
+
+
+def _protocol_of(path: Path) -> str | None:
+    top = path.relative_to(SAMPLES).parts[0]
+    if top in ("kafka", "pulsar", "iggy", "tubemq"):
+        return top
+    if top == "public":
+        return "iggy" if "iggy" in path.name else "kafka"
+    return None
+
+
+def captures() -> list[Path]:
+    return sorted(p for ext in ("pcap", "pcapng") for p in SAMPLES.rglob(f"*.{ext}"))
+
+
+def connections(path: Path) -> Iterator[tuple[tuple, tuple, list]]:
+    """(lo, hi, packets in capture order) per 4-tuple of a capture, via the project's reader."""
+    from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+    from brokerscope.tcp import Packet
+
+    kind = identify(path)
+    conns: dict[tuple, list] = defaultdict(list)
+    for sp in plan_splits(path, 0, capture_id(path), kind, 0):
+        for b in read_split(sp):
+            if parse_stats(b) is not None:
+                continue
+            for r in b.to_pylist():
+                pkt = Packet(
+                    r["ts_ns"],
+                    r["from_lo"],
+                    r["seq"],
+                    r["ack"],
+                    r["flags"],
+                    r["window"],
+                    r["payload"] or b"",
+                    r["payload_len"],
+                    r["wire_len"],
+                    r["snap_truncated"],
+                )
+                conns[(r["lo_ip"], r["lo_port"], r["hi_ip"], r["hi_port"])].append(pkt)
+    for (lo_ip, lo_p, hi_ip, hi_p), pkts in conns.items():
+        pkts.sort(key=lambda p: p.ts_ns)
+        yield (lo_ip, lo_p), (hi_ip, hi_p), pkts
+
+
+def decoder_seeds(protocol: str) -> Iterator[bytes]:
+    """Each connection of the protocol's sample captures as decoder input (cut at MAX_SEED)."""
+    from brokerscope.tcp import TcpConnection
+
+    ports = set(base.get(protocol).default_ports)
+    for path in captures():
+        if _protocol_of(path) != protocol:
+            continue
+        for lo, hi, pkts in connections(path):
+            tcp = TcpConnection(pkts[0])
+            events = [ev for p in pkts for ev in tcp.add(p)] + tcp.finish()
+            client_is_lo = tcp.client_is_lo
+            if client_is_lo is None:
+                client_is_lo = hi[1] in ports or (lo[1] not in ports and lo[1] > hi[1])
+            out = []
+            for kind, from_lo, val, _ts in events:
+                direction = base.C2S if from_lo == client_is_lo else base.S2C
+                out.append((kind, direction, val))
+            seed = T.encode_stream(out, cfg=1 if tcp.midstream else 0)
+            if len(seed) > 1:
+                yield seed[:MAX_SEED]
+
+
+def kafka_segment_seeds() -> Iterator[bytes]:
+    for log in sorted((SAMPLES / "kafka" / "segments").rglob("*.log")):
+        stem = str(log)[:-4]
+        data = log.read_bytes()
+        index = Path(stem + ".index").read_bytes() if Path(stem + ".index").exists() else None
+        tindex = Path(stem + ".timeindex").read_bytes() if Path(stem + ".timeindex").exists() else None
+        yield T.encode_segment(data, [index, tindex])
+        yield T.encode_segment(data, [None, None], cfg=2 << 3)  # split every 100 bytes, no indexes
+        yield T.encode_segment(data[: len(data) * 2 // 3], [index, tindex], cfg=1)  # torn tail
+
+
+def iggy_segment_seeds() -> Iterator[bytes]:
+    """The three layouts, written by the Iggy segment tests' own writers."""
+    from tests.unit.iggy import test_iggy_segments as its
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, write in enumerate(
+            (
+                lambda d: its.write_new(d, its.MSGS, 64),
+                lambda d: its.write_new(d, its.MSGS, 56, index="start"),
+                lambda d: its.write_legacy(d, its.MSGS),
+                lambda d: its.write_batches(d, its.VSR_MSGS),
+            )
+        ):
+            d = Path(tmp) / str(i)
+            path, log = write(its.part_dir(d))
+            idx = path.with_suffix(".index")
+            index = idx.read_bytes() if idx.exists() else None
+            cfg = 0 if i == 2 else 1  # BASE_OFFSETS[1] = 100, BASE_OFFSETS[0] = 0: as written
+            yield T.encode_segment(log, [index], cfg=cfg)
+
+
+def capture_seeds() -> Iterator[bytes]:
+    small = [p for p in captures() if p.stat().st_size <= 24 * 1024]
+    for p in small:
+        yield b"\x00" + p.read_bytes()
+    if small:
+        yield b"\x01" + small[0].read_bytes()  # gzip-compressed by the target
+        yield bytes([3 << 1]) + small[-1].read_bytes()  # split every 500 bytes
+
+
+def tcp_seeds() -> Iterator[bytes]:
+    from brokerscope.tcp import ACK, FIN, PSH, SYN
+
+    # a handshake, in-order data both ways, a hole filled later, a retransmission, FINs
+    yield T.encode_tcp(
+        [
+            (SYN, True, 0, 0, 0, 0, 0, None, 1, False),
+            (SYN | ACK, False, 0, 0, 0, 0, 0, None, 1, False),
+            (ACK, True, 0, 0, 0, 0, 0, None, 1, False),
+            (PSH | ACK, True, 0, 0, 0, 0, 100, None, 1, False),
+            (PSH | ACK, False, 0, 0, 0, 0, 300, None, 1, False),
+            (PSH | ACK, True, 1, 50, 0, 0, 40, None, 1, False),
+            (PSH | ACK, True, 2, 90, 0, 0, 50, None, 1, False),
+            (PSH | ACK, True, 0, 0, 0, 0, 10, 128, 1, False),
+            (ACK, False, 0, 0, 1, 20, 0, None, 1, True),
+            (FIN | ACK, True, 0, 0, 0, 0, 0, None, 1, False),
+            (FIN | ACK, False, 0, 0, 0, 0, 0, None, 1, False),
+        ]
+    )
+    n = 0
+    for path in captures():
+        if path.stat().st_size > 24 * 1024:
+            continue
+        for _lo, _hi, pkts in connections(path):
+            recs = [
+                (p.flags, p.from_lo, 3, p.seq, 3, p.ack, p.payload_len % 3000, None, 1, p.window == 0)
+                for p in pkts[: MAX_SEED // 13]
+            ]
+            yield T.encode_tcp(recs)
+            n += 1
+            if n >= 12:
+                return
+
+
+SEEDS = {
+    "kafka": lambda: decoder_seeds("kafka"),
+    "pulsar": lambda: decoder_seeds("pulsar"),
+    "iggy": lambda: decoder_seeds("iggy"),
+    "tubemq": lambda: decoder_seeds("tubemq"),
+    "kafka_segment": kafka_segment_seeds,
+    "iggy_segment": iggy_segment_seeds,
+    "capture": capture_seeds,
+    "tcp": tcp_seeds,
+}
+
+
+def write_seeds(target: str, directory: str | os.PathLike, limit: int = 200) -> int:
+    """Write up to `limit` distinct seeds of `target` into `directory`; return how many."""
+    os.makedirs(directory, exist_ok=True)
+    seen: set[str] = set()
+    for seed in SEEDS[target]():
+        h = hashlib.sha1(seed).hexdigest()
+        if h in seen:
+            continue
+        seen.add(h)
+        with open(os.path.join(directory, f"seed-{h[:16]}"), "wb") as f:
+            f.write(seed)
+        if len(seen) >= limit:
+            break
+    return len(seen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir")
+    ap.add_argument("--target", default="all", choices=["all", *SEEDS])
+    a = ap.parse_args(argv)
+    for t in SEEDS if a.target == "all" else [a.target]:
+        n = write_seeds(t, os.path.join(a.dir, t))
+        size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(a.dir, t, "*")))
+        print(f"{t}: {n} seeds, {size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

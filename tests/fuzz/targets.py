@@ -1,0 +1,492 @@
+"""Fuzz targets: one function per target, each taking the fuzzer's `data: bytes`.
+
+Every target turns arbitrary bytes into calls of real brokerscope code and checks invariants; a
+violated invariant raises `FuzzFailure`, any other exception is a finding as it stands. Nothing
+here imports atheris, so the found inputs replay in the plain test suite
+(tests/unit/test_fuzz_found.py).
+
+Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `encode_*` helpers):
+
+- decoders (kafka, pulsar, iggy, tubemq): a config byte (see `_decoder_context`), then records
+  `[op u8][arg u16 BE][arg bytes if data]`: op bit0 = direction (0 c2s, 1 s2c), bit1 = gap (arg
+  is the gap size, scaled by `4 ** (op >> 4)`), bits2-3 = time step before the call.
+- segment readers: a config byte (file name, split size, limits), `[len u16 BE]` per companion
+  file (kafka: .index, .timeindex; iggy: .index; 0 = absent), the companion files, then the `.log`.
+- capture: a config byte (gzip, split size, fragment and batch limits), then the file bytes.
+- tcp: a config byte (reorder and idle limits), then 13-byte packet records (see `_tcp_packets`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+from brokerscope import tables
+from brokerscope.protocols import base
+
+T0 = 1_700_000_000_000_000_000  # capture time of the first call, ns
+DT = (1_000, 0, 1_000_000, 2_000_000_000)  # time steps between calls (op bits 2-3)
+NONNEG = {"latencies": "latency_us", "acks": "ack_latency_us"}
+
+
+class FuzzFailure(AssertionError):
+    """An invariant did not hold. `kind` is stable across inputs (it names the bug class)."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+def check(ok: object, kind: str, detail: str = "") -> None:
+    if not ok:
+        raise FuzzFailure(kind, detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
+
+
+def check_rows(rows: Iterable, shared: dict) -> dict[str, int]:
+    """Every row is (table, dict); no negative latency; each table's rows conform (as the pipeline
+    does it: the driver's shared columns added, side-channel rows left out). Returns row counts."""
+    by_table: dict[str, list[dict]] = defaultdict(list)
+    for item in rows:
+        check(isinstance(item, tuple) and len(item) == 2, "row is not a (table, dict) pair", repr(item)[:200])
+        table, row = item
+        check(isinstance(row, dict), "row is not a dict", f"{table}: {type(row).__name__}")
+        if table == base.TOPIC_NAMES:
+            check({"topic_id", "topic"} <= row.keys(), "topic-names row without topic_id/topic", repr(row))
+            continue
+        check(table in tables.DECODED_TABLES, "row of an unknown table", repr(table))
+        by_table[table].append({**row, **shared})
+    for table, rs in by_table.items():
+        try:
+            batch = tables.conform(table, rs)
+        except Exception as e:
+            raise FuzzFailure(f"conform({table}) raised {type(e).__name__}", str(e)[:300]) from e
+        col = NONNEG.get(table)
+        if col is not None:
+            _check_non_negative(rs, batch, col)
+    return {t: len(rs) for t, rs in by_table.items()}
+
+
+def _check_non_negative(rows: list[dict], batch, col: str) -> None:
+    """No negative duration is written; one the decoder gave (a response whose first packet was
+    captured before its request's last) is a null with an anomaly naming the column."""
+    written = batch.column(col).to_pylist()
+    anomalies = batch.column("anomalies").to_pylist()
+    for row, w, an in zip(rows, written, anomalies):
+        check(w is None or w >= 0, f"negative {col} written", f"{w} in {row}"[:300])
+        given = row.get(col)
+        if given is not None and given < 0:
+            check(w is None, f"negative {col} kept", repr(row)[:300])
+            check(any(a.startswith(col) for a in an or ()), f"negative {col} without an anomaly", repr(an))
+
+
+# ---------------------------------------------------------------------------------------------
+# protocol decoders
+
+_PORTS = {"kafka": 9092, "pulsar": 6650, "iggy": 8090, "tubemq": 8123}
+_MODES = ("keep", "truncate", "hash", "drop")
+
+
+def _decoder_context(cfg: int) -> tuple[base.Context, bool]:
+    """(context, midstream) from the config byte: bit0 midstream, bits1-2 payload policy, bit3 a
+    4 KiB frame limit, bit4 a 4 KiB decompression limit, bit5 policy on keys, bit6 16-byte raw."""
+    ctx = base.Context(
+        max_frame_bytes=4096 if cfg & 8 else base.Context.max_frame_bytes,
+        max_decompressed_bytes=4096 if cfg & 16 else base.Context.max_decompressed_bytes,
+        max_raw_bytes=16 if cfg & 64 else base.Context.max_raw_bytes,
+        payload=base.PayloadPolicy(
+            mode=_MODES[(cfg >> 1) & 3], truncate_bytes=8, apply_to_keys=bool(cfg & 32)
+        ),
+    )
+    return ctx, bool(cfg & 1)
+
+
+def stream_ops(data: bytes) -> Iterator[tuple[str, str, int, bytes | int]]:
+    """(kind "data"/"gap", direction, time step, bytes or gap size) from decoder-encoded records."""
+    pos, n = 0, len(data)
+    while pos + 3 <= n:
+        op = data[pos]
+        (arg,) = struct.unpack_from(">H", data, pos + 1)
+        pos += 3
+        direction = base.S2C if op & 1 else base.C2S
+        dt = DT[(op >> 2) & 3]
+        if op & 2:
+            yield "gap", direction, dt, max(1, arg << (2 * (op >> 4)))
+        else:
+            chunk = data[pos : pos + arg]
+            pos += arg
+            yield "data", direction, dt, chunk
+
+
+def encode_stream(events: Iterable[tuple[str, str, bytes | int]], cfg: int = 0) -> bytes:
+    """The decoder encoding of (kind, direction, bytes or gap size) events (1 µs apart)."""
+    out = bytearray([cfg])
+    for kind, direction, val in events:
+        d = 1 if direction == base.S2C else 0
+        if kind == "gap":
+            n, shift = int(val), 0
+            while n > 0xFFFF and shift < 15:  # rounds very large gaps down to what fits
+                n, shift = n >> 2, shift + 1
+            out += bytes([d | 2 | (shift << 4)]) + struct.pack(">H", min(n, 0xFFFF))
+            continue
+        for i in range(0, len(val), 0xFFFF):
+            chunk = val[i : i + 0xFFFF]
+            out += bytes([d]) + struct.pack(">H", len(chunk)) + chunk
+    return bytes(out)
+
+
+def decode(name: str, data: bytes) -> tuple[list, dict]:
+    """Drive one conversation of protocol `name` with `data`: (its rows, the driver's shared
+    columns)."""
+    cfg = data[0] if data else 0
+    ctx, midstream = _decoder_context(cfg)
+    conn = base.ConnInfo("fuzz", "10.0.0.1", 50000, "10.0.0.2", _PORTS[name], midstream)
+    conv = base.protocols()[name].conversation(conn, ctx)
+    rows: list = []
+    t = T0
+    for kind, direction, dt, val in stream_ops(data[1:]):
+        t += dt
+        if kind == "gap":
+            rows.extend(conv.gap(direction, val, t) or ())
+        elif val:  # reassembly never delivers empty data
+            rows.extend(conv.feed(direction, val, t) or ())
+    rows.extend(conv.close() or ())
+    shared = {
+        "capture_id": "fuzz",
+        "protocol": name,
+        "conn_id": conn.conn_id,
+        "client_ip": conn.client_ip,
+        "client_port": conn.client_port,
+        "server_ip": conn.server_ip,
+        "server_port": conn.server_port,
+    }
+    return rows, shared
+
+
+def run_decoder(name: str, data: bytes) -> dict[str, int]:
+    """Drive one conversation of protocol `name` with `data`, then check its rows."""
+    return check_rows(*decode(name, data))
+
+
+def fuzz_kafka(data: bytes) -> None:
+    run_decoder("kafka", data)
+
+
+def fuzz_pulsar(data: bytes) -> None:
+    run_decoder("pulsar", data)
+
+
+def fuzz_iggy(data: bytes) -> None:
+    run_decoder("iggy", data)
+
+
+def fuzz_tubemq(data: bytes) -> None:
+    run_decoder("tubemq", data)
+
+
+# ---------------------------------------------------------------------------------------------
+# segment readers
+
+_WORKDIR: str | None = None
+BASE_OFFSETS = (0, 100, 5, 2**31 - 1, 2**32, 2**63 - 1, 99_999_999_999_999_999_999, 10**19)
+SPLITS = (1 << 30, 1, 100, 4096)
+
+
+def workdir() -> str:
+    """One scratch directory per process, reused by every input (under $BROKERSCOPE_FUZZ_WORKDIR
+    when set: the fuzz driver removes that one afterwards)."""
+    global _WORKDIR
+    if _WORKDIR is None:
+        _WORKDIR = tempfile.mkdtemp(
+            prefix="brokerscope-fuzz-", dir=os.environ.get("BROKERSCOPE_FUZZ_WORKDIR")
+        )
+    return _WORKDIR
+
+
+def _fresh_dir(*parts: str) -> str:
+    d = os.path.join(workdir(), *parts)
+    os.makedirs(d, exist_ok=True)
+    for n in os.listdir(d):
+        os.unlink(os.path.join(d, n))
+    return d
+
+
+def _segment_context(cfg: int) -> base.Context:
+    return base.Context(
+        max_frame_bytes=4096 if cfg & 32 else base.Context.max_frame_bytes,
+        max_decompressed_bytes=4096 if cfg & 64 else base.Context.max_decompressed_bytes,
+        payload=base.PayloadPolicy(mode="hash" if cfg & 128 else "keep"),
+    )
+
+
+def split_segment(data: bytes, companions: int) -> tuple[int, list[bytes], bytes]:
+    """(config byte, companion files, log) from a segment-encoded input."""
+    cfg = data[0] if data else 0
+    pos = 1
+    lens = []
+    for _ in range(companions):
+        lens.append(struct.unpack_from(">H", data, pos)[0] if pos + 2 <= len(data) else 0)
+        pos += 2
+    parts = []
+    for n in lens:
+        parts.append(data[pos : pos + n])
+        pos += n
+    return cfg, parts, data[pos:]
+
+
+def encode_segment(log: bytes, companions: list[bytes | None], cfg: int = 0) -> bytes:
+    """The segment encoding of a log and its companion files (None or b"": absent)."""
+    comps = [(c or b"")[:0xFFFF] for c in companions]
+    return bytes([cfg]) + b"".join(struct.pack(">H", len(c)) for c in comps) + b"".join(comps) + log
+
+
+def _write(path: str, data: bytes | None) -> None:
+    if data:
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def _read_segment(mod, path: str, split: int, ctx: base.Context, proto: str) -> dict[str, int]:
+    mod.matches(path)  # discovery's check: must not raise either
+    rows: list = []
+    for start, end in mod.plan(path, split):
+        check(0 <= start <= end <= os.path.getsize(path), "plan range outside the file", f"{start}-{end}")
+        rows.extend(mod.read(path, start, end, ctx))
+    return check_rows(rows, {"capture_id": "fuzz", "protocol": proto})
+
+
+def fuzz_kafka_segment(data: bytes) -> None:
+    """A Kafka `.log` with optional `.index` / `.timeindex` in `<topic>-<partition>/`."""
+    from brokerscope.segments import kafka as seg
+
+    cfg, (index, timeindex), log = split_segment(data, 2)
+    d = _fresh_dir("kafka", "fuzz-topic-3")
+    stem = os.path.join(d, f"{BASE_OFFSETS[cfg & 7]:020d}")
+    _write(stem + ".log", log or b"")
+    open(stem + ".log", "ab").close()  # an empty log exists too
+    _write(stem + ".index", index)
+    _write(stem + ".timeindex", timeindex)
+    _read_segment(seg, stem + ".log", SPLITS[(cfg >> 3) & 3], _segment_context(cfg), "kafka")
+
+
+def fuzz_iggy_segment(data: bytes) -> None:
+    """An Iggy `.log` with an optional `.index` in `streams/<s>/topics/<t>/partitions/<p>/`."""
+    from brokerscope.segments import iggy as seg
+
+    cfg, (index,), log = split_segment(data, 1)
+    d = _fresh_dir("iggy", "streams", "1", "topics", "2", "partitions", "3")
+    stem = os.path.join(d, f"{BASE_OFFSETS[cfg & 7]:020d}")
+    _write(stem + ".log", log)
+    open(stem + ".log", "ab").close()
+    _write(stem + ".index", index)
+    _read_segment(seg, stem + ".log", SPLITS[(cfg >> 3) & 3], _segment_context(cfg), "iggy")
+
+
+# ---------------------------------------------------------------------------------------------
+# capture reader
+
+CAPTURE_SPLITS = (0, 24, 97, 500, 4096, 1 << 20, 7, 64)
+_ROW_COLS = ["lo_ip", "lo_port", "hi_port", "payload_len", "payload", "snap_truncated", "wire_len"]
+
+
+def fuzz_capture(data: bytes) -> None:
+    """A pcap / pcapng file (gzip-compressed when cfg bit0), read split by split as tasks do."""
+    from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+    from brokerscope.capture.files import KINDS
+
+    cfg = data[0] if data else 0
+    body = data[1:]
+    if cfg & 1:
+        body = gzip.compress(body, 1)
+    path = os.path.join(workdir(), "capture.gz" if cfg & 1 else "capture.pcap")
+    with open(path, "wb") as f:
+        f.write(body)
+    kind = identify(path)
+    if kind not in KINDS:
+        return  # discovery skips it
+    cid = capture_id(path)
+    for sp in plan_splits(path, 0, cid, kind, CAPTURE_SPLITS[(cfg >> 1) & 7]):
+        batches = list(
+            read_split(
+                sp, batch_packets=1 if cfg & 32 else 8192, max_pending_fragments=1 if cfg & 16 else 4096
+            )
+        )
+        check(batches and parse_stats(batches[-1]) is not None, "split does not end with its stats batch")
+        for b in batches[:-1]:
+            check(parse_stats(b) is None, "stats batch before the end of a split")
+            check(b.schema.equals(tables.PACKETS), "packets batch with another schema", str(b.schema)[:300])
+            for r in b.select(_ROW_COLS).to_pylist():
+                check(r["lo_ip"] is not None, "packet row without lo_ip")
+                check(
+                    0 <= r["lo_port"] < 65536 and 0 <= r["hi_port"] < 65536,
+                    "port out of range",
+                    repr(r)[:200],
+                )
+                check(r["payload_len"] >= 0, "negative payload_len", repr(r)[:200])
+                pl = r["payload"] or b""
+                check(len(pl) <= r["payload_len"], "payload longer than payload_len", repr(r)[:200])
+                check(
+                    len(pl) == r["payload_len"] or r["snap_truncated"],
+                    "short payload not marked snap_truncated",
+                    repr(r)[:200],
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# TCP reassembly
+
+_REC = struct.Struct(">BBIIHB")  # flags/dir/snap, modes, seq param, ack param, payload len, cap
+MASK = 0xFFFFFFFF
+
+
+def _byte_at(seq: int) -> int:
+    """The content of sequence number `seq` (the same in every copy, so delivery can be checked)."""
+    seq &= MASK
+    return (seq * 2654435761 >> 13) & 0xFF
+
+
+def _payload(seq: int, n: int) -> bytes:
+    return bytes(_byte_at(seq + i) for i in range(n))
+
+
+def encode_tcp(packets: Iterable[tuple], cfg: int = 0) -> bytes:
+    """The tcp encoding of (flags, from_lo, seq_mode, seq_param, ack_mode, ack_param, payload_len,
+    captured_fraction_or_None, dt_sel, window_zero) tuples."""
+    out = bytearray([cfg])
+    for flags, from_lo, sm, sp, am, ap, n, cap, dt, wz in packets:
+        b0 = (flags & 0x3F) | (0x40 if from_lo else 0) | (0x80 if cap is not None else 0)
+        b1 = sm | am << 2 | dt << 4 | (0x40 if wz else 0)
+        out += _REC.pack(b0, b1, sp & MASK, ap & MASK, n, cap or 0)
+    return bytes(out)
+
+
+def _tcp_packets(data: bytes):
+    """Packets from 13-byte records. Sequence numbers follow a sender model: mode 0 the next byte
+    the sender would send, 1 that plus param (a hole), 2 that minus param (a retransmission), 3
+    absolute; ACKs likewise from the peer's next byte (0 exactly, 1 behind, 2 ahead, 3 absolute).
+    The payload's content is a function of each byte's sequence number."""
+    from brokerscope.tcp import FIN, SYN, Packet
+
+    nxt = {True: 1000, False: 900_000}
+    t = T0
+    for off in range(0, len(data) - _REC.size + 1, _REC.size):
+        b0, b1, sp, ap, n, cap = _REC.unpack_from(data, off)
+        flags, from_lo, snap = b0 & 0x3F, bool(b0 & 0x40), bool(b0 & 0x80)
+        n %= 3000
+        sm, am = b1 & 3, (b1 >> 2) & 3
+        t += (0, 1_000, 2_000_000_000, 700_000_000_000)[(b1 >> 4) & 3]
+        base_seq = nxt[from_lo]
+        seq = (base_seq, base_seq + (sp & 0xFFFF), base_seq - (sp & 0xFFFF), sp)[sm] & MASK
+        peer = nxt[not from_lo]
+        ack = (peer, peer - (ap & 0xFFFF), peer + (ap & 0xFFFF), ap)[am] & MASK
+        data_seq = (seq + 1) & MASK if flags & SYN else seq
+        captured = n * cap // 255 if snap else n
+        payload = _payload(data_seq, captured)
+        if sm != 2:
+            nxt[from_lo] = (data_seq + n + (1 if flags & FIN else 0)) & MASK
+        yield Packet(t, from_lo, seq, ack, flags, 0 if b1 & 0x40 else 65535, payload, n, n + 54, snap)
+
+
+def fuzz_tcp(data: bytes) -> None:
+    """Packets of one 4-tuple through TcpConnection as the stream driver feeds them (a new
+    connection when `starts_new`); delivered bytes are checked against what was sent."""
+    from brokerscope.tcp import DATA, FIN, GAP, TcpConnection
+
+    cfg = data[0] if data else 0
+    kw = {
+        "max_reorder_bytes": 4096 if cfg & 1 else 8 << 20,
+        "reorder_timeout_ns": 1_000_000 if cfg & 2 else 5_000_000_000,
+        "idle_timeout_ns": 1_000_000_000 if cfg & 4 else 600_000_000_000,
+    }
+    conn: TcpConnection | None = None
+    state: dict = {}
+
+    def finish() -> None:
+        if conn is not None:
+            account(conn.finish())
+            verify(conn, state)
+
+    def account(events: list) -> None:
+        for ev in events:
+            kind, from_lo = ev[0], ev[1]
+            s = state[from_lo]
+            if kind == DATA:
+                chunk = ev[2]
+                check(len(chunk) > 0, "empty data event")
+                s["data"] += len(chunk)
+                reasm = conn.direction(from_lo).reasm
+                if not s["fin"] and reasm.base_seq is not None:
+                    want = _payload(reasm.base_seq + s["off"], len(chunk))
+                    check(
+                        bytes(chunk) == want, "delivered bytes differ from the bytes sent", f"at {s['off']}"
+                    )
+                s["off"] += len(chunk)
+            elif kind == GAP:
+                check(ev[2] > 0, "gap event of no bytes", repr(ev))
+                s["gap"] += ev[2]
+                s["off"] += ev[2]
+            else:
+                raise FuzzFailure("unknown event kind", repr(ev)[:100])
+
+    for pkt in _tcp_packets(data[1:]):
+        if conn is None or conn.starts_new(pkt):
+            finish()
+            conn = TcpConnection(pkt, **kw)
+            state = {d: {"sent": 0, "data": 0, "gap": 0, "off": 0, "fin": False} for d in (True, False)}
+        s = state[pkt.from_lo]
+        s["sent"] += len(pkt.payload)
+        if pkt.flags & FIN:  # the FIN takes a stream offset no event reports: stop comparing content
+            s["fin"] = True
+        account(conn.add(pkt))
+    finish()
+
+
+def verify(conn, state: dict) -> None:
+    """Counters non-negative; data delivered = the reassembler's count <= captured bytes sent."""
+    for from_lo in (True, False):
+        d = conn.direction(from_lo)
+        r = d.reasm
+        s = state[from_lo]
+        for name in (
+            "delivered_bytes",
+            "retransmitted_bytes",
+            "out_of_order",
+            "gap_count",
+            "gap_bytes",
+            "keepalives",
+            "zero_window_probes",
+            "buffered_bytes",
+        ):
+            v = getattr(r, name)
+            check(v >= 0, f"negative counter {name}", str(v))
+        for name in ("packets", "payload_bytes", "frame_bytes", "snap_truncated_packets"):
+            check(getattr(d, name) >= 0, f"negative counter {name}", str(getattr(d, name)))
+        check(r.buffered_bytes == 0, "bytes still held after finish", str(r.buffered_bytes))
+        check(
+            s["data"] == r.delivered_bytes,
+            "data events disagree with delivered_bytes",
+            f"{s} {r.delivered_bytes}",
+        )
+        check(s["data"] <= s["sent"], "delivered more bytes than were captured", f"{s['data']} > {s['sent']}")
+        check(s["gap"] == r.gap_bytes, "gap events disagree with gap_bytes", f"{s['gap']} != {r.gap_bytes}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "kafka": fuzz_kafka,
+    "pulsar": fuzz_pulsar,
+    "iggy": fuzz_iggy,
+    "tubemq": fuzz_tubemq,
+    "kafka_segment": fuzz_kafka_segment,
+    "iggy_segment": fuzz_iggy_segment,
+    "capture": fuzz_capture,
+    "tcp": fuzz_tcp,
+}
