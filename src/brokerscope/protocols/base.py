@@ -25,7 +25,7 @@ import importlib.util
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 Row = tuple[str, dict]
@@ -47,6 +47,10 @@ GAP = "gap"
 UNKNOWN_COMMAND = "unknown_command"
 DECOMPRESSION_FAILED = "decompression_failed"
 DECODER_ERROR = "decoder_error"  # the decoder (or a segment reader) raised: retired, the task goes on
+
+# A frame beyond its size limit whose header is credible is skipped exactly, but only up to this
+# many times the limit: a larger declared size is taken as damage, and the direction resyncs.
+SKIP_LIMIT_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,11 @@ class StreamBuffer:
     def peek(self, n: int) -> bytes:
         return bytes(self._buf[self._start : self._start + n])
 
+    def find(self, sub: bytes, start: int = 0) -> int:
+        """Index (from the first pending byte) of `sub` at or after `start`, or -1; no copy."""
+        i = self._buf.find(sub, self._start + start)
+        return -1 if i < 0 else i - self._start
+
     def consume(self, n: int) -> None:
         n = min(n, len(self))
         self._start += n
@@ -241,6 +250,76 @@ class StreamBuffer:
             if off <= stream_offset:
                 break
         return ts
+
+
+# verdicts of a resync candidate (FrameHunt)
+NOT_A_FRAME, TENTATIVE, CONFIRMED = 0, 1, 2
+
+
+class FrameHunt:
+    """The search for a frame start in one direction after damage (a gap, garbage, a false size).
+
+    `judge(data, i)` rates the bytes at `i`: CONFIRMED when the frame is credible and checked as
+    far as the buffer allows (its body decodes and the next frame is plausible, or it continues
+    the connection's sequence), TENTATIVE when its header is credible but its frame is not all
+    buffered yet, NOT_A_FRAME otherwise. The first confirmed candidate wins. Tentative ones are
+    held, with everything after them, until their frames are all here and judged again, or a
+    confirmed candidate shows them false: a size read out of payload bytes cannot swallow the
+    real frames that follow. Scanning resumes where it stopped, so a large frame arriving in
+    pieces is not rescanned from its start.
+    """
+
+    MAX_HELD = 64  # tentative candidates held at once; beyond, new ones are passed over
+
+    __slots__ = ("held", "scanned")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.held: list[int] = []  # stream offsets of tentative candidates, in order
+        self.scanned: int | None = None  # stream offset up to which every start was judged
+
+    def run(
+        self,
+        buf: StreamBuffer,
+        judge: Callable[[memoryview, int], int],
+        min_len: int,
+        jump: Callable[[memoryview, int], int] | None = None,
+    ) -> tuple[int | None, int]:
+        """(index of the frame start found or None, bytes that can be dropped as garbage).
+
+        `min_len` is the fewest bytes a judgement needs; `jump(data, i)` may name the next index
+        worth judging (at least i)."""
+        data = buf.data
+        n, base_off = len(data), buf.offset
+        held = []
+        for off in self.held:
+            if off < base_off:
+                continue
+            v = judge(data, off - base_off)
+            if v == CONFIRMED:
+                self.reset()
+                return off - base_off, off - base_off
+            if v == TENTATIVE:
+                held.append(off)
+        self.held = held
+        i = 0 if self.scanned is None else max(0, self.scanned - base_off)
+        last = n - min_len  # the last index that can be judged now
+        while i <= last:
+            if jump is not None:
+                i = min(jump(data, i), last + 1)
+                if i > last:
+                    break
+            v = judge(data, i)
+            if v == CONFIRMED:
+                self.reset()
+                return i, i
+            if v == TENTATIVE and len(held) < self.MAX_HELD:
+                held.append(base_off + i)
+            i += 1
+        self.scanned = base_off + i
+        return None, (held[0] - base_off if held else i)
 
 
 # ---------------------------------------------------------------------------------------------

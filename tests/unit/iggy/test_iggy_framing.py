@@ -337,3 +337,75 @@ def test_damaged_logins_never_leak_the_password():
             chunks.append((d, bytes(b)))
         rows = run(chunks)
         assert secret not in repr(rows).encode()
+
+
+# a request header hidden in a stream name: SEND_MESSAGES claiming 1 MiB, read out of payload bytes
+FALSE_HEADER = u32(1 << 20) + u32(101)
+ABSURD = 2**31 - 1
+
+
+def _absurd_create_stream(framing_req) -> bytes:
+    """A CREATE_STREAM whose length field claims 2^31-1 bytes; its name hides a false header."""
+    frame = bytearray(framing_req(202, u32(1) + s8((FALSE_HEADER + b"abc").decode("latin-1"))))
+    frame[0:4] = u32(ABSURD)
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("chunk", [7, 97, 100_000])
+def test_resync_after_an_absurd_length_finds_the_real_requests(chunk):
+    """Classic framing: the absurd length is recorded as oversize and not skipped; the resync
+    passes over the false header in the name (its frame can never be confirmed) and takes the
+    ten PINGs and the CREATE_STREAM after it, which pair with their responses in order."""
+    good = [req(1)] * 10 + [req(202, u32(2) + s8("s2"))]
+    c2s = login()[0][1] + _absurd_create_stream(req) + b"".join(good)
+    s2c = resp(u32(1)) + resp() * 10 + resp(u32(2) + u64(5) + u32(0) + u64(0) + u64(0) + s8("s2"))
+    feeds = [("c2s", c2s[i : i + chunk]) for i in range(0, len(c2s), chunk)] + [("s2c", s2c)]
+    rows = run(feeds)
+    c2s_rows = [
+        (c.get("command"), c["decode_status"]) for c in table(rows, "commands") if c["direction"] == "c2s"
+    ]
+    assert c2s_rows[:2] == [("LOGIN_USER", "ok"), ("CREATE_STREAM", "oversize")]
+    assert c2s_rows[-11:] == [("PING", "ok")] * 10 + [("CREATE_STREAM", "ok")]
+    assert [s for _, s in c2s_rows[2:-11]] == ["malformed"]  # the rest of the damaged frame
+    lat = table(rows, "latencies")
+    assert [(r["request_command"], r["response_command"]) for r in lat] == [
+        ("LOGIN_USER", "LOGIN_USER"),
+        *[("PING", "PING")] * 10,
+        ("CREATE_STREAM", "CREATE_STREAM"),
+    ]
+    assert all(c["decode_status"] == "ok" for c in table(rows, "commands") if c["direction"] == "s2c")
+
+
+def test_resync_with_request_ids_takes_the_frame_that_continues_the_sequence():
+    """Request-id framing: after the absurd length, the first request whose id follows the last
+    one is taken at once, even before its frame is all buffered."""
+    c2s = req2(1, 1) + _absurd_create_stream(lambda code, p: req2(code, 2, p))
+    c2s += b"".join(req2(1, rid) for rid in range(3, 13))
+    s2c = b"".join(resp2(rid) for rid in [1, *range(3, 13)])
+    rows = run([("c2s", c2s[i : i + 5]) for i in range(0, len(c2s), 5)] + [("s2c", s2c)])
+    ok = [
+        c["correlation_id"]
+        for c in table(rows, "commands")
+        if c["direction"] == "c2s" and c["decode_status"] == "ok"
+    ]
+    assert ok == [1, *range(3, 13)]
+    lat = table(rows, "latencies")
+    assert sorted(r["correlation_id"] for r in lat if r["response_command"] == "PING") == [1, *range(3, 13)]
+
+
+def test_absurd_response_length_is_not_skipped():
+    """A response whose length claims 2^31-1 bytes: recorded, not skipped; the responses after it
+    still pair with their requests."""
+    create = req(202, u32(1) + s8("s"))
+    created = resp(u32(1) + u64(5) + u32(0) + u64(0) + u64(0) + s8("s"))
+    bad = u32(0) + u32(ABSURD) + b"\xee" * 5
+    rows = run([("c2s", create * 3), ("s2c", created + bad + created + created)])
+    s2c = [(c.get("command"), c["decode_status"]) for c in table(rows, "commands") if c["direction"] == "s2c"]
+    assert s2c == [
+        ("CREATE_STREAM", "ok"),
+        (None, "oversize"),
+        (None, "malformed"),
+        ("CREATE_STREAM", "ok"),
+        ("CREATE_STREAM", "ok"),
+    ]
+    assert [r["response_command"] for r in table(rows, "latencies")] == ["CREATE_STREAM"] * 3

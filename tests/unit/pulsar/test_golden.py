@@ -500,3 +500,29 @@ def test_batch_index_ack_set():
     out = run([("c2s", F.SUBSCRIBE), ("c2s", ack([0b1010]))])
     assert [a["message_id"] for a in out["acks"]] == ["5:10:0", "5:10:2"]
     assert json.loads(out["acks"][0]["details"])["batch_size_unknown"] is True
+
+
+@pytest.mark.parametrize("chunk", [5, 64, None])
+def test_resync_after_an_absurd_size_finds_the_real_frames(chunk):
+    """A SEND whose size field claims 2^31-1 bytes is recorded as oversize and not skipped; the
+    damaged frame's tail holds a PING header claiming 1 MiB (a frame inside a payload), which can
+    never be confirmed; the three SENDs and the PING after it are decoded and receipted."""
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    bad = bytearray(F.SEND_7)
+    bad[0:4] = (2**31 - 1).to_bytes(4, "big")
+    false_ping = bytearray(framing.encode_frame(pb.BaseCommand(type=pb.BaseCommand.PING)))
+    false_ping[0:4] = (1 << 20).to_bytes(4, "big")
+    c2s = bytes(bad) + bytes(false_ping) + F.SEND_7 + F.SEND_7 + F.SEND_7 + F.PING
+    out = run([("c2s", F.PRODUCER), ("s2c", F.PRODUCER_SUCCESS), ("c2s", c2s)], chunk=chunk)
+    st = [(r["direction"], r["command"], r["decode_status"]) for r in out["commands"]]
+    assert st[:3] == [
+        ("c2s", "PRODUCER", "ok"),
+        ("s2c", "PRODUCER_SUCCESS", "ok"),
+        ("c2s", "SEND", "oversize"),
+    ]
+    assert st[3][2] == "malformed" and st[4:] == [("c2s", "SEND", "ok")] * 3 + [("c2s", "PING", "ok")]
+    assert (
+        out["commands"][3]["size"] == len(bad) - 4 + len(false_ping) and out["commands"][3].get("raw") is None
+    )
+    assert [m["value"] for m in out["messages"]] == [b"hello pulsar"] * 3

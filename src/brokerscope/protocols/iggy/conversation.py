@@ -60,6 +60,9 @@ MAX_DELIVERED = 100_000
 MAX_STATUS = 100_000  # Iggy error codes are small numbers
 LOGIN_CODES = frozenset({38, 40, 44, 45})
 RESYNC_MAX_STATUS = 10_000  # stricter when hunting for a response header in garbage
+# a resync candidate whose request id is at most this far past the latest request's continues the
+# connection (clients count request ids up by one)
+REQ_ID_WINDOW = 1 << 16
 _II = struct.Struct("<II")
 
 
@@ -121,6 +124,10 @@ class IggyConversation(Conversation):
         self.buf = {C2S: StreamBuffer(), S2C: StreamBuffer()}
         self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to discard
         self.resync = {C2S: False, S2C: False}
+        self.hunt = {C2S: base.FrameHunt(), S2C: base.FrameHunt()}
+        self.garbage: dict[str, list | None] = {C2S: None, S2C: None}  # [offset, size, ts0, ts1]
+        self.last_req_id: int | None = None  # request-id framing: the latest request's id
+        self.closing = False
         self.mode: str | None = None
         self.ordinal = 0
         self.fifo: deque[dict] = deque()  # classic pairing
@@ -156,6 +163,7 @@ class IggyConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
+        self._flush_garbage(direction, rows)
         b = self.buf[direction]
         if len(b):
             rows.append(
@@ -178,6 +186,7 @@ class IggyConversation(Conversation):
             return rows
         self.skip[direction] = 0
         self.resync[direction] = True
+        self.hunt[direction].reset()
         # responses can no longer be paired reliably: close out what is pending
         rows.extend(self._flush_pending())
         return rows
@@ -185,8 +194,12 @@ class IggyConversation(Conversation):
     def close(self) -> list[Row]:
         rows: list[Row] = []
         try:
+            self.closing = True  # a resync candidate at the very end needs no next header
             for d in (C2S, S2C):
                 b = self.buf[d]
+                if len(b) and self.resync[d] and self.mode is not None:
+                    self._drain(d, rows)
+                self._flush_garbage(d, rows)
                 if len(b):
                     rows.append(
                         self._error_row(
@@ -279,73 +292,98 @@ class IggyConversation(Conversation):
                 return
 
     def _resync(self, direction: str, rows: list[Row]) -> bool:
-        """Scan for the next plausible frame header; drop (and record) the bytes before it."""
+        """Hunt for the next credible frame start (base.FrameHunt); drop (and record) the bytes
+        before it. True when the buffer now starts at a frame."""
         b = self.buf[direction]
-        data = bytes(b.data)  # a copy: the buffer is consumed below
-        n = len(data)
-        found = weak = None
-        for i in range(n):
-            if self.mode == VSR:
-                if plausible_vsr(data, i):
-                    found = i
-                    break
-                if n - i < 64:
-                    break
-            elif direction == C2S:
-                if plausible_request(data, i, self.max_frame):
-                    found = i
-                    break
-                if n - i < 8:
-                    break
-            else:
-                if n - i < 8:
-                    break
-                if self._plausible_response(data, i):
-                    nxt = i + 8 + _II.unpack_from(data, i)[1]
-                    # prefer a header whose frame ends the data or is followed by another one
-                    if nxt == n or (nxt + 8 <= n and self._plausible_response(data, nxt)):
-                        found = i
-                        break
-                    if weak is None:
-                        weak = i
+        if self.mode == VSR:
+            judge, min_len = self._judge_vsr, 64
+        elif direction == C2S:
+            judge, min_len = self._judge_request, 8
+        else:
+            judge, min_len = self._judge_response, 8
+        found, drop = self.hunt[direction].run(b, judge, min_len)
+        if drop:
+            g = self.garbage[direction]
+            if g is None:
+                g = self.garbage[direction] = [b.offset, 0, b.ts_at(b.offset), 0]
+            g[1] += drop
+            g[3] = b.ts_at(b.offset + drop - 1)
+            b.consume(drop)
         if found is None:
-            found = weak
-        if found is None:
-            keep = 63 if self.mode == VSR else 7
-            drop = max(0, n - keep)
-            if drop:
-                rows.append(
-                    self._error_row(
-                        direction,
-                        b.offset,
-                        drop,
-                        b.ts_at(b.offset),
-                        b.ts_at(b.offset + drop - 1),
-                        base.MALFORMED,
-                        "no frame header found (resync)",
-                        None,
-                    )
-                )
-                b.consume(drop)
             return False
-        if found:
-            rows.append(
-                self._error_row(
-                    direction,
-                    b.offset,
-                    found,
-                    b.ts_at(b.offset),
-                    b.ts_at(b.offset + found - 1),
-                    base.MALFORMED,
-                    f"skipped {found} bytes to resync",
-                    None,
-                )
-            )
-            b.consume(found)
+        self._flush_garbage(direction, rows)
         self.resync[direction] = False
         return True
 
-    def _plausible_response(self, data: bytes, i: int) -> bool:
+    def _flush_garbage(self, direction: str, rows: list[Row]) -> None:
+        """One row for the bytes a resync passed over (of no determined type: no raw)."""
+        g, self.garbage[direction] = self.garbage[direction], None
+        if g is not None:
+            off, size, ts0, ts1 = g
+            why = f"skipped {size} bytes to resync"
+            rows.append(self._error_row(direction, off, size, ts0, ts1, base.MALFORMED, why, None))
+
+    def _judge_request(self, data: memoryview, i: int) -> int:
+        """A classic/request-id request at `i`: known code, sane length; confirmed when its payload
+        decodes and the next header is plausible, or (request-id framing) its id continues the
+        connection's."""
+        if not plausible_request(data, i, self.max_frame):
+            return base.NOT_A_FRAME
+        length, code = _II.unpack_from(data, i)
+        n, end = len(data), i + 4 + length
+        if self.mode == REQID:
+            if length < 12:
+                return base.NOT_A_FRAME
+            if n - i >= 16 and self.last_req_id is not None:
+                rid = struct.unpack_from("<Q", data, i + 8)[0]
+                if 0 < rid - self.last_req_id <= REQ_ID_WINDOW:
+                    return base.CONFIRMED
+        if end > n:
+            return base.TENTATIVE
+        if not _try(code, bytes(data[i + (16 if self.mode == REQID else 8) : end])):
+            return base.NOT_A_FRAME
+        return self._confirm_by_next(data, end, 8, lambda e: plausible_request(data, e, self.max_frame))
+
+    def _judge_response(self, data: memoryview, i: int) -> int:
+        """A response at `i`: a small status and sane length; confirmed when (request-id framing)
+        its id is pending, or its payload decodes for the request it answers and the next header
+        is plausible."""
+        if not self._plausible_response(data, i):
+            return base.NOT_A_FRAME
+        status, length = _II.unpack_from(data, i)
+        n, end = len(data), i + 8 + length
+        if self.mode == REQID and n - i >= 16:
+            if struct.unpack_from("<Q", data, i + 8)[0] in self.by_id:
+                return base.CONFIRMED
+        if end > n:
+            return base.TENTATIVE
+        if status == 0 and length and self.mode != REQID and self.fifo:
+            try:
+                decode_response(self.fifo[0]["code"], bytes(data[i + 8 : end]))
+            except Exception:  # noqa: BLE001 - any failure means "not this response"
+                return base.NOT_A_FRAME
+        return self._confirm_by_next(data, end, 8, lambda e: self._plausible_response(data, e))
+
+    def _judge_vsr(self, data: memoryview, i: int) -> int:
+        """A VSR header at `i`, confirmed by the next header where the buffer holds it."""
+        if not plausible_vsr(data, i):
+            return base.NOT_A_FRAME
+        end = i + struct.unpack_from("<I", data, i + 48)[0]
+        if end > len(data):
+            return base.TENTATIVE
+        return self._confirm_by_next(data, end, 64, lambda e: plausible_vsr(data, e))
+
+    def _confirm_by_next(self, data: memoryview, end: int, need: int, plausible) -> int:
+        """A whole candidate frame ending at `end` is confirmed by the data ending there (or the
+        connection ending after part of a next header) or by a plausible next header."""
+        left = len(data) - end
+        if left == 0 or (left < need and self.closing):
+            return base.CONFIRMED
+        if left < need:
+            return base.TENTATIVE
+        return base.CONFIRMED if plausible(end) else base.NOT_A_FRAME
+
+    def _plausible_response(self, data, i: int) -> bool:
         status, length = _II.unpack_from(data, i)
         return status < RESYNC_MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8)
 
@@ -359,13 +397,19 @@ class IggyConversation(Conversation):
         b.consume(total)
         return frame, off, ts0, ts1
 
-    def _oversize(self, direction: str, total: int, rows: list[Row], info: dict) -> None:
+    def _oversize(self, direction: str, total: int, rows: list[Row], info: dict, skip: bool = True) -> None:
+        """Record a frame whose declared size is beyond the limit. Skip it exactly, or, when the
+        size is beyond anything credible (base.SKIP_LIMIT_FACTOR), drop its header and resync."""
         b = self.buf[direction]
         off = b.offset
         ts0 = b.ts_at(off)
-        have = min(total, len(b))
-        b.consume(have)
-        self.skip[direction] = total - have
+        if skip:
+            have = min(total, len(b))
+            b.consume(have)
+            self.skip[direction] = total - have
+        else:
+            b.consume(VSR_HEADER if self.mode == VSR else 8)
+            self.resync[direction] = True
         rows.append(
             self._error_row(
                 direction,
@@ -374,7 +418,7 @@ class IggyConversation(Conversation):
                 ts0,
                 b.last_ts,
                 base.OVERSIZE,
-                f"frame of {total} bytes exceeds {self.max_frame}",
+                f"frame of {total} bytes exceeds {self.max_frame}" + ("" if skip else "; resynchronising"),
                 info,
             )
         )
@@ -396,6 +440,9 @@ class IggyConversation(Conversation):
         total = 4 + length
         name = COMMANDS.get(code)
         if length > self.max_frame:
+            if total > base.SKIP_LIMIT_FACTOR * self.max_frame:
+                self._oversize(C2S, total, rows, {"code": code, "length": length}, skip=False)
+                return True
             self._oversize(C2S, total, rows, {"code": code, "length": length})
             self._pending_add(
                 {
@@ -413,6 +460,8 @@ class IggyConversation(Conversation):
         req_id = struct.unpack_from("<Q", data, 8)[0] if self.mode == REQID else None
         if len(b) < total:
             return False
+        if req_id is not None:
+            self.last_req_id = req_id
         frame, off, ts0, ts1 = self._take(C2S, total)
         payload = frame[hdr:]
         corr = self._next_corr(req_id)
@@ -501,6 +550,9 @@ class IggyConversation(Conversation):
             return True
         total = 8 + length
         if length > self.max_frame:
+            if total > base.SKIP_LIMIT_FACTOR * self.max_frame:
+                self._oversize(S2C, total, rows, {"status": status, "length": length}, skip=False)
+                return True
             req = self._pending_pop(None)
             self._oversize(S2C, total, rows, {"status": status, "length": length})
             if req:
@@ -591,7 +643,11 @@ class IggyConversation(Conversation):
         size = struct.unpack_from("<I", data, 48)[0]
         command = data[60]
         if size > self.max_frame:
-            self._oversize(direction, size, rows, {"vsr_command": VSR_COMMANDS[command], "size": size})
+            info = {"vsr_command": VSR_COMMANDS[command], "size": size}
+            if size > base.SKIP_LIMIT_FACTOR * self.max_frame:
+                self._oversize(direction, size, rows, info, skip=False)
+                return True
+            self._oversize(direction, size, rows, info)
             if command == 8 and self.fifo:
                 rows.append(self._latency(self.fifo.popleft(), None, b.last_ts))
             return True

@@ -35,7 +35,6 @@ _HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, cl
 MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
 MAX_CLIENT_ID = 512
-SKIP_LIMIT_FACTOR = 4  # an oversize frame with a credible header is skipped up to 4x the frame cap
 # A resync candidate whose frame is not yet all buffered must continue the connection: its
 # correlation id at most this far past the last request's (clients count up by one per request).
 CORR_WINDOW = 1 << 16
@@ -369,7 +368,7 @@ class KafkaConversation(Conversation):
                 # a credible header: skip the frame exactly, unless its size is beyond anything a
                 # Kafka broker accepts (then it is more likely garbage: resync by scanning)
                 key, ver, corr = struct.unpack_from(">hhi", data, 4)
-                skip = size <= SKIP_LIMIT_FACTOR * self.max_frame
+                skip = size <= base.SKIP_LIMIT_FACTOR * self.max_frame
                 self._oversize(d, size, (key, ver, corr), skip)
                 return "oversize" if skip else "bad"
             return "ok"
@@ -378,7 +377,7 @@ class KafkaConversation(Conversation):
             return "wait" if 4 <= size <= self.max_frame else "bad"
         corr = _I32.unpack_from(data, 4)[0]
         if size > self.max_frame or size < 0:
-            known = corr in self.pending and 0 < size <= SKIP_LIMIT_FACTOR * self.max_frame
+            known = corr in self.pending and 0 < size <= base.SKIP_LIMIT_FACTOR * self.max_frame
             if known or self.started[d]:
                 self._oversize(d, size, corr if known else None, known)
             return "oversize" if known else "bad"

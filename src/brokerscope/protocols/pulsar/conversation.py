@@ -155,6 +155,7 @@ class PulsarConversation(Conversation):
         self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to pass over
         self.strict = {C2S: True, S2C: True}  # validate headers strictly (start, after a gap/garbage)
         self.garbage: dict[str, dict | None] = {C2S: None, S2C: None}
+        self.hunt = {C2S: base.FrameHunt(), S2C: base.FrameHunt()}
         self.producers: OrderedDict[int, dict] = OrderedDict()
         self.consumers: OrderedDict[int, dict] = OrderedDict()
         self.requests: OrderedDict[tuple[str, int], Pending] = OrderedDict()
@@ -207,15 +208,13 @@ class PulsarConversation(Conversation):
                 return
             total, cmd_size = struct.unpack_from(">II", mv, 0)
             if self.strict[d] or cmd_size > total - 4 or total < 6:
-                verdict, _, _ = framing.plausible_header(mv, 0, self.max_frame)
-                if verdict is None:
+                # out of step (the start, after a gap or garbage): only a confirmed frame start
+                del mv
+                if not self._scan(d, rows):
                     return
-                if verdict is False:
-                    if not self._scan(d, rows):
-                        return
-                    continue
                 self._flush_garbage(d, rows)
                 self.strict[d] = False
+                continue
             if total > self.max_frame:
                 # skip only what really looks like a frame: a damaged length must not swallow the stream
                 verdict, _, _ = framing.plausible_header(mv, 0, self.max_frame)
@@ -224,6 +223,12 @@ class PulsarConversation(Conversation):
                 if verdict is False:
                     if not self._scan(d, rows):
                         return
+                    continue
+                if total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
+                    # beyond anything credible: a damaged size, not a frame to skip
+                    rows.append(self._oversize_row(d, total, skip=False))
+                    buf.consume(4)
+                    self.strict[d] = True
                     continue
                 rows.append(self._oversize_row(d, total))
                 self.skip[d] = total + 4
@@ -238,25 +243,35 @@ class PulsarConversation(Conversation):
             self._frame(d, frame, start, ts_first, ts_last, rows)
 
     def _scan(self, d: str, rows: list[Row]) -> bool:
-        """Bytes at the head do not start a frame: pass over them to the next plausible header.
-        Returns True if the head now is (or may be) a frame, False when more bytes are needed."""
+        """Bytes at the head do not start a frame: hunt for the next credible one (base.FrameHunt)
+        and pass over what lies before it. True if the head now is a frame, False when more bytes
+        are needed."""
         buf = self.bufs[d]
-        mv = buf.data
-        n = len(mv)
-        raw = buf.peek(n)
-        # a frame's command starts with 0x08 (field 1, the type) at offset 8: jump between those
-        j = raw.find(b"\x08", 1 + HEADER)
-        while 0 <= j and j - HEADER <= n - (HEADER + 2):
-            pos = j - HEADER
-            verdict, _, _ = framing.plausible_header(mv, pos, self.max_frame)
-            if verdict is not False:
-                self._add_garbage(d, pos)
-                return verdict is True
-            j = raw.find(b"\x08", j + 1)
-        keep = HEADER + 1
-        if n > keep:
-            self._add_garbage(d, n - keep)
-        return False
+
+        def jump(data: memoryview, i: int) -> int:
+            # a frame's command starts with 0x08 (field 1, the type) at offset 8
+            j = buf.find(b"\x08", i + HEADER)
+            return len(data) if j < 0 else j - HEADER
+
+        found, drop = self.hunt[d].run(buf, self._judge, HEADER + 2, jump)
+        if drop:
+            self._add_garbage(d, drop)
+        return found is not None
+
+    def _judge(self, data: memoryview, i: int) -> int:
+        """A frame start at `i`: a header whose command parses (framing.plausible_header), confirmed
+        once its frame is all here and the next header is sane (or the data ends there)."""
+        verdict, total, _ = framing.plausible_header(data, i, self.max_frame)
+        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
+            return base.NOT_A_FRAME
+        if verdict is None:
+            return base.TENTATIVE
+        end = i + 4 + total
+        if total > self.max_frame:
+            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
+        if end > len(data):
+            return base.TENTATIVE
+        return base.NOT_A_FRAME if framing.sane_header(data, end) is False else base.CONFIRMED
 
     def _add_garbage(self, d: str, nbytes: int) -> None:
         buf = self.bufs[d]
@@ -299,7 +314,7 @@ class PulsarConversation(Conversation):
         t = framing.peek_type(mv[HEADER : HEADER + 3])
         return t in framing.TYPE_NAMES and t not in SECRET_TYPES
 
-    def _oversize_row(self, d: str, total: int) -> Row:
+    def _oversize_row(self, d: str, total: int, skip: bool = True) -> Row:
         buf = self.bufs[d]
         head = buf.peek(min(len(buf), HEADER + 64))
         cmd_size = _U32.unpack_from(head, 4)[0]
@@ -322,7 +337,8 @@ class PulsarConversation(Conversation):
                 "size": total + 4,
                 "stream_offset": buf.offset,
                 "decode_status": base.OVERSIZE,
-                "decode_error": f"frame of {total + 4} bytes exceeds max_frame_bytes {self.max_frame}",
+                "decode_error": f"frame of {total + 4} bytes exceeds max_frame_bytes {self.max_frame}"
+                + ("" if skip else "; resynchronising"),
                 "details": to_json(details),
             },
         )

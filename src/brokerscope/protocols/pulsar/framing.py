@@ -205,6 +205,15 @@ def plausible_header(data: bytes | memoryview, pos: int, max_frame: int) -> tupl
     return True, total, cmd_size
 
 
+def sane_header(data: bytes | memoryview, pos: int) -> bool | None:
+    """The looser check of a frame that follows a candidate: sizes that fit together and a
+    command starting with field 1 (types this version does not know pass). None: too few bytes."""
+    if len(data) - pos < HEADER + 1:
+        return None
+    total, cmd_size = struct.unpack_from(">II", data, pos)
+    return total >= 6 and 2 <= cmd_size <= total - 4 and data[pos + HEADER] == 0x08
+
+
 def encode_frame(
     cmd: pb.BaseCommand,
     metadata: pb.MessageMetadata | bytes | None = None,
