@@ -7,7 +7,7 @@ LAKE   ?= lake
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint bench fuzz clean java-check
+.PHONY: demo test lint bench fuzz baselines clean java-check
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "brokerscope needs Java 17 or newer for Spark: install it (Debian: apt-get install -y openjdk-17-jre-headless) and retry."; exit 1; }
@@ -45,6 +45,10 @@ bench: $(STAMP)
 FUZZ_SECONDS ?= 600
 fuzz: $(TSTAMP)
 	$(PY) -m tests.fuzz.run --target all --seconds $(FUZZ_SECONDS)
+
+## make baselines: rewrite tests/baselines/ from the current decoders; review the diff, then commit
+baselines: $(TSTAMP)
+	$(VENV)/bin/pytest -q tests/unit/test_baselines.py --update-baselines
 
 clean:
 	rm -rf $(LAKE) .pytest_cache build *.egg-info

@@ -27,3 +27,11 @@ def spark():
     session = make_spark(s, app_name="brokerscope-tests", quiet_progress=True)
     yield session
     session.stop()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-baselines",
+        action="store_true",
+        help="rewrite tests/baselines/ from the current decoders (review the diff before committing)",
+    )
