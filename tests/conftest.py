@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("BROKERSCOPE_SHARED", ROOT.parent / "shared"))
-CAPTURES = SHARED / "captures"
+CAPTURES = ROOT / "tests" / "data" / "captures"  # public captures, with provenance (README.md there)
 SAMPLE_DATA = ROOT / "sample_data"
 
 

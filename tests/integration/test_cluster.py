@@ -56,7 +56,7 @@ def _capture_set(d: Path) -> dict:
     d.mkdir()
     info = write_capture(str(d / "synthetic.pcap"), n_conns=60, exchanges=20)
     caps = public_captures()
-    assert caps, "the public captures under ../shared/captures are missing"
+    assert caps, "the public captures under tests/data/captures are missing"
     for p in caps:
         shutil.copy(p, d / f"{p.parent.name}__{p.name}")
     info["public"] = len(caps)

@@ -37,7 +37,7 @@ def test_public_captures_and_sample_data_end_to_end(spark, tmp_path):
     """Every protocol, segment files included: Spark writes exactly what the Spark-free decode
     gives, whatever task decoded which connection."""
     caps = [str(p) for p in public_captures()]
-    assert caps, "the public captures under ../shared/captures are missing"
+    assert caps, "the public captures under tests/data/captures are missing"
     settings = _settings(tmp_path / "lake")
     summary = pipeline.ingest([*caps, str(SAMPLE_DATA)], settings, spark=spark)
     assert summary.errors == []

@@ -1,4 +1,4 @@
-"""The public captures under ../shared/captures: read them whole and in tiny splits, and check
+"""The public captures under tests/data/captures: read them whole and in tiny splits, and check
 every segment against scapy's own reading of the same file."""
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ sniffing, and the public capture rs.pcapng."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -260,7 +259,6 @@ def test_sniff():
     assert PROTOCOL.default_ports == (8090,)
 
 
-@pytest.mark.skipif(not os.path.exists(RS), reason="public capture not present")
 def test_public_capture_rs_pcapng():
     from scapy.all import TCP, rdpcap
 
@@ -291,7 +289,6 @@ def test_public_capture_rs_pcapng():
     assert round(lat[1]["latency_us"]) == 215
 
 
-@pytest.mark.skipif(not os.path.exists(RS), reason="public capture not present")
 def test_public_capture_through_decode_files():
     from brokerscope.streams import decode_files
 

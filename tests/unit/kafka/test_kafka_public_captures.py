@@ -1,4 +1,4 @@
-"""The public Kafka captures in ../shared/captures (deepflow, nDPI test data) decode to the API
+"""The public Kafka captures in tests/data/captures (deepflow, nDPI test data) decode to the API
 names, versions and correlation ids that the other projects' own decoders report: deepflow's
 `.result` files and, for nDPI's capture, tshark 4.0's per-frame view (written out below; tshark
 also marks three responses "Request Missing" and fails on the flexible-version frames, which
@@ -12,8 +12,6 @@ import pytest
 
 from brokerscope.streams import decode_files
 from tests.conftest import CAPTURES  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"public captures not found at {CAPTURES}")
 
 # deepflow: (request, response) as in the .result files:
 # (api, version, correlation id, client id, topic, partition, response status code, rrt in us)

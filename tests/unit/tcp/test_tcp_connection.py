@@ -295,7 +295,6 @@ def _kafka_frames(chunks: list[tuple[str, bytes | int]]) -> list[int]:
     return sizes
 
 
-@pytest.mark.skipif(not (CAPTURES / "ndpi" / "kafka.pcapng").exists(), reason="shared captures absent")
 def test_ndpi_kafka_capture_connections_retransmissions_and_a_gap():
     conns = _run(_read_capture(CAPTURES / "ndpi" / "kafka.pcapng"))
     table = {
@@ -338,7 +337,6 @@ def test_ndpi_kafka_capture_connections_retransmissions_and_a_gap():
     assert _kafka_frames(_stream(ev, True)) == [444, 377]
 
 
-@pytest.mark.skipif(not (CAPTURES / "iggy" / "rs.pcapng").exists(), reason="shared captures absent")
 def test_iggy_capture_requests_tile_the_client_stream():
     conns = _run(_read_capture(CAPTURES / "iggy" / "rs.pcapng"))
     (key, c, ev) = next(x for x in conns if x[0][1] == 8090)
