@@ -29,7 +29,8 @@ def _compile_proto(path: Path) -> bytes:
         import grpc_tools  # noqa: F401  (only to give a clear error when it is missing)
     except ImportError:
         raise SchemaError(
-            f"{path} is a .proto file; compiling it needs grpcio-tools (pip install grpcio-tools), "
+            f"{path} is a .proto file; compiling it needs grpcio-tools (a brokerscope dependency: "
+            "reinstall brokerscope, or pip install grpcio-tools), "
             "or give a descriptor set made with: protoc --include_imports --descriptor_set_out=FILE "
             f"{path.name}"
         ) from None

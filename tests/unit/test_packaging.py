@@ -1,0 +1,68 @@
+"""Packaging: the package data pyproject names exists, runtime code imports only what the runtime
+dependencies install, every runtime dependency is used, and `brokerscope --version` answers."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+
+from brokerscope import __version__
+from tests.conftest import ROOT
+
+SRC = ROOT / "src" / "brokerscope"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# runtime dependencies that runtime code does not import by name, and why they are needed
+NOT_IMPORTED = {
+    "pandas": "PySpark's mapInArrow and toPandas need it",
+    "delta-spark": "delta-spark's writer is used when its jars are on the classpath",
+    "kafka-python": "its Kafka JSON message specs are read as data (found with importlib.util.find_spec)",
+}
+
+
+def _dist(req: str) -> str:
+    return re.split(r"[=<>!~ \[;]", req, maxsplit=1)[0].lower()
+
+
+def _runtime() -> set[str]:
+    return {_dist(r) for r in PYPROJECT["project"]["dependencies"]}
+
+
+def _imported_top_modules() -> set[str]:
+    mods = set()
+    for f in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                mods.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods.add(node.module.split(".")[0])
+    return mods - set(sys.stdlib_module_names) - {"brokerscope", "__future__"}
+
+
+def test_package_data_exists():
+    for pattern in PYPROJECT["tool"]["setuptools"]["package-data"]["brokerscope"]:
+        assert list(SRC.glob(pattern)), f"pyproject names package data that does not exist: {pattern}"
+
+
+def test_runtime_imports_are_runtime_dependencies_and_back():
+    dists = packages_distributions()
+    runtime = _runtime()
+    used = set()
+    for mod in sorted(_imported_top_modules()):
+        provided = {d.lower() for d in dists.get(mod, [])}
+        assert provided & runtime, (
+            f"src imports {mod} ({provided or 'not installed'}), not a runtime dependency"
+        )
+        used |= provided & runtime
+    unused = runtime - used - set(NOT_IMPORTED)
+    assert not unused, f"runtime dependencies that src never imports: {sorted(unused)}"
+
+
+def test_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "brokerscope.cli", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"brokerscope {__version__}"
