@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .config import SCHEMA_OPTIONS, Settings
+from .config import Settings, schema_options
 from .protocols.base import known_names
 from .report import EXIT_USAGE
 
@@ -64,10 +64,11 @@ def _settings(args) -> Settings:
     for spec in getattr(args, "schema", None) or []:
         proto, _, path = spec.partition("=")
         proto = proto.strip()
-        if proto not in SCHEMA_OPTIONS or not path:
-            known = ", ".join(sorted(SCHEMA_OPTIONS))
+        options = schema_options()
+        if proto not in options or not path:
+            known = ", ".join(sorted(options))
             raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")
-        overrides.setdefault("protocols", {}).setdefault(proto, {})[SCHEMA_OPTIONS[proto]] = path
+        overrides.setdefault("protocols", {}).setdefault(proto, {})[options[proto]] = path
     s = Settings.load(args.conf, overrides)
     for spec in getattr(args, "port", None) or []:
         proto, _, port = spec.partition("=")

@@ -8,9 +8,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .protocols.base import Context, PayloadPolicy, known_names
+from .protocols.base import Context, PayloadPolicy, known_names, protocols
 
-DEFAULTS: dict = {
+# the embedded defaults; `[ports]` and `[protocols.*]` come from each protocol's registry entry
+_CORE: dict = {
     "lake": {
         "path": "lake",
         "writer": "auto",
@@ -26,18 +27,27 @@ DEFAULTS: dict = {
         "reorder_timeout_s": 5.0,
         "sniff_bytes": 4096,
     },
-    "ports": {"kafka": [9092], "pulsar": [6650], "iggy": [8090], "tubemq": [8715, 8123]},
     "limits": {
         "max_frame_bytes": 100 * 1024**2,
         "max_decompressed_bytes": 64 * 1024**2,
         "max_raw_bytes": 4096,
     },
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
-    "protocols": {"pulsar": {"max_frame_bytes": 5 * 1024**2}, "tubemq": {"schema_file": ""}},
 }
 
-# [protocols.<name>] settings that name a protobuf schema file (see protocols/schema.py)
-SCHEMA_OPTIONS = {"tubemq": "schema_file"}
+
+def defaults() -> dict:
+    """The embedded defaults: the core settings above, plus each protocol's ports and options."""
+    raw = copy.deepcopy(_CORE)
+    raw["ports"] = {name: list(p.default_ports) for name, p in protocols().items()}
+    raw["protocols"] = {name: copy.deepcopy(p.options) for name, p in protocols().items() if p.options}
+    return raw
+
+
+def schema_options() -> dict[str, str]:
+    """Protocol -> its `[protocols.<name>]` key naming a protobuf schema file (protocols/schema.py)."""
+    return {name: p.schema_option for name, p in protocols().items() if p.schema_option}
+
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.I)
 _UNITS = {
@@ -80,14 +90,14 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
 
 @dataclass
 class Settings:
-    raw: dict = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+    raw: dict = field(default_factory=defaults)
     # protocol -> serialized FileDescriptorSet of its schema_file, read once on the driver
     schemas: dict[str, bytes] = field(default_factory=dict)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def load(cls, conf_file: str | Path | None = None, overrides: dict | None = None) -> Settings:
-        raw = copy.deepcopy(DEFAULTS)
+        raw = defaults()
         if conf_file is not None:
             p = Path(conf_file)
             if not p.is_file():
@@ -106,7 +116,7 @@ class Settings:
         from .protocols.schema import load_descriptor_set
 
         self.schemas = {}
-        for proto, key in SCHEMA_OPTIONS.items():
+        for proto, key in schema_options().items():
             path = self.raw.get("protocols", {}).get(proto, {}).get(key)
             if path:
                 self.schemas[proto] = load_descriptor_set(path)

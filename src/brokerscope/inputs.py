@@ -49,16 +49,11 @@ class Discovery:
 
 
 def segment_readers() -> dict:
-    """Segment kind -> reader module (matches/plan/read), for the protocols that have one."""
-    import importlib
-    import importlib.util
+    """Segment kind ("<protocol>_segment") -> reader module (matches/plan/read), for the protocols
+    that declare one in their registry entry."""
+    from .protocols import base
 
-    out = {}
-    for name in ("kafka", "iggy"):
-        mod = f"brokerscope.segments.{name}"
-        if importlib.util.find_spec(mod) is not None:
-            out[f"{name}_segment"] = importlib.import_module(mod)
-    return out
+    return {f"{name}_segment": p.segment_reader() for name, p in base.protocols().items() if p.segments}
 
 
 def _classify(path: str) -> tuple[str | None, str | None]:

@@ -72,11 +72,10 @@ def _instrument() -> None:
 
         import brokerscope.capture
         import brokerscope.protocols
-        import brokerscope.segments
         import brokerscope.tables
         import brokerscope.tcp
 
-        for pkg in (brokerscope.protocols, brokerscope.segments, brokerscope.capture, brokerscope.tcp):
+        for pkg in (brokerscope.protocols, brokerscope.capture, brokerscope.tcp):
             for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
                 importlib.import_module(m.name)
         from brokerscope.protocols import base
@@ -241,7 +240,8 @@ def fuzz_target(
             if seed is not None:
                 cmd.append(f"-seed={seed}")
             cmd += extra or []
-            env = {**os.environ, "BROKERSCOPE_FUZZ_WORKDIR": work, "PYTHONPATH": ROOT}
+            path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+            env = {**os.environ, "BROKERSCOPE_FUZZ_WORKDIR": work, "PYTHONPATH": path}
             p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, errors="replace")
             out = p.stdout + p.stderr
             logs.append(out)

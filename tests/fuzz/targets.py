@@ -264,7 +264,7 @@ def _read_segment(mod, path: str, split: int, ctx: base.Context, proto: str) -> 
 
 def fuzz_kafka_segment(data: bytes) -> None:
     """A Kafka `.log` with optional `.index` / `.timeindex` in `<topic>-<partition>/`."""
-    from brokerscope.segments import kafka as seg
+    from brokerscope.protocols.kafka import segments as seg
 
     cfg, (index, timeindex), log = split_segment(data, 2)
     d = _fresh_dir("kafka", "fuzz-topic-3")
@@ -278,7 +278,7 @@ def fuzz_kafka_segment(data: bytes) -> None:
 
 def fuzz_iggy_segment(data: bytes) -> None:
     """An Iggy `.log` with an optional `.index` in `streams/<s>/topics/<t>/partitions/<p>/`."""
-    from brokerscope.segments import iggy as seg
+    from brokerscope.protocols.iggy import segments as seg
 
     cfg, (index,), log = split_segment(data, 1)
     d = _fresh_dir("iggy", "streams", "1", "topics", "2", "partitions", "3")

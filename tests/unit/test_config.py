@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from brokerscope.config import DEFAULTS, Settings, parse_size
+from brokerscope.config import Settings, defaults, parse_size
 from tests.conftest import ROOT
 
 
@@ -21,8 +21,8 @@ def _sizes(d):
 def test_conf_file_equals_embedded_defaults():
     with open(ROOT / "conf" / "brokerscope.toml", "rb") as fh:
         conf = tomllib.load(fh)
-    assert _sizes(conf) == _sizes(DEFAULTS)
-    assert _sizes(Settings.load(ROOT / "conf" / "brokerscope.toml").raw) == _sizes(DEFAULTS)
+    assert _sizes(conf) == _sizes(defaults())
+    assert _sizes(Settings.load(ROOT / "conf" / "brokerscope.toml").raw) == _sizes(defaults())
 
 
 def test_overrides_and_ports(tmp_path):

@@ -159,10 +159,20 @@ class Conversation:
 
 
 class Protocol:
-    """A protocol decoder, registered by `name`."""
+    """A protocol: its decoder and everything else the tool needs to know about it, declared in
+    one place (the package's `PROTOCOL`) and registered by `name`."""
 
     name: str = ""
-    default_ports: tuple[int, ...] = ()
+    default_ports: tuple[int, ...] = ()  # the `[ports]` default: connections on them are this protocol
+    options: dict = {}  # defaults of `[protocols.<name>]` in the config
+    schema_option: str | None = None  # the `[protocols.<name>]` key naming a user protobuf schema file
+    segments: str | None = None  # module of the package that reads the protocol's segment files
+
+    def segment_reader(self):
+        """The segment reader module (`matches`, `plan`, `read`), or None."""
+        if not self.segments:
+            return None
+        return importlib.import_module(f"{type(self).__module__}.{self.segments}")
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Confidence 0..1 that this is the protocol, from the first bytes each side sent.
@@ -392,9 +402,20 @@ def redacted(data: bytes | str | None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # registry
 
+# Every package under protocols/ that exposes PROTOCOL is a protocol; these come first, in this
+# order (the order sniffers are asked in), any other package after them by name.
 BUILTIN = ("kafka", "pulsar", "iggy", "tubemq")
 _registry: dict[str, Protocol] = {}
 load_errors: dict[str, str] = {}
+
+
+def _package_names() -> list[str]:
+    import pkgutil
+
+    from .. import protocols as pkg
+
+    found = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg)
+    return [n for n in BUILTIN if n in found] + [n for n in found if n not in BUILTIN]
 
 
 def register(proto: Protocol) -> Protocol:
@@ -403,12 +424,10 @@ def register(proto: Protocol) -> Protocol:
 
 
 def _load_builtins() -> None:
-    for name in BUILTIN:
-        if name in _registry:
+    for name in _package_names():
+        if name in _registry or name in load_errors:
             continue
         modname = f"brokerscope.protocols.{name}"
-        if importlib.util.find_spec(modname) is None:
-            continue
         try:
             register(importlib.import_module(modname).PROTOCOL)
         except Exception as e:  # one broken decoder must not stop the others
@@ -422,8 +441,8 @@ def get(name: str) -> Protocol:
 
 
 def known_names() -> list[str]:
-    """Names of the built-in protocols and of any registered since (without importing them)."""
-    return list(dict.fromkeys([*BUILTIN, *_registry]))
+    """Names of the protocol packages and of any registered since (without importing them)."""
+    return list(dict.fromkeys([*_package_names(), *_registry]))
 
 
 def protocols() -> dict[str, Protocol]:

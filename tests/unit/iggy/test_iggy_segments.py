@@ -10,8 +10,8 @@ import pytest
 
 from brokerscope import tables
 from brokerscope.protocols.base import Context
+from brokerscope.protocols.iggy import segments as seg
 from brokerscope.protocols.iggy.messages import build_headers, build_message
-from brokerscope.segments import iggy as seg
 
 from .frames import VSR_ORIGIN, vsr_batch
 

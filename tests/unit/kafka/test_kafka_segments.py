@@ -13,7 +13,7 @@ from test_kafka_records import _control_batch
 
 from brokerscope import tables
 from brokerscope.protocols import base
-from brokerscope.segments import kafka as seg
+from brokerscope.protocols.kafka import segments as seg
 
 CTX = base.Context()
 

@@ -14,6 +14,7 @@ __all__ = ["PROTOCOL", "IggyProtocol", "IggyConversation"]
 class IggyProtocol(Protocol):
     name = "iggy"
     default_ports = (8090,)
+    segments = "segments"  # partition segments (streams/*/topics/*/partitions/*/*.log)
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Confidence from content: a request header with a plausible length and a known code

@@ -18,6 +18,7 @@ _I32 = struct.Struct(">i")
 class KafkaProtocol(Protocol):
     name = "kafka"
     default_ports = (9092,)
+    segments = "segments"  # log segments (<topic>-<partition>/<base offset>.log)
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Recognise Kafka from the first request: sane size, known api key and version, a

@@ -29,6 +29,7 @@ def _first_command(head: bytes) -> tuple[int | None, pb.BaseCommand | None, int]
 class PulsarProtocol(Protocol):
     name = "pulsar"
     default_ports = (6650,)
+    options = {"max_frame_bytes": 5 * 1024**2}  # Pulsar's default maxMessageSize and its frame padding
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """A CONNECT frame with sane sizes opens the client side; CONNECTED / AUTH_CHALLENGE /

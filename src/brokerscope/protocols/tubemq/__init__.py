@@ -44,6 +44,8 @@ def _score(head: bytes) -> float:
 class TubeMQProtocol(Protocol):
     name = "tubemq"
     default_ports = (8715, 8123)  # master, broker
+    options = {"schema_file": ""}
+    schema_option = "schema_file"  # TubeMQ's MasterService.proto (or a descriptor set) for unknown methods
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Both directions start every frame with the begin token 0xFF7FF4FE."""

@@ -27,8 +27,8 @@ import re
 import struct
 from collections.abc import Iterator
 
-from ..protocols import base
-from ..protocols.kafka import records as rec
+from .. import base
+from . import records as rec
 
 Row = tuple[str, dict]
 INDEX_MISMATCH = "index_mismatch"

@@ -33,10 +33,10 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-from ..protocols import base
-from ..protocols.iggy.codes import MESSAGE_STATES
-from ..protocols.iggy.messages import BATCH_HEADER_V48, checksum_of, looks_like_batch, parse_batch_v48
-from ..protocols.iggy.wire import DecodeError, user_headers
+from .. import base
+from .codes import MESSAGE_STATES
+from .messages import BATCH_HEADER_V48, checksum_of, looks_like_batch, parse_batch_v48
+from .wire import DecodeError, user_headers
 
 Row = tuple[str, dict]
 NEW64, NEW56, LEGACY, BATCHES = "v64", "v56", "legacy", "v48_batch"

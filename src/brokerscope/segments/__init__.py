@@ -1,1 +1,0 @@
-"""On-disk segment readers."""
