@@ -178,7 +178,7 @@ def test_delta_spark_writer_path_gives_the_same_rows(spark, tmp_path, monkeypatc
 
 def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):
     """`[protocols.tubemq] schema_file` is read on the driver and used in every Spark task: the
-    V2 consumer calls in a capture get field names (else only field numbers)."""
+    V2 consumer calls in a capture are decoded by the user's messages (else by the built-in ones)."""
     pytest.importorskip("grpc_tools")
     from brokerscope.protocols.schema import MessagePool, load_descriptor_set
     from tests.unit.tubemq.helpers import request, response
@@ -206,8 +206,9 @@ def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):
     reqs = [r for r in cmds if r["direction"] == "c2s"]
     assert sorted(r["client_id"] for r in reqs) == sorted(f"cb-{c}" for c in range(6) for _ in range(3))
     assert all(json.loads(r["details"])["request"]["schema"] == "v2_standin.proto" for r in reqs)
-    # the same capture without the schema: numbers only, nothing named
+    # the same capture without the schema: brokerscope's own V2 messages, no schema named
     plain = decode_files([str(cap)], _settings(tmp_path / "unused"))["commands"]
-    assert len(plain) == 36
+    assert len(plain) == 36 and all(r["decode_status"] == "ok" for r in plain)
     plain_reqs = [r for r in plain if r["direction"] == "c2s"]
-    assert all(r["client_id"] is None and "fields" in json.loads(r["details"])["request"] for r in plain_reqs)
+    assert sorted(r["client_id"] for r in plain_reqs) == sorted(r["client_id"] for r in reqs)
+    assert all("schema" not in json.loads(r["details"])["request"] for r in plain_reqs)

@@ -273,29 +273,28 @@ def test_bad_envelope_and_bad_body_are_rows():
     assert out["commands"][0]["decode_status"] == "malformed" and out["commands"][0].get("raw") is None
 
 
-def test_unknown_method_and_v2_call():
+def test_unknown_method_v2_call_and_reserved_method():
     from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
 
     from .helpers import delimited
 
-    body = (
-        delimited(rpc.RpcConnHeader(flag=0))
-        + delimited(rpc.RequestHeader(serviceType=1))
-        + delimited(rpc.RequestBody(method=99, request=b"\x08\x01"))
-    )
-    out = run(new_conv(), [(C2S, frame(1, body))])
-    assert out["commands"][0]["decode_status"] == "unknown_command"
-    assert out["commands"][0]["command"] == "method_99"
-    # consumerRegisterC2MV2: no published schema, decoded field by field
-    v2 = b"\x0a\x03cid\x12\x03grp\x18\x05"
-    body = (
-        delimited(rpc.RpcConnHeader(flag=0))
-        + delimited(rpc.RequestHeader(serviceType=1))
-        + delimited(rpc.RequestBody(method=20, request=v2))
-    )
-    out = run(new_conv(), [(C2S, frame(2, body))])
-    r = out["commands"][0]
+    def call(serial: int, method: int, body: bytes) -> dict:
+        frame_body = (
+            delimited(rpc.RpcConnHeader(flag=0))
+            + delimited(rpc.RequestHeader(serviceType=1))
+            + delimited(rpc.RequestBody(method=method, request=body))
+        )
+        return run(new_conv(), [(C2S, frame(serial, frame_body))])["commands"][0]
+
+    r = call(1, 99, b"\x08\x01")
+    assert r["decode_status"] == "unknown_command" and r["command"] == "method_99"
+    # consumerRegisterC2MV2: clientId (1), groupName (2), sourceCount (4), decoded by name
+    r = call(2, 20, b"\x0a\x03cid\x12\x03grp\x20\x05")
     assert r["command"] == "consumerRegisterC2MV2" and r["decode_status"] == "ok"
+    assert json.loads(r["details"])["request"] == {"clientId": "cid", "groupName": "grp", "sourceCount": 5}
+    # consumerCloseC2B: a reserved id with no message defined by TubeMQ, decoded field by field
+    r = call(3, 19, b"\x0a\x03cid\x12\x03grp\x18\x05")
+    assert r["command"] == "consumerCloseC2B" and r["decode_status"] == "ok"
     assert json.loads(r["details"])["request"]["fields"] == {"1": ["cid"], "2": ["grp"], "3": [5]}
 
 

@@ -45,7 +45,7 @@ class TubeMQProtocol(Protocol):
     name = "tubemq"
     default_ports = (8715, 8123)  # master, broker
     options = {"schema_file": ""}
-    schema_option = "schema_file"  # TubeMQ's MasterService.proto (or a descriptor set) for unknown methods
+    schema_option = "schema_file"  # a MasterService.proto whose messages replace the built-in ones
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Both directions start every frame with the begin token 0xFF7FF4FE."""

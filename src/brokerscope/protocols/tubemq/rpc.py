@@ -58,15 +58,11 @@ class Method:
     request: type[Message] | None
     response: type[Message] | None
     carries_auth: bool = True  # may hold credentials/tokens: never keep raw bytes of it
-    # TubeMQ's message names, looked up in a user schema (schema_file); default: the built-in's
-    request_name: str | None = None
-    response_name: str | None = None
 
     def message_name(self, is_request: bool) -> str | None:
+        """TubeMQ's name of the message, looked up in a user schema (schema_file)."""
         cls = self.request if is_request else self.response
-        if cls is not None:
-            return cls.DESCRIPTOR.name
-        return self.request_name if is_request else self.response_name
+        return cls.DESCRIPTOR.name if cls is not None else None
 
 
 _MASTER = (1,)
@@ -108,31 +104,11 @@ METHODS: dict[int, Method] = {
             carries_auth=False,
         ),
         Method(19, "consumerCloseC2B", _BROKER, None, None),
-        # The V2 (client-balance) consumer calls. Their messages are named in TubeMQ's Java code,
-        # but no available source gives their field numbers (docs/protocols/tubemq.md): their
-        # bodies are decoded by a user schema (schema_file) or else field by field.
+        # the V2 (client-balance) consumer calls
+        Method(20, "consumerRegisterC2MV2", _MASTER, mst.RegisterRequestC2MV2, mst.RegisterResponseM2CV2),
+        Method(21, "consumerHeartbeatC2MV2", _MASTER, mst.HeartRequestC2MV2, mst.HeartResponseM2CV2),
         Method(
-            20,
-            "consumerRegisterC2MV2",
-            _MASTER,
-            None,
-            None,
-            True,
-            "RegisterRequestC2MV2",
-            "RegisterResponseM2CV2",
-        ),
-        Method(
-            21, "consumerHeartbeatC2MV2", _MASTER, None, None, True, "HeartRequestC2MV2", "HeartResponseM2CV2"
-        ),
-        Method(
-            22,
-            "consumerGetPartMetaInfoC2M",
-            _MASTER,
-            None,
-            None,
-            True,
-            "GetPartMetaRequestC2M",
-            "GetPartMetaResponseM2C",
+            22, "consumerGetPartMetaInfoC2M", _MASTER, mst.GetPartMetaRequestC2M, mst.GetPartMetaResponseM2C
         ),
     )
 }
