@@ -38,7 +38,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from . import __version__, tables
 from .runs import RUNS, RunDir, app_id, stopped_runs
-from .streams import needs_topic_names, resolve_topic_ids
+from .topics import name_topics_df, needs_topic_names, resolve_topic_ids
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class Lake:
         Delta commit (topics known only by id named from `topic_names`, as the embedded writer
         does). Returns the rows now held for those inputs."""
         if topic_names and "topic_id" in df.columns:
-            df = _name_topics(df, topic_names)
+            df = name_topics_df(df, topic_names)
         self._save_delta(table, df, _in_predicate(replace_capture_ids))
         return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
 
@@ -643,33 +643,6 @@ def _single(arr: pa.Array) -> bool:
 
 def _pq_path_value(v: str | None) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
-
-
-def _name_topics(df, names: dict[str, str]):
-    """Spark form of streams.resolve_topic_ids."""
-    from pyspark.sql import functions as F
-
-    m = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])
-    named = F.coalesce(F.col("topic"), F.element_at(m, F.col("topic_id")))
-    out = df.withColumn("topic", F.when(F.col("topic_id").isNotNull(), named).otherwise(F.col("topic")))
-    if "message_id" in df.columns and "offset" in df.columns:
-        mid = F.concat_ws(
-            "",
-            F.col("topic"),
-            F.lit("-"),
-            F.col("partition").cast("string"),
-            F.lit("@"),
-            F.col("offset").cast("string"),
-        )
-        cond = (
-            F.col("message_id").isNull()
-            & F.col("topic_id").isNotNull()
-            & F.col("topic").isNotNull()
-            & F.col("offset").isNotNull()
-            & (F.col("protocol") == "kafka")
-        )
-        out = out.withColumn("message_id", F.when(cond, mid).otherwise(F.col("message_id")))
-    return out
 
 
 def _adds(dt: DeltaTable) -> list[dict]:

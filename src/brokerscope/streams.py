@@ -25,13 +25,13 @@ import logging
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import tables
 from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
 from .tcp import TcpConnection
+from .topics import resolve_topic_ids
 
 log = logging.getLogger(__name__)
 
@@ -405,38 +405,3 @@ def segment_rows(splits, settings: Settings) -> Iterator[base.Row]:
                     "details": json.dumps({"path": sp.path, "start": sp.start, "end": sp.end}),
                 },
             )
-
-
-def needs_topic_names(batch: pa.RecordBatch | pa.Table) -> bool:
-    """True when some row names its topic only by id."""
-    if "topic_id" not in batch.schema.names:
-        return False
-    return bool(
-        pc.any(pc.and_(pc.is_null(batch.column("topic")), pc.is_valid(batch.column("topic_id")))).as_py()
-    )
-
-
-def resolve_topic_ids(t: pa.Table, names: dict[str, str]) -> pa.Table:
-    """Name the topics of rows that carry only a topic id, from the ids -> names learned anywhere in
-    the capture set; Kafka rows named this way get their message_id (topic-partition@offset) too.
-    Ids without a known name stay as they are (topic null, topic_id set)."""
-    if not names or not needs_topic_names(t):
-        return t
-    ids = t.column("topic_id").to_pylist()
-    topics = [
-        tp if tp is not None or i is None else names.get(i)
-        for tp, i in zip(t.column("topic").to_pylist(), ids)
-    ]
-    t = t.set_column(t.schema.get_field_index("topic"), "topic", pa.array(topics, pa.string()))
-    if "message_id" in t.schema.names and "offset" in t.schema.names:
-        mids = t.column("message_id").to_pylist()
-        parts, offs = t.column("partition").to_pylist(), t.column("offset").to_pylist()
-        protos = t.column("protocol").to_pylist()
-        mids = [
-            f"{tp}-{p}@{o}"
-            if m is None and i is not None and tp is not None and o is not None and pr == "kafka"
-            else m
-            for m, i, tp, p, o, pr in zip(mids, ids, topics, parts, offs, protos)
-        ]
-        t = t.set_column(t.schema.get_field_index("message_id"), "message_id", pa.array(mids, pa.string()))
-    return t

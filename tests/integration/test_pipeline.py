@@ -173,7 +173,7 @@ def test_delta_spark_writer_path_gives_the_same_rows(spark, tmp_path, monkeypatc
     local = decode_files(inputs_, settings)
     for t in tables.DECODED_TABLES:
         assert normalized(written[t]) == normalized(local[t]), t
-    assert any(r["topic_id"] for r in written["messages"])  # names resolved by _name_topics
+    assert any(r["topic_id"] for r in written["messages"])  # names resolved by topics.name_topics_df
 
 
 def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):

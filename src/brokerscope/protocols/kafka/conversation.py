@@ -898,7 +898,7 @@ class KafkaConversation(Conversation):
         )
         head = head[:-1] + ',"offset_delta":'
         # a topic known only by id on this connection: the pipeline names it from the Metadata
-        # responses of the whole capture set (streams.resolve_topic_ids), message_id with it
+        # responses of the whole capture set (topics.resolve_topic_ids), message_id with it
         unnamed = topic is None and topic_id is not None
         prefix = f"{topic}-{partition}@"
         for r in b.records:
