@@ -24,7 +24,8 @@ import struct
 from collections import OrderedDict, deque
 
 from .. import base
-from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
+from ..framer import Frame, Framer, Junk, Rules
 from .codes import (
     COMMANDS,
     EMPTY_REQUEST,
@@ -115,17 +116,52 @@ def _try(code: int, payload) -> bool:
         return False
 
 
+class IggyRules(Rules):
+    """Iggy's frames in one direction, in the connection's framing (`mode`, found from its first
+    bytes). Classic request: [length u32 = 4 + payload][code u32][payload]; request-id framing adds
+    [request id u64] after the code. Response: [status u32][length u32][payload] (request-id
+    framing: the id leads the payload). VSR: a 256-byte consensus header whose u32 at offset 48 is
+    the frame size, header included."""
+
+    def __init__(self, conv: IggyConversation, direction: str):
+        self.conv, self.direction = conv, direction
+
+    @property
+    def head_len(self) -> int:
+        return 64 if self.conv.mode == VSR else 8
+
+    hunt_len = head_len
+
+    def size(self, head: memoryview) -> int | None:
+        conv = self.conv
+        if conv.mode == VSR:
+            return struct.unpack_from("<I", head, 48)[0] if plausible_vsr(head) else None
+        a, b = _II.unpack_from(head, 0)
+        if self.direction == C2S:
+            length, code = a, b
+            min_len = 12 if conv.mode == REQID else 4
+            if length < min_len or (code not in COMMANDS and (code > 10_000 or length > conv.max_frame)):
+                return None
+            return 4 + length
+        status, length = a, b
+        if status >= MAX_STATUS or (conv.mode == REQID and length < 8):
+            return None
+        return 8 + length
+
+    def judge(self, data: memoryview, i: int) -> int:
+        conv = self.conv
+        if conv.mode == VSR:
+            return conv._judge_vsr(data, i)
+        return conv._judge_request(data, i) if self.direction == C2S else conv._judge_response(data, i)
+
+
 class IggyConversation(Conversation):
     """Frames both directions of one connection and turns frames into rows."""
 
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
         self.max_frame = int(ctx.option("iggy", "max_frame_bytes", ctx.max_frame_bytes))
-        self.buf = {C2S: StreamBuffer(), S2C: StreamBuffer()}
-        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to discard
-        self.resync = {C2S: False, S2C: False}
-        self.hunt = {C2S: base.FrameHunt(), S2C: base.FrameHunt()}
-        self.garbage: dict[str, list | None] = {C2S: None, S2C: None}  # [offset, size, ts0, ts1]
+        self.framer = {d: Framer(IggyRules(self, d), self.max_frame) for d in (C2S, S2C)}
         self.last_req_id: int | None = None  # request-id framing: the latest request's id
         self.closing = False
         self.mode: str | None = None
@@ -141,54 +177,19 @@ class IggyConversation(Conversation):
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
         try:
-            self.buf[direction].append(data, ts_ns)
+            self.framer[direction].push(data, ts_ns)
             self._drain(direction, rows)
         except Exception as e:  # noqa: BLE001 - never raise out of a decoder
-            b = self.buf[direction]
-            rows.append(
-                self._error_row(
-                    direction,
-                    b.offset,
-                    len(b),
-                    b.last_ts,
-                    b.last_ts,
-                    base.MALFORMED,
-                    f"internal: {e!r}",
-                    None,
-                )
-            )
-            b.consume(len(b))
-            self.resync[direction] = True
+            off, n, ts = self.framer[direction].drop_all()
+            rows.append(self._error_row(direction, off, n, ts, ts, base.MALFORMED, f"internal: {e!r}", None))
         return rows
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
-        rows: list[Row] = []
-        self._flush_garbage(direction, rows)
-        b = self.buf[direction]
-        if len(b):
-            rows.append(
-                self._error_row(
-                    direction,
-                    b.offset,
-                    len(b),
-                    b.ts_at(b.offset),
-                    ts_ns,
-                    base.GAP,
-                    f"{nbytes} bytes missing after a partial frame",
-                    None,
-                )
-            )
-        skipping = self.skip[direction]
-        b.skip(nbytes)
-        if skipping and not len(b) and nbytes <= skipping:
-            # the hole lies inside an oversize frame being discarded: the next frame start is known
-            self.skip[direction] = skipping - nbytes
-            return rows
-        self.skip[direction] = 0
-        self.resync[direction] = True
-        self.hunt[direction].reset()
-        # responses can no longer be paired reliably: close out what is pending
-        rows.extend(self._flush_pending())
+        junks, inside_skip = self.framer[direction].gap(nbytes, ts_ns)
+        rows = [self._junk_row(direction, j) for j in junks]
+        if not inside_skip:
+            # responses can no longer be paired reliably: close out what is pending
+            rows.extend(self._flush_pending())
         return rows
 
     def close(self) -> list[Row]:
@@ -196,24 +197,10 @@ class IggyConversation(Conversation):
         try:
             self.closing = True  # a resync candidate at the very end needs no next header
             for d in (C2S, S2C):
-                b = self.buf[d]
-                if len(b) and self.resync[d] and self.mode is not None:
+                fr = self.framer[d]
+                if len(fr.buf) and fr.resync and self.mode is not None:
                     self._drain(d, rows)
-                self._flush_garbage(d, rows)
-                if len(b):
-                    rows.append(
-                        self._error_row(
-                            d,
-                            b.offset,
-                            len(b),
-                            b.ts_at(b.offset),
-                            b.last_ts,
-                            base.TRUNCATED,
-                            "connection ended inside a frame",
-                            None,
-                        )
-                    )
-                    b.consume(len(b))
+                rows.extend(self._junk_row(d, j) for j in fr.close())
             rows.extend(self._flush_pending())
         except Exception as e:  # noqa: BLE001
             rows.append(
@@ -229,7 +216,7 @@ class IggyConversation(Conversation):
 
     def _detect(self, direction: str) -> bool:
         """Pick the connection's framing from the first bytes; False = need more."""
-        data = self.buf[direction].peek(65536)
+        data = self.framer[direction].buf.peek(65536)
         if direction == C2S:
             if plausible_request(data, 0, self.max_frame):
                 length, code = _II.unpack_from(data, 0)
@@ -267,61 +254,47 @@ class IggyConversation(Conversation):
         return True
 
     def _drain(self, direction: str, rows: list[Row]) -> None:
-        b = self.buf[direction]
+        fr = self.framer[direction]
         if self.mode is None:
             if not self._detect(direction):
                 return
-            if direction == S2C and len(self.buf[C2S]):
+            if direction == S2C and len(self.framer[C2S].buf):
                 self._drain(C2S, rows)  # requests first, so responses find them
-        while len(b):
-            if self.skip[direction]:
-                n = min(self.skip[direction], len(b))
-                b.consume(n)
-                self.skip[direction] -= n
-                continue
-            if self.resync[direction]:
-                if not self._resync(direction, rows):
-                    return
-            if self.mode == VSR:
-                got = self._vsr_frame(direction, rows)
+        while (item := fr.next()) is not None:
+            if isinstance(item, Junk):
+                self._junk(direction, item, rows)
+            elif self.mode == VSR:
+                self._vsr_frame(direction, item, rows)
             elif direction == C2S:
-                got = self._request(rows)
+                self._request(item, rows)
             else:
-                got = self._response(rows)
-            if not got:
-                return
+                self._response(item, rows)
 
-    def _resync(self, direction: str, rows: list[Row]) -> bool:
-        """Hunt for the next credible frame start (base.FrameHunt); drop (and record) the bytes
-        before it. True when the buffer now starts at a frame."""
-        b = self.buf[direction]
+    def _junk(self, direction: str, j: Junk, rows: list[Row]) -> None:
+        """A junk record's row; an oversize frame skipped exactly still takes its place in pairing."""
+        if j.status != base.OVERSIZE:
+            rows.append(self._junk_row(direction, j))
+            return
         if self.mode == VSR:
-            judge, min_len = self._judge_vsr, 64
+            command = j.head[60]
+            rows.append(self._junk_row(direction, j, {"vsr_command": VSR_COMMANDS[command], "size": j.size}))
+            if j.skipped and command == 8 and self.fifo:
+                rows.append(self._latency(self.fifo.popleft(), None, j.ts_last))
         elif direction == C2S:
-            judge, min_len = self._judge_request, 8
+            length, code = _II.unpack_from(j.head, 0)
+            rows.append(self._junk_row(direction, j, {"code": code, "length": length}))
+            if j.skipped:
+                pend = {"code": code, "name": COMMANDS.get(code), "corr": self._next_corr(None)}
+                self._pending_add({**pend, "ts_end": j.ts_last, "topic": None, "partition": None})
         else:
-            judge, min_len = self._judge_response, 8
-        found, drop = self.hunt[direction].run(b, judge, min_len)
-        if drop:
-            g = self.garbage[direction]
-            if g is None:
-                g = self.garbage[direction] = [b.offset, 0, b.ts_at(b.offset), 0]
-            g[1] += drop
-            g[3] = b.ts_at(b.offset + drop - 1)
-            b.consume(drop)
-        if found is None:
-            return False
-        self._flush_garbage(direction, rows)
-        self.resync[direction] = False
-        return True
+            status, length = _II.unpack_from(j.head, 0)
+            req = self._pending_pop(None) if j.skipped else None
+            rows.append(self._junk_row(direction, j, {"status": status, "length": length}))
+            if req:
+                rows.append(self._latency(req, status, j.ts_first))
 
-    def _flush_garbage(self, direction: str, rows: list[Row]) -> None:
-        """One row for the bytes a resync passed over (of no determined type: no raw)."""
-        g, self.garbage[direction] = self.garbage[direction], None
-        if g is not None:
-            off, size, ts0, ts1 = g
-            why = f"skipped {size} bytes to resync"
-            rows.append(self._error_row(direction, off, size, ts0, ts1, base.MALFORMED, why, None))
+    def _junk_row(self, direction: str, j: Junk, info: dict | None = None) -> Row:
+        return self._error_row(direction, j.offset, j.size, j.ts_first, j.ts_last, j.status, j.reason, info)
 
     def _judge_request(self, data: memoryview, i: int) -> int:
         """A classic/request-id request at `i`: known code, sane length; confirmed when its payload
@@ -387,82 +360,18 @@ class IggyConversation(Conversation):
         status, length = _II.unpack_from(data, i)
         return status < RESYNC_MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8)
 
-    def _take(self, direction: str, total: int) -> tuple[memoryview, int, int, int]:
-        """Consume a whole frame: (bytes, stream offset, first-byte ts, last-byte ts)."""
-        b = self.buf[direction]
-        off = b.offset
-        ts0 = b.ts_at(off)
-        ts1 = b.ts_at(off + total - 1)
-        frame = memoryview(b.peek(total))
-        b.consume(total)
-        return frame, off, ts0, ts1
-
-    def _oversize(self, direction: str, total: int, rows: list[Row], info: dict, skip: bool = True) -> None:
-        """Record a frame whose declared size is beyond the limit. Skip it exactly, or, when the
-        size is beyond anything credible (base.SKIP_LIMIT_FACTOR), drop its header and resync."""
-        b = self.buf[direction]
-        off = b.offset
-        ts0 = b.ts_at(off)
-        if skip:
-            have = min(total, len(b))
-            b.consume(have)
-            self.skip[direction] = total - have
-        else:
-            b.consume(VSR_HEADER if self.mode == VSR else 8)
-            self.resync[direction] = True
-        rows.append(
-            self._error_row(
-                direction,
-                off,
-                total,
-                ts0,
-                b.last_ts,
-                base.OVERSIZE,
-                f"frame of {total} bytes exceeds {self.max_frame}" + ("" if skip else "; resynchronising"),
-                info,
-            )
-        )
-
     # -----------------------------------------------------------------------------------------
     # classic / request-id frames
 
-    def _request(self, rows: list[Row]) -> bool:
-        b = self.buf[C2S]
-        data = b.peek(16)
-        if len(data) < 8:
-            return False
-        length, code = _II.unpack_from(data, 0)
-        hdr = 16 if self.mode == REQID else 8
-        min_len = hdr - 4
-        if length < min_len or (code not in COMMANDS and (code > 10_000 or length > self.max_frame)):
-            self.resync[C2S] = True
-            return True
-        total = 4 + length
+    def _request(self, fr: Frame, rows: list[Row]) -> None:
+        frame = memoryview(fr.data)
+        off, ts0, ts1, total = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
+        length, code = _II.unpack_from(frame, 0)
         name = COMMANDS.get(code)
-        if length > self.max_frame:
-            if total > base.SKIP_LIMIT_FACTOR * self.max_frame:
-                self._oversize(C2S, total, rows, {"code": code, "length": length}, skip=False)
-                return True
-            self._oversize(C2S, total, rows, {"code": code, "length": length})
-            self._pending_add(
-                {
-                    "code": code,
-                    "name": name,
-                    "corr": self._next_corr(None),
-                    "ts_end": b.last_ts,
-                    "topic": None,
-                    "partition": None,
-                }
-            )
-            return True
-        if len(data) < hdr:
-            return False
-        req_id = struct.unpack_from("<Q", data, 8)[0] if self.mode == REQID else None
-        if len(b) < total:
-            return False
+        hdr = 16 if self.mode == REQID else 8
+        req_id = struct.unpack_from("<Q", frame, 8)[0] if self.mode == REQID else None
         if req_id is not None:
             self.last_req_id = req_id
-        frame, off, ts0, ts1 = self._take(C2S, total)
         payload = frame[hdr:]
         corr = self._next_corr(req_id)
         row = {
@@ -488,7 +397,6 @@ class IggyConversation(Conversation):
         if req_id is not None:
             details["request_id"] = req_id
         self._emit_request(code, name, payload, frame, row, pend, details, ts1, rows)
-        return True
 
     def _emit_request(
         self, code, name, payload, frame, row, pend, details, ts1, rows, secret: bool = False, decoder=None
@@ -539,29 +447,11 @@ class IggyConversation(Conversation):
                 rows.append(self._message_row("produce", m, topic, _i32(partition), corr, ts1, key))
         self._pending_add(pend)
 
-    def _response(self, rows: list[Row]) -> bool:
-        b = self.buf[S2C]
-        data = b.peek(16)
-        if len(data) < 8:
-            return False
-        status, length = _II.unpack_from(data, 0)
-        if status >= MAX_STATUS or (self.mode == REQID and length < 8):
-            self.resync[S2C] = True
-            return True
-        total = 8 + length
-        if length > self.max_frame:
-            if total > base.SKIP_LIMIT_FACTOR * self.max_frame:
-                self._oversize(S2C, total, rows, {"status": status, "length": length}, skip=False)
-                return True
-            req = self._pending_pop(None)
-            self._oversize(S2C, total, rows, {"status": status, "length": length})
-            if req:
-                rows.append(self._latency(req, status, b.ts_at(b.offset)))
-            return True
+    def _response(self, fr: Frame, rows: list[Row]) -> None:
+        frame = memoryview(fr.data)
+        off, ts0, ts1, total = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
+        status, length = _II.unpack_from(frame, 0)
         hdr = 16 if self.mode == REQID else 8
-        if len(b) < max(total, hdr):
-            return False
-        frame, off, ts0, ts1 = self._take(S2C, total)
         req_id = struct.unpack_from("<Q", frame, 8)[0] if self.mode == REQID else None
         payload = frame[hdr:]
         req = self._pending_pop(req_id)
@@ -584,9 +474,8 @@ class IggyConversation(Conversation):
                 details=base.to_json(details),
             )
             rows.append(("commands", row))
-            return True
+            return
         self._emit_response(req, status, payload, frame, row, details, ts0, rows)
-        return True
 
     def _emit_response(self, req, status, payload, frame, row, details, ts0, rows, decoder=None) -> None:
         """Decode a response for its request: commands, latency, deliver and ack rows."""
@@ -632,28 +521,10 @@ class IggyConversation(Conversation):
     # -----------------------------------------------------------------------------------------
     # VSR frames
 
-    def _vsr_frame(self, direction: str, rows: list[Row]) -> bool:
-        b = self.buf[direction]
-        data = b.peek(64)
-        if len(data) < 64:
-            return False
-        if not plausible_vsr(data):
-            self.resync[direction] = True
-            return True
-        size = struct.unpack_from("<I", data, 48)[0]
-        command = data[60]
-        if size > self.max_frame:
-            info = {"vsr_command": VSR_COMMANDS[command], "size": size}
-            if size > base.SKIP_LIMIT_FACTOR * self.max_frame:
-                self._oversize(direction, size, rows, info, skip=False)
-                return True
-            self._oversize(direction, size, rows, info)
-            if command == 8 and self.fifo:
-                rows.append(self._latency(self.fifo.popleft(), None, b.last_ts))
-            return True
-        if len(b) < size:
-            return False
-        frame, off, ts0, ts1 = self._take(direction, size)
+    def _vsr_frame(self, direction: str, fr: Frame, rows: list[Row]) -> None:
+        frame = memoryview(fr.data)
+        off, ts0, ts1, size = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
+        command = frame[60]
         body = frame[VSR_HEADER:]
         view, release = struct.unpack_from("<II", frame, 52)
         d: dict = {
@@ -701,11 +572,11 @@ class IggyConversation(Conversation):
                 )
                 rows.append(("commands", row))
                 self._pending_add(pend)
-                return True
+                return
             self._emit_request(
                 code, name, body, frame[:VSR_HEADER], row, pend, d, ts1, rows, secret=secret, decoder=decoder
             )
-            return True
+            return
         if command == 8:  # Reply
             request = struct.unpack_from("<Q", frame, 200)[0]
             operation = frame[208]
@@ -722,7 +593,7 @@ class IggyConversation(Conversation):
                     details=base.to_json(d),
                 )
                 rows.append(("commands", row))
-                return True
+                return
             decoder = VSR_RESPONSES.get(req["code"])
             if status == 0 and result_framed(operation, len(body)):
                 # metadata, consumer-offset write and non-empty register replies lead with a
@@ -756,9 +627,9 @@ class IggyConversation(Conversation):
                 )
                 rows.append(("commands", row))
                 rows.append(self._latency(req, status, ts0))
-                return True
+                return
             self._emit_response(req, status, body, frame[:VSR_HEADER], row, d, ts0, rows, decoder=decoder)
-            return True
+            return
         # other consensus frames (eviction, replica traffic): header only
         if command == 13:
             d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
@@ -770,7 +641,7 @@ class IggyConversation(Conversation):
                 d["server_protocol_min"] = protocol_version_text(lo)
         row.update(command=f"VSR_{VSR_COMMANDS[command]}", decode_status=base.OK, details=base.to_json(d))
         rows.append(("commands", row))
-        return True
+        return
 
     # -----------------------------------------------------------------------------------------
     # pairing and derived rows

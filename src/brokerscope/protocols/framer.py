@@ -1,0 +1,183 @@
+"""One direction's framing, shared by the protocols: buffering, gaps, oversize frames, garbage
+and resync. A protocol says what its frames look like (`Rules`); the framer hands whole frames,
+or a `Junk` record with its status and reason, to the conversation, which keeps only semantics.
+
+    framer.push(data, ts)
+    while (item := framer.next()) is not None:
+        ...  # a Frame to decode, or Junk to record
+
+In step, a frame's size comes from its header (`Rules.size`). A header that is not a frame start
+puts the direction out of step, and so does a gap: then `base.FrameHunt` looks for a credible
+frame start (`Rules.judge`), and the bytes passed over become one `malformed` Junk. A frame
+larger than `max_frame` is `oversize` Junk: skipped exactly when its size is credible (at most
+`base.SKIP_LIMIT_FACTOR` times the limit, and `Rules.skippable`), else its header is dropped and
+the direction resyncs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import GAP, MALFORMED, OVERSIZE, SKIP_LIMIT_FACTOR, TRUNCATED, FrameHunt, StreamBuffer
+
+HEAD_KEPT = 256  # bytes of an oversize frame's start handed over with its Junk
+
+
+@dataclass
+class Frame:
+    offset: int  # stream offset of the first byte
+    data: bytes  # the whole frame, header included
+    ts_first: int
+    ts_last: int
+
+
+@dataclass
+class Junk:
+    """Bytes that are not a whole frame: passed over by a resync, an oversize frame, the partial
+    frame a gap cut, or what is left when the connection ends."""
+
+    offset: int
+    size: int  # bytes on the wire (an oversize frame: its declared size)
+    status: str  # a base decode_status
+    reason: str
+    ts_first: int
+    ts_last: int
+    head: bytes = b""  # an oversize frame's first bytes (its header)
+    skipped: bool = False  # an oversize frame skipped exactly: the next frame start is known
+
+
+class Rules:
+    """A protocol's frames, for one direction."""
+
+    head_len: int = 8  # bytes that hold a frame's size
+    hunt_len: int = 8  # fewest bytes a resync judgement needs
+
+    def size(self, head: memoryview) -> int | None:
+        """Total bytes of the frame starting `head` (at least `head_len` bytes), or None when the
+        header is not a frame start (the direction then resyncs)."""
+        raise NotImplementedError
+
+    def judge(self, data: memoryview, i: int) -> int:
+        """A resync candidate at `i`: base.CONFIRMED, TENTATIVE or NOT_A_FRAME (see FrameHunt)."""
+        raise NotImplementedError
+
+    def skippable(self, head: memoryview, size: int) -> bool:
+        """May this oversize frame be skipped exactly (its header credible)?"""
+        return True
+
+
+class Framer:
+    """Frames of one direction (see the module docstring)."""
+
+    def __init__(self, rules: Rules, max_frame: int):
+        self.rules = rules
+        self.max_frame = max_frame
+        self.buf = StreamBuffer()
+        self.skip = 0  # bytes of an oversize frame still to discard
+        self.resync = False  # out of step: hunting for a frame start
+        self.hunt = FrameHunt()
+        self._garbage: Junk | None = None  # bytes passed over by the current resync
+
+    def push(self, data: bytes, ts_ns: int) -> None:
+        self.buf.append(data, ts_ns)
+
+    def next(self) -> Frame | Junk | None:
+        """The next whole frame or junk record, or None when more bytes are needed."""
+        b = self.buf
+        while True:
+            if self.skip:
+                n = min(self.skip, len(b))
+                b.consume(n)
+                self.skip -= n
+                if self.skip:
+                    return None
+            if self.resync:
+                found, drop = self.hunt.run(b, self.rules.judge, self.rules.hunt_len)
+                if drop:
+                    self._pass_over(drop)
+                if found is None:
+                    return None
+                self.resync = False
+                if self._garbage is not None:
+                    return self._take_garbage()
+            if len(b) < self.rules.head_len:
+                return None
+            size = self.rules.size(b.data)
+            if size is None:
+                self.resync = True
+                continue
+            if size > self.max_frame:
+                return self._oversize(size)
+            if len(b) < size:
+                return None
+            off = b.offset
+            frame = Frame(off, b.peek(size), b.ts_at(off), b.ts_at(off + size - 1))
+            b.consume(size)
+            return frame
+
+    def gap(self, nbytes: int, ts_ns: int) -> tuple[list[Junk], bool]:
+        """`nbytes` never arrived. Returns the junk it makes (bytes passed over, the partial frame
+        it cut) and whether it fell inside an oversize frame being skipped (then the next frame
+        start is still known)."""
+        b = self.buf
+        out = [self._take_garbage()] if self._garbage is not None else []
+        if len(b):
+            reason = f"{nbytes} bytes missing after a partial frame"
+            out.append(Junk(b.offset, len(b), GAP, reason, b.ts_at(b.offset), ts_ns))
+        skipping, pending = self.skip, len(b)
+        b.skip(nbytes)
+        if skipping and not pending and nbytes <= skipping:
+            self.skip = skipping - nbytes
+            return out, True
+        self.skip = 0
+        self.resync = True
+        self.hunt.reset()
+        return out, False
+
+    def close(self) -> list[Junk]:
+        """The connection ended: the bytes a resync was passing over, then an unfinished frame."""
+        b = self.buf
+        out = [self._take_garbage()] if self._garbage is not None else []
+        if len(b):
+            reason = "connection ended inside a frame"
+            out.append(Junk(b.offset, len(b), TRUNCATED, reason, b.ts_at(b.offset), b.last_ts))
+            b.consume(len(b))
+        return out
+
+    def drop_all(self) -> tuple[int, int, int]:
+        """After a decoder error: forget what is buffered and resync. (offset, bytes, last ts)."""
+        b = self.buf
+        off, n = b.offset, len(b)
+        b.consume(n)
+        self.resync = True
+        return off, n, b.last_ts
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _oversize(self, size: int) -> Junk:
+        b = self.buf
+        skip = size <= SKIP_LIMIT_FACTOR * self.max_frame and self.rules.skippable(b.data, size)
+        reason = f"frame of {size} bytes exceeds {self.max_frame}" + ("" if skip else "; resynchronising")
+        junk = Junk(b.offset, size, OVERSIZE, reason, b.ts_at(b.offset), b.last_ts, b.peek(HEAD_KEPT), skip)
+        if skip:
+            have = min(size, len(b))
+            b.consume(have)
+            self.skip = size - have
+        else:
+            b.consume(self.rules.head_len)
+            self.resync = True
+        return junk
+
+    def _pass_over(self, n: int) -> None:
+        b = self.buf
+        g = self._garbage
+        if g is None:
+            g = self._garbage = Junk(b.offset, 0, MALFORMED, "", b.ts_at(b.offset), 0)
+        g.size += n
+        g.ts_last = b.ts_at(b.offset + n - 1)
+        b.consume(n)
+
+    def _take_garbage(self) -> Junk:
+        g, self._garbage = self._garbage, None
+        g.reason = f"skipped {g.size} bytes to resync"
+        return g
