@@ -228,29 +228,42 @@ def test_unsupported_version_keeps_raw():
 
 
 def test_unknown_api_key_is_framed_and_paired():
-    # LeaderAndIsr (key 4): a ZooKeeper-era broker API that no shipped spec describes
-    body = struct.pack(">hhih", 4, 0, 9, 3) + b"bs!" + b"\x00" + b"\x00"
+    # api key 1000: in no spec and unnamed (every key up to the newest has a spec, the ZooKeeper-era
+    # 4-7 from interbroker_specs.py). Mid-conversation, so framed without a plausible header.
+    body = struct.pack(">hhih", 1000, 0, 9, 3) + b"bs!" + b"\x00" + b"\x00"
     resp = struct.pack(">i", 9) + b"\x00" + b"\x00\x00" + b"\x00" * 8
     out = (
         Driver()
+        .c2s(PRODUCE_V9_REQ)
+        .s2c(PRODUCE_V9_RESP)
         .c2s(struct.pack(">i", len(body)) + body)
         .s2c(struct.pack(">i", len(resp)) + resp)
         .c2s(PRODUCE_V9_REQ)
         .close()
     )
-    r0, r1, r2 = out["commands"]
-    assert (r0["command"], r0["decode_status"], r0["correlation_id"], r0["client_id"]) == (
-        "LeaderAndIsr",
+    r0, r1, r2, r3, r4 = out["commands"]
+    assert (r0["decode_status"], r1["decode_status"]) == ("ok", "ok")
+    assert (
+        r2["command"],
+        r2["command_code"],
+        r2["decode_status"],
+        r2["correlation_id"],
+        r2["client_id"],
+    ) == (
+        None,
+        1000,
         "unknown_command",
         9,
         "bs!",
     )
-    assert (r1["command"], r1["decode_status"], r1["correlation_id"]) == (
-        "LeaderAndIsr",
+    assert (r3["command"], r3["command_code"], r3["decode_status"], r3["correlation_id"]) == (
+        None,
+        1000,
         "unknown_command",
         9,
     )
-    assert r2["decode_status"] == "ok"
+    assert r2["raw"] is None and r3["raw"] is None  # an unnamed frame keeps no bytes
+    assert r4["decode_status"] == "ok"
 
 
 def test_fetch_deliver_rows_and_partial_tail():

@@ -173,11 +173,11 @@ def test_no_neighbour_stays_undecoded():
 
 
 def test_undecodable_api_on_the_connection_blocks_inference():
-    """An api no spec decodes (LeaderAndIsr, key 4) was requested on the connection: it cannot be
-    ruled out, so nothing is inferred."""
+    """An api version no spec decodes (LeaderAndIsr v8: the specs stop at v7) was requested on the
+    connection: it cannot be ruled out, so nothing is inferred."""
     leader_and_isr = h(
-        "000000130004 0000 0000000a 0003 6b6974000000000000"
-    )  # key 4 v0, corr 10, 6 body bytes
+        "00000013 0004 0008 0000000a 0003 6b6974 00 0000000000"
+    )  # key 4 v8, corr 10, client "kit", header tags none, 5 body bytes
     out = (
         Driver()
         .s2c(metadata_v2_response(7))
@@ -188,7 +188,7 @@ def test_undecodable_api_on_the_connection_blocks_inference():
     )
     r = by_corr(out)[7]
     assert (r["decode_status"], r["command"]) == ("request_missing", None)
-    assert "LeaderAndIsr v0" in json.loads(r["details"])["inferred_reason"]
+    assert "LeaderAndIsr v8" in json.loads(r["details"])["inferred_reason"]
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,8 @@ def test_kio_fills_the_api_keys_kafka_python_lacks():
     added = {k for k, s in specs.items() if s.source == "kio"}
     assert {38, 39, 40, 41, 52, 56, 58, 62, 63, 67, 68, 69, 71, 72, 76, 78, 79, 88} <= added
     assert specs[68].name == "ConsumerGroupHeartbeat" and specs[71].name == "GetTelemetrySubscriptions"
-    assert 4 not in specs  # ZooKeeper-era LeaderAndIsr: in neither package (named, not decoded)
+    # the ZooKeeper-era inter-broker APIs are in neither package (test_kafka_interbroker.py)
+    assert all(specs[k].source == "interbroker" for k in (4, 5, 6, 7))
 
 
 def test_kip848_and_telemetry_from_a_real_client():

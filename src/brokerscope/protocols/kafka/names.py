@@ -1,18 +1,13 @@
 """What the Kafka specs do not say: names of api keys no spec describes, and which fields and
 config entries hold secrets.
 
-EXTRA_API_NAMES: the ZooKeeper-era inter-broker APIs, dropped from Kafka 4.0's specs and so from
-both kafka-python and kio. Such frames are framed and paired but their bodies are not decoded
-(decode_status unknown_command, raw kept). Names from the Apache Kafka protocol guide."""
+EXTRA_API_NAMES: api keys named without a spec. Such frames are framed and paired but their bodies
+are not decoded (decode_status unknown_command, raw kept). Empty today: every api key up to the
+newest kio knows has a spec, the ZooKeeper-era inter-broker APIs 4-7 in interbroker_specs.py."""
 
 import re
 
-EXTRA_API_NAMES: dict[int, str] = {
-    4: "LeaderAndIsr",
-    5: "StopReplica",
-    6: "UpdateMetadata",
-    7: "ControlledShutdown",
-}
+EXTRA_API_NAMES: dict[int, str] = {}
 
 # SaslHandshake, SaslAuthenticate: their frames carry credentials, so their bytes never reach `raw`.
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36

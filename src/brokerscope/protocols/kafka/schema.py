@@ -3,7 +3,8 @@
 The specs ship inside the kafka-python package (`kafka/protocol/schemas/resources/*.json`, the
 files Apache Kafka generates its own serializers from). They are read at run time from the
 installed package (located with importlib, see `spec_dir`) and never copied into this repository.
-APIs kafka-python lacks are rebuilt in the same form from the `kio` package (kio_specs.py).
+APIs kafka-python lacks are rebuilt in the same form from the `kio` package (kio_specs.py), and
+the ZooKeeper-era inter-broker APIs 4-7, in neither package, from interbroker_specs.py.
 
 For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
 of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
@@ -35,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import base
-from . import kio_specs
+from . import interbroker_specs, kio_specs
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 log = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ class ApiSpec:
     response: dict
     request_structs: dict = field(default_factory=dict)
     response_structs: dict = field(default_factory=dict)
-    source: str = "kafka-python"  # or "kio": rebuilt from kio's classes (kio_specs.py)
+    # or "interbroker" (interbroker_specs.py), or "kio": rebuilt from kio's classes (kio_specs.py)
+    source: str = "kafka-python"
 
 
 def spec_dir() -> Path:
@@ -122,6 +124,21 @@ def _load_json(path: Path) -> dict:
     return json.loads(_COMMENT.sub("", path.read_text(encoding="utf-8")))
 
 
+def _api_spec(req: dict, resp: dict, source: str) -> ApiSpec:
+    """An ApiSpec from a (request, response) pair of spec dicts in the JSON form."""
+    return ApiSpec(
+        api_key=int(req["apiKey"]),
+        name=req["name"].removesuffix("Request"),
+        valid=Versions.parse(req["validVersions"]),
+        flexible=Versions.parse(req.get("flexibleVersions")),
+        request=req,
+        response=resp,
+        request_structs={s["name"]: s["fields"] for s in req.get("commonStructs", [])},
+        response_structs={s["name"]: s["fields"] for s in resp.get("commonStructs", [])},
+        source=source,
+    )
+
+
 @lru_cache(maxsize=1)
 def _shipped() -> dict[int, ApiSpec]:
     """Every API in kafka-python's specs, by api key (loaded once per process)."""
@@ -135,27 +152,26 @@ def _shipped() -> dict[int, ApiSpec]:
     for key, pair in sorted(by_key.items()):
         if "request" not in pair or "response" not in pair:
             continue
-        req, resp = pair["request"], pair["response"]
-        out[key] = ApiSpec(
-            api_key=key,
-            name=req["name"].removesuffix("Request"),
-            valid=Versions.parse(req["validVersions"]),
-            flexible=Versions.parse(req.get("flexibleVersions")),
-            request=req,
-            response=resp,
-            request_structs={s["name"]: s["fields"] for s in req.get("commonStructs", [])},
-            response_structs={s["name"]: s["fields"] for s in resp.get("commonStructs", [])},
-        )
+        out[key] = _api_spec(pair["request"], pair["response"], "kafka-python")
     return out
+
+
+@lru_cache(maxsize=1)
+def _interbroker() -> dict[int, ApiSpec]:
+    """The ZooKeeper-era inter-broker APIs (4-7) from interbroker_specs.py, by api key."""
+    return {k: _api_spec(*interbroker_specs.spec(k), "interbroker") for k in interbroker_specs.api_keys()}
 
 
 _from_kio: dict[int, ApiSpec | None] = {}
 
 
 def spec(api_key: int) -> ApiSpec | None:
-    """The spec of `api_key`: kafka-python's, else rebuilt from kio (newer client APIs, KRaft,
-    share groups, ...), built on first use: importing all of kio's classes takes seconds."""
+    """The spec of `api_key`: kafka-python's, else the inter-broker APIs 4-7 (interbroker_specs),
+    else rebuilt from kio (newer client APIs, KRaft, share groups, ...), built on first use:
+    importing all of kio's classes takes seconds."""
     s = _shipped().get(api_key)
+    if s is None:
+        s = _interbroker().get(api_key)
     if s is not None:
         return s
     if api_key not in _from_kio:
@@ -164,25 +180,13 @@ def spec(api_key: int) -> ApiSpec | None:
         except (ValueError, KeyError, TypeError, ImportError) as e:  # a kio this code does not know
             log.warning("kafka api key %d: cannot rebuild its spec from kio: %s", api_key, e)
             k = None
-        _from_kio[api_key] = (
-            None
-            if k is None
-            else ApiSpec(
-                api_key=api_key,
-                name=k[0]["name"].removesuffix("Request"),
-                valid=Versions.parse(k[0]["validVersions"]),
-                flexible=Versions.parse(k[0]["flexibleVersions"]),
-                request=k[0],
-                response=k[1],
-                source="kio",
-            )
-        )
+        _from_kio[api_key] = None if k is None else _api_spec(k[0], k[1], "kio")
     return _from_kio[api_key]
 
 
 def specs() -> dict[int, ApiSpec]:
-    """Every API either source describes, by api key (builds every kio spec: tests and tools)."""
-    keys = set(_shipped()) | set(kio_specs.api_keys())
+    """Every API any source describes, by api key (builds every kio spec: tests and tools)."""
+    keys = set(_shipped()) | set(_interbroker()) | set(kio_specs.api_keys())
     return {k: s for k in sorted(keys) if (s := spec(k)) is not None}
 
 
