@@ -10,8 +10,8 @@ In step, a frame's size comes from its header (`Rules.size`). A header that is n
 puts the direction out of step, and so does a gap: then `base.FrameHunt` looks for a credible
 frame start (`Rules.judge`), and the bytes passed over become one `malformed` Junk. A frame
 larger than `max_frame` is `oversize` Junk: skipped exactly when its size is credible (at most
-`base.SKIP_LIMIT_FACTOR` times the limit, and `Rules.skippable`), else its header is dropped and
-the direction resyncs.
+`base.SKIP_LIMIT_FACTOR` times the limit, its header credible by `Rules.credible`), else its
+header is dropped and the direction resyncs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Junk:
     reason: str
     ts_first: int
     ts_last: int
-    head: bytes = b""  # an oversize frame's first bytes (its header)
+    head: bytes = b""  # an oversize frame's first bytes (its header); an unfinished frame's bytes
     skipped: bool = False  # an oversize frame skipped exactly: the next frame start is known
 
 
@@ -61,22 +61,32 @@ class Rules:
         """A resync candidate at `i`: base.CONFIRMED, TENTATIVE or NOT_A_FRAME (see FrameHunt)."""
         raise NotImplementedError
 
-    def skippable(self, head: memoryview, size: int) -> bool:
-        """May this oversize frame be skipped exactly (its header credible)?"""
+    def credible(self, head: memoryview, size: int) -> bool | None:
+        """Does this header of an oversize frame start a real frame (True: recorded and skipped;
+        False: not a frame start, resync; None: more bytes needed to tell)?"""
         return True
+
+    def jump(self, buf: StreamBuffer, i: int) -> int | None:
+        """The next index at or after `i` worth judging in a resync, or None to judge every one."""
+        return None
 
 
 class Framer:
     """Frames of one direction (see the module docstring)."""
 
-    def __init__(self, rules: Rules, max_frame: int):
+    def __init__(self, rules: Rules, max_frame: int, in_step: bool = True):
+        """`in_step=False`: the stream may start inside a frame, so the first frame start must be
+        credible too."""
         self.rules = rules
         self.max_frame = max_frame
         self.buf = StreamBuffer()
         self.skip = 0  # bytes of an oversize frame still to discard
-        self.resync = False  # out of step: hunting for a frame start
+        self.resync = not in_step  # out of step: hunting for a frame start
         self.hunt = FrameHunt()
         self._garbage: Junk | None = None  # bytes passed over by the current resync
+        self._jump = None
+        if type(rules).jump is not Rules.jump:
+            self._jump = lambda data, i: self.rules.jump(self.buf, i)
 
     def push(self, data: bytes, ts_ns: int) -> None:
         self.buf.append(data, ts_ns)
@@ -92,7 +102,7 @@ class Framer:
                 if self.skip:
                     return None
             if self.resync:
-                found, drop = self.hunt.run(b, self.rules.judge, self.rules.hunt_len)
+                found, drop = self.hunt.run(b, self.rules.judge, self.rules.hunt_len, self._jump)
                 if drop:
                     self._pass_over(drop)
                 if found is None:
@@ -107,6 +117,12 @@ class Framer:
                 self.resync = True
                 continue
             if size > self.max_frame:
+                credible = self.rules.credible(b.data, size)
+                if credible is None:
+                    return None
+                if not credible:
+                    self.resync = True
+                    continue
                 return self._oversize(size)
             if len(b) < size:
                 return None
@@ -135,12 +151,18 @@ class Framer:
         return out, False
 
     def close(self) -> list[Junk]:
-        """The connection ended: the bytes a resync was passing over, then an unfinished frame."""
+        """The connection ended: the bytes a resync was passing over (up to a credible frame
+        start it held, if any), then an unfinished frame (with its bytes)."""
         b = self.buf
+        if self.resync and len(b):
+            held = [off for off in self.hunt.held if off >= b.offset]
+            self._pass_over(held[0] - b.offset if held else len(b))
         out = [self._take_garbage()] if self._garbage is not None else []
         if len(b):
             reason = "connection ended inside a frame"
-            out.append(Junk(b.offset, len(b), TRUNCATED, reason, b.ts_at(b.offset), b.last_ts))
+            out.append(
+                Junk(b.offset, len(b), TRUNCATED, reason, b.ts_at(b.offset), b.last_ts, b.peek(len(b)))
+            )
             b.consume(len(b))
         return out
 
@@ -156,8 +178,9 @@ class Framer:
 
     def _oversize(self, size: int) -> Junk:
         b = self.buf
-        skip = size <= SKIP_LIMIT_FACTOR * self.max_frame and self.rules.skippable(b.data, size)
-        reason = f"frame of {size} bytes exceeds {self.max_frame}" + ("" if skip else "; resynchronising")
+        skip = size <= SKIP_LIMIT_FACTOR * self.max_frame
+        reason = f"frame of {size} bytes exceeds max_frame_bytes {self.max_frame}"
+        reason += "" if skip else "; resynchronising"
         junk = Junk(b.offset, size, OVERSIZE, reason, b.ts_at(b.offset), b.last_ts, b.peek(HEAD_KEPT), skip)
         if skip:
             have = min(size, len(b))
@@ -169,6 +192,8 @@ class Framer:
         return junk
 
     def _pass_over(self, n: int) -> None:
+        if n <= 0:
+            return
         b = self.buf
         g = self._garbage
         if g is None:

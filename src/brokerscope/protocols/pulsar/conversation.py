@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from ..framer import Framer, Junk, Rules
 from . import framing
 from .framing import HEADER, ParsedFrame
 from .gen import pulsar_api_pb2 as pb
@@ -145,17 +146,51 @@ class PendingSend:
     chunk: dict | None = None
 
 
+class PulsarRules(Rules):
+    """Pulsar's frames: [total_size u32][command_size u32][BaseCommand][payload...], sizes
+    big-endian, total_size counting what follows it; a command starts with field 1 (its type)."""
+
+    head_len = hunt_len = HEADER + 2
+
+    def __init__(self, max_frame: int):
+        self.max_frame = max_frame
+
+    def size(self, head: memoryview) -> int | None:
+        total, cmd_size = struct.unpack_from(">II", head, 0)
+        return None if cmd_size > total - 4 or total < 6 else total + 4
+
+    def credible(self, head: memoryview, size: int) -> bool | None:
+        # skip only what really looks like a frame: a damaged size must not swallow the stream
+        return framing.plausible_header(head, 0, self.max_frame)[0]
+
+    def judge(self, data: memoryview, i: int) -> int:
+        verdict, total, _ = framing.plausible_header(data, i, self.max_frame)
+        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
+            return base.NOT_A_FRAME
+        if verdict is None:
+            return base.TENTATIVE
+        end = i + 4 + total
+        if total + 4 > self.max_frame:
+            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
+        if end > len(data):
+            return base.TENTATIVE
+        return base.NOT_A_FRAME if framing.sane_header(data, end) is False else base.CONFIRMED
+
+    def jump(self, buf: StreamBuffer, i: int) -> int:
+        j = buf.find(b"\x08", i + HEADER)  # the command's first byte: field 1, the type
+        return len(buf) if j < 0 else j - HEADER
+
+
 class PulsarConversation(Conversation):
     """Frames both directions; pairs requests, sends and deliveries with their answers."""
 
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
         self.max_frame = int(ctx.max_frame_bytes)
-        self.bufs = {C2S: StreamBuffer(), S2C: StreamBuffer()}
-        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to pass over
-        self.strict = {C2S: True, S2C: True}  # validate headers strictly (start, after a gap/garbage)
-        self.garbage: dict[str, dict | None] = {C2S: None, S2C: None}
-        self.hunt = {C2S: base.FrameHunt(), S2C: base.FrameHunt()}
+        # a capture may start inside a frame: the first frame start must be credible too
+        self.framer = {
+            d: Framer(PulsarRules(self.max_frame), self.max_frame, in_step=False) for d in (C2S, S2C)
+        }
         self.producers: OrderedDict[int, dict] = OrderedDict()
         self.consumers: OrderedDict[int, dict] = OrderedDict()
         self.requests: OrderedDict[tuple[str, int], Pending] = OrderedDict()
@@ -182,141 +217,54 @@ class PulsarConversation(Conversation):
 
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
-        buf = self.bufs[direction]
-        buf.append(data, ts_ns)
+        fr = self.framer[direction]
+        fr.push(data, ts_ns)
         try:
-            self._drain(direction, rows)
+            while (item := fr.next()) is not None:
+                if isinstance(item, Junk):
+                    rows.append(self._junk_row(direction, item))
+                else:
+                    f = item
+                    self._frame(direction, f.data[4:], f.offset, f.ts_first, f.ts_last, rows)
         except Exception as e:  # never raise out of the decoder: drop what is buffered
-            rows.append(
-                self._error_row(direction, buf.offset, len(buf), base.MALFORMED, f"decoder error: {e!r}")
-            )
-            buf.consume(len(buf))
-            self.strict[direction] = True
+            off, n, ts = fr.drop_all()
+            rows.append(self._error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts=ts))
         return sanitize(rows)
 
-    def _drain(self, d: str, rows: list[Row]) -> None:
-        buf = self.bufs[d]
-        while True:
-            if self.skip[d]:
-                n = min(self.skip[d], len(buf))
-                buf.consume(n)
-                self.skip[d] -= n
-                if self.skip[d]:
-                    return
-            mv = buf.data
-            if len(mv) < HEADER + 2:
-                return
-            total, cmd_size = struct.unpack_from(">II", mv, 0)
-            if self.strict[d] or cmd_size > total - 4 or total < 6:
-                # out of step (the start, after a gap or garbage): only a confirmed frame start
-                del mv
-                if not self._scan(d, rows):
-                    return
-                self._flush_garbage(d, rows)
-                self.strict[d] = False
-                continue
-            if total > self.max_frame:
-                # skip only what really looks like a frame: a damaged length must not swallow the stream
-                verdict, _, _ = framing.plausible_header(mv, 0, self.max_frame)
-                if verdict is None:
-                    return
-                if verdict is False:
-                    if not self._scan(d, rows):
-                        return
-                    continue
-                if total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
-                    # beyond anything credible: a damaged size, not a frame to skip
-                    rows.append(self._oversize_row(d, total, skip=False))
-                    buf.consume(4)
-                    self.strict[d] = True
-                    continue
-                rows.append(self._oversize_row(d, total))
-                self.skip[d] = total + 4
-                continue
-            if len(mv) < total + 4:
-                return
-            start = buf.offset
-            ts_first = buf.ts_at(start)
-            ts_last = buf.ts_at(start + total + 3)
-            frame = bytes(mv[4 : total + 4])
-            buf.consume(total + 4)
-            self._frame(d, frame, start, ts_first, ts_last, rows)
-
-    def _scan(self, d: str, rows: list[Row]) -> bool:
-        """Bytes at the head do not start a frame: hunt for the next credible one (base.FrameHunt)
-        and pass over what lies before it. True if the head now is a frame, False when more bytes
-        are needed."""
-        buf = self.bufs[d]
-
-        def jump(data: memoryview, i: int) -> int:
-            # a frame's command starts with 0x08 (field 1, the type) at offset 8
-            j = buf.find(b"\x08", i + HEADER)
-            return len(data) if j < 0 else j - HEADER
-
-        found, drop = self.hunt[d].run(buf, self._judge, HEADER + 2, jump)
-        if drop:
-            self._add_garbage(d, drop)
-        return found is not None
-
-    def _judge(self, data: memoryview, i: int) -> int:
-        """A frame start at `i`: a header whose command parses (framing.plausible_header), confirmed
-        once its frame is all here and the next header is sane (or the data ends there)."""
-        verdict, total, _ = framing.plausible_header(data, i, self.max_frame)
-        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
-            return base.NOT_A_FRAME
-        if verdict is None:
-            return base.TENTATIVE
-        end = i + 4 + total
-        if total > self.max_frame:
-            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
-        if end > len(data):
-            return base.TENTATIVE
-        return base.NOT_A_FRAME if framing.sane_header(data, end) is False else base.CONFIRMED
-
-    def _add_garbage(self, d: str, nbytes: int) -> None:
-        buf = self.bufs[d]
-        g = self.garbage[d]
-        if g is None:
-            g = self.garbage[d] = {"offset": buf.offset, "ts": buf.ts_at(buf.offset), "size": 0}
-        g["size"] += nbytes
-        g["ts_end"] = buf.ts_at(buf.offset + nbytes - 1)
-        buf.consume(nbytes)
-        self.strict[d] = True
-
-    def _flush_garbage(self, d: str, rows: list[Row]) -> None:
-        g = self.garbage[d]
-        if g is None:
-            return
-        self.garbage[d] = None
-        rows.append(
-            (
-                "commands",
-                {
-                    "ts_ns": g["ts"],
-                    "ts_end_ns": g.get("ts_end", g["ts"]),
-                    "direction": d,
-                    "size": g["size"],
-                    "stream_offset": g["offset"],
-                    "decode_status": base.MALFORMED,
-                    "decode_error": f"{g['size']} bytes that do not start a Pulsar frame (resynchronised)",
-                    # bytes of no determined type keep none (Context.raw)
-                },
-            )
-        )
+    def _junk_row(self, d: str, j: Junk) -> Row:
+        """A row for bytes that are not a whole frame. Only an oversize frame's header or an
+        unfinished frame that starts in step, of a type known and not carrying credentials, says
+        what it is; bytes of no determined type keep none (Context.raw)."""
+        row = {
+            "ts_ns": j.ts_first,
+            "ts_end_ns": j.ts_last,
+            "direction": d,
+            "size": j.size,
+            "stream_offset": j.offset,
+            "decode_status": j.status,
+            "decode_error": j.reason,
+        }
+        if j.status == base.OVERSIZE:
+            row.update(self._oversize_fields(j.head, j.size))
+        elif j.status == base.TRUNCATED:
+            need = f" of {_U32.unpack_from(j.head, 0)[0] + 4}" if len(j.head) >= 4 else ""
+            row["decode_error"] = f"connection ended after {j.size}{need} bytes of a frame"
+            row["raw"] = self.ctx.raw(j.head, typed=self._typed_tail(d, memoryview(j.head)))
+        return ("commands", row)
 
     def _typed_tail(self, d: str, mv: memoryview) -> bool:
         """Does a frame cut by the end of the capture start in step (or with a header that
         parses), with a command type that is known and carries no credentials (Context.raw)?"""
         if len(mv) < HEADER + 3:
             return False
-        if self.strict[d] and framing.plausible_header(mv, 0, self.max_frame)[0] is not True:
+        if self.framer[d].resync and framing.plausible_header(mv, 0, self.max_frame)[0] is not True:
             return False
         t = framing.peek_type(mv[HEADER : HEADER + 3])
         return t in framing.TYPE_NAMES and t not in SECRET_TYPES
 
-    def _oversize_row(self, d: str, total: int, skip: bool = True) -> Row:
-        buf = self.bufs[d]
-        head = buf.peek(min(len(buf), HEADER + 64))
+    def _oversize_fields(self, head: bytes, size: int) -> dict:
+        """What an oversize frame's header tells: its command type, and the command if it is all
+        in the header bytes kept."""
         cmd_size = _U32.unpack_from(head, 4)[0]
         t = framing.peek_type(head[HEADER : HEADER + 3])
         cmd, _ = (
@@ -324,29 +272,19 @@ class PulsarConversation(Conversation):
             if len(head) >= HEADER + cmd_size
             else (None, None)
         )
-        details = {"total_size": total, "max_frame_bytes": self.max_frame}
+        details = {"total_size": size - 4, "max_frame_bytes": self.max_frame}
         if cmd is not None:
             details["command"] = scrub(to_dict(cmd))
-        return (
-            "commands",
-            {
-                "ts_ns": buf.ts_at(buf.offset),
-                "direction": d,
-                "command": framing.TYPE_NAMES.get(t) if t is not None else None,
-                "command_code": t,
-                "size": total + 4,
-                "stream_offset": buf.offset,
-                "decode_status": base.OVERSIZE,
-                "decode_error": f"frame of {total + 4} bytes exceeds max_frame_bytes {self.max_frame}"
-                + ("" if skip else "; resynchronising"),
-                "details": to_json(details),
-            },
-        )
+        return {
+            "command": framing.TYPE_NAMES.get(t) if t is not None else None,
+            "command_code": t,
+            "details": to_json(details),
+        }
 
     def _error_row(
         self, d: str, offset: int, size: int, status: str, error: str, ts: int | None = None
     ) -> Row:
-        buf = self.bufs[d]
+        buf = self.framer[d].buf
         return (
             "commands",
             {
@@ -361,68 +299,18 @@ class PulsarConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
-        buf = self.bufs[direction]
         try:
-            self._flush_garbage(direction, rows)
-            if self.skip[direction]:
-                # the gap falls inside an oversize frame we were skipping anyway
-                pending = len(buf)
-                buf.skip(nbytes)
-                used = min(self.skip[direction], pending + nbytes)
-                self.skip[direction] -= used
-                if self.skip[direction]:
-                    return rows
-            elif len(buf):
-                rows.append(
-                    self._error_row(
-                        direction, buf.offset, len(buf), base.GAP,
-                        f"{len(buf)} buffered bytes lost to a {nbytes}-byte capture gap", ts=buf.ts_at(buf.offset),
-                    )
-                )  # fmt: skip
-                buf.skip(nbytes)
-            else:
-                buf.skip(nbytes)
-            self.strict[direction] = True
+            junks, _ = self.framer[direction].gap(nbytes, ts_ns)
+            rows.extend(self._junk_row(direction, j) for j in junks)
         except Exception as e:
-            rows.append(
-                self._error_row(direction, buf.offset, 0, base.GAP, f"decoder error: {e!r}", ts=ts_ns)
-            )
+            rows.append(self._error_row(direction, 0, 0, base.GAP, f"decoder error: {e!r}", ts=ts_ns))
         return sanitize(rows)
 
     def close(self) -> list[Row]:
         rows: list[Row] = []
         try:
             for d in (C2S, S2C):
-                buf = self.bufs[d]
-                if len(buf) and not self.skip[d]:
-                    mv = buf.data
-                    total = _U32.unpack_from(mv, 0)[0] if len(mv) >= 4 else None
-                    in_garbage = self.garbage[d] is not None
-                    if in_garbage or (
-                        self.strict[d]
-                        and len(mv) >= HEADER + 2
-                        and framing.plausible_header(mv, 0, self.max_frame)[0] is False
-                    ):
-                        self._add_garbage(d, len(buf))
-                    else:
-                        need = f" of {total + 4}" if total is not None else ""
-                        rows.append(
-                            (
-                                "commands",
-                                {
-                                    "ts_ns": buf.ts_at(buf.offset),
-                                    "ts_end_ns": buf.last_ts,
-                                    "direction": d,
-                                    "size": len(buf),
-                                    "stream_offset": buf.offset,
-                                    "decode_status": base.TRUNCATED,
-                                    "decode_error": f"connection ended after {len(buf)}{need} bytes of a frame",
-                                    "raw": self.ctx.raw(mv, typed=self._typed_tail(d, mv)),
-                                },
-                            )
-                        )
-                    buf.consume(len(buf))
-                self._flush_garbage(d, rows)
+                rows.extend(self._junk_row(d, j) for j in self.framer[d].close())
             # produce rows still waiting for a receipt, then unanswered requests
             for key, q in self.sends.items():
                 for ps in q:
