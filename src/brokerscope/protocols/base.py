@@ -336,11 +336,27 @@ class FrameHunt:
 # wire helpers
 
 
-class VarintError(ValueError):
+class DecodeError(Exception):
+    """Bytes that do not decode as the protocol says: the one error every decoder raises (or
+    subclasses). `status` is the decode_status the frame gets."""
+
+    def __init__(self, msg: str = "", status: str = MALFORMED):
+        super().__init__(msg)
+        self.status = status
+
+
+class Truncated(DecodeError):
+    """The data ended inside a field."""
+
+    def __init__(self, msg: str = "message ends inside a field"):
+        super().__init__(msg, TRUNCATED)
+
+
+class VarintError(DecodeError, ValueError):
     """A varint cut short by the end of the data (`truncated`) or longer than allowed."""
 
     def __init__(self, msg: str, truncated: bool):
-        super().__init__(msg)
+        super().__init__(msg, TRUNCATED if truncated else MALFORMED)
         self.truncated = truncated
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 
+from ..base import DecodeError, Truncated
 from .codes import CONSUMER_KINDS, HEADER_KINDS, PARTITIONING_KINDS, POLLING_KINDS
 
 _U16 = struct.Struct("<H")
@@ -21,12 +22,8 @@ _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
 
 
-class DecodeError(Exception):
-    """The bytes do not match the layout being read."""
-
-
-class Truncated(DecodeError):
-    """The payload ended before the layout did."""
+# bytes that do not match the layout being read raise base.DecodeError (Truncated when the payload
+# ends before the layout does), re-exported here
 
 
 class Reader:

@@ -28,7 +28,7 @@ MAX_ERROR_CODE = 200  # Kafka's error codes run from -1 (UNKNOWN_SERVER_ERROR) t
 _PARTITION_KEYS = frozenset(("PartitionIndex", "Partition", "Index", "PartitionId"))
 
 
-class Implausible(Exception):
+class Implausible(base.DecodeError):
     """A decoded value no broker sends."""
 
 

@@ -43,12 +43,8 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
 
-class RecordError(Exception):
+class RecordError(base.DecodeError):
     """A batch that cannot be read. `status` is a decode_status value."""
-
-    def __init__(self, msg: str, status: str = "malformed"):
-        super().__init__(msg)
-        self.status = status
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import base
+from ..base import DecodeError, Truncated
 from . import interbroker_specs, kio_specs
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
@@ -44,17 +45,7 @@ log = logging.getLogger(__name__)
 Reader = Callable[[bytes, int], tuple[object, int]]
 
 
-class DecodeError(Exception):
-    """A message that does not match its spec. `status` is a base decode_status value."""
-
-    def __init__(self, msg: str, status: str = "malformed"):
-        super().__init__(msg)
-        self.status = status
-
-
-class Truncated(DecodeError):
-    def __init__(self, msg: str = "message ends inside a field"):
-        super().__init__(msg, "truncated")
+# a message that does not match its spec raises base.DecodeError (or Truncated), re-exported here
 
 
 # ---------------------------------------------------------------------------------------------

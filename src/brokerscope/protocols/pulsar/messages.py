@@ -21,18 +21,18 @@ import lz4.block
 import zstandard
 from google.protobuf.message import DecodeError
 
+from .. import base
 from .gen import pulsar_api_pb2 as pb
 
 COMPRESSION_NAMES = {v.number: v.name for v in pb.CompressionType.DESCRIPTOR.values}
 _U32 = struct.Struct(">I")
 
 
-class PayloadError(Exception):
+class PayloadError(base.DecodeError):
     """A payload that cannot be turned into messages; `status` is the decode_status."""
 
     def __init__(self, status: str, msg: str):
-        super().__init__(msg)
-        self.status = status
+        super().__init__(msg, status)
 
 
 def _zstd(data: bytes, cap: int) -> bytes:
