@@ -8,6 +8,7 @@ import xxhash
 
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.iggy import PROTOCOL
+from tests.support.drive import Drive
 
 CONN = ConnInfo("c1", "10.0.0.1", 50000, "10.0.0.2", 8090)
 
@@ -97,14 +98,19 @@ def login() -> list[tuple[str, bytes]]:
     return [("c2s", req(38, s8("iggy") + s8("pw") + s32("v") + s32(""))), ("s2c", resp(u32(1)))]
 
 
-def run(chunks: list[tuple[str, bytes]], ctx: Context | None = None, ts0: int = 1_000_000_000):
-    """Feed (direction, bytes) chunks 1 ms apart; return all rows, close included."""
-    conv = PROTOCOL.conversation(CONN, ctx or Context())
-    rows = []
-    for i, (d, data) in enumerate(chunks):
-        rows += conv.feed(d, data, ts0 + i * 1_000_000)
-    rows += conv.close()
-    return rows
+def run(
+    chunks: list[tuple[str, bytes]],
+    ctx: Context | None = None,
+    ts0: int = 1_000_000_000,
+    allow_anomalies: bool = False,
+):
+    """Feed (direction, bytes) chunks 1 ms apart; return all rows, close included, after checking
+    them against the table schemas (tests.support.drive; damaged input may earn anomalies)."""
+    d = Drive(PROTOCOL.conversation(CONN, ctx or Context()))
+    for i, (direction, data) in enumerate(chunks):
+        d.feed(direction, data, ts=ts0 + i * 1_000_000)
+    d.close().tables(allow_anomalies=allow_anomalies)
+    return d.rows
 
 
 def table(rows, name: str) -> list[dict]:

@@ -332,7 +332,7 @@ def test_damaged_logins_never_leak_the_password():
             for _ in range(rnd.randrange(0, 3)):
                 b[rnd.randrange(min(len(b), 300))] = rnd.randrange(256)
             chunks.append((d, bytes(b)))
-        rows = run(chunks)
+        rows = run(chunks, allow_anomalies=True)  # damage may pair a reply with a later request
         assert secret not in repr(rows).encode()
 
 

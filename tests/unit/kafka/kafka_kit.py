@@ -8,9 +8,9 @@ import struct
 import warnings
 from dataclasses import astuple
 
-from brokerscope import tables
 from brokerscope.protocols import base
 from brokerscope.protocols.kafka import KafkaConversation
+from tests.support.drive import Drive
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -138,49 +138,20 @@ def fetch_response(version: int, topic: str, partition: int, recs: bytes, corr: 
     return frame(resp, corr)
 
 
-class Driver:
-    """Feeds byte chunks to one conversation and collects rows per table (conformed)."""
+class Driver(Drive):
+    """Feeds byte chunks to one Kafka conversation (tests.support.drive); `close()` returns the
+    rows per table, checked against the schemas."""
 
     def __init__(self, ctx: base.Context | None = None, midstream: bool = False):
         conn = base.ConnInfo(*astuple(CONN)[:5], midstream=midstream)
-        self.conv = KafkaConversation(conn, ctx or base.Context())
-        self.rows: list[base.Row] = []
-        self.t = 1_700_000_000_000_000_000
+        super().__init__(KafkaConversation(conn, ctx or base.Context()))
 
-    def send(self, direction: str, data: bytes, chunk: int | None = None, dt: int = 1000) -> Driver:
-        step = chunk or max(1, len(data))
-        for i in range(0, len(data), step):
-            self.t += dt
-            self.rows.extend(self.conv.feed(direction, data[i : i + step], self.t))
-        return self
-
-    def c2s(self, data: bytes, chunk: int | None = None) -> Driver:
-        return self.send(base.C2S, data, chunk)
-
-    def s2c(self, data: bytes, chunk: int | None = None) -> Driver:
-        return self.send(base.S2C, data, chunk)
-
-    def gap(self, direction: str, n: int) -> Driver:
-        self.t += 1000
-        self.rows.extend(self.conv.gap(direction, n, self.t))
-        return self
+    def send(self, direction: str, data: bytes, chunk: int | None = None) -> Driver:
+        return self.feed(direction, data, chunk)
 
     def close(self) -> dict[str, list[dict]]:
-        self.rows.extend(self.conv.close())
-        out: dict[str, list[dict]] = {"commands": [], "messages": [], "latencies": [], "acks": []}
-        self.topic_names = {}
-        for t, r in self.rows:
-            if t == base.TOPIC_NAMES:  # the driver's side channel
-                self.topic_names[r["topic_id"]] = r["topic"]
-                continue
-            out[t].append(r)
-        for t, rs in out.items():
-            tables.conform(t, rs)  # unknown keys fail here
-            # every column present (None when the decoder left it out), *_ns keys kept
-            sch = tables.schema(t)
-            names = sch.names + [f"{f.name}_ns" for f in sch if str(f.type).startswith("timestamp")]
-            out[t] = [{**dict.fromkeys(names), **r} for r in rs]
-        return out
+        super().close()
+        return self.tables()
 
 
 def gzip_bomb(size: int) -> bytes:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from brokerscope import tables
 from brokerscope.protocols import base
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.pulsar import PROTOCOL, framing
+from tests.support.drive import Drive
 
 from . import frames as F
 
@@ -22,29 +22,18 @@ def run(
     feeds, ctx: Context | None = None, close: bool = True, chunk: int | None = None
 ) -> dict[str, list[dict]]:
     """Feed (direction, bytes) pairs 1 ms apart (optionally in `chunk`-byte pieces); rows by table,
-    each table validated against its schema."""
-    conv = PROTOCOL.conversation(CONN, ctx or Context())
-    rows = []
+    checked against the table schemas (tests.support.drive)."""
+    d = Drive(PROTOCOL.conversation(CONN, ctx or Context()))
     ts = T0
-    for d, data in feeds:
+    for direction, data in feeds:
         ts += 1_000_000
-        if d == "gap":
-            rows += conv.gap(data[0], data[1], ts)
-            continue
-        step = chunk or len(data) or 1
-        for i in range(0, len(data), step):
-            rows += conv.feed(d, data[i : i + step], ts)
+        if direction == "gap":
+            d.gap(data[0], data[1], ts=ts)
+        else:
+            d.feed(direction, data, chunk=chunk, ts=ts)
     if close:
-        rows += conv.close()
-    out: dict[str, list[dict]] = {t: [] for t in ("commands", "messages", "latencies", "acks")}
-    for t, r in rows:
-        out[t].append(r)
-    for t, rs in out.items():
-        tables.conform(t, rs)  # unknown keys or wrong types fail here
-        for r in rs:
-            for col in tables.schema(t).names:
-                r.setdefault(col, None)
-    return out
+        d.close()
+    return d.tables()
 
 
 def ok_commands(out) -> list[str]:

@@ -8,6 +8,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
+from tests.support.drive import Drive
 
 TOKEN = 0xFF7FF4FE
 CONN = ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", 8123)
@@ -55,17 +56,14 @@ def exception(serial: int, name: str, trace: str, status: int = 1) -> bytes:
 
 
 def run(conv, chunks, ts0: int = 1_700_000_000_000_000_000, step: int = 1000, close: bool = True):
-    """Feed (direction, bytes) chunks; return rows grouped by table."""
-    out: dict[str, list[dict]] = {"commands": [], "messages": [], "latencies": [], "acks": []}
-    ts = ts0
-    for direction, data in chunks:
-        for table, row in conv.feed(direction, data, ts):
-            out[table].append(row)
-        ts += step
+    """Feed (direction, bytes) chunks `step` ns apart; rows grouped by table, checked against the
+    table schemas (tests.support.drive)."""
+    d = Drive(conv)
+    for i, (direction, data) in enumerate(chunks):
+        d.feed(direction, data, ts=ts0 + i * step)
     if close:
-        for table, row in conv.close():
-            out[table].append(row)
-    return out
+        d.close()
+    return d.tables(fill=False)
 
 
 def new_conv(**ctx):
