@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import struct
 import tempfile
 from collections import defaultdict
@@ -50,6 +51,10 @@ def check(ok: object, kind: str, detail: str = "") -> None:
 # rows
 
 
+# the decode_error of a row a decoder wrote after catching an unexpected exception
+INTERNAL = re.compile(r"(internal|decoder error|inference failed)\b")
+
+
 def check_rows(rows: Iterable, shared: dict) -> dict[str, int]:
     """Every row is (table, dict); no negative latency; each table's rows conform (as the pipeline
     does it: the driver's shared columns added, side-channel rows left out). Returns row counts."""
@@ -62,6 +67,9 @@ def check_rows(rows: Iterable, shared: dict) -> dict[str, int]:
             check({"topic_id", "topic"} <= row.keys(), "topic-names row without topic_id/topic", repr(row))
             continue
         check(table in tables.DECODED_TABLES, "row of an unknown table", repr(table))
+        err = row.get("decode_error") or ""
+        # a decoder that caught an exception of its own still has a bug: the row says so
+        check(not INTERNAL.match(err), "a decoder caught an internal error", err[:300])
         by_table[table].append({**row, **shared})
     for table, rs in by_table.items():
         try:

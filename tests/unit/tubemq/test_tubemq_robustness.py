@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from brokerscope import tables
@@ -123,3 +124,32 @@ def test_pending_requests_are_bounded(monkeypatch):
     assert len(conv.pending) == 5
     lats = [r for t, r in rows if t == "latencies"]
     assert len(lats) == 7 and all(r.get("response_ts_ns") is None for r in lats)
+
+
+class _Raw:
+    """A message given as its wire bytes (for bytes python's protobuf would not write)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 - protobuf's name
+        return self.data
+
+
+def test_a_string_field_that_is_not_utf8_is_kept_visible_not_an_internal_error():
+    """A master's register reply whose brokerInfos entry is not UTF-8 (python's protobuf returns
+    such a proto2 string as bytes): the broker list is parsed with the bad bytes escaped, and the
+    row decodes; before, this was a caught TypeError (found by fuzzing)."""
+    from brokerscope.protocols.tubemq.gen import tubemq_master_pb2 as mst
+
+    good = mst.RegisterResponseM2P(success=True, errCode=200, errMsg="OK").SerializeToString()
+    info = b"1:127.0.0.\xff:8123"
+    body = good + b"\x2a" + bytes([len(info)]) + info  # field 5 (brokerInfos), length-delimited
+    req = mst.RegisterRequestP2M(clientId="p1", hostName="h", brokerCheckSum=0)
+    out = run(new_conv(), [(C2S, request(7, 1, 1, req)), (S2C, response(7, 1, _Raw(body)))])
+    reply = [r for r in out["commands"] if r["direction"] == S2C]
+    assert [(r["command"], r["decode_status"]) for r in reply] == [("producerRegisterP2M", "ok")]
+    brokers = json.loads(reply[0]["details"])["brokers"]
+    assert brokers == [
+        {"info": "1:127.0.0.\\xff:8123", "broker_id": 1, "host": "127.0.0.\\xff", "port": 8123}
+    ]
