@@ -30,11 +30,20 @@ from .codes import (
     COMMANDS,
     EMPTY_REQUEST,
     EVICTION_REASONS,
+    REQUEST_HEADER,
+    REQUEST_ID,
+    RESPONSE_HEADER,
     VSR_COMMANDS,
+    VSR_COMMON,
+    VSR_EVICTION,
+    VSR_HEADER_LEN,
     VSR_NON_REPLICATED,
     VSR_OPERATION_CODES,
     VSR_OPERATIONS,
     VSR_REGISTER,
+    VSR_REPLY,
+    VSR_REQUEST,
+    read_layout,
     result_framed,
 )
 from .commands import (
@@ -55,7 +64,7 @@ from .wire import DecodeError, Truncated, topic_name
 CLASSIC = "classic"
 REQID = "request_id"
 VSR = "vsr"
-VSR_HEADER = 256
+VSR_HEADER = VSR_HEADER_LEN
 MAX_PENDING = 100_000
 MAX_DELIVERED = 100_000
 MAX_STATUS = 100_000  # Iggy error codes are small numbers
@@ -102,8 +111,8 @@ def plausible_request(buf, pos: int, max_len: int) -> bool:
 def plausible_vsr(buf, pos: int = 0) -> bool:
     if len(buf) - pos < 64:
         return False
-    size = struct.unpack_from("<I", buf, pos + 48)[0]
-    return size >= VSR_HEADER and buf[pos + 60] in VSR_COMMANDS and 0 < buf[pos + 60]
+    h = read_layout(VSR_COMMON, buf, pos)
+    return h["size"] >= VSR_HEADER and h["command"] in VSR_COMMANDS and 0 < h["command"]
 
 
 def _try(code: int, payload) -> bool:
@@ -118,10 +127,8 @@ def _try(code: int, payload) -> bool:
 
 class IggyRules(Rules):
     """Iggy's frames in one direction, in the connection's framing (`mode`, found from its first
-    bytes). Classic request: [length u32 = 4 + payload][code u32][payload]; request-id framing adds
-    [request id u64] after the code. Response: [status u32][length u32][payload] (request-id
-    framing: the id leads the payload). VSR: a 256-byte consensus header whose u32 at offset 48 is
-    the frame size, header included."""
+    bytes): the classic and request-id headers (codes.REQUEST_HEADER, RESPONSE_HEADER, REQUEST_ID)
+    or the VSR consensus header (codes.VSR_COMMON: `size` counts the whole frame)."""
 
     def __init__(self, conv: IggyConversation, direction: str):
         self.conv, self.direction = conv, direction
@@ -135,15 +142,16 @@ class IggyRules(Rules):
     def size(self, head: memoryview) -> int | None:
         conv = self.conv
         if conv.mode == VSR:
-            return struct.unpack_from("<I", head, 48)[0] if plausible_vsr(head) else None
-        a, b = _II.unpack_from(head, 0)
+            return read_layout(VSR_COMMON, head)["size"] if plausible_vsr(head) else None
         if self.direction == C2S:
-            length, code = a, b
+            h = read_layout(REQUEST_HEADER, head)
+            length, code = h["length"], h["code"]
             min_len = 12 if conv.mode == REQID else 4
             if length < min_len or (code not in COMMANDS and (code > 10_000 or length > conv.max_frame)):
                 return None
             return 4 + length
-        status, length = a, b
+        h = read_layout(RESPONSE_HEADER, head)
+        status, length = h["status"], h["length"]
         if status >= MAX_STATUS or (conv.mode == REQID and length < 8):
             return None
         return 8 + length
@@ -341,7 +349,7 @@ class IggyConversation(Conversation):
         """A VSR header at `i`, confirmed by the next header where the buffer holds it."""
         if not plausible_vsr(data, i):
             return base.NOT_A_FRAME
-        end = i + struct.unpack_from("<I", data, i + 48)[0]
+        end = i + read_layout(VSR_COMMON, data, i)["size"]
         if end > len(data):
             return base.TENTATIVE
         return self._confirm_by_next(data, end, 64, lambda e: plausible_vsr(data, e))
@@ -366,10 +374,11 @@ class IggyConversation(Conversation):
     def _request(self, fr: Frame, rows: list[Row]) -> None:
         frame = memoryview(fr.data)
         off, ts0, ts1, total = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
-        length, code = _II.unpack_from(frame, 0)
+        h = read_layout(REQUEST_HEADER, frame)
+        length, code = h["length"], h["code"]
         name = COMMANDS.get(code)
         hdr = 16 if self.mode == REQID else 8
-        req_id = struct.unpack_from("<Q", frame, 8)[0] if self.mode == REQID else None
+        req_id = read_layout(REQUEST_ID, frame)["request_id"] if self.mode == REQID else None
         if req_id is not None:
             self.last_req_id = req_id
         payload = frame[hdr:]
@@ -450,9 +459,10 @@ class IggyConversation(Conversation):
     def _response(self, fr: Frame, rows: list[Row]) -> None:
         frame = memoryview(fr.data)
         off, ts0, ts1, total = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
-        status, length = _II.unpack_from(frame, 0)
+        h = read_layout(RESPONSE_HEADER, frame)
+        status, length = h["status"], h["length"]
         hdr = 16 if self.mode == REQID else 8
-        req_id = struct.unpack_from("<Q", frame, 8)[0] if self.mode == REQID else None
+        req_id = read_layout(REQUEST_ID, frame)["request_id"] if self.mode == REQID else None
         payload = frame[hdr:]
         req = self._pending_pop(req_id)
         details: dict = {"framing": self.mode, "status": status, "length": length}
@@ -524,32 +534,32 @@ class IggyConversation(Conversation):
     def _vsr_frame(self, direction: str, fr: Frame, rows: list[Row]) -> None:
         frame = memoryview(fr.data)
         off, ts0, ts1, size = fr.offset, fr.ts_first, fr.ts_last, len(fr.data)
-        command = frame[60]
+        h = read_layout(VSR_COMMON, frame)
+        command = h["command"]
         body = frame[VSR_HEADER:]
-        view, release = struct.unpack_from("<II", frame, 52)
         d: dict = {
             "framing": VSR,
             "vsr_command": VSR_COMMANDS[command],
             "size": size,
-            "view": view,
-            "release": release,
-            "replica": frame[61],
+            "view": h["view"],
+            "release": h["release"],
+            "replica": h["replica"],
             "body_size": size - VSR_HEADER,
         }
         row = {"direction": direction, "size": size, "stream_offset": off, "ts_ns": ts0, "ts_end_ns": ts1}
-        if command == 5:  # Request (client wire: no namespace field)
-            d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
-            d["timestamp"], request = struct.unpack_from("<QQ", frame, 160)
-            operation = frame[176]
-            d["session"], d["header_user_id"] = struct.unpack_from("<QI", frame, 184)
-            d["request_checksum"] = f"{int.from_bytes(frame[144:160], 'little'):x}"
+        if command == 5:  # Request
+            q = read_layout(VSR_REQUEST, frame)
+            request, operation = q["request"], q["operation"]
+            d["client"] = f"{int.from_bytes(q['client'], 'little'):032x}"
+            d.update(timestamp=q["timestamp"], session=q["session"], header_user_id=q["header_user_id"])
+            d["request_checksum"] = f"{int.from_bytes(q['request_checksum'], 'little'):x}"
             d.update(request=request, operation=operation)
             decoder = None
             secret = False
             if operation == VSR_REGISTER:
                 code, decoder, secret = 40, register, True
             elif operation == VSR_NON_REPLICATED:
-                code = struct.unpack_from("<I", frame, 196)[0]
+                code = q["code"]
             else:
                 code = VSR_OPERATION_CODES.get(operation)
             name = COMMANDS.get(code) if code is not None else None
@@ -578,11 +588,10 @@ class IggyConversation(Conversation):
             )
             return
         if command == 8:  # Reply
-            request = struct.unpack_from("<Q", frame, 200)[0]
-            operation = frame[208]
-            status = struct.unpack_from("<I", frame, 216)[0]
+            r = read_layout(VSR_REPLY, frame)
+            request, operation, status = r["request"], r["operation"], r["status"]
             d.update(request=request, operation=operation, status=status)
-            d["op"], d["commit"] = struct.unpack_from("<QQ", frame, 176)
+            d["op"], d["commit"] = r["op"], r["commit"]
             row["error_code"] = status
             req = self.fifo.popleft() if self.fifo else None
             if req is None:
@@ -632,13 +641,13 @@ class IggyConversation(Conversation):
             return
         # other consensus frames (eviction, replica traffic): header only
         if command == 13:
-            d["client"] = f"{int.from_bytes(frame[128:144], 'little'):032x}"
-            d["reason"] = frame[255]
-            d["reason_name"] = EVICTION_REASONS.get(frame[255], "unknown")
-            if frame[255] in (14, 15):  # the server's accepted protocol window
-                hi, lo = _II.unpack_from(frame, 144)
-                d["server_protocol_max"] = protocol_version_text(hi)
-                d["server_protocol_min"] = protocol_version_text(lo)
+            e = read_layout(VSR_EVICTION, frame)
+            d["client"] = f"{int.from_bytes(e['client'], 'little'):032x}"
+            d["reason"] = e["reason"]
+            d["reason_name"] = EVICTION_REASONS.get(e["reason"], "unknown")
+            if e["reason"] in (14, 15):  # the server's accepted protocol window
+                d["server_protocol_max"] = protocol_version_text(e["protocol_max"])
+                d["server_protocol_min"] = protocol_version_text(e["protocol_min"])
         row.update(command=f"VSR_{VSR_COMMANDS[command]}", decode_status=base.OK, details=base.to_json(d))
         rows.append(("commands", row))
         return
