@@ -146,6 +146,20 @@ class PendingSend:
     chunk: dict | None = None
 
 
+@dataclass(slots=True)
+class Event:
+    """One decoded frame, as the command handlers (`_on_*`) see it."""
+
+    direction: str
+    pf: ParsedFrame  # the frame: command, metadata, payload
+    body: object  # the command's typed body (BaseCommand's field for its type)
+    row: dict  # its commands row, being filled
+    details: dict  # the row's details
+    ts: int  # first byte's capture time
+    ts_end: int  # last byte's capture time
+    rows: list[Row]  # where the frame's rows go
+
+
 class PulsarRules(Rules):
     """Pulsar's frames: [total_size u32][command_size u32][BaseCommand][payload...], sizes
     big-endian, total_size counting what follows it; a command starts with field 1 (its type)."""
@@ -375,7 +389,7 @@ class PulsarConversation(Conversation):
                 details = {"command": details, "payload": self._payload_details(pf)}
             handler = _HANDLERS.get(pf.type_code) if pf.cmd is not None else None
             if handler is not None and (body is not None or pf.type_code in (T.PING, T.PONG)):
-                handler(self, d, pf, body, row, details, ts, ts_end, rows)
+                handler(self, Event(d, pf, body, row, details, ts, ts_end, rows))
         except Exception as e:  # a bug or an unexpected shape: keep the frame, say why
             row["decode_status"] = base.MALFORMED
             row["decode_error"] = f"decoder error: {e!r}"
@@ -465,134 +479,153 @@ class PulsarConversation(Conversation):
     # ------------------------------------------------------------------------------------------
     # command handlers: (self, direction, frame, body, commands row, details, ts, ts_end, rows)
 
-    def _on_connect(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        self.client_dir = d
-        row["api_version"] = body.protocol_version
-        row["client_id"] = body.client_version
-        self.protocol_version = body.protocol_version
-        self.connect = Pending("CONNECT", ts_end)
+    def _on_connect(self, ev: Event) -> None:
+        self.client_dir = ev.direction
+        ev.row["api_version"] = ev.body.protocol_version
+        ev.row["client_id"] = ev.body.client_version
+        self.protocol_version = ev.body.protocol_version
+        self.connect = Pending("CONNECT", ev.ts_end)
 
-    def _on_connected(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        row["api_version"] = body.protocol_version
+    def _on_connected(self, ev: Event) -> None:
+        ev.row["api_version"] = ev.body.protocol_version
         if self.connect is not None:
-            rows.append(
+            ev.rows.append(
                 self._latency(
-                    "CONNECT", pf.type_name, self.connect.ts_ns, ts, None, None, version=body.protocol_version
+                    "CONNECT",
+                    ev.pf.type_name,
+                    self.connect.ts_ns,
+                    ev.ts,
+                    None,
+                    None,
+                    version=ev.body.protocol_version,
                 )
             )
             self.connect = None
 
-    def _on_auth_challenge(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+    def _on_auth_challenge(self, ev: Event) -> None:
         if self.connect is not None:
-            rows.append(self._latency("CONNECT", pf.type_name, self.connect.ts_ns, ts, None, None))
+            ev.rows.append(self._latency("CONNECT", ev.pf.type_name, self.connect.ts_ns, ev.ts, None, None))
             self.connect = None
-        self.challenge = Pending("AUTH_CHALLENGE", ts_end)
+        self.challenge = Pending("AUTH_CHALLENGE", ev.ts_end)
 
-    def _on_auth_response(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+    def _on_auth_response(self, ev: Event) -> None:
         if self.challenge is not None:
-            rows.append(self._latency("AUTH_CHALLENGE", pf.type_name, self.challenge.ts_ns, ts, None, None))
+            ev.rows.append(
+                self._latency("AUTH_CHALLENGE", ev.pf.type_name, self.challenge.ts_ns, ev.ts, None, None)
+            )
             self.challenge = None
 
-    def _on_ping(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        q = self.pings[d]
-        q.append(ts_end)
+    def _on_ping(self, ev: Event) -> None:
+        q = self.pings[ev.direction]
+        q.append(ev.ts_end)
         if len(q) > 1000:
-            rows.append(self._latency("PING", None, q.popleft(), None, None, None))
+            ev.rows.append(self._latency("PING", None, q.popleft(), None, None, None))
 
-    def _on_pong(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        q = self.pings[C2S if d == S2C else S2C]
+    def _on_pong(self, ev: Event) -> None:
+        q = self.pings[C2S if ev.direction == S2C else S2C]
         if q:
-            rows.append(self._latency("PING", "PONG", q.popleft(), ts, None, None))
+            ev.rows.append(self._latency("PING", "PONG", q.popleft(), ev.ts, None, None))
 
-    def _on_request(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
+    def _on_request(self, ev: Event) -> None:
         # commands that name a producer or consumer get its topic
-        if row.get("topic") is None:
-            if "producer_id" in body.DESCRIPTOR.fields_by_name and body.HasField("producer_id"):
-                row["topic"] = self.producers.get(body.producer_id, {}).get("topic")
-            elif "consumer_id" in body.DESCRIPTOR.fields_by_name and body.HasField("consumer_id"):
-                row["topic"] = self.consumers.get(body.consumer_id, {}).get("topic")
-        if row.get("topic"):
-            row["partition"] = partition_of(row["topic"])
-        self._request(d, pf, body, row, ts_end, rows)
+        if ev.row.get("topic") is None:
+            if "producer_id" in ev.body.DESCRIPTOR.fields_by_name and ev.body.HasField("producer_id"):
+                ev.row["topic"] = self.producers.get(ev.body.producer_id, {}).get("topic")
+            elif "consumer_id" in ev.body.DESCRIPTOR.fields_by_name and ev.body.HasField("consumer_id"):
+                ev.row["topic"] = self.consumers.get(ev.body.consumer_id, {}).get("topic")
+        if ev.row.get("topic"):
+            ev.row["partition"] = partition_of(ev.row["topic"])
+        self._request(ev.direction, ev.pf, ev.body, ev.row, ev.ts_end, ev.rows)
 
-    def _on_producer(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        info = {"topic": body.topic, "name": body.producer_name if body.HasField("producer_name") else None}
-        self._remember(self.producers, body.producer_id, info)
-        self._on_request(d, pf, body, row, details, ts, ts_end, rows)
-        if d == self.client_dir and body.HasField("request_id"):
-            self.requests[(d, body.request_id)].extra["producer_id"] = body.producer_id
+    def _on_producer(self, ev: Event) -> None:
+        info = {
+            "topic": ev.body.topic,
+            "name": ev.body.producer_name if ev.body.HasField("producer_name") else None,
+        }
+        self._remember(self.producers, ev.body.producer_id, info)
+        self._on_request(ev)
+        if ev.direction == self.client_dir and ev.body.HasField("request_id"):
+            self.requests[(ev.direction, ev.body.request_id)].extra["producer_id"] = ev.body.producer_id
 
-    def _on_subscribe(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        info = {"topic": body.topic, "subscription": body.subscription}
-        if body.HasField("consumer_name"):
-            info["name"] = body.consumer_name
-        self._remember(self.consumers, body.consumer_id, info)
-        self._on_request(d, pf, body, row, details, ts, ts_end, rows)
+    def _on_subscribe(self, ev: Event) -> None:
+        info = {"topic": ev.body.topic, "subscription": ev.body.subscription}
+        if ev.body.HasField("consumer_name"):
+            info["name"] = ev.body.consumer_name
+        self._remember(self.consumers, ev.body.consumer_id, info)
+        self._on_request(ev)
 
-    def _on_producer_success(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        if not body.producer_ready:
+    def _on_producer_success(self, ev: Event) -> None:
+        if not ev.body.producer_ready:
             # the producer waits for exclusive access: the final PRODUCER_SUCCESS follows
-            p = self.requests.get((self.client_dir, body.request_id))
+            p = self.requests.get((self.client_dir, ev.body.request_id))
             if p is not None:
-                row["topic"] = p.topic
+                ev.row["topic"] = p.topic
                 pid = p.extra.get("producer_id")
                 if pid in self.producers:
-                    self.producers[pid]["name"] = body.producer_name
+                    self.producers[pid]["name"] = ev.body.producer_name
             return
-        p = self._response(d, pf, body, row, ts, rows)
+        p = self._response(ev.direction, ev.pf, ev.body, ev.row, ev.ts, ev.rows)
         if p is not None:
             pid = p.extra.get("producer_id")
             if pid in self.producers:
-                self.producers[pid]["name"] = body.producer_name
+                self.producers[pid]["name"] = ev.body.producer_name
 
-    def _on_response(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        p = self._response(d, pf, body, row, ts, rows)
-        if p is None and pf.type_code == T.ERROR and self.connect is not None:
+    def _on_response(self, ev: Event) -> None:
+        p = self._response(ev.direction, ev.pf, ev.body, ev.row, ev.ts, ev.rows)
+        if p is None and ev.pf.type_code == T.ERROR and self.connect is not None:
             # the broker refused the connection (e.g. authentication failed)
-            rows.append(
+            ev.rows.append(
                 self._latency(
-                    "CONNECT", "ERROR", self.connect.ts_ns, ts, None, None, error_code=row.get("error_code")
+                    "CONNECT",
+                    "ERROR",
+                    self.connect.ts_ns,
+                    ev.ts,
+                    None,
+                    None,
+                    error_code=ev.row.get("error_code"),
                 )
             )
             self.connect = None
-        if pf.type_code == T.ACK_RESPONSE:
-            row["topic"] = row.get("topic") or self.consumers.get(body.consumer_id, {}).get("topic")
-            rows.append(
+        if ev.pf.type_code == T.ACK_RESPONSE:
+            ev.row["topic"] = ev.row.get("topic") or self.consumers.get(ev.body.consumer_id, {}).get("topic")
+            ev.rows.append(
                 (
                     "acks",
                     {
-                        "ts_ns": ts,
+                        "ts_ns": ev.ts,
                         "ack_type": "pulsar_ack_response",
-                        "topic": row.get("topic"),
-                        "partition": partition_of(row.get("topic")),
-                        "consumer": self._consumer_name(body.consumer_id),
-                        "error_code": body.error if body.HasField("error") else None,
-                        "correlation_id": body.request_id if body.HasField("request_id") else None,
-                        "ack_latency_us": rows[-1][1]["latency_us"]
-                        if rows and rows[-1][0] == "latencies" and rows[-1][1]["request_command"] == "ACK"
+                        "topic": ev.row.get("topic"),
+                        "partition": partition_of(ev.row.get("topic")),
+                        "consumer": self._consumer_name(ev.body.consumer_id),
+                        "error_code": ev.body.error if ev.body.HasField("error") else None,
+                        "correlation_id": ev.body.request_id if ev.body.HasField("request_id") else None,
+                        "ack_latency_us": ev.rows[-1][1]["latency_us"]
+                        if ev.rows
+                        and ev.rows[-1][0] == "latencies"
+                        and ev.rows[-1][1]["request_command"] == "ACK"
                         else None,
-                        "details": to_json({"consumer_id": body.consumer_id, **details}),
+                        "details": to_json({"consumer_id": ev.body.consumer_id, **ev.details}),
                     },
                 )
             )
 
-    def _on_flow(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        row["topic"] = self.consumers.get(body.consumer_id, {}).get("topic")
+    def _on_flow(self, ev: Event) -> None:
+        ev.row["topic"] = self.consumers.get(ev.body.consumer_id, {}).get("topic")
 
     # ---- produce
 
-    def _on_send(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        pid = body.producer_id
+    def _on_send(self, ev: Event) -> None:
+        pid = ev.body.producer_id
         prod = self.producers.get(pid, {})
         topic = prod.get("topic")
-        row["topic"] = topic
-        md = pf.metadata
+        ev.row["topic"] = topic
+        md = ev.pf.metadata
         if md is None:
             return
         msgs: list[dict] = []
         chunk = None
         base_row = {
-            "ts_ns": ts,
+            "ts_ns": ev.ts,
             "direction": "produce",
             "source": "capture",
             "topic": topic,
@@ -601,26 +634,26 @@ class PulsarConversation(Conversation):
             "producer_name": md.producer_name or prod.get("name"),
             "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
             "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
-            "checksum_ok": pf.checksum_ok,
+            "checksum_ok": ev.pf.checksum_ok,
         }
-        status = base.CHECKSUM_MISMATCH if pf.checksum_ok is False else base.OK
+        status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
         if is_chunk(md):
             chunk = {"uuid": md.uuid, "chunk_id": md.chunk_id, "num_chunks": md.num_chunks_from_msg}
             msgs = self._chunk(
-                ("produce", pid, md.uuid), md, pf.payload or b"", None, ts, base_row, status, {}
+                ("produce", pid, md.uuid), md, ev.pf.payload or b"", None, ev.ts, base_row, status, {}
             )
         else:
-            msgs = self._message_rows(md, pf.payload or b"", base_row, status, {})
+            msgs = self._message_rows(md, ev.pf.payload or b"", base_row, status, {})
         seqs = [(-1 if r.get("_batch_index") is None else r["_batch_index"], r.get("sequence")) for r in msgs]
         held = sum(len(r.get("value") or b"") for r in msgs)
-        ps = PendingSend(ts_end, topic, msgs, held, seqs, chunk)
-        key = (pid, body.sequence_id)
+        ps = PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk)
+        key = (pid, ev.body.sequence_id)
         self.sends.setdefault(key, deque()).append(ps)
         self.sends.move_to_end(key)
         self.n_sends += 1
         self.held_bytes += held
         while self.n_sends > MAX_PENDING or self.held_bytes > HOLD_BYTES:
-            if not self._evict_send(rows):
+            if not self._evict_send(ev.rows):
                 break
 
     def _evict_send(self, rows: list[Row]) -> bool:
@@ -641,17 +674,17 @@ class PulsarConversation(Conversation):
         r.pop("_batch_index", None)
         return r
 
-    def _on_send_receipt(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        self._on_send_answer(d, pf, body, row, ts, rows, error=None)
+    def _on_send_receipt(self, ev: Event) -> None:
+        self._on_send_answer(ev, error=None)
 
-    def _on_send_error(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        self._on_send_answer(d, pf, body, row, ts, rows, error=body.error)
+    def _on_send_error(self, ev: Event) -> None:
+        self._on_send_answer(ev, error=ev.body.error)
 
-    def _on_send_answer(self, d, pf, body, row, ts, rows, error) -> None:
-        pid = body.producer_id
+    def _on_send_answer(self, ev: Event, error) -> None:
+        pid = ev.body.producer_id
         topic = self.producers.get(pid, {}).get("topic")
-        row["topic"] = topic
-        key = (pid, body.sequence_id)
+        ev.row["topic"] = topic
+        key = (pid, ev.body.sequence_id)
         q = self.sends.get(key)
         ps = None
         if q:
@@ -661,24 +694,26 @@ class PulsarConversation(Conversation):
             self.n_sends -= 1
             self.held_bytes -= ps.held
             topic = topic or ps.topic
-            rows.append(
-                self._latency("SEND", pf.type_name, ps.ts_ns, ts, body.sequence_id, topic, error_code=error)
+            ev.rows.append(
+                self._latency(
+                    "SEND", ev.pf.type_name, ps.ts_ns, ev.ts, ev.body.sequence_id, topic, error_code=error
+                )
             )
-        latency = None if ps is None else (ts - ps.ts_ns) / 1000.0
-        mid = body.message_id if error is None and body.HasField("message_id") else None
+        latency = None if ps is None else (ev.ts - ps.ts_ns) / 1000.0
+        mid = ev.body.message_id if error is None and ev.body.HasField("message_id") else None
         part = mid.partition if mid is not None and mid.partition >= 0 else partition_of(topic)
         common = {
-            "ts_ns": ts,
+            "ts_ns": ev.ts,
             "topic": topic,
             "partition": part,
             "producer_id": pid,
             "error_code": error,
             "ack_latency_us": latency,
-            "correlation_id": body.sequence_id,
+            "correlation_id": ev.body.sequence_id,
         }
-        extra = {"sequence_id": body.sequence_id}
-        if error is None and body.HasField("highest_sequence_id"):
-            extra["highest_sequence_id"] = body.highest_sequence_id
+        extra = {"sequence_id": ev.body.sequence_id}
+        if error is None and ev.body.HasField("highest_sequence_id"):
+            extra["highest_sequence_id"] = ev.body.highest_sequence_id
         if ps is None:
             extra["send_unmatched"] = True  # the SEND was not captured, or gave up waiting for this receipt
         if ps is not None and ps.chunk is not None:
@@ -686,21 +721,21 @@ class PulsarConversation(Conversation):
         ack_type = "pulsar_receipt" if error is None else "pulsar_send_error"
         if ps is None or not ps.sequences:
             bi = mid.batch_index if mid is not None else -1
-            rows.append(
+            ev.rows.append(
                 (
                     "acks",
                     {
                         **common,
                         "ack_type": ack_type,
                         "message_id": mid_str(mid.ledger_id, mid.entry_id, bi) if mid is not None else None,
-                        "sequence": body.sequence_id,
+                        "sequence": ev.body.sequence_id,
                         "details": to_json(extra),
                     },
                 )
             )
         else:
             for bi, seq in ps.sequences:
-                rows.append(
+                ev.rows.append(
                     (
                         "acks",
                         {
@@ -725,7 +760,7 @@ class PulsarConversation(Conversation):
                     r["details"] = (
                         det[:-1] + "," if det and det != "{}" else "{"
                     ) + f'"send_error":{int(error)}}}'
-                rows.append(("messages", self._finish(r)))
+                ev.rows.append(("messages", self._finish(r)))
 
     # ---- messages
 
@@ -869,19 +904,19 @@ class PulsarConversation(Conversation):
         row["partition"] = partition_of(row["topic"])
         return row
 
-    def _on_message(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        cid = body.consumer_id
+    def _on_message(self, ev: Event) -> None:
+        cid = ev.body.consumer_id
         cons = self.consumers.get(cid, {})
         topic = cons.get("topic")
-        row["topic"] = topic
-        md = pf.metadata
-        mid = body.message_id
+        ev.row["topic"] = topic
+        md = ev.pf.metadata
+        mid = ev.body.message_id
         L, E = mid.ledger_id, mid.entry_id
         part = mid.partition if mid.partition >= 0 else partition_of(topic)
         if md is None:
             return
         base_row = {
-            "ts_ns": ts,
+            "ts_ns": ev.ts,
             "direction": "deliver",
             "source": "capture",
             "topic": topic,
@@ -891,34 +926,34 @@ class PulsarConversation(Conversation):
             "producer_name": md.producer_name,
             "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
             "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
-            "checksum_ok": pf.checksum_ok,
+            "checksum_ok": ev.pf.checksum_ok,
         }
         extra: dict = {"consumer_id": cid}
         if cons.get("subscription"):
             extra["subscription"] = cons["subscription"]
-        if body.redelivery_count:
-            extra["redelivery_count"] = body.redelivery_count
-        if pf.broker_entry is not None:
-            extra["broker_entry"] = to_dict(pf.broker_entry)
-        status = base.CHECKSUM_MISMATCH if pf.checksum_ok is False else base.OK
+        if ev.body.redelivery_count:
+            extra["redelivery_count"] = ev.body.redelivery_count
+        if ev.pf.broker_entry is not None:
+            extra["broker_entry"] = to_dict(ev.pf.broker_entry)
+        status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
         if is_chunk(md):
             msgs = self._chunk(
                 ("deliver", cid, md.uuid),
                 md,
-                pf.payload or b"",
+                ev.pf.payload or b"",
                 mid_str(L, E, -1),
-                ts,
+                ev.ts,
                 base_row,
                 status,
                 extra,
             )
         else:
-            msgs = self._message_rows(md, pf.payload or b"", base_row, status, extra)
-        ack_set = list(body.ack_set)
+            msgs = self._message_rows(md, ev.pf.payload or b"", base_row, status, extra)
+        ack_set = list(ev.body.ack_set)
         dl = self.deliveries.setdefault(cid, OrderedDict())
         if is_chunk(md):
             # every chunk's id is acknowledged by the consumer: remember each delivery
-            dl[(L, E, -1)] = ts_end
+            dl[(L, E, -1)] = ev.ts_end
             self.n_deliveries += 1
         for r in msgs:
             bi = r.get("_batch_index", -1)
@@ -927,9 +962,9 @@ class PulsarConversation(Conversation):
                 self.n_deliveries -= 1  # the last chunk, remembered above
             if ack_set and bi >= 0 and not _bit_set(ack_set, bi):
                 r["details"] = r["details"][:-1] + ',"already_acked":true}'
-            dl[(L, E, bi)] = ts_end
+            dl[(L, E, bi)] = ev.ts_end
             self.n_deliveries += 1
-            rows.append(("messages", self._finish(r)))
+            ev.rows.append(("messages", self._finish(r)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
             self._remember(self.batch_sizes, (cid, L, E), md.num_messages_in_batch)
         while self.n_deliveries > MAX_PENDING:
@@ -941,24 +976,24 @@ class PulsarConversation(Conversation):
 
     # ---- acks
 
-    def _on_ack(self, d, pf, body, row, details, ts, ts_end, rows) -> None:
-        cid = body.consumer_id
+    def _on_ack(self, ev: Event) -> None:
+        cid = ev.body.consumer_id
         cons = self.consumers.get(cid, {})
         topic = cons.get("topic")
-        row["topic"] = topic
-        row["partition"] = partition_of(topic)
-        self._request(d, pf, body, row, ts_end, rows)
+        ev.row["topic"] = topic
+        ev.row["partition"] = partition_of(topic)
+        self._request(ev.direction, ev.pf, ev.body, ev.row, ev.ts_end, ev.rows)
         dl = self.deliveries.get(cid, OrderedDict())
-        cumulative = body.ack_type == pb.CommandAck.Cumulative
+        cumulative = ev.body.ack_type == pb.CommandAck.Cumulative
         consumer = self._consumer_name(cid)
-        rid = body.request_id if body.HasField("request_id") else None
+        rid = ev.body.request_id if ev.body.HasField("request_id") else None
         extra = {"consumer_id": cid}
-        if body.HasField("validation_error"):
-            extra["validation_error"] = pb.CommandAck.ValidationError.Name(body.validation_error)
-        if body.txnid_most_bits or body.txnid_least_bits:
-            extra["txnid"] = [body.txnid_most_bits, body.txnid_least_bits]
+        if ev.body.HasField("validation_error"):
+            extra["validation_error"] = pb.CommandAck.ValidationError.Name(ev.body.validation_error)
+        if ev.body.txnid_most_bits or ev.body.txnid_least_bits:
+            extra["txnid"] = [ev.body.txnid_most_bits, ev.body.txnid_least_bits]
         seen: set[tuple[int, int, int]] = set()
-        for mid in body.message_id:
+        for mid in ev.body.message_id:
             L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
             part = mid.partition if mid.partition >= 0 else partition_of(topic)
             n_batch = self.batch_sizes.get((cid, L, E))
@@ -1003,17 +1038,17 @@ class PulsarConversation(Conversation):
                     continue
                 again = (cid, *k) in self.acked
                 self._remember(self.acked, (cid, *k), True)
-                rows.append(
+                ev.rows.append(
                     (
                         "acks",
                         {
-                            "ts_ns": ts,
+                            "ts_ns": ev.ts,
                             "ack_type": "pulsar_ack_cumulative" if cumulative else "pulsar_ack",
                             "topic": topic,
                             "partition": part,
                             "message_id": mid_str(*k),
                             "consumer": consumer,
-                            "ack_latency_us": None if dts is None else (ts - dts) / 1000.0,
+                            "ack_latency_us": None if dts is None else (ev.ts - dts) / 1000.0,
                             "correlation_id": rid,
                             "details": det if not again else det[:-1] + ',"already_acked":true}',
                         },
