@@ -353,3 +353,10 @@ def test_share_acknowledge_per_offset_types_and_gaps():
     assert acks == [(10, "accept", 87), (12, "reject", 87), (13, "release", 87)]
     assert all(a["ack_type"] == "kafka_share_ack" and a["consumer"] == "grp" for a in rows["acks"])
     assert all(a["topic"] is None and a["topic_id"] == str(tid) and a["partition"] == 2 for a in rows["acks"])
+
+
+def test_the_api_key_enum_is_the_specs():
+    """names.ApiKey, the table the decoder names api keys by, equals every spec it reads."""
+    from brokerscope.protocols.kafka.names import ApiKey
+
+    assert {k.value: k.name for k in ApiKey} == {key: s.name for key, s in schema.specs().items()}

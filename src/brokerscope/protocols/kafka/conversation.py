@@ -20,10 +20,9 @@ from . import records as rec
 from .names import (
     AUTH_API_KEYS,
     EXTRA_API_NAMES,
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
     SECRET_FIELDS,
     SENSITIVE_CONFIG,
+    ApiKey,
 )
 
 _I32 = struct.Struct(">i")
@@ -627,46 +626,9 @@ class KafkaConversation(Conversation):
         status, err = base.OK, None
         msgs: list[Row] = []
         key = h.api_key
-        if key == 0:  # Produce
-            status, err = self._produce_request(body, h, pend, ts0, msgs)
-        elif key == 1:  # Fetch: remember the offsets asked for and the isolation level
-            pend.read_committed = body.get("IsolationLevel") == 1
-            for t in body.get("Topics") or ():
-                tk = t.get("Topic") or t.get("TopicId")
-                for part in t.get("Partitions") or ():
-                    pend.fetch_offsets[(tk, part.get("Partition"))] = part.get("FetchOffset")
-        elif key in (8, 28):  # OffsetCommit, TxnOffsetCommit
-            pend.group = body.get("GroupId")
-            pend.producer_id = body.get("ProducerId")
-            for t in body.get("Topics") or ():
-                tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
-                for part in t.get("Partitions") or ():
-                    pend.commits.append((tname, part.get("PartitionIndex"), part.get("CommittedOffset")))
-        elif key in (78, 79):  # ShareFetch, ShareAcknowledge (KIP-932 share groups)
-            pend.group = body.get("GroupId")
-            for t in body.get("Topics") or ():
-                tid = t.get("TopicId")
-                for part in t.get("Partitions") or ():
-                    for a in part.get("AcknowledgementBatches") or ():
-                        pend.share_acks.append(
-                            (
-                                self._resolve_topic(None, tid),
-                                tid,
-                                part.get("PartitionIndex"),
-                                a.get("FirstOffset"),
-                                a.get("LastOffset"),
-                                a.get("AcknowledgeTypes") or [],
-                            )
-                        )
-        elif key == 26:  # EndTxn
-            pend.txn = {
-                "transactional_id": body.get("TransactionalId"),
-                "producer_id": body.get("ProducerId"),
-                "producer_epoch": body.get("ProducerEpoch"),
-                "committed": body.get("Committed"),
-            }
-        elif key == SASL_HANDSHAKE and h.api_version == 0:
-            pend.txn = {"sasl_v0": True}
+        semantics = _REQUEST_SEMANTICS.get(key)
+        if semantics is not None:
+            status, err = semantics(self, body, h, pend, ts0, msgs) or (status, err)
         details = self._details(body, p)
         details["_header"] = {"version": h.header_version, **({"tagged": h.tagged} if h.tagged else {})}
         if p.below_baseline:
@@ -675,7 +637,7 @@ class KafkaConversation(Conversation):
         if status != base.OK:
             row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, key))
         out.append(("commands", row))
-        acks0 = key == 0 and body.get("Acks") == 0
+        acks0 = key == ApiKey.Produce and body.get("Acks") == 0
         if acks0:
             for _t, _p, _b, mrows in pend.produce:
                 out.extend(mrows)
@@ -838,6 +800,92 @@ class KafkaConversation(Conversation):
         return _clean(body, frozenset(p.records_fields), self.ctx.max_decompressed_bytes)
 
     # -- produce ------------------------------------------------------------------------------
+    # -- per-API semantics (the tables at the end of the module) ------------------------------
+    # requests: (body, header, pending, first-byte time, produced message rows) -> (status, error)
+    # or None; responses: (body, pending, correlation id, time, latency, extra rows) -> the same
+
+    def _fetch_request(self, body, h, pend: Pending, ts0: int, msgs) -> None:
+        """Remember the offsets asked for and the isolation level."""
+        pend.read_committed = body.get("IsolationLevel") == 1
+        for t in body.get("Topics") or ():
+            tk = t.get("Topic") or t.get("TopicId")
+            for part in t.get("Partitions") or ():
+                pend.fetch_offsets[(tk, part.get("Partition"))] = part.get("FetchOffset")
+
+    def _commit_request(self, body, h, pend: Pending, ts0: int, msgs) -> None:
+        """OffsetCommit, TxnOffsetCommit: the offsets committed, for their acks."""
+        pend.group = body.get("GroupId")
+        pend.producer_id = body.get("ProducerId")
+        for t in body.get("Topics") or ():
+            tname = self._resolve_topic(t.get("Name"), t.get("TopicId"))
+            for part in t.get("Partitions") or ():
+                pend.commits.append((tname, part.get("PartitionIndex"), part.get("CommittedOffset")))
+
+    def _share_ack_request(self, body, h, pend: Pending, ts0: int, msgs) -> None:
+        """ShareFetch, ShareAcknowledge (KIP-932 share groups): the acknowledgement batches."""
+        pend.group = body.get("GroupId")
+        for t in body.get("Topics") or ():
+            tid = t.get("TopicId")
+            for part in t.get("Partitions") or ():
+                for a in part.get("AcknowledgementBatches") or ():
+                    pend.share_acks.append(
+                        (
+                            self._resolve_topic(None, tid),
+                            tid,
+                            part.get("PartitionIndex"),
+                            a.get("FirstOffset"),
+                            a.get("LastOffset"),
+                            a.get("AcknowledgeTypes") or [],
+                        )
+                    )
+
+    def _end_txn_request(self, body, h, pend: Pending, ts0: int, msgs) -> None:
+        pend.txn = {
+            "transactional_id": body.get("TransactionalId"),
+            "producer_id": body.get("ProducerId"),
+            "producer_epoch": body.get("ProducerEpoch"),
+            "committed": body.get("Committed"),
+        }
+
+    def _sasl_handshake_request(self, body, h, pend: Pending, ts0: int, msgs) -> None:
+        if h.api_version == 0:  # raw SASL tokens follow a successful v0 handshake
+            pend.txn = {"sasl_v0": True}
+
+    def _metadata_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        self._learn_topic_ids(body)
+
+    def _fetch_response_rows(self, body, p: Pending, corr, ts0, latency_us, extra):
+        return self._fetch_response(body, p, corr, ts0, extra)
+
+    def _share_fetch_response_rows(self, body, p: Pending, corr, ts0, latency_us, extra):
+        status = self._share_fetch_response(body, p, corr, ts0, extra)
+        self._share_acks(body, p, corr, ts0, latency_us, extra)
+        return status
+
+    def _end_txn_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        if not p.txn:
+            return
+        details = {"committed": p.txn["committed"], "producer_epoch": p.txn["producer_epoch"]}
+        ack = {
+            "ts_ns": ts0,
+            "ack_type": "kafka_end_txn",
+            "producer_id": p.txn["producer_id"],
+            "consumer": p.txn["transactional_id"],
+            "error_code": body.get("ErrorCode"),
+            "ack_latency_us": latency_us,
+            "correlation_id": corr,
+            "details": base.to_json(details),
+        }
+        extra.append(("acks", ack))
+
+    def _sasl_handshake_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        if p.version == 0 and body.get("ErrorCode") == 0:
+            self.sasl_raw = True
+
+    def _sasl_authenticate_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
+        if body.get("ErrorCode") == 0:
+            self.sasl_raw = False
+
     def _produce_request(self, body, h, pend: Pending, ts0: int, msgs) -> tuple[str, str | None]:
         status, err = base.OK, None
         cap = self.ctx.max_decompressed_bytes
@@ -1006,8 +1054,8 @@ class KafkaConversation(Conversation):
             for _t, _p, _b, mrows in p.produce:
                 out.extend(mrows)
             return
-        if p.api_key == 18 and body.get("_answered_in_v0"):
-            plan = schema.plan(18, 0, "response")
+        if p.api_key == ApiKey.ApiVersions and body.get("_answered_in_v0"):
+            plan = schema.plan(ApiKey.ApiVersions, 0, "response")
         summ = plan.summarize(body)
         topics = list(summ["topics"]) + [
             self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
@@ -1025,40 +1073,9 @@ class KafkaConversation(Conversation):
         status, err = base.OK, None
         extra: list[Row] = []
         key = p.api_key
-        if key == 3:
-            self._learn_topic_ids(body)
-        elif key == 0:
-            self._produce_response(body, p, corr, ts0, lat["latency_us"], extra)
-        elif key == 1:
-            status, err = self._fetch_response(body, p, corr, ts0, extra)
-        elif key in (8, 28):
-            self._commit_response(body, p, corr, ts0, lat["latency_us"], extra)
-        elif key in (78, 79):
-            if key == 78:
-                status, err = self._share_fetch_response(body, p, corr, ts0, extra)
-            self._share_acks(body, p, corr, ts0, lat["latency_us"], extra)
-        elif key == 26 and p.txn:
-            extra.append(
-                (
-                    "acks",
-                    {
-                        "ts_ns": ts0,
-                        "ack_type": "kafka_end_txn",
-                        "producer_id": p.txn["producer_id"],
-                        "consumer": p.txn["transactional_id"],
-                        "error_code": body.get("ErrorCode"),
-                        "ack_latency_us": lat["latency_us"],
-                        "correlation_id": corr,
-                        "details": base.to_json(
-                            {"committed": p.txn["committed"], "producer_epoch": p.txn["producer_epoch"]}
-                        ),
-                    },
-                )
-            )
-        elif key == SASL_HANDSHAKE and p.version == 0 and body.get("ErrorCode") == 0:
-            self.sasl_raw = True
-        elif key == SASL_AUTHENTICATE and body.get("ErrorCode") == 0:
-            self.sasl_raw = False
+        semantics = _RESPONSE_SEMANTICS.get(key)
+        if semantics is not None:
+            status, err = semantics(self, body, p, corr, ts0, lat["latency_us"], extra) or (status, err)
         details = self._details(body, plan)
         if tagged:
             details["_header"] = {"tagged": tagged}
@@ -1077,12 +1094,12 @@ class KafkaConversation(Conversation):
 
     def _decode_response(self, frame: bytes, p: Pending, plan: schema.Plan):
         """(body, tagged header fields, None) or (None, None, DecodeError)."""
-        if p.api_key == 18 and p.version > 0 and frame[4:6] == b"\x00\x23":
+        if p.api_key == ApiKey.ApiVersions and p.version > 0 and frame[4:6] == b"\x00\x23":
             # ApiVersions error 35 (UNSUPPORTED_VERSION): brokers answer in v0 so that any client
             # can read the versions they do support. Clients read only the error code here, and
             # some servers (librdkafka's mock) send a body no version describes: keep it raw.
             try:
-                body = schema.decode_body(schema.plan(18, 0, "response"), frame, 4)
+                body = schema.decode_body(schema.plan(ApiKey.ApiVersions, 0, "response"), frame, 4)
             except schema.DecodeError:
                 body = {
                     "ErrorCode": 35,
@@ -1374,3 +1391,29 @@ def _clean(o, records: frozenset = frozenset(), cap: int = 0):
     if isinstance(o, list):
         return [_clean(v, records, cap) for v in o]
     return o
+
+
+# What an API's requests and responses mean beyond their commands row (methods above).
+_C = KafkaConversation
+_REQUEST_SEMANTICS = {
+    ApiKey.Produce: _C._produce_request,
+    ApiKey.Fetch: _C._fetch_request,
+    ApiKey.OffsetCommit: _C._commit_request,
+    ApiKey.TxnOffsetCommit: _C._commit_request,
+    ApiKey.ShareFetch: _C._share_ack_request,
+    ApiKey.ShareAcknowledge: _C._share_ack_request,
+    ApiKey.EndTxn: _C._end_txn_request,
+    ApiKey.SaslHandshake: _C._sasl_handshake_request,
+}
+_RESPONSE_SEMANTICS = {
+    ApiKey.Metadata: _C._metadata_response,
+    ApiKey.Produce: _C._produce_response,
+    ApiKey.Fetch: _C._fetch_response_rows,
+    ApiKey.OffsetCommit: _C._commit_response,
+    ApiKey.TxnOffsetCommit: _C._commit_response,
+    ApiKey.ShareFetch: _C._share_fetch_response_rows,
+    ApiKey.ShareAcknowledge: _C._share_acks,
+    ApiKey.EndTxn: _C._end_txn_response,
+    ApiKey.SaslHandshake: _C._sasl_handshake_response,
+    ApiKey.SaslAuthenticate: _C._sasl_authenticate_response,
+}
