@@ -132,7 +132,6 @@ class KafkaConversation(Conversation):
         self.sasl_raw = False  # SaslHandshake v0 done: raw SASL tokens follow, no Kafka header
         self.held_bytes = 0
         self.max_frame = ctx.max_frame_bytes
-        self._out_ref: list[Row] = []  # where rows made during framing go
         # request_missing inference: what was requested on this connection, and the held responses
         self.recent_reqs: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self.requested: dict[tuple[int, int], bool] = {}  # (api key, version) -> decodable
@@ -176,7 +175,6 @@ class KafkaConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         out: list[Row] = []
-        self._out_ref = out
         buf = self.bufs[direction]
         if self.skip[direction]:
             n = min(self.skip[direction], nbytes)
@@ -193,7 +191,7 @@ class KafkaConversation(Conversation):
                 size = _I32.unpack_from(buf.data, 0)[0]
                 if 0 <= size <= self.max_frame:
                     rest = 4 + size - have - nbytes  # bytes of this frame after the gap
-                    extra = self._gap_header(direction, buf.peek(12), buf.ts_at(buf.offset))
+                    extra = self._gap_header(direction, buf.peek(12), buf.ts_at(buf.offset), out)
             out.append(
                 self._error_row(
                     direction,
@@ -218,7 +216,7 @@ class KafkaConversation(Conversation):
         self._lose_step(direction)
         return out
 
-    def _gap_header(self, direction: str, head: bytes, ts: int) -> dict:
+    def _gap_header(self, direction: str, head: bytes, ts: int, out: list[Row]) -> dict:
         """What the surviving head of a frame cut by a gap tells: for a request, its api, version
         and correlation id (registered as pending, so its response still decodes)."""
         if direction == C2S and len(head) >= 12:
@@ -227,7 +225,7 @@ class KafkaConversation(Conversation):
                 self._note_request(corr, key, ver)
                 p = schema.plan(key, ver, "request")
                 self._add_pending(
-                    corr, Pending(key, ver, api_name(key), p is not None, ts, None, None, None), self._out_ref
+                    corr, Pending(key, ver, api_name(key), p is not None, ts, None, None, None), out
                 )
                 return {
                     "command": api_name(key),
@@ -244,7 +242,7 @@ class KafkaConversation(Conversation):
                 rows[0][1].update(
                     response_command=p.name, response_ts_ns=ts, latency_us=(ts - p.ts_end) / 1000.0
                 )
-                self._out_ref.extend(rows)  # with its produced messages, without offsets
+                out.extend(rows)  # with its produced messages, without offsets
                 return {
                     "command": p.name,
                     "command_code": p.api_key,
@@ -280,7 +278,6 @@ class KafkaConversation(Conversation):
     # -- framing ------------------------------------------------------------------------------
     def _frames(self, d: str, out: list[Row]) -> None:
         buf = self.bufs[d]
-        self._out_ref = out
         while True:
             if self.resync[d] and not self._resync(d, out):
                 return
@@ -291,7 +288,7 @@ class KafkaConversation(Conversation):
             size = _I32.unpack_from(data, 0)[0]
             if not self.started[d] or size < 0 or size > self.max_frame:
                 # validate frame starts we cannot trust (first frame, crazy size)
-                verdict = self._check_start(d, data, size)
+                verdict = self._check_start(d, data, size, out)
                 if verdict == "wait":
                     return
                 if verdict == "bad":
@@ -349,7 +346,7 @@ class KafkaConversation(Conversation):
         p = self.pending.get(_I32.unpack_from(head, 0)[0]) if len(head) >= 4 else None
         return p is not None and self._typed(d, p.api_key)
 
-    def _check_start(self, d: str, data: memoryview, size: int) -> str:
+    def _check_start(self, d: str, data: memoryview, size: int, out: list[Row]) -> str:
         """'ok', 'wait' (need more bytes), 'bad' (resync) or 'oversize' (row made, skipping)."""
         if d == C2S:
             if len(data) < 14:
@@ -361,14 +358,14 @@ class KafkaConversation(Conversation):
                 if self.started[d] and 0 <= size <= self.max_frame:
                     return "ok"  # mid-conversation: decode it and report what is wrong
                 if self.started[d] and (size > self.max_frame or size < 0):
-                    self._oversize(d, size, None, False)  # a size field, not a frame start: resync
+                    self._oversize(d, size, None, False, out)  # a size field, not a frame start: resync
                 return "bad"
             if size > self.max_frame:
                 # a credible header: skip the frame exactly, unless its size is beyond anything a
                 # Kafka broker accepts (then it is more likely garbage: resync by scanning)
                 key, ver, corr = struct.unpack_from(">hhi", data, 4)
                 skip = size <= base.SKIP_LIMIT_FACTOR * self.max_frame
-                self._oversize(d, size, (key, ver, corr), skip)
+                self._oversize(d, size, (key, ver, corr), skip, out)
                 return "oversize" if skip else "bad"
             return "ok"
         # s2c
@@ -378,7 +375,7 @@ class KafkaConversation(Conversation):
         if size > self.max_frame or size < 0:
             known = corr in self.pending and 0 < size <= base.SKIP_LIMIT_FACTOR * self.max_frame
             if known or self.started[d]:
-                self._oversize(d, size, corr if known else None, known)
+                self._oversize(d, size, corr if known else None, known, out)
             return "oversize" if known else "bad"
         if size < 4:
             return "bad"
@@ -392,7 +389,7 @@ class KafkaConversation(Conversation):
                 return "bad"
         return "ok"
 
-    def _oversize(self, d: str, size: int, head, skip: bool) -> None:
+    def _oversize(self, d: str, size: int, head, skip: bool, out: list[Row]) -> None:
         """Record a frame whose declared size is beyond the limit; skip it when its header is
         credible (so the next frame is found exactly), else resync by scanning."""
         buf = self.bufs[d]
@@ -418,7 +415,7 @@ class KafkaConversation(Conversation):
             if p:
                 row.update(command=p.name, command_code=p.api_key, api_version=p.version)
                 row["raw"] = self.ctx.raw(buf.peek(64), typed=self._typed(S2C, p.api_key))
-        self._out_ref.append(("commands", row))
+        out.append(("commands", row))
         if skip:
             total = size + 4
             have = len(buf)
@@ -529,7 +526,7 @@ class KafkaConversation(Conversation):
             return self.topic_ids.get(topic_id)
         return None
 
-    def _learn_topic_ids(self, body: dict) -> None:
+    def _learn_topic_ids(self, body: dict, out: list[Row]) -> None:
         for t in body.get("Topics") or ():
             tid, name = t.get("TopicId"), t.get("Name")
             if tid and name and tid != "00000000-0000-0000-0000-000000000000":
@@ -537,7 +534,7 @@ class KafkaConversation(Conversation):
                 # the pipeline names ids across connections from these side rows
                 if len(self.topic_ids) < _MAX_TOPIC_IDS or tid in self.topic_ids:
                     self.topic_ids[tid] = name
-                self._out_ref.append((base.TOPIC_NAMES, {"topic_id": tid, "topic": name}))
+                out.append((base.TOPIC_NAMES, {"topic_id": tid, "topic": name}))
 
     # -- requests -----------------------------------------------------------------------------
     def _sasl_token(self, direction: str, frame: bytes, offset: int, ts0: int, ts1: int) -> Row:
@@ -553,7 +550,6 @@ class KafkaConversation(Conversation):
         return "commands", row
 
     def _request(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
-        self._out_ref = out
         size = len(frame) + 4
         if self.sasl_raw:
             conf = plausible_request(_I32.pack(len(frame)) + frame[: 10 + MAX_CLIENT_ID], 0, self.max_frame)
@@ -852,7 +848,7 @@ class KafkaConversation(Conversation):
             pend.txn = {"sasl_v0": True}
 
     def _metadata_response(self, body, p: Pending, corr, ts0, latency_us, extra) -> None:
-        self._learn_topic_ids(body)
+        self._learn_topic_ids(body, extra)
 
     def _fetch_response_rows(self, body, p: Pending, corr, ts0, latency_us, extra):
         return self._fetch_response(body, p, corr, ts0, extra)
@@ -988,7 +984,6 @@ class KafkaConversation(Conversation):
 
     # -- responses ----------------------------------------------------------------------------
     def _response(self, frame: bytes, offset: int, ts0: int, ts1: int, out: list[Row]) -> None:
-        self._out_ref = out
         size = len(frame) + 4
         if self.sasl_raw and (len(frame) < 4 or _I32.unpack_from(frame, 0)[0] not in self.pending):
             out.append(self._sasl_token(S2C, frame, offset, ts0, ts1))
