@@ -69,58 +69,80 @@ EMPTY_REQUEST = frozenset({1, 10, 12, 20, 22, 32, 39, 41, 201})
 VSR_REGISTER = 1
 VSR_NON_REPLICATED = 2
 
+
+class Layout:
+    """A header's fields {name: (offset, struct format)}, little-endian, read with one
+    precompiled struct (pad bytes between the fields)."""
+
+    def __init__(self, fields: dict[str, tuple[int, str]]):
+        items = sorted(fields.items(), key=lambda kv: kv[1][0])
+        fmt, pos = "<", 0
+        for _name, (off, f) in items:
+            fmt += (f"{off - pos}x" if off > pos else "") + f
+            pos = off + struct.calcsize("<" + f)
+        self.fields = fields
+        self.names = [name for name, _ in items]
+        self.struct = struct.Struct(fmt)
+
+    def read(self, buf, pos: int = 0) -> dict:
+        """The fields read from `buf` at `pos` (the caller checked the length)."""
+        return dict(zip(self.names, self.struct.unpack_from(buf, pos)))
+
+
+def read_layout(layout: Layout, buf, pos: int = 0) -> dict:
+    return layout.read(buf, pos)
+
+
 # The length-prefixed framings' headers, little-endian: {name: (offset, struct format)}.
 # Classic request: [length = 4 + payload][code][payload]; the request-id framing puts a request id
 # after the code (length = 12 + payload). Response: [status][length = payload][payload], the
 # request-id framing's payload leading with the request id.
-REQUEST_HEADER = {"length": (0, "I"), "code": (4, "I")}
-RESPONSE_HEADER = {"status": (0, "I"), "length": (4, "I")}
-REQUEST_ID = {"request_id": (8, "Q")}  # both directions, request-id framing
+REQUEST_HEADER = Layout({"length": (0, "I"), "code": (4, "I")})
+RESPONSE_HEADER = Layout({"status": (0, "I"), "length": (4, "I")})
+REQUEST_ID = Layout({"request_id": (8, "Q")})  # both directions, request-id framing
 
 # The VSR (consensus) header: 256 bytes, little-endian (apache/iggy types/consensus/header.rs).
 # The fields brokerscope reads, as {name: (offset, struct format)}; u128s are read as 16 bytes.
 VSR_HEADER_LEN = 256
-VSR_COMMON = {
-    "size": (48, "I"),  # the whole frame, this header included
-    "view": (52, "I"),
-    "release": (56, "I"),
-    "command": (60, "B"),  # VSR_COMMANDS
-    "replica": (61, "B"),
-}
-VSR_REQUEST = {  # command 5, as a client sends it (no namespace field)
-    "client": (128, "16s"),
-    "request_checksum": (144, "16s"),
-    "timestamp": (160, "Q"),
-    "request": (168, "Q"),
-    "operation": (176, "B"),  # VSR_OPERATIONS
-    "session": (184, "Q"),
-    "header_user_id": (192, "I"),
-    "code": (196, "I"),  # the classic command code, for operation NON_REPLICATED
-}
-VSR_REPLY = {  # command 8
-    "op": (176, "Q"),
-    "commit": (184, "Q"),
-    "request": (200, "Q"),
-    "operation": (208, "B"),
-    "status": (216, "I"),
-}
-VSR_EVICTION = {  # command 13
-    "client": (128, "16s"),
-    "protocol_max": (144, "I"),  # the server's accepted window, for reasons 14 and 15
-    "protocol_min": (148, "I"),
-    "reason": (255, "B"),  # EVICTION_REASONS
-}
+VSR_COMMON = Layout(
+    {
+        "size": (48, "I"),  # the whole frame, this header included
+        "view": (52, "I"),
+        "release": (56, "I"),
+        "command": (60, "B"),  # VSR_COMMANDS
+        "replica": (61, "B"),
+    }
+)
+VSR_REQUEST = Layout(
+    {  # command 5, as a client sends it (no namespace field)
+        "client": (128, "16s"),
+        "request_checksum": (144, "16s"),
+        "timestamp": (160, "Q"),
+        "request": (168, "Q"),
+        "operation": (176, "B"),  # VSR_OPERATIONS
+        "session": (184, "Q"),
+        "header_user_id": (192, "I"),
+        "code": (196, "I"),  # the classic command code, for operation NON_REPLICATED
+    }
+)
+VSR_REPLY = Layout(
+    {  # command 8
+        "op": (176, "Q"),
+        "commit": (184, "Q"),
+        "request": (200, "Q"),
+        "operation": (208, "B"),
+        "status": (216, "I"),
+    }
+)
+VSR_EVICTION = Layout(
+    {  # command 13
+        "client": (128, "16s"),
+        "protocol_max": (144, "I"),  # the server's accepted window, for reasons 14 and 15
+        "protocol_min": (148, "I"),
+        "reason": (255, "B"),  # EVICTION_REASONS
+    }
+)
 
-
-def read_layout(layout: dict[str, tuple[int, str]], buf, pos: int = 0) -> dict:
-    """The fields of `layout` read from `buf` at `pos` (the caller checked the length)."""
-    out = {}
-    for name, (off, fmt) in layout.items():
-        out[name] = _STRUCTS.setdefault(fmt, struct.Struct("<" + fmt)).unpack_from(buf, pos + off)[0]
-    return out
-
-
-_STRUCTS: dict[str, struct.Struct] = {}
 
 # VSR (consensus) header `command` byte values (apache/iggy types/consensus/header.rs).
 VSR_COMMANDS: dict[int, str] = {
