@@ -46,6 +46,20 @@ RECENT_REQUESTS = 1_024  # correlation id -> (api key, version) of the latest re
 MAX_REQUESTED_APIS = 4_096  # distinct (api key, version) pairs remembered per connection
 
 
+def _no_plan(key: int, version: int, name: str | None) -> dict:
+    """Status and error of a frame no spec describes: an unknown api, or a version too new."""
+    if schema.spec(key) is None:
+        return {
+            "decode_status": base.UNKNOWN_COMMAND,
+            "decode_error": f"api key {key} ({name or 'unknown'}) is not in the message specs",
+        }
+    lo, hi = schema.spec_versions(key)
+    return {
+        "decode_status": base.UNSUPPORTED_VERSION,
+        "decode_error": f"{name} v{version} is newer than the specs (v{lo}-v{hi})",
+    }
+
+
 def api_name(key: int) -> str | None:
     return schema.api_name(key) or EXTRA_API_NAMES.get(key)
 
@@ -519,6 +533,20 @@ class KafkaConversation(Conversation):
         row.update(extra)
         return ("commands", row)
 
+    def _summary_columns(self, summ: dict, body: dict, topic=None, partition=None) -> dict:
+        """The commands row's topic, topic id, topics, partition, error code and throttle time
+        from a decoded body's summary (`topic`, `partition`: the request's, for a response that
+        names none)."""
+        topics = list(summ["topics"]) + [n for t in summ["topic_ids"] if (n := self._resolve_topic(None, t))]
+        return {
+            "topic": topics[0] if topics else topic,
+            "topic_id": summ["topic_ids"][0] if not (topics or topic) and summ["topic_ids"] else None,
+            "topics": topics or None,
+            "partition": summ["partition"] if summ["partition"] is not None else partition,
+            "error_code": summ["error_code"],
+            "throttle_time_ms": body.get("ThrottleTimeMs"),
+        }
+
     def _resolve_topic(self, name: str | None, topic_id: str | None) -> str | None:
         if name:
             return name
@@ -580,17 +608,7 @@ class KafkaConversation(Conversation):
         p = schema.plan(h.api_key, h.api_version, "request")
         pend = Pending(h.api_key, h.api_version, name, p is not None, ts1, None, None, h.client_id)
         if p is None:
-            if schema.spec(h.api_key) is None:
-                row.update(
-                    decode_status=base.UNKNOWN_COMMAND,
-                    decode_error=f"api key {h.api_key} ({name or 'unknown'}) is not in the message specs",
-                )
-            else:
-                lo, hi = schema.spec_versions(h.api_key)
-                row.update(
-                    decode_status=base.UNSUPPORTED_VERSION,
-                    decode_error=f"{name} v{h.api_version} is newer than the specs (v{lo}-v{hi})",
-                )
+            row.update(_no_plan(h.api_key, h.api_version, name))
             row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, h.api_key))
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
@@ -606,18 +624,7 @@ class KafkaConversation(Conversation):
             out.append(("commands", row))
             self._add_pending(h.correlation_id, pend, out)
             return
-        summ = p.summarize(body)
-        topics = [t for t in summ["topics"]] + [
-            self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
-        ]
-        row.update(
-            topic=topics[0] if topics else None,
-            topic_id=summ["topic_ids"][0] if not topics and summ["topic_ids"] else None,
-            topics=topics or None,
-            partition=summ["partition"],
-            error_code=summ["error_code"],
-            throttle_time_ms=body.get("ThrottleTimeMs"),
-        )
+        row.update(self._summary_columns(p.summarize(body), body))
         pend.topic, pend.partition = row["topic"], row["partition"]
         status, err = base.OK, None
         msgs: list[Row] = []
@@ -1025,46 +1032,26 @@ class KafkaConversation(Conversation):
             "partition": p.partition,
         }
         plan = schema.plan(p.api_key, p.version, "response") if p.decodable else None
+        body = tagged = None
         if plan is None:
             known = schema.spec(p.api_key) is not None
-            row.update(
-                decode_status=base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND,
-                decode_error="the request could not be decoded, so neither can its response",
-                raw=self.ctx.raw(frame, typed=self._typed(S2C, p.api_key)),
-            )
-            out.append(("commands", row))
-            out.append(("latencies", lat))
-            for _t, _p, _b, mrows in p.produce:
-                out.extend(mrows)
-            return
-        body, tagged, error = self._decode_response(frame, p, plan)
-        if body is None:
-            row.update(
-                decode_status=error.status,
-                decode_error=self._why(plan, error),
-                raw=self.ctx.raw(frame, typed=self._typed(S2C, p.api_key)),
-            )
-            out.append(("commands", row))
-            out.append(("latencies", lat))
+            status = base.UNSUPPORTED_VERSION if known else base.UNKNOWN_COMMAND
+            why = "the request could not be decoded, so neither can its response"
+        else:
+            body, tagged, error = self._decode_response(frame, p, plan)
+            if body is None:
+                status, why = error.status, self._why(plan, error)
+        if body is None:  # its rows without a body: produced messages keep no offsets
+            row.update(decode_status=status, decode_error=why)
+            row["raw"] = self.ctx.raw(frame, typed=self._typed(S2C, p.api_key))
+            out.extend([("commands", row), ("latencies", lat)])
             for _t, _p, _b, mrows in p.produce:
                 out.extend(mrows)
             return
         if p.api_key == ApiKey.ApiVersions and body.get("_answered_in_v0"):
             plan = schema.plan(ApiKey.ApiVersions, 0, "response")
-        summ = plan.summarize(body)
-        topics = list(summ["topics"]) + [
-            self._resolve_topic(None, t) for t in summ["topic_ids"] if self._resolve_topic(None, t)
-        ]
-        err_code = summ["error_code"]
-        row.update(
-            topic=topics[0] if topics else p.topic,
-            topic_id=summ["topic_ids"][0] if not (topics or p.topic) and summ["topic_ids"] else None,
-            topics=topics or None,
-            partition=summ["partition"] if summ["partition"] is not None else p.partition,
-            error_code=err_code,
-            throttle_time_ms=body.get("ThrottleTimeMs"),
-        )
-        lat["error_code"] = err_code
+        row.update(self._summary_columns(plan.summarize(body), body, p.topic, p.partition))
+        lat["error_code"] = row["error_code"]
         status, err = base.OK, None
         extra: list[Row] = []
         key = p.api_key
