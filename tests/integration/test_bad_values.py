@@ -14,8 +14,8 @@ from brokerscope.streams import decode_files
 from tests.conftest import SAMPLE_DATA
 from tests.support.lakecheck import delta_rs_rows, normalized
 from tests.support.synth import write_capture
-from tests.unit.kafka.kafka_kit import produce_request, produce_response
-from tests.unit.tubemq.helpers import request, response
+from tests.unit.kafka.kit import produce_request, produce_response
+from tests.unit.tubemq.kit import request, response
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

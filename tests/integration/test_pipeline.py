@@ -181,7 +181,7 @@ def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):
     V2 consumer calls in a capture are decoded by the user's messages (else by the built-in ones)."""
     pytest.importorskip("grpc_tools")
     from brokerscope.protocols.schema import MessagePool, load_descriptor_set
-    from tests.unit.tubemq.helpers import request, response
+    from tests.unit.tubemq.kit import request, response
     from tests.unit.tubemq.test_tubemq_schema import STANDIN
 
     pool = MessagePool.from_bytes(load_descriptor_set(STANDIN))

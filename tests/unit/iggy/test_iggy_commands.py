@@ -8,7 +8,7 @@ import pytest
 
 from brokerscope import tables
 
-from .frames import login, num_id, req, resp, run, s8, s32, str_id, table, u8, u32, u64
+from .kit import login, num_id, req, resp, run, s8, s32, str_id, table, u8, u32, u64
 
 STREAM_TOPIC = num_id(1) + str_id("orders")
 

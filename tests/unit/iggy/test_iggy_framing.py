@@ -12,7 +12,7 @@ from brokerscope.protocols.base import Context
 from brokerscope.protocols.iggy import PROTOCOL
 from tests.conftest import CAPTURES  # noqa: E402
 
-from .frames import (
+from .kit import (
     CONN,
     login,
     num_id,

@@ -13,7 +13,7 @@ from brokerscope import tables
 from brokerscope.protocols.base import Context, PayloadPolicy
 from brokerscope.protocols.iggy.messages import build_headers, build_message
 
-from .frames import login, num_id, req, resp, run, str_id, table, u8, u32, u64
+from .kit import login, num_id, req, resp, run, str_id, table, u8, u32, u64
 
 ST = str_id("orders") + str_id("eu")
 HDRS = build_headers([("trace", 2, b"abc"), ("n", 11, struct.pack("<I", 7)), ("ok", 3, b"\x01")])

@@ -13,7 +13,7 @@ from brokerscope.protocols.base import Context
 from brokerscope.protocols.iggy import segments as seg
 from brokerscope.protocols.iggy.messages import build_headers, build_message
 
-from .frames import VSR_ORIGIN, vsr_batch
+from .kit import VSR_ORIGIN, vsr_batch
 
 HDRS = build_headers([("k", 2, b"v"), ("n", 9, b"\x05")])
 MSGS = [(1000 + i, f"payload-{i}".encode() * (i + 1), HDRS if i % 2 else b"") for i in range(7)]

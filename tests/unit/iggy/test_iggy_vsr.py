@@ -14,7 +14,7 @@ from brokerscope import tables
 from brokerscope.protocols.iggy.messages import build_batch_v48, parse_batch_v48, parse_polled
 from brokerscope.protocols.iggy.wire import DecodeError
 
-from .frames import num_id, run, s8, s32, str_id, table, u8, u32, u64, vsr_batch, vsr_header
+from .kit import num_id, run, s8, s32, str_id, table, u8, u32, u64, vsr_batch, vsr_header
 
 ST = str_id("orders") + str_id("eu")
 PART3 = b"\x02\x04" + u32(3)  # partitioning: partition id 3

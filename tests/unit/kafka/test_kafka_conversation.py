@@ -7,7 +7,11 @@ import json
 import struct
 
 import pytest
-from kafka_kit import (
+
+from brokerscope.protocols import base
+from brokerscope.protocols.kafka import conversation as conv
+
+from .kit import (
     Driver,
     fetch_request,
     fetch_response,
@@ -16,9 +20,6 @@ from kafka_kit import (
     produce_response,
     records,
 )
-
-from brokerscope.protocols import base
-from brokerscope.protocols.kafka import conversation as conv
 
 # Produce v9 (flexible) request and response, console producer -> Kafka 3.x (deepflow capture)
 PRODUCE_V9_REQ = bytes.fromhex(
@@ -294,7 +295,7 @@ def test_fetch_deliver_rows_and_partial_tail():
 
 
 def test_fetch_topic_ids_resolved_from_metadata():
-    from kafka_kit import MetadataRequest, MetadataResponse
+    from .kit import MetadataRequest, MetadataResponse
 
     tid = "0d5e4a4f-8f4f-4a51-9d2b-0123456789ab"
     M = MetadataResponse
@@ -614,7 +615,7 @@ def test_sensitive_config_values_are_redacted():
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka.protocol.admin import IncrementalAlterConfigsRequest as Inc
 
-    from kafka_kit import frame
+    from .kit import frame
 
     def s16(x: str | None) -> bytes:  # classic (nullable) string: int16 length, -1 = null
         return struct.pack(">h", -1) if x is None else struct.pack(">h", len(x)) + x.encode()

@@ -5,10 +5,11 @@ exactly from the broker's ACK, and every request after it still pairs with its r
 from __future__ import annotations
 
 import pytest
-from test_kafka_inference import metadata_v2_request, metadata_v2_response
 
 from brokerscope.streams import decode_files
 from tests.support.synth import ACK, FIN, PSH, SYN, PcapWriter, frame
+
+from .test_kafka_inference import metadata_v2_request, metadata_v2_response
 
 CLI, SRV, PORT = "10.0.0.1", "10.0.0.2", 9092
 GIB = 1 << 30
@@ -49,7 +50,7 @@ def test_resync_after_an_absurd_size_finds_the_real_frames():
     Metadata requests: the resync must not lock onto a frame start read out of the client id
     bytes (its size far beyond the buffer, its correlation id out of sequence); every request
     after it pairs with its response."""
-    from kafka_kit import Driver
+    from .kit import Driver
 
     bad = bytearray(metadata_v2_request(1))
     bad[0:4] = (2**31 - 1).to_bytes(4, "big")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka_kit import Driver, fetch_request, fetch_response, records, v2_batch_header_crc_offset
 
 from brokerscope.protocols.kafka import conversation as conv
+
+from .kit import Driver, fetch_request, fetch_response, records, v2_batch_header_crc_offset
 
 
 def h(s: str) -> bytes:

@@ -17,11 +17,12 @@ import struct
 import uuid
 
 import pytest
-from kafka_kit import Driver
 
 from brokerscope.protocols.kafka import schema
 from brokerscope.protocols.kafka.names import EXTRA_API_NAMES
 from tests.support.sasl_broker import uvarint as _uv  # the test broker's own wire writer
+
+from .kit import Driver
 
 NAMES = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "ControlledShutdown"}
 LAST = {4: 7, 5: 4, 6: 8, 7: 3}  # newest valid version

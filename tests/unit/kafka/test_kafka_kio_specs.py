@@ -15,11 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka_kit import Driver
 
 from brokerscope.protocols.kafka import kio_specs, schema
 from brokerscope.protocols.kafka.schema import Versions
 from brokerscope.streams import decode_files
+
+from .kit import Driver
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_data" / "kafka"
 
@@ -265,7 +266,7 @@ def test_truncated_new_api_body_is_an_error_row(cut):
 def test_share_fetch_records_are_summarized_not_copied():
     """ShareFetch (key 78) responses carry record sets: details get their batch headers only, so
     payloads never reach `details`; only the acquired records become deliver rows."""
-    from kafka_kit import records
+    from .kit import records
 
     recs = records([(b"k1", b"secret-payload-1", []), (b"k2", b"secret-payload-2", [])])
     tid = uuid.UUID(int=0xABC).bytes

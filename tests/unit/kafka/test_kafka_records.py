@@ -13,9 +13,10 @@ import crc32c
 import lz4.frame
 import pytest
 import zstandard
-from kafka_kit import records
 
 from brokerscope.protocols.kafka import records as R
+
+from .kit import records
 
 MSGS = [
     (b"key-1", b"value one " * 20, [("trace", b"abc"), ("trace", b"dup"), ("empty", None)]),

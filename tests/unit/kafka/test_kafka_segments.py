@@ -8,12 +8,13 @@ import struct
 from pathlib import Path
 
 import pytest
-from kafka_kit import records
-from test_kafka_records import _control_batch
 
 from brokerscope import tables
 from brokerscope.protocols import base
 from brokerscope.protocols.kafka import segments as seg
+
+from .kit import records
+from .test_kafka_records import _control_batch
 
 CTX = base.Context()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import struct
 
-from test_kafka_conversation import APIVERSIONS_V0_RDKAFKA, PRODUCE_V2_REQ, PRODUCE_V9_REQ, PRODUCE_V9_RESP
-
 from brokerscope.protocols import base
+
+from .test_kafka_conversation import APIVERSIONS_V0_RDKAFKA, PRODUCE_V2_REQ, PRODUCE_V9_REQ, PRODUCE_V9_RESP
 
 KAFKA = base.get("kafka")
 

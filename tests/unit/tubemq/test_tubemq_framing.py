@@ -9,7 +9,7 @@ from brokerscope import tables
 from brokerscope.protocols.base import C2S, S2C
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 
-from .helpers import frame, new_conv, request, response, run
+from .kit import frame, new_conv, request, response, run
 
 # consumerCommitC2B request, serial 7, written out byte by byte:
 #   ff7ff4fe            begin token
@@ -252,7 +252,7 @@ def test_bad_envelope_and_bad_body_are_rows():
     # body: a getMessagesC2B request whose message is not protobuf
     from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
 
-    from .helpers import delimited
+    from .kit import delimited
 
     body = (
         delimited(rpc.RpcConnHeader(flag=0))
@@ -276,7 +276,7 @@ def test_bad_envelope_and_bad_body_are_rows():
 def test_unknown_method_v2_call_and_reserved_method():
     from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
 
-    from .helpers import delimited
+    from .kit import delimited
 
     def call(serial: int, method: int, body: bytes) -> dict:
         frame_body = (

@@ -13,7 +13,7 @@ from brokerscope.protocols.tubemq.conversation import parse_subscribe_info, spli
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_master_pb2 as mst
 
-from .helpers import new_conv, request, response, run
+from .kit import new_conv, request, response, run
 
 
 def _attr_data(attr: bytes, payload: bytes) -> bytes:
@@ -227,7 +227,7 @@ def test_credentials_never_reach_a_column():
 
 
 def test_sniff():
-    from .helpers import frame
+    from .kit import frame
 
     f = frame(1, b"\x02\x08\x00" + b"\x00" * 10)
     assert PROTOCOL.sniff(f, b"") >= 0.9

@@ -10,7 +10,7 @@ from brokerscope.protocols.base import C2S, S2C
 from brokerscope.protocols.tubemq import rpc as rpc_mod
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 
-from .helpers import new_conv, request, response, run
+from .kit import new_conv, request, response, run
 
 
 def _stream(n: int = 40) -> tuple[bytes, bytes]:

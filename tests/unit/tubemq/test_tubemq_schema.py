@@ -16,7 +16,7 @@ from brokerscope.protocols.base import C2S, S2C, Context
 from brokerscope.protocols.schema import MessagePool, SchemaError, load_descriptor_set
 from brokerscope.protocols.tubemq import PROTOCOL
 
-from .helpers import CONN, request, response, run
+from .kit import CONN, request, response, run
 
 pytest.importorskip("grpc_tools")
 

@@ -15,7 +15,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from brokerscope.protocols.base import C2S, S2C
 
-from .helpers import new_conv, request, response, run
+from .kit import new_conv, request, response, run
 
 F = descriptor_pb2.FieldDescriptorProto
 STR, I32, I64, BOOL, MSG = F.TYPE_STRING, F.TYPE_INT32, F.TYPE_INT64, F.TYPE_BOOL, F.TYPE_MESSAGE

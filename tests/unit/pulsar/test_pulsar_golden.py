@@ -8,32 +8,11 @@ import json
 import pytest
 
 from brokerscope.protocols import base
-from brokerscope.protocols.base import ConnInfo, Context
+from brokerscope.protocols.base import Context
 from brokerscope.protocols.pulsar import PROTOCOL, framing
-from tests.support.drive import Drive
 
-from . import frames as F
-
-CONN = ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", 6650)
-T0 = 1_700_000_000_000_000_000
-
-
-def run(
-    feeds, ctx: Context | None = None, close: bool = True, chunk: int | None = None
-) -> dict[str, list[dict]]:
-    """Feed (direction, bytes) pairs 1 ms apart (optionally in `chunk`-byte pieces); rows by table,
-    checked against the table schemas (tests.support.drive)."""
-    d = Drive(PROTOCOL.conversation(CONN, ctx or Context()))
-    ts = T0
-    for direction, data in feeds:
-        ts += 1_000_000
-        if direction == "gap":
-            d.gap(data[0], data[1], ts=ts)
-        else:
-            d.feed(direction, data, chunk=chunk, ts=ts)
-    if close:
-        d.close()
-    return d.tables()
+from . import kit as F
+from .kit import T0, run
 
 
 def ok_commands(out) -> list[str]:

@@ -17,8 +17,8 @@ from brokerscope.protocols.pulsar import framing
 from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
 from brokerscope.protocols.pulsar.messages import PayloadError, decompress, expand
 
-from . import frames as F
-from .test_golden import run
+from . import kit as F
+from .kit import run
 
 T = pb.BaseCommand
 RAW = F.BATCH_RAW  # two single messages: 'first' (key a), 'second'

@@ -1,4 +1,11 @@
-"""Byte-literal Pulsar frames for the golden tests (made once with protobuf; every field annotated)."""
+"""Byte-literal Pulsar frames for the golden tests (made once with protobuf; every field annotated),
+and `run`, the Pulsar form of tests.support.drive."""
+
+from __future__ import annotations
+
+from brokerscope.protocols.base import ConnInfo, Context
+from brokerscope.protocols.pulsar import PROTOCOL
+from tests.support.drive import Drive
 
 # CONNECT client_version=Pulsar-CPP-v3.8 auth_method_name=token auth_data=s3cr3t-t0ken protocol_version=20
 CONNECT = bytes.fromhex(
@@ -184,3 +191,25 @@ ACK_RESPONSE_3 = bytes.fromhex(
     "00000009"  # command size
     "0826b2020408023003"  # BaseCommand ACK_RESPONSE
 )
+
+
+CONN = ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", 6650)
+T0 = 1_700_000_000_000_000_000
+
+
+def run(
+    feeds, ctx: Context | None = None, close: bool = True, chunk: int | None = None
+) -> dict[str, list[dict]]:
+    """Feed (direction, bytes) pairs 1 ms apart (optionally in `chunk`-byte pieces); rows by table,
+    checked against the table schemas (tests.support.drive)."""
+    d = Drive(PROTOCOL.conversation(CONN, ctx or Context()))
+    ts = T0
+    for direction, data in feeds:
+        ts += 1_000_000
+        if direction == "gap":
+            d.gap(data[0], data[1], ts=ts)
+        else:
+            d.feed(direction, data, chunk=chunk, ts=ts)
+    if close:
+        d.close()
+    return d.tables()
