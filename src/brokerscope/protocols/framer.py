@@ -10,8 +10,8 @@ In step, a frame's size comes from its header (`Rules.size`). A header that is n
 puts the direction out of step, and so does a gap: then `base.FrameHunt` looks for a credible
 frame start (`Rules.judge`), and the bytes passed over become one `malformed` Junk. A frame
 larger than `max_frame` is `oversize` Junk: skipped exactly when its size is credible (at most
-`base.SKIP_LIMIT_FACTOR` times the limit, its header credible by `Rules.credible`), else its
-header is dropped and the direction resyncs.
+`base.SKIP_LIMIT_FACTOR` times the limit, its header credible by `Rules.credible`), else the
+direction resyncs and the bytes up to the next frame start are that one oversize Junk.
 """
 
 from __future__ import annotations
@@ -123,7 +123,10 @@ class Framer:
                 if not credible:
                     self.resync = True
                     continue
-                return self._oversize(size)
+                junk = self._oversize(size)
+                if junk is not None:
+                    return junk
+                continue
             if len(b) < size:
                 return None
             off = b.offset
@@ -176,20 +179,26 @@ class Framer:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _oversize(self, size: int) -> Junk:
+    def _oversize(self, size: int) -> Junk | None:
+        """A frame beyond the limit: its Junk (size: the declared size) when it is skipped
+        exactly; else None, and the bytes up to the next credible frame start become its Junk."""
         b = self.buf
         skip = size <= SKIP_LIMIT_FACTOR * self.max_frame
         reason = f"frame of {size} bytes exceeds max_frame_bytes {self.max_frame}"
-        reason += "" if skip else "; resynchronising"
-        junk = Junk(b.offset, size, OVERSIZE, reason, b.ts_at(b.offset), b.last_ts, b.peek(HEAD_KEPT), skip)
+        ts = b.ts_at(b.offset)
         if skip:
+            junk = Junk(b.offset, size, OVERSIZE, reason, ts, b.last_ts, b.peek(HEAD_KEPT), True)
             have = min(size, len(b))
             b.consume(have)
             self.skip = size - have
-        else:
-            b.consume(self.rules.head_len)
-            self.resync = True
-        return junk
+            return junk
+        # a size beyond anything credible is damage: every byte up to the next frame start is
+        # this one record, so each byte of the stream lands in exactly one row
+        reason += "; resynchronised at the next frame start"
+        self._garbage = Junk(b.offset, 0, OVERSIZE, reason, ts, ts, b.peek(HEAD_KEPT))
+        self._pass_over(self.rules.head_len)
+        self.resync = True
+        return None
 
     def _pass_over(self, n: int) -> None:
         if n <= 0:
@@ -204,5 +213,6 @@ class Framer:
 
     def _take_garbage(self) -> Junk:
         g, self._garbage = self._garbage, None
-        g.reason = f"skipped {g.size} bytes to resync"
+        if g.status == MALFORMED:
+            g.reason = f"skipped {g.size} bytes to resync"
         return g
