@@ -61,10 +61,10 @@ def _settings(args) -> Settings:
         overrides.setdefault("capture", {})["split_size"] = args.split_size
     if getattr(args, "payload", None):
         overrides.setdefault("payload", {})["policy"] = args.payload
+    options = schema_options()
     for spec in getattr(args, "schema", None) or []:
         proto, _, path = spec.partition("=")
         proto = proto.strip()
-        options = schema_options()
         if proto not in options or not path:
             known = ", ".join(sorted(options))
             raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")

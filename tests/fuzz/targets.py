@@ -98,7 +98,6 @@ def _check_non_negative(rows: list[dict], batch, col: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # protocol decoders
 
-_PORTS = {"kafka": 9092, "pulsar": 6650, "iggy": 8090, "tubemq": 8123}
 _MODES = ("keep", "truncate", "hash", "drop")
 
 
@@ -155,8 +154,9 @@ def decode(name: str, data: bytes) -> tuple[list, dict]:
     columns)."""
     cfg = data[0] if data else 0
     ctx, midstream = _decoder_context(cfg)
-    conn = base.ConnInfo("fuzz", "10.0.0.1", 50000, "10.0.0.2", _PORTS[name], midstream)
-    conv = base.protocols()[name].conversation(conn, ctx)
+    proto = base.protocols()[name]
+    conn = base.ConnInfo("fuzz", "10.0.0.1", 50000, "10.0.0.2", proto.default_ports[0], midstream)
+    conv = proto.conversation(conn, ctx)
     rows: list = []
     t = T0
     for kind, direction, dt, val in stream_ops(data[1:]):

@@ -19,11 +19,12 @@ from brokerscope.protocols.base import ConnInfo, Context, Conversation, Row
 
 T0 = 1_700_000_000_000_000_000
 TABLES = ("commands", "messages", "latencies", "acks")
-PORTS = {"kafka": 9092, "pulsar": 6650, "iggy": 8090, "tubemq": 8123}
 
 
 def conn_for(protocol: str, midstream: bool = False) -> ConnInfo:
-    return ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", PORTS.get(protocol, 7000), midstream=midstream)
+    """A connection to the protocol's first default port (its registry entry)."""
+    port = base.get(protocol).default_ports[0]
+    return ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", port, midstream=midstream)
 
 
 class Drive:
