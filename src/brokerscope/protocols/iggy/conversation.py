@@ -157,10 +157,77 @@ class IggyRules(Rules):
         return 8 + length
 
     def judge(self, data: memoryview, i: int) -> int:
-        conv = self.conv
-        if conv.mode == VSR:
-            return conv._judge_vsr(data, i)
-        return conv._judge_request(data, i) if self.direction == C2S else conv._judge_response(data, i)
+        if self.conv.mode == VSR:
+            return self._vsr(data, i)
+        return self._request(data, i) if self.direction == C2S else self._response(data, i)
+
+    def _request(self, data: memoryview, i: int) -> int:
+        """A classic/request-id request at `i`: known code, sane length; confirmed when its payload
+        decodes and the next header is plausible, or (request-id framing) its id continues the
+        connection's."""
+        if not plausible_request(data, i, self.conv.max_frame):
+            return base.NOT_A_FRAME
+        length, code = _II.unpack_from(data, i)
+        n, end = len(data), i + 4 + length
+        if self.conv.mode == REQID:
+            if length < 12:
+                return base.NOT_A_FRAME
+            if n - i >= 16 and self.conv.last_req_id is not None:
+                rid = struct.unpack_from("<Q", data, i + 8)[0]
+                if 0 < rid - self.conv.last_req_id <= REQ_ID_WINDOW:
+                    return base.CONFIRMED
+        if end > n:
+            return base.TENTATIVE
+        if not _try(code, bytes(data[i + (16 if self.conv.mode == REQID else 8) : end])):
+            return base.NOT_A_FRAME
+        return self._confirm_by_next(data, end, 8, lambda e: plausible_request(data, e, self.conv.max_frame))
+
+    def _response(self, data: memoryview, i: int) -> int:
+        """A response at `i`: a small status and sane length; confirmed when (request-id framing)
+        its id is pending, or its payload decodes for the request it answers and the next header
+        is plausible."""
+        if not self._plausible_response(data, i):
+            return base.NOT_A_FRAME
+        status, length = _II.unpack_from(data, i)
+        n, end = len(data), i + 8 + length
+        if self.conv.mode == REQID and n - i >= 16:
+            if struct.unpack_from("<Q", data, i + 8)[0] in self.conv.by_id:
+                return base.CONFIRMED
+        if end > n:
+            return base.TENTATIVE
+        if status == 0 and length and self.conv.mode != REQID and self.conv.fifo:
+            try:
+                decode_response(self.conv.fifo[0]["code"], bytes(data[i + 8 : end]))
+            except Exception:  # noqa: BLE001 - any failure means "not this response"
+                return base.NOT_A_FRAME
+        return self._confirm_by_next(data, end, 8, lambda e: self._plausible_response(data, e))
+
+    def _vsr(self, data: memoryview, i: int) -> int:
+        """A VSR header at `i`, confirmed by the next header where the buffer holds it."""
+        if not plausible_vsr(data, i):
+            return base.NOT_A_FRAME
+        end = i + read_layout(VSR_COMMON, data, i)["size"]
+        if end > len(data):
+            return base.TENTATIVE
+        return self._confirm_by_next(data, end, 64, lambda e: plausible_vsr(data, e))
+
+    def _confirm_by_next(self, data: memoryview, end: int, need: int, plausible) -> int:
+        """A whole candidate frame ending at `end` is confirmed by the data ending there (or the
+        connection ending after part of a next header) or by a plausible next header."""
+        left = len(data) - end
+        if left == 0 or (left < need and self.conv.closing):
+            return base.CONFIRMED
+        if left < need:
+            return base.TENTATIVE
+        return base.CONFIRMED if plausible(end) else base.NOT_A_FRAME
+
+    def _plausible_response(self, data, i: int) -> bool:
+        status, length = _II.unpack_from(data, i)
+        return (
+            status < RESYNC_MAX_STATUS
+            and length <= self.conv.max_frame
+            and (self.conv.mode != REQID or length >= 8)
+        )
 
 
 class IggyConversation(Conversation):
@@ -303,70 +370,6 @@ class IggyConversation(Conversation):
 
     def _junk_row(self, direction: str, j: Junk, info: dict | None = None) -> Row:
         return self._error_row(direction, j.offset, j.size, j.ts_first, j.ts_last, j.status, j.reason, info)
-
-    def _judge_request(self, data: memoryview, i: int) -> int:
-        """A classic/request-id request at `i`: known code, sane length; confirmed when its payload
-        decodes and the next header is plausible, or (request-id framing) its id continues the
-        connection's."""
-        if not plausible_request(data, i, self.max_frame):
-            return base.NOT_A_FRAME
-        length, code = _II.unpack_from(data, i)
-        n, end = len(data), i + 4 + length
-        if self.mode == REQID:
-            if length < 12:
-                return base.NOT_A_FRAME
-            if n - i >= 16 and self.last_req_id is not None:
-                rid = struct.unpack_from("<Q", data, i + 8)[0]
-                if 0 < rid - self.last_req_id <= REQ_ID_WINDOW:
-                    return base.CONFIRMED
-        if end > n:
-            return base.TENTATIVE
-        if not _try(code, bytes(data[i + (16 if self.mode == REQID else 8) : end])):
-            return base.NOT_A_FRAME
-        return self._confirm_by_next(data, end, 8, lambda e: plausible_request(data, e, self.max_frame))
-
-    def _judge_response(self, data: memoryview, i: int) -> int:
-        """A response at `i`: a small status and sane length; confirmed when (request-id framing)
-        its id is pending, or its payload decodes for the request it answers and the next header
-        is plausible."""
-        if not self._plausible_response(data, i):
-            return base.NOT_A_FRAME
-        status, length = _II.unpack_from(data, i)
-        n, end = len(data), i + 8 + length
-        if self.mode == REQID and n - i >= 16:
-            if struct.unpack_from("<Q", data, i + 8)[0] in self.by_id:
-                return base.CONFIRMED
-        if end > n:
-            return base.TENTATIVE
-        if status == 0 and length and self.mode != REQID and self.fifo:
-            try:
-                decode_response(self.fifo[0]["code"], bytes(data[i + 8 : end]))
-            except Exception:  # noqa: BLE001 - any failure means "not this response"
-                return base.NOT_A_FRAME
-        return self._confirm_by_next(data, end, 8, lambda e: self._plausible_response(data, e))
-
-    def _judge_vsr(self, data: memoryview, i: int) -> int:
-        """A VSR header at `i`, confirmed by the next header where the buffer holds it."""
-        if not plausible_vsr(data, i):
-            return base.NOT_A_FRAME
-        end = i + read_layout(VSR_COMMON, data, i)["size"]
-        if end > len(data):
-            return base.TENTATIVE
-        return self._confirm_by_next(data, end, 64, lambda e: plausible_vsr(data, e))
-
-    def _confirm_by_next(self, data: memoryview, end: int, need: int, plausible) -> int:
-        """A whole candidate frame ending at `end` is confirmed by the data ending there (or the
-        connection ending after part of a next header) or by a plausible next header."""
-        left = len(data) - end
-        if left == 0 or (left < need and self.closing):
-            return base.CONFIRMED
-        if left < need:
-            return base.TENTATIVE
-        return base.CONFIRMED if plausible(end) else base.NOT_A_FRAME
-
-    def _plausible_response(self, data, i: int) -> bool:
-        status, length = _II.unpack_from(data, i)
-        return status < RESYNC_MAX_STATUS and length <= self.max_frame and (self.mode != REQID or length >= 8)
 
     # -----------------------------------------------------------------------------------------
     # classic / request-id frames
