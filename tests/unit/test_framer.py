@@ -1,19 +1,21 @@
 """protocols/framer.py on a toy framing (b"F" + u16 length + body of b"x"s): frames across
 pushes, oversize frames skipped or resynced (then one record up to the next frame), gaps inside
-and outside a skip, garbage as one record, and what close() returns."""
+a frame, past its end and inside a skip, garbage as one record with the rules' reason, and what
+close() returns."""
 
 from __future__ import annotations
 
 import struct
 
 from brokerscope.protocols.base import CONFIRMED, NOT_A_FRAME, TENTATIVE
-from brokerscope.protocols.framer import Frame, Framer, Junk, Rules
+from brokerscope.protocols.framer import MORE, Frame, Framer, Junk, NotAFrame, Rules
 
 
 class Toy(Rules):
     head_len = hunt_len = 3
 
-    def size(self, head):
+    def size(self, buf):
+        head = buf.data
         return 3 + struct.unpack_from(">H", head, 1)[0] if head[0] == ord("F") else None
 
     def judge(self, data, i):
@@ -68,14 +70,79 @@ def test_a_gap_inside_a_skipped_frame_keeps_the_next_start():
     assert drain(fr) == [("frame", 33, 4)]
 
 
-def test_a_gap_cuts_the_partial_frame_and_resyncs():
+def test_a_gap_inside_a_frame_of_known_size_is_one_record_and_keeps_step():
     fr = Framer(Toy(), 100)
     fr.push(frame(10)[:6], 0)
     assert drain(fr) == []
-    junk, inside = fr.gap(7, 1)
-    assert not inside and [(j.status, j.offset, j.size) for j in junk] == [("gap", 0, 6)]
-    fr.push(b"xx" + frame(3), 2)  # stream offset 13: two stray bytes, then a frame
-    assert drain(fr) == [("malformed", 13, 2, False), ("frame", 15, 6)]
+    junk, inside = fr.gap(4, 1)  # bytes 6..9 of a 13-byte frame
+    assert not inside and [(j.status, j.offset, j.size, j.skipped) for j in junk] == [("gap", 0, 13, True)]
+    assert junk[0].head == frame(10)[:6] and "4 bytes missing inside this frame" in junk[0].reason
+    fr.push(b"xxx" + frame(3), 2)  # the frame's last 3 bytes, then a frame: no resync needed
+    assert drain(fr) == [("frame", 13, 6)]
+
+
+def test_a_gap_past_the_frame_end_is_one_record_up_to_the_next_frame_start():
+    fr = Framer(Toy(), 100)
+    fr.push(frame(10)[:6], 0)
+    junk, inside = fr.gap(9, 1)  # runs 2 bytes past the 13-byte frame
+    assert (junk, inside) == ([], False)
+    fr.push(b"zz" + frame(3), 2)  # stream offset 15: two stray bytes, then a frame
+    got = []
+    while (item := fr.next()) is not None:
+        got.append(item)
+    gap, f = got
+    assert (gap.status, gap.offset, gap.size, gap.head) == ("gap", 0, 6 + 9 + 2, frame(10)[:6])
+    assert gap.reason.startswith("frame cut by a capture gap of 9 bytes")
+    assert isinstance(f, Frame) and (f.offset, f.in_step) == (17, False)
+
+
+def test_gaps_while_hunting_grow_one_record_and_sizes_add_up():
+    fr = Framer(Toy(), 100)
+    fr.push(frame(2) + b"junk", 0)
+    assert drain(fr) == [("frame", 0, 5)]
+    # the garbage the hunt passed over closes as its own record; the bytes it had not judged
+    # yet go with the gap
+    junk, _ = fr.gap(10, 1)
+    junk += fr.gap(3, 2)[0]  # a second gap before any frame start: the same gap record
+    fr.push(b"x" + frame(1), 3)
+    got = [(j.status, j.offset, j.size, j.skipped) for j in junk] + drain(fr)
+    assert got == [("malformed", 5, 2, False), ("gap", 7, 16, False), ("frame", 23, 4)]
+    assert 5 + sum(g[2] for g in got) == 5 + 4 + 10 + 3 + 1 + 4  # every stream offset, once
+
+
+class Tagged(Toy):
+    """A toy whose frames must start with b"F" (else it says why), read a byte at a time."""
+
+    head_len = 1
+
+    def size(self, buf):
+        head = buf.data
+        if head[0] != ord("F"):
+            return NotAFrame("no F here", info={"byte": head[0]})
+        return MORE if len(head) < 3 else 3 + struct.unpack_from(">H", head, 1)[0]
+
+
+def test_a_not_a_frame_verdict_names_the_junk_and_more_waits():
+    fr = Framer(Tagged(), 100)
+    fr.push(b"F\x00", 0)
+    assert drain(fr) == []  # MORE: two bytes cannot tell
+    fr.push(b"\x01x" + b"??" + frame(0), 1)
+    got = []
+    while (item := fr.next()) is not None:
+        got.append(item)
+    assert [type(g).__name__ for g in got] == ["Frame", "Junk", "Frame"]
+    assert (got[1].reason, got[1].size, got[1].info) == ("no F here", 2, {"byte": ord("?")})
+
+
+def test_a_start_the_rules_reject_after_the_hunt_found_it_does_not_loop():
+    class Fickle(Toy):
+        def size(self, buf):
+            return None  # never a frame, though judge confirms starts
+
+    fr = Framer(Fickle(), 100, in_step=False)
+    fr.push(frame(1) * 3, 0)
+    got = drain(fr) + [(j.status, j.offset, j.size, j.skipped) for j in fr.close()]
+    assert sum(g[2] for g in got) == 12 and all(g[0] == "malformed" for g in got)
 
 
 def test_close_keeps_a_held_credible_start_as_an_unfinished_frame():

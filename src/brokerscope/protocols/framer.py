@@ -7,11 +7,19 @@ or a `Junk` record with its status and reason, to the conversation, which keeps 
         ...  # a Frame to decode, or Junk to record
 
 In step, a frame's size comes from its header (`Rules.size`). A header that is not a frame start
-puts the direction out of step, and so does a gap: then `base.FrameHunt` looks for a credible
-frame start (`Rules.judge`), and the bytes passed over become one `malformed` Junk. A frame
-larger than `max_frame` is `oversize` Junk: skipped exactly when its size is credible (at most
-`base.SKIP_LIMIT_FACTOR` times the limit, its header credible by `Rules.credible`), else the
-direction resyncs and the bytes up to the next frame start are that one oversize Junk.
+puts the direction out of step: then `base.FrameHunt` looks for a credible frame start
+(`Rules.judge`), and the bytes passed over become one Junk, `malformed` with the reason the rules
+gave. A frame larger than `max_frame` is `oversize` Junk: skipped exactly when its size is
+credible (at most `base.SKIP_LIMIT_FACTOR` times the limit, its header credible by
+`Rules.credible`), else the direction resyncs and the bytes up to the next frame start are that
+one oversize Junk.
+
+Gaps (bytes the capture missed) follow one rule. A gap that ends inside the frame at the head of
+the buffer, whose size is known, is one `gap` Junk spanning that whole frame; the direction stays
+in step. Any other gap is one `gap` Junk spanning the partial frame it cut, the missing bytes and
+the bytes after it up to the next frame start. A gap inside an oversize frame being skipped
+makes no record (that frame's Junk already counts its bytes). So every stream offset of a
+direction, missing or not, lands in exactly one Frame or Junk, and their sizes add up.
 """
 
 from __future__ import annotations
@@ -20,41 +28,58 @@ from dataclasses import dataclass
 
 from .base import GAP, MALFORMED, OVERSIZE, SKIP_LIMIT_FACTOR, TRUNCATED, FrameHunt, StreamBuffer
 
-HEAD_KEPT = 256  # bytes of an oversize frame's start handed over with its Junk
+HEAD_KEPT = 256  # bytes of a frame's start handed over with its Junk
+MORE = -1  # Rules.size: more bytes are needed to know the frame's size
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     offset: int  # stream offset of the first byte
     data: bytes  # the whole frame, header included
     ts_first: int
     ts_last: int
+    in_step: bool = (
+        True  # starts where a whole frame ended (or an in-step stream began), not found by a resync
+    )
 
 
-@dataclass
+@dataclass(slots=True)
 class Junk:
-    """Bytes that are not a whole frame: passed over by a resync, an oversize frame, the partial
-    frame a gap cut, or what is left when the connection ends."""
+    """Bytes that are not a whole frame: passed over by a resync, an oversize frame, a frame cut
+    by a gap, or what is left when the connection ends."""
 
     offset: int
-    size: int  # bytes on the wire (an oversize frame: its declared size)
+    size: int  # stream offsets spanned (an oversize or gap-cut frame: its whole size)
     status: str  # a base decode_status
     reason: str
     ts_first: int
     ts_last: int
-    head: bytes = b""  # an oversize frame's first bytes (its header); an unfinished frame's bytes
-    skipped: bool = False  # an oversize frame skipped exactly: the next frame start is known
+    head: bytes = b""  # first bytes of a frame that starts in step (its header), if the Junk is one
+    skipped: bool = False  # a frame of known size skipped exactly: the next frame start is known
+    info: dict | None = None  # header fields the rules read (NotAFrame.info)
+
+
+@dataclass(frozen=True, slots=True)
+class NotAFrame:
+    """`Rules.size`'s verdict on a header that is not a frame start, with why. The bytes from
+    here to the next frame start become one Junk with this status, reason and info."""
+
+    reason: str
+    status: str = MALFORMED
+    info: dict | None = None
+    passed: int = 0  # bytes of the header to pass over before hunting (a marker it would find again)
 
 
 class Rules:
     """A protocol's frames, for one direction."""
 
-    head_len: int = 8  # bytes that hold a frame's size
+    head_len: int = 8  # fewest bytes `size` looks at
     hunt_len: int = 8  # fewest bytes a resync judgement needs
 
-    def size(self, head: memoryview) -> int | None:
-        """Total bytes of the frame starting `head` (at least `head_len` bytes), or None when the
-        header is not a frame start (the direction then resyncs)."""
+    def size(self, buf: StreamBuffer) -> int | NotAFrame | None:
+        """Total bytes of the frame starting at the head of `buf` (which holds at least
+        `head_len` bytes); MORE when more bytes are needed to tell; NotAFrame (or None, for no
+        reason worth naming) when the header is not a frame start: the direction then resyncs."""
         raise NotImplementedError
 
     def judge(self, data: memoryview, i: int) -> int:
@@ -80,9 +105,11 @@ class Framer:
         self.rules = rules
         self.max_frame = max_frame
         self.buf = StreamBuffer()
-        self.skip = 0  # bytes of an oversize frame still to discard
+        self.skip = 0  # bytes of a frame of known size still to discard
         self.resync = not in_step  # out of step: hunting for a frame start
         self.hunt = FrameHunt()
+        self._in_step = in_step  # the next frame starts where a whole frame ended
+        self._found = False  # the head of the buffer is a start the hunt just found
         self._garbage: Junk | None = None  # bytes passed over by the current resync
         self._jump = None
         if type(rules).jump is not Rules.jump:
@@ -108,20 +135,25 @@ class Framer:
                 if found is None:
                     return None
                 self.resync = False
-                if self._garbage is not None:
-                    return self._take_garbage()
+                self._found = True
+                junk = self._take_garbage()
+                if junk is not None:
+                    return junk
             if len(b) < self.rules.head_len:
                 return None
-            size = self.rules.size(b.data)
-            if size is None:
-                self.resync = True
+            size = self.rules.size(b)
+            if size.__class__ is not int:
+                self._not_a_frame(size)
                 continue
+            if size < 0:
+                return None  # MORE
+            self._found = False
             if size > self.max_frame:
                 credible = self.rules.credible(b.data, size)
                 if credible is None:
                     return None
                 if not credible:
-                    self.resync = True
+                    self._lose_step()
                     continue
                 junk = self._oversize(size)
                 if junk is not None:
@@ -130,28 +162,58 @@ class Framer:
             if len(b) < size:
                 return None
             off = b.offset
-            frame = Frame(off, b.peek(size), b.ts_at(off), b.ts_at(off + size - 1))
+            frame = Frame(off, b.peek(size), b.ts_at(off), b.ts_at(off + size - 1), self._in_step)
             b.consume(size)
+            self._in_step = True
             return frame
 
     def gap(self, nbytes: int, ts_ns: int) -> tuple[list[Junk], bool]:
-        """`nbytes` never arrived. Returns the junk it makes (bytes passed over, the partial frame
-        it cut) and whether it fell inside an oversize frame being skipped (then the next frame
-        start is still known)."""
+        """`nbytes` never arrived (see the module docstring for the records a gap makes).
+        Returns the junk known now (a resync's gap record comes from `next` or `close` once its
+        end is known) and whether the gap fell inside an oversize frame being skipped."""
         b = self.buf
-        out = [self._take_garbage()] if self._garbage is not None else []
-        if len(b):
-            reason = f"{nbytes} bytes missing after a partial frame"
-            out.append(Junk(b.offset, len(b), GAP, reason, b.ts_at(b.offset), ts_ns))
-        skipping, pending = self.skip, len(b)
+        if self.skip and len(b):  # bytes of the frame being skipped that next() has not dropped
+            n = min(self.skip, len(b))
+            b.consume(n)
+            self.skip -= n
+        pending = len(b)
+        if self.skip and not pending:
+            if nbytes <= self.skip:
+                self.skip -= nbytes
+                b.skip(nbytes)
+                return [], True
+            b.skip(self.skip)  # the rest of the skipped frame, already counted by its Junk
+            nbytes -= self.skip
+            self.skip = 0
+        if not self.resync and pending >= self.rules.head_len:
+            size = self.rules.size(b)
+            if size.__class__ is int and pending < size <= self.max_frame and pending + nbytes <= size:
+                # the gap ends inside this frame: one record for the frame, and stay in step
+                off = b.offset
+                reason = f"{nbytes} bytes missing inside this frame"
+                junk = Junk(off, size, GAP, reason, b.ts_at(off), ts_ns, b.peek(HEAD_KEPT), True)
+                b.skip(nbytes)
+                self.skip = size - pending - nbytes
+                return [junk], False
+        out = []
+        g = self._garbage
+        if g is not None and g.status == GAP:
+            g.size += pending + nbytes  # a second gap while hunting: the same record grows
+        else:
+            if g is not None:
+                out.append(self._take_garbage())
+            head = b.peek(HEAD_KEPT) if pending and not self.resync else b""
+            if pending:
+                reason = f"frame cut by a capture gap of {nbytes} bytes"
+                ts_first = b.ts_at(b.offset)
+            else:
+                reason, ts_first = f"{nbytes} bytes missing (capture gap)", ts_ns
+            reason += "; resynchronised at the next frame start"
+            self._garbage = Junk(b.offset, pending + nbytes, GAP, reason, ts_first, ts_ns, head)
+        self._garbage.ts_last = ts_ns
         b.skip(nbytes)
-        if skipping and not pending and nbytes <= skipping:
-            self.skip = skipping - nbytes
-            return out, True
-        self.skip = 0
-        self.resync = True
-        self.hunt.reset()
-        return out, False
+        self._lose_step()
+        return [j for j in out if j is not None], False
 
     def close(self) -> list[Junk]:
         """The connection ended: the bytes a resync was passing over (up to a credible frame
@@ -160,7 +222,10 @@ class Framer:
         if self.resync and len(b):
             held = [off for off in self.hunt.held if off >= b.offset]
             self._pass_over(held[0] - b.offset if held else len(b))
-        out = [self._take_garbage()] if self._garbage is not None else []
+        out = []
+        junk = self._take_garbage()
+        if junk is not None:
+            out.append(junk)
         if len(b):
             reason = "connection ended inside a frame"
             out.append(
@@ -170,14 +235,38 @@ class Framer:
         return out
 
     def drop_all(self) -> tuple[int, int, int]:
-        """After a decoder error: forget what is buffered and resync. (offset, bytes, last ts)."""
+        """After a decoder error: forget what is buffered (and the bytes a resync had passed
+        over) and resync. Returns (stream offset, bytes, last ts) of what was dropped."""
         b = self.buf
         off, n = b.offset, len(b)
-        b.consume(n)
-        self.resync = True
+        if self._garbage is not None:
+            off, n = self._garbage.offset, self._garbage.size + n
+            self._garbage = None
+        b.consume(len(b))
+        self.skip = 0
+        self._lose_step()
         return off, n, b.last_ts
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _lose_step(self) -> None:
+        self.resync = True
+        self._in_step = False
+        self.hunt.reset()
+
+    def _not_a_frame(self, verdict: NotAFrame | None) -> None:
+        """The head of the buffer is not a frame start: open the record the resync fills."""
+        b = self.buf
+        passed = 0
+        if verdict is not None and self._garbage is None:
+            ts = b.ts_at(b.offset)
+            self._garbage = Junk(b.offset, 0, verdict.status, verdict.reason, ts, ts, info=verdict.info)
+            passed = verdict.passed
+        if self._found and not passed:
+            passed = 1  # the hunt found this start and the rules reject it: never judge it again
+        self._found = False
+        self._pass_over(min(passed, len(b)))
+        self._lose_step()
 
     def _oversize(self, size: int) -> Junk | None:
         """A frame beyond the limit: its Junk (size: the declared size) when it is skipped
@@ -197,7 +286,7 @@ class Framer:
         reason += "; resynchronised at the next frame start"
         self._garbage = Junk(b.offset, 0, OVERSIZE, reason, ts, ts, b.peek(HEAD_KEPT))
         self._pass_over(self.rules.head_len)
-        self.resync = True
+        self._lose_step()
         return None
 
     def _pass_over(self, n: int) -> None:
@@ -211,8 +300,11 @@ class Framer:
         g.ts_last = b.ts_at(b.offset + n - 1)
         b.consume(n)
 
-    def _take_garbage(self) -> Junk:
+    def _take_garbage(self) -> Junk | None:
+        """The record of what the resync passed over, if it holds anything."""
         g, self._garbage = self._garbage, None
-        if g.status == MALFORMED:
+        if g is None or (g.size == 0 and g.status != GAP):
+            return None
+        if not g.reason:
             g.reason = f"skipped {g.size} bytes to resync"
         return g

@@ -24,7 +24,7 @@ import struct
 from collections import OrderedDict, deque
 
 from .. import base
-from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
 from ..framer import Frame, Framer, Junk, Rules
 from .codes import (
     COMMANDS,
@@ -139,8 +139,8 @@ class IggyRules(Rules):
 
     hunt_len = head_len
 
-    def size(self, head: memoryview) -> int | None:
-        conv = self.conv
+    def size(self, buf: StreamBuffer) -> int | None:
+        conv, head = self.conv, buf.data
         if conv.mode == VSR:
             return read_layout(VSR_COMMON, head)["size"] if plausible_vsr(head) else None
         if self.direction == C2S:

@@ -169,8 +169,8 @@ class PulsarRules(Rules):
     def __init__(self, max_frame: int):
         self.max_frame = max_frame
 
-    def size(self, head: memoryview) -> int | None:
-        total, cmd_size = struct.unpack_from(">II", head, 0)
+    def size(self, buf: StreamBuffer) -> int | None:
+        total, cmd_size = struct.unpack_from(">II", buf.data, 0)
         return None if cmd_size > total - 4 or total < 6 else total + 4
 
     def credible(self, head: memoryview, size: int) -> bool | None:
