@@ -218,7 +218,9 @@ def test_oversize_frame_is_recorded_and_skipped():
     assert out["messages"] == []
 
 
-def test_gap_mid_frame_then_resync():
+def test_gap_inside_a_frame_of_known_size_is_one_row_and_the_next_frame_follows():
+    # 20 bytes hold the header and the only block's length: the frame's 44 bytes are known, and
+    # the gap ends where it ends
     conv = new_conv()
     rows = list(conv.feed(C2S, COMMIT_REQ[:20], 1))
     rows += conv.gap(C2S, 24, 2)

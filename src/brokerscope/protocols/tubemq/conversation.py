@@ -25,6 +25,7 @@ from ..base import (
     OK,
     REQUEST_MISSING,
     S2C,
+    TRUNCATED,
     UNKNOWN_COMMAND,
     ConnInfo,
     Context,
@@ -32,9 +33,10 @@ from ..base import (
     Row,
     to_json,
 )
+from ..framer import Framer, Junk
 from ..schema import MessagePool
 from . import rpc
-from .framing import HEADER_LEN, TOKEN, Frame, FrameScanner, Junk
+from .framing import HEADER_LEN, TubeFrame, TubeRules, header_info, read_frame
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
@@ -199,10 +201,8 @@ class TubeMQConversation(Conversation):
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
         max_frame = ctx.max_frame_bytes  # [protocols.tubemq] max_frame_bytes is applied by the config
-        self.scanners = {
-            C2S: FrameScanner(max_frame),
-            S2C: FrameScanner(max_frame),
-        }
+        # a frame starts with the begin token: a capture that starts mid-frame resyncs on it
+        self.framer = {d: Framer(TubeRules(max_frame), max_frame) for d in (C2S, S2C)}
         self.pending: OrderedDict[int, Pending] = OrderedDict()
         # the user's schema_file, checked on the driver when the settings were loaded
         fds = ctx.schemas.get("tubemq")
@@ -213,35 +213,31 @@ class TubeMQConversation(Conversation):
     # -- contract -----------------------------------------------------------------------------
 
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
-        sc = self.scanners.get(direction)
-        if sc is None or not data:
+        if not data:
             return []
-        sc.push(data, ts_ns)
+        self.framer[direction].push(data, ts_ns)
         return self._drain(direction)
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
-        sc = self.scanners.get(direction)
-        if sc is None:
-            return []
+        fr = self.framer[direction]
         try:
-            sc.gap(nbytes, ts_ns)
+            junk, _ = fr.gap(nbytes, ts_ns)
         except Exception as e:  # never raise out of the decoder
-            return [self._error_row(direction, sc.buf.offset, 0, ts_ns, f"internal error on gap: {e!r}")]
-        return self._drain(direction)
+            return [self._error_row(direction, fr.buf.offset, 0, ts_ns, f"internal error on gap: {e!r}")]
+        return [self._junk_row(direction, j) for j in junk] + self._drain(direction)
 
     def close(self) -> list[Row]:
         rows: list[Row] = []
-        for direction, sc in self.scanners.items():
+        for direction, fr in self.framer.items():
             rows.extend(self._drain(direction))
             try:
-                j = sc.close()
+                junk = fr.close()
             except Exception as e:
                 rows.append(
-                    self._error_row(direction, sc.buf.offset, 0, sc.buf.last_ts, f"internal error: {e!r}")
+                    self._error_row(direction, fr.buf.offset, 0, fr.buf.last_ts, f"internal error: {e!r}")
                 )
                 continue
-            if j is not None:
-                rows.append(self._junk_row(direction, j))
+            rows.extend(self._junk_row(direction, j) for j in junk)
         while self.pending:
             serial, p = self.pending.popitem(last=False)
             rows.extend(self._unanswered(serial, p))
@@ -250,37 +246,27 @@ class TubeMQConversation(Conversation):
     # -- framing ------------------------------------------------------------------------------
 
     def _drain(self, direction: str) -> list[Row]:
-        sc = self.scanners[direction]
+        fr = self.framer[direction]
         rows: list[Row] = []
         while True:
-            err = None
             try:
-                item = sc.next()
+                item = fr.next()
             except Exception as e:  # a bug must not stop the connection: drop what is buffered
-                err = f"internal framing error: {e!r}"
-                item = None
-            if err is not None:
-                off, n, ts = sc.drop_all()
-                rows.append(self._error_row(direction, off, n, ts, err))
+                off, n, ts = fr.drop_all()
+                rows.append(self._error_row(direction, off, n, ts, f"internal framing error: {e!r}"))
                 continue
             if item is None:
                 return rows
             if isinstance(item, Junk):
                 rows.append(self._junk_row(direction, item))
                 continue
+            f = read_frame(item)
             try:
-                rows.extend(self._frame(direction, item))
+                rows.extend(self._frame(direction, f))
             except Exception as e:
+                err = f"internal error: {e!r}"
                 rows.append(
-                    self._error_row(
-                        direction,
-                        item.offset,
-                        item.size,
-                        item.ts_first,
-                        f"internal error: {e!r}",
-                        ts_end=item.ts_last,
-                        serial=item.serial,
-                    )
+                    self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
                 )
 
     def _error_row(self, direction, offset, size, ts, err, ts_end=None, serial=None) -> Row:
@@ -299,35 +285,26 @@ class TubeMQConversation(Conversation):
         )
 
     def _junk_row(self, direction: str, j: Junk) -> Row:
+        """Bytes that are not a whole frame; what its header told, if the rules read one."""
+        info = j.info or (header_info(j.head) if j.status == TRUNCATED else None)
         return (
             "commands",
             {
                 "ts_ns": j.ts_first,
                 "ts_end_ns": j.ts_last,
                 "direction": direction,
-                "correlation_id": j.header.get("serial"),
+                "correlation_id": info.get("serial") if info else None,
                 "size": j.size,
                 "stream_offset": j.offset,
                 "decode_status": j.status,
                 "decode_error": j.reason,
-                "details": to_json(j.header) if j.header else None,
+                "details": to_json(info) if info else None,
             },
         )
 
-    @staticmethod
-    def _rebuild(frame: Frame) -> bytes:
-        """The frame's wire bytes (for `raw`), rebuilt from its header and blocks."""
-        out = bytearray(TOKEN)
-        out += frame.serial.to_bytes(4, "big") + len(frame.block_sizes).to_bytes(4, "big")
-        p = 0
-        for n in frame.block_sizes:
-            out += n.to_bytes(4, "big") + frame.body[p : p + n]
-            p += n
-        return bytes(out)
-
     # -- frames -------------------------------------------------------------------------------
 
-    def _frame(self, direction: str, f: Frame) -> list[Row]:
+    def _frame(self, direction: str, f: TubeFrame) -> list[Row]:
         row: dict = {
             "ts_ns": f.ts_first,
             "ts_end_ns": f.ts_last,
@@ -361,7 +338,7 @@ class TubeMQConversation(Conversation):
             return self._request(row, details, env, f)
         return self._response(row, details, env, f)
 
-    def _request(self, row: dict, details: dict, env: rpc.Envelope, f: Frame) -> list[Row]:
+    def _request(self, row: dict, details: dict, env: rpc.Envelope, f: TubeFrame) -> list[Row]:
         rows: list[Row] = []
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
@@ -408,7 +385,7 @@ class TubeMQConversation(Conversation):
             rows.append(self._confirm_ack(msg, f))
         return rows
 
-    def _response(self, row: dict, details: dict, env: rpc.Envelope, f: Frame) -> list[Row]:
+    def _response(self, row: dict, details: dict, env: rpc.Envelope, f: TubeFrame) -> list[Row]:
         rows: list[Row] = []
         pend = self.pending.pop(f.serial, None)
         mid = env.method_id if env.method_id is not None else (pend.method_id if pend else None)
@@ -483,7 +460,7 @@ class TubeMQConversation(Conversation):
             rows.append(self._produce_ack(msg, f, pend, error_code))
         return rows
 
-    def _body_status(self, row: dict, meth, mid, err: str | None, f: Frame) -> None:
+    def _body_status(self, row: dict, meth, mid, err: str | None, f: TubeFrame) -> None:
         """An unknown method id or a body that does not parse: the row's status and error; raw
         bytes only for methods that carry no credentials."""
         if meth is None:
@@ -492,7 +469,7 @@ class TubeMQConversation(Conversation):
         elif err:
             row["decode_status"] = MALFORMED
             row["decode_error"] = err
-            row["raw"] = self.ctx.raw(self._rebuild(f), typed=not meth.carries_auth)
+            row["raw"] = self.ctx.raw(f.wire, typed=not meth.carries_auth)
 
     def _metadata(self, msg, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""
@@ -543,7 +520,7 @@ class TubeMQConversation(Conversation):
 
     # -- messages and acks ----------------------------------------------------------------------
 
-    def _produce(self, msg, f: Frame) -> Row:
+    def _produce(self, msg, f: TubeFrame) -> Row:
         data = bytes(msg.data)
         flag = _field(msg, "flag")
         attr, payload, err = split_payload(data, flag)
@@ -576,7 +553,7 @@ class TubeMQConversation(Conversation):
         row.update(self.ctx.payload.value(payload))
         return ("messages", row)
 
-    def _deliver(self, msg, f: Frame, pend: Pending | None) -> list[Row]:
+    def _deliver(self, msg, f: TubeFrame, pend: Pending | None) -> list[Row]:
         rows: list[Row] = []
         topic = pend.topic if pend else None
         req_part = pend.partition if pend else None
@@ -630,7 +607,7 @@ class TubeMQConversation(Conversation):
             return None, None
         return (ts - d[0]) / 1000.0, d[1]
 
-    def _confirm_ack(self, msg, f: Frame) -> Row:
+    def _confirm_ack(self, msg, f: TubeFrame) -> Row:
         """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition."""
         topic, part = _field(msg, "topicName"), _field(msg, "partitionId")
         lat, off = self._latency_from_delivery(topic, part, f.ts_last)
@@ -649,7 +626,7 @@ class TubeMQConversation(Conversation):
             },
         )
 
-    def _commit_ack(self, msg, f: Frame, pend: Pending | None, error_code: int | None) -> Row:
+    def _commit_ack(self, msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
         topic = pend.topic if pend else None
         part = pend.partition if pend else None
         lat = None
@@ -677,7 +654,7 @@ class TubeMQConversation(Conversation):
             },
         )
 
-    def _produce_ack(self, msg, f: Frame, pend: Pending | None, error_code: int | None) -> Row:
+    def _produce_ack(self, msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
         mid = _field(msg, "messageId")
         return (
             "acks",

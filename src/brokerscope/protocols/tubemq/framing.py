@@ -1,4 +1,4 @@
-"""TubeMQ frames on a TCP byte stream.
+"""TubeMQ frames on a TCP byte stream, as `Rules` for the shared framer.
 
 Wire layout (all integers big-endian, 4 bytes each; TubeMQ's Protocol.txt and its Netty codec):
 
@@ -11,17 +11,19 @@ The blocks' data, joined in order, hold the protobuf RPC envelope (see `rpc`). S
 joined bytes into blocks of at most 8192 bytes (RPC_MAX_BUFFER_SIZE); TubeMQ's decoder rejects a
 larger block and a list size above (20 MiB + 8 MiB) / 8192.
 
-`FrameScanner` walks one direction incrementally (blocks already walked are not re-read when more
-bytes arrive), never raises, and turns anything that is not a frame into one `Junk` record that
-spans up to the next begin token, so decoding resyncs on the token.
+A frame's size is known once the last block's length field has arrived, so `TubeRules.size`
+walks the block lengths, remembering how far it got for the frame at the head of the buffer (a
+large frame arriving in pieces is not re-walked). Anything that is not a frame is a `NotAFrame`
+with its reason, and the framer resyncs on the next begin token.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..base import GAP, MALFORMED, OVERSIZE, TRUNCATED, StreamBuffer
+from ..base import CONFIRMED, MALFORMED, NOT_A_FRAME, OVERSIZE, StreamBuffer
+from ..framer import MORE, Frame, NotAFrame, Rules
 
 TOKEN = b"\xff\x7f\xf4\xfe"
 TOKEN_INT = 0xFF7FF4FE
@@ -32,245 +34,120 @@ MAX_LIST_SIZE = (20 * 1024 * 1024 + 8 * 1024 * 1024) // MAX_BLOCK
 
 _HDR = struct.Struct(">4sIi")  # token, serialNo (unsigned), listSize (signed, as Java reads it)
 _LEN = struct.Struct(">i")
+NOT_TOKEN = "bytes that do not start with the TubeMQ begin token"
 
 
-@dataclass
-class Frame:
+@dataclass(slots=True)
+class TubeFrame:
+    """A whole frame, its blocks read."""
+
     offset: int  # stream offset of the token
     size: int  # bytes on the wire, header included
     serial: int
     block_sizes: list[int]
     body: bytes  # the blocks' data joined
+    wire: bytes  # the frame as it was on the wire
     ts_first: int
     ts_last: int
 
 
-@dataclass
-class Junk:
-    """Bytes that are not a whole frame: garbage before a token, a frame with an impossible header,
-    an oversize frame, a frame cut by a gap, or a truncated tail at close."""
+def blocks(data: bytes | memoryview) -> tuple[list[int], int]:
+    """The lengths of the whole blocks in `data` (a frame's first bytes), and the offset where
+    the next block's length field starts."""
+    list_size = _HDR.unpack_from(data, 0)[2]
+    sizes, pos, n = [], HEADER_LEN, len(data)
+    while len(sizes) < list_size and pos + 4 <= n:
+        length = _LEN.unpack_from(data, pos)[0]
+        if pos + 4 + length > n:
+            break
+        sizes.append(length)
+        pos += 4 + length
+    return sizes, pos
 
-    offset: int
-    size: int
-    status: str
-    reason: str
-    ts_first: int
-    ts_last: int
-    header: dict = field(default_factory=dict)
+
+def read_frame(f: Frame) -> TubeFrame:
+    """The header and blocks of a whole frame the rules sized."""
+    data = f.data
+    serial = _HDR.unpack_from(data, 0)[1]
+    sizes, _ = blocks(data)
+    body = b"".join(data[p + 4 : p + 4 + n] for p, n in zip(_starts(sizes), sizes, strict=True))
+    return TubeFrame(f.offset, len(data), serial, sizes, body, data, f.ts_first, f.ts_last)
 
 
-class FrameScanner:
-    """Frames of one direction. `push` bytes, then call `next()` until it returns None."""
+def header_info(head: bytes) -> dict:
+    """What a frame's first bytes tell (for a frame cut by the end of the capture)."""
+    if len(head) < HEADER_LEN or head[:4] != TOKEN:
+        return {}
+    _, serial, list_size = _HDR.unpack_from(head, 0)
+    return {"serial": serial, "list_size": list_size, "blocks_complete": len(blocks(head)[0])}
 
-    def __init__(self, max_frame_bytes: int, max_list_size: int = MAX_LIST_SIZE):
-        self.buf = StreamBuffer()
-        self.max_frame = max(HEADER_LEN, max_frame_bytes)
+
+def _starts(sizes: list[int]) -> list[int]:
+    out, p = [], HEADER_LEN
+    for n in sizes:
+        out.append(p)
+        p += 4 + n
+    return out
+
+
+class TubeRules(Rules):
+    """One direction's TubeMQ frames."""
+
+    head_len = 1  # a byte that is not the token's first is already not a frame
+    hunt_len = len(TOKEN)
+
+    def __init__(self, max_frame: int, max_list_size: int = MAX_LIST_SIZE):
+        self.max_frame = max(HEADER_LEN, max_frame)
         self.max_list = max_list_size
-        # progress through the frame at the head of the buffer
-        self._list_size: int | None = None
-        self._serial = 0
-        self._blocks: list[int] = []
+        # the walk through the blocks of the frame at the head of the buffer
+        self._at = -1  # its stream offset (-1: none walked)
+        self._serial = self._list = 0
         self._pos = 0  # offset (from the frame start) of the next block's length field
-        # an open junk region (bytes being skipped until the next token)
-        self._junk: Junk | None = None
+        self._left = 0  # blocks not walked yet
 
-    # -- input --------------------------------------------------------------------------------
+    def size(self, buf: StreamBuffer) -> int | NotAFrame:
+        data = buf.data
+        n = len(data)
+        if buf.offset != self._at:
+            head = bytes(data[:4])
+            if head != TOKEN[: len(head)]:
+                return NotAFrame(NOT_TOKEN)
+            if n < HEADER_LEN:
+                return MORE
+            _, serial, list_size = _HDR.unpack_from(data, 0)
+            if list_size <= 0 or list_size > self.max_list:
+                info = {"serial": serial, "list_size": list_size}
+                return NotAFrame(f"list size {list_size} outside 1..{self.max_list}", info=info, passed=4)
+            self._at, self._serial, self._list = buf.offset, serial, list_size
+            self._pos, self._left = HEADER_LEN, list_size
+        pos, left = self._pos, self._left
+        while pos + 4 <= n:
+            length = _LEN.unpack_from(data, pos)[0]
+            if length < 0 or length > MAX_BLOCK:
+                index = self._list - left
+                reason = f"block {index} length {length} outside 0..{MAX_BLOCK}"
+                return self._bad(MALFORMED, reason, bad_block=index)
+            if pos + 4 + length > self.max_frame:
+                return self._bad(OVERSIZE, f"frame exceeds max_frame_bytes={self.max_frame}")
+            if left == 1:
+                self._at = -1
+                return pos + 4 + length  # the last block's length is here: the frame's size is known
+            if pos + 4 + length > n:
+                break
+            pos += 4 + length
+            left -= 1
+        self._pos, self._left = pos, left
+        return MORE
 
-    def push(self, data: bytes, ts_ns: int) -> None:
-        self.buf.append(data, ts_ns)
+    def _bad(self, status: str, reason: str, **info) -> NotAFrame:
+        """The frame walked so far is not one to take: pass over its token and resync."""
+        self._at = -1
+        info = {"serial": self._serial, "list_size": self._list, **info}
+        return NotAFrame(reason, status, info, passed=len(TOKEN))
 
-    def gap(self, nbytes: int, ts_ns: int) -> None:
-        """`nbytes` never arrived: whatever frame was in progress is lost; skip to the next token."""
-        pending = len(self.buf)
-        if self._junk is None:
-            if pending or self._list_size is not None:
-                self._open_junk(GAP, f"frame cut by a capture gap of {nbytes} bytes")
-            else:
-                self._open_junk(GAP, f"bytes after a capture gap of {nbytes} bytes")
-                self._junk.ts_first = ts_ns
-        self._reset_frame()
-        self._junk.size += pending + nbytes
-        self._junk.ts_last = ts_ns
-        self.buf.skip(nbytes)
+    def judge(self, data: memoryview, i: int) -> int:
+        return CONFIRMED if data[i : i + 4] == TOKEN else NOT_A_FRAME
 
-    # -- output -------------------------------------------------------------------------------
-
-    def next(self) -> Frame | Junk | None:
-        """The next complete frame or junk record, or None when more bytes are needed.
-
-        Views of the buffer (`data`) are dropped before anything consumes from it: a bytearray
-        cannot be compacted while a memoryview of it exists.
-        """
-        while True:
-            if self._junk is not None:
-                done = self._skip_to_token()
-                if done is not None:
-                    return done
-                if self._junk is not None:
-                    return None  # still skipping: the token has not arrived yet
-                continue
-            data = self.buf.data
-            n = len(data)
-            if self._list_size is None:
-                if n == 0:
-                    return None
-                head = bytes(data[:4])
-                if not TOKEN.startswith(head[:n]) or (n >= 4 and head != TOKEN):
-                    del data
-                    self._open_junk(MALFORMED, "bytes that do not start with the TubeMQ begin token")
-                    continue
-                if n < HEADER_LEN:
-                    return None
-                _, serial, list_size = _HDR.unpack_from(data, 0)
-                if list_size <= 0 or list_size > self.max_list:
-                    del data
-                    self._open_junk(
-                        MALFORMED,
-                        f"list size {list_size} outside 1..{self.max_list}",
-                        header={"serial": serial, "list_size": list_size},
-                    )
-                    self._consume_into_junk(4)
-                    continue
-                self._list_size = list_size
-                self._serial = serial
-                self._blocks = []
-                self._pos = HEADER_LEN
-            # walk the blocks that have arrived
-            problem: tuple[str, str] | None = None
-            while len(self._blocks) < self._list_size:
-                if self._pos + 4 > n:
-                    return None
-                (length,) = _LEN.unpack_from(data, self._pos)
-                if length < 0 or length > MAX_BLOCK:
-                    problem = (MALFORMED, f"block {len(self._blocks)} length {length} outside 0..{MAX_BLOCK}")
-                    break
-                if self._pos + 4 + length > self.max_frame:
-                    problem = (OVERSIZE, f"frame exceeds max_frame_bytes={self.max_frame}")
-                    break
-                if self._pos + 4 + length > n:
-                    return None
-                self._blocks.append(length)
-                self._pos += 4 + length
-            del data
-            if problem is None:
-                return self._take_frame()
-            status, reason = problem
-            hdr = {"serial": self._serial, "list_size": self._list_size}
-            if status == MALFORMED:
-                hdr["bad_block"] = len(self._blocks)
-            self._reset_frame()
-            self._open_junk(status, reason, header=hdr)
-            self._consume_into_junk(4)
-
-    def close(self) -> Junk | None:
-        """End of stream: the open junk region or the unfinished frame, if any."""
-        if self._junk is not None:
-            j = self._junk
-            j.size += len(self.buf)
-            if len(self.buf):
-                j.ts_last = self.buf.ts_at(self.buf.end - 1)
-            self.buf.consume(len(self.buf))
-            self._junk = None
-            return j
-        n = len(self.buf)
-        if n == 0:
-            return None
-        off = self.buf.offset
-        hdr: dict = {}
-        if self._list_size is not None:
-            hdr = {
-                "serial": self._serial,
-                "list_size": self._list_size,
-                "blocks_complete": len(self._blocks),
-            }
-        j = Junk(
-            off,
-            n,
-            TRUNCATED,
-            f"stream ended {n} bytes into a frame",
-            self.buf.ts_at(off),
-            self.buf.ts_at(self.buf.end - 1),
-            header=hdr,
-        )
-        self.buf.consume(n)
-        self._reset_frame()
-        return j
-
-    def drop_all(self) -> tuple[int, int, int]:
-        """After an internal error: forget everything buffered and the frame in progress.
-        Returns (stream offset, bytes dropped, last time). Never touches the old buffer's storage."""
-        old = self.buf
-        off, n, ts = old.offset, len(old), old.last_ts
-        self.buf = StreamBuffer()
-        self.buf.offset = old.end
-        self.buf.last_ts = ts
-        self._reset_frame()
-        self._junk = None
-        return off, n, ts
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _reset_frame(self) -> None:
-        self._list_size = None
-        self._blocks = []
-        self._pos = 0
-
-    def _take_frame(self) -> Frame:
-        data = self.buf.data
-        off = self.buf.offset
-        size = self._pos
-        parts = []
-        p = HEADER_LEN
-        for length in self._blocks:
-            parts.append(data[p + 4 : p + 4 + length])
-            p += 4 + length
-        body = b"".join(parts)
-        del parts, data  # release the views before the buffer is consumed (and maybe compacted)
-        f = Frame(
-            off,
-            size,
-            self._serial,
-            list(self._blocks),
-            body,
-            self.buf.ts_at(off),
-            self.buf.ts_at(off + size - 1),
-        )
-        self.buf.consume(size)
-        self._reset_frame()
-        return f
-
-    def _open_junk(self, status: str, reason: str, header: dict | None = None) -> None:
-        off = self.buf.offset
-        ts = self.buf.ts_at(off) if len(self.buf) else self.buf.last_ts
-        self._junk = Junk(off, 0, status, reason, ts, ts, header=header or {})
-
-    def _consume_into_junk(self, k: int) -> None:
-        j = self._junk
-        assert j is not None
-        k = min(k, len(self.buf))
-        if k <= 0:
-            return
-        j.size += k
-        j.ts_last = self.buf.ts_at(self.buf.offset + k - 1)
-        self.buf.consume(k)
-
-    def _skip_to_token(self) -> Junk | None:
-        """Skip bytes into the open junk region up to the next token; return the region once the
-        token is found (the token stays buffered for the next frame)."""
-        data = bytes(self.buf.data)
-        idx = data.find(TOKEN)
-        if idx < 0:
-            # keep a possible token prefix at the end
-            keep = 0
-            for k in (3, 2, 1):
-                if len(data) >= k and TOKEN.startswith(data[-k:]):
-                    keep = k
-                    break
-            self._consume_into_junk(len(data) - keep)
-            return None
-        self._consume_into_junk(idx)
-        j = self._junk
-        self._junk = None
-        if j.size == 0 and j.status != GAP:
-            return None
-        return j
+    def jump(self, buf: StreamBuffer, i: int) -> int:
+        j = buf.find(TOKEN, i)
+        return len(buf) if j < 0 else j
