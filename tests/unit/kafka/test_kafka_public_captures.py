@@ -82,6 +82,7 @@ NDPI = [
     (49280, "s2c", "ApiVersions", 0, 129, "ok"),
     (49280, "c2s", "Metadata", 2, 130, "ok"),
     (49280, "s2c", "Metadata", 2, 130, "ok"),
+    (49280, "c2s", None, None, None, "gap"),  # the 44 bytes of request 131, never captured
     (49280, "s2c", "Metadata", 2, 131, "request_missing"),  # inferred: neighbour 130 is Metadata v2
     (58052, "s2c", None, None, 140, "request_missing"),  # no captured neighbour: not inferred
     (58052, "s2c", "Metadata", 2, 141, "request_missing"),  # inferred: neighbour 142 is Metadata v2

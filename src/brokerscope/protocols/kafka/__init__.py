@@ -10,7 +10,8 @@ import struct
 
 from ..base import ConnInfo, Context, Conversation, Protocol
 from . import schema
-from .conversation import KafkaConversation, plausible_request
+from .conversation import KafkaConversation
+from .framing import plausible_request
 
 _I32 = struct.Struct(">i")
 

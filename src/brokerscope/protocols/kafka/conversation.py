@@ -1,9 +1,7 @@
-"""One Kafka TCP connection: framing, request/response pairing, and rows for every table.
+"""One Kafka TCP connection: request/response pairing, and rows for every table.
 
-Framing: every request and response is an int32 size followed by that many bytes. Requests start
-with the request header (api_key int16, api_version int16, correlation_id int32, client_id
-string, [tagged fields]); responses with the response header (correlation_id int32, [tagged
-fields]). A response carries no api key: it is paired with its request by correlation id.
+Frames come from the shared framer (`framing.KafkaRules`). A response carries no api key: it is
+paired with its request by correlation id.
 """
 
 from __future__ import annotations
@@ -14,9 +12,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .. import base
-from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
+from ..framer import Framer, Junk
 from . import inference, schema
 from . import records as rec
+from .framing import MAX_CLIENT_ID, KafkaRules, plausible_request
 from .names import (
     AUTH_API_KEYS,
     EXTRA_API_NAMES,
@@ -30,13 +30,8 @@ _I32 = struct.Struct(">i")
 # a gap marks an offset without a record, not an acknowledgement
 SHARE_ACK_TYPES = {1: "accept", 2: "release", 3: "reject", 4: "renew"}
 MAX_SHARE_ACK_ROWS = 100_000  # per request; beyond, one acks row per acknowledged range
-_HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
 MAX_PENDING = 100_000
 MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offsets
-MAX_CLIENT_ID = 512
-# A resync candidate whose frame is not yet all buffered must continue the connection: its
-# correlation id at most this far past the last request's (clients count up by one per request).
-CORR_WINDOW = 1 << 16
 _MAX_TOPIC_IDS = 100_000  # per connection
 # responses whose request is missing are held until the connection ends, when every api requested
 # on it is known, and then decoded where the api can be inferred with certainty (inference.py)
@@ -68,32 +63,6 @@ def _named_not_sasl(key: int) -> bool:
     """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one
     (Context.raw)."""
     return api_name(key) is not None and key not in AUTH_API_KEYS
-
-
-def _printable(b: bytes) -> bool:
-    return all(32 <= c < 127 for c in b)
-
-
-def plausible_request(buf: bytes | memoryview, pos: int, max_frame: int) -> int:
-    """Confidence that a request frame starts at `pos` (0 = no, 1 = known API and version, 2 =
-    known API with a decodable header). Needs 14 bytes; fewer gives 0."""
-    if pos + 14 > len(buf):
-        return 0
-    size, key, ver, corr, clen = _HDR.unpack_from(buf, pos)
-    if size < 10 or size > max_frame or key < 0 or ver < 0 or ver > 64 or corr < 0:
-        return 0
-    if clen < -1 or clen > MAX_CLIENT_ID or clen > size - 10:
-        return 0
-    if clen > 0:
-        cid = bytes(buf[pos + 14 : pos + 14 + clen])
-        if len(cid) == clen and not _printable(cid):
-            return 0
-    s = schema.spec(key)
-    if s is None:
-        return 1 if key in EXTRA_API_NAMES else 0
-    if ver > s.valid.hi:
-        return 1
-    return 2
 
 
 @dataclass
@@ -134,10 +103,8 @@ class Pending:
 class KafkaConversation(Conversation):
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
-        self.bufs = {C2S: StreamBuffer(), S2C: StreamBuffer()}
-        self.skip = {C2S: 0, S2C: 0}  # bytes of an oversize frame still to skip
-        self.resync = {C2S: False, S2C: False}
-        self.started = {C2S: False, S2C: False}
+        self.max_frame = ctx.max_frame_bytes
+        self.framer = {d: Framer(KafkaRules(self, d), self.max_frame) for d in (C2S, S2C)}
         # frame starts are confirmed, not a guess about where a capture cut in: the stream began
         # with its handshake, or a whole frame was taken since the start or the last resync
         self.in_step = {C2S: not conn.midstream, S2C: not conn.midstream}
@@ -145,7 +112,6 @@ class KafkaConversation(Conversation):
         self.topic_ids: dict[str, str] = {}
         self.sasl_raw = False  # SaslHandshake v0 done: raw SASL tokens follow, no Kafka header
         self.held_bytes = 0
-        self.max_frame = ctx.max_frame_bytes
         # request_missing inference: what was requested on this connection, and the held responses
         self.recent_reqs: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self.requested: dict[tuple[int, int], bool] = {}  # (api key, version) -> decodable
@@ -160,75 +126,96 @@ class KafkaConversation(Conversation):
     # -- driver interface ---------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         out: list[Row] = []
-        buf = self.bufs[direction]
-        data = memoryview(data)
-        if self.skip[direction]:
-            n = min(self.skip[direction], len(data))
-            self.skip[direction] -= n
-            buf.skip(n)
-            data = data[n:]
-        buf.append(data, ts_ns)
+        fr = self.framer[direction]
+        fr.push(data, ts_ns)
         try:
-            self._frames(direction, out)
-        except Exception as e:  # never raise out of the decoder
-            out.append(
-                self._error_row(
-                    direction,
-                    buf.offset,
-                    base.MALFORMED,
-                    f"internal: {type(e).__name__}: {e}",
-                    None,
-                    len(buf),
-                    buf.last_ts,
-                    buf.last_ts,
-                )
-            )
-            buf.consume(len(buf))
-            self._lose_step(direction)
+            self._drain(direction, out)
+        except Exception as e:  # never raise out of the decoder: drop what is buffered
+            off, n, ts = fr.drop_all()
+            err = f"internal: {type(e).__name__}: {e}"
+            out.append(self._error_row(direction, off, base.MALFORMED, err, None, n, ts, ts))
+            self.in_step[direction] = False
         return out
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         out: list[Row] = []
-        buf = self.bufs[direction]
-        if self.skip[direction]:
-            n = min(self.skip[direction], nbytes)
-            self.skip[direction] -= n
-            nbytes -= n
-            buf.skip(n)
-            if nbytes == 0:
-                return out
-        have = len(buf)
-        if have:
-            extra: dict = {}
-            rest = -1
-            if have >= 4 and not self.resync[direction] and self.started[direction]:
-                size = _I32.unpack_from(buf.data, 0)[0]
-                if 0 <= size <= self.max_frame:
-                    rest = 4 + size - have - nbytes  # bytes of this frame after the gap
-                    extra = self._gap_header(direction, buf.peek(12), buf.ts_at(buf.offset), out)
-            out.append(
-                self._error_row(
-                    direction,
-                    buf.offset,
-                    base.GAP,
-                    f"{nbytes} bytes missing inside this frame"
-                    + ("" if rest >= 0 else "; the gap runs past its end: resynchronising"),
-                    None,
-                    have,
-                    buf.ts_at(buf.offset),
-                    ts_ns,
-                    **extra,
-                )
-            )
-            buf.skip(nbytes)
-            if rest >= 0:
-                # the gap lies inside a frame of known size: skip its remainder, stay in step
-                self.skip[direction] = rest
-                return out
-        else:
-            buf.skip(nbytes)
-        self._lose_step(direction)
+        junk, _ = self.framer[direction].gap(nbytes, ts_ns)
+        for j in junk:
+            self._junk(direction, j, out)
         return out
+
+    def close(self) -> list[Row]:
+        out: list[Row] = []
+        for d, fr in self.framer.items():
+            for j in fr.close():
+                self._junk(d, j, out)
+        for corr, p in self.pending.items():
+            out.extend(self._unanswered(corr, p))
+        self.pending.clear()
+        while self.held:
+            out.append(self._release_held(infer=True))
+        return out
+
+    # -- frames and junk ----------------------------------------------------------------------
+    def _drain(self, d: str, out: list[Row]) -> None:
+        fr = self.framer[d]
+        handle = self._request if d == C2S else self._response
+        while (item := fr.next()) is not None:
+            if item.__class__ is Junk:
+                self._junk(d, item, out)
+                continue
+            if not item.in_step:
+                self.in_step[d] = False
+            frame = item.data[4:]
+            try:
+                handle(frame, item.offset, item.ts_first, item.ts_last, out)
+            except Exception as e:  # a bug or an unforeseen input: one error row, go on
+                raw = frame if self._typed_head(d, frame) else None
+                err = f"internal: {type(e).__name__}: {e}"
+                out.append(
+                    self._error_row(
+                        d, item.offset, base.MALFORMED, err, raw, len(item.data), item.ts_first, item.ts_last
+                    )
+                )
+            self.in_step[d] = True
+
+    def _junk(self, d: str, j: Junk, out: list[Row]) -> None:
+        """The row of bytes that are not a whole frame, with what a header that survived tells."""
+        extra: dict = {}
+        raw = None
+        head = j.head
+        if j.status == base.OVERSIZE and head:
+            extra = self._oversize_header(d, head)
+        elif j.status == base.GAP and len(head) >= 4 and self.framer[d].rules.started:
+            if 0 <= _I32.unpack_from(head, 0)[0] <= self.max_frame:
+                extra = self._gap_header(d, head[:12], j.ts_first, out)
+        elif j.status == base.TRUNCATED and self._typed_head(d, head[4:12]):
+            raw = head[: self.ctx.max_raw_bytes]
+        if "raw" in extra:
+            raw = extra.pop("raw")
+        out.append(
+            self._error_row(d, j.offset, j.status, j.reason, raw, j.size, j.ts_first, j.ts_last, **extra)
+        )
+        if not j.skipped:
+            self.in_step[d] = False  # the next frame start is a resync's guess
+
+    def _oversize_header(self, d: str, head: bytes) -> dict:
+        """What a credible header of an oversize frame tells; its request is no longer pending."""
+        if d == C2S:
+            key, ver, corr = struct.unpack_from(">hhi", head, 4)
+            self.pending.pop(corr, None)
+            raw = head[:64] if self._typed(C2S, key) else None
+            return dict(
+                command=api_name(key), command_code=key, api_version=ver, correlation_id=corr, raw=raw
+            )
+        corr = _I32.unpack_from(head, 4)[0]
+        p = self.pending.pop(corr, None)
+        if p is None:
+            return {"correlation_id": corr}
+        raw = head[:64] if self._typed(S2C, p.api_key) else None
+        return dict(
+            command=p.name, command_code=p.api_key, api_version=p.version, correlation_id=corr, raw=raw
+        )
 
     def _gap_header(self, direction: str, head: bytes, ts: int, out: list[Row]) -> dict:
         """What the surviving head of a frame cut by a gap tells: for a request, its api, version
@@ -265,257 +252,23 @@ class KafkaConversation(Conversation):
                 }
         return {}
 
-    def close(self) -> list[Row]:
-        out: list[Row] = []
-        for d, buf in self.bufs.items():
-            if len(buf):
-                out.append(
-                    self._error_row(
-                        d,
-                        buf.offset,
-                        base.TRUNCATED,
-                        f"connection ended inside a frame ({len(buf)} bytes buffered)",
-                        buf.peek(self.ctx.max_raw_bytes) if self._typed_head(d, buf.peek(12)[4:]) else None,
-                        len(buf),
-                        buf.ts_at(buf.offset),
-                        buf.last_ts,
-                    )
-                )
-                buf.consume(len(buf))
-        for corr, p in self.pending.items():
-            out.extend(self._unanswered(corr, p))
-        self.pending.clear()
-        while self.held:
-            out.append(self._release_held(infer=True))
-        return out
-
-    # -- framing ------------------------------------------------------------------------------
-    def _frames(self, d: str, out: list[Row]) -> None:
-        buf = self.bufs[d]
-        while True:
-            if self.resync[d] and not self._resync(d, out):
-                return
-            n = len(buf)
-            if n < 4:
-                return
-            data = buf.data
-            size = _I32.unpack_from(data, 0)[0]
-            if not self.started[d] or size < 0 or size > self.max_frame:
-                # validate frame starts we cannot trust (first frame, crazy size)
-                verdict = self._check_start(d, data, size, out)
-                if verdict == "wait":
-                    return
-                if verdict == "bad":
-                    self._lose_step(d)
-                    continue
-                if verdict == "oversize":
-                    continue
-            self.started[d] = True
-            if n < 4 + size:
-                return
-            start = buf.offset
-            ts0 = buf.ts_at(start)
-            ts1 = buf.ts_at(start + 4 + size - 1)
-            frame = bytes(data[4 : 4 + size])
-            buf.consume(4 + size)
-            try:
-                if d == C2S:
-                    self._request(frame, start, ts0, ts1, out)
-                else:
-                    self._response(frame, start, ts0, ts1, out)
-            except Exception as e:  # a bug or an unforeseen input: one error row, go on
-                out.append(
-                    self._error_row(
-                        d,
-                        start,
-                        base.MALFORMED,
-                        f"internal: {type(e).__name__}: {e}",
-                        frame if self._typed_head(d, frame) else None,
-                        4 + size,
-                        ts0,
-                        ts1,
-                    )
-                )
-            self.in_step[d] = True
-
     def _typed(self, d: str, key: int) -> bool:
         """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one whose
         start is confirmed: the direction is in step (Context.raw). The first frame of a mid-stream
         capture is a guess, and a wrong guess spans the real frames after it."""
         return self.in_step[d] and _named_not_sasl(key)
 
-    def _lose_step(self, d: str) -> None:
-        self.resync[d] = True
-        self.in_step[d] = False
-
     def _typed_head(self, d: str, head: bytes | memoryview) -> bool:
         """Is this the start of a frame (after its size field) whose type is read and not SASL?
         Only while the direction is in step (a whole frame was taken since it started or
         resynchronised): a request whose header is there, or a response whose correlation id is
         pending (Context.raw)."""
-        if self.sasl_raw or self.resync[d]:
+        if self.sasl_raw or self.framer[d].resync:
             return False
         if d == C2S:
             return len(head) >= 2 and self._typed(d, struct.unpack_from(">h", head, 0)[0])
         p = self.pending.get(_I32.unpack_from(head, 0)[0]) if len(head) >= 4 else None
         return p is not None and self._typed(d, p.api_key)
-
-    def _check_start(self, d: str, data: memoryview, size: int, out: list[Row]) -> str:
-        """'ok', 'wait' (need more bytes), 'bad' (resync) or 'oversize' (row made, skipping)."""
-        if d == C2S:
-            if len(data) < 14:
-                return "wait" if size >= 10 else "bad"
-            if self.sasl_raw and 0 <= size <= self.max_frame:
-                return "ok"
-            conf = plausible_request(data, 0, 1 << 31)
-            if not conf:
-                if self.started[d] and 0 <= size <= self.max_frame:
-                    return "ok"  # mid-conversation: decode it and report what is wrong
-                if self.started[d] and (size > self.max_frame or size < 0):
-                    self._oversize(d, size, None, False, out)  # a size field, not a frame start: resync
-                return "bad"
-            if size > self.max_frame:
-                # a credible header: skip the frame exactly, unless its size is beyond anything a
-                # Kafka broker accepts (then it is more likely garbage: resync by scanning)
-                key, ver, corr = struct.unpack_from(">hhi", data, 4)
-                skip = size <= base.SKIP_LIMIT_FACTOR * self.max_frame
-                self._oversize(d, size, (key, ver, corr), skip, out)
-                return "oversize" if skip else "bad"
-            return "ok"
-        # s2c
-        if len(data) < 8:
-            return "wait" if 4 <= size <= self.max_frame else "bad"
-        corr = _I32.unpack_from(data, 4)[0]
-        if size > self.max_frame or size < 0:
-            known = corr in self.pending and 0 < size <= base.SKIP_LIMIT_FACTOR * self.max_frame
-            if known or self.started[d]:
-                self._oversize(d, size, corr if known else None, known, out)
-            return "oversize" if known else "bad"
-        if size < 4:
-            return "bad"
-        if not self.started[d] and corr not in self.pending and not self.sasl_raw:
-            # the first response of a capture that may start mid-frame: a correlation id is
-            # never negative, and where the next frame is already here its size must be sane
-            if corr < 0:
-                return "bad"
-            nxt = 4 + size
-            if len(data) >= nxt + 4 and not 4 <= _I32.unpack_from(data, nxt)[0] <= self.max_frame:
-                return "bad"
-        return "ok"
-
-    def _oversize(self, d: str, size: int, head, skip: bool, out: list[Row]) -> None:
-        """Record a frame whose declared size is beyond the limit; skip it when its header is
-        credible (so the next frame is found exactly), else resync by scanning."""
-        buf = self.bufs[d]
-        row = {
-            "direction": d,
-            "size": size + 4 if size >= 0 else None,
-            "stream_offset": buf.offset,
-            "ts_ns": buf.ts_at(buf.offset),
-            "ts_end_ns": buf.last_ts,
-            "decode_status": base.OVERSIZE,
-            "decode_error": f"declared frame size {size} exceeds the limit of {self.max_frame} bytes"
-            + ("" if skip else "; resynchronising"),
-            "raw": None,
-        }
-        if d == C2S and head:
-            key, ver, corr = head
-            row.update(command=api_name(key), command_code=key, api_version=ver, correlation_id=corr)
-            row["raw"] = self.ctx.raw(buf.peek(64), typed=self._typed(C2S, key))
-            self.pending.pop(corr, None)
-        elif d == S2C and head is not None:
-            row["correlation_id"] = head
-            p = self.pending.pop(head, None)
-            if p:
-                row.update(command=p.name, command_code=p.api_key, api_version=p.version)
-                row["raw"] = self.ctx.raw(buf.peek(64), typed=self._typed(S2C, p.api_key))
-        out.append(("commands", row))
-        if skip:
-            total = size + 4
-            have = len(buf)
-            if have >= total:
-                buf.consume(total)
-            else:
-                buf.consume(have)
-                self.skip[d] = total - have
-        else:
-            buf.consume(4)
-            self._lose_step(d)
-
-    def _resync(self, d: str, out: list[Row]) -> bool:
-        """Scan for a credible frame start. True when found (buffer now starts there)."""
-        buf = self.bufs[d]
-        data = buf.data
-        n = len(data)
-        start = buf.offset
-        found = -1
-        i = 0
-        while i + 14 <= n:
-            if d == C2S:
-                if self._credible_request(data, i):
-                    found = i
-                    break
-            else:
-                size = _I32.unpack_from(data, i)[0]
-                if 4 <= size <= self.max_frame:
-                    corr = _I32.unpack_from(data, i + 4)[0]
-                    if corr in self.pending:
-                        found = i
-                        break
-                    nxt = i + 4 + size
-                    if nxt == n or (
-                        nxt + 8 <= n
-                        and 4 <= _I32.unpack_from(data, nxt)[0] <= self.max_frame
-                        and _I32.unpack_from(data, nxt + 4)[0] >= 0
-                    ):
-                        found = i
-                        break
-            i += 1
-        skipped = found if found >= 0 else max(0, n - 13)
-        if skipped:
-            out.append(
-                self._error_row(
-                    d,
-                    start,
-                    base.MALFORMED,
-                    f"{skipped} bytes skipped while resynchronising to a frame boundary",
-                    None,
-                    skipped,
-                    buf.ts_at(start),
-                    buf.ts_at(start + skipped - 1),
-                )
-            )
-            buf.consume(skipped)
-        if found >= 0:
-            self.resync[d] = False
-            self.started[d] = True
-            return True
-        return False
-
-    def _credible_request(self, data: memoryview, i: int) -> bool:
-        """A resync candidate: a plausible header and, when the whole frame is buffered, a body
-        that decodes under its spec (or, for APIs the specs lack, a next frame that is plausible)."""
-        conf = plausible_request(data, i, self.max_frame)
-        if not conf:
-            return False
-        size, _key, _ver, corr, clen = _HDR.unpack_from(data, i)
-        end = i + 4 + size
-        if end > len(data):
-            # not confirmable yet (its body, the next frame): believed only when it continues the
-            # connection, its correlation id just past the last request's and the same client id
-            if conf < 2 or self.last_corr is None or not 0 < corr - self.last_corr <= CORR_WINDOW:
-                return False
-            cid = bytes(data[i + 14 : i + 14 + clen]).decode("utf-8", "replace") if clen >= 0 else None
-            return self.client_id is None or cid == self.client_id
-        if conf == 2:
-            frame = bytes(data[i + 4 : end])
-            try:
-                h = schema.read_request_header(frame)
-                schema.decode_body(schema.plan(h.api_key, h.api_version, "request"), frame, h.body_offset)
-            except schema.DecodeError:
-                return False
-            return True
-        return end == len(data) or plausible_request(data, end, self.max_frame) > 0
 
     # -- rows ---------------------------------------------------------------------------------
     def _error_row(self, d, offset, status, error, raw, size, ts0, ts1, **extra) -> Row:
