@@ -6,7 +6,8 @@ import struct
 
 from ..base import ConnInfo, Context, Protocol
 from .codes import COMMANDS, EMPTY_REQUEST
-from .conversation import IggyConversation, plausible_request, plausible_vsr
+from .conversation import IggyConversation
+from .framing import plausible_request, plausible_vsr
 
 __all__ = ["PROTOCOL", "IggyProtocol", "IggyConversation"]
 
