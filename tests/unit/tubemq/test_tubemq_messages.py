@@ -9,7 +9,7 @@ import zlib
 from brokerscope import tables
 from brokerscope.protocols.base import C2S, S2C, PayloadPolicy
 from brokerscope.protocols.tubemq import PROTOCOL
-from brokerscope.protocols.tubemq.conversation import parse_subscribe_info, split_payload, tube_checksum
+from brokerscope.protocols.tubemq.content import parse_subscribe_info, split_payload, tube_checksum
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_master_pb2 as mst
 
@@ -310,7 +310,7 @@ def test_producer_heartbeat_topic_infos_golden_bytes():
 
 
 def test_topic_info_parser_keeps_odd_entries():
-    from brokerscope.protocols.tubemq.conversation import parse_topic_info
+    from brokerscope.protocols.tubemq.content import parse_topic_info
 
     assert parse_topic_info("no-separator") == {"info": "no-separator"}
     t = parse_topic_info("t#5:x:1,7:2:1#")

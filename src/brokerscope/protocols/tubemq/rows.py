@@ -1,0 +1,222 @@
+"""TubeMQ's rows for the tables, built from decoded messages: pure functions, no connection
+state (the conversation pairs requests and responses and hands over what it knows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
+from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
+from .framing import TubeFrame
+
+M_COMMIT = 18  # consumerCommitC2B
+
+
+@dataclass
+class Pending:
+    method_id: int | None
+    name: str
+    ts_end: int  # last byte of the request
+    topic: str | None
+    partition: int | None
+    client_id: str | None
+    group: str | None
+    api_version: int | None
+
+
+def unanswered(serial: int, p: Pending) -> list[Row]:
+    """A request that got no response: its latency row with null response columns (and a
+    commit's ack, marked as having no response)."""
+    rows: list[Row] = [
+        (
+            "latencies",
+            {
+                "ts_ns": p.ts_end,
+                "request_command": p.name,
+                "api_version": p.api_version,
+                "correlation_id": serial,
+                "request_ts_ns": p.ts_end,
+                "topic": p.topic,
+                "partition": p.partition,
+            },
+        )
+    ]
+    if p.method_id == M_COMMIT:
+        rows.append(
+            (
+                "acks",
+                {
+                    "ts_ns": p.ts_end,
+                    "ack_type": "tubemq_commit",
+                    "topic": p.topic,
+                    "partition": p.partition,
+                    "consumer": p.group,
+                    "correlation_id": serial,
+                    "details": to_json({"via": "consumerCommitC2B", "response": "missing"}),
+                },
+            )
+        )
+    return rows
+
+
+def produce(msg, f: TubeFrame, policy: PayloadPolicy) -> Row:
+    """sendMessageP2B: the message a producer sent."""
+    data = bytes(msg.data)
+    flag = field(msg, "flag")
+    attr, payload, err = split_payload(data, flag)
+    headers = parse_attributes(attr)
+    row: dict = {
+        "ts_ns": f.ts_first,
+        "direction": "produce",
+        "source": "capture",
+        "topic": field(msg, "topicName"),
+        "partition": field(msg, "partitionId"),
+        "headers": headers,
+        "producer_name": field(msg, "clientId"),
+        "checksum_ok": checksum_ok(field(msg, "checkSum"), data),
+        "correlation_id": f.serial,
+        "message_ts_ns": parse_msg_time(field(msg, "msgTime") or attr_value(headers, "$msgTime$")),
+        "decode_status": MALFORMED if err else OK,
+        "decode_error": err,
+        "details": to_json(
+            {
+                "flag": flag,
+                "msg_type": field(msg, "msgType"),
+                "msg_time": field(msg, "msgTime"),
+                "attributes": attr,
+                "check_sum": field(msg, "checkSum"),
+                "sent_addr": ipv4(field(msg, "sentAddr")),
+                "data_size": len(data),
+            }
+        ),
+    }
+    row.update(policy.value(payload))
+    return ("messages", row)
+
+
+def deliver(msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy) -> list[Row]:
+    """getMessagesC2B's response: one row per message delivered to the consumer group."""
+    rows: list[Row] = []
+    topic = pend.topic if pend else None
+    req_part = pend.partition if pend else None
+    for tm in msg.messages:
+        data = bytes(tm.payLoadData)
+        flag = field(tm, "flag")
+        attr, payload, err = split_payload(data, flag)
+        headers = parse_attributes(attr)
+        part = field(tm, "partitionId")
+        recv_ms = field(tm, "recvTimeInMs")
+        ts_msg = recv_ms * 1_000_000 if recv_ms else parse_msg_time(attr_value(headers, "$msgTime$"))
+        cs = field(tm, "checkSum")
+        row: dict = {
+            "ts_ns": f.ts_first,
+            "direction": "deliver",
+            "source": "capture",
+            "topic": topic,
+            "partition": part if part is not None else req_part,
+            "message_id": str(tm.messageId) if tm.HasField("messageId") else None,
+            "consumer": pend.group if pend else None,  # the consumer group that fetched it
+            "headers": headers,
+            "checksum_ok": checksum_ok(cs, data),
+            "correlation_id": f.serial,
+            "message_ts_ns": ts_msg,
+            "decode_status": MALFORMED if err else OK,
+            "decode_error": err,
+            "details": to_json(
+                {
+                    "flag": flag,
+                    "attributes": attr,
+                    "check_sum": cs,
+                    "index_key_code": field(tm, "indexKeyCode"),
+                    "report_addr": ipv4(field(tm, "reportAddr")),
+                    "recv_time_ms": recv_ms,
+                    "data_size": len(data),
+                    "curr_offset": field(msg, "currOffset"),
+                }
+            ),
+        }
+        row.update(policy.value(payload))
+        rows.append(("messages", row))
+    return rows
+
+
+def confirm_ack(msg, f: TubeFrame, lat: float | None, off: int | None) -> Row:
+    """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
+    (`lat`, `off`: since that pack's delivery, and its offset)."""
+    topic, part = field(msg, "topicName"), field(msg, "partitionId")
+    return (
+        "acks",
+        {
+            "ts_ns": f.ts_first,
+            "ack_type": "tubemq_commit",
+            "topic": topic,
+            "partition": part,
+            "offset": off,
+            "consumer": field(msg, "groupName"),
+            "ack_latency_us": lat,
+            "correlation_id": f.serial,
+            "details": to_json({"via": "getMessagesC2B", "client_id": field(msg, "clientId")}),
+        },
+    )
+
+
+def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, lat: float | None) -> Row:
+    """consumerCommitC2B's response (`lat`: from the last delivery to the commit request)."""
+    topic = pend.topic if pend else None
+    part = pend.partition if pend else None
+    return (
+        "acks",
+        {
+            "ts_ns": f.ts_first,
+            "ack_type": "tubemq_commit",
+            "topic": topic,
+            "partition": part,
+            "offset": field(msg, "currOffset") if msg is not None else None,
+            "consumer": pend.group if pend else None,
+            "error_code": error_code,
+            "ack_latency_us": lat,
+            "correlation_id": f.serial,
+            "details": to_json(
+                {
+                    "via": "consumerCommitC2B",
+                    "max_offset": field(msg, "maxOffset") if msg is not None else None,
+                    "client_id": pend.client_id if pend else None,
+                }
+            ),
+        },
+    )
+
+
+def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
+    """sendMessageP2B's response: the broker's message id and append offset."""
+    mid = field(msg, "messageId")
+    return (
+        "acks",
+        {
+            "ts_ns": f.ts_first,
+            "ack_type": "tubemq_produce",
+            "topic": pend.topic if pend else None,
+            "partition": pend.partition if pend else None,
+            "offset": field(msg, "appendOffset"),
+            "message_id": str(mid) if mid is not None else None,
+            "error_code": error_code,
+            "ack_latency_us": (f.ts_first - pend.ts_end) / 1000.0 if pend else None,
+            "correlation_id": f.serial,
+            "details": to_json({"append_time_ms": field(msg, "appendTime")}),
+        },
+    )
+
+
+def field(msg, name: str):
+    """msg.name if the message has that field and it is set, else None."""
+    try:
+        return getattr(msg, name) if msg.HasField(name) else None
+    except ValueError:  # no such field (or repeated)
+        return None
+
+
+def ipv4(v: int | None) -> str | None:
+    if v is None:
+        return None
+    v &= 0xFFFFFFFF
+    return ".".join(str((v >> s) & 0xFF) for s in (24, 16, 8, 0))
