@@ -33,7 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "kafka"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from brokerscope.protocols import base  # noqa: E402
@@ -42,7 +41,7 @@ from tests.support import synth  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka_kit  # noqa: E402
+    from tests.unit.kafka import kit as kafka_kit  # noqa: E402
 
 CODECS = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from brokerscope.protocols.kafka import conversation as conv
+from brokerscope.protocols.kafka import inference
 
 from .kit import Driver, fetch_request, fetch_response, records, v2_batch_header_crc_offset
 
@@ -216,7 +216,7 @@ def test_implausible_values_are_not_a_fit(at, was, now):
 
 
 def test_held_responses_are_bounded(monkeypatch):
-    monkeypatch.setattr(conv, "MAX_HELD_MISSING", 2)
+    monkeypatch.setattr(inference, "MAX_HELD_MISSING", 2)
     d = Driver()
     d.s2c(metadata_v2_response(50) + metadata_v2_response(51) + metadata_v2_response(52))
     # the oldest is released at once, undecoded, while the connection is still open

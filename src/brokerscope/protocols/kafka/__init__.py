@@ -1,7 +1,9 @@
 """Apache Kafka: the wire protocol decoded from the official JSON message specs.
 
 Modules: `schema` (spec loading, compiled decode plans, headers), `records` (record batches and
-message sets, codecs, shared with the segment reader), `conversation` (framing, pairing, rows).
+message sets, codecs, shared with the segment reader), `framing` (frames for the shared framer),
+`conversation` (pairing, the commands and latencies rows), `apis` (per-API semantics, keyed by
+`names.ApiKey`), `rows` (row builders), `inference` (responses whose request is missing).
 """
 
 from __future__ import annotations

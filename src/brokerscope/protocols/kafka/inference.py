@@ -15,15 +15,30 @@ the best witnesses of what request N was. The rule (all must hold, else the row 
    fields), every value is plausible (error codes in Kafka's range, throttle times and partition
    indexes not negative, ports in range, strings valid printable UTF-8, record sets that parse
    with good checksums), and that one is the neighbours' api.
+
+`MissingRequests` is one connection's side of this: what was requested on it, and the responses
+held until it ends, when every api requested on it is known.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from .. import base
+from ..base import S2C, Context, Row
 from . import records as rec
-from . import schema
+from . import rows, schema
 from .names import EXTRA_API_NAMES
 
+if TYPE_CHECKING:
+    from .conversation import Pending
+
+MAX_HELD_MISSING = 1_000  # responses held per connection
+MAX_HELD_MISSING_BYTES = 16 * 1024 * 1024
+RECENT_REQUESTS = 1_024  # correlation id -> (api key, version) of the latest requests
+MAX_REQUESTED_APIS = 4_096  # distinct (api key, version) pairs remembered per connection
 MAX_ERROR_CODE = 200  # Kafka's error codes run from -1 (UNKNOWN_SERVER_ERROR) to ~130 today
 _PARTITION_KEYS = frozenset(("PartitionIndex", "Partition", "Index", "PartitionId"))
 
@@ -163,4 +178,145 @@ def infer(
             f"connection ({tried}) only {label(kv)} decodes this response exactly (every byte consumed, "
             "plausible values)"
         ),
+    )
+
+
+@dataclass
+class HeldResponse:
+    """A response whose request is not in the capture, waiting for the end of the connection."""
+
+    corr: int
+    frame: bytes
+    offset: int
+    ts0: int
+    ts1: int
+    neighbours: dict = field(default_factory=dict)  # correlation id N-1 / N+1 -> (api key, version)
+
+
+class MissingRequests:
+    """One connection's requests as inference needs them (the (api key, version) pairs requested,
+    the latest requests by correlation id) and its held responses whose request is missing."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.recent: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.requested: dict[tuple[int, int], bool] = {}  # (api key, version) -> decodable
+        self.requested_overflow = False
+        self.held: OrderedDict[int, HeldResponse] = OrderedDict()  # by arrival
+        self.held_by_corr: dict[int, list[HeldResponse]] = {}
+        self.held_bytes = 0
+        self._seq = 0
+
+    def note(self, corr: int, key: int, ver: int) -> None:
+        """Remember what was requested: the candidates and neighbours for inference."""
+        kv = (key, ver)
+        if kv not in self.requested:
+            if len(self.requested) < MAX_REQUESTED_APIS:
+                self.requested[kv] = schema.plan(key, ver, "response") is not None
+            else:
+                self.requested_overflow = True
+        self.recent[corr] = kv
+        self.recent.move_to_end(corr)
+        if len(self.recent) > RECENT_REQUESTS:
+            self.recent.popitem(last=False)
+        for c in (corr - 1, corr + 1):
+            for h in self.held_by_corr.get(c, ()):
+                h.neighbours[corr] = kv
+
+    def hold(
+        self, corr: int, frame: bytes, offset: int, ts0: int, ts1: int, pending: dict[int, Pending]
+    ) -> list[Row]:
+        """Hold a response whose request is missing (`pending`: the requests still waiting, also
+        witnesses); returns the rows of the oldest held ones, released uninferred past the limits."""
+        h = HeldResponse(corr, frame, offset, ts0, ts1)
+        for c in (corr - 1, corr + 1):
+            kv = self.recent.get(c)
+            if kv is None and c in pending:
+                kv = (pending[c].api_key, pending[c].version)
+            if kv is not None:
+                h.neighbours[c] = kv
+        self._seq += 1
+        self.held[self._seq] = h
+        self.held_by_corr.setdefault(corr, []).append(h)
+        self.held_bytes += len(frame)
+        out: list[Row] = []
+        while len(self.held) > MAX_HELD_MISSING or (
+            self.held_bytes > MAX_HELD_MISSING_BYTES and len(self.held) > 1
+        ):
+            out.append(self._release(None))
+        return out
+
+    def release_all(self, topic_ids: dict[str, str]) -> list[Row]:
+        """At the end of the connection: the commands row of every held response, oldest first."""
+        out: list[Row] = []
+        while self.held:
+            out.append(self._release(topic_ids))
+        return out
+
+    def _release(self, topic_ids: dict[str, str] | None) -> Row:
+        """The commands row of the oldest held response: decoded under the inferred api when that
+        is certain (decode_status stays request_missing), else undecoded with the reason. Without
+        `topic_ids` (the topic names learned on the connection) it is not inferred at all."""
+        _seq, h = self.held.popitem(last=False)
+        self.held_bytes -= len(h.frame)
+        same = self.held_by_corr.get(h.corr, [])
+        if h in same:
+            same.remove(h)
+        if not same:
+            self.held_by_corr.pop(h.corr, None)
+        kv = body = None
+        if topic_ids is None:
+            why = "not held for inference: too many responses without their request on this connection"
+        elif self.requested_overflow:
+            why = f"more than {MAX_REQUESTED_APIS} (api, version) pairs requested on this connection"
+        else:
+            try:
+                cap = self.ctx.max_decompressed_bytes
+                kv, body, why = infer(
+                    h.frame, h.corr, h.neighbours, self.requested, cap, rows.records_summary
+                )
+            except Exception as e:  # never raise out of the decoder (close() has no other guard)
+                kv, body, why = None, None, f"inference failed: {type(e).__name__}: {e}"
+        if kv is None or body is None:
+            return rows.error_row(
+                self.ctx,
+                S2C,
+                h.offset,
+                base.REQUEST_MISSING,
+                "response whose request is not in the capture (api key and version unknown)",
+                None,
+                len(h.frame) + 4,
+                h.ts0,
+                h.ts1,
+                correlation_id=h.corr,
+                details=base.to_json({"inferred": False, "inferred_reason": why}),
+            )
+        return _inferred_row(h, kv, body, why, topic_ids)
+
+
+def _inferred_row(h: HeldResponse, kv: tuple[int, int], body: dict, why: str, topic_ids: dict) -> Row:
+    """The commands row of a held response decoded under its inferred api."""
+    key, ver = kv
+    columns = rows.summary_columns(schema.plan(key, ver, "response").summarize(body), body, topic_ids)
+    details = {"inferred": True, "inferred_reason": why, **rows.clean(body)}
+    return (
+        "commands",
+        {
+            "direction": S2C,
+            "command": rows.api_name(key),
+            "command_code": key,
+            "api_version": ver,
+            "correlation_id": h.corr,
+            **columns,
+            "size": len(h.frame) + 4,
+            "stream_offset": h.offset,
+            "ts_ns": h.ts0,
+            "ts_end_ns": h.ts1,
+            "decode_status": base.REQUEST_MISSING,
+            "decode_error": f"response whose request is not in the capture; decoded as "
+            f"{label(kv)}, inferred from the neighbouring requests (details.inferred_reason)",
+            "details": base.to_json(details),
+            # an inferred type was not read from the wire: no bytes (Context.raw)
+            "raw": None,
+        },
     )

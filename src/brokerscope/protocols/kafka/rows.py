@@ -1,0 +1,382 @@
+"""Rows of the Kafka tables (commands, messages, latencies, acks) built from decoded values.
+
+Pure functions: no conversation state. The caller passes what a row needs (a decoded body or its
+summary, a record batch, the request's `Pending`, the topic ids learned on the connection,
+timestamps in ns, the payload policy)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import base
+from ..base import Context, PayloadPolicy, Row
+from . import records as rec
+from . import schema
+from .names import EXTRA_API_NAMES, SECRET_FIELDS, SENSITIVE_CONFIG
+
+if TYPE_CHECKING:
+    from .conversation import Pending
+
+# KIP-932 AcknowledgeTypes ("0:Gap,1:Accept,2:Release,3:Reject,4:Renew" in the request specs);
+# a gap marks an offset without a record, not an acknowledgement
+SHARE_ACK_TYPES = {1: "accept", 2: "release", 3: "reject", 4: "renew"}
+MAX_SHARE_ACK_ROWS = 100_000  # per request; beyond, one acks row per acknowledged range
+
+
+def api_name(key: int) -> str | None:
+    return schema.api_name(key) or EXTRA_API_NAMES.get(key)
+
+
+# -- commands -------------------------------------------------------------------------------------
+def no_plan(key: int, version: int, name: str | None) -> dict:
+    """Status and error of a frame no spec describes: an unknown api, or a version too new."""
+    if schema.spec(key) is None:
+        return {
+            "decode_status": base.UNKNOWN_COMMAND,
+            "decode_error": f"api key {key} ({name or 'unknown'}) is not in the message specs",
+        }
+    lo, hi = schema.spec_versions(key)
+    return {
+        "decode_status": base.UNSUPPORTED_VERSION,
+        "decode_error": f"{name} v{version} is newer than the specs (v{lo}-v{hi})",
+    }
+
+
+def plan_error(p: schema.Plan, e: Exception) -> str:
+    """The decode_error of a body that does not decode under its plan."""
+    msg = f"{p.name} v{p.version} {p.kind}: {e}"
+    if p.below_baseline:
+        msg += " (version older than the specs' baseline)"
+    return msg
+
+
+def error_row(ctx: Context, d, offset, status, error, raw, size, ts0, ts1, **extra) -> Row:
+    row = {
+        "direction": d,
+        "size": size,
+        "stream_offset": offset,
+        "ts_ns": ts0,
+        "ts_end_ns": ts1,
+        "decode_status": status,
+        "decode_error": error,
+        # callers pass bytes only for a frame of known, non-auth type (Context.raw)
+        "raw": None if raw is None else ctx.raw(raw, typed=True),
+    }
+    row.update(extra)
+    return ("commands", row)
+
+
+def sasl_token(direction: str, frame: bytes, offset: int, ts0: int, ts1: int) -> Row:
+    """A raw SASL token (after a v0 SaslHandshake): its size only, never its bytes."""
+    details = base.to_json({"token": base.redacted(frame)})
+    row = {
+        "direction": direction,
+        "command": "SaslToken",
+        "size": len(frame) + 4,
+        "stream_offset": offset,
+    }
+    row.update(ts_ns=ts0, ts_end_ns=ts1, decode_status=base.OK, details=details)
+    return "commands", row
+
+
+def summary_columns(summ: dict, body: dict, topic_ids: dict, topic=None, partition=None) -> dict:
+    """The commands row's topic, topic id, topics, partition, error code and throttle time
+    from a decoded body's summary (`topic_ids`: the names learned on the connection; `topic`,
+    `partition`: the request's, for a response that names none)."""
+    topics = list(summ["topics"]) + [n for t in summ["topic_ids"] if t and (n := topic_ids.get(t))]
+    return {
+        "topic": topics[0] if topics else topic,
+        "topic_id": summ["topic_ids"][0] if not (topics or topic) and summ["topic_ids"] else None,
+        "topics": topics or None,
+        "partition": summ["partition"] if summ["partition"] is not None else partition,
+        "error_code": summ["error_code"],
+        "throttle_time_ms": body.get("ThrottleTimeMs"),
+    }
+
+
+def first_error(rs: rec.RecordSet, where: str) -> tuple[str, str | None]:
+    """(status, error) of a fetched record set: its own error, else its first bad batch's."""
+    if rs.error:
+        return rs.status, f"{where}: {rs.error}"
+    for b in rs.batches:
+        if b.status != base.OK:
+            return b.status, f"{where} batch at {b.base_offset}: {b.error}"
+    return base.OK, None
+
+
+def records_summary(rs: rec.RecordSet) -> dict:
+    d: dict = {"batches": [b.summary() for b in rs.batches]}
+    if rs.partial_tail:
+        d["partial_tail_bytes"] = rs.partial_tail
+    if rs.error:
+        d["error"] = rs.error
+    return d
+
+
+def clean(o, records: frozenset = frozenset(), cap: int = 0):
+    """Copy a decoded body for details, redacting secret fields and sensitive config values and
+    summarizing record sets (fields named in `records` that still hold bytes)."""
+    if isinstance(o, dict):
+        out = {}
+        for k, v in o.items():
+            if k in SECRET_FIELDS and isinstance(v, bytes | str):
+                out[k] = base.redacted(v)
+            elif k in records and isinstance(v, bytes):
+                out[k] = records_summary(rec.read_record_set(v, cap))
+            else:
+                out[k] = clean(v, records, cap)
+        if isinstance(out.get("Value"), str) and isinstance(out.get("Name"), str):
+            if out.get("IsSensitive") is True or SENSITIVE_CONFIG.search(out["Name"]):
+                out["Value"] = base.redacted(out["Value"])
+        return out
+    if isinstance(o, list):
+        return [clean(v, records, cap) for v in o]
+    return o
+
+
+# -- latencies ------------------------------------------------------------------------------------
+def latency(p: Pending, corr: int, ts0: int) -> dict:
+    """The latencies row of an answered request (`ts0`: the response's first byte)."""
+    return {
+        "ts_ns": p.ts_end,
+        "request_command": p.name,
+        "response_command": p.name,
+        "api_version": p.version,
+        "correlation_id": corr,
+        "request_ts_ns": p.ts_end,
+        "response_ts_ns": ts0,
+        "latency_us": (ts0 - p.ts_end) / 1000.0,
+        "topic": p.topic,
+        "partition": p.partition,
+    }
+
+
+def unanswered(p: Pending, corr: int) -> list[Row]:
+    """A request whose response never came: a latency row with null response columns, and its
+    produced messages without offsets."""
+    rows: list[Row] = [
+        (
+            "latencies",
+            {
+                "ts_ns": p.ts_end,
+                "request_command": p.name,
+                "api_version": p.version,
+                "correlation_id": corr,
+                "request_ts_ns": p.ts_end,
+                "topic": p.topic,
+                "partition": p.partition,
+            },
+        )
+    ]
+    for _t, _p, _b, mrows in p.produce:
+        rows.extend(mrows)
+    return rows
+
+
+# -- messages -------------------------------------------------------------------------------------
+def message_rows(
+    b: rec.Batch,
+    pol: PayloadPolicy,
+    direction: str,
+    topic,
+    partition,
+    corr,
+    ts_ns,
+    with_offset: bool,
+    min_offset: int | None = None,
+    topic_id: str | None = None,
+) -> list[Row]:
+    """One `messages` row per record of a (non-control) batch, key and value under the payload
+    policy `pol`."""
+    if b.control:
+        return []
+    rows: list[Row] = []
+    keep_all = pol.mode == "keep" and not pol.apply_to_keys
+    v2 = b.magic >= 2
+    pid = b.producer_id if v2 else None
+    epoch = b.producer_epoch if v2 else None
+    seq0 = b.base_sequence if v2 and (b.base_sequence or 0) >= 0 else None
+    # details: batch-level fields once, the record's offset delta appended per row
+    head = base.to_json(
+        {
+            "batch_base_offset": b.base_offset,
+            "magic": b.magic,
+            "transactional": b.transactional,
+            "timestamp_type": b.timestamp_type,
+        }
+    )
+    head = head[:-1] + ',"offset_delta":'
+    # a topic known only by id on this connection: the pipeline names it from the Metadata
+    # responses of the whole capture set (topics.resolve_topic_ids), message_id with it
+    unnamed = topic is None and topic_id is not None
+    prefix = f"{topic}-{partition}@"
+    for r in b.records:
+        if min_offset is not None and r.offset < min_offset:
+            continue
+        ts = r.timestamp
+        value = r.value
+        row = {
+            "ts_ns": ts_ns,
+            "direction": direction,
+            "source": "capture",
+            "topic": topic,
+            "partition": partition,
+            "key": r.key if keep_all else pol.key(r.key),
+            "headers": [{"key": k, "value": v} for k, v in r.headers],
+            "message_ts_ns": None if ts is None or ts < 0 else ts * 1_000_000,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "sequence": None if seq0 is None else seq0 + r.delta,
+            "compression": b.codec,
+            "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
+            "correlation_id": corr,
+            "decode_status": b.status,
+            "decode_error": b.error,
+            "details": f"{head}{r.delta}}}",
+        }
+        if unnamed:
+            row["topic_id"] = topic_id
+        if with_offset:
+            row["offset"] = r.offset
+            row["message_id"] = None if unnamed else f"{prefix}{r.offset}"
+        if keep_all:
+            row["value"] = value
+            row["value_size"] = None if value is None else len(value)
+        else:
+            row.update(pol.value(value))
+        rows.append(("messages", row))
+    return rows
+
+
+# -- acks -----------------------------------------------------------------------------------------
+def produce_ack(ts0, topic, partition, part: dict, ec, bo, producer_id, sequence, corr, latency_us) -> Row:
+    """A produce partition's acknowledgement (`part`: its PartitionResponses entry, `ec` and
+    `bo` its error code and base offset)."""
+    return (
+        "acks",
+        {
+            "ts_ns": ts0,
+            "ack_type": "kafka_produce",
+            "topic": topic,
+            "partition": partition,
+            "offset": bo if ec == 0 else None,
+            "message_id": f"{topic}-{partition}@{bo}" if ec == 0 and bo is not None and bo >= 0 else None,
+            "producer_id": producer_id,
+            "sequence": sequence,
+            "error_code": ec,
+            "ack_latency_us": latency_us,
+            "correlation_id": corr,
+            "details": base.to_json(
+                {
+                    "log_append_time_ms": part.get("LogAppendTimeMs"),
+                    "log_start_offset": part.get("LogStartOffset"),
+                }
+            ),
+        },
+    )
+
+
+def txn_marker_ack(ts0, topic, topic_id, partition, b: rec.Batch, corr) -> Row:
+    """A control batch (transaction COMMIT / ABORT marker) a fetch returned."""
+    return (
+        "acks",
+        {
+            "ts_ns": ts0,
+            "ack_type": "kafka_txn_marker",
+            "topic": topic,
+            "topic_id": None if topic else topic_id,
+            "partition": partition,
+            "offset": b.base_offset,
+            "message_id": f"{topic}-{partition}@{b.base_offset}" if topic else None,
+            "producer_id": b.producer_id,
+            "correlation_id": corr,
+            "details": base.to_json(
+                {
+                    "control_type": b.control_type,
+                    "producer_epoch": b.producer_epoch,
+                    "coordinator_epoch": b.coordinator_epoch,
+                }
+            ),
+        },
+    )
+
+
+def offset_commit_acks(p: Pending, errs: dict, corr, ts0, latency_us) -> list[Row]:
+    """One `kafka_offset_commit` row per committed partition of the request (`errs`: the
+    response's error code by (topic, partition))."""
+    return [
+        (
+            "acks",
+            {
+                "ts_ns": ts0,
+                "ack_type": "kafka_offset_commit",
+                "topic": tname,
+                "partition": pidx,
+                "offset": off,
+                "consumer": p.group,
+                "producer_id": p.producer_id,
+                "error_code": errs.get((tname, pidx)),
+                "ack_latency_us": latency_us,
+                "correlation_id": corr,
+                "details": base.to_json({"api": p.name}),
+            },
+        )
+        for tname, pidx, off in p.commits
+    ]
+
+
+def end_txn_ack(txn: dict, error_code, corr, ts0, latency_us) -> Row:
+    details = {"committed": txn["committed"], "producer_epoch": txn["producer_epoch"]}
+    ack = {
+        "ts_ns": ts0,
+        "ack_type": "kafka_end_txn",
+        "producer_id": txn["producer_id"],
+        "consumer": txn["transactional_id"],
+        "error_code": error_code,
+        "ack_latency_us": latency_us,
+        "correlation_id": corr,
+        "details": base.to_json(details),
+    }
+    return ("acks", ack)
+
+
+def share_acks(p: Pending, errs: dict, corr, ts0, latency_us) -> list[Row]:
+    """Acknowledgements a share consumer sent (in ShareFetch or ShareAcknowledge): one
+    `kafka_share_ack` row per offset (accept, release, reject, renew; gaps are skipped), with the
+    partition's error code from the response (`errs`, by (topic id, partition)). Ranges past
+    MAX_SHARE_ACK_ROWS in one request become one row per range (`details.last_offset`)."""
+    out: list[Row] = []
+    budget = MAX_SHARE_ACK_ROWS
+    for tname, tid, pidx, first, last, types in p.share_acks:
+        if first is None or last is None or last < first:
+            continue
+        per_offset = last - first + 1 <= budget
+        offsets = range(first, last + 1) if per_offset else (first,)
+        for off in offsets:
+            code = types[off - first] if len(types) > 1 and off - first < len(types) else (types or [None])[0]
+            if code == 0:
+                continue  # a gap: no record at this offset
+            details = {"api": p.name, "type": SHARE_ACK_TYPES.get(code, code)}
+            if not per_offset:
+                details["last_offset"] = last
+            out.append(
+                (
+                    "acks",
+                    {
+                        "ts_ns": ts0,
+                        "ack_type": "kafka_share_ack",
+                        "topic": tname,
+                        "topic_id": None if tname else tid,
+                        "partition": pidx,
+                        "offset": off,
+                        "message_id": f"{tname}-{pidx}@{off}" if tname else None,
+                        "consumer": p.group,
+                        "error_code": errs.get((tid, pidx)),
+                        "ack_latency_us": latency_us,
+                        "correlation_id": corr,
+                        "details": base.to_json(details),
+                    },
+                )
+            )
+        budget -= len(offsets)
+    return out
