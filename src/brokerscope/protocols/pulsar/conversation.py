@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import re
 import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from .. import base
-from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
-from ..framer import Framer, Junk, Rules
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
+from ..framer import Framer, Junk
 from . import framing
-from .framing import HEADER, ParsedFrame
+from .framing import HEADER, ParsedFrame, PulsarRules
 from .gen import pulsar_api_pb2 as pb
 from .messages import (
     COMPRESSION_NAMES,
@@ -24,14 +22,24 @@ from .messages import (
     is_chunk,
     key_bytes,
 )
+from .values import (
+    SECRET_TYPES,
+    bit_set,
+    highest_bit,
+    mid_str,
+    partition_of,
+    sanitize,
+    scrub,
+    text,
+    to_dict,
+    to_json,
+)
 
 T = pb.BaseCommand
 MAX_PENDING = 100_000  # entries per pairing map
 HOLD_BYTES = 16 * 1024 * 1024  # produce rows held until their receipt names the message id
 CHUNK_INCOMPLETE = "chunk_incomplete"
 ENCRYPTED = "encrypted"
-SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
-SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
 
 # Commands that carry a request_id the peer answers with the same request_id.
 REQUESTS = frozenset(
@@ -54,77 +62,7 @@ RESPONSES = frozenset(
         T.TC_CLIENT_CONNECT_RESPONSE, T.WATCH_TOPIC_LIST_SUCCESS,
     }
 )  # fmt: skip
-# base.to_json's encoding, with one encoder built once (json.dumps with options builds one per call)
-to_json = json.JSONEncoder(default=base._jsonable, separators=(",", ":"), ensure_ascii=False).encode
-_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
 _U32 = struct.Struct(">I")
-_MASK64 = (1 << 64) - 1
-
-
-def to_dict(msg) -> dict:
-    """Every set field of a protobuf message as plain Python values (enums by name)."""
-    out: dict = {}
-    for fd, v in msg.ListFields():
-        if fd.type == fd.TYPE_MESSAGE:
-            v = [to_dict(x) for x in v] if fd.is_repeated else to_dict(v)
-        elif fd.type == fd.TYPE_ENUM:
-            ev = fd.enum_type.values_by_number
-            if fd.is_repeated:
-                v = [ev[x].name if x in ev else x for x in v]
-            else:
-                v = ev[v].name if v in ev else v
-        elif fd.is_repeated:
-            v = list(v)
-        out[fd.name] = v
-    return out
-
-
-def scrub(d):
-    """Replace secrets (auth data) anywhere in a decoded dict by their size."""
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if k in SECRET_KEYS and isinstance(v, bytes | str):
-                d[k] = base.redacted(v)
-            else:
-                scrub(v)
-    elif isinstance(d, list):
-        for x in d:
-            scrub(x)
-    return d
-
-
-def text(v):
-    """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
-    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
-
-
-STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
-
-
-def sanitize(rows: list[Row]) -> list[Row]:
-    for _t, r in rows:
-        for c in STR_COLS:
-            v = r.get(c)
-            if v is not None and not isinstance(v, str):
-                r[c] = text(v)
-    return rows
-
-
-def partition_of(topic: str | None) -> int | None:
-    if not topic:
-        return None
-    topic = text(topic)
-    m = _PARTITION_SUFFIX.search(topic)
-    return int(m.group(1)) if m else None
-
-
-def mid_str(ledger: int, entry: int, batch_index: int) -> str:
-    return f"{ledger}:{entry}:{batch_index}"
-
-
-def _bit_set(ack_set, i: int) -> bool:
-    w = i // 64
-    return w < len(ack_set) and bool(((ack_set[w] & _MASK64) >> (i % 64)) & 1)
 
 
 @dataclass
@@ -158,41 +96,6 @@ class Event:
     ts: int  # first byte's capture time
     ts_end: int  # last byte's capture time
     rows: list[Row]  # where the frame's rows go
-
-
-class PulsarRules(Rules):
-    """Pulsar's frames: [total_size u32][command_size u32][BaseCommand][payload...], sizes
-    big-endian, total_size counting what follows it; a command starts with field 1 (its type)."""
-
-    head_len = hunt_len = HEADER + 2
-
-    def __init__(self, max_frame: int):
-        self.max_frame = max_frame
-
-    def size(self, head: memoryview) -> int | None:
-        total, cmd_size = struct.unpack_from(">II", head, 0)
-        return None if cmd_size > total - 4 or total < 6 else total + 4
-
-    def credible(self, head: memoryview, size: int) -> bool | None:
-        # skip only what really looks like a frame: a damaged size must not swallow the stream
-        return framing.plausible_header(head, 0, self.max_frame)[0]
-
-    def judge(self, data: memoryview, i: int) -> int:
-        verdict, total, _ = framing.plausible_header(data, i, self.max_frame)
-        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
-            return base.NOT_A_FRAME
-        if verdict is None:
-            return base.TENTATIVE
-        end = i + 4 + total
-        if total + 4 > self.max_frame:
-            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
-        if end > len(data):
-            return base.TENTATIVE
-        return base.NOT_A_FRAME if framing.sane_header(data, end) is False else base.CONFIRMED
-
-    def jump(self, buf: StreamBuffer, i: int) -> int:
-        j = buf.find(b"\x08", i + HEADER)  # the command's first byte: field 1, the type
-        return len(buf) if j < 0 else j - HEADER
 
 
 class PulsarConversation(Conversation):
@@ -960,7 +863,7 @@ class PulsarConversation(Conversation):
             r["message_id"] = mid_str(L, E, bi)
             if (L, E, bi) in dl:
                 self.n_deliveries -= 1  # the last chunk, remembered above
-            if ack_set and bi >= 0 and not _bit_set(ack_set, bi):
+            if ack_set and bi >= 0 and not bit_set(ack_set, bi):
                 r["details"] = r["details"][:-1] + ',"already_acked":true}'
             dl[(L, E, bi)] = ev.ts_end
             self.n_deliveries += 1
@@ -1007,8 +910,8 @@ class PulsarConversation(Conversation):
                     size = n_batch
                 else:  # delivery not captured: only indexes below the highest unacked one are certain
                     size_known = False
-                    size = max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
-                in_entry = [i for i in range(min(size, 1 << 16)) if not _bit_set(ack_set, i)] or [-1]
+                    size = highest_bit(ack_set)
+                in_entry = [i for i in range(min(size, 1 << 16)) if not bit_set(ack_set, i)] or [-1]
             elif B >= 0:
                 in_entry = list(range(B + 1)) if cumulative else [B]
             elif n_batch:
