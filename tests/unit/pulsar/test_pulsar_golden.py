@@ -413,9 +413,9 @@ def test_roles_follow_connect_when_the_driver_swapped_them():
 
 
 def test_produce_rows_not_held_forever(monkeypatch):
-    from brokerscope.protocols.pulsar import conversation
+    from brokerscope.protocols.pulsar import pairing
 
-    monkeypatch.setattr(conversation, "HOLD_BYTES", 20)  # one 12-byte value fits, two do not
+    monkeypatch.setattr(pairing, "HOLD_BYTES", 20)  # one 12-byte value fits, two do not
     conv_rows = run(
         [("c2s", F.PRODUCER), ("c2s", F.SEND_7), ("c2s", F.SEND_BATCH), ("s2c", F.RECEIPT_8)], close=False
     )

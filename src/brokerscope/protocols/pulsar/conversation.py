@@ -1,37 +1,45 @@
-"""One Pulsar connection: frames in both directions -> commands, messages, latencies, acks rows."""
+"""One Pulsar connection: frames in both directions -> commands, messages, latencies, acks rows.
+
+The shared framer cuts each direction into frames (framing.PulsarRules); `_frame` decodes one into
+its commands row and hands it to its type's handler (`_HANDLERS`). A handler looks up the producer
+or consumer a frame names (clients.py), pairs the frame with what it answers (pairing.py: requests,
+held sends, deliveries; messages.Reassembly: chunks) and adds the rows that makes (rows.py)."""
 
 from __future__ import annotations
 
-import json
-import re
 import struct
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import base
-from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row, StreamBuffer
-from ..framer import Framer, Junk, Rules
+from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
+from ..framer import Framer, Junk
 from . import framing
-from .framing import HEADER, ParsedFrame
+from .clients import Clients
+from .framing import HEADER, ParsedFrame, PulsarRules
 from .gen import pulsar_api_pb2 as pb
-from .messages import (
-    COMPRESSION_NAMES,
-    ChunkedMessage,
-    PayloadError,
-    Single,
-    expand,
-    is_batch,
-    is_chunk,
-    key_bytes,
+from .messages import Reassembly, is_batch, is_chunk
+from .pairing import Deliveries, HeldSends, Pending, PendingSend, acked_indexes, remember
+from .rows import (
+    ack_response_row,
+    ack_rows,
+    answered,
+    chunked_rows,
+    command_columns,
+    error_row,
+    finish,
+    incomplete_chunk_row,
+    junk_row,
+    latency,
+    message_base,
+    message_rows,
+    payload_details,
+    receipt_acks,
 )
+from .values import SECRET_TYPES, bit_set, mid_str, partition_of, sanitize, scrub, to_dict, to_json
 
 T = pb.BaseCommand
-MAX_PENDING = 100_000  # entries per pairing map
-HOLD_BYTES = 16 * 1024 * 1024  # produce rows held until their receipt names the message id
-CHUNK_INCOMPLETE = "chunk_incomplete"
-ENCRYPTED = "encrypted"
-SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
-SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
+_U32 = struct.Struct(">I")
 
 # Commands that carry a request_id the peer answers with the same request_id.
 REQUESTS = frozenset(
@@ -54,96 +62,6 @@ RESPONSES = frozenset(
         T.TC_CLIENT_CONNECT_RESPONSE, T.WATCH_TOPIC_LIST_SUCCESS,
     }
 )  # fmt: skip
-# base.to_json's encoding, with one encoder built once (json.dumps with options builds one per call)
-to_json = json.JSONEncoder(default=base._jsonable, separators=(",", ":"), ensure_ascii=False).encode
-_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
-_U32 = struct.Struct(">I")
-_MASK64 = (1 << 64) - 1
-
-
-def to_dict(msg) -> dict:
-    """Every set field of a protobuf message as plain Python values (enums by name)."""
-    out: dict = {}
-    for fd, v in msg.ListFields():
-        if fd.type == fd.TYPE_MESSAGE:
-            v = [to_dict(x) for x in v] if fd.is_repeated else to_dict(v)
-        elif fd.type == fd.TYPE_ENUM:
-            ev = fd.enum_type.values_by_number
-            if fd.is_repeated:
-                v = [ev[x].name if x in ev else x for x in v]
-            else:
-                v = ev[v].name if v in ev else v
-        elif fd.is_repeated:
-            v = list(v)
-        out[fd.name] = v
-    return out
-
-
-def scrub(d):
-    """Replace secrets (auth data) anywhere in a decoded dict by their size."""
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if k in SECRET_KEYS and isinstance(v, bytes | str):
-                d[k] = base.redacted(v)
-            else:
-                scrub(v)
-    elif isinstance(d, list):
-        for x in d:
-            scrub(x)
-    return d
-
-
-def text(v):
-    """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
-    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
-
-
-STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
-
-
-def sanitize(rows: list[Row]) -> list[Row]:
-    for _t, r in rows:
-        for c in STR_COLS:
-            v = r.get(c)
-            if v is not None and not isinstance(v, str):
-                r[c] = text(v)
-    return rows
-
-
-def partition_of(topic: str | None) -> int | None:
-    if not topic:
-        return None
-    topic = text(topic)
-    m = _PARTITION_SUFFIX.search(topic)
-    return int(m.group(1)) if m else None
-
-
-def mid_str(ledger: int, entry: int, batch_index: int) -> str:
-    return f"{ledger}:{entry}:{batch_index}"
-
-
-def _bit_set(ack_set, i: int) -> bool:
-    w = i // 64
-    return w < len(ack_set) and bool(((ack_set[w] & _MASK64) >> (i % 64)) & 1)
-
-
-@dataclass
-class Pending:
-    command: str
-    ts_ns: int  # last byte of the request
-    topic: str | None = None
-    partition: int | None = None
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass
-class PendingSend:
-    ts_ns: int
-    topic: str | None
-    rows: list[dict]  # produce rows waiting for the message id
-    held: int  # payload bytes held by `rows`
-    sequences: list[tuple[int, int | None]]  # (batch_index, sequence) of every message
-    chunk: dict | None = None
 
 
 @dataclass(slots=True)
@@ -160,41 +78,6 @@ class Event:
     rows: list[Row]  # where the frame's rows go
 
 
-class PulsarRules(Rules):
-    """Pulsar's frames: [total_size u32][command_size u32][BaseCommand][payload...], sizes
-    big-endian, total_size counting what follows it; a command starts with field 1 (its type)."""
-
-    head_len = hunt_len = HEADER + 2
-
-    def __init__(self, max_frame: int):
-        self.max_frame = max_frame
-
-    def size(self, buf: StreamBuffer) -> int | None:
-        total, cmd_size = struct.unpack_from(">II", buf.data, 0)
-        return None if cmd_size > total - 4 or total < 6 else total + 4
-
-    def credible(self, head: memoryview, size: int) -> bool | None:
-        # skip only what really looks like a frame: a damaged size must not swallow the stream
-        return framing.plausible_header(head, 0, self.max_frame)[0]
-
-    def judge(self, data: memoryview, i: int) -> int:
-        verdict, total, _ = framing.plausible_header(data, i, self.max_frame)
-        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
-            return base.NOT_A_FRAME
-        if verdict is None:
-            return base.TENTATIVE
-        end = i + 4 + total
-        if total + 4 > self.max_frame:
-            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
-        if end > len(data):
-            return base.TENTATIVE
-        return base.NOT_A_FRAME if framing.sane_header(data, end) is False else base.CONFIRMED
-
-    def jump(self, buf: StreamBuffer, i: int) -> int:
-        j = buf.find(b"\x08", i + HEADER)  # the command's first byte: field 1, the type
-        return len(buf) if j < 0 else j - HEADER
-
-
 class PulsarConversation(Conversation):
     """Frames both directions; pairs requests, sends and deliveries with their answers."""
 
@@ -205,22 +88,14 @@ class PulsarConversation(Conversation):
         self.framer = {
             d: Framer(PulsarRules(self.max_frame), self.max_frame, in_step=False) for d in (C2S, S2C)
         }
-        self.producers: OrderedDict[int, dict] = OrderedDict()
-        self.consumers: OrderedDict[int, dict] = OrderedDict()
-        self.requests: OrderedDict[tuple[str, int], Pending] = OrderedDict()
-        self.sends: OrderedDict[tuple[int, int], deque[PendingSend]] = OrderedDict()
-        self.n_sends = 0
-        self.held_bytes = 0
-        self.pings: dict[str, deque[int]] = {C2S: deque(), S2C: deque()}
+        self.clients = Clients()  # producers and consumers by id
+        self.requests: OrderedDict[tuple[str, int], Pending] = OrderedDict()  # (direction, request_id)
         self.connect: Pending | None = None
         self.challenge: Pending | None = None
-        # consumer_id -> {(ledger, entry, batch_index): delivery ts (last byte)}
-        self.deliveries: dict[int, OrderedDict[tuple[int, int, int], int]] = {}
-        self.n_deliveries = 0
-        self.batch_sizes: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # (cid, L, E) -> n
-        self.chunks: OrderedDict[tuple, ChunkedMessage] = OrderedDict()
-        self.chunk_bytes = 0
-        self.acked: OrderedDict[tuple[int, int, int, int], bool] = OrderedDict()  # (cid, L, E, bi)
+        self.pings: dict[str, deque[int]] = {C2S: deque(), S2C: deque()}
+        self.sends = HeldSends()  # produce rows waiting for their receipt
+        self.deliveries = Deliveries()  # delivered ids waiting for their ack
+        self.chunks = Reassembly(ctx.max_decompressed_bytes)
         self.protocol_version: int | None = None
         # requests come from the client; the side that sends CONNECT is the client, whatever the
         # driver decided (a capture that starts mid-connection may have the roles the wrong way round)
@@ -238,31 +113,18 @@ class PulsarConversation(Conversation):
                 if isinstance(item, Junk):
                     rows.append(self._junk_row(direction, item))
                 else:
-                    f = item
-                    self._frame(direction, f.data[4:], f.offset, f.ts_first, f.ts_last, rows)
+                    self._frame(direction, item.data[4:], item.offset, item.ts_first, item.ts_last, rows)
         except Exception as e:  # never raise out of the decoder: drop what is buffered
             off, n, ts = fr.drop_all()
-            rows.append(self._error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts=ts))
+            rows.append(error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts))
         return sanitize(rows)
 
     def _junk_row(self, d: str, j: Junk) -> Row:
         """A row for bytes that are not a whole frame. Only an oversize frame's header or an
         unfinished frame that starts in step, of a type known and not carrying credentials, says
         what it is; bytes of no determined type keep none (Context.raw)."""
-        row = {
-            "ts_ns": j.ts_first,
-            "ts_end_ns": j.ts_last,
-            "direction": d,
-            "size": j.size,
-            "stream_offset": j.offset,
-            "decode_status": j.status,
-            "decode_error": j.reason,
-        }
-        if j.status == base.OVERSIZE:
-            row.update(self._oversize_fields(j.head, j.size))
-        elif j.status == base.TRUNCATED:
-            need = f" of {_U32.unpack_from(j.head, 0)[0] + 4}" if len(j.head) >= 4 else ""
-            row["decode_error"] = f"connection ended after {j.size}{need} bytes of a frame"
+        row = junk_row(d, j, self.max_frame)
+        if j.status == base.TRUNCATED:
             row["raw"] = self.ctx.raw(j.head, typed=self._typed_tail(d, memoryview(j.head)))
         return ("commands", row)
 
@@ -276,48 +138,13 @@ class PulsarConversation(Conversation):
         t = framing.peek_type(mv[HEADER : HEADER + 3])
         return t in framing.TYPE_NAMES and t not in SECRET_TYPES
 
-    def _oversize_fields(self, head: bytes, size: int) -> dict:
-        """What an oversize frame's header tells: its command type, and the command if it is all
-        in the header bytes kept."""
-        cmd_size = _U32.unpack_from(head, 4)[0]
-        t = framing.peek_type(head[HEADER : HEADER + 3])
-        cmd, _ = (
-            framing.parse_command(head[HEADER : HEADER + cmd_size])
-            if len(head) >= HEADER + cmd_size
-            else (None, None)
-        )
-        details = {"total_size": size - 4, "max_frame_bytes": self.max_frame}
-        if cmd is not None:
-            details["command"] = scrub(to_dict(cmd))
-        return {
-            "command": framing.TYPE_NAMES.get(t) if t is not None else None,
-            "command_code": t,
-            "details": to_json(details),
-        }
-
-    def _error_row(
-        self, d: str, offset: int, size: int, status: str, error: str, ts: int | None = None
-    ) -> Row:
-        buf = self.framer[d].buf
-        return (
-            "commands",
-            {
-                "ts_ns": buf.last_ts if ts is None else ts,
-                "direction": d,
-                "size": size,
-                "stream_offset": offset,
-                "decode_status": status,
-                "decode_error": error,
-            },
-        )
-
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
         try:
             junks, _ = self.framer[direction].gap(nbytes, ts_ns)
             rows.extend(self._junk_row(direction, j) for j in junks)
         except Exception as e:
-            rows.append(self._error_row(direction, 0, 0, base.GAP, f"decoder error: {e!r}", ts=ts_ns))
+            rows.append(error_row(direction, 0, 0, base.GAP, f"decoder error: {e!r}", ts_ns))
         return sanitize(rows)
 
     def close(self) -> list[Row]:
@@ -326,27 +153,23 @@ class PulsarConversation(Conversation):
             for d in (C2S, S2C):
                 rows.extend(self._junk_row(d, j) for j in self.framer[d].close())
             # produce rows still waiting for a receipt, then unanswered requests
-            for key, q in self.sends.items():
-                for ps in q:
-                    rows.extend(("messages", self._finish(r)) for r in ps.rows)
-                    rows.append(self._latency("SEND", None, ps.ts_ns, None, key[1], ps.topic))
-            self.sends.clear()
+            for (_pid, seq), ps in self.sends.drain():
+                self._unanswered_send(seq, ps, rows)
             for (_d, rid), p in self.requests.items():
-                rows.append(self._latency(p.command, None, p.ts_ns, None, rid, p.topic, p.partition))
+                rows.append(latency(p.command, None, p.ts_ns, None, rid, p.topic, p.partition))
             self.requests.clear()
             for p in (self.connect, self.challenge):
                 if p is not None:
-                    rows.append(self._latency(p.command, None, p.ts_ns, None, None, None))
+                    rows.append(latency(p.command, None, p.ts_ns, None, None, None))
             self.connect = self.challenge = None
             for d in (C2S, S2C):
-                for ts in self.pings[d]:
-                    rows.append(self._latency("PING", None, ts, None, None, None))
+                rows.extend(latency("PING", None, ts, None, None, None) for ts in self.pings[d])
                 self.pings[d].clear()
-            for key, cm in self.chunks.items():
+            for key, cm in self.chunks.drain():
                 rows.append(("messages", self._incomplete_chunk_row(key, cm)))
-            self.chunks.clear()
         except Exception as e:
-            rows.append(self._error_row(C2S, 0, 0, base.MALFORMED, f"decoder error at close: {e!r}"))
+            ts = self.framer[C2S].buf.last_ts
+            rows.append(error_row(C2S, 0, 0, base.MALFORMED, f"decoder error at close: {e!r}", ts))
         return sanitize(rows)
 
     # ------------------------------------------------------------------------------------------
@@ -373,20 +196,11 @@ class PulsarConversation(Conversation):
                 details = to_dict(body)
                 if pf.type_code in SECRET_TYPES:
                     scrub(details)
-                has_rid, err_field, has_topic = _FIELDS[pf.type_code]
-                if has_rid and body.HasField("request_id"):
-                    row["correlation_id"] = body.request_id
-                if err_field is not None and body.HasField(err_field):
-                    row["error_code"] = getattr(body, err_field)
-                if has_topic and body.HasField("topic"):
-                    row["topic"] = body.topic
-                lists = _TOPIC_LISTS.get(pf.type_code)
-                if lists is not None:
-                    row["topics"] = [text(t) for f in lists for t in getattr(body, f)]
+                command_columns(row, pf.type_code, body)
             if pf.missing:
                 details["missing_required"] = pf.missing
             if pf.has_payload_section:
-                details = {"command": details, "payload": self._payload_details(pf)}
+                details = {"command": details, "payload": payload_details(pf)}
             handler = _HANDLERS.get(pf.type_code) if pf.cmd is not None else None
             if handler is not None and (body is not None or pf.type_code in (T.PING, T.PONG)):
                 handler(self, Event(d, pf, body, row, details, ts, ts_end, rows))
@@ -400,54 +214,19 @@ class PulsarConversation(Conversation):
             typed = pf.type_code in framing.TYPE_NAMES and pf.type_code not in SECRET_TYPES
             row["raw"] = self.ctx.raw(_U32.pack(len(frame)) + frame[: self.ctx.max_raw_bytes], typed=typed)
 
-    def _payload_details(self, pf: ParsedFrame) -> dict:
-        out: dict = {"checksum_ok": pf.checksum_ok}
-        if pf.broker_entry is not None:
-            out["broker_entry"] = to_dict(pf.broker_entry)
-        if pf.metadata is not None:
-            md = to_dict(pf.metadata)
-            md.pop("properties", None)  # they are the messages' headers
-            out["metadata"] = md
-        if pf.payload is not None:
-            out["payload_size"] = len(pf.payload)
-        return out
-
     # ------------------------------------------------------------------------------------------
     # pairing helpers
 
-    def _latency(
-        self, req, resp, req_ts, resp_ts, cid, topic, partition=None, error_code=None, version=None
-    ) -> Row:
-        r = {
-            "ts_ns": req_ts,
-            "request_command": req,
-            "response_command": resp,
-            "correlation_id": cid,
-            "request_ts_ns": req_ts,
-            "response_ts_ns": resp_ts,
-            "latency_us": None if resp_ts is None else (resp_ts - req_ts) / 1000.0,
-            "error_code": error_code,
-            "topic": topic,
-            "partition": partition if partition is not None else partition_of(topic),
-        }
-        if version is not None:
-            r["api_version"] = version
-        return ("latencies", r)
-
-    def _remember(self, table: OrderedDict, key, value, rows: list[Row] | None = None) -> None:
-        table[key] = value
-        while len(table) > MAX_PENDING:
-            k, old = table.popitem(last=False)
-            if rows is not None and isinstance(old, Pending):
-                rows.append(self._latency(old.command, None, old.ts_ns, None, k[1], old.topic, old.partition))
-
     def _request(self, d, pf, body, row, ts_end, rows) -> None:
+        """Remember a request until its response (the oldest are given up, unanswered)."""
         if d != self.client_dir or not body.HasField("request_id"):
             return
         p = Pending(pf.type_name, ts_end, row.get("topic"), row.get("partition"))
-        self._remember(self.requests, (d, body.request_id), p, rows)
+        for (_d, rid), old in remember(self.requests, (d, body.request_id), p):
+            rows.append(latency(old.command, None, old.ts_ns, None, rid, old.topic, old.partition))
 
     def _response(self, d, pf, body, row, ts, rows) -> Pending | None:
+        """Pair a response with its request: the latency row; the request, if it was seen."""
         if not body.HasField("request_id"):
             return None
         req_dir = C2S if d == S2C else S2C
@@ -456,28 +235,12 @@ class PulsarConversation(Conversation):
             return None
         if row.get("topic") is None and p.topic is not None:
             row["topic"] = p.topic
-        rows.append(
-            self._latency(
-                p.command,
-                pf.type_name,
-                p.ts_ns,
-                ts,
-                body.request_id,
-                p.topic,
-                p.partition,
-                row.get("error_code"),
-            )
-        )
+        err = row.get("error_code")
+        rows.append(latency(p.command, pf.type_name, p.ts_ns, ts, body.request_id, p.topic, p.partition, err))
         return p
 
-    def _consumer_name(self, cid: int) -> str:
-        c = self.consumers.get(cid)
-        if c and c.get("subscription"):
-            return c["subscription"]
-        return str(cid)
-
     # ------------------------------------------------------------------------------------------
-    # command handlers: (self, direction, frame, body, commands row, details, ts, ts_end, rows)
+    # command handlers: each takes the frame's Event
 
     def _on_connect(self, ev: Event) -> None:
         self.client_dir = ev.direction
@@ -489,29 +252,22 @@ class PulsarConversation(Conversation):
     def _on_connected(self, ev: Event) -> None:
         ev.row["api_version"] = ev.body.protocol_version
         if self.connect is not None:
+            version = ev.body.protocol_version
             ev.rows.append(
-                self._latency(
-                    "CONNECT",
-                    ev.pf.type_name,
-                    self.connect.ts_ns,
-                    ev.ts,
-                    None,
-                    None,
-                    version=ev.body.protocol_version,
-                )
+                latency("CONNECT", ev.pf.type_name, self.connect.ts_ns, ev.ts, None, None, version=version)
             )
             self.connect = None
 
     def _on_auth_challenge(self, ev: Event) -> None:
         if self.connect is not None:
-            ev.rows.append(self._latency("CONNECT", ev.pf.type_name, self.connect.ts_ns, ev.ts, None, None))
+            ev.rows.append(latency("CONNECT", ev.pf.type_name, self.connect.ts_ns, ev.ts, None, None))
             self.connect = None
         self.challenge = Pending("AUTH_CHALLENGE", ev.ts_end)
 
     def _on_auth_response(self, ev: Event) -> None:
         if self.challenge is not None:
             ev.rows.append(
-                self._latency("AUTH_CHALLENGE", ev.pf.type_name, self.challenge.ts_ns, ev.ts, None, None)
+                latency("AUTH_CHALLENGE", ev.pf.type_name, self.challenge.ts_ns, ev.ts, None, None)
             )
             self.challenge = None
 
@@ -519,39 +275,34 @@ class PulsarConversation(Conversation):
         q = self.pings[ev.direction]
         q.append(ev.ts_end)
         if len(q) > 1000:
-            ev.rows.append(self._latency("PING", None, q.popleft(), None, None, None))
+            ev.rows.append(latency("PING", None, q.popleft(), None, None, None))
 
     def _on_pong(self, ev: Event) -> None:
         q = self.pings[C2S if ev.direction == S2C else S2C]
         if q:
-            ev.rows.append(self._latency("PING", "PONG", q.popleft(), ev.ts, None, None))
+            ev.rows.append(latency("PING", "PONG", q.popleft(), ev.ts, None, None))
 
     def _on_request(self, ev: Event) -> None:
         # commands that name a producer or consumer get its topic
         if ev.row.get("topic") is None:
             if "producer_id" in ev.body.DESCRIPTOR.fields_by_name and ev.body.HasField("producer_id"):
-                ev.row["topic"] = self.producers.get(ev.body.producer_id, {}).get("topic")
+                ev.row["topic"] = self.clients.producer_topic(ev.body.producer_id)
             elif "consumer_id" in ev.body.DESCRIPTOR.fields_by_name and ev.body.HasField("consumer_id"):
-                ev.row["topic"] = self.consumers.get(ev.body.consumer_id, {}).get("topic")
+                ev.row["topic"] = self.clients.consumer_topic(ev.body.consumer_id)
         if ev.row.get("topic"):
             ev.row["partition"] = partition_of(ev.row["topic"])
         self._request(ev.direction, ev.pf, ev.body, ev.row, ev.ts_end, ev.rows)
 
     def _on_producer(self, ev: Event) -> None:
-        info = {
-            "topic": ev.body.topic,
-            "name": ev.body.producer_name if ev.body.HasField("producer_name") else None,
-        }
-        self._remember(self.producers, ev.body.producer_id, info)
+        name = ev.body.producer_name if ev.body.HasField("producer_name") else None
+        self.clients.add_producer(ev.body.producer_id, ev.body.topic, name)
         self._on_request(ev)
         if ev.direction == self.client_dir and ev.body.HasField("request_id"):
             self.requests[(ev.direction, ev.body.request_id)].extra["producer_id"] = ev.body.producer_id
 
     def _on_subscribe(self, ev: Event) -> None:
-        info = {"topic": ev.body.topic, "subscription": ev.body.subscription}
-        if ev.body.HasField("consumer_name"):
-            info["name"] = ev.body.consumer_name
-        self._remember(self.consumers, ev.body.consumer_id, info)
+        name = ev.body.consumer_name if ev.body.HasField("consumer_name") else None
+        self.clients.add_consumer(ev.body.consumer_id, ev.body.topic, ev.body.subscription, name)
         self._on_request(ev)
 
     def _on_producer_success(self, ev: Event) -> None:
@@ -560,119 +311,67 @@ class PulsarConversation(Conversation):
             p = self.requests.get((self.client_dir, ev.body.request_id))
             if p is not None:
                 ev.row["topic"] = p.topic
-                pid = p.extra.get("producer_id")
-                if pid in self.producers:
-                    self.producers[pid]["name"] = ev.body.producer_name
+                self.clients.name_producer(p.extra.get("producer_id"), ev.body.producer_name)
             return
         p = self._response(ev.direction, ev.pf, ev.body, ev.row, ev.ts, ev.rows)
         if p is not None:
-            pid = p.extra.get("producer_id")
-            if pid in self.producers:
-                self.producers[pid]["name"] = ev.body.producer_name
+            self.clients.name_producer(p.extra.get("producer_id"), ev.body.producer_name)
 
     def _on_response(self, ev: Event) -> None:
         p = self._response(ev.direction, ev.pf, ev.body, ev.row, ev.ts, ev.rows)
         if p is None and ev.pf.type_code == T.ERROR and self.connect is not None:
             # the broker refused the connection (e.g. authentication failed)
+            error = ev.row.get("error_code")
             ev.rows.append(
-                self._latency(
-                    "CONNECT",
-                    "ERROR",
-                    self.connect.ts_ns,
-                    ev.ts,
-                    None,
-                    None,
-                    error_code=ev.row.get("error_code"),
-                )
+                latency("CONNECT", "ERROR", self.connect.ts_ns, ev.ts, None, None, error_code=error)
             )
             self.connect = None
         if ev.pf.type_code == T.ACK_RESPONSE:
-            ev.row["topic"] = ev.row.get("topic") or self.consumers.get(ev.body.consumer_id, {}).get("topic")
-            ev.rows.append(
-                (
-                    "acks",
-                    {
-                        "ts_ns": ev.ts,
-                        "ack_type": "pulsar_ack_response",
-                        "topic": ev.row.get("topic"),
-                        "partition": partition_of(ev.row.get("topic")),
-                        "consumer": self._consumer_name(ev.body.consumer_id),
-                        "error_code": ev.body.error if ev.body.HasField("error") else None,
-                        "correlation_id": ev.body.request_id if ev.body.HasField("request_id") else None,
-                        "ack_latency_us": ev.rows[-1][1]["latency_us"]
-                        if ev.rows
-                        and ev.rows[-1][0] == "latencies"
-                        and ev.rows[-1][1]["request_command"] == "ACK"
-                        else None,
-                        "details": to_json({"consumer_id": ev.body.consumer_id, **ev.details}),
-                    },
-                )
-            )
+            cid = ev.body.consumer_id
+            ev.row["topic"] = ev.row.get("topic") or self.clients.consumer_topic(cid)
+            # the ACK's latency, if this answered one
+            last_table, last = ev.rows[-1] if ev.rows else (None, None)
+            paired = last_table == "latencies" and last["request_command"] == "ACK"
+            ack_latency = last["latency_us"] if paired else None
+            topic, consumer = ev.row.get("topic"), self.clients.consumer_name(cid)
+            ev.rows.append(ack_response_row(ev.ts, topic, consumer, ev.body, ack_latency, ev.details))
 
     def _on_flow(self, ev: Event) -> None:
-        ev.row["topic"] = self.consumers.get(ev.body.consumer_id, {}).get("topic")
+        ev.row["topic"] = self.clients.consumer_topic(ev.body.consumer_id)
 
     # ---- produce
 
     def _on_send(self, ev: Event) -> None:
         pid = ev.body.producer_id
-        prod = self.producers.get(pid, {})
+        prod = self.clients.producer(pid)
         topic = prod.get("topic")
         ev.row["topic"] = topic
         md = ev.pf.metadata
         if md is None:
             return
-        msgs: list[dict] = []
+        name = md.producer_name or prod.get("name")
+        who = {"producer_id": pid}
+        base_row = message_base("produce", ev.ts, topic, partition_of(topic), who, name, ev.pf)
         chunk = None
-        base_row = {
-            "ts_ns": ev.ts,
-            "direction": "produce",
-            "source": "capture",
-            "topic": topic,
-            "partition": partition_of(topic),
-            "producer_id": pid,
-            "producer_name": md.producer_name or prod.get("name"),
-            "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
-            "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
-            "checksum_ok": ev.pf.checksum_ok,
-        }
-        status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
         if is_chunk(md):
             chunk = {"uuid": md.uuid, "chunk_id": md.chunk_id, "num_chunks": md.num_chunks_from_msg}
-            msgs = self._chunk(
-                ("produce", pid, md.uuid), md, ev.pf.payload or b"", None, ev.ts, base_row, status, {}
-            )
-        else:
-            msgs = self._message_rows(md, ev.pf.payload or b"", base_row, status, {})
+        msgs = self._messages(ev, ("produce", pid), base_row, {}, None)
+        # the rows wait for the receipt, which names their message id
         seqs = [(-1 if r.get("_batch_index") is None else r["_batch_index"], r.get("sequence")) for r in msgs]
         held = sum(len(r.get("value") or b"") for r in msgs)
-        ps = PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk)
-        key = (pid, ev.body.sequence_id)
-        self.sends.setdefault(key, deque()).append(ps)
-        self.sends.move_to_end(key)
-        self.n_sends += 1
-        self.held_bytes += held
-        while self.n_sends > MAX_PENDING or self.held_bytes > HOLD_BYTES:
-            if not self._evict_send(ev.rows):
+        self.sends.add((pid, ev.body.sequence_id), PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk))
+        while self.sends.over():
+            oldest = self.sends.take_oldest()
+            if oldest is None:
                 break
+            (_pid, seq), ps = oldest
+            self._unanswered_send(seq, ps, ev.rows)
 
-    def _evict_send(self, rows: list[Row]) -> bool:
-        """Give up waiting for the oldest send's receipt: emit its produce rows as they are."""
-        if not self.sends:
-            return False
-        key, q = next(iter(self.sends.items()))
-        ps = q.popleft()
-        if not q:
-            del self.sends[key]
-        self.n_sends -= 1
-        self.held_bytes -= ps.held
-        rows.extend(("messages", self._finish(r)) for r in ps.rows)
-        rows.append(self._latency("SEND", None, ps.ts_ns, None, key[1], ps.topic))
-        return True
-
-    def _finish(self, r: dict) -> dict:
-        r.pop("_batch_index", None)
-        return r
+    def _unanswered_send(self, seq: int, ps: PendingSend, rows: list[Row]) -> None:
+        """A send whose receipt never came (or was given up on): its produce rows as they are,
+        and its latency row."""
+        rows.extend(("messages", finish(r)) for r in ps.rows)
+        rows.append(latency("SEND", None, ps.ts_ns, None, seq, ps.topic))
 
     def _on_send_receipt(self, ev: Event) -> None:
         self._on_send_answer(ev, error=None)
@@ -681,232 +380,44 @@ class PulsarConversation(Conversation):
         self._on_send_answer(ev, error=ev.body.error)
 
     def _on_send_answer(self, ev: Event, error) -> None:
-        pid = ev.body.producer_id
-        topic = self.producers.get(pid, {}).get("topic")
+        """A SEND_RECEIPT or SEND_ERROR: the send's latency, an acks row per message it sent, and
+        the produce rows it held, now with their message id (or the error)."""
+        pid, seq = ev.body.producer_id, ev.body.sequence_id
+        topic = self.clients.producer_topic(pid)
         ev.row["topic"] = topic
-        key = (pid, ev.body.sequence_id)
-        q = self.sends.get(key)
-        ps = None
-        if q:
-            ps = q.popleft()
-            if not q:
-                del self.sends[key]
-            self.n_sends -= 1
-            self.held_bytes -= ps.held
-            topic = topic or ps.topic
-            ev.rows.append(
-                self._latency(
-                    "SEND", ev.pf.type_name, ps.ts_ns, ev.ts, ev.body.sequence_id, topic, error_code=error
-                )
-            )
-        latency = None if ps is None else (ev.ts - ps.ts_ns) / 1000.0
-        mid = ev.body.message_id if error is None and ev.body.HasField("message_id") else None
-        part = mid.partition if mid is not None and mid.partition >= 0 else partition_of(topic)
-        common = {
-            "ts_ns": ev.ts,
-            "topic": topic,
-            "partition": part,
-            "producer_id": pid,
-            "error_code": error,
-            "ack_latency_us": latency,
-            "correlation_id": ev.body.sequence_id,
-        }
-        extra = {"sequence_id": ev.body.sequence_id}
-        if error is None and ev.body.HasField("highest_sequence_id"):
-            extra["highest_sequence_id"] = ev.body.highest_sequence_id
-        if ps is None:
-            extra["send_unmatched"] = True  # the SEND was not captured, or gave up waiting for this receipt
-        if ps is not None and ps.chunk is not None:
-            extra["chunk"] = ps.chunk
-        ack_type = "pulsar_receipt" if error is None else "pulsar_send_error"
-        if ps is None or not ps.sequences:
-            bi = mid.batch_index if mid is not None else -1
-            ev.rows.append(
-                (
-                    "acks",
-                    {
-                        **common,
-                        "ack_type": ack_type,
-                        "message_id": mid_str(mid.ledger_id, mid.entry_id, bi) if mid is not None else None,
-                        "sequence": ev.body.sequence_id,
-                        "details": to_json(extra),
-                    },
-                )
-            )
-        else:
-            for bi, seq in ps.sequences:
-                ev.rows.append(
-                    (
-                        "acks",
-                        {
-                            **common,
-                            "ack_type": ack_type,
-                            "message_id": mid_str(mid.ledger_id, mid.entry_id, bi)
-                            if mid is not None
-                            else None,
-                            "sequence": seq,
-                            "details": to_json(extra),
-                        },
-                    )
-                )
+        ps = self.sends.take((pid, seq))
         if ps is not None:
-            for r in ps.rows:
-                if mid is not None:
-                    r["message_id"] = mid_str(mid.ledger_id, mid.entry_id, r.get("_batch_index", -1))
-                    if mid.partition >= 0:
-                        r["partition"] = mid.partition
-                if error is not None:
-                    det = r.get("details")
-                    r["details"] = (
-                        det[:-1] + "," if det and det != "{}" else "{"
-                    ) + f'"send_error":{int(error)}}}'
-                ev.rows.append(("messages", self._finish(r)))
+            topic = topic or ps.topic
+            ev.rows.append(latency("SEND", ev.pf.type_name, ps.ts_ns, ev.ts, seq, topic, error_code=error))
+        mid = ev.body.message_id if error is None and ev.body.HasField("message_id") else None
+        ev.rows.extend(receipt_acks(ev.ts, ev.body, error, topic, mid, ps))
+        if ps is not None:
+            ev.rows.extend(("messages", answered(r, mid, error)) for r in ps.rows)
 
     # ---- messages
 
-    def _message_rows(self, md, payload: bytes, base_row: dict, status: str, extra: dict) -> list[dict]:
-        """Rows for a whole (non-chunk) payload. Each row has `_batch_index` until finished."""
-        common_details = dict(extra)
-        for f in ("replicated_from", "schema_version", "deliver_at_time", "marker_type", "uuid",
-                  "txnid_least_bits", "txnid_most_bits", "highest_sequence_id"):  # fmt: skip
-            if md.HasField(f):
-                common_details[f] = getattr(md, f)
-        if is_batch(md):
-            common_details["num_messages_in_batch"] = md.num_messages_in_batch
-        if len(md.encryption_keys):
-            if md.encryption_algo:
-                common_details["encryption_algo"] = md.encryption_algo
-            common_details["encryption_keys"] = [k.key for k in md.encryption_keys]
-            common_details["num_messages"] = md.num_messages_in_batch if is_batch(md) else 1
-            r = dict(base_row)
-            pk = md.partition_key if md.HasField("partition_key") else None
-            singles = [
-                Single(
-                    -1,
-                    payload,
-                    None,
-                    pk,
-                    [(kv.key, kv.value) for kv in md.properties],
-                    md.sequence_id,
-                    None,
-                    None,
-                )
-            ]
-            if pk is not None:
-                singles[0].key = key_bytes(pk, md.partition_key_b64_encoded)
-            return [
-                self._row(r, s, ENCRYPTED, "payload is encrypted: kept as it is", common_details)
-                for s in singles
-            ]
-        try:
-            singles = expand(md, payload, int(self.ctx.max_decompressed_bytes))
-        except PayloadError as e:
-            r = dict(base_row)
-            r.update(self.ctx.payload.value(None))
-            r.update(
-                {
-                    "sequence": md.sequence_id,
-                    "decode_status": e.status,
-                    "decode_error": str(e),
-                    "details": to_json({**common_details, "payload_size": len(payload)}),
-                    "_batch_index": -1,
-                }
-            )
-            return [r]
-        return [self._row(dict(base_row), s, status, None, common_details) for s in singles]
+    def _messages(self, ev: Event, who: tuple[str, int], base_row: dict, extra: dict, mid) -> list[dict]:
+        """The message rows of a SEND's or MESSAGE's payload. A chunk is collected (by `who`:
+        produce or deliver, and the producer or consumer id) until its message is complete;
+        `mid`: the chunk's message id, if known."""
+        md = ev.pf.metadata
+        status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
+        payload = ev.pf.payload or b""
+        if not is_chunk(md):
+            return message_rows(self.ctx, md, payload, base_row, status, extra)
+        cm = self.chunks.add((*who, md.uuid), md, payload, mid, ev.ts)
+        return [] if cm is None else chunked_rows(self.ctx, cm, md, base_row, status, extra)
 
-    def _row(self, r: dict, s: Single, status: str, error: str | None, common: dict) -> dict:
-        r.update(self.ctx.payload.value(s.value))
-        r["key"] = self.ctx.payload.key(s.key)
-        r["headers"] = [
-            {"key": text(k), "value": v if isinstance(v, bytes) else v.encode("utf-8", "surrogateescape")}
-            for k, v in s.properties
-        ]
-        r["sequence"] = s.sequence
-        r["decode_status"] = status
-        r["decode_error"] = error
-        det = dict(common)
-        det["batch_index"] = s.batch_index
-        if s.event_time:
-            det["event_time_ms"] = s.event_time
-        if s.ordering_key is not None:
-            det["ordering_key"] = s.ordering_key
-        if s.null_value:
-            det["null_value"] = True
-        if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
-            det["partition_key_b64"] = s.key_raw
-        det.update(s.extra)
-        r["details"] = to_json(det)
-        r["_batch_index"] = s.batch_index
-        return r
-
-    def _chunk(self, key, md, payload, message_id, ts, base_row, status, extra) -> list[dict]:
-        """Collect one chunk; when the message is complete, its rows."""
-        cm = self.chunks.get(key)
-        if cm is None:
-            cm = ChunkedMessage(md.uuid, md.num_chunks_from_msg, md.total_chunk_msg_size, ts)
-            self.chunks[key] = cm
-            while len(self.chunks) > 10_000:
-                _k, old = self.chunks.popitem(last=False)
-                self.chunk_bytes -= old.size
-        before = cm.size
-        cm.add(md.chunk_id, payload, md, message_id)
-        self.chunk_bytes += cm.size - before
-        if not cm.complete:
-            if self.chunk_bytes > self.ctx.max_decompressed_bytes:
-                # bound memory: give up on the oldest partial messages
-                while self.chunks and self.chunk_bytes > self.ctx.max_decompressed_bytes:
-                    _k, old = self.chunks.popitem(last=False)
-                    self.chunk_bytes -= old.size
-            return []
-        del self.chunks[key]
-        self.chunk_bytes -= cm.size
-        whole = cm.assemble()
-        first = cm.first_md or md
-        det = dict(extra)
-        det["chunks"] = {
-            "uuid": cm.uuid,
-            "num_chunks": cm.num_chunks,
-            "chunk_message_ids": [cm.message_ids.get(i) for i in range(cm.num_chunks)],
-        }
-        # the compression and the batch flag of the whole message are in every chunk's metadata
-        rows = self._message_rows(first, whole, base_row, status, det)
-        return rows
-
-    def _incomplete_chunk_row(self, key, cm: ChunkedMessage) -> dict:
+    def _incomplete_chunk_row(self, key, cm) -> dict:
         direction, ident, _uuid = key
-        md = cm.first_md
-        row = {
-            "ts_ns": cm.first_ts_ns,
-            "direction": direction,
-            "source": "capture",
-            "producer_name": md.producer_name if md is not None else None,
-            "sequence": md.sequence_id if md is not None else None,
-            "decode_status": CHUNK_INCOMPLETE,
-            "decode_error": f"{len(cm.chunks)} of {cm.num_chunks} chunks captured",
-            "details": to_json(
-                {
-                    "uuid": cm.uuid,
-                    "chunks_seen": sorted(cm.chunks),
-                    "num_chunks": cm.num_chunks,
-                    "chunk_message_ids": cm.message_ids,
-                    "total_chunk_msg_size": cm.total_size,
-                }
-            ),  # fmt: skip
-        }
-        row.update(self.ctx.payload.value(None))
         if direction == "produce":
-            row["producer_id"] = ident
-            row["topic"] = self.producers.get(ident, {}).get("topic")
-        else:
-            row["topic"] = self.consumers.get(ident, {}).get("topic")
-            row["consumer"] = self._consumer_name(ident)
-        row["partition"] = partition_of(row["topic"])
-        return row
+            return incomplete_chunk_row(self.ctx, key, cm, self.clients.producer_topic(ident), None)
+        topic = self.clients.consumer_topic(ident)
+        return incomplete_chunk_row(self.ctx, key, cm, topic, self.clients.consumer_name(ident))
 
     def _on_message(self, ev: Event) -> None:
         cid = ev.body.consumer_id
-        cons = self.consumers.get(cid, {})
+        cons = self.clients.consumer(cid)
         topic = cons.get("topic")
         ev.row["topic"] = topic
         md = ev.pf.metadata
@@ -915,19 +426,9 @@ class PulsarConversation(Conversation):
         part = mid.partition if mid.partition >= 0 else partition_of(topic)
         if md is None:
             return
-        base_row = {
-            "ts_ns": ev.ts,
-            "direction": "deliver",
-            "source": "capture",
-            "topic": topic,
-            "partition": part,
-            # the subscription the message went to: the same value acks.consumer carries
-            "consumer": self._consumer_name(cid),
-            "producer_name": md.producer_name,
-            "message_ts_ns": md.publish_time * 1_000_000 if md.HasField("publish_time") else None,
-            "compression": COMPRESSION_NAMES.get(md.compression, str(md.compression)),
-            "checksum_ok": ev.pf.checksum_ok,
-        }
+        # the consumer column: the subscription the message went to, as acks.consumer has it
+        who = {"consumer": self.clients.consumer_name(cid)}
+        base_row = message_base("deliver", ev.ts, topic, part, who, md.producer_name, ev.pf)
         extra: dict = {"consumer_id": cid}
         if cons.get("subscription"):
             extra["subscription"] = cons["subscription"]
@@ -935,57 +436,34 @@ class PulsarConversation(Conversation):
             extra["redelivery_count"] = ev.body.redelivery_count
         if ev.pf.broker_entry is not None:
             extra["broker_entry"] = to_dict(ev.pf.broker_entry)
-        status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
-        if is_chunk(md):
-            msgs = self._chunk(
-                ("deliver", cid, md.uuid),
-                md,
-                ev.pf.payload or b"",
-                mid_str(L, E, -1),
-                ev.ts,
-                base_row,
-                status,
-                extra,
-            )
-        else:
-            msgs = self._message_rows(md, ev.pf.payload or b"", base_row, status, extra)
+        msgs = self._messages(ev, ("deliver", cid), base_row, extra, mid_str(L, E, -1))
+        # each message waits for its ack
         ack_set = list(ev.body.ack_set)
-        dl = self.deliveries.setdefault(cid, OrderedDict())
+        dl = self.deliveries.of(cid)
         if is_chunk(md):
             # every chunk's id is acknowledged by the consumer: remember each delivery
-            dl[(L, E, -1)] = ev.ts_end
-            self.n_deliveries += 1
+            self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
         for r in msgs:
             bi = r.get("_batch_index", -1)
             r["message_id"] = mid_str(L, E, bi)
-            if (L, E, bi) in dl:
-                self.n_deliveries -= 1  # the last chunk, remembered above
-            if ack_set and bi >= 0 and not _bit_set(ack_set, bi):
+            if ack_set and bi >= 0 and not bit_set(ack_set, bi):
                 r["details"] = r["details"][:-1] + ',"already_acked":true}'
-            dl[(L, E, bi)] = ev.ts_end
-            self.n_deliveries += 1
-            ev.rows.append(("messages", self._finish(r)))
+            self.deliveries.add(dl, (L, E, bi), ev.ts_end)
+            ev.rows.append(("messages", finish(r)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
-            self._remember(self.batch_sizes, (cid, L, E), md.num_messages_in_batch)
-        while self.n_deliveries > MAX_PENDING:
-            oldest = next((c for c in self.deliveries if self.deliveries[c]), None)
-            if oldest is None:
-                break
-            self.deliveries[oldest].popitem(last=False)
-            self.n_deliveries -= 1
+            self.deliveries.set_batch_size(cid, L, E, md.num_messages_in_batch)
+        self.deliveries.trim()
 
     # ---- acks
 
     def _on_ack(self, ev: Event) -> None:
         cid = ev.body.consumer_id
-        cons = self.consumers.get(cid, {})
-        topic = cons.get("topic")
+        topic = self.clients.consumer_topic(cid)
         ev.row["topic"] = topic
         ev.row["partition"] = partition_of(topic)
         self._request(ev.direction, ev.pf, ev.body, ev.row, ev.ts_end, ev.rows)
-        dl = self.deliveries.get(cid, OrderedDict())
         cumulative = ev.body.ack_type == pb.CommandAck.Cumulative
-        consumer = self._consumer_name(cid)
+        consumer = self.clients.consumer_name(cid)
         rid = ev.body.request_id if ev.body.HasField("request_id") else None
         extra = {"consumer_id": cid}
         if ev.body.HasField("validation_error"):
@@ -996,29 +474,9 @@ class PulsarConversation(Conversation):
         for mid in ev.body.message_id:
             L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
             part = mid.partition if mid.partition >= 0 else partition_of(topic)
-            n_batch = self.batch_sizes.get((cid, L, E))
             ack_set = list(mid.ack_set)
-            size_known = True
-            if ack_set:
-                # batch-index ack: a set bit is a message still unacknowledged, a clear bit an acked one
-                if mid.HasField("batch_size") and mid.batch_size > 0:
-                    size = mid.batch_size
-                elif n_batch:
-                    size = n_batch
-                else:  # delivery not captured: only indexes below the highest unacked one are certain
-                    size_known = False
-                    size = max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
-                in_entry = [i for i in range(min(size, 1 << 16)) if not _bit_set(ack_set, i)] or [-1]
-            elif B >= 0:
-                in_entry = list(range(B + 1)) if cumulative else [B]
-            elif n_batch:
-                in_entry = list(range(n_batch))
-            else:
-                in_entry = [-1]
-            targets: list[tuple[int, int, int]] = [(L, E, i) for i in in_entry]
-            if cumulative:
-                earlier = [k for k in dl if (k[0], k[1]) < (L, E)]
-                targets = earlier + targets
+            n_batch = self.deliveries.batch_size(cid, L, E)
+            in_entry, size_known = acked_indexes(mid, ack_set, cumulative, n_batch)
             mid_extra = dict(extra)
             if ack_set:
                 mid_extra["ack_set"] = ack_set
@@ -1027,51 +485,9 @@ class PulsarConversation(Conversation):
             if cumulative:
                 mid_extra["cumulative_to"] = mid_str(L, E, B)
             det = to_json(mid_extra)
-            for k in targets:
-                if k in seen:
-                    continue  # the same id listed twice in one ACK is one acknowledgement
-                seen.add(k)
-                dts = dl.pop(k, None)
-                if dts is not None:
-                    self.n_deliveries -= 1
-                elif cumulative and k[:2] != (L, E):
-                    continue
-                again = (cid, *k) in self.acked
-                self._remember(self.acked, (cid, *k), True)
-                ev.rows.append(
-                    (
-                        "acks",
-                        {
-                            "ts_ns": ev.ts,
-                            "ack_type": "pulsar_ack_cumulative" if cumulative else "pulsar_ack",
-                            "topic": topic,
-                            "partition": part,
-                            "message_id": mid_str(*k),
-                            "consumer": consumer,
-                            "ack_latency_us": None if dts is None else (ev.ts - dts) / 1000.0,
-                            "correlation_id": rid,
-                            "details": det if not again else det[:-1] + ',"already_acked":true}',
-                        },
-                    )
-                )
+            acked = self.deliveries.acknowledge(cid, L, E, in_entry, cumulative, seen)
+            ev.rows.extend(ack_rows(ev.ts, cumulative, topic, part, consumer, rid, det, acked))
 
-
-def _field_info(type_code: int) -> tuple[bool, str | None, bool]:
-    """(has request_id, the error field if any, has topic) of a command type's body."""
-    name = framing.BODY_FIELD.get(type_code)
-    fields = pb.BaseCommand.DESCRIPTOR.fields_by_name[name].message_type.fields_by_name if name else {}
-    err = "error" if "error" in fields else "error_code" if "error_code" in fields else None
-    return "request_id" in fields, err, "topic" in fields
-
-
-_FIELDS = {t: _field_info(t) for t in framing.TYPE_NAMES}
-# commands that name several topics: they fill the `topics` column
-_TOPIC_LISTS = {
-    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: ("topics",),
-    T.WATCH_TOPIC_LIST_SUCCESS: ("topic",),
-    T.WATCH_TOPIC_UPDATE: ("new_topics", "deleted_topics"),
-    T.ADD_PARTITION_TO_TXN: ("partitions",),
-}
 
 _HANDLERS = {
     T.CONNECT: PulsarConversation._on_connect,

@@ -1,4 +1,5 @@
-"""Pulsar frame layout: split a byte stream into frames and a frame into its parts.
+"""Pulsar frame layout: split a byte stream into frames (`PulsarRules`, for the shared framer)
+and a frame into its parts (`parse_frame`).
 
 Wire layout of one frame (all integers unsigned big-endian):
 
@@ -28,6 +29,7 @@ import crc32c as _crc32c
 from google.protobuf.message import DecodeError
 
 from .. import base
+from ..framer import Rules
 from .gen import pulsar_api_pb2 as pb
 
 MAGIC_CRC = 0x0E01
@@ -212,6 +214,42 @@ def sane_header(data: bytes | memoryview, pos: int) -> bool | None:
         return None
     total, cmd_size = struct.unpack_from(">II", data, pos)
     return total >= 6 and 2 <= cmd_size <= total - 4 and data[pos + HEADER] == 0x08
+
+
+class PulsarRules(Rules):
+    """Pulsar's frames for the shared framer: [total_size u32][command_size u32][BaseCommand]
+    [payload...], sizes big-endian, total_size counting what follows it; a command starts with
+    field 1 (its type)."""
+
+    head_len = hunt_len = HEADER + 2
+
+    def __init__(self, max_frame: int):
+        self.max_frame = max_frame
+
+    def size(self, buf: base.StreamBuffer) -> int | None:
+        total, cmd_size = struct.unpack_from(">II", buf.data, 0)
+        return None if cmd_size > total - 4 or total < 6 else total + 4
+
+    def credible(self, head: memoryview, size: int) -> bool | None:
+        # skip only what really looks like a frame: a damaged size must not swallow the stream
+        return plausible_header(head, 0, self.max_frame)[0]
+
+    def judge(self, data: memoryview, i: int) -> int:
+        verdict, total, _ = plausible_header(data, i, self.max_frame)
+        if verdict is False or total + 4 > base.SKIP_LIMIT_FACTOR * self.max_frame:
+            return base.NOT_A_FRAME
+        if verdict is None:
+            return base.TENTATIVE
+        end = i + 4 + total
+        if total + 4 > self.max_frame:
+            return base.CONFIRMED  # credible and oversize: recorded and skipped exactly
+        if end > len(data):
+            return base.TENTATIVE
+        return base.NOT_A_FRAME if sane_header(data, end) is False else base.CONFIRMED
+
+    def jump(self, buf: base.StreamBuffer, i: int) -> int:
+        j = buf.find(b"\x08", i + HEADER)  # the command's first byte: field 1, the type
+        return len(buf) if j < 0 else j - HEADER
 
 
 def encode_frame(

@@ -14,6 +14,7 @@ import base64
 import io
 import struct
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import cramjam
@@ -25,6 +26,7 @@ from .. import base
 from .gen import pulsar_api_pb2 as pb
 
 COMPRESSION_NAMES = {v.number: v.name for v in pb.CompressionType.DESCRIPTOR.values}
+MAX_CHUNKED = 10_000  # chunked messages reassembled at once, per connection
 _U32 = struct.Struct(">I")
 
 
@@ -232,3 +234,45 @@ class ChunkedMessage:
 
     def assemble(self) -> bytes:
         return b"".join(self.chunks[i] for i in range(self.num_chunks))
+
+
+class Reassembly:
+    """The chunked messages of one connection being put together, by (direction, producer or
+    consumer id, uuid); bounded by MAX_CHUNKED messages and by `cap` bytes of chunks held."""
+
+    def __init__(self, cap: int):
+        self.partial: OrderedDict[tuple, ChunkedMessage] = OrderedDict()
+        self.size = 0  # bytes of chunks held
+        self.cap = cap
+
+    def add(
+        self, key: tuple, md: pb.MessageMetadata, data: bytes, message_id: str | None, ts_ns: int
+    ) -> ChunkedMessage | None:
+        """Collect one chunk: its message once every chunk is in, else None."""
+        cm = self.partial.get(key)
+        if cm is None:
+            cm = ChunkedMessage(md.uuid, md.num_chunks_from_msg, md.total_chunk_msg_size, ts_ns)
+            self.partial[key] = cm
+            while len(self.partial) > MAX_CHUNKED:
+                self._drop_oldest()
+        before = cm.size
+        cm.add(md.chunk_id, data, md, message_id)
+        self.size += cm.size - before
+        if not cm.complete:
+            # bound memory: give up on the oldest partial messages
+            while self.partial and self.size > self.cap:
+                self._drop_oldest()
+            return None
+        del self.partial[key]
+        self.size -= cm.size
+        return cm
+
+    def _drop_oldest(self) -> None:
+        _k, old = self.partial.popitem(last=False)
+        self.size -= old.size
+
+    def drain(self) -> list[tuple[tuple, ChunkedMessage]]:
+        """The messages still missing chunks; none are left."""
+        out = list(self.partial.items())
+        self.partial.clear()
+        return out

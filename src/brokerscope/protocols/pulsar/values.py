@@ -1,0 +1,93 @@
+"""Decoded Pulsar values as row values: protobuf messages as plain dicts and JSON, credentials
+redacted, text columns made text; topic partitions, message ids and ack bit sets."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .. import base
+from ..base import Row
+from .gen import pulsar_api_pb2 as pb
+
+T = pb.BaseCommand
+SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
+# the command types that may carry credentials: never kept raw, their details scrubbed
+SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
+STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
+# base.to_json's encoding, with one encoder built once (json.dumps with options builds one per call)
+to_json = json.JSONEncoder(default=base._jsonable, separators=(",", ":"), ensure_ascii=False).encode
+_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
+_MASK64 = (1 << 64) - 1
+
+
+def to_dict(msg) -> dict:
+    """Every set field of a protobuf message as plain Python values (enums by name)."""
+    out: dict = {}
+    for fd, v in msg.ListFields():
+        if fd.type == fd.TYPE_MESSAGE:
+            v = [to_dict(x) for x in v] if fd.is_repeated else to_dict(v)
+        elif fd.type == fd.TYPE_ENUM:
+            ev = fd.enum_type.values_by_number
+            if fd.is_repeated:
+                v = [ev[x].name if x in ev else x for x in v]
+            else:
+                v = ev[v].name if v in ev else v
+        elif fd.is_repeated:
+            v = list(v)
+        out[fd.name] = v
+    return out
+
+
+def scrub(d):
+    """Replace secrets (auth data) anywhere in a decoded dict by their size."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k in SECRET_KEYS and isinstance(v, bytes | str):
+                d[k] = base.redacted(v)
+            else:
+                scrub(v)
+    elif isinstance(d, list):
+        for x in d:
+            scrub(x)
+    return d
+
+
+def text(v):
+    """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
+    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
+
+
+def sanitize(rows: list[Row]) -> list[Row]:
+    """The rows with their text columns (STR_COLS) made text."""
+    for _t, r in rows:
+        for c in STR_COLS:
+            v = r.get(c)
+            if v is not None and not isinstance(v, str):
+                r[c] = text(v)
+    return rows
+
+
+def partition_of(topic: str | None) -> int | None:
+    """The partition a topic name ends with (`...-partition-3`), if any."""
+    if not topic:
+        return None
+    topic = text(topic)
+    m = _PARTITION_SUFFIX.search(topic)
+    return int(m.group(1)) if m else None
+
+
+def mid_str(ledger: int, entry: int, batch_index: int) -> str:
+    """The message_id column: ledger:entry:batch_index (-1 for a message not in a batch)."""
+    return f"{ledger}:{entry}:{batch_index}"
+
+
+def bit_set(ack_set, i: int) -> bool:
+    """Bit `i` of an ack set (int64 words, least significant bit first)."""
+    w = i // 64
+    return w < len(ack_set) and bool(((ack_set[w] & _MASK64) >> (i % 64)) & 1)
+
+
+def highest_bit(ack_set) -> int:
+    """One past the highest bit set in an ack set."""
+    return max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
