@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -224,8 +225,13 @@ class StreamBuffer:
     def data(self) -> memoryview:
         return memoryview(self._buf)[self._start :]
 
-    def peek(self, n: int) -> bytes:
-        return bytes(self._buf[self._start : self._start + n])
+    def peek(self, n: int, start: int = 0) -> bytes:
+        """A copy of the pending bytes [start, n)."""
+        return bytes(self._buf[self._start + start : self._start + n])
+
+    def unpack(self, st: struct.Struct, i: int = 0) -> tuple:
+        """`st` unpacked from the pending bytes at `i` (no view, no copy)."""
+        return st.unpack_from(self._buf, self._start + i)
 
     def find(self, sub: bytes, start: int = 0) -> int:
         """Index (from the first pending byte) of `sub` at or after `start`, or -1; no copy."""

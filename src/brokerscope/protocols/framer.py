@@ -35,7 +35,7 @@ MORE = -1  # Rules.size: more bytes are needed to know the frame's size
 @dataclass(slots=True)
 class Frame:
     offset: int  # stream offset of the first byte
-    data: bytes  # the whole frame, header included
+    data: bytes  # the whole frame, header included (but for Rules.prefix_len bytes)
     ts_first: int
     ts_last: int
     in_step: bool = (
@@ -75,6 +75,7 @@ class Rules:
 
     head_len: int = 8  # fewest bytes `size` looks at
     hunt_len: int = 8  # fewest bytes a resync judgement needs
+    prefix_len: int = 0  # leading bytes (a length field) left out of Frame.data
 
     def size(self, buf: StreamBuffer) -> int | NotAFrame | None:
         """Total bytes of the frame starting at the head of `buf` (which holds at least
@@ -139,7 +140,8 @@ class Framer:
                 junk = self._take_garbage()
                 if junk is not None:
                     return junk
-            if len(b) < self.rules.head_len:
+            n = len(b)
+            if n < self.rules.head_len:
                 return None
             size = self.rules.size(b)
             if size.__class__ is not int:
@@ -159,10 +161,11 @@ class Framer:
                 if junk is not None:
                     return junk
                 continue
-            if len(b) < size:
+            if n < size:
                 return None
             off = b.offset
-            frame = Frame(off, b.peek(size), b.ts_at(off), b.ts_at(off + size - 1), self._in_step)
+            data = b.peek(size, self.rules.prefix_len)
+            frame = Frame(off, data, b.ts_at(off), b.ts_at(off + size - 1), self._in_step)
             b.consume(size)
             self._in_step = True
             return frame

@@ -116,7 +116,7 @@ class KafkaConversation(Conversation):
                 continue
             if not item.in_step:
                 self.in_step[d] = False
-            frame = item.data[4:]
+            frame = item.data  # after its size field (KafkaRules.prefix_len)
             try:
                 handle(frame, item.offset, item.ts_first, item.ts_last, out)
             except Exception as e:  # a bug or an unforeseen input: one error row, go on
@@ -130,7 +130,7 @@ class KafkaConversation(Conversation):
                         base.MALFORMED,
                         err,
                         raw,
-                        len(item.data),
+                        len(frame) + 4,
                         item.ts_first,
                         item.ts_last,
                     )

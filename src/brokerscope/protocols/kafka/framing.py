@@ -64,6 +64,7 @@ class KafkaRules(Rules):
 
     head_len = 4
     hunt_len = REQUEST_HEAD
+    prefix_len = 4  # the conversation reads a frame after its size field
 
     def __init__(self, conv: KafkaConversation, direction: str):
         self.conv, self.c2s = conv, direction == C2S
@@ -71,10 +72,10 @@ class KafkaRules(Rules):
         self.started = False  # a frame start was believed: later sizes in range need no check
 
     def size(self, buf: StreamBuffer) -> int | NotAFrame | None:
-        data = buf.data
-        size = _I32.unpack_from(data, 0)[0]
+        size = buf.unpack(_I32)[0]
         if self.started and 0 <= size <= self.max_frame:
             return 4 + size
+        data = buf.data
         verdict = self._request_start(data, size) if self.c2s else self._response_start(data, size)
         if verdict.__class__ is int and verdict > 0 and 0 <= size <= self.max_frame:
             self.started = True  # MORE is negative: not believed yet

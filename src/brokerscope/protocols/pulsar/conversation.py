@@ -113,7 +113,7 @@ class PulsarConversation(Conversation):
                 if isinstance(item, Junk):
                     rows.append(self._junk_row(direction, item))
                 else:
-                    self._frame(direction, item.data[4:], item.offset, item.ts_first, item.ts_last, rows)
+                    self._frame(direction, item.data, item.offset, item.ts_first, item.ts_last, rows)
         except Exception as e:  # never raise out of the decoder: drop what is buffered
             off, n, ts = fr.drop_all()
             rows.append(error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts))

@@ -216,18 +216,22 @@ def sane_header(data: bytes | memoryview, pos: int) -> bool | None:
     return total >= 6 and 2 <= cmd_size <= total - 4 and data[pos + HEADER] == 0x08
 
 
+_SIZES = struct.Struct(">II")  # total_size, command_size
+
+
 class PulsarRules(Rules):
     """Pulsar's frames for the shared framer: [total_size u32][command_size u32][BaseCommand]
     [payload...], sizes big-endian, total_size counting what follows it; a command starts with
     field 1 (its type)."""
 
     head_len = hunt_len = HEADER + 2
+    prefix_len = 4  # the conversation reads a frame after total_size
 
     def __init__(self, max_frame: int):
         self.max_frame = max_frame
 
     def size(self, buf: base.StreamBuffer) -> int | None:
-        total, cmd_size = struct.unpack_from(">II", buf.data, 0)
+        total, cmd_size = buf.unpack(_SIZES)
         return None if cmd_size > total - 4 or total < 6 else total + 4
 
     def credible(self, head: memoryview, size: int) -> bool | None:
