@@ -153,3 +153,29 @@ def test_a_string_field_that_is_not_utf8_is_kept_visible_not_an_internal_error()
     assert brokers == [
         {"info": "1:127.0.0.\\xff:8123", "broker_id": 1, "host": "127.0.0.\\xff", "port": 8123}
     ]
+
+
+def test_an_exception_and_a_topic_whose_strings_are_not_utf8_are_text():
+    """Every proto2 string TubeMQ sends reaches a column as text: an exception response whose name
+    and stack trace are not UTF-8 (found by fuzzing: decode_error was bytes), and a commit request
+    whose topic and group names are not (before, bytes in a string column: nulls and anomalies)."""
+    from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
+
+    from .kit import delimited, frame
+
+    exc = b"\x0a\x05Ex\xfftn" + b"\x12\x06at \xfeX1"  # exceptionName, stackTrace (fields 1, 2)
+    head = delimited(rpc.RpcConnHeader(flag=1)) + delimited(rpc.ResponseHeader(status=1))
+    body = head + bytes([len(exc)]) + exc
+    commit = brk.CommitOffsetRequestC2B(clientId="c1", topicName="t", partitionId=0, groupName="g")
+    wire = (
+        commit.SerializeToString()
+        .replace(b"\x12\x01t", b"\x12\x02t\xff")
+        .replace(b"\x22\x01g", b"\x22\x02\xfeg")
+    )
+    out = run(new_conv(), [(C2S, request(4, 3, 18, _Raw(wire))), (S2C, frame(4, body))])
+    for t, rows in out.items():
+        tables.conform(t, rows)  # no anomalies: every value fits its column
+        assert all(r.get("anomalies") is None for r in rows), t
+    req, rsp = out["commands"]
+    assert (req["topic"], req["decode_status"]) == ("t\\xff", "ok")
+    assert rsp["decode_error"] == "Ex\\xfftn: at \\xfeX1" and rsp["command"] == "consumerCommitC2B"

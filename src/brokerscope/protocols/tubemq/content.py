@@ -53,7 +53,7 @@ def parse_attributes(attr: str | None) -> list[dict]:
     return out
 
 
-def _text(s: str | bytes) -> str:
+def text(s: str | bytes) -> str:
     """A protobuf string field as text. A proto2 string that is not UTF-8 comes back from the
     parser as bytes: its bytes are kept visible (backslash escapes), never an exception."""
     return s.decode("utf-8", "backslashreplace") if isinstance(s, bytes) else s
@@ -63,7 +63,7 @@ def parse_msg_time(s: str | bytes | None) -> int | None:
     """TubeMQ msgTime `yyyyMMddHHmm` (producer's clock, taken as UTC) -> ns since the epoch."""
     if not s:
         return None
-    s = _text(s)
+    s = text(s)
     for fmt in ("%Y%m%d%H%M", "%Y%m%d%H%M%S"):
         try:
             t = _dt.datetime.strptime(s.strip(), fmt).replace(tzinfo=_dt.UTC)
@@ -82,7 +82,7 @@ def attr_value(headers: list[dict], key: str) -> str | None:
 
 def parse_broker_info(s: str | bytes) -> dict:
     """`brokerId:host:port` -> dict (unparsable parts kept as text)."""
-    s = _text(s)
+    s = text(s)
     parts = s.split(":")
     out: dict = {"info": s}
     if parts and parts[0].lstrip("-").isdigit():
@@ -101,7 +101,7 @@ def parse_topic_info(s: str | bytes, brokers: dict[int, dict] | None = None) -> 
     `topic#brokerId:partitionNum:storeNum[,brokerId:partitionNum:storeNum...][#maxMsgSizeInB]`.
     `brokers` (broker id -> parse_broker_info of the same response's brokerInfos) adds host/port.
     """
-    s = _text(s)
+    s = text(s)
     out: dict = {"info": s}
     seg = s.strip().split("#")
     if len(seg) < 2:
@@ -130,7 +130,7 @@ def parse_topic_info(s: str | bytes, brokers: dict[int, dict] | None = None) -> 
 def parse_subscribe_info(s: str | bytes) -> dict:
     """`consumerId@group#brokerId:host:port#topic:partitionId` (TubeMQ writes `#` or `-` between
     the three parts) -> dict."""
-    s = _text(s)
+    s = text(s)
     out: dict = {"info": s}
     sep = "#" if "#" in s else "-"
     parts = s.rsplit(sep, 2)

@@ -36,7 +36,7 @@ from . import rows as build
 from . import rpc
 from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
 from .framing import TubeFrame, TubeRules, header_info, read_frame
-from .rows import M_COMMIT, Pending, field
+from .rows import M_COMMIT, Pending, field, strings
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
@@ -206,7 +206,7 @@ class TubeMQConversation(Conversation):
             partition = field(msg, "partitionId")
             client_id = field(msg, "clientId") or field(msg, "brokerId")
             group = field(msg, "groupName")
-            topics = list(getattr(msg, "topicList", []) or [])
+            topics = strings(msg, "topicList")
             if topics:
                 row["topics"] = topics
             if mid == M_CONSUMER_REGISTER_B:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf.descriptor import FieldDescriptor
+
 from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
-from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
+from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload, text
 from .framing import TubeFrame
 
 M_COMMIT = 18  # consumerCommitC2B
@@ -208,11 +210,22 @@ def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None)
 
 
 def field(msg, name: str):
-    """msg.name if the message has that field and it is set, else None."""
+    """msg.name if the message has that field and it is set, else None; a string field as text
+    even when its bytes are not UTF-8 (content.text)."""
     try:
-        return getattr(msg, name) if msg.HasField(name) else None
+        v = getattr(msg, name) if msg.HasField(name) else None
     except ValueError:  # no such field (or repeated)
         return None
+    return text(v) if v.__class__ is bytes and _is_string(msg, name) else v
+
+
+def strings(msg, name: str) -> list[str]:
+    """A repeated string field as text (content.text), [] when the message has no such field."""
+    return [text(v) for v in getattr(msg, name, None) or ()]
+
+
+def _is_string(msg, name: str) -> bool:
+    return msg.DESCRIPTOR.fields_by_name[name].type == FieldDescriptor.TYPE_STRING
 
 
 def ipv4(v: int | None) -> str | None:

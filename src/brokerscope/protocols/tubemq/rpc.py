@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 
 from .. import base
 from ..schema import MessagePool
+from .content import text
 from .gen import tubemq_broker_pb2 as brk
 from .gen import tubemq_master_pb2 as mst
 from .gen import tubemq_rpc_pb2 as rpc
@@ -193,8 +194,9 @@ def decode_envelope(data: bytes) -> Envelope:
             env.body = rb.data if rb.HasField("data") else None
         else:
             ex, pos = read_delimited(data, pos, rpc.RspExceptionBody)
-            env.exception_name = ex.exceptionName if ex.HasField("exceptionName") else None
-            env.stack_trace = ex.stackTrace if ex.HasField("stackTrace") else None
+            # proto2 strings: bytes when they are not UTF-8 (content.text keeps them visible)
+            env.exception_name = text(ex.exceptionName) if ex.HasField("exceptionName") else None
+            env.stack_trace = text(ex.stackTrace) if ex.HasField("stackTrace") else None
     env.trailing = len(data) - pos
     return env
 
