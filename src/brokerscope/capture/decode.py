@@ -283,6 +283,7 @@ class PacketDecoder:
     # -- network layer --------------------------------------------------------------------------
     def ip4(self, buf, off, end, wire, ts, rec):
         """IPv4 (options skipped by IHL); fragments go to reassembly, never to TCP parsing."""
+        # long on purpose: it runs per packet, with the TCP parse inlined (bench/read_bench.py)
         # fast path: IHL 5, TCP, not a fragment, IPv4 + TCP base headers captured: one unpack
         if end - off >= 40 and buf[off] == 0x45 and buf[off + 9] == 6:
             total, ff, src, dst, sport, dport, seq, ack, doff, flags, win = _V4TCP(buf, off)

@@ -289,6 +289,8 @@ def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None, slack: 
 
 
 def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+    # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
+    # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
     if len(buf) < 24:
         dec.error("file shorter than the pcap global header")
@@ -613,6 +615,8 @@ class _FixedWindow:
 
 
 def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+    # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
+    # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
     L = len(buf)
     od = _shb_order(buf, 0, L)
