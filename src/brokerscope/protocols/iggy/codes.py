@@ -89,8 +89,7 @@ class Layout:
         return dict(zip(self.names, self.struct.unpack_from(buf, pos)))
 
 
-def read_layout(layout: Layout, buf, pos: int = 0) -> dict:
-    return layout.read(buf, pos)
+read_layout = Layout.read  # read_layout(LAYOUT, buf, pos): the fields as a dict
 
 
 # The length-prefixed framings' headers, little-endian: {name: (offset, struct format)}.

@@ -57,12 +57,19 @@ def plausible_request(buf, pos: int, max_len: int) -> bool:
     return 4 <= length <= max_len and code in COMMANDS
 
 
-def plausible_vsr(buf, pos: int = 0) -> bool:
-    """A VSR header at pos: a size that holds the header and a known command."""
+def vsr_size(buf, pos: int = 0) -> int:
+    """The frame size of a plausible VSR header at pos (a size that holds the header and a known
+    command), else 0."""
     if len(buf) - pos < 64:
-        return False
+        return 0
     h = read_layout(VSR_COMMON, buf, pos)
-    return h["size"] >= VSR_HEADER_LEN and h["command"] in VSR_COMMANDS and 0 < h["command"]
+    ok = h["size"] >= VSR_HEADER_LEN and h["command"] in VSR_COMMANDS and 0 < h["command"]
+    return h["size"] if ok else 0
+
+
+def plausible_vsr(buf, pos: int = 0) -> bool:
+    """A VSR header at pos (vsr_size)."""
+    return vsr_size(buf, pos) > 0
 
 
 def decodes_as_request(code: int, payload) -> bool:
@@ -119,18 +126,16 @@ class IggyRules(Rules):
     hunt_len = head_len
 
     def size(self, buf: StreamBuffer) -> int | None:
-        conv, head = self.conv, buf.data
+        conv = self.conv
         if conv.mode == VSR:
-            return read_layout(VSR_COMMON, head)["size"] if plausible_vsr(head) else None
+            return vsr_size(buf.data) or None
         if self.direction == C2S:
-            h = read_layout(REQUEST_HEADER, head)
-            length, code = h["length"], h["code"]
+            length, code = buf.unpack(REQUEST_HEADER.struct)  # the layout's fields, in order
             min_len = 12 if conv.mode == REQID else 4
             if length < min_len or (code not in COMMANDS and (code > 10_000 or length > conv.max_frame)):
                 return None
             return 4 + length
-        h = read_layout(RESPONSE_HEADER, head)
-        status, length = h["status"], h["length"]
+        status, length = buf.unpack(RESPONSE_HEADER.struct)
         if status >= MAX_STATUS or (conv.mode == REQID and length < 8):
             return None
         return 8 + length

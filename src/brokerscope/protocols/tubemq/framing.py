@@ -109,12 +109,12 @@ class TubeRules(Rules):
         data = buf.data
         n = len(data)
         if buf.offset != self._at:
-            head = bytes(data[:4])
-            if head != TOKEN[: len(head)]:
-                return NotAFrame(NOT_TOKEN)
             if n < HEADER_LEN:
-                return MORE
-            _, serial, list_size = _HDR.unpack_from(data, 0)
+                head = bytes(data[:4])
+                return MORE if head == TOKEN[: len(head)] else NotAFrame(NOT_TOKEN)
+            token, serial, list_size = buf.unpack(_HDR)
+            if token != TOKEN:
+                return NotAFrame(NOT_TOKEN)
             if list_size <= 0 or list_size > self.max_list:
                 info = {"serial": serial, "list_size": list_size}
                 return NotAFrame(f"list size {list_size} outside 1..{self.max_list}", info=info, passed=4)
