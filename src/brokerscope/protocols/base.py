@@ -19,6 +19,7 @@ Rules every decoder follows:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -432,12 +433,19 @@ load_errors: dict[str, str] = {}
 
 
 def _package_names() -> list[str]:
-    import pkgutil
-
     from .. import protocols as pkg
 
-    found = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg)
-    return [n for n in BUILTIN if n in found] + [n for n in found if n not in BUILTIN]
+    return list(_packages_in(tuple(pkg.__path__)))
+
+
+@functools.lru_cache(maxsize=8)
+def _packages_in(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The protocol packages on `path`, built-in ones first (listed once per process: every
+    decode task asks)."""
+    import pkgutil
+
+    found = sorted(m.name for m in pkgutil.iter_modules(list(path)) if m.ispkg)
+    return tuple([n for n in BUILTIN if n in found] + [n for n in found if n not in BUILTIN])
 
 
 def register(proto: Protocol) -> Protocol:
