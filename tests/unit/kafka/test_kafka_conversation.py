@@ -664,3 +664,18 @@ def test_sensitive_config_values_are_redacted():
     incr = json.loads(rows["commands"][1]["details"])["Resources"][0]["Configs"]
     assert incr[0]["Value"] == f"<redacted {len(jaas)} bytes>" and incr[1]["Value"] == "48"
     assert all("hunter2" not in c["details"] for c in rows["commands"])
+
+
+def test_a_client_id_and_topic_that_are_not_utf8_keep_their_bytes_visible():
+    """A string that is not UTF-8 becomes text with the bad bytes escaped (as in TubeMQ and
+    Pulsar), so the original bytes can be read back; U+FFFD would lose them."""
+    from .test_kafka_inference import metadata_v2_request
+
+    req = bytearray(metadata_v2_request(7))
+    req[12:17] = b"\x00\x03k\xe9t"  # client id b"k\xe9t"
+    req[-1:] = b"\xff"  # topic b"\xff"
+    # after a first request (a first frame must have a printable client id to be believed)
+    out = Driver().c2s(metadata_v2_request(6)).c2s(bytes(req)).close()
+    cmd = out["commands"][1]
+    assert (cmd["client_id"], cmd["topic"], cmd["decode_status"]) == ("k\\xe9t", "\\xff", "ok")
+    assert cmd["anomalies"] is None

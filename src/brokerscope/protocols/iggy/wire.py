@@ -212,7 +212,7 @@ def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
             raise DecodeError(f"header kind {kind}")
         value = r.bytes(r.u32())
         if key_kind in (None, 1, 2):
-            key_text = key.decode("utf-8", "replace")
+            key_text = key.decode("utf-8", "backslashreplace")
         else:  # a typed non-string key: its value rendered as text
             key_text = str(header_value(key_kind, key))
         h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}

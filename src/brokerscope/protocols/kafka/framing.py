@@ -139,7 +139,7 @@ class KafkaRules(Rules):
             if conf < 2 or conv.last_corr is None or not 0 < corr - conv.last_corr <= CORR_WINDOW:
                 return False
             at = i + REQUEST_HEAD
-            cid = bytes(data[at : at + clen]).decode("utf-8", "replace") if clen >= 0 else None
+            cid = bytes(data[at : at + clen]).decode("utf-8", "backslashreplace") if clen >= 0 else None
             return conv.client_id is None or cid == conv.client_id
         if conf == 2:
             frame = bytes(data[i + 4 : end])

@@ -395,7 +395,7 @@ def _read_records(body: bytes, count: int, base_offset: int, base_ts: int, recs:
                 for _h in range(nh):
                     hk, p = _varbytes(body, p)
                     hv, p = _varbytes(body, p)
-                    headers.append(((hk or b"").decode("utf-8", errors="replace"), hv))
+                    headers.append(((hk or b"").decode("utf-8", errors="backslashreplace"), hv))
             if p != rend:
                 raise RecordError(f"record length {rlen} does not match its fields")
             recs.append(Record(base_offset + off_delta, off_delta, base_ts + ts_delta, key, value, headers))

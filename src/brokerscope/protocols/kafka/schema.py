@@ -287,7 +287,7 @@ def _blob_reader(length: Callable, nullable: bool, as_text: bool) -> Reader:
             raise Truncated(f"length {n} runs past the end")
         b = bytes(buf[pos:end])
         if as_text:
-            return b.decode("utf-8", errors="replace"), end
+            return b.decode("utf-8", errors="backslashreplace"), end
         return b, end
 
     return r

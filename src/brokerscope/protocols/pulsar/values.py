@@ -55,7 +55,7 @@ def scrub(d):
 
 def text(v):
     """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
-    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else v
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes | bytearray) else v
 
 
 def sanitize(rows: list[Row]) -> list[Row]:

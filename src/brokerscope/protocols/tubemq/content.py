@@ -36,7 +36,7 @@ def split_payload(data: bytes, flag: int | None) -> tuple[str | None, bytes, str
     n = int.from_bytes(data[:4], "big", signed=True)
     if n < 0 or n > len(data) - 4:
         return None, data, f"attribute length {n} outside 0..{len(data) - 4}"
-    attr = data[4 : 4 + n].decode("utf-8", errors="replace")
+    attr = data[4 : 4 + n].decode("utf-8", errors="backslashreplace")
     return attr, data[4 + n :], None
 
 
@@ -76,7 +76,7 @@ def parse_msg_time(s: str | bytes | None) -> int | None:
 def attr_value(headers: list[dict], key: str) -> str | None:
     for h in headers:
         if h["key"] == key:
-            return h["value"].decode("utf-8", errors="replace")
+            return h["value"].decode("utf-8", errors="backslashreplace")
     return None
 
 
