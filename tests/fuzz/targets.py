@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from brokerscope import tables
 from brokerscope.protocols import base
+from brokerscope.tcp import reassembly
 
 T0 = 1_700_000_000_000_000_000  # capture time of the first call, ns
 DT = (1_000, 0, 1_000_000, 2_000_000_000)  # time steps between calls (op bits 2-3)
@@ -462,16 +463,7 @@ def verify(conn, state: dict) -> None:
         d = conn.direction(from_lo)
         r = d.reasm
         s = state[from_lo]
-        for name in (
-            "delivered_bytes",
-            "retransmitted_bytes",
-            "out_of_order",
-            "gap_count",
-            "gap_bytes",
-            "keepalives",
-            "zero_window_probes",
-            "buffered_bytes",
-        ):
+        for name in (*reassembly.COUNTERS, "buffered_bytes"):
             v = getattr(r, name)
             check(v >= 0, f"negative counter {name}", str(v))
         for name in ("packets", "payload_bytes", "frame_bytes", "snap_truncated_packets"):

@@ -124,9 +124,7 @@ class Framer:
         b = self.buf
         while True:
             if self.skip:
-                n = min(self.skip, len(b))
-                b.consume(n)
-                self.skip -= n
+                self._drop_skipped()
                 if self.skip:
                     return None
             if self.resync:
@@ -175,10 +173,7 @@ class Framer:
         Returns the junk known now (a resync's gap record comes from `next` or `close` once its
         end is known) and whether the gap fell inside an oversize frame being skipped."""
         b = self.buf
-        if self.skip and len(b):  # bytes of the frame being skipped that next() has not dropped
-            n = min(self.skip, len(b))
-            b.consume(n)
-            self.skip -= n
+        self._drop_skipped()  # bytes of the frame being skipped that next() has not dropped
         pending = len(b)
         if self.skip and not pending:
             if nbytes <= self.skip:
@@ -203,8 +198,9 @@ class Framer:
         if g is not None and g.status == GAP:
             g.size += pending + nbytes  # a second gap while hunting: the same record grows
         else:
-            if g is not None:
-                out.append(self._take_garbage())
+            closed = self._take_garbage()
+            if closed is not None:
+                out.append(closed)
             head = b.peek(HEAD_KEPT) if pending and not self.resync else b""
             if pending:
                 reason = f"frame cut by a capture gap of {nbytes} bytes"
@@ -216,7 +212,7 @@ class Framer:
         self._garbage.ts_last = ts_ns
         b.skip(nbytes)
         self._lose_step()
-        return [j for j in out if j is not None], False
+        return out, False
 
     def close(self) -> list[Junk]:
         """The connection ended: the bytes a resync was passing over (up to a credible frame
@@ -251,6 +247,12 @@ class Framer:
         return off, n, b.last_ts
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _drop_skipped(self) -> None:
+        """Drop the buffered bytes of the frame being skipped."""
+        n = min(self.skip, len(self.buf))
+        self.buf.consume(n)
+        self.skip -= n
 
     def _lose_step(self) -> None:
         self.resync = True

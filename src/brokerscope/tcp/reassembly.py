@@ -41,6 +41,18 @@ _SYN_FIN = SYN | FIN
 _SYN_FIN_RST = SYN | FIN | RST
 
 
+# the counters a direction's reassembly keeps (see Reassembler's docstring), all non-negative
+COUNTERS = (
+    "delivered_bytes",
+    "retransmitted_bytes",
+    "out_of_order",
+    "gap_count",
+    "gap_bytes",
+    "keepalives",
+    "zero_window_probes",
+)
+
+
 class Reassembler:
     """One direction of a connection: segments in, ("data"/"gap", ...) events out, in stream order.
 
@@ -77,13 +89,7 @@ class Reassembler:
         "fin_done",
         "_fin_ts",
         "peer_window_zero",
-        "delivered_bytes",
-        "retransmitted_bytes",
-        "out_of_order",
-        "gap_count",
-        "gap_bytes",
-        "keepalives",
-        "zero_window_probes",
+        *COUNTERS,
     )
 
     def __init__(

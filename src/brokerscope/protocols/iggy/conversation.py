@@ -233,13 +233,7 @@ class IggyConversation(Conversation):
         row.update(command=name or f"VSR_OP_{operation}", command_code=code, correlation_id=request)
         pend = new_request(code, row["command"], request, ts1)
         if code is None:
-            row.update(
-                decode_status=base.UNKNOWN_COMMAND,
-                decode_error=f"VSR operation {operation}",
-                details=base.to_json(d),
-            )
-            rows.append(("commands", row))
-            self.pending.add(pend)
+            self._unknown_request(row, f"VSR operation {operation}", d, pend, rows)
             return
         body, header = frame[VSR_HEADER_LEN:], frame[:VSR_HEADER_LEN]
         self._emit_request(code, name, body, header, row, pend, d, ts1, rows, secret=secret, decoder=decoder)
@@ -283,6 +277,12 @@ class IggyConversation(Conversation):
     # -----------------------------------------------------------------------------------------
     # payloads, whatever the framing
 
+    def _unknown_request(self, row: dict, why: str, details: dict, pend, rows: list[Row]) -> None:
+        """A request of no known command: its row, and its place in pairing."""
+        row.update(decode_status=base.UNKNOWN_COMMAND, decode_error=why, details=base.to_json(details))
+        rows.append(("commands", row))
+        self.pending.add(pend)
+
     def _emit_request(
         self,
         code: int,
@@ -299,13 +299,7 @@ class IggyConversation(Conversation):
     ) -> None:
         """Decode a request payload into its commands row (+ produce rows) and remember it."""
         if name is None:
-            row.update(
-                decode_status=base.UNKNOWN_COMMAND,
-                decode_error=f"unknown code {code}",
-                details=base.to_json(details),
-            )
-            rows.append(("commands", row))
-            self.pending.add(pend)
+            self._unknown_request(row, f"unknown code {code}", details, pend, rows)
             return
         try:
             fields = decoder(payload) if decoder else decode_request(code, payload)

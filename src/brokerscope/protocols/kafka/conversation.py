@@ -149,8 +149,7 @@ class KafkaConversation(Conversation):
                 extra = self._gap_header(d, head[:12], j.ts_first, out)
         elif j.status == base.TRUNCATED and self._typed_head(d, head[4:12]):
             raw = head[: self.ctx.max_raw_bytes]
-        if "raw" in extra:
-            raw = extra.pop("raw")
+        raw = extra.pop("raw", raw)
         out.append(
             rows.error_row(
                 self.ctx, d, j.offset, j.status, j.reason, raw, j.size, j.ts_first, j.ts_last, **extra

@@ -51,26 +51,26 @@ class TubeFrame:
     ts_last: int
 
 
-def blocks(data: bytes | memoryview) -> tuple[list[int], int]:
-    """The lengths of the whole blocks in `data` (a frame's first bytes), and the offset where
-    the next block's length field starts."""
+def blocks(data: bytes | memoryview) -> list[tuple[int, int]]:
+    """(offset of the data, length) of each whole block in `data` (a frame's first bytes)."""
     list_size = _HDR.unpack_from(data, 0)[2]
-    sizes, pos, n = [], HEADER_LEN, len(data)
-    while len(sizes) < list_size and pos + 4 <= n:
+    out, pos, n = [], HEADER_LEN, len(data)
+    while len(out) < list_size and pos + 4 <= n:
         length = _LEN.unpack_from(data, pos)[0]
         if pos + 4 + length > n:
             break
-        sizes.append(length)
+        out.append((pos + 4, length))
         pos += 4 + length
-    return sizes, pos
+    return out
 
 
 def read_frame(f: Frame) -> TubeFrame:
     """The header and blocks of a whole frame the rules sized."""
     data = f.data
     serial = _HDR.unpack_from(data, 0)[1]
-    sizes, _ = blocks(data)
-    body = b"".join(data[p + 4 : p + 4 + n] for p, n in zip(_starts(sizes), sizes, strict=True))
+    parts = blocks(data)
+    body = b"".join(data[p : p + n] for p, n in parts)
+    sizes = [n for _, n in parts]
     return TubeFrame(f.offset, len(data), serial, sizes, body, data, f.ts_first, f.ts_last)
 
 
@@ -79,15 +79,7 @@ def header_info(head: bytes) -> dict:
     if len(head) < HEADER_LEN or head[:4] != TOKEN:
         return {}
     _, serial, list_size = _HDR.unpack_from(head, 0)
-    return {"serial": serial, "list_size": list_size, "blocks_complete": len(blocks(head)[0])}
-
-
-def _starts(sizes: list[int]) -> list[int]:
-    out, p = [], HEADER_LEN
-    for n in sizes:
-        out.append(p)
-        p += 4 + n
-    return out
+    return {"serial": serial, "list_size": list_size, "blocks_complete": len(blocks(head))}
 
 
 class TubeRules(Rules):
