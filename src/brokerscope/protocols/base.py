@@ -415,6 +415,13 @@ def to_json(obj) -> str:
     return _ENCODER.encode(obj)
 
 
+def text(v):
+    """A protocol string as text: bytes that are not UTF-8 (python's protobuf hands a proto2 string
+    over as bytes then) keep their bad bytes escaped (`\\xe9`), so the wire bytes can be read
+    back; anything else is returned as it is."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes | bytearray) else v
+
+
 def redacted(data: bytes | str | None) -> str | None:
     """What a secret becomes in a table: its size only."""
     if data is None:

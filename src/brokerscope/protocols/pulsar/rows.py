@@ -9,14 +9,14 @@ from __future__ import annotations
 import struct
 
 from .. import base
-from ..base import Context, Row
+from ..base import Context, Row, text
 from ..framer import Junk
 from . import framing
 from .framing import HEADER, ParsedFrame
 from .gen import pulsar_api_pb2 as pb
 from .messages import COMPRESSION_NAMES, ChunkedMessage, PayloadError, Single, expand, is_batch, key_bytes
 from .pairing import PendingSend
-from .values import mid_str, partition_of, scrub, text, to_dict, to_json
+from .values import mid_str, partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
 CHUNK_INCOMPLETE = "chunk_incomplete"

@@ -7,7 +7,7 @@ import json
 import re
 
 from .. import base
-from ..base import Row
+from ..base import Row, text
 from .gen import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
@@ -51,11 +51,6 @@ def scrub(d):
         for x in d:
             scrub(x)
     return d
-
-
-def text(v):
-    """protobuf hands back bytes for a proto2 string that is not valid UTF-8: make it text."""
-    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes | bytearray) else v
 
 
 def sanitize(rows: list[Row]) -> list[Row]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as _dt
 import zlib
 
+from ..base import text
+
 FLAG_HAS_ATTRIBUTE = 0x01  # TransferedMessage / SendMessageRequestP2B flag bit: data starts with attributes
 
 
@@ -51,12 +53,6 @@ def parse_attributes(attr: str | None) -> list[dict]:
         k, sep, v = item.partition("=")
         out.append({"key": k, "value": v.encode("utf-8") if sep else b""})
     return out
-
-
-def text(s: str | bytes) -> str:
-    """A protobuf string field as text. A proto2 string that is not UTF-8 comes back from the
-    parser as bytes: its bytes are kept visible (backslash escapes), never an exception."""
-    return s.decode("utf-8", "backslashreplace") if isinstance(s, bytes) else s
 
 
 def parse_msg_time(s: str | bytes | None) -> int | None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
-from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload, text
+from ..base import MALFORMED, OK, PayloadPolicy, Row, text, to_json
+from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
 from .framing import TubeFrame
 
 M_COMMIT = 18  # consumerCommitC2B

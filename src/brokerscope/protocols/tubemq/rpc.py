@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError, Message
 
 from .. import base
+from ..base import text
 from ..schema import MessagePool
-from .content import text
 from .gen import tubemq_broker_pb2 as brk
 from .gen import tubemq_master_pb2 as mst
 from .gen import tubemq_rpc_pb2 as rpc
