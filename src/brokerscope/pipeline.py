@@ -163,14 +163,18 @@ def _read_splits_fn(
     return read
 
 
-def _table_batches(rows: Iterator[tuple[str, dict]]) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """Group (table, row) pairs into conformed batches of at most ROWS_PER_BATCH rows."""
-    pending: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
+def _table_batches(rows: Iterator[tuple[str, dict | tables.Block]]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Group (table, row) pairs into conformed batches of about ROWS_PER_BATCH rows (a block is
+    never cut)."""
+    pending: dict[str, list] = {t: [] for t in tables.DECODED_TABLES}
+    count = dict.fromkeys(tables.DECODED_TABLES, 0)
     for t, row in rows:
         pending[t].append(row)
-        if len(pending[t]) >= ROWS_PER_BATCH:
+        count[t] += len(row) if isinstance(row, tables.Block) else 1
+        if count[t] >= ROWS_PER_BATCH:
             yield t, tables.conform(t, pending[t])
             pending[t] = []
+            count[t] = 0
     for t in tables.DECODED_TABLES:
         if pending[t]:
             yield t, tables.conform(t, pending[t])

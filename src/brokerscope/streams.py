@@ -212,13 +212,25 @@ class _Conn:
                 self.drv.topic_names[row["topic_id"]] = row["topic"]
                 continue
             if table == "commands":
-                if row.get("decode_status", base.OK) == base.OK:
+                if isinstance(row, tables.Block):
+                    given = "decode_status" in row.cols or "decode_status" in row.const
+                    ok = row.column("decode_status").count(base.OK) if given else row.n
+                    self.frames_ok += ok
+                    self.frames_failed += row.n - ok
+                elif row.get("decode_status", base.OK) == base.OK:
                     self.frames_ok += 1
                 else:
                     self.frames_failed += 1
             yield table, self._fill(row)
 
-    def _fill(self, row: dict) -> dict:
+    def _fill(self, row: dict | tables.Block) -> dict | tables.Block:
+        if isinstance(row, tables.Block):
+            row.const.update(self.shared)
+            if "ts_ns" in row.cols:
+                row.cols["capture_id"] = [self._capture_at(t) for t in row.column("ts_ns")]
+            else:
+                row.const["capture_id"] = self._capture_at(row.const.get("ts_ns"))
+            return row
         row.update(self.shared)
         row["capture_id"] = self._capture_at(row.get("ts_ns"))
         return row

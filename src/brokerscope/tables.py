@@ -194,26 +194,78 @@ _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
 _NON_NEGATIVE = {"latencies": ("latency_us",), "acks": ("ack_latency_us",)}
 
 
-def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
-    """Build an Arrow batch of `table` from dict rows.
+class Block:
+    """Rows of one table held as columns: the decoders' fast path for many rows at once (a Kafka
+    record batch). `cols` maps a column (or an `X_ns` key) to `n` values, as a list or an Arrow
+    array; `const` maps one to the value every row has. `conform` takes blocks among dict rows."""
+
+    __slots__ = ("n", "cols", "const")
+
+    def __init__(self, n: int, cols: dict | None = None, const: dict | None = None):
+        self.n = n
+        self.cols: dict[str, list | pa.Array] = cols or {}
+        self.const: dict = const or {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def column(self, name: str) -> list:
+        """The values of `name`, one per row, as Python values."""
+        if name in self.cols:
+            v = self.cols[name]
+            return v.to_pylist() if isinstance(v, pa.Array) else list(v)
+        return [self.const.get(name)] * self.n
+
+    def rows(self) -> list[dict]:
+        """The block as dict rows (tests, tools): every key it has, on every row."""
+        names = [*self.cols, *(k for k in self.const if k not in self.cols)]
+        columns = [self.column(k) for k in names]
+        return [dict(zip(names, vals)) for vals in zip(*columns)] if self.n else []
+
+    def take(self, idx: list[int]) -> Block:
+        """The rows at positions `idx`, in that order."""
+        cols = {
+            k: v.take(pa.array(idx, pa.int64())) if isinstance(v, pa.Array) else [v[i] for i in idx]
+            for k, v in self.cols.items()
+        }
+        return Block(len(idx), cols, dict(self.const))
+
+
+def as_dicts(rows: Iterable[Mapping | Block]) -> list[dict]:
+    """Rows with every block spread into dict rows."""
+    out: list = []
+    for r in rows:
+        if isinstance(r, Block):
+            out.extend(r.rows())
+        else:
+            out.append(r)
+    return out
+
+
+def row_count(rows: Iterable[Mapping | Block]) -> int:
+    return sum(len(r) if isinstance(r, Block) else 1 for r in rows)
+
+
+def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
+    """Build an Arrow batch of `table` from dict rows and `Block`s, in their order.
 
     Every timestamp column `X` may be given as integer nanoseconds under the key `X_ns` (`ts_ns`,
     `ts_end_ns`, `request_ts_ns`, `message_ts_ns`, ...): where `X_ns` is itself a column it is kept,
     and `X` is derived from it. `date` defaults to the UTC date of `ts_ns` (1970-01-01 without
-    one). Unknown keys are an error (a typo would otherwise silently drop data). Column-wise, so
-    the cost is one list comprehension per column that occurs in the rows.
+    one). Unknown keys are an error (a typo would otherwise silently drop data). Column-wise: dict
+    rows cost one list comprehension per column that occurs in them, a block's columns none.
 
     A value that does not fit its column never fails the batch: it becomes null and the row's
     `anomalies` says which column held what and why (values are kept as found, a timestamp in the
     wrong unit is not reinterpreted). Good columns take one conversion; only a column that fails
     is converted value by value.
     """
-    rows = rows if isinstance(rows, list) else list(rows)
+    runs = _runs(rows if isinstance(rows, list) else list(rows))
     sch = schema(table)
-    n = len(rows)
+    n = sum(r[0] for r in runs)
     keys: set = set()
-    for r in rows:
-        keys.update(r)
+    for _n, cols, const in runs:
+        keys.update(cols, const)
     unknown = keys - set(sch.names) - {f"{f.name}_ns" for f in sch if pa.types.is_timestamp(f.type)}
     if unknown:
         raise KeyError(f"{table}: unknown column(s) {sorted(unknown)}")
@@ -224,29 +276,114 @@ def conform(table: str, rows: Iterable[Mapping]) -> pa.RecordBatch:
         if name == "anomalies":
             arrays.append(None)  # filled last
         elif pa.types.is_timestamp(f.type):
-            arrays.append(_timestamps(rows, name, keys, f.type, bad))
+            arrays.append(_timestamps(runs, n, name, keys, f.type, bad))
         elif name == "date" and name not in keys:
-            arrays.append(_dates(rows, keys))
+            arrays.append(_dates(runs, n, keys))
         elif name in keys:
-            arrays.append(_values([r.get(name) for r in rows], name, f.type, bad))
+            arrays.append(_column(runs, name, f.type, bad))
         else:
             arrays.append(pa.nulls(n, type=f.type))
     for name in _NON_NEGATIVE.get(table, ()):
         i = sch.get_field_index(name)
         arrays[i] = _non_negative(arrays[i], name, bad)
     if "anomalies" in sch.names:
-        given = [r.get("anomalies") for r in rows] if "anomalies" in keys else [None] * n
-        for i, found in bad.items():  # a ts_ns that overflows is reported once, not for ts too
-            given[i] = list(dict.fromkeys([*(given[i] or []), *found]))
-        arrays[sch.get_field_index("anomalies")] = pa.array(given, type=ANOMALIES.type)
+        i = sch.get_field_index("anomalies")
+        if bad:
+            given = list(_gather(runs, "anomalies")) if "anomalies" in keys else [None] * n
+            for r, found in bad.items():  # a ts_ns that overflows is reported once, not for ts too
+                given[r] = list(dict.fromkeys([*(given[r] or []), *found]))
+            arrays[i] = pa.array(given, type=ANOMALIES.type)
+        elif "anomalies" in keys:
+            arrays[i] = _column(runs, "anomalies", ANOMALIES.type, bad)
+        else:
+            arrays[i] = pa.nulls(n, type=ANOMALIES.type)
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
+
+
+Run = tuple[int, dict, dict]  # rows, columns (lists or arrays), constants
+
+
+def _runs(rows: list) -> list[Run]:
+    """Consecutive dict rows as one run of columns; each block a run of its own."""
+    runs: list[Run] = []
+    i = 0
+    while i < len(rows):
+        if isinstance(rows[i], Block):
+            b = rows[i]
+            runs.append((b.n, b.cols, b.const))
+            i += 1
+            continue
+        j = i
+        while j < len(rows) and not isinstance(rows[j], Block):
+            j += 1
+        part = rows[i:j] if i or j < len(rows) else rows
+        keys: set = set()
+        for r in part:
+            keys.update(r)
+        runs.append((len(part), {k: [r.get(k) for r in part] for k in keys}, {}))
+        i = j
+    return runs
+
+
+def _gather(runs: list[Run], name: str, convert=None) -> list:
+    """The values of `name` over every run, as one Python list."""
+    if len(runs) == 1 and name in runs[0][1] and not isinstance(runs[0][1][name], pa.Array) and not convert:
+        return runs[0][1][name]
+    out: list = []
+    for n, cols, const in runs:
+        v = cols.get(name)
+        if v is None:
+            out.extend([const.get(name)] * n)
+        elif isinstance(v, pa.Array):
+            out.extend(v.to_pylist())
+        else:
+            out.extend(v)
+    return [convert(v) for v in out] if convert else out
+
+
+def _column(
+    runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None
+) -> pa.Array:
+    """Column `name` as an array of `typ`: Arrow columns of blocks as they are, every other stretch
+    of runs converted in one step (value by value only where that fails)."""
+    if not any(isinstance(cols.get(name), pa.Array) for _n, cols, _c in runs):
+        return _values(_gather(runs, name, convert), name, typ, bad)
+    chunks: list[pa.Array] = []
+    start = 0
+    pending: list[Run] = []
+    at = 0
+    for run in [*runs, None]:
+        arr = None if run is None else run[1].get(name)
+        if run is None or isinstance(arr, pa.Array):
+            if pending:
+                chunks.append(_values(_gather(pending, name, convert), name, typ, bad, start))
+                pending = []
+            if run is not None:
+                chunks.append(_typed(arr, name, typ, bad, at))
+                at += run[0]
+                start = at
+            continue
+        pending.append(run)
+        at += run[0]
+    return pa.concat_arrays(chunks)
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
-def _values(vals: list, name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
-    """`vals` as an array of `typ`; a value that does not convert is null and noted in `bad`."""
+def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:
+    """A block's Arrow column as `typ`; one that does not cast goes value by value."""
+    if arr.type == typ:
+        return arr
+    try:
+        return arr.cast(typ)
+    except _CONVERSION_ERRORS:
+        return _values(arr.to_pylist(), name, typ, bad, start)
+
+
+def _values(vals: list, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int = 0) -> pa.Array:
+    """`vals` as an array of `typ`; a value that does not convert is null and noted in `bad` (by
+    row index, `vals[0]` being row `start`)."""
     try:
         return pa.array(vals, type=typ)
     except _CONVERSION_ERRORS:
@@ -258,7 +395,7 @@ def _values(vals: list, name: str, typ: pa.DataType, bad: dict[int, list[str]]) 
             out.append(v)
         except _CONVERSION_ERRORS as e:
             out.append(None)
-            bad.setdefault(i, []).append(_anomaly(name, v, _why(v, typ, e)))
+            bad.setdefault(start + i, []).append(_anomaly(name, v, _why(v, typ, e)))
     return pa.array(out, type=typ)
 
 
@@ -289,20 +426,20 @@ def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Arr
 
 
 def _timestamps(
-    rows: list[Mapping], name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]]
+    runs: list[Run], n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]]
 ) -> pa.Array:
     ns_key = f"{name}_ns"
     from_ns = None
     if ns_key in keys:  # checked as found, whatever else the batch holds
-        from_ns = pc.divide(_values([r.get(ns_key) for r in rows], ns_key, pa.int64(), bad), 1000)
+        from_ns = pc.divide(_column(runs, ns_key, pa.int64(), bad), 1000)
     if name in keys:  # explicit values (us ints or datetimes) win, ns fill where they are missing
-        us = _values([_to_us(r.get(name)) for r in rows], name, pa.int64(), bad)
+        us = _column(runs, name, pa.int64(), bad, convert=_to_us)
         if from_ns is not None:
             us = pc.coalesce(us, from_ns)
     elif from_ns is not None:
         us = from_ns
     else:
-        return pa.nulls(len(rows), type=typ)
+        return pa.nulls(n, type=typ)
     out = pc.and_(pc.greater_equal(us, _TS_MIN_US), pc.less_equal(us, _TS_MAX_US))
     out = pc.invert(pc.fill_null(out, True))
     if pc.any(out).as_py():
@@ -312,10 +449,10 @@ def _timestamps(
     return us.cast(typ)
 
 
-def _dates(rows: list[Mapping], keys: set) -> pa.Array:
+def _dates(runs: list[Run], n: int, keys: set) -> pa.Array:
     if "ts_ns" not in keys:
-        return pa.array([_EPOCH_DATE] * len(rows), type=pa.date32())
-    ns = _values([r.get("ts_ns") for r in rows], "ts_ns", pa.int64(), {})
+        return pa.array([_EPOCH_DATE] * n, type=pa.date32())
+    ns = _column(runs, "ts_ns", pa.int64(), {})
     days = pc.divide(ns, 86_400_000_000_000)  # floor for the (non-negative) capture times
     return pc.fill_null(days, 0).cast(pa.int32()).cast(pa.date32())
 

@@ -57,10 +57,10 @@ INTERNAL = re.compile(r"(internal|decoder error|inference failed)\b")
 
 
 def check_rows(rows: Iterable, shared: dict) -> dict[str, int]:
-    """Every row is (table, dict); no negative latency; each table's rows conform (as the pipeline
+    """Every row is (table, dict) or (table, Block); no negative latency; each table's rows conform (as the pipeline
     does it: the driver's shared columns added, side-channel rows left out). Returns row counts."""
     by_table: dict[str, list[dict]] = defaultdict(list)
-    for item in rows:
+    for item in _spread(rows):
         check(isinstance(item, tuple) and len(item) == 2, "row is not a (table, dict) pair", repr(item)[:200])
         table, row = item
         check(isinstance(row, dict), "row is not a dict", f"{table}: {type(row).__name__}")
@@ -81,6 +81,16 @@ def check_rows(rows: Iterable, shared: dict) -> dict[str, int]:
         if col is not None:
             _check_non_negative(rs, batch, col)
     return {t: len(rs) for t, rs in by_table.items()}
+
+
+def _spread(rows: Iterable) -> Iterator:
+    """Rows with each `tables.Block` spread into its dict rows (conform takes both alike)."""
+    for item in rows:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], tables.Block):
+            check(item[1].n == len(item[1].rows()), "block rows do not match its length", repr(item)[:200])
+            yield from ((item[0], r) for r in item[1].rows())
+        else:
+            yield item
 
 
 def _check_non_negative(rows: list[dict], batch, col: str) -> None:

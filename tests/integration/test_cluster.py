@@ -28,6 +28,7 @@ from tests.conftest import ROOT, public_captures
 from tests.support.lakecheck import delta_rs_rows, normalized
 from tests.support.standalone import StandaloneCluster, java_missing, read_event_log
 from tests.support.synth import write_capture
+from tests.unit.kafka.kit import records
 
 APP_NAME = "brokerscope-nightly"  # jobs/nightly_ingest.py names its application so
 SPLIT_SIZE = 64 * 1024  # the ~300 KB synthetic capture becomes several splits
@@ -121,18 +122,29 @@ def test_shipped_package_imports_without_install(tmp_path):
         "import brokerscope, brokerscope.pipeline, brokerscope.streams;"
         "from brokerscope.protocols import base;"
         "print(brokerscope.__file__); print(json.dumps(sorted(base.protocols())));"
-        "print(json.dumps(base.load_errors))"
+        "print(json.dumps(base.load_errors));"
+        # the compiled record walk, copied out of the zip: a batch of two records reads whole
+        "from brokerscope.protocols.kafka import records as R;"
+        "print(R._records.__file__);"
+        "print(R.read_record_set(bytes.fromhex(sys.argv[2])).batches[0].cols.value.to_pylist())"
     )
     r = subprocess.run(
-        [_python_without_brokerscope(tmp_path), "-c", code, sc.path],
+        [
+            _python_without_brokerscope(tmp_path),
+            "-c",
+            code,
+            sc.path,
+            records([(b"k", b"v1", []), (None, b"v2", [])]).hex(),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    where, names, errors = r.stdout.splitlines()
+    where, names, errors, native, values = r.stdout.splitlines()
     assert where.startswith(sc.path)
+    assert "brokerscope-native-" in native and values == "[b'v1', b'v2']"
     assert {"kafka", "pulsar", "iggy", "tubemq"} <= set(json.loads(names))
     assert json.loads(errors) == {}
     shutil.rmtree(Path(sc.path).parent)

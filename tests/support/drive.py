@@ -81,7 +81,7 @@ class Drive:
             if t == base.TOPIC_NAMES:
                 self.topic_names[r["topic_id"]] = r["topic"]
                 continue
-            out[t].append(r)
+            out[t].extend(r.rows() if isinstance(r, tables.Block) else [r])
         for t, rs in out.items():
             batch = tables.conform(t, rs)
             if not allow_anomalies:

@@ -92,3 +92,54 @@ def test_no_negative_latency_is_written():
         "decoder: x",
         "ack_latency_us: -1.0 (negative: the response was captured first)",
     ]
+
+
+def test_blocks_and_dict_rows_keep_their_order_and_their_anomalies_their_rows():
+    """A block (columns, constants, Arrow arrays) among dict rows: the batch holds the rows in
+    the order given, and a value that does not fit is null with its anomaly on its own row."""
+    import pyarrow as pa
+
+    first = {"ts_ns": 1_700_000_000_000_000_000, "direction": "produce", "topic": "a", "offset": 1}
+    block = tables.Block(
+        3,
+        {"offset": pa.array([10, 11, 12], pa.int64()), "partition": [0, 2**40, 2], "key": [b"x", None, b"z"]},
+        {"ts_ns": 1_700_000_000_000_000_000, "direction": "deliver", "topic": "b", "headers": []},
+    )
+    last = {**first, "offset": 99, "partition": 7}
+    got = tables.conform("messages", [first, block, last]).to_pylist()
+    assert [(r["direction"], r["topic"], r["offset"]) for r in got] == [
+        ("produce", "a", 1),
+        ("deliver", "b", 10),
+        ("deliver", "b", 11),
+        ("deliver", "b", 12),
+        ("produce", "a", 99),
+    ]
+    assert [r["partition"] for r in got] == [None, 0, None, 2, 7]
+    assert [r["anomalies"] for r in got] == [
+        None,
+        None,
+        ["partition: 1099511627776 (out of range for int32)"],
+        None,
+        None,
+    ]
+    assert [r["headers"] for r in got] == [None, [], [], [], None]
+    assert got[2]["key"] is None and got[3]["key"] == b"z"
+    assert all(r["date"] == dt.date(2023, 11, 14) for r in got)
+
+
+def test_block_rows_and_take():
+    import pyarrow as pa
+
+    b = tables.Block(3, {"offset": pa.array([5, 6, 7]), "key": [b"a", b"b", b"c"]}, {"topic": "t"})
+    assert b.rows() == [
+        {"offset": 5, "key": b"a", "topic": "t"},
+        {"offset": 6, "key": b"b", "topic": "t"},
+        {"offset": 7, "key": b"c", "topic": "t"},
+    ]
+    two = b.take([2, 0])
+    assert len(two) == 2 and two.rows() == [
+        {"offset": 7, "key": b"c", "topic": "t"},
+        {"offset": 5, "key": b"a", "topic": "t"},
+    ]
+    with pytest.raises(KeyError, match="topik"):
+        tables.conform("messages", [tables.Block(1, {}, {"topik": "x"})])

@@ -30,6 +30,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 Row = tuple[str, dict]
 C2S = "c2s"
 # Side channel to the driver, never written as a table: {"topic_id", "topic"} pairs a decoder
@@ -83,6 +86,33 @@ class PayloadPolicy:
         else:
             raise ValueError(f"unknown payload policy {self.mode!r}")
         return out
+
+    def value_columns(self, values: pa.Array, sizes: pa.Array) -> dict:
+        """`value` for many messages at once (a binary array, and its sizes as int64): the
+        columns `value` gives."""
+        out: dict = {"value_size": sizes}
+        if self.mode == "keep":
+            out["value"] = values
+        elif self.mode == "truncate":
+            out["value"] = pc.binary_slice(values, 0, self.truncate_bytes)
+        elif self.mode == "hash":
+            out["value"] = pa.nulls(len(values), pa.binary())
+            out["value_hash"] = [
+                None if v is None else hashlib.sha256(v).hexdigest() for v in values.to_pylist()
+            ]
+        elif self.mode == "drop":
+            out["value"] = pa.nulls(len(values), pa.binary())
+        else:
+            raise ValueError(f"unknown payload policy {self.mode!r}")
+        return out
+
+    def key_column(self, keys: pa.Array) -> pa.Array | list:
+        """`key` for many messages at once (a binary array)."""
+        if not self.apply_to_keys or self.mode == "keep":
+            return keys
+        if self.mode == "truncate":
+            return pc.binary_slice(keys, 0, self.truncate_bytes)
+        return [self.key(k) for k in keys.to_pylist()]
 
     def key(self, data: bytes | None) -> bytes | None:
         if data is None or not self.apply_to_keys or self.mode == "keep":

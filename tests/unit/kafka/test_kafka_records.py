@@ -207,3 +207,127 @@ def test_corrupt_compressed_data():
     bad = _recompress_v2(plain, 1, lambda d: b"\x1f\x8b" + zlib.compress(d)[2:])
     b = R.read_record_set(bad).batches[0]
     assert b.status == "decompression_failed" and b.crc_ok
+
+
+# -- the compiled record walk (_records.c) on hand-built bodies -----------------------------------
+
+
+def _zz(v: int) -> bytes:
+    """A zigzag varint (64-bit)."""
+    u = (v << 1) ^ (v >> 63)
+    u &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = u & 0x7F
+        u >>= 7
+        if u:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(b: bytes | None) -> bytes:
+    return _zz(-1) if b is None else _zz(len(b)) + b
+
+
+def _record(key, value, headers=(), ts_delta=0, off_delta=0, length_fix=0) -> bytes:
+    body = b"\0" + _zz(ts_delta) + _zz(off_delta) + _field(key) + _field(value) + _zz(len(headers))
+    for hk, hv in headers:
+        body += _field(hk) + _field(hv)
+    return _zz(len(body) + length_fix) + body
+
+
+def _v2(body: bytes, count: int, base_offset: int = 100, base_ts: int = 1_700_000_000_000, base_seq: int = 7):
+    """A v2 batch around `body` (uncompressed), its CRC right."""
+    tail = struct.pack(">hiqqqhii", 0, count - 1, base_ts, base_ts, 9, 0, base_seq, count) + body
+    crc = crc32c.crc32c(tail)
+    head = struct.pack(">qiiBI", base_offset, 4 + 1 + 4 + len(tail), 0, 2, crc)
+    return head + tail
+
+
+def test_walk_golden_columns():
+    """Offsets, timestamps, sequences, null keys and values, headers (a null header key is "",
+    a header key that is not UTF-8 is escaped) all come out as the documented layout says."""
+    body = (
+        _record(b"k0", b"v0", [(b"h", b"1")], ts_delta=0, off_delta=0)
+        + _record(None, None, [], ts_delta=5, off_delta=1)
+        + _record(b"", b"x" * 300, [(None, None), (b"caf\xe9", b"2")], ts_delta=-1, off_delta=2)
+    )
+    b = R.read_record_set(_v2(body, 3)).batches[0]
+    assert b.status == "ok" and b.error is None and b.crc_ok
+    c = b.cols
+    assert c.offset.to_pylist() == [100, 101, 102]
+    assert c.ts_ns.to_pylist() == [
+        1_700_000_000_000_000_000,
+        1_700_000_000_005_000_000,
+        1_699_999_999_999_000_000,
+    ]
+    assert c.sequence.to_pylist() == [7, 8, 9]
+    assert c.key.to_pylist() == [b"k0", None, b""]
+    assert c.value.to_pylist() == [b"v0", None, b"x" * 300]
+    assert c.value_size.to_pylist() == [2, None, 300]
+    assert c.headers.to_pylist() == [
+        [{"key": "h", "value": b"1"}],
+        [],
+        [{"key": "", "value": None}, {"key": "caf\\xe9", "value": b"2"}],
+    ]
+    assert c.payload_bytes == 2 + 0 + 2 + 300
+    assert [(r.offset, r.delta, r.key, r.headers) for r in b.records][1] == (101, 1, None, [])
+
+
+def test_walk_without_headers_and_negative_timestamps():
+    body = _record(b"a", b"b", ts_delta=0) + _record(b"c", b"d", ts_delta=0, off_delta=1)
+    c = R.read_record_set(_v2(body, 2, base_ts=-1, base_seq=-1)).batches[0].cols
+    assert c.headers is None and c.sequence is None
+    assert c.ts_ns.to_pylist() == [None, None] and c.timestamp.to_pylist() == [-1, -1]
+
+
+@pytest.mark.parametrize(
+    ("tail", "status", "error"),
+    [
+        (b"", "truncated", "record runs past the end of the batch"),
+        (_record(b"k", b"v")[:-3], "truncated", "record runs past the end of the batch"),
+        (_record(b"k", b"v", length_fix=1) + b"\0", "malformed", "record length 9 does not match its fields"),
+        (b"\x14\0\0\0\x02k\x02v" + _zz(9) + b"\0" * 10, "malformed", "header count 9 impossible"),
+        (
+            b"\x16\0\0\0\x02k\x02v\x02" + _zz(40) + b"ab",
+            "truncated",
+            "field of 40 bytes runs past the end of the batch",
+        ),
+        (b"\x0e\0" + b"\xff" * 9 + b"\x81\0", "malformed", "varint longer than 10 bytes"),
+        (b"\x1a\0" + b"\xff" * 9 + b"\x7f" + b"\0" * 4, "malformed", "varint wider than 64 bits"),
+        (b"\x0e\0\0\0\x02k\x20v\0", "truncated", "record fields run past the record"),
+    ],
+)
+def test_walk_errors_keep_the_records_before(tail, status, error):
+    """A bad record stops the walk with the plain-Python reader's status and message; the
+    records read before it are kept, headers of the bad one are not."""
+    good = _record(b"g", b"good", [(b"h", b"v")])
+    b = R.read_record_set(_v2(good + tail, 2)).batches[0]
+    assert (b.status, b.error) == (status, error)
+    assert b.cols.key.to_pylist() == [b"g"]
+    assert b.cols.headers.to_pylist() == [[{"key": "h", "value": b"v"}]]
+
+
+def test_walk_deltas_past_int64_become_anomalies_not_wrapped_values():
+    """An offset or timestamp that does not fit int64 once the base is added stays a Python int
+    (not a wrapped value), and the tables write it as null with an anomaly, as any value that
+    does not fit its column."""
+    from brokerscope import tables
+    from brokerscope.protocols import base
+    from brokerscope.protocols.kafka import rows
+
+    body = _record(b"k", b"v", ts_delta=2**62, off_delta=2**62) + _record(b"k", b"w", off_delta=1)
+    b = R.read_record_set(_v2(body, 2, base_offset=2**62, base_ts=2**62)).batches[0]
+    assert b.status == "ok"
+    assert b.cols.offset == [2**63, 2**62 + 1] and b.cols.sequence == [2**62 + 7, 8]
+    [(table, block)] = rows.message_rows(b, base.PayloadPolicy(), "deliver", "t", 0, 1, 5, True)
+    got = tables.conform(table, [block]).to_pylist()
+    assert [r["offset"] for r in got] == [None, 2**62 + 1]
+    assert [r["sequence"] for r in got] == [2**62 + 7, 8]
+    assert got[0]["anomalies"] == [
+        f"offset: {2**63} (out of range for int64)",
+        f"message_ts_ns: {2**63 * 1_000_000} (out of range for int64)",
+    ]
+    assert got[1]["anomalies"] == [f"message_ts_ns: {2**62 * 1_000_000} (out of range for int64)"]

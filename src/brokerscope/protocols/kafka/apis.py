@@ -80,8 +80,7 @@ def produce_request(conv: KafkaConversation, body, h: RequestHeader, pend: Pendi
                 if b.status != base.OK and status == base.OK:
                     status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
                 rows = R.message_rows(b, pol, "produce", tname, pidx, h.correlation_id, ts0, False)
-                for _, r in rows:
-                    pend.held_bytes += (r.get("value_size") or 0) + len(r.get("key") or b"")
+                pend.held_bytes += b.cols.payload_bytes if b.cols is not None else 0
                 pend.produce.append((tname, pidx, b, rows))
     return status, err
 
@@ -163,13 +162,12 @@ def produce_response(conv: KafkaConversation, body, p: Pending, corr, ts0, laten
     pos_in_part: dict[tuple, int] = {}
     for tt, pp, _b, rows in p.produce:
         ec, bo = acked.get((tt, pp), (None, None))
-        for _tbl, r in rows:
+        for _tbl, blk in rows:
             n = pos_in_part.get((tt, pp), 0)
-            pos_in_part[(tt, pp)] = n + 1
+            pos_in_part[(tt, pp)] = n + blk.n
             if ec == 0 and bo is not None and bo >= 0:
-                r["offset"] = bo + n
-                r["message_id"] = f"{tt}-{pp}@{bo + n}"
-            extra.append(("messages", r))
+                R.with_offsets(blk, tt, pp, bo + n)
+            extra.append(("messages", blk))
 
 
 def fetch_response(conv: KafkaConversation, body, p: Pending, corr, ts0, latency_us, extra):
@@ -248,14 +246,19 @@ def share_deliveries(conv: KafkaConversation, body, p: Pending, corr, ts0, extra
                 for a in part.get("AcquiredRecords") or ()
             ]
             for b in rs.batches:
-                rows = R.message_rows(b, pol, "deliver", tname, pidx, corr, ts0, True, topic_id=tid)
-                for tab, r in rows:
-                    count = next((n for lo, hi, n in acquired if lo <= r["offset"] <= hi), None)
-                    if count is None:
-                        continue  # returned in the batch but not acquired by this consumer
-                    r["consumer"] = p.group
-                    r["details"] = f'{r["details"][:-1]},"delivery_count":{count}}}'
-                    extra.append((tab, r))
+                for tab, blk in R.message_rows(b, pol, "deliver", tname, pidx, corr, ts0, True, topic_id=tid):
+                    # records returned in the batch but not acquired by this consumer are not its
+                    counts = [
+                        next((n for lo, hi, n in acquired if lo <= off <= hi), None)
+                        for off in blk.column("offset")
+                    ]
+                    mine = blk.take([i for i, n in enumerate(counts) if n is not None])
+                    mine.const["consumer"] = p.group
+                    mine.cols["details"] = [
+                        f'{d[:-1]},"delivery_count":{n}}}'
+                        for d, n in zip(mine.column("details"), (n for n in counts if n is not None))
+                    ]
+                    extra.append((tab, mine))
     return status, err
 
 

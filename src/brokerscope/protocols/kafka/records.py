@@ -30,8 +30,12 @@ import zlib
 from dataclasses import dataclass, field
 
 import crc32c as _crc32c
+import pyarrow as pa
 
+from ... import native, tables
 from .. import base
+
+_records = native.load(__package__, "_records")  # compiled from _records.c: the v2 record walk
 
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
@@ -58,6 +62,153 @@ class Record:
     crc_ok: bool | None = None  # v0/v1 messages carry their own CRC
 
 
+def _py(col: pa.Array | list) -> list:
+    return col.to_pylist() if isinstance(col, pa.Array) else list(col)
+
+
+@dataclass(slots=True)
+class Columns:
+    """The records of a batch column-wise, as the tables take them: Arrow arrays, or Python lists
+    where a value does not fit int64 (the tables turn those into nulls with an anomaly)."""
+
+    offset: pa.Array | list  # int64, absolute
+    delta: pa.Array | list  # int64, offset relative to the batch's base offset
+    timestamp: pa.Array | list  # int64 ms since the epoch, null where the message has none
+    ts_ns: pa.Array | list  # the same in ns, null where negative (no timestamp)
+    sequence: pa.Array | list | None  # base sequence + delta (v2 batches of idempotent producers)
+    key: pa.Array  # binary
+    value: pa.Array  # binary
+    value_size: pa.Array  # int64
+    headers: pa.Array | None  # list<struct<key string, value binary>> (tables.HEADER); None: none
+    crc_ok: pa.Array | None = None  # bool: v0/v1 messages carry their own CRC
+    min_offset: int | None = None  # the smallest offset
+
+    def __len__(self) -> int:
+        return len(self.delta)
+
+    @property
+    def payload_bytes(self) -> int:
+        return _data_size(self.key) + _data_size(self.value)
+
+    @classmethod
+    def of(cls, recs: list[Record]) -> Columns:
+        """Columns of records read one by one (v0/v1 message sets)."""
+        values = [r.value for r in recs]
+        return cls(
+            [r.offset for r in recs],
+            [r.delta for r in recs],
+            [r.timestamp for r in recs],
+            [None if r.timestamp is None or r.timestamp < 0 else r.timestamp * 1_000_000 for r in recs],
+            None,
+            pa.array([r.key for r in recs], pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([None if v is None else len(v) for v in values], pa.int64()),
+            pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in recs], pa.list_(tables.HEADER)),
+            pa.array([r.crc_ok for r in recs], pa.bool_()),
+            min((r.offset for r in recs), default=None),
+        )
+
+    def filter(self, keep: list[bool]) -> Columns:
+        mask = pa.array(keep, pa.bool_())
+        idx = [i for i, k in enumerate(keep) if k]
+
+        def f(col):
+            if col is None or isinstance(col, int):
+                return col  # min_offset stays a bound
+            return col.filter(mask) if isinstance(col, pa.Array) else [col[i] for i in idx]
+
+        return Columns(*(f(getattr(self, k)) for k in Columns.__slots__))
+
+    def records(self) -> list[Record]:
+        n = len(self)
+        crc = _py(self.crc_ok) if self.crc_ok is not None else [None] * n
+        headers = _py(self.headers) if self.headers is not None else [[]] * n
+        return [
+            Record(o, d, t, k, v, [(h["key"], h["value"]) for h in hs], ok)
+            for o, d, t, k, v, hs, ok in zip(
+                _py(self.offset),
+                _py(self.delta),
+                _py(self.timestamp),
+                _py(self.key),
+                _py(self.value),
+                headers,
+                crc,
+            )
+        ]
+
+
+def _data_size(col: pa.Array) -> int:
+    """Bytes of a binary array's values."""
+    offsets = col.buffers()[1]
+    if not len(col) or offsets is None:
+        return 0
+    o = memoryview(offsets).cast("i")
+    return o[col.offset + len(col)] - o[col.offset]
+
+
+def _binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
+    """An Arrow column from _records' (validity, offsets, data, null count)."""
+    valid, offsets, data, nulls = col
+    n = len(offsets) // 4 - 1
+    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
+
+
+def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
+    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=nulls)
+
+
+def _v2_columns(
+    body: bytes, count: int, base_offset: int, base_ts: int, base_seq: int
+) -> tuple[Columns, int, str | None, str]:
+    """The records of a v2 batch body (the compiled walk, _records.c), the position it stopped at
+    and, when it stopped early, the error and status."""
+    w = _records.v2_records(body, count, base_offset, base_ts, base_seq)
+    n = w["n"]
+    delta = _int64(n, w["delta"])
+    value = _binary(w["value"])
+    ts_valid, ts_data, ts_nulls = w["ts_ns"]
+    if w["overflow"]:  # a delta past int64: Python ints, as the tables expect them
+        deltas = delta.to_pylist()
+        ts = [base_ts + d for d in _int64(n, w["ts_delta"]).to_pylist()]
+        offset: pa.Array | list = [base_offset + d for d in deltas]
+        timestamp: pa.Array | list = ts
+        ts_ns: pa.Array | list = [None if t < 0 else t * 1_000_000 for t in ts]
+        sequence = None if base_seq < 0 else [base_seq + d for d in deltas]
+    else:
+        offset = _int64(n, w["offset"])
+        timestamp = _int64(n, w["timestamp"])
+        ts_ns = _int64(n, ts_data, ts_valid, ts_nulls)
+        sequence = None if w["sequence"] is None else _int64(n, w["sequence"])
+    headers = None
+    if len(w["header_offsets"]) > 4 and w["header_offsets"][-4:] != b"\0\0\0\0":
+        if w["header_keys_utf8"]:
+            hk = _binary(w["header_keys"], pa.string())
+        else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
+            raw = _binary(w["header_keys"]).to_pylist()
+            hk = pa.array([k.decode("utf-8", errors="backslashreplace") for k in raw], pa.string())
+        entries = pa.StructArray.from_arrays([hk, _binary(w["header_values"])], fields=list(tables.HEADER))
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(w["header_offsets"])])
+        headers = pa.ListArray.from_arrays(offsets, entries, type=pa.list_(tables.HEADER))
+    value_size = pa.Array.from_buffers(
+        pa.int64(), n, [value.buffers()[0], pa.py_buffer(w["value_size"])], null_count=value.null_count
+    )
+    cols = Columns(
+        offset,
+        delta,
+        timestamp,
+        ts_ns,
+        sequence,
+        _binary(w["key"]),
+        value,
+        value_size,
+        headers,
+        min_offset=base_offset + w["min_delta"] if n else None,
+    )
+    return cols, w["end"], w["error"], w["status"]
+
+
 @dataclass
 class Batch:
     """One v2 batch, or one top-level v0/v1 message (a wrapper when compressed)."""
@@ -79,11 +230,16 @@ class Batch:
     transactional: bool = False
     control: bool = False
     record_count: int = 0
-    records: list[Record] = field(default_factory=list)
+    cols: Columns | None = None  # the records read (all of them, or those before an error)
     control_type: str | None = None  # ABORT | COMMIT for control batches
     coordinator_epoch: int | None = None
     error: str | None = None  # set when the batch could not be fully read
     status: str = "ok"  # decode_status of the batch
+
+    @property
+    def records(self) -> list[Record]:
+        """The records one by one (segment files, control batches); tables take `cols`."""
+        return self.cols.records() if self.cols is not None else []
 
     def summary(self) -> dict:
         """The batch header for `details` (no record payloads)."""
@@ -123,41 +279,6 @@ class RecordSet:
     partial_tail: int = 0  # bytes of an incomplete batch at the end (normal in Fetch responses)
     error: str | None = None  # framing problem that stopped the walk
     status: str = "ok"
-
-
-# ---------------------------------------------------------------------------------------------
-# varints
-
-
-def _zigzag_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    if pos + 1 < len(buf) and buf[pos + 1] < 0x80:  # two bytes: the common case for lengths 64..8191
-        result = (buf[pos] & 0x7F) | (buf[pos + 1] << 7)
-        if buf[pos] & 0x80:
-            return (result >> 1) ^ -(result & 1), pos + 2
-    result = 0
-    shift = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise RecordError("varint runs past the end of the batch", "truncated")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise RecordError("varint longer than 10 bytes")
-
-
-def _varbytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _zigzag_varint(buf, pos)
-    if n < 0:
-        return None, pos
-    end = pos + n
-    if end > len(buf):
-        raise RecordError(f"field of {n} bytes runs past the end of the batch", "truncated")
-    return bytes(buf[pos:end]), end
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,84 +447,6 @@ def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
 # v2
 
 
-def _read_records(body: bytes, count: int, base_offset: int, base_ts: int, recs: list) -> int:
-    """Decode `count` v2 records from `body` into `recs`; returns the end position.
-
-    The hot loop of the decoder: single-byte varints (values -64..63, nearly every length and
-    delta) are decoded inline; longer ones go through `_zigzag_varint`."""
-    zz = _zigzag_varint
-    n = len(body)
-    p = 0
-    try:
-        for _ in range(count):
-            c = body[p]
-            if c < 0x80:
-                rlen = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                rlen, p = zz(body, p)
-            rend = p + rlen
-            if rlen < 0 or rend > n:
-                raise RecordError("record runs past the end of the batch", "truncated")
-            p += 1  # record attributes (unused)
-            c = body[p]
-            if c < 0x80:
-                ts_delta = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                ts_delta, p = zz(body, p)
-            c = body[p]
-            if c < 0x80:
-                off_delta = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                off_delta, p = zz(body, p)
-            c = body[p]
-            if c < 0x80:
-                klen = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                klen, p = zz(body, p)
-            if klen < 0:
-                key = None
-            else:
-                key = body[p : p + klen]
-                p += klen
-            c = body[p]
-            if c < 0x80:
-                vlen = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                vlen, p = zz(body, p)
-            if vlen < 0:
-                value = None
-            else:
-                value = body[p : p + vlen]
-                p += vlen
-            if p > rend:
-                raise RecordError("record fields run past the record", "truncated")
-            c = body[p]
-            if c < 0x80:
-                nh = (c >> 1) ^ -(c & 1)
-                p += 1
-            else:
-                nh, p = zz(body, p)
-            headers = []
-            if nh:
-                if nh < 0 or nh > rend - p:
-                    raise RecordError(f"header count {nh} impossible")
-                for _h in range(nh):
-                    hk, p = _varbytes(body, p)
-                    hv, p = _varbytes(body, p)
-                    headers.append(((hk or b"").decode("utf-8", errors="backslashreplace"), hv))
-            if p != rend:
-                raise RecordError(f"record length {rlen} does not match its fields")
-            recs.append(Record(base_offset + off_delta, off_delta, base_ts + ts_delta, key, value, headers))
-    except IndexError:
-        raise RecordError("record runs past the end of the batch", "truncated") from None
-    return p
-
-
 def _read_v2(buf: bytes, pos: int, size: int, cap: int, verify_crc: bool = True) -> Batch:
     (
         base_offset,
@@ -450,9 +493,9 @@ def _read_v2(buf: bytes, pos: int, size: int, cap: int, verify_crc: bool = True)
             body = decompress(codec_id, bytes(body), cap, magic)
         if count < 0 or count > len(body):
             raise RecordError(f"record count {count} impossible for {len(body)} bytes")
-        body = bytes(body)
-        recs = b.records
-        p = _read_records(body, count, base_offset, base_ts, recs)
+        b.cols, p, error, status = _v2_columns(body, count, base_offset, base_ts, base_seq)
+        if error:
+            raise RecordError(error, status)
         if p != len(body):
             raise RecordError(f"{len(body) - p} bytes after the last record")
     except RecordError as e:
@@ -501,7 +544,7 @@ def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0) -> B
         if p != end:
             raise RecordError(f"{end - p} bytes after the message value")
         if not codec_id:
-            b.records.append(Record(offset, 0, ts, key, value, crc_ok=b.crc_ok))
+            b.cols = Columns.of([Record(offset, 0, ts, key, value, crc_ok=b.crc_ok)])
             b.record_count = 1
             return b
         if depth > 0:
@@ -528,7 +571,7 @@ def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0) -> B
             if not ib.crc_ok:
                 b.crc_ok = False
                 b.status, b.error = "checksum_mismatch", "an inner message fails its CRC-32"
-        b.records = msgs
+        b.cols = Columns.of(msgs)
         b.record_count = len(msgs)
         b.base_timestamp = ts
     except RecordError as e:

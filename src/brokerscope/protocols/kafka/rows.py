@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
+from ... import tables
 from .. import base
 from ..base import Context, PayloadPolicy, Row
 from . import records as rec
@@ -186,17 +189,62 @@ def message_rows(
     min_offset: int | None = None,
     topic_id: str | None = None,
 ) -> list[Row]:
-    """One `messages` row per record of a (non-control) batch, key and value under the payload
-    policy `pol`."""
-    if b.control:
+    """The `messages` rows of a (non-control) batch's records, as one block (tables.Block), key
+    and value under the payload policy `pol`; none before `min_offset`."""
+    c = b.cols
+    if b.control or c is None or not len(c):
         return []
-    rows: list[Row] = []
-    keep_all = pol.mode == "keep" and not pol.apply_to_keys
-    v2 = b.magic >= 2
-    pid = b.producer_id if v2 else None
-    epoch = b.producer_epoch if v2 else None
-    seq0 = b.base_sequence if v2 and (b.base_sequence or 0) >= 0 else None
-    # details: batch-level fields once, the record's offset delta appended per row
+    if min_offset is not None and (c.min_offset is None or c.min_offset < min_offset):
+        c = c.filter([o is not None and o >= min_offset for o in rec._py(c.offset)])
+        if not len(c):
+            return []
+    # a topic known only by id on this connection: the pipeline names it from the Metadata
+    # responses of the whole capture set (topics.resolve_topic_ids), message_id with it
+    unnamed = topic is None and topic_id is not None
+    const = {
+        "ts_ns": ts_ns,
+        "direction": direction,
+        "source": "capture",
+        "topic": topic,
+        "partition": partition,
+        "producer_id": b.producer_id if b.magic >= 2 else None,
+        "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
+        "compression": b.codec,
+        "correlation_id": corr,
+        "decode_status": b.status,
+        "decode_error": b.error,
+    }
+    head = _details_head(b)  # the batch-level fields, then each record's offset delta
+    cols: dict = {
+        "key": pol.key_column(c.key),
+        "message_ts_ns": c.ts_ns,
+        "details": [f"{head}{d}}}" for d in rec._py(c.delta)],
+    }
+    if c.headers is None:
+        const["headers"] = []
+    else:
+        cols["headers"] = c.headers
+    if c.sequence is None:
+        const["sequence"] = None
+    else:
+        cols["sequence"] = c.sequence
+    if c.crc_ok is None:
+        const["checksum_ok"] = b.crc_ok
+    else:
+        cols["checksum_ok"] = c.crc_ok
+    if unnamed:
+        const["topic_id"] = topic_id
+    if with_offset:
+        cols["offset"] = c.offset
+        if unnamed:
+            const["message_id"] = None
+        else:
+            cols["message_id"] = _message_ids(topic, partition, c.offset)
+    cols.update(pol.value_columns(c.value, c.value_size))
+    return [("messages", tables.Block(len(c), cols, const))]
+
+
+def _details_head(b: rec.Batch) -> str:
     head = base.to_json(
         {
             "batch_base_offset": b.base_offset,
@@ -205,47 +253,23 @@ def message_rows(
             "timestamp_type": b.timestamp_type,
         }
     )
-    head = head[:-1] + ',"offset_delta":'
-    # a topic known only by id on this connection: the pipeline names it from the Metadata
-    # responses of the whole capture set (topics.resolve_topic_ids), message_id with it
-    unnamed = topic is None and topic_id is not None
+    return head[:-1] + ',"offset_delta":'
+
+
+def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list:
+    """`topic-partition@offset` per message."""
     prefix = f"{topic}-{partition}@"
-    for r in b.records:
-        if min_offset is not None and r.offset < min_offset:
-            continue
-        ts = r.timestamp
-        value = r.value
-        row = {
-            "ts_ns": ts_ns,
-            "direction": direction,
-            "source": "capture",
-            "topic": topic,
-            "partition": partition,
-            "key": r.key if keep_all else pol.key(r.key),
-            "headers": [{"key": k, "value": v} for k, v in r.headers],
-            "message_ts_ns": None if ts is None or ts < 0 else ts * 1_000_000,
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "sequence": None if seq0 is None else seq0 + r.delta,
-            "compression": b.codec,
-            "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
-            "correlation_id": corr,
-            "decode_status": b.status,
-            "decode_error": b.error,
-            "details": f"{head}{r.delta}}}",
-        }
-        if unnamed:
-            row["topic_id"] = topic_id
-        if with_offset:
-            row["offset"] = r.offset
-            row["message_id"] = None if unnamed else f"{prefix}{r.offset}"
-        if keep_all:
-            row["value"] = value
-            row["value_size"] = None if value is None else len(value)
-        else:
-            row.update(pol.value(value))
-        rows.append(("messages", row))
-    return rows
+    return [f"{prefix}{o}" for o in rec._py(offsets)]
+
+
+def with_offsets(block: tables.Block, topic, partition, first: int) -> None:
+    """Give produced messages their offsets: `first` and on, in order (the produce response's
+    base offset plus their position in the request)."""
+    offsets: pa.Array | list = list(range(first, first + block.n))
+    if first + block.n <= 2**63:
+        offsets = pa.array(offsets, pa.int64())
+    block.cols["offset"] = offsets
+    block.cols["message_id"] = _message_ids(topic, partition, offsets)
 
 
 # -- acks -----------------------------------------------------------------------------------------
