@@ -750,7 +750,7 @@ def profile(cap: Path, mb: float, workdir: Path) -> None:
     stats = st.stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in stats.values())
     print(f"\n{'tottime':>8} {'%':>5} {'cumtime':>8} {'ncalls':>10}  function (top 25 by own time)")
-    for func, (_cc, nc, tt, ct, _callers) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:25]:
+    for func, (_cc, nc, tt, ct, _callers) in sorted(stats.items(), key=lambda kv: -kv[1][SORT_KEY])[:TOP]:
         print(f"{tt:8.2f} {100 * tt / total:5.1f} {ct:8.2f} {nc:10,}  {_short(func)}")
     print("\ncoarse split (own time by file; built-ins and libraries charged to their callers):")
     for b, t in sorted(coarse_split(stats).items(), key=lambda kv: -kv[1]):

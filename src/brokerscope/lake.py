@@ -84,6 +84,19 @@ def spark_schema(table: str):
     return from_arrow_schema(sch)
 
 
+def _small_file_partitions(dt: DeltaTable, dates: list[str] | None, small: int) -> list[str]:
+    """The partitions (ISO dates; [""] for an unpartitioned table) of `dates` that hold two or
+    more files smaller than `small` bytes."""
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+    counts: dict[str, int] = {}
+    day = adds.get("partition.date")
+    for i, size in enumerate(adds["size_bytes"]):
+        d = "" if day is None else str(day[i])
+        if size < small and (dates is None or day is None or d in dates):
+            counts[d] = counts.get(d, 0) + 1
+    return sorted(d for d, n in counts.items() if n >= 2)
+
+
 class Lake:
     def __init__(self, root: str | os.PathLike, writer: str = "auto"):
         self.root = Path(root).absolute()
@@ -301,23 +314,38 @@ class Lake:
         run.remove()
         return rows
 
-    def optimize(self, dates: list[str] | None = None, target_size: int = 128 << 20) -> dict[str, dict]:
+    def optimize(
+        self, dates: list[str] | None = None, target_size: int = 128 << 20, only_small: bool = False
+    ) -> dict[str, dict]:
         """Compact small files into files of about `target_size` with delta-rs (optimize.compact),
         in the partitions of `dates` (ISO dates; all partitions when None). Rows are unchanged;
         the replaced files stay on disk for readers of older versions until `vacuum`. Returns
-        delta-rs's metrics per table."""
+        delta-rs's metrics per table.
+
+        `only_small` (the compaction after each run): a partition is compacted only where it holds
+        at least two files under a quarter of `target_size`, so a run that wrote a few large
+        files does not rewrite them (merging two 60 MB files gains readers little and costs a
+        second pass over the run's output)."""
         out = {}
         for t in tables.TABLES:
             p = self.path(t)
             if not DeltaTable.is_deltatable(p):
                 continue
             filters = None
-            if dates is not None and "date" in self.partition_columns(t):
+            by_date = "date" in self.partition_columns(t)
+            if dates is not None and by_date:
                 if not dates:
                     continue
                 filters = [("date", "in", sorted(set(dates)))]
+            dt = DeltaTable(p)
+            if only_small:
+                todo = _small_file_partitions(dt, dates if by_date else None, target_size // 4)
+                if not todo:
+                    continue
+                if by_date:
+                    filters = [("date", "in", todo)]
             meta = {"brokerscope": {"operation": "optimize", "version": __version__}}
-            out[t] = DeltaTable(p).optimize.compact(
+            out[t] = dt.optimize.compact(
                 partition_filters=filters,
                 target_size=target_size,
                 commit_properties=CommitProperties(custom_metadata=meta),

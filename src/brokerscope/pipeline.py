@@ -354,7 +354,7 @@ def ingest(
     if settings.optimize_after_run and staged:
         progress("compacting the partitions this run wrote")
         try:
-            lake.optimize(summary.dates, settings.target_file_size)
+            lake.optimize(summary.dates, settings.target_file_size, only_small=True)
         except Exception as e:  # noqa: BLE001 - the run is committed; compaction can wait
             summary.capture_errors.append(
                 f"{lake.root}: compaction after the run failed (rows are safe): {e}"

@@ -290,3 +290,28 @@ def test_an_older_lake_partitioned_by_capture_keeps_its_layout(spark, tmp_path):
     assert _rows(old) == _rows(new)
     assert DT(str(old / "messages")).metadata().partition_columns == ["date", "capture_id"]
     assert DT(str(new / "messages")).metadata().partition_columns == ["date"]
+
+
+def test_compaction_after_a_run_leaves_large_files_alone(tmp_path):
+    """Only partitions with two or more files under a quarter of the target size are compacted
+    after a run; `brokerscope optimize` (only_small off) compacts every file under the target."""
+    from deltalake import write_deltalake
+
+    DT = DeltaTable
+    lake = Lake(tmp_path / "lake")
+    lake.ensure_tables()
+    batch = tables.conform("streams", [{"ts_ns": 1_700_000_000_000_000_000, "detected_by": "port"}] * 50)
+    for _ in range(3):
+        write_deltalake(str(lake.path("streams")), pa.Table.from_batches([batch]), mode="append")
+    assert len(DT(str(lake.path("streams"))).file_uris()) == 3
+    small = (
+        pa.table(DT(str(lake.path("streams"))).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    )
+    # files above a quarter of the target: nothing to do
+    assert "streams" not in lake.optimize(["2023-11-14"], target_size=4 * min(small) - 4, only_small=True)
+    assert len(DT(str(lake.path("streams"))).file_uris()) == 3
+    # small files: compacted into one
+    assert (
+        lake.optimize(["2023-11-14"], target_size=1 << 20, only_small=True)["streams"]["numFilesRemoved"] == 3
+    )
+    assert len(DT(str(lake.path("streams"))).file_uris()) == 1
