@@ -85,6 +85,9 @@ TSHARK_FIELDS = [
 ]
 PCAP_HEADER = struct.Struct("<IHHiIII")
 PCAP_RECORD = struct.Struct("<IIII")
+# the profile table: sorted by own time (2; 3 is cumulative), its first TOP functions
+SORT_KEY = 2
+TOP = 25
 
 
 # -- the capture ------------------------------------------------------------------------------
