@@ -703,12 +703,13 @@ def profile(cap: Path, mb: float, workdir: Path) -> None:
         splits = capture.plan_splits(str(part), 0, "", capture.identify(str(part)), settings.split_size)
         run = RunDir(lake, "profile")
         sizes = {0: size}
-        read = pipeline._read_splits_fn(settings, run, sizes)
+        packs = [[dataclasses.asdict(sp) for sp in splits]]
+        read = pipeline._read_splits_fn(settings, run, sizes, packs)
         decode = pipeline._decode_fn(settings, pipeline.Staged(str(lake), "profile", ()), run, sizes)
-        split_rows = pa.RecordBatch.from_pylist([dataclasses.asdict(sp) for sp in splits])
+        task_rows = pa.RecordBatch.from_pylist([{"id": 0}])
 
         def read_packets():
-            return pa.Table.from_batches(list(read(iter([split_rows]))), schema=tables.PACKETS)
+            return pa.Table.from_batches(list(read(iter([task_rows]))), schema=tables.PACKETS)
 
         def sort_packets(t):  # Spark's shuffle and sortWithinPartitions, done here by Arrow
             return t.drop_columns(["capture_id"]).sort_by([(c, "ascending") for c in SORT_COLS])

@@ -2,6 +2,7 @@
 
 splits --mapInArrow(read_split)--> packets --repartition(4-tuple)--> sortWithinPartitions
       --mapInArrow(StreamDriver)--> one "union" DataFrame (a struct column per table)
+(a capture set that is one task: read, sort and decode in that task, no shuffle)
 segment splits --mapInArrow(segment reader)--> the same union DataFrame
 union --persist--> one Delta commit per table (lake.py), then the `inputs` record.
 """
@@ -64,12 +65,6 @@ class Staged:
     root: str
     run_id: str
     by_capture: tuple[str, ...]  # tables of an older lake partitioned by capture_id
-
-
-SPLIT_SCHEMA = "path string, capture_id string, file_index int, kind string, start long, end long"
-SEGMENT_SPLIT_SCHEMA = (
-    "path string, capture_id string, kind string, start long, end long, file_index int, size long"
-)
 
 
 def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: bool = False):
@@ -144,15 +139,27 @@ def _ship_package(sc) -> None:
 # -- tasks (run on executors: plain functions of picklable arguments) -------------------------
 
 
+def _tasks(spark, packs: list[list[dict]]):
+    """One row per task (`id`, its index in `packs`) in a partition of its own: the tasks find
+    their splits in `packs`, which travels with the function (no Python RDD to convert)."""
+    return spark.range(0, len(packs), 1, len(packs))
+
+
+def _packs_of(batches: Iterator[pa.RecordBatch], packs: list[list[dict]]) -> Iterator[list[dict]]:
+    for b in batches:
+        for i in b.column("id").to_pylist():
+            yield packs[i]
+
+
 def _read_splits_fn(
-    settings: Settings, run: RunDir, sizes: dict[int, int]
+    settings: Settings, run: RunDir, sizes: dict[int, int], packs: list[list[dict]]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Read capture splits into packets; hash each split's identity chunks (bytes the reader just
-    brought into memory) into the run directory."""
+    """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
+    split's identity chunks (bytes the reader just brought into memory) into the run directory."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for r in b.to_pylist():
+        for pack in _packs_of(batches, packs):
+            for r in pack:
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
@@ -244,12 +251,27 @@ def _decode_fn(settings: Settings, staged: Staged | None, run: RunDir, sizes: di
     return decode
 
 
-def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir):
+def _read_and_decode_fn(read, decode):
+    """Both stages in one task, its packets sorted in memory as the shuffle would (for a capture
+    set small enough to be one task: every split is read, and hashed, before the decode starts)."""
+
+    def both(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        packets = pa.Table.from_batches(list(read(batches)), schema=tables.PACKETS).drop_columns(
+            ["capture_id"]
+        )
+        ordered = packets.sort_by([(c, "ascending") for c in SORT_COLS])
+        del packets
+        yield from decode(iter(ordered.to_batches(max_chunksize=10_000)))
+
+    return both
+
+
+def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: list[list[dict]]):
     """Read segment files, each whole in one task: hash it first (its capture_id names every
     row; the second read comes from the page cache), then decode its splits in order."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        splits = [inputs.SegmentSplit(**r) for b in batches for r in b.to_pylist()]
+        splits = [inputs.SegmentSplit(**r) for pack in _packs_of(batches, packs) for r in pack]
         stats: list[dict] = []
 
         def rows() -> Iterator[tuple[str, dict]]:
@@ -375,18 +397,20 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
     if psplits:
         target = inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
         packs = pack_splits(psplits, target)
-        rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
         sizes = {i.file_index: i.size for i in todo if i.kind in inputs.CAPTURE_KINDS}
-        packets = spark.createDataFrame(rdd, SPLIT_SCHEMA).mapInArrow(
-            _read_splits_fn(settings, run, sizes), _spark_schema(tables.PACKETS)
-        )
-        nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
-        parts.append(
-            packets.drop("capture_id")  # file_index names it: less to shuffle
-            .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
-            .sortWithinPartitions(*SORT_COLS)
-            .mapInArrow(_decode_fn(settings, staged, run, sizes), out_schema)
-        )
+        read = _read_splits_fn(settings, run, sizes, packs)
+        decode = _decode_fn(settings, staged, run, sizes)
+        if len(packs) == 1:  # a small capture set: one task reads, sorts and decodes, no shuffle
+            parts.append(_tasks(spark, packs).mapInArrow(_read_and_decode_fn(read, decode), out_schema))
+        else:
+            packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(tables.PACKETS))
+            nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
+            parts.append(
+                packets.drop("capture_id")  # file_index names it: less to shuffle
+                .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
+                .sortWithinPartitions(*SORT_COLS)
+                .mapInArrow(decode, out_schema)
+            )
     if ssplits:
         # a segment file is read whole by one task, which hashes it before naming its rows
         per_file: dict[int, list] = {}
@@ -400,9 +424,7 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
             [asdict(sp) for u in pack for sp in per_file[u["file_index"]]]
             for pack in pack_splits(units, settings.split_size)
         ]
-        rdd = sc.parallelize(packs, len(packs)).flatMap(lambda pack: pack)
-        seg_df = spark.createDataFrame(rdd, SEGMENT_SPLIT_SCHEMA)
-        parts.append(seg_df.mapInArrow(_segments_fn(settings, staged, run), out_schema))
+        parts.append(_tasks(spark, packs).mapInArrow(_segments_fn(settings, staged, run, packs), out_schema))
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 

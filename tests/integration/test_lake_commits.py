@@ -266,6 +266,8 @@ def test_each_run_compacts_the_partitions_it_wrote(spark, tmp_path):
             overrides={
                 "lake": {"path": str(lake), "optimize_after_run": auto},
                 "spark": {"shuffle_partitions": 4},
+                # several read and decode tasks (a set this small is otherwise one task, one file)
+                "capture": {"split_size": 4096},
             }
         )
         pipeline.ingest(caps, s, spark=spark)

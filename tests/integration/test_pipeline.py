@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from brokerscope import pipeline, tables
+from brokerscope import inputs, pipeline, tables
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from brokerscope.streams import decode_files
@@ -106,11 +106,17 @@ def test_reingest_gives_identical_tables(spark, tmp_path):
 
 
 def test_tiny_splits_give_identical_tables(spark, tmp_path):
+    """The capture whole is one task (read, sort and decode without a shuffle); cut into
+    900-byte splits it is many read tasks and a shuffle. The tables are the same."""
     cap = tmp_path / "syn.pcap"
     info = write_capture(str(cap), n_conns=25, exchanges=8)
     whole = _settings(tmp_path / "a")
     split = _settings(tmp_path / "b", split_size=900)
     s1 = pipeline.ingest([str(cap)], whole, spark=spark)
+    todo = inputs.discover([str(cap)]).inputs
+    for size, tasks in ((whole.split_size, 1), (900, 2)):
+        target = inputs.effective_split_size(todo, size, 2)
+        assert min(len(pipeline.pack_splits(inputs.plan(todo, size, 2)[0], target)), 2) == tasks
     s2 = pipeline.ingest([str(cap)], split, spark=spark)
     assert s1.packets == s2.packets == info["packets"]
     a, b = _all_rows(tmp_path / "a"), _all_rows(tmp_path / "b")
