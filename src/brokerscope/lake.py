@@ -84,9 +84,13 @@ def spark_schema(table: str):
     return from_arrow_schema(sch)
 
 
+# the compaction after a run: partitions with at least this many files under target_size / 4
+COMPACT_MIN_FILES = 8
+
+
 def _small_file_partitions(dt: DeltaTable, dates: list[str] | None, small: int) -> list[str]:
-    """The partitions (ISO dates; [""] for an unpartitioned table) of `dates` that hold two or
-    more files smaller than `small` bytes."""
+    """The partitions (ISO dates; [""] for an unpartitioned table) of `dates` that hold
+    COMPACT_MIN_FILES or more files smaller than `small` bytes."""
     adds = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
     counts: dict[str, int] = {}
     day = adds.get("partition.date")
@@ -94,7 +98,7 @@ def _small_file_partitions(dt: DeltaTable, dates: list[str] | None, small: int) 
         d = "" if day is None else str(day[i])
         if size < small and (dates is None or day is None or d in dates):
             counts[d] = counts.get(d, 0) + 1
-    return sorted(d for d, n in counts.items() if n >= 2)
+    return sorted(d for d, n in counts.items() if n >= COMPACT_MIN_FILES)
 
 
 class Lake:
@@ -323,9 +327,10 @@ class Lake:
         delta-rs's metrics per table.
 
         `only_small` (the compaction after each run): a partition is compacted only where it holds
-        at least two files under a quarter of `target_size`, so a run that wrote a few large
-        files does not rewrite them (merging two 60 MB files gains readers little and costs a
-        second pass over the run's output)."""
+        COMPACT_MIN_FILES or more files under a quarter of `target_size`, so a run that wrote a
+        few large files does not rewrite them (merging four 30 MB files gains readers little and
+        costs a second pass over the run's output), while the small files of runs over small
+        captures are merged before they pile up."""
         out = {}
         for t in tables.TABLES:
             p = self.path(t)

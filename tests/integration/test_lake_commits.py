@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from brokerscope import cli, pipeline, tables
 from brokerscope.config import Settings
-from brokerscope.lake import STAGING, Lake, StagedWriter
+from brokerscope.lake import COMPACT_MIN_FILES, STAGING, Lake, StagedWriter
 from brokerscope.runs import RUNS, RunDir
 from brokerscope.streams import decode_files
 from tests.conftest import ROOT, SAMPLE_DATA
@@ -265,8 +265,9 @@ def test_each_run_compacts_the_partitions_it_wrote(spark, tmp_path):
         s = Settings.load(
             overrides={
                 "lake": {"path": str(lake), "optimize_after_run": auto},
-                "spark": {"shuffle_partitions": 4},
-                # several read and decode tasks (a set this small is otherwise one task, one file)
+                # decode tasks enough for the run's small files to be compacted (a set this small
+                # is otherwise one task, one file)
+                "spark": {"shuffle_partitions": 2 * COMPACT_MIN_FILES},
                 "capture": {"split_size": 4096},
             }
         )
@@ -295,25 +296,25 @@ def test_an_older_lake_partitioned_by_capture_keeps_its_layout(spark, tmp_path):
 
 
 def test_compaction_after_a_run_leaves_large_files_alone(tmp_path):
-    """Only partitions with two or more files under a quarter of the target size are compacted
-    after a run; `brokerscope optimize` (only_small off) compacts every file under the target."""
+    """Only partitions with COMPACT_MIN_FILES or more files under a quarter of the target size are
+    compacted after a run; `brokerscope optimize` (only_small off) compacts every file under the
+    target."""
     from deltalake import write_deltalake
 
-    DT = DeltaTable
     lake = Lake(tmp_path / "lake")
     lake.ensure_tables()
+    path = str(lake.path("streams"))
     batch = tables.conform("streams", [{"ts_ns": 1_700_000_000_000_000_000, "detected_by": "port"}] * 50)
-    for _ in range(3):
-        write_deltalake(str(lake.path("streams")), pa.Table.from_batches([batch]), mode="append")
-    assert len(DT(str(lake.path("streams"))).file_uris()) == 3
-    small = (
-        pa.table(DT(str(lake.path("streams"))).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
-    )
+    for _ in range(COMPACT_MIN_FILES - 1):
+        write_deltalake(path, pa.Table.from_batches([batch]), mode="append")
+    assert "streams" not in lake.optimize(["2023-11-14"], target_size=1 << 20, only_small=True)  # too few
+    write_deltalake(path, pa.Table.from_batches([batch]), mode="append")
+    sizes = pa.table(DeltaTable(path).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    assert len(sizes) == COMPACT_MIN_FILES
     # files above a quarter of the target: nothing to do
-    assert "streams" not in lake.optimize(["2023-11-14"], target_size=4 * min(small) - 4, only_small=True)
-    assert len(DT(str(lake.path("streams"))).file_uris()) == 3
-    # small files: compacted into one
-    assert (
-        lake.optimize(["2023-11-14"], target_size=1 << 20, only_small=True)["streams"]["numFilesRemoved"] == 3
-    )
-    assert len(DT(str(lake.path("streams"))).file_uris()) == 1
+    assert "streams" not in lake.optimize(["2023-11-14"], target_size=4 * min(sizes) - 4, only_small=True)
+    assert len(DeltaTable(path).file_uris()) == COMPACT_MIN_FILES
+    # enough small files: compacted into one
+    done = lake.optimize(["2023-11-14"], target_size=1 << 20, only_small=True)
+    assert done["streams"]["numFilesRemoved"] == COMPACT_MIN_FILES
+    assert len(DeltaTable(path).file_uris()) == 1
