@@ -1,7 +1,7 @@
 """The schemas of every table brokerscope writes, and of its internal packet batches.
 
-This file is the one source of truth: decoders emit plain dicts whose keys are column names
-listed here, `conform()` turns them into Arrow batches, and the lake creates its Delta tables from
+This file is the one source of truth: decoders emit plain dicts (or `Block`s of many rows) whose
+keys are column names listed here, `conform()` turns them into Arrow batches, and the lake creates its Delta tables from
 these schemas. Column names are a contract with users' queries: add columns, never rename.
 """
 
@@ -252,16 +252,16 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
     Every timestamp column `X` may be given as integer nanoseconds under the key `X_ns` (`ts_ns`,
     `ts_end_ns`, `request_ts_ns`, `message_ts_ns`, ...): where `X_ns` is itself a column it is kept,
     and `X` is derived from it. `date` defaults to the UTC date of `ts_ns` (1970-01-01 without
-    one). Unknown keys are an error (a typo would otherwise silently drop data). Column-wise: dict
-    rows cost one list comprehension per column that occurs in them, a block's columns none.
+    one). Unknown keys are an error (a typo would otherwise silently drop data). Consecutive dict
+    rows convert in one pass of Arrow over the dicts; a block's Arrow columns need no conversion.
 
     A value that does not fit its column never fails the batch: it becomes null and the row's
     `anomalies` says which column held what and why (values are kept as found, a timestamp in the
     wrong unit is not reinterpreted). Good columns take one conversion; only a column that fails
     is converted value by value.
     """
-    runs = _runs(rows if isinstance(rows, list) else list(rows))
     sch = schema(table)
+    runs = _runs(rows if isinstance(rows, list) else list(rows), sch)
     n = sum(r[0] for r in runs)
     keys: set = set()
     for _n, cols, const in runs:
@@ -303,7 +303,7 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
 Run = tuple[int, dict, dict]  # rows, columns (lists or arrays), constants
 
 
-def _runs(rows: list) -> list[Run]:
+def _runs(rows: list, sch: pa.Schema) -> list[Run]:
     """Consecutive dict rows as one run of columns; each block a run of its own."""
     runs: list[Run] = []
     i = 0
@@ -317,12 +317,37 @@ def _runs(rows: list) -> list[Run]:
         while j < len(rows) and not isinstance(rows[j], Block):
             j += 1
         part = rows[i:j] if i or j < len(rows) else rows
-        keys: set = set()
-        for r in part:
-            keys.update(r)
-        runs.append((len(part), {k: [r.get(k) for r in part] for k in keys}, {}))
+        runs.append((len(part), _dict_columns(part, sch), {}))
         i = j
     return runs
+
+
+def _dict_columns(part: list[Mapping], sch: pa.Schema) -> dict:
+    """The columns of dict rows: typed ones converted by Arrow in one pass over the dicts (a
+    struct array), the rest (timestamps given as datetimes or µs, unknown keys) and every column
+    of rows holding a value that does not fit as lists, for conform to convert column by column."""
+    keys = set().union(*part)
+    types = {k: t for k in keys if (t := _key_type(sch, k)) is not None}
+    cols: dict = {k: [r.get(k) for r in part] for k in keys - types.keys()}
+    if types:
+        try:
+            whole = pa.array(part, type=pa.struct([pa.field(k, t) for k, t in types.items()]))
+            cols.update({k: whole.field(k) for k in types})
+        except _CONVERSION_ERRORS:
+            cols.update({k: [r.get(k) for r in part] for k in types})
+    return cols
+
+
+def _key_type(sch: pa.Schema, key: str) -> pa.DataType | None:
+    """The Arrow type a row key converts to: its column's, int64 for `X_ns` of a timestamp
+    column `X`, none for `X` itself (µs or datetimes, see _to_us) and for unknown keys."""
+    i = sch.get_field_index(key)
+    if i >= 0:
+        typ = sch.field(i).type
+        return None if pa.types.is_timestamp(typ) else typ
+    if key.endswith("_ns") and sch.get_field_index(key[:-3]) >= 0:
+        return pa.int64()
+    return None
 
 
 def _gather(runs: list[Run], name: str, convert=None) -> list:

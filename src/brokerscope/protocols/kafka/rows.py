@@ -107,8 +107,13 @@ def first_error(rs: rec.RecordSet, where: str) -> tuple[str, str | None]:
     return base.OK, None
 
 
+class Summary(dict):
+    """A record set's summary for `details`: batch headers only (numbers, codec names, errors),
+    built here, so `clean` passes it over instead of copying it."""
+
+
 def records_summary(rs: rec.RecordSet) -> dict:
-    d: dict = {"batches": [b.summary() for b in rs.batches]}
+    d = Summary(batches=[b.summary() for b in rs.batches])
     if rs.partial_tail:
         d["partial_tail_bytes"] = rs.partial_tail
     if rs.error:
@@ -119,6 +124,8 @@ def records_summary(rs: rec.RecordSet) -> dict:
 def clean(o, records: frozenset = frozenset(), cap: int = 0):
     """Copy a decoded body for details, redacting secret fields and sensitive config values and
     summarizing record sets (fields named in `records` that still hold bytes)."""
+    if isinstance(o, Summary):
+        return o
     if isinstance(o, dict):
         out = {}
         for k, v in o.items():
