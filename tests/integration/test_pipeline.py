@@ -218,3 +218,13 @@ def test_tubemq_schema_file_reaches_the_decode_tasks(spark, tmp_path):
     plain_reqs = [r for r in plain if r["direction"] == "c2s"]
     assert sorted(r["client_id"] for r in plain_reqs) == sorted(r["client_id"] for r in reqs)
     assert all("schema" not in json.loads(r["details"])["request"] for r in plain_reqs)
+
+
+@pytest.mark.spark
+def test_local_jvm_runs_with_c1_jit_and_the_log_config(spark):
+    """make_spark in local mode starts the one JVM with C1 JIT only (pipeline.LOCAL_JIT) and
+    brokerscope's log4j configuration: the running JVM's own arguments say so."""
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert pipeline.LOCAL_JIT in args
+    assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args)
