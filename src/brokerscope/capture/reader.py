@@ -236,15 +236,21 @@ def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
 def _pcap_chain(
     buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0
 ) -> int:
-    """Do CHAIN record headers validate from q on? 1 yes, 0 no, _NEED more data needed.
+    """Do CHAIN non-empty record headers validate from q on? 1 yes, 0 no, _NEED more data needed.
 
     A header is valid when caplen <= lim, caplen <= origlen + slack (the excess the file's first
-    record shows: some writers count a link header in caplen only) and the fraction is below one
-    second;
-    consecutive timestamps (and `ref`, when given) lie within a day of each other. A chain cut by
-    the end of the file counts as valid once it holds at least one complete record.
+    record shows: some writers count a link header in caplen only), origlen > 0 (no frame is
+    empty on the wire) and the fraction is below one second;
+    consecutive timestamps (and `ref`, when given) lie within a day of each other. Empty records
+    (caplen 0, a 16-byte header and nothing after it) may sit in the chain, at most CHAIN of them,
+    but do not count towards it: a few 16-byte strides of plausible numbers inside a payload (a
+    run of zeros is one with origlen 0; arrays of small structs are others) would otherwise pass
+    for a chain, and after such a false start the real records, days away from its timestamps,
+    never validate again. A chain cut by the end of the file counts as valid once it holds at
+    least one complete non-empty record.
     """
     k = 0
+    empty = 0
     prev = ref
     while k < CHAIN:
         if q + 16 > L:
@@ -252,7 +258,7 @@ def _pcap_chain(
                 return _NEED
             return 1 if k > 0 else 0
         s, f, cl, ol = hdr(buf, q)
-        if cl > lim or cl > ol + slack or f >= fmax:
+        if cl > lim or cl > ol + slack or f >= fmax or not ol:
             return 0
         if prev is not None and (s - prev > DAY or prev - s > DAY):
             return 0
@@ -262,7 +268,12 @@ def _pcap_chain(
             if not eof:
                 return _NEED
             return 1 if k > 0 else 0
-        k += 1
+        if cl:
+            k += 1
+        else:
+            empty += 1
+            if empty > CHAIN:
+                return 0
     return 1
 
 
@@ -276,7 +287,7 @@ def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None, slack: 
         while q < stop:
             # cheap pre-check on the lengths before the full chain
             s, f, cl, ol = hdr(buf, q)
-            if cl <= lim and cl <= ol + slack and f < fmax:
+            if cl <= lim and cl <= ol + slack and f < fmax and ol:
                 r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, ref, slack)
                 if r == 1:
                     return q
