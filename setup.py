@@ -1,0 +1,14 @@
+"""The compiled hot loops `pip install .` builds (gcc and the Python headers); everything else
+about the package is in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
+            ["src/brokerscope/protocols/kafka/_records.c"],
+            extra_compile_args=["-O2"],
+        )
+    ]
+)
