@@ -33,6 +33,11 @@ MAX_BLOCK = 16 * 1024 * 1024  # largest pcapng block accepted
 CHAIN = 4  # consecutive record headers that must validate at a resync point
 MAX_LINK_HEADER = 64  # the largest caplen - origlen excess a file's writer may show consistently
 DAY = 86400
+# a chain cut by the end of the file must start within this span of the file's first record time
+CUT_SPAN = 366 * DAY
+# a resync that wants a time near the last record's gives up on it after this many bytes past the
+# first chain that ignores it (the last record may itself have been a false start)
+REF_REACH = 1 << 20
 _CHUNK = 4 * 1024 * 1024  # gzip: decompressed bytes read at a time
 _NEED = -2  # chain check: more data needed to decide
 
@@ -234,29 +239,33 @@ def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
 
 
 def _pcap_chain(
-    buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0
+    buf, q: int, L: int, eof: bool, hdr, lim: int, fmax: int, t0: int | None, slack: int = 0
 ) -> int:
     """Do CHAIN non-empty record headers validate from q on? 1 yes, 0 no, _NEED more data needed.
 
     A header is valid when caplen <= lim, caplen <= origlen + slack (the excess the file's first
     record shows: some writers count a link header in caplen only), origlen > 0 (no frame is
     empty on the wire) and the fraction is below one second;
-    consecutive timestamps (and `ref`, when given) lie within a day of each other. Empty records
+    consecutive timestamps lie within a day of each other. Empty records
     (caplen 0, a 16-byte header and nothing after it) may sit in the chain, at most CHAIN of them,
     but do not count towards it: a few 16-byte strides of plausible numbers inside a payload (a
     run of zeros is one with origlen 0; arrays of small structs are others) would otherwise pass
     for a chain, and after such a false start the real records, days away from its timestamps,
     never validate again. A chain cut by the end of the file counts as valid once it holds at
-    least one complete non-empty record.
+    least one complete non-empty record and, when `t0` (the time of the file's first record) is
+    given, its first time lies in [t0 - DAY, t0 + CUT_SPAN]: a truly truncated last record keeps
+    its place, while two payload strides that read as headers (often at time 0, or decades away)
+    and whose second "record" runs past the end no longer pass.
     """
     k = 0
     empty = 0
-    prev = ref
+    prev = None
+    q0 = q
     while k < CHAIN:
         if q + 16 > L:
             if not eof:
                 return _NEED
-            return 1 if k > 0 else 0
+            return 1 if k > 0 and _near(hdr(buf, q0)[0], t0) else 0
         s, f, cl, ol = hdr(buf, q)
         if cl > lim or cl > ol + slack or f >= fmax or not ol:
             return 0
@@ -267,7 +276,7 @@ def _pcap_chain(
         if q > L:  # a record cut by the end of the data: fine after a complete one
             if not eof:
                 return _NEED
-            return 1 if k > 0 else 0
+            return 1 if k > 0 and _near(hdr(buf, q0)[0], t0) else 0
         if cl:
             k += 1
         else:
@@ -277,26 +286,54 @@ def _pcap_chain(
     return 1
 
 
-def _pcap_resync(win, p: int, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0) -> int:
+def _near(s: int, t0: int | None) -> bool:
+    return t0 is None or -DAY <= s - t0 <= CUT_SPAN
+
+
+def _pcap_resync(
+    win, p: int, hdr, lim: int, fmax: int, ref: int | None, slack: int = 0, t0: int | None = None
+) -> int:
     """The first offset (relative to win.buf, after win.more) >= p where a header chain validates,
-    or -1 when none is found before the end of the data. May slide the window."""
+    or -1 when none is found before the end of the data. May slide the window.
+
+    With `ref` (the time of the last record read) the chain's first time must also lie within a
+    day of it, but only as a preference: when a chain ignoring `ref` validates at q0 and none
+    meeting it does within REF_REACH bytes after q0, the resync lands at q0. The last record may
+    itself come from a false start (a split's first resync, with nothing to compare to, now and
+    then takes payload bytes for records); real records, days from its time, would otherwise never
+    validate again and the rest of the split would be lost as damage.
+    """
+    first = -1  # the first offset where a chain validates regardless of ref
     while True:
         buf, L, eof = win.buf, len(win.buf), win.eof
         q = p
         stop = L - 15
+        if first >= 0 and first + REF_REACH < stop:
+            stop = first + REF_REACH
         while q < stop:
             # cheap pre-check on the lengths before the full chain
             s, f, cl, ol = hdr(buf, q)
             if cl <= lim and cl <= ol + slack and f < fmax and ol:
-                r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, ref, slack)
+                r = _pcap_chain(buf, q, L, eof, hdr, lim, fmax, t0, slack)
                 if r == 1:
-                    return q
-                if r == _NEED:
+                    if ref is None or -DAY <= s - ref <= DAY:
+                        return q
+                    if first < 0:
+                        first = q
+                        if first + REF_REACH < stop:
+                            stop = first + REF_REACH
+                elif r == _NEED:
                     break
             q += 1
+        if first >= 0 and q >= first + REF_REACH:
+            return first
         if eof:
-            return -1
-        p = win.more(q, (L - q) + _CHUNK)
+            return first
+        keep = first if first >= 0 else q
+        n = win.more(keep, (L - keep) + _CHUNK)
+        p = n + (q - keep)
+        if first >= 0:
+            first = n
 
 
 def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
@@ -322,9 +359,12 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     # a writer that counts a link header in caplen only (caplen = origlen + 16 for Linux cooked
     # captures) does so in every record: the first record's excess is tolerated in resync chains
     slack = 0
+    t0 = None  # the first record's time: a resync chain cut by the end of the file must be near it
     if len(buf) >= 40:
-        _, _, cl0, ol0 = hdr(buf, 24)
+        s0, f0, cl0, ol0 = hdr(buf, 24)
         slack = cl0 - ol0 if 0 < cl0 - ol0 <= MAX_LINK_HEADER else 0
+        if cl0 <= lim and f0 < fmax:
+            t0 = s0
     handle = dec.handler(linktype)
     eth = linktype & 0xFFFF == 1
     ip4 = dec.ip4
@@ -337,7 +377,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
     last_s: int | None = None
     p = 24
     if start > 24:
-        p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None, slack)
+        p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None, slack, t0)
         if p < 0:
             return
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
@@ -360,7 +400,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
             if cl > seq_lim or f >= fmax:
                 dec.error(f"bad record header at offset {rec} (caplen {cl}, origlen {ol})")
                 dec.malformed += 1
-                q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s, slack)
+                q = _pcap_resync(win, p + 1, hdr, lim, fmax, last_s, slack, t0)
                 buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                 if q < 0:
                     _unsynced(dec, rec, base + L)

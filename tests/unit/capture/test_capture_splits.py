@@ -13,7 +13,7 @@ from scapy.layers.l2 import ARP, CookedLinux, Ether
 from scapy.packet import Raw
 
 from brokerscope.capture import Split, parse_stats, read_split
-from tests.conftest import SAMPLE_DATA
+from tests.conftest import CAPTURES, SAMPLE_DATA
 
 TS = 1_650_000_000_000_000_000
 SPLIT_SIZES = (300, 1000, 4096)
@@ -309,3 +309,54 @@ def test_split_starting_inside_payloads_that_look_like_empty_records(tmp_path):
     assert len(whole) == len(recs) and st["errors"] == []
     offs = [r["rec_offset"] for r in whole]
     _assert_every_start_agrees(path, range(offs[3] + 1, offs[6]))  # one of each pad
+
+
+def _enclosing(offs: list[int], q: int) -> range:
+    """The split starts inside the record holding byte q, up to q (offs: the file's record offsets)."""
+    i = max(k for k, o in enumerate(offs) if o <= q)
+    return range(offs[i] + 1, q + 1)
+
+
+def test_split_starting_where_a_false_chain_runs_past_the_end_of_the_file():
+    """A chain cut by the end of the file passes after one complete record (a truly truncated last
+    record must keep its place), but two payload strides that read as headers, the second's
+    "record" running past the end, passed too: 351 start offsets of gzip.pcap took Kafka payload
+    for records (at time 0), and 477 of client_vsr.pcap (in the year 2098). A cut chain must now
+    start within a year after the file's first record."""
+    for path, false_starts in (
+        (SAMPLE_DATA / "kafka" / "gzip.pcap", (3205, 10744)),
+        (SAMPLE_DATA / "iggy" / "client_vsr.pcap", (10754,)),
+    ):
+        whole, _ = _read_range(str(path), 0, 1 << 40)
+        offs = [r["rec_offset"] for r in whole]
+        for q in false_starts:
+            assert q not in offs
+            _assert_every_start_agrees(str(path), _enclosing(offs, q))
+
+
+def test_a_false_start_does_not_lock_in_the_rest_of_the_split(tmp_path):
+    """A pcap inside a payload (a capture sent as a message: here the records of two public Kafka
+    captures from 2021, inside a 2026 frame of gzip.pcap) is a chain of genuine record headers, and
+    a split starting just before it takes it for records. 16 bytes of junk followed; the resync
+    there wanted times within a day of the embedded records', the carrying capture's records never
+    validated again, and the rest of the split was lost as damage. Now a resync that finds no chain
+    near the last record's time within REF_REACH bytes takes the first chain it found."""
+    src = SAMPLE_DATA / "kafka" / "gzip.pcap"
+    data = src.read_bytes()
+    whole, _ = _read_range(str(src), 0, 1 << 40)
+    at = [r["rec_offset"] for r in whole][20]
+    emb = b"".join(
+        (CAPTURES / "deepflow" / n).read_bytes()[24:]  # two records each, 56 s apart
+        for n in ("18-api-versions-v3.pcap", "01-fetch-v12-perf.pcap")
+    )
+    extra = emb + b"\xff" * 16  # fraction 0xffffffff: a bad header
+    s, f, cl, ol = struct.unpack_from("<IIII", data, at)
+    rec = struct.pack("<IIII", s, f, cl + len(extra), ol + len(extra)) + data[at + 16 : at + 16 + cl]
+    nxt = at + len(rec) + len(extra)
+    path = write(tmp_path, "p.pcap", data[:at] + rec + extra + data[at + 16 + cl :])
+    whole, st = _read_range(path, 0, 1 << 40)
+    assert st["errors"] == [] and st["damaged"] == 0
+    for start in (at + 1, at + 16 + cl):
+        tail, st = _read_range(path, start, 1 << 40)
+        assert [r for r in tail if r["rec_offset"] >= nxt] == [r for r in whole if r["rec_offset"] >= nxt]
+        assert st["damaged"] == 16, st
