@@ -185,7 +185,7 @@ def _table_batches(rows: Iterator[tuple[str, dict | tables.Block]]) -> Iterator[
     count = dict.fromkeys(tables.DECODED_TABLES, 0)
     for t, row in rows:
         pending[t].append(row)
-        count[t] += len(row) if isinstance(row, tables.Block) else 1
+        count[t] += tables.size(row)
         if count[t] >= ROWS_PER_BATCH:
             yield t, tables.conform(t, pending[t])
             pending[t] = []

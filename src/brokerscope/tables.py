@@ -231,19 +231,9 @@ class Block:
         return Block(len(idx), cols, dict(self.const))
 
 
-def as_dicts(rows: Iterable[Mapping | Block]) -> list[dict]:
-    """Rows with every block spread into dict rows."""
-    out: list = []
-    for r in rows:
-        if isinstance(r, Block):
-            out.extend(r.rows())
-        else:
-            out.append(r)
-    return out
-
-
-def row_count(rows: Iterable[Mapping | Block]) -> int:
-    return sum(len(r) if isinstance(r, Block) else 1 for r in rows)
+def size(row: Mapping | Block) -> int:
+    """Rows in one item a decoder gives: a block's length, 1 for a dict row."""
+    return len(row) if isinstance(row, Block) else 1
 
 
 def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:

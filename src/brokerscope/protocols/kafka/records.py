@@ -186,8 +186,7 @@ def _v2_columns(
         if w["header_keys_utf8"]:
             hk = _binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
-            raw = _binary(w["header_keys"]).to_pylist()
-            hk = pa.array([k.decode("utf-8", errors="backslashreplace") for k in raw], pa.string())
+            hk = pa.array([base.text(k) for k in _binary(w["header_keys"]).to_pylist()], pa.string())
         entries = pa.StructArray.from_arrays([hk, _binary(w["header_values"])], fields=list(tables.HEADER))
         offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(w["header_offsets"])])
         headers = pa.ListArray.from_arrays(offsets, entries, type=pa.list_(tables.HEADER))

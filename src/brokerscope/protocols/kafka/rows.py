@@ -263,7 +263,7 @@ def _details_head(b: rec.Batch) -> str:
     return head[:-1] + ',"offset_delta":'
 
 
-def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list:
+def _message_ids(topic, partition, offsets: pa.Array | list) -> list[str]:
     """`topic-partition@offset` per message."""
     prefix = f"{topic}-{partition}@"
     return [f"{prefix}{o}" for o in rec._py(offsets)]
@@ -272,9 +272,7 @@ def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list:
 def with_offsets(block: tables.Block, topic, partition, first: int) -> None:
     """Give produced messages their offsets: `first` and on, in order (the produce response's
     base offset plus their position in the request)."""
-    offsets: pa.Array | list = list(range(first, first + block.n))
-    if first + block.n <= 2**63:
-        offsets = pa.array(offsets, pa.int64())
+    offsets = list(range(first, first + block.n))
     block.cols["offset"] = offsets
     block.cols["message_id"] = _message_ids(topic, partition, offsets)
 
