@@ -20,7 +20,12 @@ _CORE: dict = {
         "vacuum_retain_hours": 168,
     },
     "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0, "conf": {}},
-    "capture": {"split_size": 128 * 1024**2, "max_pending_fragments": 4096, "batch_packets": 8192},
+    "capture": {
+        "split_size": 128 * 1024**2,
+        "max_pending_fragments": 4096,
+        "batch_packets": 8192,
+        "batch_bytes": 16 * 1024**2,
+    },
     "tcp": {
         "idle_timeout_s": 600,
         "max_reorder_bytes": 8 * 1024**2,
@@ -134,6 +139,8 @@ class Settings:
             # small splits are allowed for tests, but never below a few records
             if self.split_size < 256:
                 raise ValueError("capture.split_size must be at least 256 bytes")
+        if not 64 * 1024 <= self.batch_bytes <= 1024**3:
+            raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
 
     # -- typed accessors ----------------------------------------------------------------------
     @property
@@ -167,6 +174,10 @@ class Settings:
     @property
     def batch_packets(self) -> int:
         return int(self.raw["capture"]["batch_packets"])
+
+    @property
+    def batch_bytes(self) -> int:
+        return parse_size(self.raw["capture"]["batch_bytes"])
 
     @property
     def max_pending_fragments(self) -> int:

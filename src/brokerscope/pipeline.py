@@ -96,6 +96,8 @@ def make_spark(settings: Settings, app_name: str | None = None, quiet_progress: 
         "spark.ui.showConsoleProgress": "false" if quiet_progress else "true",
         "spark.sql.adaptive.enabled": "true",
         "spark.python.worker.reuse": "true",
+        # the decode stage's input batches end at this size too, whatever the packets' sizes
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(settings.batch_bytes),
     }
     java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j.is_file() else []
     if settings.master.startswith("local"):
@@ -171,7 +173,9 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                yield from capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
+                yield from capture.read_split(
+                    sp, settings.batch_packets, settings.max_pending_fragments, settings.batch_bytes
+                )
                 size = sizes[sp.file_index]
                 run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
 
@@ -412,7 +416,9 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
             parts.append(_tasks(spark, packs).mapInArrow(_read_and_decode_fn(read, decode), out_schema))
         else:
             packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(tables.PACKETS))
-            nparts = int(settings.raw["spark"]["shuffle_partitions"]) or max(2, 2 * sc.defaultParallelism)
+            nparts = decode_partitions(
+                int(settings.raw["spark"]["shuffle_partitions"]), sc.defaultParallelism, len(packs)
+            )
             parts.append(
                 packets.drop("capture_id")  # file_index names it: less to shuffle
                 .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
@@ -596,6 +602,13 @@ def _rejected_rows(disc, run_id: str) -> list[dict]:
             }
         )
     return out
+
+
+def decode_partitions(configured: int, parallelism: int, read_tasks: int) -> int:
+    """Partitions of the connection shuffle: `configured` if set, else at least two per core and
+    one per read task, so a decode task takes about what a read task read (split_size): its sort
+    and its memory stay flat as capture sets grow."""
+    return configured or max(2, 2 * parallelism, read_tasks)
 
 
 def pack_splits(splits: list, target: int) -> list[list[dict]]:

@@ -374,7 +374,9 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     batches = [
         b
         for sp in psplits
-        for b in capture.read_split(sp, settings.batch_packets, settings.max_pending_fragments)
+        for b in capture.read_split(
+            sp, settings.batch_packets, settings.max_pending_fragments, settings.batch_bytes
+        )
     ]
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])

@@ -228,3 +228,9 @@ def test_local_jvm_runs_with_c1_jit_and_the_log_config(spark):
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert pipeline.LOCAL_JIT in args
     assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args)
+
+
+@pytest.mark.spark
+def test_session_arrow_batches_end_at_batch_bytes(spark):
+    """The decode stage's input batches (Spark -> Python) are bounded in bytes like the reader's."""
+    assert spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch") == str(Settings.load().batch_bytes)

@@ -44,6 +44,8 @@ def test_overrides_and_ports(tmp_path):
         ("[payload]\npolicy = 'encrypt'\n", "payload.policy"),
         ("[capture]\nsplitsize = 1\n", "unknown setting capture.splitsize"),
         ("[ports]\nkafka = [70000]\n", "ports.kafka"),
+        ("[capture]\nbatch_bytes = '4GiB'\n", "capture.batch_bytes"),
+        ("[capture]\nbatch_bytes = 100\n", "capture.batch_bytes"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, text, message):

@@ -30,6 +30,7 @@ from .files import PCAP_MAGICS, PCAPNG_BOM, Split
 
 MAX_CAPLEN = 256 * 1024  # largest plausible captured record (pcap resync and sanity bound)
 MAX_BLOCK = 16 * 1024 * 1024  # largest pcapng block accepted
+BATCH_BYTES = 16 * 1024 * 1024  # default bound on the record bytes behind one packets batch
 CHAIN = 4  # consecutive record headers that must validate at a resync point
 MAX_LINK_HEADER = 64  # the largest caplen - origlen excess a file's writer may show consistently
 DAY = 86400
@@ -171,15 +172,21 @@ class _StreamWindow:
 
 
 def read_split(
-    split: Split, batch_packets: int = 8192, max_pending_fragments: int = 4096
+    split: Split,
+    batch_packets: int = 8192,
+    max_pending_fragments: int = 4096,
+    batch_bytes: int = BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """PACKETS batches for the records of `split`, then exactly one stats batch.
+    """PACKETS batches for the records of `split`, then exactly one stats batch. A batch holds
+    at most `batch_packets` rows and ends once `batch_bytes` of records were read for it (the
+    memory of a task holding one batch stays flat however large its packets are).
 
     Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
     resyncs or stops. Only an unreadable file raises (OSError).
     """
     dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments)
     bp = max(1, int(batch_packets))
+    bb = max(1, int(batch_bytes))
     kind = split.kind
     gz = kind.endswith(".gz")
     if kind not in ("pcap", "pcapng", "pcap.gz", "pcapng.gz"):
@@ -190,9 +197,9 @@ def read_split(
             # a gzip file is one split: offsets are in the decompressed stream, which has no end bound
             start, end = (0, 1 << 62) if gz else (split.start, split.end)
             if kind.startswith("pcapng"):
-                yield from _read_pcapng(win, start, end, dec, bp)
+                yield from _read_pcapng(win, start, end, dec, bp, bb)
             else:
-                yield from _read_pcap(win, start, end, dec, bp)
+                yield from _read_pcap(win, start, end, dec, bp, bb)
         finally:
             win.close()
     dec.finish()
@@ -336,7 +343,7 @@ def _pcap_resync(
             first = n
 
 
-def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) -> Iterator[pa.RecordBatch]:
     # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
     # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
@@ -372,6 +379,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
 
     records = 0
     nbytes = 0
+    cut = bb  # the batch ends at bp rows or once nbytes reaches cut, whichever comes first
     tmin: int | None = None
     tmax: int | None = None
     last_s: int | None = None
@@ -444,9 +452,10 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterat
                 dec.malformed += 1
                 dec.error(f"undecodable record at offset {rec}: {e}")
             p = q
-            if len(rows) >= bp:
+            if len(rows) >= bp or nbytes >= cut:
                 batch = dec.flush()
                 rows = dec.rows
+                cut = nbytes + bb
                 gc_on = _gc_resume(gc_on)
                 yield batch
                 gc_on = _gc_pause()
@@ -665,7 +674,7 @@ class _FixedWindow:
         return p
 
 
-def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iterator[pa.RecordBatch]:
+def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) -> Iterator[pa.RecordBatch]:
     # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
     # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
@@ -698,6 +707,7 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
 
     records = 0
     nbytes = 0
+    cut = bb
     tmin: int | None = None
     tmax: int | None = None
     last_ts = 0
@@ -749,9 +759,10 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
                     p += n
-                    if len(rows) >= bp:
+                    if len(rows) >= bp or nbytes >= cut:
                         batch = dec.flush()
                         rows = dec.rows
+                        cut = nbytes + bb
                         gc_on = _gc_resume(gc_on)
                         yield batch
                         gc_on = _gc_pause()
@@ -830,9 +841,10 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         except (struct.error, IndexError, ValueError) as e:
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
-                    if len(rows) >= bp:
+                    if len(rows) >= bp or nbytes >= cut:
                         batch = dec.flush()
                         rows = dec.rows
+                        cut = nbytes + bb
                         gc_on = _gc_resume(gc_on)
                         yield batch
                         gc_on = _gc_pause()
@@ -863,9 +875,10 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int) -> Iter
                         except (struct.error, IndexError, ValueError) as e:
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
-                    if len(rows) >= bp:
+                    if len(rows) >= bp or nbytes >= cut:
                         batch = dec.flush()
                         rows = dec.rows
+                        cut = nbytes + bb
                         gc_on = _gc_resume(gc_on)
                         yield batch
                         gc_on = _gc_pause()

@@ -6,13 +6,13 @@ import random
 import struct
 
 import pytest
-from capture_kit import custom, epb, idb, isb, nrb, pcap_bytes, read_path, shb, total, write
+from capture_kit import ROW_COLS, custom, epb, idb, isb, nrb, pcap_bytes, read_path, shb, total, write
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, CookedLinux, Ether
 from scapy.packet import Raw
 
-from brokerscope.capture import Split, parse_stats, read_split
+from brokerscope.capture import Split, capture_id, identify, parse_stats, plan_splits, read_split
 from tests.conftest import CAPTURES, SAMPLE_DATA
 
 TS = 1_650_000_000_000_000_000
@@ -360,3 +360,25 @@ def test_a_false_start_does_not_lock_in_the_rest_of_the_split(tmp_path):
         tail, st = _read_range(path, start, 1 << 40)
         assert [r for r in tail if r["rec_offset"] >= nxt] == [r for r in whole if r["rec_offset"] >= nxt]
         assert st["damaged"] == 16, st
+
+
+@pytest.mark.parametrize(
+    "path", [SAMPLE_DATA / "kafka" / "lz4.pcap", CAPTURES / "ndpi" / "kafka.pcapng"], ids=lambda p: p.name
+)
+def test_batches_end_at_batch_bytes(path):
+    """A packets batch ends once batch_bytes of records were read for it, so a task holding one
+    batch holds about that much however large the packets are; the rows are the same."""
+    whole, (st,) = read_path(str(path))
+    sp = plan_splits(str(path), 0, capture_id(str(path)), identify(str(path)), 0)[0]
+    bb = 1024
+    batches = list(read_split(sp, batch_packets=1 << 20, batch_bytes=bb))[:-1]
+    assert sum(b.num_rows for b in batches) == len(whole) and len(batches) > 5
+    rows = [r for b in batches for r in b.select(list(ROW_COLS)).to_pylist()]
+    assert rows == whole
+    for b, after in zip(batches, batches[1:]):
+        offsets, wire = b.column("rec_offset").to_pylist(), b.column("wire_len").to_pylist()
+        # reached the bound: the records behind it span at least bb bytes ...
+        assert after.column("rec_offset")[0].as_py() - offsets[0] >= bb
+        # ... and was not cut later than the record that reached it (captured whole: caplen = wire_len)
+        assert sum(wire[:-1]) < bb
+    assert st["snap_truncated"] == 0
