@@ -89,7 +89,7 @@ def _spark(settings: Settings, quiet: bool = False):
 
     # PySpark logs a failed query's context as JSON on stderr; the CLI prints one line instead
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    return make_spark(settings, quiet_progress=quiet)
+    return make_spark(settings, quiet_progress=quiet, class_cache=True)
 
 
 def cmd_ingest(args) -> int:
@@ -350,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
+        if pipeline:
+            pipeline.finish_class_cache(lambda m: print(f"brokerscope: {m}", file=sys.stderr))
 
 
 if __name__ == "__main__":

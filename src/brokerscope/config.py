@@ -19,7 +19,13 @@ _CORE: dict = {
         "target_file_size": 128 * 1024**2,
         "vacuum_retain_hours": 168,
     },
-    "spark": {"master": "local[*]", "app_name": "brokerscope", "shuffle_partitions": 0, "conf": {}},
+    "spark": {
+        "master": "local[*]",
+        "app_name": "brokerscope",
+        "shuffle_partitions": 0,
+        "class_cache": True,
+        "conf": {},
+    },
     "capture": {
         "split_size": 128 * 1024**2,
         "max_pending_fragments": 4096,

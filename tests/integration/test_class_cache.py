@@ -1,0 +1,69 @@
+"""The CLI's local JVM writes its class archive once, and later JVMs map it (real JVMs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from brokerscope import classcache
+from tests.conftest import ROOT, SAMPLE_DATA
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+# a second session, as the CLI makes it: which CDS archives did its JVM map, and does it work?
+PROBE = textwrap.dedent(
+    """
+    import json, re, subprocess
+    from brokerscope import classcache, pipeline
+    from brokerscope.config import Settings
+
+    spark = pipeline.make_spark(Settings.load(overrides={"spark": {"master": "local[1]"}}), class_cache=True)
+    jcmd = classcache._java().parent / "jcmd"
+    pid = str(spark.sparkContext._gateway.proc.pid)
+    info = subprocess.run([str(jcmd), pid, "VM.info"], capture_output=True, text=True).stdout
+    mapped = re.search(r"CDS archive\\(s\\) mapped at: .*?size (\\d+)", info)
+    print(json.dumps({"mapped": int(mapped.group(1)) if mapped else 0, "count": spark.range(5).count()}))
+    pipeline.finish_class_cache(print)
+    """
+)
+
+
+def test_first_cli_run_saves_the_archive_and_the_next_jvm_maps_it(tmp_path):
+    java = classcache._java()
+    if java is None or not (java.parent / "jcmd").exists():
+        pytest.skip("no jcmd next to java (a JRE): cannot ask the JVM what it mapped")
+    env = {**os.environ, "BROKERSCOPE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": f"{ROOT / 'src'}"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    first = subprocess.run(
+        [sys.executable, "-m", "brokerscope.cli", "ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap")]
+        + ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "saving the JVM's classes for quicker starts (once)" in first.stderr
+    assert "commands=66, messages=24" in first.stdout
+    files = list((tmp_path / "cache" / "jvm").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".jsa", files  # published; nothing half-written
+    size = int(re.fullmatch(r"spark-[0-9a-f]{24}-(\d+)\.jsa", files[0].name).group(1))
+    assert size == files[0].stat().st_size > 10 << 20
+
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    got = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert got["count"] == 5
+    assert got["mapped"] >= size  # the JDK's own archive plus ours
+    assert "saving" not in probe.stdout + probe.stderr
+    assert [f.name for f in (tmp_path / "cache" / "jvm").iterdir()] == [files[0].name]
+    assert not list(tmp_path.glob("hs_err_pid*.log"))

@@ -1,0 +1,69 @@
+"""The class archive's files (classcache.py): which archive a JVM maps, what it writes, what goes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from brokerscope import classcache
+
+OPTS = ["-XX:TieredStopAtLevel=1", ""]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "c"))
+    if classcache.key(OPTS) is None:
+        pytest.skip("no java or no Spark jars")
+    return tmp_path / "c" / "jvm"
+
+
+def test_first_run_writes_then_later_runs_map_the_published_archive(cache):
+    p = classcache.plan(OPTS)
+    assert p.pending is not None and p.pending.parent == cache
+    assert p.options[0] == f"-XX:ArchiveClassesAtExit={p.pending}"
+    # what finish does after the JVM exited cleanly: publish under the name carrying its size
+    p.pending.write_bytes(b"x" * 1000)
+    published = cache / p.archive.name.replace("-0.jsa", "-1000.jsa")
+    os.replace(p.pending, published)
+    again = classcache.plan(OPTS)
+    assert again.pending is None and again.archive == published
+    assert again.options[0] == f"-XX:SharedArchiveFile={published}"
+    # other options (another log config, another JIT): another archive
+    assert classcache.plan(["-XX:TieredStopAtLevel=4", ""]).pending is not None
+
+
+def test_a_cut_archive_is_dropped_not_mapped(cache):
+    """A truncated archive crashes the JVM (SIGBUS): its size must be the one it was published with."""
+    p = classcache.plan(OPTS)
+    cut = cache / p.archive.name.replace("-0.jsa", "-5000.jsa")
+    cut.write_bytes(b"x" * 4096)
+    again = classcache.plan(OPTS)
+    assert again.pending is not None and not cut.exists()
+
+
+def test_old_archives_and_dead_runs_files_are_pruned(cache):
+    cache.mkdir(parents=True)
+    now = time.time()
+    for i in range(5):
+        f = cache / f"spark-{i:024d}-10.jsa"
+        f.write_bytes(b"y" * 10)
+        os.utime(f, (now - 100 * i, now - 100 * i))
+    dead = cache / "spark-0.abc.tmp"
+    dead.write_bytes(b"z")
+    os.utime(dead, (now - 2 * classcache.STALE_S, now - 2 * classcache.STALE_S))
+    live = cache / "spark-1.def.tmp"  # another run may be writing it right now
+    live.write_bytes(b"z")
+    classcache.plan(OPTS)
+    left = sorted(f.name for f in cache.glob("spark-*.jsa"))
+    assert left == [f"spark-{i:024d}-10.jsa" for i in range(classcache.KEEP - 1)]
+    assert not dead.exists() and live.exists()
+
+
+def test_no_usable_cache_directory_turns_the_archive_off(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(classcache.CACHE_ENV, str(blocker))
+    assert classcache.plan(OPTS) is None
