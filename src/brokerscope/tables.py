@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -260,15 +261,24 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
     if unknown:
         raise KeyError(f"{table}: unknown column(s) {sorted(unknown)}")
     bad: dict[int, list[str]] = {}  # row index -> anomalies found here
+    ns_cols: dict[str, pa.Array] = {}
+
+    def ns(key: str) -> pa.Array:  # an `X_ns` key as int64, converted once for its column, X and date
+        if key not in ns_cols:
+            ns_cols[key] = _column(runs, key, pa.int64(), bad)
+        return ns_cols[key]
+
     arrays = []
     for f in sch:
         name = f.name
         if name == "anomalies":
             arrays.append(None)  # filled last
         elif pa.types.is_timestamp(f.type):
-            arrays.append(_timestamps(runs, n, name, keys, f.type, bad))
+            arrays.append(_timestamps(runs, n, name, keys, f.type, bad, ns))
         elif name == "date" and name not in keys:
-            arrays.append(_dates(runs, n, keys))
+            arrays.append(_dates(n, keys, ns))
+        elif name in keys and name.endswith("_ns") and f.type == pa.int64():
+            arrays.append(ns(name))
         elif name in keys:
             arrays.append(_column(runs, name, f.type, bad))
         else:
@@ -361,6 +371,8 @@ def _column(
 ) -> pa.Array:
     """Column `name` as an array of `typ`: Arrow columns of blocks as they are, every other stretch
     of runs converted in one step (value by value only where that fails)."""
+    if convert is None and len(runs) > 1 and not any(name in cols for _n, cols, _c in runs):
+        return _repeated(runs, name, typ, bad)
     if not any(isinstance(cols.get(name), pa.Array) for _n, cols, _c in runs):
         return _values(_gather(runs, name, convert), name, typ, bad)
     chunks: list[pa.Array] = []
@@ -384,6 +396,20 @@ def _column(
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
+
+
+def _repeated(runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
+    """A column every run gives as a constant (a block's batch-level fields): one value per run,
+    converted once and repeated by Arrow, not a Python value per row."""
+    kept = [(n, const.get(name)) for n, _cols, const in runs if n]
+    if not kept:
+        return pa.nulls(0, type=typ)
+    try:
+        values = pa.array([v for _n, v in kept], type=typ)
+    except _CONVERSION_ERRORS:  # value by value, each bad row noted
+        return _values(_gather(runs, name), name, typ, bad)
+    ends = pa.array(list(accumulate(n for n, _v in kept)), type=pa.int32())
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
 
 
 def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:
@@ -441,12 +467,12 @@ def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Arr
 
 
 def _timestamps(
-    runs: list[Run], n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]]
+    runs: list[Run], n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]], ns
 ) -> pa.Array:
     ns_key = f"{name}_ns"
     from_ns = None
     if ns_key in keys:  # checked as found, whatever else the batch holds
-        from_ns = pc.divide(_column(runs, ns_key, pa.int64(), bad), 1000)
+        from_ns = pc.divide(ns(ns_key), 1000)
     if name in keys:  # explicit values (us ints or datetimes) win, ns fill where they are missing
         us = _column(runs, name, pa.int64(), bad, convert=_to_us)
         if from_ns is not None:
@@ -464,11 +490,10 @@ def _timestamps(
     return us.cast(typ)
 
 
-def _dates(runs: list[Run], n: int, keys: set) -> pa.Array:
+def _dates(n: int, keys: set, ns) -> pa.Array:
     if "ts_ns" not in keys:
         return pa.array([_EPOCH_DATE] * n, type=pa.date32())
-    ns = _column(runs, "ts_ns", pa.int64(), {})
-    days = pc.divide(ns, 86_400_000_000_000)  # floor for the (non-negative) capture times
+    days = pc.divide(ns("ts_ns"), 86_400_000_000_000)  # floor for the (non-negative) capture times
     return pc.fill_null(days, 0).cast(pa.int32()).cast(pa.date32())
 
 

@@ -127,6 +127,27 @@ def test_blocks_and_dict_rows_keep_their_order_and_their_anomalies_their_rows():
     assert all(r["date"] == dt.date(2023, 11, 14) for r in got)
 
 
+def test_constants_of_many_blocks_are_repeated_per_row_and_a_bad_one_is_its_rows_anomaly():
+    """Columns every block gives as a constant (a batch's topic, partition, producer id) become
+    one value per block, repeated; one that does not fit is null on that block's rows only."""
+    import pyarrow as pa
+
+    def block(n: int, partition, producer_id) -> tables.Block:
+        cols = {"offset": pa.array(range(n), pa.int64())}
+        const = {"ts_ns": 1_700_000_000_000_000_000, "topic": f"t{n}", "partition": partition}
+        return tables.Block(n, cols, {**const, "producer_id": producer_id, "headers": []})
+
+    blocks = [block(2, 0, 7), block(0, 1, 8), block(3, 2**40, None), block(1, 3, 9)]
+    got = tables.conform("messages", blocks).to_pylist()
+    assert [r["topic"] for r in got] == ["t2", "t2", "t3", "t3", "t3", "t1"]
+    assert [r["partition"] for r in got] == [0, 0, None, None, None, 3]
+    assert [r["producer_id"] for r in got] == [7, 7, None, None, None, 9]
+    bad = ["partition: 1099511627776 (out of range for int32)"]
+    assert [r["anomalies"] for r in got] == [None, None, bad, bad, bad, None]
+    assert [r["headers"] for r in got] == [[]] * 6
+    assert {r["date"] for r in got} == {dt.date(2023, 11, 14)}
+
+
 def test_block_rows_and_take():
     import pyarrow as pa
 
