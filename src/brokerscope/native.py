@@ -2,23 +2,23 @@
 
 Installed, they import as any module. Executors of a cluster where brokerscope is not installed
 run it from the zip the driver ships (pipeline._ship_package); a compiled module cannot be
-imported from a zip, so it is copied out to a private temporary directory and loaded from
-there. It is the driver's build: executors need the same Python version and platform.
+imported from a zip, so it is copied out to a directory named by its content digest under the
+temporary directory and loaded from there: Python workers end without running atexit handlers,
+so every process of a build shares one copy instead of leaving one each. It is the driver's
+build: executors need the same Python version and platform.
 """
 
 from __future__ import annotations
 
-import atexit
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import os
-import shutil
+import stat
 import sys
 import tempfile
 from types import ModuleType
-
-_extracted: str | None = None
 
 
 def load(package: str, name: str) -> ModuleType:
@@ -37,21 +37,35 @@ def load(package: str, name: str) -> ModuleType:
 
 
 def _from_zip(pkg: ModuleType, full: str, name: str, loader) -> ModuleType:
-    global _extracted
-    if _extracted is None:
-        _extracted = tempfile.mkdtemp(prefix="brokerscope-native-")
-        atexit.register(shutil.rmtree, _extracted, True)
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         try:
             data = loader.get_data(os.path.join(pkg.__path__[0], name + suffix))
         except OSError:
             continue
-        path = os.path.join(_extracted, full + suffix)
-        with open(path, "wb") as f:
-            f.write(data)
+        path = os.path.join(_private_dir(data), full + suffix)
+        if not os.path.isfile(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)  # whole or absent: another process may be loading it
         spec = importlib.util.spec_from_file_location(full, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[full] = module
         return module
     raise ImportError(f"{full}: no compiled module for this Python in {loader.archive}")
+
+
+def _private_dir(data: bytes) -> str:
+    """The directory of this build's copy: ours alone (a directory of that name that another
+    user made, or that others may write, could hold their code), else a fresh private one."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    where = os.path.join(tempfile.gettempdir(), f"brokerscope-native-{os.getuid()}-{digest}")
+    try:
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        st = os.lstat(where)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            return where
+    except OSError:
+        pass
+    return tempfile.mkdtemp(prefix="brokerscope-native-")
