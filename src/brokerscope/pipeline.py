@@ -31,7 +31,7 @@ from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .report import Summary
 from .runs import RunDir
-from .streams import SORT_COLS, StreamDriver, segment_rows
+from .streams import SORT_COLS, PayloadFiles, StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +215,15 @@ def _packs_of(batches: Iterator[pa.RecordBatch], packs: list[list[dict]]) -> Ite
 
 
 def _read_splits_fn(
-    settings: Settings, run: RunDir, sizes: dict[int, int], packs: list[list[dict]]
+    settings: Settings,
+    run: RunDir,
+    sizes: dict[int, int],
+    packs: list[list[dict]],
+    payload_refs: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
-    split's identity chunks (bytes the reader just brought into memory) into the run directory."""
+    split's identity chunks (bytes the reader just brought into memory) into the run directory.
+    `payload_refs`: payloads of plain files as offsets (the decode task reads them back)."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for pack in _packs_of(batches, packs):
@@ -227,7 +232,11 @@ def _read_splits_fn(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
                 yield from capture.read_split(
-                    sp, settings.batch_packets, settings.max_pending_fragments, settings.batch_bytes
+                    sp,
+                    settings.batch_packets,
+                    settings.max_pending_fragments,
+                    settings.batch_bytes,
+                    payload_refs,
                 )
                 size = sizes[sp.file_index]
                 run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
@@ -302,10 +311,19 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
     yield _files_batch(files, stats())
 
 
-def _decode_fn(settings: Settings, staged: Staged | None, run: RunDir, sizes: dict[int, int]):
+def _decode_fn(
+    settings: Settings,
+    staged: Staged | None,
+    run: RunDir,
+    sizes: dict[int, int],
+    files: dict[int, tuple[str, int, int]] | None = None,
+):
+    """Decode sorted packets; `files` (path, size, mtime_ns per file index) to read the payloads
+    of packets that give their offset."""
+
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # every read task of the capture set finished before this stage began: all ids are known
-        drv = StreamDriver(settings, run.capture_ids(sizes))
+        drv = StreamDriver(settings, run.capture_ids(sizes), PayloadFiles(files) if files else None)
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
@@ -463,11 +481,15 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
         target = inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
         packs = pack_splits(psplits, target)
         sizes = {i.file_index: i.size for i in todo if i.kind in inputs.CAPTURE_KINDS}
-        read = _read_splits_fn(settings, run, sizes, packs)
-        decode = _decode_fn(settings, staged, run, sizes)
+        files = {i.file_index: (i.path, i.size, i.mtime_ns) for i in todo if i.kind in inputs.CAPTURE_KINDS}
+        decode = _decode_fn(settings, staged, run, sizes, files)
         if len(packs) == 1:  # a small capture set: one task reads, sorts and decodes, no shuffle
+            read = _read_splits_fn(settings, run, sizes, packs)
             parts.append(_tasks(spark, packs).mapInArrow(_read_and_decode_fn(read, decode), out_schema))
         else:
+            # payloads stay in the files: the shuffle moves and sorts packet headers and offsets,
+            # and each decode task reads its connections' payload bytes back (streams.PayloadFiles)
+            read = _read_splits_fn(settings, run, sizes, packs, payload_refs=True)
             packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(tables.PACKETS))
             nparts = decode_partitions(
                 int(settings.raw["spark"]["shuffle_partitions"]), sc.defaultParallelism, len(packs)

@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
@@ -281,11 +282,15 @@ class _Conn:
 class StreamDriver:
     """Decode one partition's sorted packets."""
 
-    def __init__(self, settings: Settings, capture_ids: list[str] | None = None):
+    def __init__(
+        self, settings: Settings, capture_ids: list[str] | None = None, files: PayloadFiles | None = None
+    ):
         """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
-        column (the pipeline drops it before the shuffle: one string less per packet)."""
+        column (the pipeline drops it before the shuffle: one string less per packet); `files`
+        reads the payloads of packets that carry their offset instead (payload_at)."""
         self.settings = settings
         self.capture_ids = capture_ids or []
+        self.files = files
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
@@ -314,6 +319,10 @@ class StreamDriver:
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
         for b in batches:
             d = b.to_pydict()
+            if b.column("payload_at").null_count < b.num_rows:
+                if self.files is None:
+                    raise ValueError("packets give payload offsets, and no files to read them from")
+                self.files.fill(d)
             cols = (
                 d["lo_ip"],
                 d["lo_port"],
@@ -344,6 +353,73 @@ class StreamDriver:
                     (hi_ip, hi_p),
                     TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid),
                 )
+        if self.files is not None:
+            for fi, why in self.files.close().items():
+                cid = self.capture_ids[fi] if fi < len(self.capture_ids) else None
+                self.capture_stats.append({"file_index": fi, "capture_id": cid, "errors": [why]})
+
+
+class PayloadFiles:
+    """Payload bytes read back from the capture files by offset, for packets the read stage gave
+    as payload_at (capture.read_split's payload_refs: the shuffle then carries no payload bytes).
+
+    `files[file_index]` = (path, size, mtime_ns) as discovered. A file that is no longer that
+    file gives no payload bytes: its packets become snap-truncated (the decoders see gaps, not
+    other bytes), and `close` names it, for its `inputs` row to say so.
+    """
+
+    def __init__(self, files: dict[int, tuple[str, int, int]]) -> None:
+        self.files = files
+        self._fds: dict[int, int] = {}
+        self.errors: dict[int, str] = {}
+
+    def fill(self, d: dict[str, list]) -> None:
+        """Read the payloads of a batch's rows (as lists) that give payload_at."""
+        payload, trunc = d["payload"], d["snap_truncated"]
+        for i, (at, n, fi) in enumerate(zip(d["payload_at"], d["payload_len"], d["file_index"], strict=True)):
+            if at is None:
+                continue
+            data = self._read(fi, at, n)
+            if data is None or len(data) != n:
+                data, trunc[i] = data or b"", True
+            payload[i] = data
+
+    def _read(self, fi: int, at: int, n: int) -> bytes | None:
+        fd = self._fds.get(fi)
+        if fd is None:
+            fd = self._fds[fi] = self._open(fi)
+        if fd < 0:
+            return None
+        try:
+            return os.pread(fd, n, at)
+        except OSError as e:
+            self.errors.setdefault(fi, f"payload bytes unreadable after the read stage: {e}")
+            return None
+
+    def _open(self, fi: int) -> int:
+        path, size, mtime_ns = self.files[fi]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            self.errors[fi] = f"payload bytes unreadable after the read stage: {e}"
+            return -1
+        st = os.fstat(fd)
+        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+            os.close(fd)
+            self.errors[fi] = (
+                f"changed while the run read it (size {size} -> {st.st_size}): payload bytes after "
+                "the read stage are missing"
+            )
+            return -1
+        return fd
+
+    def close(self) -> dict[int, str]:
+        """Close the files; the error per file index of those that gave no payload bytes."""
+        for fd in self._fds.values():
+            if fd >= 0:
+                os.close(fd)
+        self._fds.clear()
+        return self.errors
 
 
 # ---------------------------------------------------------------------------------------------

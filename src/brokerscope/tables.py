@@ -529,6 +529,8 @@ PACKETS = pa.schema(
         pa.field("payload_len", pa.int32()),  # TCP payload length per the IP header
         pa.field("snap_truncated", pa.bool_()),  # payload shorter than payload_len (snap length)
         pa.field("payload", pa.binary()),
+        # when payload is null: the payload's offset in its (plain) file, payload_len bytes long
+        pa.field("payload_at", pa.int64()),
     ]
 )
 # Per-split counters travel in the same stream as rows with a null lo_ip (see capture.reader).

@@ -105,6 +105,10 @@ class PacketDecoder:
         self.file_index = file_index
         self.max_pending = max(1, int(max_pending_fragments))
         self.rows: list[tuple] = []
+        # the file's own bytes (a mapped plain file), when payloads travel as offsets into it: a
+        # row of a whole payload in `ref_buf` then holds its offset, and its batch has payload
+        # null and payload_at set (pipeline's shuffle carries no payload bytes)
+        self.ref_buf = None
         self._append = self.rows.append
         self._flushed = 0  # rows handed out in batches so far
         # counters
@@ -299,7 +303,7 @@ class PacketDecoder:
                     if d is None:
                         d = names[dst] = socket.inet_ntoa(_PACK32(dst))
                     if end >= ip_end:
-                        payload = buf[p:ip_end]
+                        payload = p if buf is self.ref_buf else buf[p:ip_end]  # see ref_buf
                         trunc = False
                     elif p < end:
                         payload = buf[p:end]
@@ -539,7 +543,7 @@ class PacketDecoder:
             d = names[dst] = socket.inet_ntoa(_PACK32(dst))
         plen = ip_end - p
         if p < cap_end:
-            payload = buf[p:cap_end]
+            payload = p if buf is self.ref_buf and cap_end == ip_end else buf[p:cap_end]
             trunc = cap_end < ip_end
         else:
             payload = b""
@@ -578,7 +582,7 @@ class PacketDecoder:
             d = names[dst] = str(ipaddress.IPv6Address(bytes(dst)))
         plen = ip_end - p
         if p < cap_end:
-            payload = buf[p:cap_end]
+            payload = p if buf is self.ref_buf and cap_end == ip_end else buf[p:cap_end]
             trunc = cap_end < ip_end
         else:
             payload = b""
@@ -641,7 +645,7 @@ class PacketDecoder:
             _i32(wire),
             _i32(plen),
             pa.array(trunc, pa.bool_()),
-            pa.array(payload, pa.binary()),
+            *_payload_columns(payload, self.ref_buf is not None),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=PACKETS)
 
@@ -652,6 +656,16 @@ class PacketDecoder:
         cols["file_index"] = pa.array([self.file_index], pa.int32())
         cols["payload"] = pa.array([json.dumps(self.stats()).encode()], pa.binary())
         return pa.RecordBatch.from_arrays([cols[f.name] for f in PACKETS], schema=PACKETS)
+
+
+def _payload_columns(payload: tuple, refs: bool) -> tuple[pa.Array, pa.Array]:
+    """payload, payload_at: bytes in the first, or (refs) an int offset in the file in the second."""
+    if not refs:
+        return pa.array(payload, pa.binary()), pa.nulls(len(payload), pa.int64())
+    return (
+        pa.array([None if v.__class__ is int else v for v in payload], pa.binary()),
+        pa.array([v if v.__class__ is int else None for v in payload], pa.int64()),
+    )
 
 
 def _empty_batch() -> pa.RecordBatch:

@@ -176,10 +176,13 @@ def read_split(
     batch_packets: int = 8192,
     max_pending_fragments: int = 4096,
     batch_bytes: int = BATCH_BYTES,
+    payload_refs: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """PACKETS batches for the records of `split`, then exactly one stats batch. A batch holds
     at most `batch_packets` rows and ends once `batch_bytes` of records were read for it (the
-    memory of a task holding one batch stays flat however large its packets are).
+    memory of a task holding one batch stays flat however large its packets are). With
+    `payload_refs`, a whole payload of a plain (not gzip) file is given as its offset in the file
+    (payload null, payload_at set) for a later stage to read: see streams.PayloadFiles.
 
     Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
     resyncs or stops. Only an unreadable file raises (OSError).
@@ -193,6 +196,8 @@ def read_split(
         dec.error(f"not a capture file (kind {kind!r})")
     else:
         win = _StreamWindow(split.path, dec) if gz else _MapWindow(split.path)
+        if payload_refs and not gz and len(win.buf):
+            dec.ref_buf = win.buf
         try:
             # a gzip file is one split: offsets are in the decompressed stream, which has no end bound
             start, end = (0, 1 << 62) if gz else (split.start, split.end)

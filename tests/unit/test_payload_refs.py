@@ -1,0 +1,85 @@
+"""Payloads as offsets into their files (the shuffle path): the read stage gives payload_at, the
+decode stage reads the bytes back, and a file that changed in between is a named, partial input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+
+import pyarrow as pa
+
+from brokerscope import tables
+from brokerscope.capture import capture_id, identify, plan_splits, read_split
+from brokerscope.config import Settings
+from brokerscope.streams import SORT_COLS, PayloadFiles, StreamDriver
+from tests.conftest import SAMPLE_DATA
+
+CAP = SAMPLE_DATA / "kafka" / "lz4.pcap"
+
+
+def _batches(path: str, refs: bool) -> list[pa.RecordBatch]:
+    out = []
+    for sp in plan_splits(path, 0, capture_id(path), identify(path), 0):
+        out.extend(read_split(sp, payload_refs=refs))
+    return out
+
+
+def _table(batches: list[pa.RecordBatch]) -> pa.Table:
+    return pa.Table.from_batches(batches, schema=tables.PACKETS)
+
+
+def test_offsets_point_at_the_very_payload_bytes():
+    inline, refs = _table(_batches(str(CAP), False)), _table(_batches(str(CAP), True))
+    assert inline.num_rows == refs.num_rows > 100
+    others = [c for c in tables.PACKETS.names if c not in ("payload", "payload_at")]
+    assert inline.select(others).equals(refs.select(others))
+    assert inline.column("payload_at").null_count == inline.num_rows
+    data = CAP.read_bytes()
+    rows = zip(*(refs.column(c).to_pylist() for c in ("lo_ip", "payload", "payload_at", "payload_len")))
+    got = []
+    for lo_ip, p, at, n in rows:
+        if lo_ip is not None:  # a packet (not the split's stats row): its payload is an offset
+            assert p is None and at is not None
+            p = data[at : at + n]
+        got.append(p)
+    assert got == inline.column("payload").to_pylist()
+
+
+def test_gzip_captures_keep_their_payloads_inline(tmp_path):
+    gz = tmp_path / "lz4.pcap.gz"
+    with gzip.open(gz, "wb") as f:
+        f.write(CAP.read_bytes())
+    t = _table(_batches(str(gz), True))
+    assert t.column("payload_at").null_count == t.num_rows
+    assert t.column("payload").to_pylist() == _table(_batches(str(CAP), False)).column("payload").to_pylist()
+
+
+def _decode(path: str, files: dict) -> tuple[dict[str, int], StreamDriver]:
+    t = _table(_batches(path, True)).sort_by([(c, "ascending") for c in SORT_COLS])
+    drv = StreamDriver(Settings.load(), [capture_id(path)], PayloadFiles(files))
+    counts: dict[str, int] = {}
+    for table, row in drv.run_batches(t.to_batches()):
+        counts[table] = counts.get(table, 0) + tables.size(row)
+    return counts, drv
+
+
+def test_decoding_reads_the_payloads_back(tmp_path):
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    counts, drv = _decode(path, {0: (path, st.st_size, st.st_mtime_ns)})
+    assert counts["messages"] == 24 and counts["commands"] == 66
+    assert not any(s.get("errors") for s in drv.capture_stats)
+
+
+def test_a_file_changed_between_the_stages_loses_its_payloads_not_the_task(tmp_path):
+    """Rewritten after the read stage: no other bytes are taken for its payloads; the input
+    is named as changed (its inputs row is partial) and the decode finishes."""
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    counts, drv = _decode(path, {0: (path, st.st_size + 1, st.st_mtime_ns)})
+    assert counts.get("messages", 0) == 0 and counts["streams"] == 5
+    errors = [e for s in drv.capture_stats if s.get("file_index") == 0 for e in s.get("errors", [])]
+    assert any("changed while the run read it" in e for e in errors), errors
