@@ -105,6 +105,31 @@ def test_reingest_gives_identical_tables(spark, tmp_path):
     assert len(delta_rs_rows(str(tmp_path / "lake" / "inputs"))) == 1
 
 
+def test_the_shuffle_path_gives_what_decoding_in_one_process_gives_for_every_kind(spark, tmp_path):
+    """Cut into 900-byte splits, pcapng (two real captures), gzip and pcap files go through the
+    shuffle, payloads of plain files as offsets read back by the decode tasks (gzip ones as
+    bytes): the tables equal the Spark-free decode of the same files."""
+    import gzip
+    import shutil
+
+    paths = [tmp_path / "a.pcapng", tmp_path / "b.pcapng", tmp_path / "c.pcap.gz", tmp_path / "d.pcap"]
+    shutil.copy(SAMPLE_DATA / "public" / "iggy-rs.pcapng", paths[0])
+    shutil.copy(ROOT / "tests" / "data" / "captures" / "ndpi" / "kafka.pcapng", paths[1])
+    with gzip.open(paths[2], "wb") as f:
+        f.write((SAMPLE_DATA / "pulsar" / "pulsar_lz4.pcap").read_bytes())
+    shutil.copy(SAMPLE_DATA / "kafka" / "zstd.pcap", paths[3])
+    settings = _settings(tmp_path / "lake", split_size=900)
+    todo = inputs.discover([str(p) for p in paths]).inputs
+    psplits, _ = inputs.plan(todo, settings.split_size, 2)
+    assert len(pipeline.pack_splits(psplits, inputs.effective_split_size(todo, 900, 2))) > 4
+    summary = pipeline.ingest([str(p) for p in paths], settings, spark=spark)
+    assert summary.partial == [] and summary.unreadable == []
+    got, local = _all_rows(tmp_path / "lake"), decode_files([str(p) for p in paths], settings)
+    assert {r["protocol"] for r in got["commands"]} >= {"iggy", "kafka", "pulsar"}
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(local[t]), t
+
+
 def test_tiny_splits_give_identical_tables(spark, tmp_path):
     """The capture whole is one task (read, sort and decode without a shuffle); cut into
     900-byte splits it is many read tasks and a shuffle. The tables are the same."""

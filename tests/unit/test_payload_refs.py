@@ -8,12 +8,13 @@ import os
 import shutil
 
 import pyarrow as pa
+import pytest
 
 from brokerscope import tables
 from brokerscope.capture import capture_id, identify, plan_splits, read_split
 from brokerscope.config import Settings
 from brokerscope.streams import SORT_COLS, PayloadFiles, StreamDriver
-from tests.conftest import SAMPLE_DATA
+from tests.conftest import CAPTURES, SAMPLE_DATA
 
 CAP = SAMPLE_DATA / "kafka" / "lz4.pcap"
 
@@ -29,13 +30,14 @@ def _table(batches: list[pa.RecordBatch]) -> pa.Table:
     return pa.Table.from_batches(batches, schema=tables.PACKETS)
 
 
-def test_offsets_point_at_the_very_payload_bytes():
-    inline, refs = _table(_batches(str(CAP), False)), _table(_batches(str(CAP), True))
-    assert inline.num_rows == refs.num_rows > 100
+@pytest.mark.parametrize("cap", [CAP, CAPTURES / "ndpi" / "kafka.pcapng"], ids=lambda p: p.name)
+def test_offsets_point_at_the_very_payload_bytes(cap):
+    inline, refs = _table(_batches(str(cap), False)), _table(_batches(str(cap), True))
+    assert inline.num_rows == refs.num_rows > 40
     others = [c for c in tables.PACKETS.names if c not in ("payload", "payload_at")]
     assert inline.select(others).equals(refs.select(others))
     assert inline.column("payload_at").null_count == inline.num_rows
-    data = CAP.read_bytes()
+    data = cap.read_bytes()
     rows = zip(*(refs.column(c).to_pylist() for c in ("lo_ip", "payload", "payload_at", "payload_len")))
     got = []
     for lo_ip, p, at, n in rows:
