@@ -319,10 +319,9 @@ class StreamDriver:
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
         for b in batches:
             d = b.to_pydict()
-            if b.column("payload_at").null_count < b.num_rows:
-                if self.files is None:
-                    raise ValueError("packets give payload offsets, and no files to read them from")
-                self.files.fill(d)
+            refs = b.column("payload_at").null_count < b.num_rows
+            if refs and self.files is None:
+                raise ValueError("packets give payload offsets, and no files to read them from")
             cols = (
                 d["lo_ip"],
                 d["lo_port"],
@@ -340,14 +339,21 @@ class StreamDriver:
                 d["snap_truncated"],
                 d["file_index"],
                 d["capture_id"] if "capture_id" in d else [self.capture_ids[i] for i in d["file_index"]],
+                d["payload_at"] if refs else itertools.repeat(None),
             )
-            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid in zip(*cols):
+            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at in zip(
+                *cols
+            ):
                 if lo_ip is None:  # a reader's stats row
                     counters = json.loads(pl)
                     counters.setdefault("capture_id", cid)
                     counters.setdefault("file_index", fi)
                     self.capture_stats.append(counters)
                     continue
+                if at is not None:  # read as the packet is reached: a batch's payloads are never all held
+                    pl = self.files.read(fi, at, plen)
+                    if pl is None or len(pl) != plen:
+                        pl, st = pl or b"", True
                 yield (
                     (lo_ip, lo_p),
                     (hi_ip, hi_p),
@@ -373,18 +379,8 @@ class PayloadFiles:
         self._fds: dict[int, int] = {}
         self.errors: dict[int, str] = {}
 
-    def fill(self, d: dict[str, list]) -> None:
-        """Read the payloads of a batch's rows (as lists) that give payload_at."""
-        payload, trunc = d["payload"], d["snap_truncated"]
-        for i, (at, n, fi) in enumerate(zip(d["payload_at"], d["payload_len"], d["file_index"], strict=True)):
-            if at is None:
-                continue
-            data = self._read(fi, at, n)
-            if data is None or len(data) != n:
-                data, trunc[i] = data or b"", True
-            payload[i] = data
-
-    def _read(self, fi: int, at: int, n: int) -> bytes | None:
+    def read(self, fi: int, at: int, n: int) -> bytes | None:
+        """`n` payload bytes at offset `at` of file `fi`, or None if the file gives none."""
         fd = self._fds.get(fi)
         if fd is None:
             fd = self._fds[fi] = self._open(fi)
