@@ -480,8 +480,8 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
     if psplits:
         target = inputs.effective_split_size(todo, settings.split_size, sc.defaultParallelism)
         packs = pack_splits(psplits, target)
-        sizes = {i.file_index: i.size for i in todo if i.kind in inputs.CAPTURE_KINDS}
         files = {i.file_index: (i.path, i.size, i.mtime_ns) for i in todo if i.kind in inputs.CAPTURE_KINDS}
+        sizes = {fi: size for fi, (_path, size, _mtime) in files.items()}
         decode = _decode_fn(settings, staged, run, sizes, files)
         if len(packs) == 1:  # a small capture set: one task reads, sorts and decodes, no shuffle
             read = _read_splits_fn(settings, run, sizes, packs)
