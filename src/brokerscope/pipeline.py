@@ -76,14 +76,17 @@ def make_spark(
     a JVM that writes it must be waited for: `finish_class_cache` at the end of the process."""
     from pyspark.sql import SparkSession
 
-    if settings.master.startswith("local"):
+    # Under spark-submit the driver JVM already exists (PYSPARK_GATEWAY_PORT is set) and holds
+    # --master, --conf and --properties-file; a builder master would override it and silently run
+    # the job in local mode.
+    launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    given = _submitted_conf() if launched_by_submit else {}
+    master = given.get("spark.master", settings.master)
+    if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers run the interpreter that runs brokerscope (its venv has the dependencies)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app_name or settings.raw["spark"]["app_name"])
-    # Under spark-submit the driver JVM already exists (PYSPARK_GATEWAY_PORT is set) and holds
-    # --master; a builder master would override it and silently run the job in local mode.
-    launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if (
         not launched_by_submit
         and not os.environ.get("SPARK_SUBMIT_DEPLOY_MODE")
@@ -104,7 +107,7 @@ def make_spark(
         "spark.sql.execution.arrow.maxBytesPerBatch": str(settings.batch_bytes),
     }
     java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j.is_file() else []
-    if settings.master.startswith("local"):
+    if master.startswith("local"):
         # one JVM runs the driver and every task. C1 JIT only: C2's compiler threads cost more CPU
         # than the code they optimize saves on runs of seconds to minutes (a 200 MB capture on
         # one core: 26-27 s -> 20 s; the JVM's share of the work is the Arrow hand-off and the
@@ -115,11 +118,8 @@ def make_spark(
         conf["spark.shuffle.checksum.enabled"] = "false"
     if java:
         conf["spark.driver.extraJavaOptions"] = " ".join(java)
-    if launched_by_submit:  # spark-submit's --conf / --properties-file values win over ours
-        from pyspark import SparkConf
-
-        given = SparkConf()
-        conf = {k: v for k, v in conf.items() if not given.contains(k)}
+    # spark-submit's --conf / --properties-file values win over ours; [spark.conf] wins over both
+    conf = {k: v for k, v in conf.items() if k not in given}
     conf.update({k: str(v) for k, v in settings.raw["spark"].get("conf", {}).items()})
     cache = None
     if (
@@ -149,6 +149,16 @@ def make_spark(
     if not spark.sparkContext.master.startswith("local"):
         _ship_package(spark.sparkContext)
     return spark
+
+
+def _submitted_conf() -> dict[str, str]:
+    """The Spark settings spark-submit started this driver's JVM with (--master, --conf,
+    --properties-file or spark-defaults.conf): the JVM holds them as system properties, which a
+    SparkConf reads only once Python is connected to that JVM (before, SparkConf() is empty)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's gateway (PYSPARK_GATEWAY_PORT)
+    return dict(SparkConf().getAll())
 
 
 _CLASSPATH_KEYS = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")

@@ -6,6 +6,9 @@ ingested locally (`local[2]`). The executors run the venv's interpreter without 
 brokerscope, so they decode with the package the driver ships (pipeline._ship_package), as on a
 real cluster. Every decoded table must be identical, and the cluster run must really have run on
 both workers (event log + the master's JSON + the workers' work dirs).
+
+Under spark-submit (local master), the Spark settings a session gets: spark-submit's --conf over
+make_spark's defaults, and the TOML's [spark.conf] over both.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from brokerscope import inputs, pipeline, tables
 from brokerscope.config import Settings
 from tests.conftest import ROOT, public_captures
 from tests.support.lakecheck import delta_rs_rows, normalized
-from tests.support.standalone import StandaloneCluster, java_missing, read_event_log
+from tests.support.standalone import StandaloneCluster, Submission, java_missing, read_event_log
 from tests.support.synth import write_capture
 from tests.unit.kafka.kit import records
 
@@ -278,3 +281,52 @@ def test_cluster_run_matches_local_run(cluster, tmp_path, request):
         f"{cluster.started_in:.1f} s, spark-submit {t_job:.1f} s, local ingest {t_local:.1f} s "
         f"(alongside), test body {time.monotonic() - t0:.1f} s"
     )
+
+
+# run by spark-submit: the settings of the session make_spark gives, as JSON on one line
+PRECEDENCE_PROBE = """
+import json, sys
+from brokerscope.config import Settings
+from brokerscope.pipeline import make_spark
+spark = make_spark(Settings.load(sys.argv[1]), app_name="brokerscope-precedence")
+print("CONF " + json.dumps({k: spark.conf.get(k) for k in sys.argv[2:]}))
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_submit_conf_wins_over_make_spark_defaults(tmp_path):
+    """docs/cluster.md, "Sizing and settings": a --conf given to spark-submit replaces the value
+    make_spark would give the key; [spark.conf] in the brokerscope TOML replaces both; keys nobody
+    gives keep make_spark's value."""
+    why = java_missing()
+    if why:
+        pytest.skip(why)
+    probe = tmp_path / "probe.py"
+    probe.write_text(PRECEDENCE_PROBE)
+    toml = tmp_path / "b.toml"
+    toml.write_text('[spark.conf]\n"spark.sql.files.maxPartitionBytes" = "12345"\n')
+    arrow, files, shuffle, tz = (
+        "spark.sql.execution.arrow.maxBytesPerBatch",  # make_spark: capture.batch_bytes
+        "spark.sql.files.maxPartitionBytes",
+        "spark.sql.shuffle.partitions",  # make_spark leaves it alone
+        "spark.sql.session.timeZone",  # make_spark: UTC
+    )
+    res = Submission.start(
+        "local[1]",
+        [str(probe), str(toml), arrow, files, shuffle, tz],
+        tmp_path / "logs",
+        conf={arrow: "1048576", files: "999", shuffle: "7"},
+        cwd=ROOT,
+        extra_args=[
+            "--driver-java-options",
+            f"-Dlog4j2.configurationFile={ROOT / 'conf' / 'log4j2.properties'}",
+        ],
+    ).wait(timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("CONF ")]
+    assert len(line) == 1, res.stdout[-3000:]
+    got = json.loads(line[0][5:])
+    assert Settings.load().batch_bytes != 1048576  # the --conf value is not make_spark's anyway
+    assert got == {arrow: "1048576", files: "12345", shuffle: "7", tz: "UTC"}
