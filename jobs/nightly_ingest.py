@@ -1,7 +1,9 @@
 """Nightly ingest for spark-submit: decode every capture/segment file under an input directory
 that the lake has not ingested yet (same path, size and mtime), as one capture set.
 
+    . .venv/bin/activate   # or PYSPARK_PYTHON=<venv>/bin/python: see README, "Running on a cluster"
     spark-submit --master spark://host:7077 --properties-file conf/spark-defaults.conf \
+        --driver-java-options -Dlog4j2.configurationFile=conf/log4j2.properties \
         jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml]
 
 Exits as `brokerscope ingest` does (README, "Exit codes"): 0 every input read cleanly, 1 the run

@@ -7,7 +7,9 @@ brokerscope, so they decode with the package the driver ships (pipeline._ship_pa
 real cluster. Every decoded table must be identical, and the cluster run must really have run on
 both workers (event log + the master's JSON + the workers' work dirs).
 
-Under spark-submit (local master), the Spark settings a session gets: spark-submit's --conf over
+The README's own spark-submit command, read from README.md, runs on the sample data with a local
+master from a shell where the venv is not active: exit 0, the rows `brokerscope ingest` writes, and
+no INFO line. Under spark-submit, the Spark settings a session gets: spark-submit's --conf over
 make_spark's defaults, and the TOML's [spark.conf] over both.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,9 +32,16 @@ import pytest
 
 from brokerscope import inputs, pipeline, tables
 from brokerscope.config import Settings
-from tests.conftest import ROOT, public_captures
+from tests.conftest import ROOT, SAMPLE_DATA, public_captures
 from tests.support.lakecheck import delta_rs_rows, normalized
-from tests.support.standalone import StandaloneCluster, Submission, java_missing, read_event_log
+from tests.support.standalone import (
+    StandaloneCluster,
+    Submission,
+    java_missing,
+    kill_tree,
+    read_event_log,
+    spawn,
+)
 from tests.support.synth import write_capture
 from tests.unit.kafka.kit import records
 
@@ -330,3 +341,90 @@ def test_spark_submit_conf_wins_over_make_spark_defaults(tmp_path):
     got = json.loads(line[0][5:])
     assert Settings.load().batch_bytes != 1048576  # the --conf value is not make_spark's anyway
     assert got == {arrow: "1048576", files: "12345", shuffle: "7", tz: "UTC"}
+
+
+def readme_submit_lines() -> list[str]:
+    """The shell lines of the README's spark-submit example (continuation lines joined)."""
+    text = (ROOT / "README.md").read_text()
+    blocks = [
+        b
+        for b in re.findall(r"```sh\n(.*?)```", text, re.S)
+        if "spark-submit" in b and "jobs/nightly_ingest.py" in b
+    ]
+    assert len(blocks) == 1, blocks
+    return [ln for ln in blocks[0].replace("\\\n", " ").splitlines() if ln.strip()]
+
+
+def readme_submit_script(venv: Path, input_dir: Path, lake: Path) -> str:
+    """The README's example as a bash script, changed only where it names the machine: the master
+    (local[2]), --input, --lake, and `.venv` (the venv running these tests)."""
+    out, submits = [], 0
+    for line in readme_submit_lines():
+        words = [
+            f"{venv}/{w[len('.venv/') :]}" if w.startswith(".venv/") else w
+            for w in shlex.split(line, comments=True)
+        ]
+        if words and Path(words[0]).name == "spark-submit":
+            submits += 1
+            for opt, value in (("--master", "local[2]"), ("--input", str(input_dir)), ("--lake", str(lake))):
+                assert words.count(opt) == 1, (opt, line)
+                words[words.index(opt) + 1] = value
+        if words:
+            out.append(shlex.join(words))
+    assert submits == 1, out
+    return "\n".join(["set -e", *out])
+
+
+def _rows_line(stdout: str) -> dict[str, int]:
+    """`rows: commands=1,213, messages=385, ...` of a run's summary -> {table: rows}."""
+    line = [ln for ln in stdout.splitlines() if ln.startswith("rows: ")]
+    assert len(line) == 1, stdout[-3000:]
+    return {t: int(n.replace(",", "")) for t, n in re.findall(r"(\w+)=([\d,]+)", line[0])}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_readme_spark_submit_command(tmp_path, request):
+    """README "Running on a cluster": its spark-submit command, copied from README.md, works in a
+    shell where only `make demo`'s venv is known (PATH without it, no SPARK_HOME or PYSPARK_*), exits
+    0 on clean inputs, writes what `brokerscope ingest` writes, and prints no INFO line."""
+    why = java_missing()
+    if why:
+        pytest.skip(why)
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip("the tests do not run in a virtualenv (the README command activates one)")
+    input_dir = tmp_path / "input"  # the sample data without its READMEs, manifests and scripts
+    shutil.copytree(SAMPLE_DATA, input_dir, ignore=shutil.ignore_patterns("*.md", "*.py", "*.json", "*.sh"))
+    lake_submit, lake_local = tmp_path / "lake_submit", tmp_path / "lake_local"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARK_", "PYSPARK_")) and k not in ("VIRTUAL_ENV", "JAVA_TOOL_OPTIONS")
+    }
+    env["PATH"] = os.pathsep.join(
+        d
+        for d in env.get("PATH", "").split(os.pathsep)
+        if d and Path(d).resolve() != (venv / "bin").resolve()
+    )
+    log = tmp_path / "submit.log"
+    proc = spawn(["bash", "-c", readme_submit_script(venv, input_dir, lake_submit)], env, log, cwd=ROOT)
+    try:
+        # meanwhile what `brokerscope ingest` does with the same inputs and config
+        spark = request.getfixturevalue("spark")
+        settings = Settings.load(ROOT / "conf" / "brokerscope.toml", {"lake": {"path": str(lake_local)}})
+        local = pipeline.ingest([str(input_dir)], settings, spark=spark)
+        rc = proc.wait(timeout=420)
+    finally:
+        kill_tree([proc])
+    out = log.read_text(errors="replace")
+    assert rc == 0, out[-6000:]
+    assert local.exit_code() == 0 and local.errors == [], local.lines()
+    assert _rows_line(out) == local.rows and all(local.rows.values()), (out[-3000:], local.rows)
+    for t in tables.DECODED_TABLES:
+        assert normalized(delta_rs_rows(str(lake_submit / t))) == normalized(
+            delta_rs_rows(str(lake_local / t))
+        ), t
+    info = [ln for ln in out.splitlines() if re.search(r"\bINFO\b", ln)]
+    assert info == [], f"{len(info)} INFO line(s):\n" + "\n".join(info[:50])
+    assert "Using Spark's default log4j profile" not in out  # conf/log4j2.properties was read

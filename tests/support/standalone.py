@@ -193,7 +193,7 @@ class StandaloneCluster:
         spark_class = str(home / "bin" / "spark-class")
         mport, mweb = free_port(), free_port()
         mlog = base / "logs" / "master.log"
-        mproc = _spawn(
+        mproc = spawn(
             [
                 spark_class,
                 "org.apache.spark.deploy.master.Master",
@@ -218,7 +218,7 @@ class StandaloneCluster:
                 wdir.mkdir(exist_ok=True)
                 wweb = free_port()
                 wlog = base / "logs" / f"worker{i}.log"
-                wproc = _spawn(
+                wproc = spawn(
                     [
                         spark_class,
                         "org.apache.spark.deploy.worker.Worker",
@@ -394,12 +394,16 @@ class Submission:
         return self.stderr_path.read_text(errors="replace")
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def spawn(
+    cmd: list[str], env: dict[str, str], log: Path, cwd: str | os.PathLike | None = None
+) -> subprocess.Popen:
+    """Start `cmd` in a session of its own, stdout and stderr both into the file `log`."""
     fh = open(log, "wb")
     try:
         return subprocess.Popen(
             cmd,
             env=env,
+            cwd=cwd,
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
