@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -305,10 +307,25 @@ def cmd_demo(args) -> int:
     print("\nexample query:\n" + EXAMPLE_QUERY + "\n")
     cols, rows = run_sql(spark, settings.lake_path, EXAMPLE_QUERY)
     _print_rows(cols, rows, "table")
-    print(
-        f'\nnext: brokerscope sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {settings.lake_path}'
-    )
+    lake = shlex.quote(settings.lake_path)
+    cmd = command_name()
+    print(f'\nnext: {cmd} sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {lake}')
+    print(f"      {cmd} shell --lake {lake}")
     return 0
+
+
+def command_name() -> str:
+    """How the person who ran this can run `brokerscope` again: `brokerscope` when that name on
+    PATH is this installation's, else the script's path (.venv/bin/brokerscope after `make
+    demo`), else python -m."""
+    script = Path(sys.prefix) / "bin" / "brokerscope"
+    found = shutil.which("brokerscope")
+    if found and script.exists() and Path(found).resolve() == script.resolve():
+        return "brokerscope"
+    if script.exists():
+        rel = os.path.relpath(script)
+        return shlex.quote(rel if not rel.startswith("..") else str(script))
+    return f"{shlex.quote(sys.executable)} -m brokerscope.cli"
 
 
 def build_parser() -> argparse.ArgumentParser:

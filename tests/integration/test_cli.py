@@ -192,6 +192,7 @@ def test_demo_on_a_directory(spark, tmp_path, capsys):
     rc, out, _ = run(capsys, "demo", "--sample-data", str(data), "--lake", str(tmp_path / "lake"), "-q")
     assert rc == 0
     assert "example query" in out and "(3 rows)" in out
+    assert f"\nnext: {cli.command_name()} sql " in out  # a command the person can run
     assert "streams=3" in out
 
 

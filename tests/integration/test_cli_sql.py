@@ -6,14 +6,16 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from brokerscope import report
+from brokerscope import cli, report
 from brokerscope.lake import Lake
 from tests.integration.test_cli import _no_spark, run
 
@@ -148,3 +150,15 @@ def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, cap
         rc, out, err = run(capsys, *argv, "--lake", str(lake))
         assert rc == report.EXIT_USAGE and why in err and len(err.splitlines()) == 1, (argv, err)
     assert time.monotonic() - t0 < 10
+
+
+def test_demo_names_a_command_that_runs(monkeypatch):
+    script = Path(sys.prefix) / "bin" / "brokerscope"
+    if not script.exists():
+        pytest.skip("brokerscope is not installed as a script in this environment")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert Path(cli.command_name()).resolve() == script.resolve()
+    monkeypatch.setattr(shutil, "which", lambda name: str(script))
+    assert cli.command_name() == "brokerscope"
+    monkeypatch.setattr(sys, "prefix", str(Path("/nonexistent-venv")))
+    assert cli.command_name() == f"{sys.executable} -m brokerscope.cli"
