@@ -214,6 +214,10 @@ def cmd_shell(args) -> int:
     from .query import Shell
 
     settings, lake = _open_lake(args)
+    if sys.stdin.isatty():
+        print(
+            "brokerscope: starting Spark (seconds; once for the whole session)", file=sys.stderr, flush=True
+        )
     spark = _spark(settings, quiet=True)
     lake.register(spark)
     return Shell(spark, lake, args.format, args.binary).loop()
