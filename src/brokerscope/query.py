@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from . import export, sqltext
 from .lake import Lake
+from .report import EXIT_USAGE
 
 HISTORY_LENGTH = 1000
 
@@ -172,7 +173,7 @@ class Shell:
         buf, start, lineno = "", 1, 0
         while True:
             try:
-                line = self._read("brokerscope> " if not buf.strip() else "         ...> ")
+                line = self._read("brokerscope> " if sqltext.blank(buf) else "         ...> ")
             except KeyboardInterrupt:
                 print(file=self.out)
                 buf = ""
@@ -180,25 +181,20 @@ class Shell:
             if line is None:
                 break
             lineno += 1
-            if not buf.strip():
+            if sqltext.blank(buf):  # a backslash command starts a line outside a statement
                 if line.strip().startswith("\\"):
                     if not self.command(line, lineno):
                         break
                     continue
                 buf, start = "", lineno
             buf += line + "\n"
-            try:
-                stmts, rest = sqltext.split(buf, final=False)
-            except sqltext.SqlTextError as e:  # pragma: no cover - not raised when not final
-                self.error(str(e))
-                buf = ""
-                continue
+            stmts, rest = sqltext.split(buf, final=False)
             for s in stmts:
                 self.run_statement(s, start)
             if stmts:
                 start += buf[: len(buf) - len(rest)].count("\n")
-                buf = rest if rest.strip() else ""
-        if buf.strip():  # the last statement may lack its ;
+                buf = rest
+        if not sqltext.blank(buf):  # the last statement may lack its ;
             try:
                 stmts, _ = sqltext.split(buf)
             except sqltext.SqlTextError as e:
@@ -206,4 +202,4 @@ class Shell:
                 stmts = []
             for s in stmts:
                 self.run_statement(s, start)
-        return 2 if self.failed and not self.interactive else 0
+        return EXIT_USAGE if self.failed and not self.interactive else 0

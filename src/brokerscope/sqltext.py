@@ -113,6 +113,14 @@ def split(text: str, final: bool = True) -> tuple[list[Statement], str]:
     return out, rest
 
 
+def blank(text: str) -> bool:
+    """Only whitespace and closed comments: no statement begun, no string or comment open."""
+    try:
+        return not split(text)[0]
+    except SqlTextError:
+        return False
+
+
 # a word before "(" that is no function call: the paren opens a subquery or a list
 _NOT_CALLS = {
     "AS", "FROM", "JOIN", "IN", "EXISTS", "ON", "WHERE", "AND", "OR", "NOT", "SELECT", "UNION",

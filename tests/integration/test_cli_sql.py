@@ -101,8 +101,10 @@ def test_a_failing_statement_names_its_line(spark, sample_lake, capsys):
 def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, capsys):
     stdin(
         monkeypatch,
+        "-- a note, then commands\n"
         "\\tables\n"
         "\\d latencies\n"
+        "/* a comment:\n\\q inside it is no command */ SELECT count(*) AS n\n  FROM streams;\n"
         "SELECT count(*) AS n\n  FROM streams;\n"
         "SELECT nope FROM streams;\n"
         "\\format jsonl\n"
@@ -113,12 +115,12 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
     rc, out, err = run(capsys, "shell", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
     errors = err.splitlines()
-    assert len(errors) == 2 and errors[0].startswith("error (line 5): ") and "nope" in errors[0]
-    assert errors[1] == "error (line 7): unknown command \\nothing (\\? lists them)"
+    assert len(errors) == 2 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
     assert "streams" in out and "inputs" in out and "delta_version" in out  # \tables
     assert "latency_us" in out and "double" in out  # \d
     n = len(Lake(sample_lake).read_arrow("streams"))
-    assert f"\n{n}\n(1 row)\n" in out
+    assert out.count(f"\n{n}\n(1 row)\n") == 2
     assert out.endswith('{"b":"AP8=","s":"x;y"}\n{"two":2}\n')
 
 

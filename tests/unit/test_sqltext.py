@@ -7,7 +7,7 @@ import re
 import pytest
 
 from brokerscope import tables as schemas
-from brokerscope.sqltext import SqlTextError, split, tables, unknown_tables
+from brokerscope.sqltext import SqlTextError, blank, split, tables, unknown_tables
 from tests.integration.test_readme_queries import readme_queries
 
 LAKE = set(schemas.TABLES)
@@ -65,3 +65,8 @@ def test_unfinished_text_is_an_error_or_the_rest():
 def test_no_readme_query_reads_a_table_the_lake_lacks():
     stmts = [s for q in readme_queries() for s in split(q)[0]]
     assert len(stmts) >= 10 and unknown_tables(stmts, LAKE) == []
+
+
+def test_blank_is_no_statement_begun():
+    assert blank("") and blank(" -- note\n/* closed */ ;\n")
+    assert not blank("/* open\n") and not blank("'open") and not blank("SELECT")
