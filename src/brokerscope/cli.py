@@ -442,6 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `brokerscope sql ... | head` read what it wanted: no traceback
+        try:  # the interpreter's last flush of stdout would fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     finally:
         pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
         if pipeline:

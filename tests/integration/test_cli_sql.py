@@ -154,6 +154,18 @@ def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, cap
     assert time.monotonic() - t0 < 10
 
 
+def test_a_reader_that_stops_early_is_no_error(tmp_path, monkeypatch):
+    """`brokerscope ... | head`: the closed pipe ends the command quietly, exit 0."""
+    Lake(tmp_path / "lake").ensure_tables()
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["tables", "--lake", str(tmp_path / "lake"), "--format", "jsonl"]) == 0
+
+
 def test_demo_names_a_command_that_runs(monkeypatch):
     script = Path(sys.prefix) / "bin" / "brokerscope"
     if not script.exists():
