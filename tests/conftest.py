@@ -27,6 +27,18 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def sample_lake(spark, tmp_path_factory):
+    """A lake of the bundled sample data, ingested once per test run (read it, do not change it)."""
+    from brokerscope import pipeline
+    from brokerscope.config import Settings
+
+    lake = tmp_path_factory.mktemp("sample") / "lake"
+    settings = Settings.load(overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}})
+    pipeline.ingest([str(SAMPLE_DATA)], settings, spark=spark)
+    return str(lake)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--update-baselines",

@@ -47,12 +47,18 @@ class Plan:
         return [f"-XX:SharedArchiveFile={self.archive}", *QUIET]
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """brokerscope's cache directory: $BROKERSCOPE_CACHE, else $XDG_CACHE_HOME/brokerscope, else
+    ~/.cache/brokerscope (the class archives, the SQL shell's history)."""
     root = os.environ.get(CACHE_ENV)
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(xdg, "brokerscope")
-    return Path(root) / "jvm"
+    return Path(root)
+
+
+def cache_dir() -> Path:
+    return cache_root() / "jvm"
 
 
 def _java() -> Path | None:

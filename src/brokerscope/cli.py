@@ -1,18 +1,18 @@
-"""The `brokerscope` command: ingest, sql, tables, recover, optimize, vacuum, demo."""
+"""The `brokerscope` command: ingest, sql, shell, tables, recover, optimize, vacuum, demo."""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import logging
+import os
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import __version__
+from . import __version__, export
 from .config import Settings, schema_options
 from .protocols.base import known_names
 from .report import EXIT_USAGE
@@ -122,31 +122,7 @@ def cmd_ingest(args) -> int:
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str, out=None) -> None:
-    out = out or sys.stdout
-
-    def cell(v):
-        if isinstance(v, bytes | bytearray):
-            return v.hex() if len(v) <= 32 else v[:32].hex() + "..."
-        return v
-
-    if fmt == "csv":
-        w = csv.writer(out)
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([cell(v) for v in r])
-    elif fmt == "json":
-        for r in rows:
-            out.write(json.dumps({c: cell(v) for c, v in zip(columns, r)}, default=str) + "\n")
-    else:
-        text = [[("NULL" if v is None else str(cell(v))) for v in r] for r in rows]
-        widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(columns)]
-        widths = [min(w, 60) for w in widths]
-        line = "+".join("-" * (w + 2) for w in widths)
-        out.write(" | ".join(c.ljust(w) for c, w in zip(columns, widths)) + "\n")
-        out.write(line + "\n")
-        for t in text:
-            out.write(" | ".join(v[:w].ljust(w) for v, w in zip(t, widths)) + "\n")
-        out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+    export.write(export.from_rows(columns, rows), fmt, out or sys.stdout)
 
 
 def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
@@ -161,19 +137,90 @@ def run_sql(spark, lake_path: str, query: str, limit: int | None = None) -> tupl
     return df.columns, [tuple(r) for r in rows]
 
 
+def _sql_text(args) -> str:
+    """The SQL of `brokerscope sql`: the QUERY argument, -f FILE, or standard input (`-`, or no
+    QUERY with input piped in)."""
+    if args.file and args.query:
+        raise UsageError("give a query or -f FILE, not both")
+    if args.file:
+        try:
+            return Path(args.file).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read {args.file}: {e.strerror or e}") from None
+    if args.query == "-" or (args.query is None and not sys.stdin.isatty()):
+        return sys.stdin.read()
+    if args.query is None:
+        raise UsageError("give a query, -f FILE.sql, or SQL on standard input")
+    return args.query
+
+
+def _out_paths(out: str, n: int) -> list[str]:
+    """--out FILE for n results: FILE itself for one, FILE's stem numbered for several
+    (res.csv -> res-1.csv, res-2.csv)."""
+    if n == 1:
+        return [out]
+    p = Path(out)
+    return [str(p.with_name(f"{p.stem}-{i}{p.suffix}")) for i in range(1, n + 1)]
+
+
+def _write_out(results, args) -> None:
+    for table, path in zip(results, _out_paths(args.out, len(results))):
+        if args.format == "parquet":
+            export.write_parquet(table, path)
+        else:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                export.write(table, args.format, f, args.binary)
+        print(f"brokerscope: wrote {table.num_rows} row(s) to {path}", file=sys.stderr)
+
+
 def cmd_sql(args) -> int:
-    settings, _ = _open_lake(args)  # before Spark starts: a missing lake is one line
+    """Every statement of the SQL in turn, on one Spark session. The lake and the tables the
+    statements read are checked first, before Spark starts (exit 2, one line)."""
+    from . import query, sqltext
+
+    settings, lake = _open_lake(args)  # before Spark starts: a missing lake is one line
+    statements, _ = sqltext.split(_sql_text(args))
+    if not statements:
+        raise UsageError("no SQL statement given")
+    query.check_tables(statements, lake)
+    if args.format == "parquet" and not args.out:
+        raise UsageError("--format parquet writes a file: give --out FILE")
     spark = _spark(settings, quiet=True)
-    try:
-        cols, rows = run_sql(spark, settings.lake_path, args.query, args.limit)
-    except ValueError:
-        raise
-    except Exception as e:  # AnalysisException and friends: one clear line
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"brokerscope: query failed: {msg}", file=sys.stderr)
-        return 2
-    _print_rows(cols, rows, args.format)
+    lake.register(spark)
+    results, shown = [], 0
+    for st in statements:
+        try:
+            table = query.fetch(spark, st.text, args.limit)
+        except Exception as e:  # AnalysisException and friends: one clear line
+            where = f" (statement at line {st.line})" if len(statements) > 1 else ""
+            print(f"brokerscope: query failed{where}: {query.one_line(e)}", file=sys.stderr)
+            return EXIT_USAGE
+        if table is None:
+            continue
+        if args.out:
+            results.append(table)
+            continue
+        if shown:
+            sys.stdout.write("\n")
+        export.write(table, args.format, sys.stdout, args.binary)
+        shown += 1
+    if results:
+        _write_out(results, args)
     return 0
+
+
+def cmd_shell(args) -> int:
+    """An interactive SQL prompt on one Spark session (statements from standard input)."""
+    from .query import Shell
+
+    settings, lake = _open_lake(args)
+    if sys.stdin.isatty():
+        print(
+            "brokerscope: starting Spark (seconds; once for the whole session)", file=sys.stderr, flush=True
+        )
+    spark = _spark(settings, quiet=True)
+    lake.register(spark)
+    return Shell(spark, lake, args.format, args.binary).loop()
 
 
 def cmd_tables(args) -> int:
@@ -264,10 +311,25 @@ def cmd_demo(args) -> int:
     print("\nexample query:\n" + EXAMPLE_QUERY + "\n")
     cols, rows = run_sql(spark, settings.lake_path, EXAMPLE_QUERY)
     _print_rows(cols, rows, "table")
-    print(
-        f'\nnext: brokerscope sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {settings.lake_path}'
-    )
+    lake = shlex.quote(settings.lake_path)
+    cmd = command_name()
+    print(f'\nnext: {cmd} sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {lake}')
+    print(f"      {cmd} shell --lake {lake}")
     return 0
+
+
+def command_name() -> str:
+    """How the person who ran this can run `brokerscope` again: `brokerscope` when that name on
+    PATH is this installation's, else the script's path (.venv/bin/brokerscope after `make
+    demo`), else python -m."""
+    script = Path(sys.prefix) / "bin" / "brokerscope"
+    found = shutil.which("brokerscope")
+    if found and script.exists() and Path(found).resolve() == script.resolve():
+        return "brokerscope"
+    if script.exists():
+        rel = os.path.relpath(script)
+        return shlex.quote(rel if not rel.startswith("..") else str(script))
+    return f"{shlex.quote(sys.executable)} -m brokerscope.cli"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,6 +342,21 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--lake", help="lake directory (default: lake.path from the config, 'lake')")
         sp.add_argument("--conf", help="brokerscope TOML config file (default: embedded defaults)")
         sp.add_argument("--master", help="Spark master (default local[*]; e.g. spark://host:7077)")
+
+    def output(sp, formats):
+        sp.add_argument(
+            "--format",
+            choices=formats,
+            default="table",
+            help="table (for people: long cells shortened, and counted), csv, json (one array), "
+            "jsonl (an object per line)" + (", parquet (with --out)" if "parquet" in formats else ""),
+        )
+        sp.add_argument(
+            "--binary",
+            choices=export.BINARY,
+            default="base64",
+            help="binary values as base64 (default) or hex",
+        )
 
     ing = sub.add_parser("ingest", help="decode captures and segment files into the lake")
     ing.add_argument("paths", nargs="+", help="files, directories or globs (one capture set)")
@@ -300,16 +377,31 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)
 
-    sq = sub.add_parser("sql", help="run a SQL query over the lake's tables")
-    sq.add_argument("query")
+    sq = sub.add_parser(
+        "sql",
+        help="run SQL over the lake's tables: a query, -f FILE.sql or standard input, several "
+        "statements separated by ;",
+    )
+    sq.add_argument("query", nargs="?", help="the SQL; - (or none, with input piped in) reads standard input")
+    sq.add_argument("-f", "--file", help="read the SQL from this file")
     common(sq)
-    sq.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    sq.add_argument("--limit", type=int, help="print at most this many rows")
+    output(sq, export.FORMATS)
+    sq.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the result to FILE (several results: FILE's name numbered, res-1.csv, res-2.csv, ...)",
+    )
+    sq.add_argument("--limit", type=int, help="at most this many rows per result")
     sq.set_defaults(func=cmd_sql)
+
+    sh = sub.add_parser("shell", help="interactive SQL over the lake on one Spark session")
+    common(sh)
+    output(sh, export.TEXT_FORMATS)
+    sh.set_defaults(func=cmd_shell)
 
     tb = sub.add_parser("tables", help="list the lake's tables: rows, Delta version, size")
     common(tb)
-    tb.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    tb.add_argument("--format", choices=export.TEXT_FORMATS, default="table")
     tb.set_defaults(func=cmd_tables)
 
     rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
@@ -350,6 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `brokerscope sql ... | head` read what it wanted: no traceback
+        try:  # the interpreter's last flush of stdout would fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     finally:
         pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
         if pipeline:

@@ -517,12 +517,14 @@ class Lake:
         """The table's current snapshot through delta-rs (driver-side; small tables and tests)."""
         return DeltaTable(self.path(table)).to_pyarrow_table()
 
+    def table_names(self) -> list[str]:
+        """The brokerscope tables this lake holds (in tables.TABLES order)."""
+        return [t for t in tables.TABLES if DeltaTable.is_deltatable(self.path(t))]
+
     def info(self) -> list[TableInfo]:
         out = []
-        for t in tables.TABLES:
+        for t in self.table_names():
             p = self.path(t)
-            if not DeltaTable.is_deltatable(p):
-                continue
             dt = DeltaTable(p)
             acts = _adds(dt)
             out.append(
@@ -540,10 +542,8 @@ class Lake:
         """Register every table as a temp view from its current Delta snapshot."""
         use_delta = delta_spark_available(spark)
         names = []
-        for t in tables.TABLES:
+        for t in self.table_names():
             p = self.path(t)
-            if not DeltaTable.is_deltatable(p):
-                continue
             if use_delta:
                 df = spark.read.format("delta").load(p)
             else:

@@ -170,9 +170,11 @@ def test_sql_and_tables_formats(spark, tmp_path, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rc == 0 and len(rows) == 9
     assert {"client_port": "46136", "c2s_packets": "12", "s2c_packets": "7"} in rows
-    rc, out, _ = run(capsys, "sql", q, "--lake", str(lake), "--format", "json", "--limit", "2")
+    rc, out, _ = run(capsys, "sql", q, "--lake", str(lake), "--format", "jsonl", "--limit", "2")
     recs = [json.loads(ln) for ln in out.splitlines()]
     assert len(recs) == 2 and all(set(r) == {"client_port", "c2s_packets", "s2c_packets"} for r in recs)
+    rc, out, _ = run(capsys, "sql", q, "--lake", str(lake), "--format", "json", "--limit", "2")
+    assert json.loads(out) == recs
     rc, out, _ = run(capsys, "sql", "SELECT count(*) AS n FROM commands", "--lake", str(lake))
     assert rc == 0 and "(1 row)" in out
     rc, _, err = run(capsys, "sql", "SELECT nope FROM streams", "--lake", str(lake))
@@ -190,6 +192,7 @@ def test_demo_on_a_directory(spark, tmp_path, capsys):
     rc, out, _ = run(capsys, "demo", "--sample-data", str(data), "--lake", str(tmp_path / "lake"), "-q")
     assert rc == 0
     assert "example query" in out and "(3 rows)" in out
+    assert f"\nnext: {cli.command_name()} sql " in out  # a command the person can run
     assert "streams=3" in out
 
 

@@ -6,10 +6,8 @@ import re
 
 import pytest
 
-from brokerscope import pipeline
 from brokerscope.cli import EXAMPLE_QUERY, run_sql
-from brokerscope.config import Settings
-from tests.conftest import ROOT, SAMPLE_DATA
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.spark
 
@@ -23,14 +21,6 @@ def readme_queries() -> list[str]:
             if lines:
                 out.append("\n".join(lines))
     return out
-
-
-@pytest.fixture(scope="module")
-def sample_lake(spark, tmp_path_factory):
-    lake = tmp_path_factory.mktemp("readme") / "lake"
-    settings = Settings.load(overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}})
-    pipeline.ingest([str(SAMPLE_DATA)], settings, spark=spark)
-    return str(lake)
 
 
 def test_readme_has_queries():

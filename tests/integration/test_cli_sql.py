@@ -1,0 +1,178 @@
+"""`brokerscope sql` (-f, standard input, --out) and `brokerscope shell`, in process, on the
+sample-data lake and one Spark session; and the checks that need no Spark at all."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from brokerscope import cli, report
+from brokerscope.lake import Lake
+from tests.integration.test_cli import _no_spark, run
+
+# the longest values first: the issue's 314-byte value is among them
+LONG_VALUES = (
+    "SELECT value, length(value) AS n, headers, ts FROM messages "
+    "WHERE length(value) > 32 ORDER BY n DESC, ts, capture_id LIMIT 5"
+)
+
+
+def stdin(monkeypatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+
+@pytest.mark.spark
+def test_a_file_of_two_statements_prints_both_results_whole(spark, sample_lake, tmp_path, capsys):
+    script = tmp_path / "q.sql"
+    script.write_text(
+        "-- protocols; then the longest values\n"
+        "SELECT protocol, count(*) AS n FROM streams GROUP BY protocol ORDER BY protocol;\n"
+        f"{LONG_VALUES};\n"
+    )
+    rc, out, err = run(capsys, "sql", "-f", str(script), "--lake", sample_lake, "--format", "jsonl")
+    assert rc == 0, err
+    first, second = out.split("\n\n")
+    protocols = [json.loads(ln)["protocol"] for ln in first.splitlines()]
+    assert {"kafka", "pulsar", "iggy", "tubemq"} <= set(protocols)
+    rows = [json.loads(ln) for ln in second.splitlines()]
+    assert len(rows) == 5 and rows[0]["n"] > 32
+    for r in rows:  # every byte, not 32 and "..."
+        assert len(base64.b64decode(r["value"])) == r["n"]
+        assert r["ts"].endswith("Z") and len(r["ts"]) == len("2026-01-01T00:00:00.000000Z")
+        assert r["headers"] is None or isinstance(r["headers"], list)
+
+
+@pytest.mark.spark
+def test_sql_from_standard_input(spark, sample_lake, monkeypatch, capsys):
+    stdin(monkeypatch, "SELECT 'a;b' AS s; SELECT count(*) AS n FROM inputs")
+    rc, out, _ = run(capsys, "sql", "--lake", sample_lake, "--format", "csv")
+    assert rc == 0 and out.startswith("s\na;b\n\nn\n")
+    stdin(monkeypatch, "SELECT unhex('00ff') AS b")
+    rc, out, _ = run(capsys, "sql", "-", "--lake", sample_lake, "--format", "json", "--binary", "hex")
+    assert rc == 0 and json.loads(out) == [{"b": "00ff"}]
+
+
+@pytest.mark.spark
+def test_out_parquet_reads_back_with_the_lake_types(spark, sample_lake, tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    q = "SELECT capture_id, ts_ns, value, headers, ts FROM messages WHERE value IS NOT NULL ORDER BY ts_ns"
+    rc, stdout, err = run(capsys, "sql", q, "--lake", sample_lake, "--format", "parquet", "--out", str(out))
+    assert rc == 0 and stdout == "" and f"to {out}" in err
+    back = pq.read_table(out)
+    assert back.schema.field("value").type == pa.binary()
+    assert back.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert pa.types.is_list(back.schema.field("headers").type)
+    lake = Lake(sample_lake).read_arrow("messages").filter(pa.compute.is_valid(pa.compute.field("value")))
+    key = ["capture_id", "ts_ns", "value", "ts"]
+    assert sorted(back.select(key).to_pylist(), key=str) == sorted(lake.select(key).to_pylist(), key=str)
+    # two results and --out: numbered files
+    rc, _, err = run(
+        capsys,
+        "sql",
+        "SELECT 1 AS a; SELECT 2 AS b",
+        "--lake",
+        sample_lake,
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--format",
+        "csv",
+    )
+    assert rc == 0
+    assert (tmp_path / "x-1.csv").read_text() == "a\n1\n" and (tmp_path / "x-2.csv").read_text() == "b\n2\n"
+
+
+@pytest.mark.spark
+def test_a_failing_statement_names_its_line(spark, sample_lake, capsys):
+    rc, out, err = run(capsys, "sql", "SELECT 1 AS a;\nSELECT nope FROM streams", "--lake", sample_lake)
+    assert rc == report.EXIT_USAGE and "(1 row)" in out
+    assert err.startswith("brokerscope: query failed (statement at line 2): ") and len(err.splitlines()) == 1
+
+
+@pytest.mark.spark
+def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, capsys):
+    stdin(
+        monkeypatch,
+        "-- a note, then commands\n"
+        "\\tables\n"
+        "\\d latencies\n"
+        "/* a comment:\n\\q inside it is no command */ SELECT count(*) AS n\n  FROM streams;\n"
+        "SELECT count(*) AS n\n  FROM streams;\n"
+        "SELECT nope FROM streams;\n"
+        "\\format jsonl\n"
+        "\\nothing\n"
+        "SELECT unhex('00ff') AS b, 'x;y' AS s;\n"
+        "SELECT 2 AS two\n",  # the last statement may lack its ;
+    )
+    rc, out, err = run(capsys, "shell", "--lake", sample_lake)
+    assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
+    errors = err.splitlines()
+    assert len(errors) == 2 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
+    assert "streams" in out and "inputs" in out and "delta_version" in out  # \tables
+    assert "latency_us" in out and "double" in out  # \d
+    n = len(Lake(sample_lake).read_arrow("streams"))
+    assert out.count(f"\n{n}\n(1 row)\n") == 2
+    assert out.endswith('{"b":"AP8=","s":"x;y"}\n{"two":2}\n')
+
+
+def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, capsys):
+    """A typo in a table name costs no JVM start: one line naming it, exit 2."""
+    _no_spark(monkeypatch)
+    lake = tmp_path / "lake"
+    Lake(lake).ensure_tables()
+    t0 = time.monotonic()
+    rc, out, err = run(
+        capsys,
+        "sql",
+        "SELECT 1 AS x;\nSELECT * FROM stream s JOIN acks a USING (conn_id)",
+        "--lake",
+        str(lake),
+    )
+    assert rc == report.EXIT_USAGE and out == ""
+    assert (
+        err
+        == f"brokerscope: line 2: no table `stream` in the lake at {lake} (its tables: acks, commands, inputs, latencies, messages, streams)\n"
+    )
+    for argv, why in [
+        (["sql", "SELECT 'open"], "line 1: a string opened with ' is not closed"),
+        (["sql", "-f", str(tmp_path / "none.sql")], "cannot read"),
+        (["sql", "SELECT 1", "-f", str(tmp_path / "q.sql")], "not both"),
+        (["sql", " ; -- nothing"], "no SQL statement given"),
+        (["sql", "SELECT 1", "--format", "parquet"], "give --out FILE"),
+    ]:
+        rc, out, err = run(capsys, *argv, "--lake", str(lake))
+        assert rc == report.EXIT_USAGE and why in err and len(err.splitlines()) == 1, (argv, err)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path, monkeypatch):
+    """`brokerscope ... | head`: the closed pipe ends the command quietly, exit 0."""
+    Lake(tmp_path / "lake").ensure_tables()
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["tables", "--lake", str(tmp_path / "lake"), "--format", "jsonl"]) == 0
+
+
+def test_demo_names_a_command_that_runs(monkeypatch):
+    script = Path(sys.prefix) / "bin" / "brokerscope"
+    if not script.exists():
+        pytest.skip("brokerscope is not installed as a script in this environment")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert Path(cli.command_name()).resolve() == script.resolve()
+    monkeypatch.setattr(shutil, "which", lambda name: str(script))
+    assert cli.command_name() == "brokerscope"
+    monkeypatch.setattr(sys, "prefix", str(Path("/nonexistent-venv")))
+    assert cli.command_name() == f"{sys.executable} -m brokerscope.cli"

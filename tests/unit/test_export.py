@@ -1,0 +1,130 @@
+"""Query results in every output format, byte for byte, from Arrow tables of the types Spark
+hands back (binary, Kafka headers, UTC timestamps, doubles, decimals, nulls)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from brokerscope import export
+
+VALUE = bytes(range(256)) + b"\xff" * 58  # 314 bytes, as the issue's value
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def result() -> pa.Table:
+    """Two rows: every column set, then every column null; the types are those of Spark's toArrow()."""
+    return pa.table(
+        {
+            "value": pa.array([VALUE, None], pa.binary()),
+            "headers": pa.array(
+                [[{"key": "trace", "value": b"t0"}, {"key": "idx", "value": b"0"}], None], HEADERS
+            ),
+            "ts": pa.array([dt.datetime(2026, 11, 20, 10, 0, 0, 123456), None], pa.timestamp("us", tz="UTC")),
+            "latency_ms": pa.array([78.507 / 1000, None]),  # Spark's double: 0.07850700000000001
+            "ratio": pa.array([0.078507, None]),
+            "amount": pa.array([decimal.Decimal("12345678901234567890.10"), None], pa.decimal128(22, 2)),
+            "note": pa.array(['a,"b"\nc', None]),
+        }
+    )
+
+
+B64 = base64.b64encode(VALUE).decode()
+HEADERS_JSON = '[{"key":"trace","value":"dDA="},{"key":"idx","value":"MA=="}]'
+
+
+def render(fmt: str, table: pa.Table, binary: str = "base64") -> str:
+    out = io.StringIO()
+    export.write(table, fmt, out, binary)
+    return out.getvalue()
+
+
+def test_csv_keeps_every_value_whole():
+    assert render("csv", result()) == (
+        "value,headers,ts,latency_ms,ratio,amount,note\n"
+        f'{B64},"{HEADERS_JSON.replace(chr(34), chr(34) * 2)}",2026-11-20T10:00:00.123456Z,'
+        '0.07850700000000001,0.078507,12345678901234567890.10,"a,""b""\nc"\n'
+        ",,,,,,\n"
+    )
+    assert len(base64.b64decode(B64)) == 314
+
+
+def test_jsonl_is_an_object_per_line_and_json_one_array():
+    obj = (
+        f'{{"value":"{B64}","headers":{HEADERS_JSON},"ts":"2026-11-20T10:00:00.123456Z",'
+        '"latency_ms":0.07850700000000001,"ratio":0.078507,"amount":12345678901234567890.10,'
+        '"note":"a,\\"b\\"\\nc"}'
+    )
+    nulls = '{"value":null,"headers":null,"ts":null,"latency_ms":null,"ratio":null,"amount":null,"note":null}'
+    assert render("jsonl", result()) == f"{obj}\n{nulls}\n"
+    assert render("json", result()) == f"[\n{obj},\n{nulls}\n]\n"
+    doc = json.loads(render("json", result()), parse_float=decimal.Decimal)
+    assert base64.b64decode(doc[0]["value"]) == VALUE
+    assert doc[0]["headers"][0] == {"key": "trace", "value": "dDA="}
+    assert doc[0]["amount"] == decimal.Decimal("12345678901234567890.10")
+    assert float(doc[0]["latency_ms"]) == 78.507 / 1000
+    assert render("json", result().slice(0, 0)) == "[]\n"
+
+
+def test_binary_as_hex_on_request():
+    out = render("jsonl", result().select(["value", "headers"]).slice(0, 1), binary="hex")
+    assert json.loads(out) == {
+        "value": VALUE.hex(),
+        "headers": [{"key": "trace", "value": "7430"}, {"key": "idx", "value": "30"}],
+    }
+
+
+def test_the_table_says_what_it_shortened():
+    assert render("table", result().select(["value", "ts", "latency_ms", "note"])) == (
+        "value                                                        | ts                          | latency_ms | note\n"
+        "-------------------------------------------------------------+-----------------------------+------------+---------\n"
+        f'{B64[:59]}… | 2026-11-20T10:00:00.123456Z | 0.078507   | a,"b"\\nc\n'
+        "NULL                                                         | NULL                        | NULL       | NULL\n"
+        "(2 rows; 2 cells shortened (to 60 characters or 15 digits): --format csv, json or jsonl shows them whole)\n"
+    )
+    assert render("table", result().select(["ratio"]).slice(0, 1)) == "ratio\n--------\n0.078507\n(1 row)\n"
+
+
+@pytest.mark.parametrize(
+    "arrow_type, value, text",
+    [
+        (pa.timestamp("us"), dt.datetime(2026, 1, 2, 3, 4, 5), "2026-01-02T03:04:05.000000"),  # no zone: no Z
+        (pa.timestamp("ms", tz="UTC"), dt.datetime(2026, 1, 2, 3, 4, 5, 6000), "2026-01-02T03:04:05.006Z"),
+        (pa.timestamp("s", tz="Europe/Paris"), dt.datetime(2026, 1, 2, 3, 4, 5), "2026-01-02T03:04:05Z"),
+        (pa.date32(), dt.date(2026, 1, 2), "2026-01-02"),
+        (pa.duration("us"), dt.timedelta(days=1, microseconds=-1), "PT86399.999999S"),
+        (pa.float32(), 0.1, "0.1"),
+        (pa.float64(), float("nan"), "NaN"),
+        (pa.float64(), float("-inf"), "-Infinity"),
+        (pa.map_(pa.string(), pa.int32()), [("a", 1)], '{"a":1}'),
+        (pa.map_(pa.int32(), pa.string()), [(1, "x")], '[[1,"x"]]'),
+        (
+            pa.struct([("b", pa.bool_()), ("l", pa.list_(pa.int64()))]),
+            {"b": True, "l": [1, None]},
+            '{"b":true,"l":[1,null]}',
+        ),
+    ],
+)
+def test_a_cell_of_each_type(arrow_type, value, text):
+    csv_text = render("csv", pa.table({"c": pa.array([value], arrow_type)}))
+    assert csv_text.splitlines()[1].strip('"').replace('""', '"') == text
+
+
+def test_parquet_keeps_the_arrow_types(tmp_path):
+    path = tmp_path / "r.parquet"
+    export.write_parquet(result(), str(path))
+    back = pq.read_table(path)
+    assert back.schema.equals(result().schema) and back.equals(result())
+
+
+def test_the_cli_listings_convert():
+    t = export.from_rows(["table", "rows"], [("streams", 3)])
+    assert render("csv", t) == "table,rows\nstreams,3\n"
+    assert render("jsonl", export.from_rows(["table", "rows"], [])) == ""
