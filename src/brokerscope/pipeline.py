@@ -10,8 +10,10 @@ union --persist--> one Delta commit per table (lake.py), then the `inputs` recor
 from __future__ import annotations
 
 import atexit
+import ctypes
 import dataclasses
 import datetime
+import gc
 import json
 import logging
 import os
@@ -340,8 +342,29 @@ def _decode_fn(
             return drv.capture_stats + names
 
         yield from _emit(drv.run_batches(batches), stats, staged)
+        give_back_memory()
 
     return decode
+
+
+def give_back_memory() -> None:
+    """Return what a finished task freed to the OS. Spark keeps a Python worker for the next
+    task, and the heap a decode task grew would otherwise stay its RSS, idle, while the driver
+    compacts the run's files (a 1 GB capture on local[2]: the tree's peak)."""
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc: freed pages go back to the OS
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
 
 
 def _read_and_decode_fn(read, decode):
