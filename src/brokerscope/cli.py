@@ -256,6 +256,23 @@ def _open_lake(args, recover: bool = True):
     return settings, lake
 
 
+def cmd_extract(args) -> int:
+    """Packets of connections or a time window, from the original inputs, for Wireshark. Exit 1
+    when no packet matched."""
+    from . import extract
+
+    settings, _ = _open_lake(args)
+    since = extract.parse_time(args.since) if args.since else None
+    until = extract.parse_time(args.until) if args.until else None
+    r = extract.extract(settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), since, until)
+    if not r.packets:
+        print("brokerscope: no packet matched: nothing written", file=sys.stderr)
+        return 1
+    print(f"wrote {r.packets:,} packet(s) from {len(r.files)} file(s) to {r.out}")
+    print(f"open it: wireshark -r {r.out}")
+    return 0
+
+
 def cmd_recover(args) -> int:
     _, lake = _open_lake(args, recover=False)
     if not _recover(lake):
@@ -403,6 +420,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(tb)
     tb.add_argument("--format", choices=export.TEXT_FORMATS, default="table")
     tb.set_defaults(func=cmd_tables)
+
+    ex = sub.add_parser(
+        "extract", help="write the packets of connections or a time window to a pcapng/pcap for Wireshark"
+    )
+    common(ex)
+    ex.add_argument("-o", "--out", required=True, help="file to write: .pcapng (default format) or .pcap")
+    ex.add_argument("--conn-id", action="append", help="a connection (conn_id of any table; repeatable)")
+    ex.add_argument("--capture-id", action="append", help="every connection of a capture (repeatable)")
+    ex.add_argument("--since", help="from this capture time on (ISO 8601, no zone = UTC; or epoch seconds)")
+    ex.add_argument("--until", help="before this capture time")
+    ex.set_defaults(func=cmd_extract)
 
     rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
     common(rc)

@@ -1,0 +1,323 @@
+"""From rows back to packets: the packets of given connections or of a time window, copied from
+the original capture files into a pcapng (or pcap) file for `wireshark -r`.
+
+The lake says where to look: `streams` gives a connection's capture and endpoints and its first
+and last packet times, `inputs` the files of that capture set. The files are read again by the
+capture reader (so damaged, cut and gzip captures read as they did at ingest) and each selected
+record is copied byte for byte: a pcapng block with the section and interface blocks before it,
+or a pcap record. Only TCP packets are selected (the tables hold nothing else); an IPv4 packet
+reassembled from fragments is its last fragment's record.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import gzip
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import capture
+from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split
+from .lake import Lake
+
+# pcapng block types (pcapng spec, section 4) and the fields brokerscope writes
+SHB, IDB, SPB, EPB, PB = 0x0A0D0D0A, 1, 3, 6, 2
+PACKET_BLOCKS = (EPB, SPB, PB)
+OPT_END, IF_TSRESOL = 0, 9  # IDB option codes: opt_endofopt, if_tsresol
+PCAP_HEADER = 24  # magic, version 2+2, thiszone, sigfigs, snaplen (16), linktype (20)
+PCAP_RECORD = 16  # ts_sec, ts_frac, incl_len (8), orig_len (12)
+
+
+@dataclass(frozen=True)
+class Conn:
+    """One connection to extract: its endpoints (either order) and its first/last packet time."""
+
+    lo: tuple[str, int]
+    hi: tuple[str, int]
+    first_ns: int
+    last_ns: int
+
+
+@dataclass(frozen=True)
+class Source:
+    capture_id: str
+    path: str
+    kind: str  # pcap | pcapng | pcap.gz | pcapng.gz
+    size: int
+
+
+@dataclass
+class Extracted:
+    packets: int
+    files: list[str]
+    out: str
+
+
+def parse_time(value: str) -> int:
+    """Nanoseconds since the epoch of an ISO 8601 time (no zone: UTC) or of epoch seconds."""
+    text = value.strip()
+    try:
+        if text.replace(".", "", 1).isdigit():  # exact: 1763643900.000123 is that many ns
+            return int(decimal.Decimal(text).scaleb(9).to_integral_value(decimal.ROUND_FLOOR))
+        return _iso_ns(text)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {value!r} (ISO 8601 such as 2026-11-20T14:05:00Z, or epoch seconds)"
+        ) from None
+
+
+def _iso_ns(text: str) -> int:
+    t = _dt.datetime.fromisoformat(text.replace("z", "Z"))
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.UTC)
+    d = t - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+    return (d.days * 86400 + d.seconds) * 1_000_000_000 + d.microseconds * 1000
+
+
+# -- what to read ---------------------------------------------------------------------------------
+def plan(
+    lake: Lake, conn_ids: Iterable[str], capture_ids: Iterable[str]
+) -> tuple[list[Source], list[Conn] | None]:
+    """The files to read and the connections to keep (None: every TCP packet of the files).
+    A connection is looked for in every file of the capture sets that ingested its capture (a
+    connection runs on through rotated files)."""
+    conn_ids, capture_ids = list(dict.fromkeys(conn_ids)), list(dict.fromkeys(capture_ids))
+    if not conn_ids and not capture_ids:
+        raise ValueError("say what to extract: --conn-id (from any table's conn_id) or --capture-id")
+    conns: list[Conn] | None = None
+    cids = set(capture_ids)
+    if conn_ids:
+        st = lake.read_arrow("streams").filter(pc.field("conn_id").isin(conn_ids))
+        missing = sorted(set(conn_ids) - set(st.column("conn_id").to_pylist()))
+        if missing:
+            raise ValueError(f"no connection {', '.join(missing)} in the lake's streams table at {lake.root}")
+        conns = []
+        for r in st.select(["capture_id", "client_ip", "client_port", "server_ip", "server_port",
+                            "first_ts", "last_ts"]).to_pylist():  # fmt: skip
+            first, last = (_us(r["first_ts"]) * 1000, _us(r["last_ts"]) * 1000 + 999)
+            conns.append(
+                Conn((r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"]), first, last)
+            )
+            cids.add(r["capture_id"])
+    inputs = lake.read_arrow("inputs").to_pylist()
+    known = {r["capture_id"] for r in inputs}
+    unknown = sorted(c for c in capture_ids if c not in known)
+    if unknown:
+        raise ValueError(f"no capture {', '.join(unknown)} in the lake's inputs table at {lake.root}")
+    runs = {r["run_id"] for r in inputs if r["capture_id"] in cids} if conns else set()
+    wanted = cids | {r["capture_id"] for r in inputs if r["run_id"] in runs}
+    sources: dict[str, Source] = {}
+    for r in inputs:
+        if r["capture_id"] in wanted and r["status"] in ("ok", "partial") and _is_capture(r["kind"]):
+            sources[r["path"]] = Source(r["capture_id"], r["path"], r["kind"], r["size"])
+    for s in sources.values():
+        _check_unchanged(s)
+    return sorted(sources.values(), key=lambda s: s.path), conns
+
+
+def _us(ts) -> int:
+    d = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def _is_capture(kind: str) -> bool:
+    return kind in ("pcap", "pcapng", "pcap.gz", "pcapng.gz")
+
+
+def _check_unchanged(s: Source) -> None:
+    try:
+        size = os.path.getsize(s.path)
+    except OSError as e:
+        raise FileNotFoundError(f"{s.path}: the capture is gone ({e.strerror})") from None
+    if size != s.size:
+        raise ValueError(f"{s.path}: changed since it was ingested ({s.size} bytes then, {size} now)")
+
+
+# -- which records --------------------------------------------------------------------------------
+def selected_offsets(
+    src: Source, conns: list[Conn] | None, since_ns: int | None, until_ns: int | None
+) -> list[int]:
+    """Offsets (in the decompressed file) of the records of `src` to copy, in file order."""
+    split = Split(src.path, src.capture_id, 0, src.kind, 0, src.size)
+    out: list[pa.Array] = []
+    for b in capture.read_split(split, payload_refs=True):
+        b = b.filter(pc.is_valid(b.column("lo_ip")))  # counters rows have no endpoint
+        if not b.num_rows:
+            continue
+        ts = b.column("ts_ns")
+        keep = pc.is_valid(ts)
+        if since_ns is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, since_ns))
+        if until_ns is not None:
+            keep = pc.and_(keep, pc.less(ts, until_ns))
+        if conns is not None:
+            keep = pc.and_(keep, _any_conn(b, conns))
+        out.append(b.column("rec_offset").filter(keep))
+    offsets = pa.chunked_array(out, pa.int64()) if out else pa.chunked_array([], pa.int64())
+    return sorted(set(offsets.to_pylist()))
+
+
+def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
+    col = {n: b.column(n) for n in ("lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns")}
+
+    def at(side: str, ep: tuple[str, int]) -> pa.Array:
+        return pc.and_(pc.equal(col[f"{side}_ip"], ep[0]), pc.equal(col[f"{side}_port"], ep[1]))
+
+    hit = pa.array([False] * b.num_rows)
+    for c in conns:  # the reader orders a pair's endpoints its own way: either order matches
+        pair = pc.or_(pc.and_(at("lo", c.lo), at("hi", c.hi)), pc.and_(at("lo", c.hi), at("hi", c.lo)))
+        during = pc.and_(pc.greater_equal(col["ts_ns"], c.first_ns), pc.less_equal(col["ts_ns"], c.last_ns))
+        hit = pc.or_(hit, pc.and_(pair, during))
+    return hit
+
+
+# -- writing --------------------------------------------------------------------------------------
+class _Input:
+    """Random reads of a capture's (decompressed) bytes; offsets ascend for gzip files."""
+
+    def __init__(self, src: Source) -> None:
+        self.gz = src.kind.endswith(".gz")
+        self.fh = gzip.open(src.path, "rb") if self.gz else open(src.path, "rb")  # noqa: SIM115
+
+    def read(self, at: int, n: int) -> bytes:
+        self.fh.seek(at)
+        return self.fh.read(n)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _pcapng_blocks(inp: _Input, offsets: list[int]) -> Iterator[bytes]:
+    """The section and interface blocks of a pcapng file, and its packet blocks at `offsets`, in
+    file order. Blocks are walked from the start for the first two; a damaged block ends that walk
+    (later interface blocks are then taken from the chain the selected blocks lie on)."""
+    wanted = set(offsets)
+    pos, order = 0, "<"
+    todo = sorted(offsets)
+    i = 0
+    while True:
+        head = inp.read(pos, 12)
+        if len(head) < 12:
+            break
+        if head[:4] == struct.pack("<I", SHB):
+            bom = head[8:12]
+            order = "<" if bom == struct.pack("<I", PCAPNG_BOM) else ">"
+        btype, blen = struct.unpack(order + "II", head[:8])
+        if blen < 12 or blen % 4:
+            break
+        if btype in (SHB, IDB) or pos in wanted:
+            yield inp.read(pos, blen)
+            while i < len(todo) and todo[i] <= pos:
+                i += 1
+        pos += blen
+    for off in todo[i:]:  # past a damaged block: the selected blocks themselves
+        btype, blen = struct.unpack(order + "II", inp.read(off, 8))
+        yield inp.read(off, blen)
+
+
+def _pcap_records(inp: _Input, offsets: list[int]) -> tuple[bytes, Iterator[tuple[bytes, bytes]]]:
+    """A pcap file's header, and (record header, data) at `offsets`."""
+    header = inp.read(0, PCAP_HEADER)
+    order = PCAP_MAGICS[header[:4]][0]
+
+    def records() -> Iterator[tuple[bytes, bytes]]:
+        for off in offsets:
+            rh = inp.read(off, PCAP_RECORD)
+            incl = struct.unpack_from(order + "I", rh, 8)[0]
+            yield rh, inp.read(off + PCAP_RECORD, incl)
+
+    return header, records()
+
+
+def _block(btype: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    n = len(body) + 12
+    return struct.pack("<II", btype, n) + body + struct.pack("<I", n)
+
+
+def _pcap_as_pcapng(header: bytes, records: Iterator[tuple[bytes, bytes]]) -> Iterator[bytes]:
+    """A pcap file's records as one pcapng section: SHB, one IDB, EPBs."""
+    order, tick_ns = PCAP_MAGICS[header[:4]]
+    snaplen, linktype = struct.unpack_from(order + "II", header, 16)
+    resol = 9 if tick_ns == 1 else 6
+    yield _block(SHB, struct.pack("<IHHq", PCAPNG_BOM, 1, 0, -1))
+    opts = struct.pack("<HHB", IF_TSRESOL, 1, resol) + b"\0" * 3 + struct.pack("<HH", OPT_END, 0)
+    yield _block(IDB, struct.pack("<HHI", linktype & 0xFFFF, 0, snaplen) + opts)
+    scale = 10**resol
+    for rh, data in records:
+        sec, frac, incl, orig = struct.unpack(order + "IIII", rh)
+        t = sec * scale + frac
+        yield _block(EPB, struct.pack("<IIIII", 0, t >> 32, t & 0xFFFFFFFF, incl, orig) + data)
+
+
+def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
+    """Write the records picked per source to `out`: pcap when it ends in .pcap (every source a pcap
+    with the same header), else pcapng (a section per source). Returns the packets written."""
+    as_pcap = out.endswith(".pcap")
+    heads = []
+    if as_pcap:
+        for s in sources:
+            inp = _Input(s)
+            try:
+                heads.append(inp.read(0, PCAP_HEADER))
+            finally:
+                inp.close()
+        if (
+            any(not s.kind.startswith("pcap") or s.kind.startswith("pcapng") for s in sources)
+            or len({h[:4] + h[16:24] for h in heads}) > 1
+        ):
+            raise ValueError(f"{out}: these captures differ in format or link type: write a .pcapng")
+    tmp = f"{out}.part-{os.getpid()}"
+    n = 0
+    with open(tmp, "wb") as fh:
+        for k, (s, offsets) in enumerate(zip(sources, picks)):
+            inp = _Input(s)
+            try:
+                if s.kind.startswith("pcapng"):
+                    for blk in _pcapng_blocks(inp, offsets):
+                        fh.write(blk)
+                    n += len(offsets)
+                    continue
+                header, records = _pcap_records(inp, offsets)
+                if as_pcap:
+                    if k == 0:
+                        fh.write(header)
+                    for rh, data in records:
+                        fh.write(rh + data)
+                        n += 1
+                else:
+                    for blk in _pcap_as_pcapng(header, records):
+                        fh.write(blk)
+                    n += len(offsets)
+            finally:
+                inp.close()
+    os.replace(tmp, out)
+    return n
+
+
+def extract(
+    lake_root: str,
+    out: str,
+    conn_ids: Iterable[str] = (),
+    capture_ids: Iterable[str] = (),
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+) -> Extracted:
+    """Write the packets of `conn_ids` (or of every connection of `capture_ids`), within
+    [since_ns, until_ns) if given, to `out`, straight from the inputs the lake records."""
+    lake = Lake(lake_root)
+    lake.check_readable()
+    if not Path(out).parent.is_dir():
+        raise FileNotFoundError(f"{out}: no such directory")
+    sources, conns = plan(lake, conn_ids, capture_ids)
+    picks = [selected_offsets(s, conns, since_ns, until_ns) for s in sources]
+    kept = [(s, p) for s, p in zip(sources, picks) if p]
+    n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
+    return Extracted(n, [s.path for s, _ in kept], out)
