@@ -276,9 +276,13 @@ def test_filtered_ingest_keeps_only_matching_connections_and_records_the_filter(
         overrides={"lake": {"path": str(tmp_path / "many")}, "capture": {"split_size": 900}, "filter": flt}
     )
     todo = inputs.discover(paths).inputs
-    assert (
-        len(pipeline.pack_splits(inputs.plan(todo, 900, 2)[0], inputs.effective_split_size(todo, 900, 2))) > 1
-    )
+
+    def tasks(size: int) -> int:
+        return len(
+            pipeline.pack_splits(inputs.plan(todo, size, 2)[0], inputs.effective_split_size(todo, size, 2))
+        )
+
+    assert tasks(one.split_size) == 1 and tasks(900) > 1  # the one-task path, then the shuffle
     local = decode_files(paths, one)
     for settings, lake in ((one, tmp_path / "one"), (many, tmp_path / "many")):
         summary = pipeline.ingest(paths, settings, spark=spark)
