@@ -646,8 +646,11 @@ def _inputs_record(
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     status: dict[str, tuple[str, str | None, int | None, int]] = {}
+    filtered: dict[str, int | None] = {}  # capture_id -> packets the filter dropped
     for i in todo:
         st = per_file.get(i.file_index, {})
+        if summary.filter and i.kind in inputs.CAPTURE_KINDS:
+            filtered[i.capture_id] = int(st.get("filtered", 0))
         for e in st.get("errors", []):
             summary.capture_errors.append(f"{i.path}: {e}")
         for key, what in RECORD_ANOMALIES.items():
@@ -675,9 +678,7 @@ def _inputs_record(
                 "error": status[i.capture_id][1],
                 "damaged_bytes": status[i.capture_id][3],
                 "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
-                "filtered": per_file.get(i.file_index, {}).get("filtered")
-                if summary.filter and i.kind in inputs.CAPTURE_KINDS
-                else None,
+                "filtered": filtered.get(i.capture_id),
                 "date": today,
             }
             for i in recorded

@@ -269,7 +269,9 @@ def test_filtered_ingest_keeps_only_matching_connections_and_records_the_filter(
     same filter."""
     ndpi = str(ROOT / "tests" / "data" / "captures" / "ndpi" / "kafka.pcapng")
     none = str(SAMPLE_DATA / "kafka" / "none.pcap")  # 127.0.0.1 only: all 120 packets dropped
-    paths = [ndpi, none]
+    copy = tmp_path / "copy-of-none.pcap"  # the same content under another path: one input
+    copy.write_bytes((SAMPLE_DATA / "kafka" / "none.pcap").read_bytes())
+    paths = [ndpi, none, str(copy)]
     flt = {"hosts": ["172.16.0.0/12"], "ports": ["9092"]}
     one = Settings.load(overrides={"lake": {"path": str(tmp_path / "one")}, "filter": flt})
     many = Settings.load(
@@ -299,6 +301,7 @@ def test_filtered_ingest_keeps_only_matching_connections_and_records_the_filter(
         assert {p: (r["filter"], r["filtered"], r["packets"]) for p, r in rows.items()} == {
             os.path.realpath(ndpi): ("host=172.16.0.0/12;port=9092", 19, 41),
             os.path.realpath(none): ("host=172.16.0.0/12;port=9092", 120, 120),
+            os.path.realpath(copy): ("host=172.16.0.0/12;port=9092", 120, 120),
         }
     # the same filter: nothing to do; another filter (a time window that cuts the 127.0.0.1
     # connection after its handshake and first request): decoded again, its rows replaced
