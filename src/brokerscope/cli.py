@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__, export
+from .capture.filter import PacketFilter
 from .config import Settings, schema_options
 from .protocols.base import known_names
 from .report import EXIT_USAGE
@@ -25,6 +26,9 @@ SELECT protocol, server_port, count(*) AS connections,
        sum(frames_failed) AS frames_failed
 FROM streams GROUP BY protocol, server_port ORDER BY connections DESC, server_port
 """.strip()
+
+
+FILTER_FLAGS = ("--since", "--until", "--host", "--tcp-port")
 
 
 class UsageError(ValueError):
@@ -61,6 +65,15 @@ def _settings(args) -> Settings:
         overrides.setdefault("capture", {})["split_size"] = args.split_size
     if getattr(args, "payload", None):
         overrides.setdefault("payload", {})["policy"] = args.payload
+    # the ingest filter: a flag given replaces that part of [filter]; a bad value is named by its flag
+    flags = {"since": "since", "until": "until", "host": "hosts", "tcp_port": "ports"}
+    given = {key: getattr(args, flag, None) for flag, key in flags.items()}
+    PacketFilter.parse(
+        given["since"], given["until"], given["hosts"] or (), given["ports"] or (), FILTER_FLAGS
+    )
+    for key, value in given.items():
+        if value is not None:
+            overrides.setdefault("filter", {})[key] = value
     options = schema_options()
     for spec in getattr(args, "schema", None) or []:
         proto, _, path = spec.partition("=")
@@ -390,6 +403,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ing.add_argument(
         "--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds"
+    )
+    flt = ing.add_argument_group(
+        "filters",
+        "keep only some packets of the captures, dropped as they are read: a packet is kept when its "
+        "capture time is in [--since, --until) and either endpoint matches a --host (if given) and "
+        "either TCP port is a --tcp-port (if given); these replace [filter] of the config",
+    )
+    flt.add_argument(
+        "--since",
+        metavar="TIME",
+        help="capture time from which packets are kept (inclusive): ISO 8601, e.g. "
+        "2026-11-20T14:05:00+01:00 (no zone: UTC), or epoch seconds",
+    )
+    flt.add_argument(
+        "--until", metavar="TIME", help="capture time at which packets stop being kept (exclusive)"
+    )
+    flt.add_argument(
+        "--host",
+        action="append",
+        metavar="ADDR[/PREFIX]",
+        help="keep packets to or from this IP address or network, e.g. 10.0.0.5, 10.0.0.0/24 (repeatable)",
+    )
+    flt.add_argument(
+        "--tcp-port",
+        action="append",
+        metavar="N",
+        help="keep packets to or from this TCP port (repeatable; unlike --port, which names a protocol's port)",
     )
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)

@@ -8,6 +8,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .capture.filter import PacketFilter
 from .protocols.base import Context, PayloadPolicy, known_names, protocols
 
 # the embedded defaults; `[ports]` and `[protocols.*]` come from each protocol's registry entry
@@ -44,6 +45,7 @@ _CORE: dict = {
         "max_raw_bytes": 4096,
     },
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
+    "filter": {"since": "", "until": "", "hosts": [], "ports": []},
 }
 
 
@@ -147,6 +149,10 @@ class Settings:
                 raise ValueError("capture.split_size must be at least 256 bytes")
         if not 64 * 1024 <= self.batch_bytes <= 1024**3:
             raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
+        for key in ("hosts", "ports"):
+            if not isinstance(self.raw["filter"][key], list):
+                raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")
+        self.packet_filter  # noqa: B018 - parsed for its errors (each names the value)
 
     # -- typed accessors ----------------------------------------------------------------------
     @property
@@ -204,6 +210,13 @@ class Settings:
     @property
     def sniff_bytes(self) -> int:
         return parse_size(self.raw["tcp"]["sniff_bytes"])
+
+    @property
+    def packet_filter(self) -> PacketFilter | None:
+        """The ingest filter of [filter] (capture/filter.py), None when nothing is filtered."""
+        f = self.raw["filter"]
+        names = ("filter.since", "filter.until", "filter.hosts", "filter.ports")
+        return PacketFilter.parse(f["since"], f["until"], f["hosts"], f["ports"], names)
 
     @property
     def ports(self) -> dict[int, str]:

@@ -237,6 +237,8 @@ def _read_splits_fn(
     split's identity chunks (bytes the reader just brought into memory) into the run directory.
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back)."""
 
+    flt = settings.packet_filter
+
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for pack in _packs_of(batches, packs):
             for r in pack:
@@ -249,6 +251,7 @@ def _read_splits_fn(
                     settings.max_pending_fragments,
                     settings.batch_bytes,
                     payload_refs,
+                    flt,
                 )
                 size = sizes[sp.file_index]
                 run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
@@ -445,10 +448,19 @@ def ingest(
         summary.recovered.append(line)
     todo, dups = disc.inputs, disc.duplicates
     rejected = _rejected_rows(disc, run_id)
+    flt = settings.packet_filter
+    summary.filter = flt.text() if flt is not None else None
     if skip_ingested:
+        # the filter is part of what was ingested: an input ingested with another filter (or
+        # none) is decoded again, and its rows replaced by this filter's
         done = _ingested_keys(lake)
-        todo = [i for i in todo if (i.path, i.size, i.mtime_ns // 1000) not in done]
-        dups = [(d, k) for d, k in dups if (d.path, d.size, d.mtime_ns // 1000) not in done]
+
+        def ingested(i) -> bool:
+            want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
+            return done.get((i.path, i.size, i.mtime_ns // 1000), False) == want
+
+        todo = [i for i in todo if not ingested(i)]
+        dups = [(d, k) for d, k in dups if not ingested(d)]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
         # a file rejected before is not reported again (it is recorded, with its reason)
@@ -500,6 +512,7 @@ def ingest(
     for s in stats:
         summary.packets += int(s.get("records", 0))
         summary.tcp_segments += int(s.get("tcp", 0))
+        summary.filtered += int(s.get("filtered", 0))
     summary.connections = summary.rows.get("streams", 0)
     summary.seconds = time.time() - t0
     return summary
@@ -633,8 +646,11 @@ def _inputs_record(
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     status: dict[str, tuple[str, str | None, int | None, int]] = {}
+    filtered: dict[str, int | None] = {}  # capture_id -> packets the filter dropped
     for i in todo:
         st = per_file.get(i.file_index, {})
+        if summary.filter and i.kind in inputs.CAPTURE_KINDS:
+            filtered[i.capture_id] = int(st.get("filtered", 0))
         for e in st.get("errors", []):
             summary.capture_errors.append(f"{i.path}: {e}")
         for key, what in RECORD_ANOMALIES.items():
@@ -661,6 +677,8 @@ def _inputs_record(
                 "status": status[i.capture_id][0],
                 "error": status[i.capture_id][1],
                 "damaged_bytes": status[i.capture_id][3],
+                "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
+                "filtered": filtered.get(i.capture_id),
                 "date": today,
             }
             for i in recorded
@@ -759,14 +777,15 @@ def _per_file(stats: list[dict]) -> dict[int, dict]:
     return out
 
 
-def _ingested_keys(lake: Lake) -> set[tuple[str, int, int]]:
-    """(path, size, mtime in µs) of every file the lake holds a current record of."""
+def _ingested_keys(lake: Lake) -> dict[tuple[str, int, int], str | None]:
+    """(path, size, mtime in µs) of every file the lake holds a current record of -> the filter
+    it was ingested with (None: none)."""
     t = lake.read_arrow("inputs")
     mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
-    out = set()
-    for r, mt in zip(t.select(["path", "size", "status"]).to_pylist(), mtimes):
+    out = {}
+    for r, mt in zip(t.select(["path", "size", "status", "filter"]).to_pylist(), mtimes):
         if r["status"] != "replaced" and mt is not None:
-            out.add((r["path"], r["size"], mt))
+            out[(r["path"], r["size"], mt)] = r["filter"]
     return out
 
 

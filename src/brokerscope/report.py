@@ -24,6 +24,8 @@ class Summary:
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why) nothing readable
     packets: int = 0
     tcp_segments: int = 0
+    filter: str | None = None  # the ingest filter's text (capture/filter.py), None when none
+    filtered: int = 0  # packets the filter dropped
     connections: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     writer: str = ""
@@ -45,6 +47,11 @@ class Summary:
             f"{self.seconds:.1f} s, writer={self.writer or '-'}",
             "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
         ]
+        if self.filter:
+            out.append(
+                f"filter {self.filter}: {self.filtered:,} of {self.packets:,} packets dropped, "
+                f"{self.tcp_segments:,} TCP segments kept"
+            )
         out.extend(f"recovered: {line}" for line in self.recovered)
         for e in self.capture_errors[:20]:
             out.append(f"warning: {e}")

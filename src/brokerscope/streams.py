@@ -447,7 +447,11 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
         b
         for sp in psplits
         for b in capture.read_split(
-            sp, settings.batch_packets, settings.max_pending_fragments, settings.batch_bytes
+            sp,
+            settings.batch_packets,
+            settings.max_pending_fragments,
+            settings.batch_bytes,
+            flt=settings.packet_filter,
         )
     ]
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)

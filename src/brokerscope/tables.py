@@ -161,6 +161,10 @@ INPUTS = [
     pa.field("error", pa.string()),  # why partial or error: the first problems found, `; `-joined
     pa.field("damaged_bytes", pa.int64()),  # bytes skipped as damaged or cut off
     pa.field("replaced_by", pa.string()),  # status replaced: the capture_id of the path's newer content
+    # the ingest filter (capture/filter.py: since=..;until=..;host=..;port=..), null when none,
+    # and the packets it dropped (records outside the window, TCP segments of other endpoints)
+    pa.field("filter", pa.string()),
+    pa.field("filtered", pa.int64()),
 ]
 
 _BODIES: dict[str, list[pa.Field]] = {

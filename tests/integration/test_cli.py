@@ -125,6 +125,36 @@ def _no_spark(monkeypatch):
     monkeypatch.setattr(pipeline, "make_spark", refuse)
 
 
+def test_bad_filter_values_fail_before_spark_naming_the_flag(tmp_path, capsys, monkeypatch):
+    _no_spark(monkeypatch)
+    good = tmp_path / "good.pcap"
+    write_capture(str(good), n_conns=1, exchanges=1)
+    lake = str(tmp_path / "lake")
+    for flags, why in [
+        (["--since", "yesterday"], "--since: not a time: 'yesterday'"),
+        (["--until", "2026-13-01T00:00:00"], "--until: not a time: '2026-13-01T00:00:00'"),
+        (
+            ["--since", "1700000010", "--until", "1700000000"],
+            "--until (1700000000) must be later than --since",
+        ),
+        (["--host", "10.0.0.1", "--host", "broker-1"], "--host: not an IP address or network: 'broker-1'"),
+        (["--tcp-port", "9092", "--tcp-port", "99999"], "--tcp-port: not a TCP port: '99999'"),
+    ]:
+        rc, _, err = run(capsys, "ingest", str(good), "--lake", lake, *flags)
+        assert rc == report.EXIT_USAGE and why in err and len(err.strip().splitlines()) == 1, err
+    conf = tmp_path / "c.toml"
+    conf.write_text('[filter]\nports = ["https"]\n')
+    rc, _, err = run(capsys, "ingest", str(good), "--conf", str(conf), "--lake", lake)
+    assert rc == report.EXIT_USAGE and "filter.ports: not a TCP port: 'https'" in err
+    # the flag replaces the config's key: the bad config value is not read
+    with pytest.raises(AssertionError, match="Spark was started"):
+        run(capsys, "ingest", str(good), "--conf", str(conf), "--lake", lake, "--tcp-port", "9092")
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["ingest"].format_help()
+    assert all(
+        f in help_text for f in ("--since TIME", "--until TIME", "--host ADDR[/PREFIX]", "--tcp-port N")
+    )
+
+
 def test_bad_lake_paths_and_ports_fail_before_spark(tmp_path, capsys, monkeypatch):
     _no_spark(monkeypatch)
     good = tmp_path / "good.pcap"

@@ -259,3 +259,66 @@ def test_local_jvm_runs_with_c1_jit_and_the_log_config(spark):
 def test_session_arrow_batches_end_at_batch_bytes(spark):
     """The decode stage's input batches (Spark -> Python) are bounded in bytes like the reader's."""
     assert spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch") == str(Settings.load().batch_bytes)
+
+
+@pytest.mark.slow
+def test_filtered_ingest_keeps_only_matching_connections_and_records_the_filter(spark, tmp_path):
+    """--host/--tcp-port/--since: the tables hold only the matching connections, on the one-task
+    path and through the shuffle alike, equal to decode_files with the same filter; `inputs`
+    records the filter and what it dropped; --skip-ingested skips only an input ingested with the
+    same filter."""
+    ndpi = str(ROOT / "tests" / "data" / "captures" / "ndpi" / "kafka.pcapng")
+    none = str(SAMPLE_DATA / "kafka" / "none.pcap")  # 127.0.0.1 only: all 120 packets dropped
+    copy = tmp_path / "copy-of-none.pcap"  # the same content under another path: one input
+    copy.write_bytes((SAMPLE_DATA / "kafka" / "none.pcap").read_bytes())
+    paths = [ndpi, none, str(copy)]
+    flt = {"hosts": ["172.16.0.0/12"], "ports": ["9092"]}
+    one = Settings.load(overrides={"lake": {"path": str(tmp_path / "one")}, "filter": flt})
+    many = Settings.load(
+        overrides={"lake": {"path": str(tmp_path / "many")}, "capture": {"split_size": 900}, "filter": flt}
+    )
+    todo = inputs.discover(paths).inputs
+
+    def tasks(size: int) -> int:
+        return len(
+            pipeline.pack_splits(inputs.plan(todo, size, 2)[0], inputs.effective_split_size(todo, size, 2))
+        )
+
+    assert tasks(one.split_size) == 1 and tasks(900) > 1  # the one-task path, then the shuffle
+    local = decode_files(paths, one)
+    for settings, lake in ((one, tmp_path / "one"), (many, tmp_path / "many")):
+        summary = pipeline.ingest(paths, settings, spark=spark)
+        # 22 of ndpi's 41 packets are between 172.16.17.101 and 172.30.0.237:9092 (tshark)
+        assert (summary.packets, summary.tcp_segments, summary.filtered) == (161, 22, 139)
+        assert "filter host=172.16.0.0/12;port=9092: 139 of 161 packets dropped" in "\n".join(summary.lines())
+        got = _all_rows(lake)
+        for t in tables.DECODED_TABLES:
+            assert normalized(got[t]) == normalized(local[t]), t
+        assert len(got["streams"]) == 8 and got["commands"]
+        assert all(r["server_ip"] == "172.30.0.237" and r["server_port"] == 9092 for r in got["streams"])
+        assert {r["client_ip"] for r in got["commands"]} == {"172.16.17.101"}
+        rows = {r["path"]: r for r in delta_rs_rows(str(lake / "inputs"))}
+        assert {p: (r["filter"], r["filtered"], r["packets"]) for p, r in rows.items()} == {
+            os.path.realpath(ndpi): ("host=172.16.0.0/12;port=9092", 19, 41),
+            os.path.realpath(none): ("host=172.16.0.0/12;port=9092", 120, 120),
+            os.path.realpath(copy): ("host=172.16.0.0/12;port=9092", 120, 120),
+        }
+    # the same filter: nothing to do; another filter (a time window that cuts the 127.0.0.1
+    # connection after its handshake and first request): decoded again, its rows replaced
+    again = pipeline.ingest(paths, one, spark=spark, skip_ingested=True)
+    assert again.files == 0 and len(again.skipped_already_ingested) == 2
+    window = Settings.load(
+        overrides={"lake": {"path": str(tmp_path / "one")}, "filter": {"since": "1703132756.329655"}}
+    )
+    cut = pipeline.ingest([ndpi], window, spark=spark, skip_ingested=True)
+    assert cut.files == 1 and cut.filtered == 41 - 14
+    streams = delta_rs_rows(str(tmp_path / "one" / "streams"))
+    assert [(r["client_port"], r["midstream"], r["syn_seen"]) for r in streams] == [(46136, True, False)]
+    cmds = delta_rs_rows(str(tmp_path / "one" / "commands"))
+    # the response to the request before the window is marked, the rest decodes
+    assert sorted(r["decode_status"] for r in cmds) == ["ok"] * 6 + ["request_missing"]
+    assert normalized(cmds) == normalized(decode_files([ndpi], window)["commands"])
+    rows = {
+        r["path"]: r for r in delta_rs_rows(str(tmp_path / "one" / "inputs")) if r["status"] != "replaced"
+    }
+    assert rows[os.path.realpath(ndpi)]["filter"] == "since=2023-12-21T04:25:56.329655Z"

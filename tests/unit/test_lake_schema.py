@@ -10,7 +10,13 @@ from brokerscope.lake import Lake
 
 
 def test_ensure_tables_adds_new_columns_to_an_older_lake(tmp_path):
-    old = pa.schema([f for f in tables.schema("inputs") if f.name not in ("damaged_bytes", "replaced_by")])
+    old = pa.schema(
+        [
+            f
+            for f in tables.schema("inputs")
+            if f.name not in ("damaged_bytes", "replaced_by", "filter", "filtered")
+        ]
+    )
     path = tmp_path / "lake" / "inputs"
     row = {n: None for n in old.names} | {"capture_id": "c1", "path": "/x.pcap", "status": "ok"}
     write_deltalake(str(path), pa.Table.from_pylist([row], schema=old))
@@ -18,4 +24,4 @@ def test_ensure_tables_adds_new_columns_to_an_older_lake(tmp_path):
     dt = DeltaTable(str(path))
     assert sorted(pa.schema(dt.schema()).names) == sorted(tables.schema("inputs").names)
     got = dt.to_pyarrow_table().to_pylist()
-    assert got == [row | {"damaged_bytes": None, "replaced_by": None}]
+    assert got == [row | {"damaged_bytes": None, "replaced_by": None, "filter": None, "filtered": None}]

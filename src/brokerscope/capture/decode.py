@@ -19,6 +19,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from ..tables import PACKETS
+from .filter import PacketFilter
 
 # --- link types (LINKTYPE_* numbers as they appear in pcap/pcapng headers) -------------------------
 LT_NULL = 0  # BSD loopback: 4-byte address family in the writer's host byte order
@@ -100,7 +101,13 @@ class _Frag:
 class PacketDecoder:
     """Per-split packet state: counters, fragment table and the rows of the batch being built."""
 
-    def __init__(self, capture_id: str, file_index: int, max_pending_fragments: int = 4096) -> None:
+    def __init__(
+        self,
+        capture_id: str,
+        file_index: int,
+        max_pending_fragments: int = 4096,
+        flt: PacketFilter | None = None,
+    ) -> None:
         self.capture_id = capture_id
         self.file_index = file_index
         self.max_pending = max(1, int(max_pending_fragments))
@@ -126,6 +133,12 @@ class PacketDecoder:
         self.caplen_over_origlen = 0  # records whose captured length exceeds their original length
         self.caplen_over_snaplen = 0  # records longer than the file's (or interface's) snap length
         self.empty_records = 0  # records with no captured bytes (caplen 0)
+        # the ingest filter (capture/filter.py): the reader drops records outside its window; the
+        # hosts and ports are checked here, on the IP and TCP headers, before the payload is copied
+        self.filter = flt
+        self.keep4 = flt.keep4 if flt is not None and flt.by_endpoint else None
+        self.keep6 = flt.keep6 if flt is not None and flt.by_endpoint else None
+        self.filtered = 0  # records outside the window and TCP segments of other hosts / ports
         self.errors: list[str] = []
         self.n_errors = 0
         self.first_ts_ns: int | None = None
@@ -160,13 +173,16 @@ class PacketDecoder:
         although their header says they are longer than on the wire; caplen_over_snaplen: records
         read as captured although longer than the snap length the file (pcapng: the interface)
         declares; empty_records: records with caplen 0, counted and skipped, as tshark shows them
-        as empty frames; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
+        as empty frames; filtered (only with an ingest filter): records outside its time window
+        plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)
         if self.n_errors > len(errs):
             errs.append(f"... and {self.n_errors - len(errs)} more errors")
         d["errors"] = errs
+        if self.filter is not None:  # only then: the counters of an unfiltered run stay as they were
+            d["filtered"] = self.filtered
         lo, hi = _I64
         d["first_ts_ns"] = None if self.first_ts_ns is None else min(max(self.first_ts_ns, lo), hi)
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
@@ -295,6 +311,9 @@ class PacketDecoder:
                 ip_end = off + total
                 p = off + 20 + ((doff >> 4) << 2)
                 if doff >= 0x50 and p <= ip_end:
+                    if self.keep4 is not None and not self.keep4(src, dst, sport, dport):
+                        self.filtered += 1
+                        return
                     names = self._ip4names
                     s = names.get(src)
                     if s is None:
@@ -534,6 +553,9 @@ class PacketDecoder:
         if doff < 20 or p > ip_end:
             self.malformed += 1
             return
+        if self.keep4 is not None and not self.keep4(src, dst, sport, dport):
+            self.filtered += 1
+            return
         names = self._ip4names
         s = names.get(src)
         if s is None:
@@ -572,6 +594,9 @@ class PacketDecoder:
         p = l4 + doff
         if doff < 20 or p > ip_end:
             self.malformed += 1
+            return
+        if self.keep6 is not None and not self.keep6(src, dst, sport, dport):
+            self.filtered += 1
             return
         names = self._ip6names
         s = names.get(src)

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from .decode import PacketDecoder
 from .files import PCAP_MAGICS, PCAPNG_BOM, Split
+from .filter import NEVER_AFTER, NEVER_BEFORE, PacketFilter
 
 MAX_CAPLEN = 256 * 1024  # largest plausible captured record (pcap resync and sanity bound)
 MAX_BLOCK = 16 * 1024 * 1024  # largest pcapng block accepted
@@ -177,17 +178,21 @@ def read_split(
     max_pending_fragments: int = 4096,
     batch_bytes: int = BATCH_BYTES,
     payload_refs: bool = False,
+    flt: PacketFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """PACKETS batches for the records of `split`, then exactly one stats batch. A batch holds
     at most `batch_packets` rows and ends once `batch_bytes` of records were read for it (the
     memory of a task holding one batch stays flat however large its packets are). With
     `payload_refs`, a whole payload of a plain (not gzip) file is given as its offset in the file
     (payload null, payload_at set) for a later stage to read: see streams.PayloadFiles.
+    `flt` (capture/filter.py): records outside its time window are dropped on their header, TCP
+    segments of other hosts or ports on theirs (PacketDecoder), and both counted (`filtered`).
 
     Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
     resyncs or stops. Only an unreadable file raises (OSError).
     """
-    dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments)
+    dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments, flt)
+    window = flt.window() if flt is not None else (NEVER_BEFORE, NEVER_AFTER)
     bp = max(1, int(batch_packets))
     bb = max(1, int(batch_bytes))
     kind = split.kind
@@ -202,9 +207,9 @@ def read_split(
             # a gzip file is one split: offsets are in the decompressed stream, which has no end bound
             start, end = (0, 1 << 62) if gz else (split.start, split.end)
             if kind.startswith("pcapng"):
-                yield from _read_pcapng(win, start, end, dec, bp, bb)
+                yield from _read_pcapng(win, start, end, dec, bp, bb, window)
             else:
-                yield from _read_pcap(win, start, end, dec, bp, bb)
+                yield from _read_pcap(win, start, end, dec, bp, bb, window)
         finally:
             win.close()
     dec.finish()
@@ -348,7 +353,9 @@ def _pcap_resync(
             first = n
 
 
-def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) -> Iterator[pa.RecordBatch]:
+def _read_pcap(
+    win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int, window: tuple[int, int]
+) -> Iterator[pa.RecordBatch]:
     # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
     # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
@@ -384,6 +391,8 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) 
 
     records = 0
     nbytes = 0
+    filtered = 0
+    lo, hi = window  # records outside [lo, hi) are counted and dropped before they are parsed
     cut = bb  # the batch ends at bp rows or once nbytes reaches cut, whichever comes first
     tmin: int | None = None
     tmax: int | None = None
@@ -447,6 +456,10 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) 
                 dec.empty_records += 1
                 p = q
                 continue
+            if ts < lo or ts >= hi:
+                filtered += 1
+                p = q
+                continue
             try:
                 # Ethernet + IPv4 (the common case) goes straight to the IPv4 parser
                 if eth and cl >= 34 and buf[p + 28] == 8 and buf[p + 29] == 0:
@@ -468,6 +481,7 @@ def _read_pcap(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) 
         _gc_resume(gc_on)
         dec.records += records
         dec.bytes += nbytes
+        dec.filtered += filtered
         _note_ts(dec, tmin, tmax)
 
 
@@ -679,7 +693,9 @@ class _FixedWindow:
         return p
 
 
-def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int) -> Iterator[pa.RecordBatch]:
+def _read_pcapng(
+    win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int, window: tuple[int, int]
+) -> Iterator[pa.RecordBatch]:
     # one function on purpose: the record walk runs per packet (bench/read_bench.py), and every
     # call or attribute lookup it saved is per packet too; issue 13 moves it to compiled code
     buf = win.buf
@@ -712,6 +728,8 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int
 
     records = 0
     nbytes = 0
+    filtered = 0
+    lo, hi = window  # records outside [lo, hi) are counted and dropped before they are parsed
     cut = bb
     tmin: int | None = None
     tmax: int | None = None
@@ -754,6 +772,8 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int
                     nbytes += cl
                     if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
                         pass  # empty: nothing to decode
+                    elif ts < lo or ts >= hi:
+                        filtered += 1
                     else:
                         try:
                             if ifc.eth and cl >= 34 and buf[p + 40] == 8 and buf[p + 41] == 0:
@@ -840,6 +860,8 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int
                     nbytes += cl
                     if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
                         pass  # empty: nothing to decode
+                    elif ts < lo or ts >= hi:
+                        filtered += 1
                     else:
                         try:
                             ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
@@ -874,6 +896,8 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int
                     nbytes += cl
                     if not cl:
                         dec.empty_records += 1
+                    elif last_ts < lo or last_ts >= hi:  # an SPB has no time: the last record's
+                        filtered += 1
                     else:
                         try:
                             ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
@@ -907,4 +931,5 @@ def _read_pcapng(win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int
         _gc_resume(gc_on)
         dec.records += records
         dec.bytes += nbytes
+        dec.filtered += filtered
         _note_ts(dec, tmin, tmax)
