@@ -275,9 +275,8 @@ def cmd_extract(args) -> int:
     from . import extract
 
     settings, _ = _open_lake(args)
-    since = extract.parse_time(args.since) if args.since else None
-    until = extract.parse_time(args.until) if args.until else None
-    r = extract.extract(settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), since, until)
+    flt = PacketFilter.parse(args.since, args.until, args.host or (), args.tcp_port or (), FILTER_FLAGS)
+    r = extract.extract(settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), flt)
     if not r.packets:
         print("brokerscope: no packet matched: nothing written", file=sys.stderr)
         return 1
@@ -362,6 +361,32 @@ def command_name() -> str:
     return f"{shlex.quote(sys.executable)} -m brokerscope.cli"
 
 
+def filter_flags(parser, about: str) -> None:
+    """--since, --until, --host and --tcp-port (capture.filter.PacketFilter), for ingest and extract."""
+    flt = parser.add_argument_group("filters", about)
+    flt.add_argument(
+        "--since",
+        metavar="TIME",
+        help="capture time from which packets are kept (inclusive): ISO 8601, e.g. "
+        "2026-11-20T14:05:00+01:00 (no zone: UTC), or epoch seconds",
+    )
+    flt.add_argument(
+        "--until", metavar="TIME", help="capture time at which packets stop being kept (exclusive)"
+    )
+    flt.add_argument(
+        "--host",
+        action="append",
+        metavar="ADDR[/PREFIX]",
+        help="keep packets to or from this IP address or network, e.g. 10.0.0.5, 10.0.0.0/24 (repeatable)",
+    )
+    flt.add_argument(
+        "--tcp-port",
+        action="append",
+        metavar="N",
+        help="keep packets to or from this TCP port (repeatable; unlike --port, which names a protocol's port)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="brokerscope", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -404,32 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds"
     )
-    flt = ing.add_argument_group(
-        "filters",
+    filter_flags(
+        ing,
         "keep only some packets of the captures, dropped as they are read: a packet is kept when its "
         "capture time is in [--since, --until) and either endpoint matches a --host (if given) and "
         "either TCP port is a --tcp-port (if given); these replace [filter] of the config",
-    )
-    flt.add_argument(
-        "--since",
-        metavar="TIME",
-        help="capture time from which packets are kept (inclusive): ISO 8601, e.g. "
-        "2026-11-20T14:05:00+01:00 (no zone: UTC), or epoch seconds",
-    )
-    flt.add_argument(
-        "--until", metavar="TIME", help="capture time at which packets stop being kept (exclusive)"
-    )
-    flt.add_argument(
-        "--host",
-        action="append",
-        metavar="ADDR[/PREFIX]",
-        help="keep packets to or from this IP address or network, e.g. 10.0.0.5, 10.0.0.0/24 (repeatable)",
-    )
-    flt.add_argument(
-        "--tcp-port",
-        action="append",
-        metavar="N",
-        help="keep packets to or from this TCP port (repeatable; unlike --port, which names a protocol's port)",
     )
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)
@@ -468,8 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--out", required=True, help="file to write: .pcapng (default format) or .pcap")
     ex.add_argument("--conn-id", action="append", help="a connection (conn_id of any table; repeatable)")
     ex.add_argument("--capture-id", action="append", help="every connection of a capture (repeatable)")
-    ex.add_argument("--since", help="from this capture time on (ISO 8601, no zone = UTC; or epoch seconds)")
-    ex.add_argument("--until", help="before this capture time")
+    filter_flags(
+        ex,
+        "of the connections or captures chosen, keep a packet when its capture time is in [--since, "
+        "--until) and either endpoint matches a --host (if given) and either TCP port is a --tcp-port",
+    )
     ex.set_defaults(func=cmd_extract)
 
     rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")

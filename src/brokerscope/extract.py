@@ -12,7 +12,6 @@ reassembled from fragments is its last fragment's record.
 from __future__ import annotations
 
 import datetime as _dt
-import decimal
 import gzip
 import os
 import struct
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 
 from . import capture
 from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split
+from .capture.filter import PacketFilter
 from .lake import Lake
 
 # pcapng block types (pcapng spec, section 4) and the fields brokerscope writes
@@ -58,27 +58,6 @@ class Extracted:
     packets: int
     files: list[str]
     out: str
-
-
-def parse_time(value: str) -> int:
-    """Nanoseconds since the epoch of an ISO 8601 time (no zone: UTC) or of epoch seconds."""
-    text = value.strip()
-    try:
-        if text.replace(".", "", 1).isdigit():  # exact: 1763643900.000123 is that many ns
-            return int(decimal.Decimal(text).scaleb(9).to_integral_value(decimal.ROUND_FLOOR))
-        return _iso_ns(text)
-    except ValueError:
-        raise ValueError(
-            f"not a time: {value!r} (ISO 8601 such as 2026-11-20T14:05:00Z, or epoch seconds)"
-        ) from None
-
-
-def _iso_ns(text: str) -> int:
-    t = _dt.datetime.fromisoformat(text.replace("z", "Z"))
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    d = t - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-    return (d.days * 86400 + d.seconds) * 1_000_000_000 + d.microseconds * 1000
 
 
 # -- what to read ---------------------------------------------------------------------------------
@@ -141,27 +120,17 @@ def _check_unchanged(s: Source) -> None:
 
 
 # -- which records --------------------------------------------------------------------------------
-def selected_offsets(
-    src: Source, conns: list[Conn] | None, since_ns: int | None, until_ns: int | None
-) -> list[int]:
-    """Offsets (in the decompressed file) of the records of `src` to copy, in file order."""
+def selected_offsets(src: Source, conns: list[Conn] | None, flt: PacketFilter | None) -> list[int]:
+    """Offsets (in the decompressed file) of the records of `src` to copy, in file order: those
+    of `conns` (None: any TCP packet) that `flt` keeps, as the ingest filter keeps packets."""
     split = Split(src.path, src.capture_id, 0, src.kind, 0, src.size)
     out: list[pa.Array] = []
-    for b in capture.read_split(split, payload_refs=True):
+    for b in capture.read_split(split, payload_refs=True, flt=flt):
         b = b.filter(pc.is_valid(b.column("lo_ip")))  # counters rows have no endpoint
-        if not b.num_rows:
-            continue
-        ts = b.column("ts_ns")
-        keep = pc.is_valid(ts)
-        if since_ns is not None:
-            keep = pc.and_(keep, pc.greater_equal(ts, since_ns))
-        if until_ns is not None:
-            keep = pc.and_(keep, pc.less(ts, until_ns))
-        if conns is not None:
-            keep = pc.and_(keep, _any_conn(b, conns))
-        out.append(b.column("rec_offset").filter(keep))
-    offsets = pa.chunked_array(out, pa.int64()) if out else pa.chunked_array([], pa.int64())
-    return sorted(set(offsets.to_pylist()))
+        if b.num_rows and conns is not None:
+            b = b.filter(_any_conn(b, conns))
+        out.append(b.column("rec_offset"))
+    return sorted(set(pa.chunked_array(out, pa.int64()).to_pylist()))
 
 
 def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
@@ -307,17 +276,16 @@ def extract(
     out: str,
     conn_ids: Iterable[str] = (),
     capture_ids: Iterable[str] = (),
-    since_ns: int | None = None,
-    until_ns: int | None = None,
+    flt: PacketFilter | None = None,
 ) -> Extracted:
-    """Write the packets of `conn_ids` (or of every connection of `capture_ids`), within
-    [since_ns, until_ns) if given, to `out`, straight from the inputs the lake records."""
+    """Write the packets of `conn_ids` (or of every connection of `capture_ids`) that `flt`
+    keeps to `out`, straight from the inputs the lake records."""
     lake = Lake(lake_root)
     lake.check_readable()
     if not Path(out).parent.is_dir():
         raise FileNotFoundError(f"{out}: no such directory")
     sources, conns = plan(lake, conn_ids, capture_ids)
-    picks = [selected_offsets(s, conns, since_ns, until_ns) for s in sources]
+    picks = [selected_offsets(s, conns, flt) for s in sources]
     kept = [(s, p) for s, p in zip(sources, picks) if p]
     n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
     return Extracted(n, [s.path for s, _ in kept], out)

@@ -9,7 +9,6 @@ from deltalake import DeltaTable
 from scapy.layers.inet import IP, TCP
 from scapy.utils import PcapNgReader, PcapReader, rdpcap
 
-from brokerscope import extract
 from tests.integration.test_cli import run
 
 pytestmark = pytest.mark.spark
@@ -106,8 +105,13 @@ def test_what_cannot_be_extracted_is_one_line(sample_lake, tmp_path, capsys):
     assert rc == 2 and "not a time: 'yesterday'" in err
 
 
-def test_times_parse_as_documented():
-    assert extract.parse_time("1970-01-01T00:00:01Z") == 1_000_000_000
-    assert extract.parse_time("1970-01-01 00:00:01.5") == 1_500_000_000  # no zone: UTC
-    assert extract.parse_time("1970-01-01T01:00:01+01:00") == 1_000_000_000
-    assert extract.parse_time("1763643900.25") == 1_763_643_900_250_000_000
+def test_the_ingest_filter_flags_narrow_a_capture(sample_lake, tmp_path, capsys):
+    row = _conn(sample_lake, ".pcapng")
+    src = _path_of(sample_lake, row["capture_id"])
+    port = row["client_port"]
+    want = [bytes(p) for p in rdpcap(src) if TCP in p and port in (p[TCP].sport, p[TCP].dport)]
+    out = tmp_path / "port.pcapng"
+    argv = ["extract", "--lake", sample_lake, "--capture-id", row["capture_id"], "-o", str(out)]
+    rc, _, _ = run(capsys, *argv, "--tcp-port", str(port), "--host", row["client_ip"])
+    assert rc == 0
+    assert [b for _, b in _packets(str(out))] == want
