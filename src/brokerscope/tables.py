@@ -143,7 +143,7 @@ STREAMS = [
     pa.field("rst_seen", pa.bool_()),
     pa.field("midstream", pa.bool_()),  # the capture starts after the handshake
     # Zeek's conn.log conn_state (S0 S1 SF REJ S2 S3 RSTO RSTR RSTOS0 RSTRH SH SHR OTH) and history
-    # letters (S H A D F R I Q, upper case: the client, as originator); README "Connection state"
+    # letters (S H A D F R I Q G T W, upper case: the client, as originator); README "Connection state"
     pa.field("conn_state", pa.string()),
     pa.field("history", pa.string()),
     pa.field("snap_truncated_packets", pa.int64()),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .packet import ACK, FIN, RST, SYN, Event, Packet
-from .reassembly import MAX_ACK_AHEAD, Reassembler
+from .reassembly import MAX_ACK_AHEAD, POWERS_OF_TEN, Reassembler
 
 _SYN_FIN_RST = SYN | FIN | RST
 _SYN_RST = SYN | RST
@@ -60,6 +60,7 @@ class Direction:
         "prev_state",
         "watch",
         "hist",
+        "zero_windows",
     )
 
     def __init__(self, from_lo: bool, max_reorder_bytes: int, reorder_timeout_ns: int) -> None:
@@ -73,6 +74,7 @@ class Direction:
         self.prev_state = INACTIVE
         self.watch = W_INACTIVE | W_ACK | W_DATA
         self.hist = 0  # _H_* bits of the control letters already in the history
+        self.zero_windows = 0  # packets advertising a zero window (see TcpConnection._zero_window)
 
     @property
     def delivered_bytes(self) -> int:
@@ -154,6 +156,7 @@ class TcpConnection:
         self.idle_timeout_ns = int(idle_timeout_ns)
         self._syn_isn: list[int | None] = [None, None]  # seq of the SYN (no ACK) sent by lo, hi
         self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
+        self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
 
     def direction(self, from_lo: bool) -> Direction:
         return self.lo if from_lo else self.hi
@@ -213,7 +216,11 @@ class TcpConnection:
         if flags & ACK:
             ro = o.reasm
             if not flags & _SYN_RST:  # the window of a SYN is unscaled, that of an RST meaningless
-                ro.peer_window_zero = not pkt.window
+                if pkt.window:
+                    ro.peer_window_zero = False
+                else:
+                    ro.peer_window_zero = True
+                    self._zero_window(flags, d)
             # inline the common "ACK brings nothing new" test of Reassembler.peer_ack
             nseq = ro._nseq
             if nseq >= 0:
@@ -274,6 +281,15 @@ class TcpConnection:
         if d.watch & bit:
             d.watch &= ~bit
             self._add_letter(d, "D" if n else "A")
+
+    def _zero_window(self, flags: int, d: Direction) -> None:
+        """`d` advertised a zero window: W at the 1st, 10th, 100th, ... such packet, not counting
+        those with FIN or sent after the endpoint closed or reset (Zeek's rule)."""
+        if flags & FIN or d.state == CLOSED or d.state == RESET:
+            return
+        d.zero_windows += 1
+        if d.zero_windows in POWERS_OF_TEN:
+            self._add_letter(d, "W")
 
     def _control_history(self, flags: int, d: Direction) -> None:
         """Zeek's letter for a SYN/FIN/RST packet, at its first occurrence per endpoint."""
