@@ -255,6 +255,7 @@ class _Conn:
             "roles_by": self.roles_by,
             "first_ts_ns": t.first_ts,
             "last_ts_ns": t.last_ts,
+            "duration_us": (t.last_ts - t.first_ts) / 1000,
             "c2s_packets": c.packets,
             "s2c_packets": s.packets,
             "c2s_bytes": c.payload_bytes,
@@ -271,6 +272,8 @@ class _Conn:
             "fin_seen": t.fin_seen,
             "rst_seen": t.rst_seen,
             "midstream": t.midstream,
+            "conn_state": t.conn_state(self.client_is_lo),
+            "history": t.history(self.client_is_lo),
             "snap_truncated_packets": c.snap_truncated_packets + s.snap_truncated_packets,
             "capture_ids": sorted({cid for _, cid in self.files}),
         }

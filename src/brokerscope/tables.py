@@ -125,6 +125,7 @@ STREAMS = [
     pa.field("roles_by", pa.string()),  # syn | port | content | heuristic: how client/server was decided
     pa.field("first_ts", TS),
     pa.field("last_ts", TS),
+    pa.field("duration_us", pa.float64()),  # last_ts - first_ts: first to last packet, any direction
     pa.field("c2s_packets", pa.int64()),
     pa.field("s2c_packets", pa.int64()),
     pa.field("c2s_bytes", pa.int64()),  # TCP payload bytes
@@ -141,6 +142,10 @@ STREAMS = [
     pa.field("fin_seen", pa.bool_()),
     pa.field("rst_seen", pa.bool_()),
     pa.field("midstream", pa.bool_()),  # the capture starts after the handshake
+    # Zeek's conn.log conn_state (S0 S1 SF REJ S2 S3 RSTO RSTR RSTOS0 RSTRH SH SHR OTH) and history
+    # letters (S H A D F R I Q G T W, upper case: the client, as originator); README "Connection state"
+    pa.field("conn_state", pa.string()),
+    pa.field("history", pa.string()),
     pa.field("snap_truncated_packets", pa.int64()),
     pa.field("capture_ids", pa.list_(pa.string())),  # every input file the connection spans
 ]

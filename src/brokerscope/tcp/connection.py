@@ -1,9 +1,12 @@
-"""One TCP connection: both directions, handshake roles, and when a 4-tuple is reused."""
+"""One TCP connection: both directions, handshake roles, when a 4-tuple is reused, and its
+Zeek-style endpoint states and history (`conn_state`, `history`)."""
 
 from __future__ import annotations
 
+import re
+
 from .packet import ACK, FIN, RST, SYN, Event, Packet
-from .reassembly import MAX_ACK_AHEAD, Reassembler
+from .reassembly import MAX_ACK_AHEAD, POWERS_OF_TEN, Reassembler
 
 _SYN_FIN_RST = SYN | FIN | RST
 _SYN_RST = SYN | RST
@@ -12,6 +15,22 @@ MASK = 0xFFFFFFFF  # 32-bit sequence space
 # the connection left off continues it: a random ISN of a new connection lands this close with
 # probability 2^-11.
 CONTINUATION_WINDOW = 1 << 20
+
+# Endpoint states, as Zeek's TCP analyzer keeps them per endpoint (SYN_ACK_SENT, an originator
+# that sent a SYN+ACK, cannot happen here: the sender of a SYN+ACK is always the server).
+INACTIVE, SYN_SENT, PARTIAL, ESTABLISHED, CLOSED, RESET = range(6)
+# Direction.watch: what a packet without SYN/FIN/RST can still change: the endpoint is INACTIVE,
+# its first pure ACK ('A') or first data packet ('D') is not in the history yet. 0 once all three
+# are done: the hot path tests it for zero, and only then one of two masks against it.
+W_INACTIVE, W_ACK, W_DATA = 1, 2, 4
+_WATCH_EMPTY = W_INACTIVE | W_ACK  # what a packet without payload may still change
+_WATCH_DATA = W_INACTIVE | W_DATA
+# Direction.hist: the control letters recorded. S and H share one bit, as in Zeek (one letter per
+# endpoint for its first SYN of either kind).
+_H_SYN, _H_FIN, _H_RST, _H_FIN_RST, _H_MULTI = 1, 2, 4, 8, 16
+# Zeek's RSTOS0 test on the originator-cased history: the originator's SYN first, then its RST
+# before any of its H, A, F, G, I or Q.
+_RSTOS0 = re.compile(r"\^?S[^HAFGIQ]*R.*")
 
 
 def _near(a: int, b: int | None) -> bool:
@@ -30,7 +49,19 @@ class Direction:
     are read through to `reasm`.
     """
 
-    __slots__ = ("from_lo", "reasm", "packets", "payload_bytes", "frame_bytes", "snap_truncated_packets")
+    __slots__ = (
+        "from_lo",
+        "reasm",
+        "packets",
+        "payload_bytes",
+        "frame_bytes",
+        "snap_truncated_packets",
+        "state",
+        "prev_state",
+        "watch",
+        "hist",
+        "zero_windows",
+    )
 
     def __init__(self, from_lo: bool, max_reorder_bytes: int, reorder_timeout_ns: int) -> None:
         self.from_lo = from_lo
@@ -39,6 +70,11 @@ class Direction:
         self.payload_bytes = 0
         self.frame_bytes = 0
         self.snap_truncated_packets = 0
+        self.state = INACTIVE  # the endpoint's state (see TcpConnection.conn_state)
+        self.prev_state = INACTIVE
+        self.watch = W_INACTIVE | W_ACK | W_DATA
+        self.hist = 0  # _H_* bits of the control letters already in the history
+        self.zero_windows = 0  # packets advertising a zero window (see TcpConnection._zero_window)
 
     @property
     def delivered_bytes(self) -> int:
@@ -94,6 +130,7 @@ class TcpConnection:
         "last_ts",
         "idle_timeout_ns",
         "_syn_isn",
+        "_history",
     )
 
     def __init__(
@@ -118,6 +155,8 @@ class TcpConnection:
         self.last_ts = first.ts_ns
         self.idle_timeout_ns = int(idle_timeout_ns)
         self._syn_isn: list[int | None] = [None, None]  # seq of the SYN (no ACK) sent by lo, hi
+        self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
+        self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
 
     def direction(self, from_lo: bool) -> Direction:
         return self.lo if from_lo else self.hi
@@ -171,11 +210,17 @@ class TcpConnection:
         self.last_ts = pkt.ts_ns
         flags = pkt.flags
         if flags & _SYN_FIN_RST:
-            self._control(pkt, flags)
+            self._control(pkt, flags, d, o)
+        elif d.watch and d.watch & (_WATCH_DATA if pkt.payload_len else _WATCH_EMPTY):
+            self._plain(flags, pkt.payload_len, d, o)
         if flags & ACK:
             ro = o.reasm
             if not flags & _SYN_RST:  # the window of a SYN is unscaled, that of an RST meaningless
-                ro.peer_window_zero = not pkt.window
+                if pkt.window:
+                    ro.peer_window_zero = False
+                else:
+                    ro.peer_window_zero = True
+                    self._zero_window(flags, d)
             # inline the common "ACK brings nothing new" test of Reassembler.peer_ack
             nseq = ro._nseq
             if nseq >= 0:
@@ -193,7 +238,10 @@ class TcpConnection:
         events.extend(self.hi.reasm.flush(self.last_ts))
         return events
 
-    def _control(self, pkt: Packet, flags: int) -> None:
+    def _control(self, pkt: Packet, flags: int, d: Direction, o: Direction) -> None:
+        """A packet with SYN, FIN or RST: roles, reuse bookkeeping, history letter, states."""
+        self._control_history(flags, d)
+        self._control_state(flags, d, o)
         if flags & SYN:
             self.syn_seen = True
             if flags & ACK:
@@ -210,6 +258,117 @@ class TcpConnection:
             self.fin_seen = True
         if flags & RST:
             self.rst_seen = True
+
+    # ------------------------------------------------------------------------------------------
+    # Zeek-style connection state and history. The endpoint state machine follows Zeek's TCP
+    # analyzer (its transitions on SYN, SYN+ACK, FIN, RST and on an endpoint's first packet),
+    # without its roles: a SYN without ACK is an originator's, a SYN+ACK a responder's, which is
+    # how the handshake assigns brokerscope's roles too. Roles are applied at the end.
+
+    def _add_letter(self, d: Direction, letter: str) -> None:
+        self._history.append(letter if d.from_lo else letter.lower())
+
+    def _plain(self, flags: int, n: int, d: Direction, o: Direction) -> None:
+        """A packet without SYN/FIN/RST from an endpoint whose state or A/D letters are not final."""
+        if d.state == INACTIVE:
+            if not n and o.state == SYN_SENT:
+                pass  # an ACK of the SYN before the SYN+ACK does not make a partial connection
+            elif flags & ACK and o.state == ESTABLISHED:
+                _set(d, ESTABLISHED)  # the SYN was missed, the SYN+ACK was not
+            else:
+                _set(d, PARTIAL)
+        bit = W_DATA if n else (W_ACK if flags & ACK else 0)
+        if d.watch & bit:
+            d.watch &= ~bit
+            self._add_letter(d, "D" if n else "A")
+
+    def _zero_window(self, flags: int, d: Direction) -> None:
+        """`d` advertised a zero window: W at the 1st, 10th, 100th, ... such packet, not counting
+        those with FIN or sent after the endpoint closed or reset (Zeek's rule)."""
+        if flags & FIN or d.state == CLOSED or d.state == RESET:
+            return
+        d.zero_windows += 1
+        if d.zero_windows in POWERS_OF_TEN:
+            self._add_letter(d, "W")
+
+    def _control_history(self, flags: int, d: Direction) -> None:
+        """Zeek's letter for a SYN/FIN/RST packet, at its first occurrence per endpoint."""
+        if ((flags & SYN) >> 1) + (flags & FIN) + ((flags & RST) >> 2) > 1:  # two or three of them
+            bit, letter = (_H_FIN_RST, "I") if flags & FIN and flags & RST else (_H_MULTI, "Q")
+        elif flags & SYN:
+            bit, letter = _H_SYN, "H" if flags & ACK else "S"
+        elif flags & FIN:
+            bit, letter = _H_FIN, "F"
+        else:
+            bit, letter = _H_RST, "R"
+        if not d.hist & bit:
+            d.hist |= bit
+            self._add_letter(d, letter)
+
+    @staticmethod
+    def _control_state(flags: int, d: Direction, o: Direction) -> None:
+        s = d.state
+        if s == INACTIVE:
+            if flags & SYN:
+                if flags & ACK or o.state == SYN_SENT:  # a SYN+ACK, or a simultaneous open
+                    if o.state == SYN_SENT:
+                        _set(o, ESTABLISHED)
+                    _set(d, ESTABLISHED)
+                else:
+                    _set(d, SYN_SENT)
+            if flags & FIN:
+                _set(d, CLOSED)
+            if flags & RST:
+                _set(d, RESET)
+        elif s == SYN_SENT:
+            if flags & FIN:
+                _set(d, CLOSED)
+            if flags & RST:
+                _set(d, RESET)
+        elif s == ESTABLISHED or s == PARTIAL:
+            if flags & SYN and s == PARTIAL and o.state == INACTIVE and not flags & ACK:
+                _set(d, SYN_SENT)
+            if flags & FIN and not flags & RST:
+                _set(d, CLOSED)
+                if o.state == RESET and o.prev_state == CLOSED:
+                    _set(o, CLOSED)  # the peer's FIN then RST was a normal close
+            if flags & RST:
+                _set(d, RESET)
+        elif s == CLOSED:
+            if flags & RST and o.state != CLOSED:
+                _set(d, RESET)
+
+    def history(self, client_is_lo: bool) -> str:
+        """Zeek's history string: upper case for the client (the originator), lower case for the
+        server, each letter at its first occurrence per side."""
+        h = "".join(self._history)
+        return h if client_is_lo else h.swapcase()
+
+    def conn_state(self, client_is_lo: bool) -> str:
+        """Zeek's conn_state, the client being the originator (S0 SF REJ RSTO ... OTH)."""
+        o, r = (self.lo, self.hi) if client_is_lo else (self.hi, self.lo)
+        os_, rs = o.state, r.state
+        o_inactive = os_ == INACTIVE or os_ == PARTIAL
+        r_inactive = rs == INACTIVE or rs == PARTIAL
+        if rs == RESET:
+            if os_ == SYN_SENT or (os_ == RESET and not o.payload_bytes and not r.payload_bytes):
+                return "REJ"
+            return "RSTRH" if o_inactive else "RSTR"
+        if os_ == RESET:
+            if r_inactive:
+                return "RSTOS0" if _RSTOS0.fullmatch(self.history(client_is_lo)) else "OTH"
+            return "RSTO"
+        if os_ == CLOSED and rs == CLOSED:
+            return "SF"
+        if os_ == CLOSED:
+            return "SH" if r_inactive else "S2"
+        if rs == CLOSED:
+            return "SHR" if o_inactive else "S3"
+        if os_ == SYN_SENT and rs == INACTIVE:
+            return "S0"
+        if os_ == ESTABLISHED and rs == ESTABLISHED:
+            return "S1"
+        return "OTH"
 
     # ------------------------------------------------------------------------------------------
     # totals over both directions (for the `streams` row)
@@ -237,3 +396,11 @@ class TcpConnection:
     @property
     def keepalives(self) -> int:
         return self.lo.reasm.keepalives + self.hi.reasm.keepalives
+
+
+def _set(d: Direction, state: int) -> None:
+    """Move an endpoint to `state` (never INACTIVE), remembering the one it leaves."""
+    if state != d.state:
+        d.prev_state = d.state
+        d.state = state
+        d.watch &= ~W_INACTIVE

@@ -39,6 +39,8 @@ PIECE_COST = 256
 MIN_PIECES = 64
 _SYN_FIN = SYN | FIN
 _SYN_FIN_RST = SYN | FIN | RST
+# Zeek's scaled history letters repeat at the 1st, 10th, 100th, ... occurrence
+POWERS_OF_TEN = frozenset(10**k for k in range(20))
 
 
 # the counters a direction's reassembly keeps (see Reassembler's docstring), all non-negative
@@ -61,7 +63,7 @@ class Reassembler:
     bytes ahead of a hole), `gap_count`/`gap_bytes` (bytes never captured; adjacent holes declared
     together count once), `keepalives` (segments at next-1 with 0 or 1 byte), `zero_window_probes`
     (1-byte segments sent while the peer advertised a zero window; the first copy is data, repeats
-    also count as retransmitted bytes).
+    also count as retransmitted bytes), `rxmit_packets` (segments that brought retransmitted bytes).
 
     `peer_window_zero` is set by the connection from the other side's advertised window.
     Event timestamps: data carries the capture time of the packet that brought it; a gap carries the
@@ -89,6 +91,8 @@ class Reassembler:
         "fin_done",
         "_fin_ts",
         "peer_window_zero",
+        "history",
+        "rxmit_packets",
         *COUNTERS,
     )
 
@@ -118,6 +122,10 @@ class Reassembler:
         self.fin_done = False  # the FIN was reached in order (next_off is past it)
         self._fin_ts = 0
         self.peer_window_zero = False
+        # the connection's history letters (TcpConnection sets it): G at the 1st, 10th, 100th, ...
+        # gap, T at the 1st, 10th, ... segment that brought bytes received before
+        self.history: list[str] | None = None
+        self.rxmit_packets = 0  # segments with retransmitted payload (bytes received before)
         self.delivered_bytes = 0
         self.retransmitted_bytes = 0
         self.out_of_order = 0
@@ -158,7 +166,13 @@ class Reassembler:
                         self.zero_window_probes += 1
                     return [(DATA, self.from_lo, payload, pkt.ts_ns)]
                 return []
-        return self._segment_slow(pkt)
+        rx = self.retransmitted_bytes  # retransmissions only take the slow path
+        out = self._segment_slow(pkt)
+        if self.retransmitted_bytes != rx:
+            self.rxmit_packets += 1
+            if self.rxmit_packets in POWERS_OF_TEN and self.history is not None:
+                self.history.append("T" if self.from_lo else "t")
+        return out
 
     def peer_ack(self, ack: int, ts_ns: int) -> list[Event]:
         """The other side acknowledged everything before sequence number `ack`: holes below it are
@@ -307,6 +321,8 @@ class Reassembler:
             out[-1] = (GAP, self.from_lo, prev[2] + nbytes, prev[3])
             return
         self.gap_count += 1
+        if self.gap_count in POWERS_OF_TEN and self.history is not None:
+            self.history.append("G" if self.from_lo else "g")
         out.append((GAP, self.from_lo, nbytes, ts))
 
     def _insert(self, s: int, e: int, data, ts: int) -> int:

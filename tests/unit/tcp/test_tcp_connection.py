@@ -445,3 +445,19 @@ def test_real_loopback_connection_reassembles_exactly(tmp_path):
             assert pos == len(sent)
             assert d.delivered_bytes + d.gap_bytes == len(sent)
             assert d.reasm.fin_done
+
+
+def test_history_and_states_leave_the_per_packet_path_once_settled():
+    # a direction's `watch` bits send a packet without SYN/FIN/RST to the slow path only while its
+    # state or its first A / D letter is pending: after one pure ACK and one data packet each way
+    # every further packet costs the mask test alone
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req"))
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 4, ACK))
+    assert conn.hi.watch != 0  # the server has sent no data yet
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 4, ACK | PSH, b"resp"))
+    assert conn.lo.watch == 0 and conn.hi.watch == 0
+    conn.add(pkt(True, C_ISN + 4, S_ISN + 5, ACK | PSH, b"more"))
+    conn.add(pkt(True, C_ISN + 4, S_ISN + 5, SYN))  # a stray SYN: S and H share one letter
+    assert conn.history(True) == "ShADad" and conn.history(False) == "sHadAD"
+    assert conn.conn_state(True) == "S1"
