@@ -75,7 +75,9 @@ class _Side:
         "secret",
         "next_secret",
         "trial",
+        "trial_from",
         "trial_records",
+        "pending",
         "stopped",
         "nonce_is_seq",
         "wire_bytes",
@@ -100,7 +102,9 @@ class _Side:
         self.secret: Secret | None = None  # TLS 1.3 current traffic secret
         self.next_secret: Secret | None = None  # TLS 1.3: the application secret, in the handshake epoch
         self.trial: tuple[int, int, int] | None = None  # (lowest, highest, likeliest) sequence number
+        self.trial_from = 0  # the sequence number before the records a gap took
         self.trial_records = 0
+        self.pending: list | None = None  # [wire bytes, ts] lost since the sequence number was known
         self.stopped = False
         self.nonce_is_seq = True  # TLS 1.2 GCM: every explicit nonce so far was the sequence number
         self.wire_bytes = 0  # protected records seen: bytes on the wire and count (record size guess)
@@ -235,6 +239,9 @@ class TlsSession:
         for side in self.sides.values():
             for item in side.records.close(self._last_ts):
                 self._item(side, item, out)
+            if side.pending is not None:
+                lo, _hi, best = side.trial
+                self._flush_pending(side, max(lo, best) - side.trial_from, out)
         return _events(out)
 
     # -- records ----------------------------------------------------------------------------
@@ -285,7 +292,7 @@ class TlsSession:
                 # TLS 1.2 data with no ChangeCipherSpec seen (a gap took it): keys from here,
                 # the sequence number unknown
                 self._start_tls12(side)
-                self._lose_count(side, 1, MAX_TRIALS, 1)
+                self._lose_count(side, 1, MAX_TRIALS, 1, 0, rec.times[0][1] if rec.times else 0)
                 self._item(side, rec, out)
                 return
             side.undecrypted += 1
@@ -371,6 +378,7 @@ class TlsSession:
         side.secret = secret
         side.seq = 0
         side.trial = None
+        side.pending = None
         side.messages.reset()
         if secret is None:
             side.opener = None
@@ -459,23 +467,31 @@ class TlsSession:
         return 0
 
     def _trial(self, side: _Side, rec: Record, out: list) -> tuple[int, bytes] | None:
+        """Open a record whose sequence number a gap made unknown: the explicit nonce first (TLS
+        1.2 GCM), then the fewest records the gap can have held and up, then around the likeliest."""
         op = side.opener
         lo, hi, best = side.trial
         best = min(max(best, lo), hi)
         cands: list[int] = []
         if op.explicit_nonce and side.nonce_is_seq and len(rec.body) >= 8:
             cands.append(int.from_bytes(rec.body[:8], "big"))
+        cands += range(lo, min(hi, lo + MAX_TRIALS // 2 - 1) + 1)
         for k in range(hi - lo + 1):  # outward from the likeliest
-            for c in (best + k, best - k) if k else (best,):
-                if lo <= c <= hi and c not in cands:
-                    cands.append(c)
-            if len(cands) >= MAX_TRIALS:
+            if len(cands) >= MAX_TRIALS or (best + k > hi and best - k < lo):
                 break
-        for c in cands[:MAX_TRIALS]:
+            cands += [c for c in ((best + k, best - k) if k else (best,)) if lo <= c <= hi]
+        seen = set()
+        for c in cands:
+            if c in seen or c < side.trial_from:
+                continue
+            seen.add(c)
+            if len(seen) > MAX_TRIALS:
+                break
             try:
                 ctype, plain = op.open(c, rec.ctype, rec.version, rec.body)
             except BadRecord:
                 continue
+            self._flush_pending(side, c - side.trial_from, out)
             side.seq = c + 1
             side.trial = None
             side.trial_records = 0
@@ -483,10 +499,11 @@ class TlsSession:
             return ctype, plain
         side.trial = (lo + 1, hi + 1, best + 1)
         side.trial_records += 1
+        side.pending[0] += HEADER_LEN + len(rec.body)
         if side.trial_records >= MAX_TRIAL_RECORDS:
             side.stopped = True
             self._fail(side, "the record sequence number is unknown after a gap: decryption stopped", None)
-        self._lost_plain(side, len(rec.body), rec, out)
+            self._flush_pending(side, best + 1 - side.trial_from, out)
         return None
 
     # -- losses -----------------------------------------------------------------------------
@@ -494,37 +511,50 @@ class TlsSession:
         if not side.protected:
             side.messages.reset()  # the handshake messages of this direction are cut
             return
-        if lost.records == 1 and lost.body_len is not None:
-            if side.seq is not None:
-                side.seq += 1
-            elif side.trial is not None:
-                lo, hi, best = side.trial
-                side.trial = (lo + 1, hi + 1, best + 1)
+        if lost.records == 1 and lost.body_len is not None and side.seq is not None:
+            side.seq += 1  # in step: exactly one record lost, of known size
             self._lost_plain(side, lost.body_len, lost, out)
             return
+        if side.stopped:
+            self._lost_plain(side, lost.nbytes, lost, out)
+            return
         n = lost.nbytes
-        overhead = side.opener.overhead() if side.opener else 0
-        biggest, smallest = HEADER_LEN + MAX_BODY, HEADER_LEN + overhead + 1
-        avg = side.wire_bytes / side.wire_records if side.wire_records else biggest
-        likely = max(1, round(n / avg))
-        self._lose_count(side, math.ceil(n / biggest), n // smallest + 1, likely)
-        if side.opener is not None:
-            _gap(out, side.name, max(0, n - likely * (HEADER_LEN + overhead)), lost.ts)
-            side.lost += likely
-
-    def _lose_count(self, side: _Side, fewest: int, most: int, likely: int | None = None) -> None:
-        """Between `fewest` and `most` records of this direction went missing."""
-        if likely is None:
-            likely = fewest
-        if side.seq is not None:
-            base = side.seq
-        elif side.trial is not None:
-            base = side.trial[0]
-            most += side.trial[1] - base
+        if lost.records == 1:
+            fewest = most = likely = 1
         else:
-            base = 0
+            overhead = side.opener.overhead() if side.opener else 0
+            biggest, smallest = HEADER_LEN + MAX_BODY, HEADER_LEN + overhead + 1
+            avg = side.wire_bytes / side.wire_records if side.wire_records else biggest
+            fewest, most, likely = math.ceil(n / biggest), n // smallest + 1, max(1, round(n / avg))
+        self._lose_count(side, fewest, most, likely, n, lost.ts)
+
+    def _lose_count(
+        self, side: _Side, fewest: int, most: int, likely: int, nbytes: int = 0, ts: int = 0
+    ) -> None:
+        """Between `fewest` and `most` records of this direction (`nbytes` on the wire) went
+        missing: the sequence number is unknown until a record opens."""
+        if side.seq is not None:
+            side.trial_from = side.seq
+            side.trial = (side.seq + fewest, side.seq + most, side.seq + likely)
+            side.pending = [0, ts or self._last_ts]
+        else:
+            lo, hi, best = side.trial
+            side.trial = (lo + fewest, hi + most, best + likely)
         side.seq = None
-        side.trial = (base + fewest, base + most, base + likely)
+        side.pending[0] += nbytes
+
+    def _flush_pending(self, side: _Side, records: int, out: list) -> None:
+        """The plaintext of the wire bytes lost since the sequence number was: one gap, exact for
+        AEAD once the number of records is known (CBC padding aside)."""
+        if side.pending is None:
+            return
+        nbytes, ts = side.pending
+        side.pending = None
+        side.lost += records
+        if side.opener is not None:
+            plain = nbytes - records * (HEADER_LEN + side.opener.overhead())
+            if nbytes:
+                _gap(out, side.name, max(0, plain), ts)
 
     def _lost_plain(self, side: _Side, body_len: int, at: Record | Lost, out: list) -> None:
         """A record's plaintext that will not be had: a gap of its size."""
