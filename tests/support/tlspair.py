@@ -9,9 +9,10 @@ stack itself writes the NSS key log (`SSLContext.keylog_filename`).
                exchange=[("c2s", b"ping"), ("s2c", b"pong")])
     conn.transcript, conn.keylog (path), conn.sent  # {"c2s": b"ping", "s2c": b"pong"}
 
-Two things Python's ssl module does not offer are reached through OpenSSL's own functions
+Three things Python's ssl module does not offer are reached through OpenSSL's own functions
 (ctypes, on the objects' pointers after checking the layout): the TLS 1.3 cipher suite
-(SSL_CTX_set_ciphersuites) and KeyUpdate (SSL_key_update). `openssl_hooks()` says whether they
+(SSL_CTX_set_ciphersuites), the key exchange groups (SSL_CTX_set1_groups_list, for a
+HelloRetryRequest) and KeyUpdate (SSL_key_update). `openssl_hooks()` says whether they
 work here.
 """
 
@@ -88,6 +89,8 @@ def _libssl():
     lib.SSL_key_update.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.SSL_get_SSL_CTX.argtypes = [ctypes.c_void_p]
     lib.SSL_get_SSL_CTX.restype = ctypes.c_void_p
+    lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+    lib.SSL_CTX_ctrl.restype = ctypes.c_long
     return lib
 
 
@@ -112,6 +115,19 @@ def _ssl(obj: ssl.SSLObject) -> int:
 def set_tls13_suites(ctx: ssl.SSLContext, suites: str) -> None:
     if _libssl().SSL_CTX_set_ciphersuites(_ssl_ctx(ctx), suites.encode()) != 1:
         raise ValueError(f"OpenSSL refused TLS 1.3 suites {suites}")
+
+
+SSL_CTRL_SET_GROUPS_LIST = 92  # SSL_CTX_set1_groups_list is a macro over SSL_CTX_ctrl
+
+
+def set_groups(ctx: ssl.SSLContext, groups: str) -> None:
+    """The key exchange groups, e.g. a server on "P-256" makes a client whose first key share
+    is X25519 (OpenSSL's default) go through a HelloRetryRequest."""
+    if (
+        _libssl().SSL_CTX_ctrl(_ssl_ctx(ctx), SSL_CTRL_SET_GROUPS_LIST, 0, ctypes.c_char_p(groups.encode()))
+        != 1
+    ):
+        raise ValueError(f"OpenSSL refused groups {groups}")
 
 
 def key_update(obj: ssl.SSLObject, requested: bool = True) -> None:

@@ -164,6 +164,7 @@ class TlsSession:
         self.handshake_errors = 0
         self._certificate_seen = False
         self._key_block: kdf.KeyBlock | None = None
+        self._version: int | None = None  # negotiated, from the ServerHello (or HelloRetryRequest)
         self._last_ts = 0
 
     def __repr__(self) -> str:
@@ -277,8 +278,8 @@ class TlsSession:
         if rec.ctype == HANDSHAKE:
             for t, body, _n in side.messages.feed(rec.body):
                 self._clear_message(side, t, body)
-        elif rec.ctype == CHANGE_CIPHER_SPEC and not self._tls13():
-            self._start_tls12(side)
+        elif rec.ctype == CHANGE_CIPHER_SPEC and self.server_hello is not None and not self._tls13():
+            self._start_tls12(side)  # (TLS 1.3's compatibility CCS may come before any ServerHello)
         elif rec.ctype == APPLICATION_DATA:
             if (
                 side.name == C2S
@@ -316,6 +317,7 @@ class TlsSession:
     def _on_server_hello(self, sh: hs.ServerHello) -> None:
         self.suite = SUITES.get(sh.cipher_suite)
         self.cipher = name_of(sh.cipher_suite)
+        self._version = sh.version
         self.version = hs.version_name(sh.version)
         if sh.retry:  # HelloRetryRequest: the real ServerHello follows the second ClientHello
             self.hello_retry = True
@@ -349,8 +351,7 @@ class TlsSession:
 
     # -- keys -------------------------------------------------------------------------------
     def _tls13(self) -> bool:
-        sh = self.server_hello
-        return sh is not None and sh.version == hs.TLS13
+        return self._version == hs.TLS13
 
     def _secret(self, label: str) -> Secret | None:
         ch = self.client_hello

@@ -153,6 +153,20 @@ def test_resumption(tmp_path, version, ciphers):
     assert r2.session.status == YES
 
 
+def test_hello_retry_request(tmp_path):
+    """A server that takes only P-256 answers the client's X25519 key share with a
+    HelloRetryRequest; the client's compatibility ChangeCipherSpec and second ClientHello are in
+    clear, the real ServerHello follows, and the connection decrypts."""
+    needs_hooks("groups")
+    cli, srv = tlspair.contexts("1.3", None, None, True, str(tmp_path / "hrr.log"), ["kafka"])
+    tlspair.set_groups(srv, "P-256")
+    conn = tlspair.run(tmp_path, exchange=[("c2s", b"hi"), ("s2c", b"there")], contexts_=(cli, srv))
+    r = decode(conn.transcript, keylog=conn.keylog)
+    assert r.session.hello_retry is True
+    assert (r.plain("c2s"), r.plain("s2c")) == (b"hi", b"there")
+    assert (r.session.status, r.session.version, r.session.alpn) == ("yes", "TLS 1.3", "kafka")
+
+
 @pytest.mark.parametrize("name", ["TLS_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256 etm"])
 def test_without_keys_the_handshake_metadata_remains(tmp_path, name):
     conn = connect(tmp_path, name)
