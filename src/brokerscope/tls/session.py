@@ -220,18 +220,20 @@ class TlsSession:
 
     # -- input ------------------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[tuple]:
+        """Bytes that follow what was fed before in `direction` (as reassembly delivers them)."""
         self._last_ts = ts_ns
         side = self.sides[direction]
-        out: list = []
-        for item in side.records.feed(data, ts_ns):
-            self._item(side, item, out)
-        return _events(out)
+        return self._items(side, side.records.feed(data, ts_ns))
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[tuple]:
+        """`nbytes` of `direction` were never captured."""
         self._last_ts = ts_ns
         side = self.sides[direction]
+        return self._items(side, side.records.gap(nbytes, ts_ns))
+
+    def _items(self, side: _Side, items: list) -> list[tuple]:
         out: list = []
-        for item in side.records.gap(nbytes, ts_ns):
+        for item in items:
             self._item(side, item, out)
         return _events(out)
 
@@ -554,8 +556,8 @@ class TlsSession:
         side.lost += records
         if side.opener is not None:
             plain = nbytes - records * (HEADER_LEN + side.opener.overhead())
-            if nbytes:
-                _gap(out, side.name, max(0, plain), ts)
+            if plain > 0:
+                _gap(out, side.name, plain, ts)
 
     def _lost_plain(self, side: _Side, body_len: int, at: Record | Lost, out: list) -> None:
         """A record's plaintext that will not be had: a gap of its size."""

@@ -162,3 +162,17 @@ def test_garbage_is_not_tls(tmp_path):
     assert r.events == []
     assert r.session.version is None and r.session.status == "no key"
     load  # noqa: B018 - imported for the fixtures' key logs
+
+
+@pytest.mark.parametrize("cut, events", [(3, []), (100, [16384]), (20000, [16384, 16384])])
+def test_capture_ending_inside_a_record(tmp_path, cut, events):
+    """The capture ends `cut` bytes into BIG's records: a whole record decrypts, the record the
+    end cuts is a gap of its plaintext size at close, a cut header is nothing."""
+    conn = connect(tmp_path, "TLS_AES_128_GCM_SHA256", exchange=[("c2s", b"a"), ("c2s", BIG)])
+    t = list(conn.transcript)
+    i = max(k for k, (d, b) in enumerate(t) if d == "c2s" and len(b) > 30000)
+    r = decode(t[:i] + [("c2s", t[i][1][:cut])], keylog=conn.keylog)
+    sizes = [len(e[2]) if e[0] == "data" else e[2] for e in r.events if e[1] == "c2s"][1:]
+    kinds = [e[0] for e in r.events if e[1] == "c2s"][1:]
+    assert sizes == events and kinds == ["data"] * (len(events) - 1) + ["gap"] * (len(events) > 0)
+    assert r.session.status == YES
