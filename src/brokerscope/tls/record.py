@@ -48,7 +48,7 @@ def credible(buf, i: int) -> int:
     ctype, version, length = HEADER.unpack_from(buf, i)
     if ctype not in CONTENT_TYPES or version >> 8 != MAJOR_3 or version & 0xFF > MAX_MINOR:
         return -1
-    if length == 0 and ctype != APPLICATION_DATA or length > MAX_BODY:
+    if (length == 0 and ctype != APPLICATION_DATA) or length > MAX_BODY:  # empty: only app data may be
         return -1
     return length
 
