@@ -18,10 +18,12 @@ work here.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import datetime
 import functools
+import shutil
 import ssl
 import tempfile
 from dataclasses import dataclass, field
@@ -55,7 +57,9 @@ def certificate() -> str:
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    path = Path(tempfile.mkdtemp(prefix="brokerscope-tls-")) / "server.pem"
+    folder = tempfile.mkdtemp(prefix="brokerscope-tls-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder) / "server.pem"
     path.write_bytes(
         cert.public_bytes(serialization.Encoding.PEM)
         + key.private_bytes(
