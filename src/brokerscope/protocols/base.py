@@ -189,6 +189,14 @@ class Conversation:
         """The connection ended (or the capture did): flush partial frames and unanswered requests."""
         return ()
 
+    def low_water(self, direction: str) -> int | None:
+        """The lowest stream offset of `direction` that a row still to come may name (its
+        stream_offset): the driver forgets which packet brought the bytes below it. The framers'
+        pending bytes by default (`self.framer`, one per direction, as every protocol here has);
+        a conversation that holds frames for later rows lowers it; None: unknown, forget nothing."""
+        framer = getattr(self, "framer", None)
+        return framer[direction].low_water() if framer else None
+
 
 class Protocol:
     """A protocol: its decoder and everything else the tool needs to know about it, declared in

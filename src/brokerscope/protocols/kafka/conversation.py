@@ -106,6 +106,14 @@ class KafkaConversation(Conversation):
         out.extend(self.missing.release_all(self.topic_ids))
         return out
 
+    def low_water(self, direction: str) -> int | None:
+        """Also the responses held for inference (their commands rows come later), oldest first."""
+        low = super().low_water(direction)
+        if direction == S2C and self.missing.held:
+            held = next(iter(self.missing.held.values())).offset
+            low = held if low is None or held < low else low
+        return low
+
     # -- frames and junk ----------------------------------------------------------------------
     def _drain(self, d: str, out: list[Row]) -> None:
         fr = self.framer[d]
