@@ -220,7 +220,15 @@ class _Conn:
             "server_port": server[1],
         }
         if self.protocol != "unknown":
-            info = base.ConnInfo(self.conn_id, client[0], client[1], server[0], server[1], self.tcp.midstream)
+            info = base.ConnInfo(
+                self.conn_id,
+                client[0],
+                client[1],
+                server[0],
+                server[1],
+                self.tcp.midstream,
+                self._frame_range,
+            )
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
@@ -304,7 +312,10 @@ class _Conn:
         if off is None or d not in (base.C2S, base.S2C):
             f = max(self.offsets[True].last, self.offsets[False].last, self.last_frame)
             return (f, f) if f > 0 else (None, None)
-        fr = self.offsets[(d == base.C2S) == self.client_is_lo]
+        return self._frame_range(d, off, size)
+
+    def _frame_range(self, direction: str, off: int, size: int | None) -> tuple[int | None, int | None]:
+        fr = self.offsets[(direction == base.C2S) == self.client_is_lo]
         return fr.frame_at(off), fr.frame_at(off + size - 1 if size else off)
 
     def _capture_at(self, ts_ns: int | None) -> str:

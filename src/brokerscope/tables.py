@@ -89,6 +89,10 @@ MESSAGES = [
     pa.field("checksum_ok", pa.bool_()),
     pa.field("correlation_id", pa.int64()),  # of the command that carried the message
     pa.field("consumer", pa.string()),  # deliver rows: the subscription, group or consumer it went to
+    # frame numbers of the first and last packet of the frame that carried the message (its
+    # commands row's; a chunked Pulsar message: its first chunk's first to its last chunk's last)
+    pa.field("first_frame", pa.int64()),
+    pa.field("last_frame", pa.int64()),
     pa.field("decode_status", pa.string()),
     pa.field("decode_error", pa.string()),
     pa.field("details", pa.string()),

@@ -1,4 +1,5 @@
-"""first_frame / last_frame of commands and streams rows are the frame numbers tshark shows.
+"""first_frame / last_frame of commands and streams rows are the frame numbers tshark shows (and
+messages rows name their carrying frame's).
 
 The answers (tests/support/frames.py: tshark's packets, their sequence numbers and lengths, no
 brokerscope code) were recorded with TShark 4.0 (Debian 12) in tests/data/frames/tshark_frames.json
@@ -174,3 +175,32 @@ def test_the_frame_index_stays_bounded(tmp_path, monkeypatch):
     dropped = decode_files([path])
     held = [r for r in dropped["commands"] if r["decode_status"] == "request_missing"]
     assert [(r["first_frame"], r["last_frame"]) for r in held] == [(None, None)]
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_messages_name_the_frames_that_carried_them(name):
+    """A messages row's frames are its carrying frame's: a commands row of the same connection
+    and direction (produce: c2s, deliver: s2c), whose frames are tshark's (above); a chunked
+    Pulsar message runs from its first chunk's first packet to its last chunk's last packet."""
+    out = decode_files([str(ROOT / name)])
+    cmds: dict[tuple, set] = {}
+    for r in out["commands"]:
+        cmds.setdefault((r["conn_id"], r["direction"]), set()).add((r["first_frame"], r["last_frame"]))
+    for r in out["messages"]:
+        sent = cmds[(r["conn_id"], "c2s" if r["direction"] == "produce" else "s2c")]
+        span = (r["first_frame"], r["last_frame"])
+        if '"chunks"' in (r["details"] or "") or r["decode_status"] == "chunk_incomplete":
+            assert span[0] in {f for f, _ in sent} and span[1] in {last for _, last in sent}, r
+            assert span[0] < span[1], r
+        else:
+            assert span in sent, r
+
+
+def test_a_chunked_message_spans_its_chunks():
+    out = decode_files([str(SAMPLE_DATA / "pulsar" / "pulsar_chunked.pcap")])
+    sends = sorted(r["first_frame"] for r in out["commands"] if r["command"] == "SEND")
+    chunked = [r for r in out["messages"] if r["direction"] == "produce" and '"chunks"' in r["details"]]
+    assert [(r["first_frame"], r["last_frame"]) for r in chunked] == [
+        (sends[0], sends[2]),
+        (sends[3], sends[5]),
+    ]
