@@ -270,13 +270,16 @@ def _open_lake(args, recover: bool = True):
 
 
 def cmd_extract(args) -> int:
-    """Packets of connections or a time window, from the original inputs, for Wireshark. Exit 1
-    when no packet matched."""
+    """Packets of connections, frames or a time window, from the original inputs, for Wireshark.
+    Exit 1 when no packet matched."""
     from . import extract
 
     settings, _ = _open_lake(args)
     flt = PacketFilter.parse(args.since, args.until, args.host or (), args.tcp_port or (), FILTER_FLAGS)
-    r = extract.extract(settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), flt)
+    frames = extract.parse_frames([*(args.frames or ()), *(args.frame or ())])
+    r = extract.extract(
+        settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), flt, frames or None
+    )
     if not r.packets:
         print("brokerscope: no packet matched: nothing written", file=sys.stderr)
         return 1
@@ -466,12 +469,23 @@ def build_parser() -> argparse.ArgumentParser:
     tb.set_defaults(func=cmd_tables)
 
     ex = sub.add_parser(
-        "extract", help="write the packets of connections or a time window to a pcapng/pcap for Wireshark"
+        "extract",
+        help="write the packets of connections, frames or a time window to a pcapng/pcap for Wireshark",
     )
     common(ex)
     ex.add_argument("-o", "--out", required=True, help="file to write: .pcapng (default format) or .pcap")
     ex.add_argument("--conn-id", action="append", help="a connection (conn_id of any table; repeatable)")
     ex.add_argument("--capture-id", action="append", help="every connection of a capture (repeatable)")
+    ex.add_argument(
+        "--frames",
+        action="append",
+        metavar="N-M",
+        help="with one --capture-id: the packets numbered N to M in its file (a row's first_frame and "
+        "last_frame, Wireshark's frame.number; repeatable, N-M,K,...)",
+    )
+    ex.add_argument(
+        "--frame", action="append", metavar="N", help="with one --capture-id: packet N (repeatable)"
+    )
     filter_flags(
         ex,
         "of the connections or captures chosen, keep a packet when its capture time is in [--since, "

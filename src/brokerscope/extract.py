@@ -7,6 +7,11 @@ capture reader (so damaged, cut and gzip captures read as they did at ingest) an
 record is copied byte for byte: a pcapng block with the section and interface blocks before it,
 or a pcap record. Only TCP packets are selected (the tables hold nothing else); an IPv4 packet
 reassembled from fragments is its last fragment's record.
+
+Or by frame number, as the tables' first_frame / last_frame and Wireshark count them (the 1-based
+index of a packet record in its file: pcap records, pcapng EPB/SPB/PB blocks): the records of a
+capture whose numbers are given, whatever they hold, found by walking the file's records as
+Wireshark does (up to the first damaged one).
 """
 
 from __future__ import annotations
@@ -147,6 +152,67 @@ def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
     return hit
 
 
+def parse_frames(specs: Iterable[str]) -> set[int]:
+    """Frame numbers from `N` and `N-M` (inclusive) items, each item possibly comma-separated."""
+    out: set[int] = set()
+    for spec in specs:
+        for item in str(spec).split(","):
+            item = item.strip()
+            lo, sep, hi = item.partition("-")
+            try:
+                a, b = int(lo), int(hi) if sep else int(lo)
+            except ValueError:
+                raise ValueError(f"frames: {item!r} is not a frame number N or a range N-M") from None
+            if a < 1 or b < a:
+                raise ValueError(f"frames: {item!r}: frame numbers start at 1, a range N-M needs N <= M")
+            if b - a >= 10_000_000:
+                raise ValueError(f"frames: {item!r}: more than 10,000,000 frames")
+            out.update(range(a, b + 1))
+    return out
+
+
+def frame_offsets(src: Source, frames: set[int]) -> list[int]:
+    """Offsets of the packet records numbered `frames` in `src`, in file order."""
+    inp = _Input(src)
+    try:
+        last = max(frames)
+        return [
+            off for no, off in enumerate(_packet_records(inp, src.kind), 1) if no in frames and no <= last
+        ]
+    finally:
+        inp.close()
+
+
+def _packet_records(inp: _Input, kind: str) -> Iterator[int]:
+    """The offset of every packet record, in file order (pcap: every record; pcapng: EPB, SPB and
+    PB blocks), up to the end or the first record whose framing is damaged, as Wireshark reads."""
+    if kind.startswith("pcapng"):
+        pos, order = 0, "<"
+        while True:
+            head = inp.read(pos, 12)
+            if len(head) < 12:
+                return
+            if head[:4] == struct.pack("<I", SHB):
+                order = "<" if head[8:12] == struct.pack("<I", PCAPNG_BOM) else ">"
+            btype, blen = struct.unpack(order + "II", head[:8])
+            if blen < 12 or blen % 4:
+                return
+            if btype in PACKET_BLOCKS:
+                yield pos
+            pos += blen
+    order = PCAP_MAGICS[inp.read(0, 4)][0]
+    pos = PCAP_HEADER
+    while True:
+        rh = inp.read(pos, PCAP_RECORD)
+        if len(rh) < PCAP_RECORD:
+            return
+        incl = struct.unpack_from(order + "I", rh, 8)[0]
+        if len(inp.read(pos + PCAP_RECORD + incl - 1, 1)) < 1 and incl:
+            return  # cut off by the end of the file: no frame
+        yield pos
+        pos += PCAP_RECORD + incl
+
+
 # -- writing --------------------------------------------------------------------------------------
 class _Input:
     """Random reads of a capture's (decompressed) bytes; offsets ascend for gzip files."""
@@ -277,15 +343,28 @@ def extract(
     conn_ids: Iterable[str] = (),
     capture_ids: Iterable[str] = (),
     flt: PacketFilter | None = None,
+    frames: set[int] | None = None,
 ) -> Extracted:
     """Write the packets of `conn_ids` (or of every connection of `capture_ids`) that `flt`
-    keeps to `out`, straight from the inputs the lake records."""
+    keeps to `out`, straight from the inputs the lake records; or, with `frames`, the records of
+    `capture_ids` with those frame numbers."""
     lake = Lake(lake_root)
     lake.check_readable()
     if not Path(out).parent.is_dir():
         raise FileNotFoundError(f"{out}: no such directory")
+    if frames:
+        conn_ids, capture_ids = list(conn_ids), list(capture_ids)
+        if conn_ids or len(capture_ids) != 1 or flt is not None:
+            raise ValueError(
+                "frame numbers are per file: give --frames/--frame with one --capture-id "
+                "(the row's capture_id), and no --conn-id or filter"
+            )
     sources, conns = plan(lake, conn_ids, capture_ids)
-    picks = [selected_offsets(s, conns, flt) for s in sources]
+    if frames:
+        sources = sources[:1]  # identical content under several paths: one of them
+        picks = [frame_offsets(s, frames) for s in sources]
+    else:
+        picks = [selected_offsets(s, conns, flt) for s in sources]
     kept = [(s, p) for s, p in zip(sources, picks) if p]
     n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
     return Extracted(n, [s.path for s, _ in kept], out)

@@ -235,7 +235,8 @@ def _read_splits_fn(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
     split's identity chunks (bytes the reader just brought into memory) into the run directory.
-    `payload_refs`: payloads of plain files as offsets (the decode task reads them back)."""
+    `payload_refs`: payloads of plain files as offsets (the decode task reads them back). The
+    packet records each split read go beside its digests: the decode numbers frames with them."""
 
     flt = settings.packet_filter
 
@@ -245,16 +246,22 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                yield from capture.read_split(
+                records = None
+                for b in capture.read_split(
                     sp,
                     settings.batch_packets,
                     settings.max_pending_fragments,
                     settings.batch_bytes,
                     payload_refs,
                     flt,
-                )
+                ):
+                    st = capture.parse_stats(b)
+                    if st is not None:
+                        records = st["records"]
+                    yield b
                 size = sizes[sp.file_index]
-                run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
+                digests = chunk_digests(sp.path, sp.start, sp.end, size)
+                run.write_digests(sp.file_index, sp.start, digests, records)
 
     return read
 
@@ -338,7 +345,12 @@ def _decode_fn(
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # every read task of the capture set finished before this stage began: all ids are known
-        drv = StreamDriver(settings, run.capture_ids(sizes), PayloadFiles(files) if files else None)
+        drv = StreamDriver(
+            settings,
+            run.capture_ids(sizes),
+            PayloadFiles(files) if files else None,
+            run.frame_numbers(sizes),
+        )
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []

@@ -2,7 +2,8 @@
 share besides the tables.
 
 - `ids/`: the identity chunk digests each read task computed (capture.files.chunk_digests), one
-  JSON file per split. Spark starts the decode stage only after every task of the read stage
+  JSON file per split, with the packet records the split read (decode tasks number frames with
+  them: capture.files.FrameNumbers). Spark starts the decode stage only after every task of the read stage
   before its shuffle finished, so a decode task finds every digest of the capture set there and
   names its rows with the final capture_id; the driver combines the same digests for `inputs`.
   Like the embedded writer, this needs the lake on a filesystem the driver and executors share.
@@ -24,9 +25,10 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from .capture.files import combine_id
+from .capture.files import FrameNumbers, combine_id
 
 RUNS = "_runs"
 
@@ -76,11 +78,16 @@ class RunDir:
         return json.loads(f.read_text()) if f.is_file() else None
 
     # -- identity ---------------------------------------------------------------------------
-    def write_digests(self, file_index: int, start: int, digests: dict[int, bytes]) -> None:
-        """Record one split's chunk digests (atomically: a retried task rewrites the same bytes)."""
+    def write_digests(
+        self, file_index: int, start: int, digests: dict[int, bytes], records: int | None = None
+    ) -> None:
+        """Record one split's chunk digests and, for a capture split, the packet records it read
+        (atomically: a retried task rewrites the same bytes)."""
         d = self.path / "ids"
         d.mkdir(parents=True, exist_ok=True)
-        body = json.dumps({str(k): v.hex() for k, v in sorted(digests.items())})
+        body = json.dumps(
+            {"chunks": {str(k): v.hex() for k, v in sorted(digests.items())}, "records": records}
+        )
         tmp = d / f".{file_index}-{start}.{uuid.uuid4().hex}.tmp"
         tmp.write_text(body)
         os.replace(tmp, d / f"{file_index}-{start}.json")
@@ -91,11 +98,8 @@ class RunDir:
         Raises ValueError naming the file index when a chunk was never hashed (a read task that
         did not run: never the case after Spark's read stage completed)."""
         digests: dict[int, dict[int, bytes]] = {fi: {} for fi in sizes}
-        d = self.path / "ids"
-        for f in d.glob("*.json") if d.is_dir() else ():
-            fi = int(f.name.split("-", 1)[0])
-            if fi in digests:
-                digests[fi].update({int(k): bytes.fromhex(v) for k, v in json.loads(f.read_text()).items()})
+        for fi, _start, body in self._splits(digests):
+            digests[fi].update({int(k): bytes.fromhex(v) for k, v in body["chunks"].items()})
         out = {}
         for fi, size in sizes.items():
             try:
@@ -103,6 +107,23 @@ class RunDir:
             except ValueError as e:
                 raise ValueError(f"run {self.run_id}, file #{fi}: {e}") from None
         return out
+
+    def frame_numbers(self, file_indexes) -> FrameNumbers:
+        """The frame numbering of the capture files given (see capture.files.FrameNumbers), from
+        the record counts their read tasks wrote beside the digests."""
+        counts: dict[int, dict[int, int]] = {fi: {} for fi in file_indexes}
+        for fi, start, body in self._splits(counts):
+            if body.get("records") is not None:
+                counts[fi][start] = body["records"]
+        return FrameNumbers({fi: c for fi, c in counts.items() if c})
+
+    def _splits(self, wanted) -> Iterator[tuple[int, int, dict]]:
+        """(file_index, split start, body) of the splits written for the file indexes wanted."""
+        d = self.path / "ids"
+        for f in d.glob("*.json") if d.is_dir() else ():
+            fi, start = (int(x) for x in f.name[: -len(".json")].split("-", 1))
+            if fi in wanted:
+                yield fi, start, json.loads(f.read_text())
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

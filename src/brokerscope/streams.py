@@ -23,11 +23,14 @@ import itertools
 import json
 import logging
 import os
+from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
 from . import tables
+from .capture.files import FrameNumbers
 from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
@@ -44,6 +47,46 @@ def conn_id_of(lo: tuple, hi: tuple, first_ts_ns: int) -> str:
     """Stable id of a connection: same inputs, same id, whichever task decodes it."""
     h = hashlib.blake2b(f"{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}|{first_ts_ns}".encode(), digest_size=8)
     return h.hexdigest()
+
+
+# a direction's frame index is pruned (Conversation.low_water) once it holds this many entries
+# more than after its last pruning
+PRUNE_AT = 4096
+
+
+class _Frames:
+    """Which packet brought each stream offset of one direction to the decoder: the offset where
+    the bytes of each delivered packet begin, and its frame number (consecutive pieces of one
+    packet are one entry). Offsets are counted as the conversation counts them (data and gaps
+    fed), so a commands row's stream_offset and size name its packets. Entries below the lowest
+    offset a row still to come may name (Conversation.low_water) are dropped as it grows."""
+
+    __slots__ = ("starts", "frames", "end", "last", "floor", "limit")
+
+    def __init__(self) -> None:
+        self.starts = array("q")  # stream offset where a packet's delivered bytes begin
+        self.frames = array("q")  # that packet's frame number
+        self.end = 0  # stream offset after everything fed (data and gaps)
+        self.last = -1  # frame of the last entry
+        self.floor = 0  # offsets below this were pruned: unknown
+        self.limit = PRUNE_AT
+
+    def frame_at(self, off: int) -> int | None:
+        """The frame of the packet holding byte `off`; a byte never captured (a gap) takes the
+        nearest packet before it (after it, at the head of the stream); None when pruned."""
+        if off < self.floor or not self.starts:
+            return None
+        i = bisect_right(self.starts, off) - 1
+        return self.frames[i if i > 0 else 0] or None
+
+    def prune(self, low: int | None) -> None:
+        if low is not None:
+            i = bisect_right(self.starts, low) - 1
+            if i > 0:
+                del self.starts[:i]
+                del self.frames[:i]
+                self.floor = self.starts[0]
+        self.limit = len(self.starts) + PRUNE_AT
 
 
 class _Conn:
@@ -72,6 +115,11 @@ class _Conn:
         self.shared: dict = {}
         self.frames_ok = 0
         self.frames_failed = 0
+        # frame numbers: the first packet's (in the first file), the last packet's (in the file
+        # it is in: StreamDriver.run gives it at the end); and per direction (from_lo) which
+        # packet brought which stream offset to the decoder
+        self.first_frame = self.last_frame = first.frame
+        self.offsets = {True: _Frames(), False: _Frames()}
 
     # -- packets ----------------------------------------------------------------------------
     def add(self, pkt: TcpPacket) -> Iterator[base.Row]:
@@ -85,7 +133,8 @@ class _Conn:
             return
         yield from self._deliver(events)
 
-    def finish(self) -> Iterator[base.Row]:
+    def finish(self, last: TcpPacket) -> Iterator[base.Row]:
+        self.last_frame = last.frame
         events = self.tcp.finish()
         if not self.decided:
             self._hold(events)
@@ -171,7 +220,15 @@ class _Conn:
             "server_port": server[1],
         }
         if self.protocol != "unknown":
-            info = base.ConnInfo(self.conn_id, client[0], client[1], server[0], server[1], self.tcp.midstream)
+            info = base.ConnInfo(
+                self.conn_id,
+                client[0],
+                client[1],
+                server[0],
+                server[1],
+                self.tcp.midstream,
+                self._frame_range,
+            )
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
@@ -181,11 +238,21 @@ class _Conn:
         conv = self.conv
         if conv is None:
             return
+        offsets = self.offsets
         for ev in events:
             direction = base.C2S if ev[1] == self.client_is_lo else base.S2C
+            fr = offsets[ev[1]]
             if ev[0] == "data":
+                if ev[4] != fr.last:
+                    fr.starts.append(fr.end)
+                    fr.frames.append(ev[4])
+                    fr.last = ev[4]
+                    if len(fr.starts) > fr.limit:
+                        fr.prune(conv.low_water(direction))
+                fr.end += len(ev[2])
                 yield from self._guard(conv.feed, direction, ev[2], ev[3])
             else:
+                fr.end += ev[2]
                 yield from self._guard(conv.gap, direction, ev[2], ev[3])
             if self.conv is None:  # the decoder failed and was retired
                 return
@@ -222,9 +289,11 @@ class _Conn:
                     self.frames_ok += 1
                 else:
                     self.frames_failed += 1
-            yield table, self._fill(row)
+            yield table, self._fill(row, table)
 
-    def _fill(self, row: dict | tables.Block) -> dict | tables.Block:
+    def _fill(self, row: dict | tables.Block, table: str = "") -> dict | tables.Block:
+        if table == "commands" and row.__class__ is dict:
+            row["first_frame"], row["last_frame"] = self._frames_of(row)
         if isinstance(row, tables.Block):
             row.const.update(self.shared)
             if "ts_ns" in row.cols:
@@ -235,6 +304,19 @@ class _Conn:
         row.update(self.shared)
         row["capture_id"] = self._capture_at(row.get("ts_ns"))
         return row
+
+    def _frames_of(self, row: dict) -> tuple[int | None, int | None]:
+        """The frame numbers of the packets holding a commands row's first and last byte; a row
+        that names no bytes (a decoder error) takes the last packet delivered to the decoder."""
+        off, size, d = row.get("stream_offset"), row.get("size"), row.get("direction")
+        if off is None or d not in (base.C2S, base.S2C):
+            f = max(self.offsets[True].last, self.offsets[False].last, self.last_frame)
+            return (f, f) if f > 0 else (None, None)
+        return self._frame_range(d, off, size)
+
+    def _frame_range(self, direction: str, off: int, size: int | None) -> tuple[int | None, int | None]:
+        fr = self.offsets[(direction == base.C2S) == self.client_is_lo]
+        return fr.frame_at(off), fr.frame_at(off + size - 1 if size else off)
 
     def _capture_at(self, ts_ns: int | None) -> str:
         if ts_ns is None or len(self.files) == 1:
@@ -276,6 +358,10 @@ class _Conn:
             "history": t.history(self.client_is_lo),
             "snap_truncated_packets": c.snap_truncated_packets + s.snap_truncated_packets,
             "capture_ids": sorted({cid for _, cid in self.files}),
+            # the first packet's frame in the first file (capture_id), the last packet's in the
+            # file the connection ends in (the last of capture_ids by time)
+            "first_frame": self.first_frame or None,
+            "last_frame": self.last_frame or None,
         }
         row.update(self.shared)
         row["capture_id"] = self.files[0][1]
@@ -286,14 +372,21 @@ class StreamDriver:
     """Decode one partition's sorted packets."""
 
     def __init__(
-        self, settings: Settings, capture_ids: list[str] | None = None, files: PayloadFiles | None = None
+        self,
+        settings: Settings,
+        capture_ids: list[str] | None = None,
+        files: PayloadFiles | None = None,
+        frames: FrameNumbers | None = None,
     ):
         """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
         column (the pipeline drops it before the shuffle: one string less per packet); `files`
-        reads the payloads of packets that carry their offset instead (payload_at)."""
+        reads the payloads of packets that carry their offset instead (payload_at); `frames`
+        turns the reader's per-split record numbers into frame numbers (without it, every file
+        was read as one split: the record number is the frame number)."""
         self.settings = settings
         self.capture_ids = capture_ids or []
         self.files = files
+        self.frames = frames
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
@@ -303,17 +396,19 @@ class StreamDriver:
         """`packets`: (lo, hi, packet) in sort order, lo/hi = (ip, port) canonical endpoints."""
         conn: _Conn | None = None
         key = None
+        last = None  # the packet before this one
         for lo, hi, pkt in packets:
             if conn is None or (lo, hi) != key:
                 if conn is not None:
-                    yield from conn.finish()
+                    yield from conn.finish(last)
                 conn, key = _Conn(self, lo, hi, pkt), (lo, hi)
             elif conn.tcp.starts_new(pkt):
-                yield from conn.finish()
+                yield from conn.finish(last)
                 conn = _Conn(self, lo, hi, pkt)
             yield from conn.add(pkt)
+            last = pkt
         if conn is not None:
-            yield from conn.finish()
+            yield from conn.finish(last)
 
     def run_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
         """Arrow batches of tables.PACKETS (sorted) -> rows. Stats rows (null lo_ip) pass through."""
@@ -321,10 +416,19 @@ class StreamDriver:
 
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
         for b in batches:
-            d = b.to_pydict()
             refs = b.column("payload_at").null_count < b.num_rows
             if refs and self.files is None:
                 raise ValueError("packets give payload offsets, and no files to read them from")
+            if self.frames is not None:
+                b = b.set_column(
+                    b.schema.get_field_index("record_no"),
+                    "record_no",
+                    self.frames.add(b.column("file_index"), b.column("rec_offset"), b.column("record_no")),
+                )
+            # the columns used, as Python values (rec_offset only orders the packets)
+            d = b.select(
+                [n for n in b.schema.names if n != "rec_offset" and (refs or n != "payload_at")]
+            ).to_pydict()
             cols = (
                 d["lo_ip"],
                 d["lo_port"],
@@ -343,8 +447,9 @@ class StreamDriver:
                 d["file_index"],
                 d["capture_id"] if "capture_id" in d else [self.capture_ids[i] for i in d["file_index"]],
                 d["payload_at"] if refs else itertools.repeat(None),
+                d["record_no"],  # the frame number, once self.frames numbered it
             )
-            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at in zip(
+            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
                 *cols
             ):
                 if lo_ip is None:  # a reader's stats row
@@ -360,7 +465,7 @@ class StreamDriver:
                 yield (
                     (lo_ip, lo_p),
                     (hi_ip, hi_p),
-                    TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid),
+                    TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no or 0),
                 )
         if self.files is not None:
             for fi, why in self.files.close().items():
@@ -446,20 +551,20 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
         for i in disc.inputs
     ]
     psplits, ssplits = inputs.plan(ids, settings.split_size)
-    batches = [
-        b
-        for sp in psplits
-        for b in capture.read_split(
+    batches: list[pa.RecordBatch] = []
+    records: dict[int, dict[int, int]] = {}  # file index -> split start -> packet records read
+    for sp in psplits:
+        batches += capture.read_split(
             sp,
             settings.batch_packets,
             settings.max_pending_fragments,
             settings.batch_bytes,
             flt=settings.packet_filter,
         )
-    ]
+        records.setdefault(sp.file_index, {})[sp.start] = capture.parse_stats(batches[-1])["records"]
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
-    drv = StreamDriver(settings)
+    drv = StreamDriver(settings, frames=FrameNumbers(records))
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):
         raw[table].append(row)

@@ -57,6 +57,10 @@ COMMANDS = [
     pa.field("stream_offset", pa.int64()),  # offset of the frame's first byte in its direction
     pa.field("ts_end", TS),  # time of the packet holding the frame's last byte
     pa.field("ts_end_ns", pa.int64()),
+    # frame numbers (1-based packet record index in the capture file, as Wireshark counts them) of
+    # the packets holding the frame's first and last byte (README "From a row to the packets")
+    pa.field("first_frame", pa.int64()),
+    pa.field("last_frame", pa.int64()),
     pa.field("decode_status", pa.string()),  # ok | malformed | truncated | checksum_mismatch | ...
     pa.field("decode_error", pa.string()),
     pa.field("details", pa.string()),  # JSON of every decoded field
@@ -85,6 +89,10 @@ MESSAGES = [
     pa.field("checksum_ok", pa.bool_()),
     pa.field("correlation_id", pa.int64()),  # of the command that carried the message
     pa.field("consumer", pa.string()),  # deliver rows: the subscription, group or consumer it went to
+    # frame numbers of the first and last packet of the frame that carried the message (its
+    # commands row's; a chunked Pulsar message: its first chunk's first to its last chunk's last)
+    pa.field("first_frame", pa.int64()),
+    pa.field("last_frame", pa.int64()),
     pa.field("decode_status", pa.string()),
     pa.field("decode_error", pa.string()),
     pa.field("details", pa.string()),
@@ -126,6 +134,10 @@ STREAMS = [
     pa.field("first_ts", TS),
     pa.field("last_ts", TS),
     pa.field("duration_us", pa.float64()),  # last_ts - first_ts: first to last packet, any direction
+    # frame numbers of the first and last packet (any direction): first_frame in the file of
+    # capture_id, last_frame in the file the connection ends in (the same one unless it spans files)
+    pa.field("first_frame", pa.int64()),
+    pa.field("last_frame", pa.int64()),
     pa.field("c2s_packets", pa.int64()),
     pa.field("s2c_packets", pa.int64()),
     pa.field("c2s_bytes", pa.int64()),  # TCP payload bytes
@@ -524,6 +536,10 @@ PACKETS = pa.schema(
         pa.field("capture_id", pa.string()),
         pa.field("file_index", pa.int32()),  # position of the file in the capture set
         pa.field("rec_offset", pa.int64()),  # byte offset of the record in its (decompressed) file
+        # the record's 1-based number among the packet records of its split (every record read,
+        # whatever it holds or the filter drops); the decode stage adds the records of the file's
+        # earlier splits (capture.files.FrameNumbers): the frame number Wireshark shows
+        pa.field("record_no", pa.int64()),
         pa.field("ts_ns", pa.int64()),
         pa.field("lo_ip", pa.string()),
         pa.field("lo_port", pa.int32()),

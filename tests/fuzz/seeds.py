@@ -88,7 +88,7 @@ def decoder_seeds(protocol: str) -> Iterator[bytes]:
             if client_is_lo is None:
                 client_is_lo = hi[1] in ports or (lo[1] not in ports and lo[1] > hi[1])
             out = []
-            for kind, from_lo, val, _ts in events:
+            for kind, from_lo, val, *_ in events:
                 direction = base.C2S if from_lo == client_is_lo else base.S2C
                 out.append((kind, direction, val))
             seed = T.encode_stream(out, cfg=1 if tcp.midstream else 0)

@@ -16,6 +16,7 @@ from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from brokerscope.streams import decode_files
 from tests.conftest import ROOT, SAMPLE_DATA, public_captures
+from tests.support.frames import RECORDED
 from tests.support.lakecheck import delta_rs_rows, duckdb_connect, duckdb_count, normalized
 from tests.support.synth import write_capture
 
@@ -128,6 +129,17 @@ def test_the_shuffle_path_gives_what_decoding_in_one_process_gives_for_every_kin
     assert {r["protocol"] for r in got["commands"]} >= {"iggy", "kafka", "pulsar"}
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(local[t]), t
+    # frame numbers reach the tables, numbered across the splits as tshark numbers the files
+    assert all(r["first_frame"] and r["last_frame"] for r in got["commands"] + got["streams"])
+    frames = {
+        f"{r['conn_id']}|{r['direction']}|{r['stream_offset']}": [r["first_frame"], r["last_frame"]]
+        for r in got["commands"]
+    }
+    streams = {r["conn_id"]: [r["first_frame"], r["last_frame"]] for r in got["streams"]}
+    answers = json.loads(RECORDED.read_text())
+    for name in ("sample_data/public/iggy-rs.pcapng", "tests/data/captures/ndpi/kafka.pcapng"):
+        assert {k: frames[k] for k in answers[name]["commands"]} == answers[name]["commands"]
+        assert {k: streams[k] for k in answers[name]["streams"]} == answers[name]["streams"]
 
 
 def test_tiny_splits_give_identical_tables(spark, tmp_path):

@@ -195,7 +195,8 @@ class PacketDecoder:
 
     # -- link layer -----------------------------------------------------------------------------
     def handler(self, linktype: int) -> Callable:
-        """The record handler for a link type: f(buf, off, end, wire_len, ts_ns, rec_offset)."""
+        """The record handler for a link type: f(buf, off, end, wire_len, ts_ns, rec_offset, record_no),
+        record_no the record's 1-based number among the split's packet records (tables.PACKETS)."""
         lt = linktype & 0xFFFF  # pcap's upper bits carry FCS information
         if lt == LT_EN10MB:
             return self.eth
@@ -212,7 +213,7 @@ class PacketDecoder:
         if lt == LT_IPV6:
             return self.ip6
 
-        def unknown(buf, off, end, wire, ts, rec, _lt=lt):
+        def unknown(buf, off, end, wire, ts, rec, no, _lt=lt):
             self.unknown_linktype += 1
             if _lt not in self._unknown_lt:
                 self._unknown_lt.add(_lt)
@@ -220,10 +221,10 @@ class PacketDecoder:
 
         return unknown
 
-    def eth(self, buf, off, end, wire, ts, rec):
+    def eth(self, buf, off, end, wire, ts, rec, no):
         """Ethernet II, with any number of stacked 802.1Q/802.1ad tags."""
         if end - off >= 34 and buf[off + 12] == 8 and buf[off + 13] == 0:  # IPv4, untagged
-            self.ip4(buf, off + 14, end, wire, ts, rec)
+            self.ip4(buf, off + 14, end, wire, ts, rec, no)
             return
         if end - off < 14:
             self.malformed += 1
@@ -238,13 +239,13 @@ class PacketDecoder:
                 et = _U16(buf, off + 2)[0]  # TCI (2 bytes) then the inner EtherType
                 off += 4
         if et == ET_IPV4:
-            self.ip4(buf, off, end, wire, ts, rec)
+            self.ip4(buf, off, end, wire, ts, rec, no)
         elif et == ET_IPV6:
-            self.ip6(buf, off, end, wire, ts, rec)
+            self.ip6(buf, off, end, wire, ts, rec, no)
         else:
             self.other += 1
 
-    def _ethertype(self, et, buf, off, end, wire, ts, rec):
+    def _ethertype(self, et, buf, off, end, wire, ts, rec, no):
         while et in VLAN_TPIDS:
             if end - off < 4:
                 self.malformed += 1
@@ -252,27 +253,27 @@ class PacketDecoder:
             et = _U16(buf, off + 2)[0]
             off += 4
         if et == ET_IPV4:
-            self.ip4(buf, off, end, wire, ts, rec)
+            self.ip4(buf, off, end, wire, ts, rec, no)
         elif et == ET_IPV6:
-            self.ip6(buf, off, end, wire, ts, rec)
+            self.ip6(buf, off, end, wire, ts, rec, no)
         else:
             self.other += 1
 
-    def sll(self, buf, off, end, wire, ts, rec):
+    def sll(self, buf, off, end, wire, ts, rec, no):
         """Linux cooked v1: packet type, ARPHRD, addr len, 8-byte addr, protocol at byte 14."""
         if end - off < 16:
             self.malformed += 1
             return
-        self._ethertype(_U16(buf, off + 14)[0], buf, off + 16, end, wire, ts, rec)
+        self._ethertype(_U16(buf, off + 14)[0], buf, off + 16, end, wire, ts, rec, no)
 
-    def sll2(self, buf, off, end, wire, ts, rec):
+    def sll2(self, buf, off, end, wire, ts, rec, no):
         """Linux cooked v2: protocol at byte 0, then reserved, ifindex, ARPHRD, type, addr: 20 bytes."""
         if end - off < 20:
             self.malformed += 1
             return
-        self._ethertype(_U16(buf, off)[0], buf, off + 20, end, wire, ts, rec)
+        self._ethertype(_U16(buf, off)[0], buf, off + 20, end, wire, ts, rec, no)
 
-    def null(self, buf, off, end, wire, ts, rec):
+    def null(self, buf, off, end, wire, ts, rec, no):
         """BSD NULL/LOOP: a 4-byte address family, in either byte order (NULL uses the host's)."""
         if end - off < 4:
             self.malformed += 1
@@ -281,27 +282,27 @@ class PacketDecoder:
         if af > 0xFFFF:
             af = _U32(buf, off)[0]
         if af == 2:
-            self.ip4(buf, off + 4, end, wire, ts, rec)
+            self.ip4(buf, off + 4, end, wire, ts, rec, no)
         elif af in AF_INET6_VALUES:
-            self.ip6(buf, off + 4, end, wire, ts, rec)
+            self.ip6(buf, off + 4, end, wire, ts, rec, no)
         else:
             self.other += 1
 
-    def raw(self, buf, off, end, wire, ts, rec):
+    def raw(self, buf, off, end, wire, ts, rec, no):
         """Raw IP: the version nibble tells IPv4 from IPv6."""
         if end <= off:
             self.malformed += 1
             return
         v = buf[off] >> 4
         if v == 4:
-            self.ip4(buf, off, end, wire, ts, rec)
+            self.ip4(buf, off, end, wire, ts, rec, no)
         elif v == 6:
-            self.ip6(buf, off, end, wire, ts, rec)
+            self.ip6(buf, off, end, wire, ts, rec, no)
         else:
             self.other += 1
 
     # -- network layer --------------------------------------------------------------------------
-    def ip4(self, buf, off, end, wire, ts, rec):
+    def ip4(self, buf, off, end, wire, ts, rec, no):
         """IPv4 (options skipped by IHL); fragments go to reassembly, never to TCP parsing."""
         # long on purpose: it runs per packet, with the TCP parse inlined (bench/read_bench.py)
         # fast path: IHL 5, TCP, not a fragment, IPv4 + TCP base headers captured: one unpack
@@ -336,6 +337,7 @@ class PacketDecoder:
                         self._append(
                             (
                                 rec,
+                                no,
                                 ts,
                                 s,
                                 sport,
@@ -356,6 +358,7 @@ class PacketDecoder:
                         self._append(
                             (
                                 rec,
+                                no,
                                 ts,
                                 d,
                                 dport,
@@ -404,17 +407,18 @@ class PacketDecoder:
                 dst,
                 ts,
                 rec,
+                no,
                 wire,
             )
             return
         if proto == IPPROTO_TCP:
-            self._tcp4(buf, off + ihl, end if end < ip_end else ip_end, ip_end, src, dst, ts, rec, wire)
+            self._tcp4(buf, off + ihl, end if end < ip_end else ip_end, ip_end, src, dst, ts, rec, no, wire)
         elif proto == IPPROTO_UDP:
             self.udp += 1
         else:
             self.other += 1
 
-    def ip6(self, buf, off, end, wire, ts, rec):
+    def ip6(self, buf, off, end, wire, ts, rec, no):
         """IPv6, walking hop-by-hop, routing, fragment, AH and destination-options headers."""
         if end - off < 40:
             self.malformed += 1
@@ -453,6 +457,7 @@ class PacketDecoder:
                     dst,
                     ts,
                     rec,
+                    no,
                     wire,
                 )
                 return
@@ -463,14 +468,14 @@ class PacketDecoder:
                 self.malformed += 1
                 return
         if nh == IPPROTO_TCP:
-            self._tcp6(buf, p, cap_end, ip_end, src, dst, ts, rec, wire)
+            self._tcp6(buf, p, cap_end, ip_end, src, dst, ts, rec, no, wire)
         elif nh == IPPROTO_UDP:
             self.udp += 1
         else:
             self.other += 1
 
     # -- fragments ------------------------------------------------------------------------------
-    def _fragment(self, key, frag_off, more, proto, data, truncated, ver, src, dst, ts, rec, wire):
+    def _fragment(self, key, frag_off, more, proto, data, truncated, ver, src, dst, ts, rec, no, wire):
         frags = self._frags
         fr = frags.get(key)
         if fr is None:
@@ -517,7 +522,7 @@ class PacketDecoder:
         n = len(data)
         if ver == 4:
             if fr.proto == IPPROTO_TCP:
-                self._tcp4(data, 0, n, n, src, dst, ts, rec, fr.wire)
+                self._tcp4(data, 0, n, n, src, dst, ts, rec, no, fr.wire)
             elif fr.proto == IPPROTO_UDP:
                 self.udp += 1
             else:
@@ -532,14 +537,14 @@ class PacketDecoder:
             nh = data[p]
             p += hlen
         if nh == IPPROTO_TCP:
-            self._tcp6(data, p, n, n, src, dst, ts, rec, fr.wire)
+            self._tcp6(data, p, n, n, src, dst, ts, rec, no, fr.wire)
         elif nh == IPPROTO_UDP:
             self.udp += 1
         else:
             self.other += 1
 
     # -- transport ------------------------------------------------------------------------------
-    def _tcp4(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, wire):
+    def _tcp4(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, no, wire):
         """TCP over IPv4: src/dst are the addresses as ints (their order is the packed order)."""
         if ip_end - l4 < 20:
             self.malformed += 1
@@ -574,14 +579,14 @@ class PacketDecoder:
             self.snap_truncated += 1
         if src < dst or (src == dst and sport <= dport):
             self._append(
-                (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
+                (rec, no, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
             )
         else:
             self._append(
-                (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
+                (rec, no, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
             )
 
-    def _tcp6(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, wire):
+    def _tcp6(self, buf, l4, cap_end, ip_end, src, dst, ts, rec, no, wire):
         """TCP over IPv6: src/dst are the 16-byte packed addresses."""
         if ip_end - l4 < 20:
             self.malformed += 1
@@ -616,11 +621,11 @@ class PacketDecoder:
             self.snap_truncated += 1
         if src < dst or (src == dst and sport <= dport):
             self._append(
-                (rec, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
+                (rec, no, ts, s, sport, d, dport, True, seq, ack, flags, win, wire, plen, trunc, payload)
             )
         else:
             self._append(
-                (rec, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
+                (rec, no, ts, d, dport, s, sport, False, seq, ack, flags, win, wire, plen, trunc, payload)
             )
 
     # -- output ---------------------------------------------------------------------------------
@@ -638,6 +643,7 @@ class PacketDecoder:
             return _empty_batch()
         (
             rec,
+            no,
             ts,
             lo_ip,
             lo_port,
@@ -657,6 +663,7 @@ class PacketDecoder:
             pa.repeat(pa.scalar(self.capture_id, pa.string()), n),
             pa.repeat(pa.scalar(self.file_index, pa.int32()), n),
             _i64(rec),
+            _i64(no),
             _i64(ts),
             _ips(lo_ip),
             _i32(lo_port),

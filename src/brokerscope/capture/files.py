@@ -7,7 +7,11 @@ import hashlib
 import os
 import struct
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 # pcap global header magic numbers, as the first 4 bytes appear in the file
 PCAP_MAGICS = {
@@ -143,3 +147,55 @@ def plan_splits(path, file_index: int, capture_id: str, kind: str, split_size: i
         out.append(Split(p, capture_id, file_index, kind, start, end))
         start = end
     return out
+
+
+class FrameNumbers:
+    """Frame numbers as Wireshark counts them (the 1-based index of a packet record in its file:
+    pcap records; pcapng EPB, SPB and PB blocks, no other block) from the reader's per-split
+    numbers (tables.PACKETS record_no): a split's first record follows every record of the
+    file's earlier splits, and a packet's split is the one holding its record's first byte.
+
+    `counts[file_index][split start]` = the packet records the split read. Only known once every
+    split of the file was read (the pipeline's read tasks write them beside the identity digests).
+    """
+
+    def __init__(self, counts: dict[int, dict[int, int]]) -> None:
+        self._splits: dict[int, tuple] = {}  # file_index -> (split starts, records before each)
+        for fi, per_start in counts.items():
+            starts = sorted(per_start)
+            before, n = [], 0
+            for s in starts:
+                before.append(n)
+                n += per_start[s]
+            self._splits[fi] = (starts, before)
+
+    def add(self, file_index: pa.Array, rec_offset: pa.Array, record_no: pa.Array) -> pa.Array:
+        """The frame numbers (int64) of a batch's packets; null where the number is unknown (a
+        file whose split counts are missing, or a counters row). A batch's packets of one file
+        come from few splits (the decode stage sorts by connection and time): a step per split
+        its record offsets span."""
+        base = pa.scalar(0, pa.int64())
+        files = pc.unique(file_index).to_pylist()
+        for f in files:
+            sp = self._splits.get(f)
+            mine = pc.equal(file_index, f) if len(files) > 1 else None
+            if sp is None:
+                record_no = (
+                    pc.if_else(mine, pa.scalar(None, pa.int64()), record_no)
+                    if mine is not None
+                    else pa.nulls(len(record_no), pa.int64())
+                )
+                continue
+            starts, before = sp
+            if len(starts) == 1:
+                continue
+            span = pc.min_max(rec_offset if mine is None else rec_offset.filter(mine))
+            lo, hi = span["min"].as_py(), span["max"].as_py()
+            if lo is None:
+                continue
+            for j in range(max(bisect_right(starts, lo) - 1, 0), bisect_right(starts, hi)):
+                at = pc.greater_equal(rec_offset, starts[j])
+                if mine is not None:
+                    at = pc.and_(at, mine)
+                base = pc.if_else(at, pa.scalar(before[j], pa.int64()), base)
+        return pc.add(record_no, base)

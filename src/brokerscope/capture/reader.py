@@ -463,9 +463,9 @@ def _read_pcap(
             try:
                 # Ethernet + IPv4 (the common case) goes straight to the IPv4 parser
                 if eth and cl >= 34 and buf[p + 28] == 8 and buf[p + 29] == 0:
-                    ip4(buf, p + 30, q, ol, ts, rec)
+                    ip4(buf, p + 30, q, ol, ts, rec, records)
                 else:
-                    handle(buf, p + 16, q, ol, ts, rec)
+                    handle(buf, p + 16, q, ol, ts, rec, records)
             except (struct.error, IndexError, ValueError) as e:  # a parser bug must not end the split
                 dec.malformed += 1
                 dec.error(f"undecodable record at offset {rec}: {e}")
@@ -777,9 +777,9 @@ def _read_pcapng(
                     else:
                         try:
                             if ifc.eth and cl >= 34 and buf[p + 40] == 8 and buf[p + 41] == 0:
-                                ip4(buf, p + 42, p + 28 + cl, ol, ts, rec)  # Ethernet + IPv4
+                                ip4(buf, p + 42, p + 28 + cl, ol, ts, rec, records)  # Ethernet + IPv4
                             else:
-                                ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                                ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec, records)
                         except (struct.error, IndexError, ValueError) as e:
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
@@ -864,7 +864,7 @@ def _read_pcapng(
                         filtered += 1
                     else:
                         try:
-                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec)
+                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec, records)
                         except (struct.error, IndexError, ValueError) as e:
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
@@ -900,7 +900,7 @@ def _read_pcapng(
                         filtered += 1
                     else:
                         try:
-                            ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec)
+                            ifc.handle(buf, p + 12, p + 12 + cl, ol, last_ts, rec, records)
                         except (struct.error, IndexError, ValueError) as e:
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")

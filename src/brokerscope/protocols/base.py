@@ -167,6 +167,20 @@ class ConnInfo:
     server_ip: str
     server_port: int
     midstream: bool = False  # the capture has no handshake: the first bytes may be mid-frame
+    # (direction, stream offset, size) -> (first, last) frame numbers of the packets holding
+    # those bytes, from the driver (streams.py); None where nothing numbers frames (unit tests)
+    frames: Callable[[str, int, int], tuple[int | None, int | None]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    def frame_range(self, direction: str, offset: int | None, size: int | None) -> dict:
+        """The `first_frame` and `last_frame` columns of a row carried by the frame of
+        `direction` at stream `offset` of `size` bytes (a messages row: its command's frame),
+        asked while that frame is decoded; empty when frames are not numbered."""
+        if self.frames is None or offset is None:
+            return {}
+        first, last = self.frames(direction, offset, size or 0)
+        return {"first_frame": first, "last_frame": last}
 
 
 class Conversation:
@@ -188,6 +202,14 @@ class Conversation:
     def close(self) -> Iterable[Row]:
         """The connection ended (or the capture did): flush partial frames and unanswered requests."""
         return ()
+
+    def low_water(self, direction: str) -> int | None:
+        """The lowest stream offset of `direction` that a row still to come may name (its
+        stream_offset): the driver forgets which packet brought the bytes below it. The framers'
+        pending bytes by default (`self.framer`, one per direction, as every protocol here has);
+        a conversation that holds frames for later rows lowers it; None: unknown, forget nothing."""
+        framer = getattr(self, "framer", None)
+        return framer[direction].low_water() if framer else None
 
 
 class Protocol:

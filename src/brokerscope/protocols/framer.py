@@ -233,6 +233,12 @@ class Framer:
             b.consume(len(b))
         return out
 
+    def low_water(self) -> int:
+        """The lowest stream offset a record still to come may start at: the first pending byte,
+        or the start of what a resync is passing over."""
+        g = self._garbage
+        return self.buf.offset if g is None or g.offset > self.buf.offset else g.offset
+
     def drop_all(self) -> tuple[int, int, int]:
         """After a decoder error: forget what is buffered (and the bytes a resync had passed
         over) and resync. Returns (stream offset, bytes, last ts) of what was dropped."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 FIN, SYN, RST, PSH, ACK, URG = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 
 # Event kinds produced by reassembly:
-#   ("data", from_lo, data, ts_ns): new in-order bytes of one direction (never a duplicate)
+#   ("data", from_lo, data, ts_ns, frame): new in-order bytes of one direction (never a duplicate),
+#       ts_ns and frame (number in its capture file) of the packet that brought them
 #   ("gap", from_lo, nbytes, ts_ns): nbytes of that direction were never captured
 DATA = "data"
 GAP = "gap"
@@ -37,6 +38,7 @@ class Packet:
     snap_truncated: bool
     file_index: int = 0
     capture_id: str = ""
+    frame: int = 0
 
 
 def canonical_key(src_ip, src_port: int, dst_ip, dst_port: int) -> tuple[tuple, bool]:

@@ -66,8 +66,9 @@ class Reassembler:
     also count as retransmitted bytes), `rxmit_packets` (segments that brought retransmitted bytes).
 
     `peer_window_zero` is set by the connection from the other side's advertised window.
-    Event timestamps: data carries the capture time of the packet that brought it; a gap carries the
-    capture time of the packet whose bytes follow it, or the time it was declared if none do.
+    Event timestamps: data carries the capture time (and frame number) of the packet that brought
+    it; a gap carries the capture time of the packet whose bytes follow it, or the time it was
+    declared if none do.
     """
 
     __slots__ = (
@@ -114,7 +115,7 @@ class Reassembler:
         self._nseq = -1  # 32-bit sequence number of next_off; -1 until the direction starts
         self._blocked = False  # something is held beyond a hole (pieces or a FIN)
         self._starts: list[int] = []  # start offsets of the held pieces, sorted
-        self._pieces: list[list] = []  # [start, end, bytes | None (known lost), arrival ts_ns]
+        self._pieces: list[list] = []  # [start, end, bytes | None (known lost), arrival ts_ns, frame]
         self._buffered = 0  # bytes held in pieces
         self._arrivals: list[tuple[int, int]] = []  # heap of (arrival ts_ns, start) of held pieces
         self._hole_since = 0  # capture time since when the current hole is known
@@ -164,7 +165,7 @@ class Reassembler:
                     self.delivered_bytes += n
                     if n == 1 and self.peer_window_zero:
                         self.zero_window_probes += 1
-                    return [(DATA, self.from_lo, payload, pkt.ts_ns)]
+                    return [(DATA, self.from_lo, payload, pkt.ts_ns, pkt.frame)]
                 return []
         rx = self.retransmitted_bytes  # retransmissions only take the slow path
         out = self._segment_slow(pkt)
@@ -289,7 +290,7 @@ class Reassembler:
                 if off == nxt and not self._pieces:
                     # in order with nothing held: deliver, the uncaptured tail is a gap right away
                     if cap_end > off:
-                        out.append((DATA, self.from_lo, payload, ts))
+                        out.append((DATA, self.from_lo, payload, ts, pkt.frame))
                         self.delivered_bytes += cap_end - off
                     if end > cap_end:
                         self._gap(out, end - cap_end, ts)
@@ -298,9 +299,9 @@ class Reassembler:
                 else:
                     added = 0
                     if cap_end > off:
-                        added += self._insert(off, cap_end, payload, ts)
+                        added += self._insert(off, cap_end, payload, ts, pkt.frame)
                     if end > cap_end:
-                        added += self._insert(cap_end, end, None, ts)
+                        added += self._insert(cap_end, end, None, ts, pkt.frame)
                     if added and off > nxt:
                         self.out_of_order += 1
 
@@ -325,7 +326,7 @@ class Reassembler:
             self.history.append("G" if self.from_lo else "g")
         out.append((GAP, self.from_lo, nbytes, ts))
 
-    def _insert(self, s: int, e: int, data, ts: int) -> int:
+    def _insert(self, s: int, e: int, data, ts: int, frame: int) -> int:
         """Hold [s, e) (data None: known lost) minus what is held already; return new bytes held."""
         starts = self._starts
         pieces = self._pieces
@@ -340,7 +341,7 @@ class Reassembler:
             if j < k and pieces[j][0] < e:
                 ps, pe = pieces[j][0], pieces[j][1]
                 if ps > pos:
-                    new.append(self._piece(pos, ps, s, data, ts))
+                    new.append(self._piece(pos, ps, s, data, ts, frame))
                 covered = min(pe, e) - max(ps, pos)
                 if covered > 0:
                     self.retransmitted_bytes += covered
@@ -348,7 +349,7 @@ class Reassembler:
                     pos = pe
                 j += 1
             else:
-                new.append(self._piece(pos, e, s, data, ts))
+                new.append(self._piece(pos, e, s, data, ts, frame))
                 pos = e
         if not new:
             return 0
@@ -367,13 +368,13 @@ class Reassembler:
         return added
 
     @staticmethod
-    def _piece(p0: int, p1: int, s: int, data, ts: int) -> list:
+    def _piece(p0: int, p1: int, s: int, data, ts: int, frame: int) -> list:
         if data is None:
-            return [p0, p1, None, ts]
+            return [p0, p1, None, ts, frame]
         chunk = data[p0 - s : p1 - s]
         if not isinstance(chunk, bytes):
             chunk = bytes(chunk)  # never pin a larger buffer (e.g. an Arrow batch) while held
-        return [p0, p1, chunk, ts]
+        return [p0, p1, chunk, ts, frame]
 
     def _drain(self, out: list[Event], moved: bool = False) -> None:
         """Deliver held pieces (and pass the FIN) that now follow next_off; refresh the state.
@@ -384,11 +385,11 @@ class Reassembler:
         k = len(pieces)
         while True:
             if i < k and pieces[i][0] == nxt:
-                s, e, data, pts = pieces[i]
+                s, e, data, pts, pfr = pieces[i]
                 if data is None:
                     self._gap(out, e - s, pts)
                 else:
-                    out.append((DATA, self.from_lo, data, pts))
+                    out.append((DATA, self.from_lo, data, pts, pfr))
                     self.delivered_bytes += e - s
                     self._buffered -= e - s
                 nxt = e

@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+from brokerscope.capture.files import FrameNumbers
 
 # ------------------------------------------------------------------------------------------------
 # pcap
@@ -132,20 +133,29 @@ ROW_COLS = (
 
 
 def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
-    """(rows as dicts in file order, list of stats dicts — one per split)."""
+    """(rows as dicts in file order, list of stats dicts — one per split). Each row also has
+    `frame`: its frame number in the file, from the splits' record numbers and counts as the
+    decode stage computes it (capture.files.FrameNumbers)."""
     kind = identify(path)
     cid = capture_id(path)
     rows: list[dict] = []
     stats: list[dict] = []
+    read = []
     for sp in plan_splits(path, 0, cid, kind, split_size):
         batches = list(read_split(sp, batch_packets=batch_packets, **kw))
         st = parse_stats(batches[-1])
         assert st is not None, "the last batch of a split must be its stats"
         assert all(parse_stats(b) is None for b in batches[:-1])
         stats.append(st)
-        for b in batches[:-1]:
+        read.append((sp.start, batches[:-1]))
+    numbers = FrameNumbers({0: {start: st["records"] for (start, _), st in zip(read, stats, strict=True)}})
+    for _, batches in read:
+        for b in batches:
             assert b.column("capture_id").to_pylist() == [cid] * b.num_rows
-            rows.extend(b.select(list(ROW_COLS)).to_pylist())
+            frames = numbers.add(b.column("file_index"), b.column("rec_offset"), b.column("record_no"))
+            for r, f in zip(b.select(list(ROW_COLS)).to_pylist(), frames.to_pylist(), strict=True):
+                r["frame"] = f
+                rows.append(r)
     return rows, stats
 
 

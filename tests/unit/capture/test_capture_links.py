@@ -64,6 +64,7 @@ def test_ethernet_ipv4_tcp_all_fields(tmp_path):
             "payload_len": 11,
             "snap_truncated": False,
             "payload": b"kafka-bytes",
+            "frame": 1,
         }
     ]
     assert st["records"] == 1 and st["tcp"] == 1 and st["bytes"] == len(pkt)

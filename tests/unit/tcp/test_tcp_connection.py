@@ -63,8 +63,8 @@ def test_syn_ack_alone_names_the_server():
 def test_mid_stream_capture_has_no_roles():
     first = pkt(False, 777, 555, ACK | PSH, b"resp")
     conn = TcpConnection(first)
-    assert conn.add(first) == [("data", False, b"resp", 0)]
-    assert conn.add(pkt(True, 555, 781, ACK | PSH, b"req")) == [("data", True, b"req", 0)]
+    assert conn.add(first) == [("data", False, b"resp", 0, 0)]
+    assert conn.add(pkt(True, 555, 781, ACK | PSH, b"req")) == [("data", True, b"req", 0, 0)]
     assert conn.client_is_lo is None and conn.midstream and not conn.syn_seen
 
 
@@ -75,9 +75,9 @@ def test_request_response_exchange_and_per_direction_statistics():
     ev += conn.add(pkt(False, S_ISN + 1, C_ISN + 6, ACK | PSH, b"world!", ts=12))  # retransmission
     ev += conn.add(pkt(True, C_ISN + 6, S_ISN + 1, ACK | PSH, b"abcdefgh", plen=20, ts=13))  # snapped
     assert ev == [
-        ("data", True, b"hello", 10),
-        ("data", False, b"world!", 11),
-        ("data", True, b"abcdefgh", 13),
+        ("data", True, b"hello", 10, 0),
+        ("data", False, b"world!", 11, 0),
+        ("data", True, b"abcdefgh", 13, 0),
         ("gap", True, 12, 13),
     ]
     lo, hi = conn.dirs
@@ -104,7 +104,7 @@ def test_ack_from_the_peer_declares_the_gap_before_the_peer_data():
     conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req1", ts=10))
     # the client's second request (8 bytes) was never captured; the server answers both
     ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 13, ACK | PSH, b"resp", ts=11))
-    assert ev == [("gap", True, 8, 11), ("data", False, b"resp", 11)]
+    assert ev == [("gap", True, 8, 11), ("data", False, b"resp", 11, 0)]
 
 
 def test_half_close_then_data_from_the_other_side():
@@ -113,7 +113,7 @@ def test_half_close_then_data_from_the_other_side():
     assert conn.add(pkt(True, C_ISN + 10, S_ISN + 1, FIN | ACK)) == []
     assert conn.fin_seen
     ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 11, ACK | PSH, b"answer after half-close"))
-    assert ev == [("data", False, b"answer after half-close", 0)]
+    assert ev == [("data", False, b"answer after half-close", 0, 0)]
     assert conn.add(pkt(True, C_ISN + 11, S_ISN + 24, ACK)) == []  # client ACKs after its FIN
     assert conn.add(pkt(False, S_ISN + 24, C_ISN + 11, FIN | ACK)) == []
     assert conn.lo.reasm.fin_done and conn.hi.reasm.fin_done
@@ -123,7 +123,7 @@ def test_half_close_then_data_from_the_other_side():
 def test_rst_ends_the_connection_and_its_data_is_delivered():
     conn, _ = handshake()
     ev = conn.add(pkt(False, S_ISN + 1, C_ISN + 1, RST | ACK | PSH, b"bye"))
-    assert ev == [("data", False, b"bye", 0)]
+    assert ev == [("data", False, b"bye", 0, 0)]
     assert conn.rst_seen
 
 
@@ -131,11 +131,11 @@ def test_zero_window_probe_through_the_connection():
     conn, _ = handshake()
     conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"abc"))
     conn.add(pkt(False, S_ISN + 1, C_ISN + 4, ACK, window=0))  # server: window full
-    assert conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK, b"d")) == [("data", True, b"d", 0)]
+    assert conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK, b"d")) == [("data", True, b"d", 0, 0)]
     assert conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK, b"d")) == []  # probe again: not a keepalive
     conn.add(pkt(False, S_ISN + 1, C_ISN + 5, ACK, window=4096))  # window opens
     ev = conn.add(pkt(True, C_ISN + 4, S_ISN + 1, ACK | PSH, b"defg"))
-    assert ev == [("data", True, b"efg", 0)]
+    assert ev == [("data", True, b"efg", 0, 0)]
     assert conn.lo.keepalives == 0 and conn.lo.zero_window_probes == 2
     assert conn.lo.retransmitted_bytes == 2
     assert conn.add(pkt(True, C_ISN + 7, S_ISN + 1, ACK)) == []  # a real keepalive now
@@ -148,9 +148,9 @@ def test_finish_flushes_both_directions():
     conn.add(pkt(False, S_ISN + 5, C_ISN + 1, ACK | PSH, b"xyz", ts=6))
     assert conn.finish() == [
         ("gap", True, 2, 5),
-        ("data", True, b"cd", 5),
+        ("data", True, b"cd", 5, 0),
         ("gap", False, 4, 6),
-        ("data", False, b"xyz", 6),
+        ("data", False, b"xyz", 6, 0),
     ]
     assert conn.out_of_order == 2
 

@@ -59,9 +59,9 @@ def test_in_order_segments_are_delivered_as_they_come():
     r = Reassembler()
     syn(r)
     ev = r.segment(seg(ISN + 1, b"abc", ts=10))
-    assert ev == [("data", True, b"abc", 10)]
+    assert ev == [("data", True, b"abc", 10, 0)]
     ev = r.segment(seg(ISN + 4, b"defg", ts=11))
-    assert ev == [("data", True, b"defg", 11)]
+    assert ev == [("data", True, b"defg", 11, 0)]
     assert r.segment(seg(ISN + 8)) == []  # pure ACK at the next sequence number
     assert counters(r) == zero(delivered=7)
     assert r.next_off == 7 and r.isn == ISN and not r.midstream
@@ -75,7 +75,7 @@ def test_out_of_order_segment_is_held_until_the_hole_fills():
     assert r.segment(seg(ISN + 10, b"jk", ts=3)) == []
     assert r.buffered_bytes == 5
     ev = r.segment(seg(ISN + 4, b"def", ts=4))
-    assert ev == [("data", True, b"def", 4), ("data", True, b"ghi", 2), ("data", True, b"jk", 3)]
+    assert ev == [("data", True, b"def", 4, 0), ("data", True, b"ghi", 2, 0), ("data", True, b"jk", 3, 0)]
     assert r.buffered_bytes == 0
     assert counters(r) == zero(delivered=11, ooo=2)
 
@@ -94,7 +94,7 @@ def test_segment_spanning_delivered_and_new_bytes_delivers_only_new():
     syn(r)
     r.segment(seg(ISN + 1, b"abcdef"))
     ev = r.segment(seg(ISN + 4, b"defghi", ts=7))
-    assert ev == [("data", True, b"ghi", 7)]
+    assert ev == [("data", True, b"ghi", 7, 0)]
     assert counters(r) == zero(delivered=9, retrans=3)
 
 
@@ -104,7 +104,7 @@ def test_overlap_at_the_back_of_a_segment_with_held_bytes():
     syn(r)
     assert r.segment(seg(ISN + 7, b"ghij", ts=1)) == []
     ev = r.segment(seg(ISN + 1, b"abcdefgh", ts=2))
-    assert ev == [("data", True, b"abcdef", 2), ("data", True, b"ghij", 1)]
+    assert ev == [("data", True, b"abcdef", 2, 0), ("data", True, b"ghij", 1, 0)]
     assert counters(r) == zero(delivered=10, retrans=2, ooo=1)
 
 
@@ -144,11 +144,11 @@ def test_zero_window_probe_is_data_and_its_resend_gives_only_new_bytes():
     r.segment(seg(ISN + 1, b"abc"))
     r.peer_window_zero = True  # the receiver advertised a zero window
     ev = r.segment(seg(ISN + 4, b"d", ts=5))  # the probe: one byte at the next sequence number
-    assert ev == [("data", True, b"d", 5)]
+    assert ev == [("data", True, b"d", 5, 0)]
     assert r.segment(seg(ISN + 4, b"d", ts=6)) == []  # the probe sent again: not a keepalive
     r.peer_window_zero = False  # window opened
     ev = r.segment(seg(ISN + 4, b"defgh", ts=7))
-    assert ev == [("data", True, b"efgh", 7)]
+    assert ev == [("data", True, b"efgh", 7, 0)]
     assert counters(r) == zero(delivered=8, retrans=2)
     assert r.zero_window_probes == 2
 
@@ -187,7 +187,7 @@ def test_long_stream_wraps_many_times_with_unwrapped_offsets():
 def test_capture_starting_mid_stream_starts_at_first_seen_seq():
     r = Reassembler()
     ev = r.segment(seg(5000, b"xyz", ts=1))
-    assert ev == [("data", True, b"xyz", 1)]
+    assert ev == [("data", True, b"xyz", 1, 0)]
     assert r.midstream and r.isn is None and r.base_seq == 5000
     assert data(r.segment(seg(5003, b"w"))) == b"w"
     assert counters(r) == zero(delivered=4)
@@ -238,7 +238,7 @@ def test_fin_arriving_before_the_missing_data():
 def test_syn_carrying_data():
     r = Reassembler()
     ev = r.segment(seg(100, b"hello", flags=SYN, ts=3))
-    assert ev == [("data", True, b"hello", 3)]
+    assert ev == [("data", True, b"hello", 3, 0)]
     assert r.isn == 100 and r.base_seq == 101
     assert r.segment(seg(100, b"hello", flags=SYN)) == []  # retransmitted SYN
     assert counters(r) == zero(delivered=5, retrans=5)
@@ -260,7 +260,7 @@ def test_gap_declared_when_peer_acknowledges_past_the_hole():
     r.segment(seg(ISN + 7, b"ghi", ts=2))
     assert r.peer_ack(ISN + 4, 3) == []  # acknowledges only what was delivered
     ev = r.peer_ack(ISN + 10, 4)
-    assert ev == [("gap", True, 3, 2), ("data", True, b"ghi", 2)]
+    assert ev == [("gap", True, 3, 2), ("data", True, b"ghi", 2, 0)]
     assert r.segment(seg(ISN + 4, b"def")) == []  # arrives after the gap was declared: old
     assert counters(r) == zero(delivered=6, ooo=1, gaps=1, gap_bytes=3, retrans=3)
 
@@ -284,9 +284,9 @@ def test_ack_covering_two_holes_declares_both():
     ev = r.peer_ack(ISN + 9, 3)
     assert ev == [
         ("gap", True, 2, 1),
-        ("data", True, b"cd", 1),
+        ("data", True, b"cd", 1, 0),
         ("gap", True, 2, 2),
-        ("data", True, b"gh", 2),
+        ("data", True, b"gh", 2, 0),
     ]
     assert counters(r) == zero(delivered=4, ooo=2, gaps=2, gap_bytes=4)
 
@@ -296,7 +296,7 @@ def test_gap_declared_when_held_bytes_exceed_the_limit():
     syn(r)
     assert r.segment(seg(ISN + 5, b"efghij", ts=1)) == []  # 6 held, hole 0..3
     ev = r.segment(seg(ISN + 11, b"klmnop", ts=2))  # 12 held > 10
-    assert ev == [("gap", True, 4, 1), ("data", True, b"efghij", 1), ("data", True, b"klmnop", 2)]
+    assert ev == [("gap", True, 4, 1), ("data", True, b"efghij", 1, 0), ("data", True, b"klmnop", 2, 0)]
     assert counters(r) == zero(delivered=12, ooo=2, gaps=1, gap_bytes=4)
 
 
@@ -307,7 +307,7 @@ def test_gap_declared_when_too_many_tiny_pieces_are_held():
         assert r.segment(seg(ISN + 2 + 2 * i, b"x", ts=i)) == []
     ev = r.segment(seg(ISN + 202, b"y", ts=100))  # the 101st piece
     # the first hole gives way; 100 pieces are left, within the bound, so the next hole waits
-    assert ev == [("gap", True, 1, 0), ("data", True, b"x", 0)]
+    assert ev == [("gap", True, 1, 0), ("data", True, b"x", 0, 0)]
     assert r.buffered_bytes == 100 and r.gap_count == 1 and r.next_off == 2
 
 
@@ -319,7 +319,7 @@ def test_gap_declared_when_the_hole_is_older_than_the_timeout():
     assert r.segment(seg(ISN + 7, b"gh", ts=1100)) == []  # hole known since 100: 1000 is not older
     assert r.peer_ack(ISN + 3, 1050) == []
     ev = r.peer_ack(ISN + 3, 1101)  # an ACK that says nothing new still advances the clock
-    assert ev == [("gap", True, 2, 100), ("data", True, b"ef", 100), ("data", True, b"gh", 1100)]
+    assert ev == [("gap", True, 2, 100), ("data", True, b"ef", 100, 0), ("data", True, b"gh", 1100, 0)]
     assert counters(r) == zero(delivered=6, ooo=2, gaps=1, gap_bytes=2)
 
 
@@ -329,9 +329,9 @@ def test_timeout_also_checked_on_own_segments():
     r.segment(seg(ISN + 3, b"cd", ts=0))
     ev = r.segment(seg(ISN + 9, b"ij", ts=5000))
     # hole 0..1 is old: gap, "cd"; the hole 4..7 is only known since "ij" arrived: still held
-    assert ev == [("gap", True, 2, 0), ("data", True, b"cd", 0)]
+    assert ev == [("gap", True, 2, 0), ("data", True, b"cd", 0, 0)]
     assert r.buffered_bytes == 2
-    assert r.flush(6000) == [("gap", True, 4, 5000), ("data", True, b"ij", 5000)]
+    assert r.flush(6000) == [("gap", True, 4, 5000), ("data", True, b"ij", 5000, 0)]
 
 
 def test_flush_turns_every_hole_into_a_gap():
@@ -343,9 +343,9 @@ def test_flush_turns_every_hole_into_a_gap():
     ev = r.flush(10)
     assert ev == [
         ("gap", True, 1, 2),
-        ("data", True, b"c", 2),
+        ("data", True, b"c", 2, 0),
         ("gap", True, 2, 3),
-        ("data", True, b"f", 3),
+        ("data", True, b"f", 3, 0),
     ]
     assert r.fin_done and r.next_off == 7 and r.buffered_bytes == 0
     assert r.flush(11) == []
@@ -364,7 +364,7 @@ def test_snap_truncated_segment_in_order_gives_data_then_gap():
     r = Reassembler()
     syn(r)
     ev = r.segment(seg(ISN + 1, b"abcd", plen=10, ts=1))
-    assert ev == [("data", True, b"abcd", 1), ("gap", True, 6, 1)]
+    assert ev == [("data", True, b"abcd", 1, 0), ("gap", True, 6, 1)]
     assert data(r.segment(seg(ISN + 11, b"k", ts=2))) == b"k"
     assert counters(r) == zero(delivered=5, gaps=1, gap_bytes=6)
 
@@ -376,10 +376,10 @@ def test_snap_truncated_segment_out_of_order():
     assert r.segment(seg(ISN + 8, b"hi", ts=2)) == []
     ev = r.segment(seg(ISN + 1, b"ab", ts=3))
     assert ev == [
-        ("data", True, b"ab", 3),
-        ("data", True, b"cd", 1),
+        ("data", True, b"ab", 3, 0),
+        ("data", True, b"cd", 1, 0),
         ("gap", True, 3, 1),
-        ("data", True, b"hi", 2),
+        ("data", True, b"hi", 2, 0),
     ]
     assert counters(r) == zero(delivered=6, ooo=2, gaps=1, gap_bytes=3)
 
@@ -453,7 +453,7 @@ def test_randomised_overlaps_reorders_and_losses_tile_the_stream_exactly():
             events += r.segment(seg(isn + 1 + a, piece, ts=ts))
         events += r.flush(len(sends))
         out = 0
-        for kind, from_lo, payload, _ts in events:
+        for kind, from_lo, payload, *_ts in events:
             assert from_lo is True
             if kind == "data":
                 assert payload == stream[out : out + len(payload)]

@@ -332,9 +332,12 @@ class IggyConversation(Conversation):
             key = None
             if fields["partitioning"]["kind"] == "messages_key":
                 key = fields["partitioning"]["value"]
+            frames = self.conn.frame_range(C2S, row.get("stream_offset"), row.get("size"))
             for m in msgs:
                 rows.append(
-                    message_row("produce", m, topic, i32(partition), pend["corr"], ts1, self.ctx.payload, key)
+                    message_row(
+                        "produce", m, topic, i32(partition), pend["corr"], ts1, self.ctx.payload, key, frames
+                    )
                 )
         self.pending.add(pend)
 
@@ -381,20 +384,23 @@ class IggyConversation(Conversation):
         flag_batch_checksum(row, fields.get("batch_checksum_ok"))
         rows.append(("commands", row))
         if msgs:  # POLL_MESSAGES: one deliver row per message
-            self._deliveries(req, msgs, i32(fields.get("partition_id")), ts0, rows)
+            frames = self.conn.frame_range(S2C, row.get("stream_offset"), row.get("size"))
+            self._deliveries(req, msgs, i32(fields.get("partition_id")), ts0, rows, frames)
         rows.extend(self._acks(req, status, fields, msgs, ts0))
 
     # -----------------------------------------------------------------------------------------
     # derived rows
 
     def _deliveries(
-        self, req: dict, msgs: list[dict], partition: int | None, ts: int, rows: list[Row]
+        self, req: dict, msgs: list[dict], partition: int | None, ts: int, rows: list[Row], frames: dict
     ) -> None:
         """The deliver rows of a poll's messages; each delivered offset is remembered, so that an
         offset ack finds when its message was delivered."""
         consumer = consumer_label((req.get("details") or {}).get("consumer"))
         for m in msgs:
-            table, row = message_row("deliver", m, req["topic"], partition, req["corr"], ts, self.ctx.payload)
+            table, row = message_row(
+                "deliver", m, req["topic"], partition, req["corr"], ts, self.ctx.payload, frames=frames
+            )
             row["consumer"] = consumer
             rows.append((table, row))
             if m.get("offset") is not None:

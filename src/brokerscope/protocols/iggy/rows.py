@@ -160,9 +160,10 @@ def message_row(
     ts: int,
     payload: PayloadPolicy,
     key: bytes | None = None,
+    frames: dict | None = None,
 ) -> Row:
     """The messages row of one decoded message, `direction` "produce" or "deliver"; its key and
-    value pass through the payload policy."""
+    value pass through the payload policy. `frames`: its frame's first_frame / last_frame."""
     row = {
         "ts_ns": ts,
         "direction": direction,
@@ -176,6 +177,7 @@ def message_row(
         "checksum_ok": m.get("checksum_ok"),
         "correlation_id": corr,
         "decode_status": base.OK,
+        **(frames or {}),
     }
     if m.get("checksum_ok") is False:
         row["decode_status"] = base.CHECKSUM_MISMATCH

@@ -79,7 +79,9 @@ def produce_request(conv: KafkaConversation, body, h: RequestHeader, pend: Pendi
             for b in rs.batches:
                 if b.status != base.OK and status == base.OK:
                     status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
-                rows = R.message_rows(b, pol, "produce", tname, pidx, h.correlation_id, ts0, False)
+                rows = R.message_rows(
+                    b, pol, "produce", tname, pidx, h.correlation_id, ts0, False, frames=pend.frames
+                )
                 pend.held_bytes += b.cols.payload_bytes if b.cols is not None else 0
                 pend.produce.append((tname, pidx, b, rows))
     return status, err
@@ -210,7 +212,9 @@ def fetch_response(conv: KafkaConversation, body, p: Pending, corr, ts0, latency
                 if b.producer_id in aborting:
                     continue
                 extra.extend(
-                    R.message_rows(b, pol, "deliver", tname, pidx, corr, ts0, True, min_off, t.get("TopicId"))
+                    R.message_rows(
+                        b, pol, "deliver", tname, pidx, corr, ts0, True, min_off, t.get("TopicId"), p.frames
+                    )
                 )
     return status, err
 
@@ -246,7 +250,9 @@ def share_deliveries(conv: KafkaConversation, body, p: Pending, corr, ts0, extra
                 for a in part.get("AcquiredRecords") or ()
             ]
             for b in rs.batches:
-                for tab, blk in R.message_rows(b, pol, "deliver", tname, pidx, corr, ts0, True, topic_id=tid):
+                for tab, blk in R.message_rows(
+                    b, pol, "deliver", tname, pidx, corr, ts0, True, topic_id=tid, frames=p.frames
+                ):
                     # records returned in the batch but not acquired by this consumer are not its
                     counts = [
                         next((n for lo, hi, n in acquired if lo <= off <= hi), None)

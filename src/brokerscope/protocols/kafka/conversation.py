@@ -55,6 +55,9 @@ class Pending:
     txn: dict | None = None
     held_bytes: int = 0
     share_acks: list = field(default_factory=list)  # [(topic, topic id, partition, first, last, types)]
+    # first_frame / last_frame of the frame being handled (ConnInfo.frame_range): the request's,
+    # then, while its response is handled, the response's (messages rows take them)
+    frames: dict = field(default_factory=dict)
 
 
 class KafkaConversation(Conversation):
@@ -105,6 +108,14 @@ class KafkaConversation(Conversation):
         self.pending.clear()
         out.extend(self.missing.release_all(self.topic_ids))
         return out
+
+    def low_water(self, direction: str) -> int | None:
+        """Also the responses held for inference (their commands rows come later), oldest first."""
+        low = super().low_water(direction)
+        if direction == S2C and self.missing.held:
+            held = next(iter(self.missing.held.values())).offset
+            low = held if low is None or held < low else low
+        return low
 
     # -- frames and junk ----------------------------------------------------------------------
     def _drain(self, d: str, out: list[Row]) -> None:
@@ -280,6 +291,7 @@ class KafkaConversation(Conversation):
         }
         p = schema.plan(h.api_key, h.api_version, "request")
         pend = Pending(h.api_key, h.api_version, name, p is not None, ts1, None, None, h.client_id)
+        pend.frames = self.conn.frame_range(C2S, offset, size)
         if p is None:
             row.update(rows.no_plan(h.api_key, h.api_version, name))
             row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, h.api_key))
@@ -376,6 +388,7 @@ class KafkaConversation(Conversation):
             out.extend(self.missing.hold(corr, frame, offset, ts0, ts1, self.pending))
             return
         self.held_bytes -= p.held_bytes
+        p.frames = self.conn.frame_range(S2C, offset, size)
         row = {
             "direction": S2C,
             "command": p.name,

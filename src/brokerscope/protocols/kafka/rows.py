@@ -195,9 +195,11 @@ def message_rows(
     with_offset: bool,
     min_offset: int | None = None,
     topic_id: str | None = None,
+    frames: dict | None = None,
 ) -> list[Row]:
     """The `messages` rows of a (non-control) batch's records, as one block (tables.Block), key
-    and value under the payload policy `pol`; none before `min_offset`."""
+    and value under the payload policy `pol`; none before `min_offset`. `frames`: the carrying
+    frame's first_frame / last_frame (ConnInfo.frame_range), constants of the block."""
     c = b.cols
     if b.control or c is None or not len(c):
         return []
@@ -220,6 +222,7 @@ def message_rows(
         "correlation_id": corr,
         "decode_status": b.status,
         "decode_error": b.error,
+        **(frames or {}),
     }
     head = _details_head(b)  # the batch-level fields, then each record's offset delta
     cols: dict = {

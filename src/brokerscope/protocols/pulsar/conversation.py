@@ -403,9 +403,10 @@ class PulsarConversation(Conversation):
         md = ev.pf.metadata
         status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
         payload = ev.pf.payload or b""
+        base_row.update(self.conn.frame_range(ev.direction, ev.row.get("stream_offset"), ev.row.get("size")))
         if not is_chunk(md):
             return message_rows(self.ctx, md, payload, base_row, status, extra)
-        cm = self.chunks.add((*who, md.uuid), md, payload, mid, ev.ts)
+        cm = self.chunks.add((*who, md.uuid), md, payload, mid, ev.ts, base_row)
         return [] if cm is None else chunked_rows(self.ctx, cm, md, base_row, status, extra)
 
     def _incomplete_chunk_row(self, key, cm) -> dict:

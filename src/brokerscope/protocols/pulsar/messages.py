@@ -217,6 +217,9 @@ class ChunkedMessage:
     message_ids: dict[int, str] = field(default_factory=dict)
     first_md: pb.MessageMetadata | None = None
     size: int = 0
+    # frame numbers: the first chunk's first packet, the last chunk's last packet (in arrival order)
+    first_frame: int | None = None
+    last_frame: int | None = None
 
     def add(self, chunk_id: int, data: bytes, md: pb.MessageMetadata, message_id: str | None) -> None:
         if chunk_id in self.chunks:
@@ -246,15 +249,24 @@ class Reassembly:
         self.cap = cap
 
     def add(
-        self, key: tuple, md: pb.MessageMetadata, data: bytes, message_id: str | None, ts_ns: int
+        self,
+        key: tuple,
+        md: pb.MessageMetadata,
+        data: bytes,
+        message_id: str | None,
+        ts_ns: int,
+        frames: dict | None = None,
     ) -> ChunkedMessage | None:
-        """Collect one chunk: its message once every chunk is in, else None."""
+        """Collect one chunk: its message once every chunk is in, else None. `frames`: the
+        chunk's first_frame / last_frame, if numbered."""
         cm = self.partial.get(key)
         if cm is None:
             cm = ChunkedMessage(md.uuid, md.num_chunks_from_msg, md.total_chunk_msg_size, ts_ns)
+            cm.first_frame = (frames or {}).get("first_frame")
             self.partial[key] = cm
             while len(self.partial) > MAX_CHUNKED:
                 self._drop_oldest()
+        cm.last_frame = (frames or {}).get("last_frame")
         before = cm.size
         cm.add(md.chunk_id, data, md, message_id)
         self.size += cm.size - before

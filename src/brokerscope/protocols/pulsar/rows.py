@@ -261,6 +261,8 @@ def chunked_rows(
         "chunk_message_ids": [cm.message_ids.get(i) for i in range(cm.num_chunks)],
     }
     # the compression and the batch flag of the whole message are in every chunk's metadata
+    if "first_frame" in base_row:  # the message spans its chunks' frames
+        base_row = {**base_row, "first_frame": cm.first_frame, "last_frame": cm.last_frame}
     return message_rows(ctx, first, whole, base_row, status, det)
 
 
@@ -276,6 +278,8 @@ def incomplete_chunk_row(ctx: Context, key: tuple, cm: ChunkedMessage, topic, co
         "sequence": md.sequence_id if md is not None else None,
         "decode_status": CHUNK_INCOMPLETE,
         "decode_error": f"{len(cm.chunks)} of {cm.num_chunks} chunks captured",
+        "first_frame": cm.first_frame,  # the first and last chunk captured
+        "last_frame": cm.last_frame,
         "details": to_json(
             {
                 "uuid": cm.uuid,

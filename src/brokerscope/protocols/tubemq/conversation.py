@@ -229,7 +229,7 @@ class TubeMQConversation(Conversation):
             s, p = self.pending.popitem(last=False)
             rows.extend(build.unanswered(s, p))
         if msg is not None and mid == M_SEND:
-            rows.append(build.produce(msg, f, self.ctx.payload))
+            rows.append(build.produce(msg, f, self.ctx.payload, self.conn.frame_range(C2S, f.offset, f.size)))
         if msg is not None and mid == M_GET and field(msg, "lastPackConsumed"):
             rows.append(
                 build.confirm_ack(
@@ -344,7 +344,7 @@ class TubeMQConversation(Conversation):
 
     def _deliver(self, msg, f: TubeFrame, pend: Pending | None) -> list[Row]:
         """Delivered messages; the pack's time and offset are kept for the ack that confirms it."""
-        rows = build.deliver(msg, f, pend, self.ctx.payload)
+        rows = build.deliver(msg, f, pend, self.ctx.payload, self.conn.frame_range(S2C, f.offset, f.size))
         key = (pend.topic if pend else None, pend.partition if pend else None)
         self.deliveries[key] = (f.ts_first, field(msg, "currOffset"))
         if len(self.deliveries) > MAX_PENDING:

@@ -61,8 +61,8 @@ def unanswered(serial: int, p: Pending) -> list[Row]:
     return rows
 
 
-def produce(msg, f: TubeFrame, policy: PayloadPolicy) -> Row:
-    """sendMessageP2B: the message a producer sent."""
+def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
+    """sendMessageP2B: the message a producer sent (`frames`: its frame's first_frame / last_frame)."""
     data = bytes(msg.data)
     flag = field(msg, "flag")
     attr, payload, err = split_payload(data, flag)
@@ -93,11 +93,15 @@ def produce(msg, f: TubeFrame, policy: PayloadPolicy) -> Row:
         ),
     }
     row.update(policy.value(payload))
+    row.update(frames or {})
     return ("messages", row)
 
 
-def deliver(msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy) -> list[Row]:
-    """getMessagesC2B's response: one row per message delivered to the consumer group."""
+def deliver(
+    msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
+) -> list[Row]:
+    """getMessagesC2B's response: one row per message delivered to the consumer group
+    (`frames`: the response frame's first_frame / last_frame)."""
     rows: list[Row] = []
     topic = pend.topic if pend else None
     req_part = pend.partition if pend else None
@@ -138,6 +142,7 @@ def deliver(msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy) -> l
             ),
         }
         row.update(policy.value(payload))
+        row.update(frames or {})
         rows.append(("messages", row))
     return rows
 

@@ -1,0 +1,65 @@
+"""extract by frame number, without a lake: the records numbered N (Wireshark's frame.number) of a
+capture, written to pcapng or pcap, are the packets scapy reads at those positions of the
+original, byte for byte; pcapng of two interfaces, pcap, and gzip."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import pytest
+from scapy.utils import PcapNgReader, PcapReader
+
+from brokerscope.extract import Source, frame_offsets, parse_frames, write
+from tests.conftest import CAPTURES, SAMPLE_DATA
+from tests.support.frames import FRAMES_DATA
+
+
+def _packets(path: str) -> list[tuple[float, bytes]]:
+    with open(path, "rb") as fh:
+        ng = fh.read(4) == b"\x0a\x0d\x0d\x0a"
+    with PcapNgReader(path) if ng else PcapReader(path) as r:
+        return [(round(float(p.time), 6), bytes(p)) for p in r]
+
+
+def _source(path, kind: str) -> Source:
+    return Source("cid", str(path), kind, os.path.getsize(path))
+
+
+@pytest.mark.parametrize(
+    "path,kind,suffix",
+    [
+        (FRAMES_DATA / "two_interfaces.pcapng", "pcapng", ".pcapng"),
+        (CAPTURES / "ndpi" / "kafka.pcapng", "pcapng", ".pcapng"),
+        (SAMPLE_DATA / "kafka" / "txn.pcap", "pcap", ".pcapng"),
+        (SAMPLE_DATA / "kafka" / "txn.pcap", "pcap", ".pcap"),
+    ],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_frames_come_out_as_numbered(tmp_path, path, kind, suffix):
+    every = _packets(str(path))
+    frames = parse_frames(["1", "3-5", f"{len(every) - 1}-{len(every)}", "10,12"])
+    src = _source(path, kind)
+    out = str(tmp_path / f"x{suffix}")
+    n = write([src], [frame_offsets(src, frames)], out)
+    assert n == len(frames)
+    assert _packets(out) == [every[f - 1] for f in sorted(frames)]
+
+
+def test_frames_of_a_gzip_capture(tmp_path):
+    path = SAMPLE_DATA / "pulsar" / "pulsar_lz4.pcap"
+    gz = tmp_path / "c.pcap.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    src = _source(gz, "pcap.gz")
+    out = str(tmp_path / "x.pcapng")
+    assert write([src], [frame_offsets(src, {2, 40, 80})], out) == 3
+    every = _packets(str(path))
+    assert _packets(out) == [every[1], every[39], every[79]]
+    assert frame_offsets(src, {81}) == []  # 80 packets
+
+
+def test_frame_lists_parse():
+    assert parse_frames(["120-122", "7", "9,11-12"]) == {120, 121, 122, 7, 9, 11, 12}
+    for bad in ("0", "5-3", "x", "1-"):
+        with pytest.raises(ValueError, match="frames"):
+            parse_frames([bad])
