@@ -52,6 +52,7 @@ MAX_AXIS = 600  # buckets on a time axis (more: a wider bucket)
 TOP_SERIES = 8  # lines in a time chart (commands, topics); the rest are named in its note
 TOP_BARS = 15  # bars in a top-N chart
 TROUBLED_ROWS = 25  # rows of the troubled-connections table
+SUMMARY_ROWS = 20  # commands in the latency table
 EXACT_PERCENTILE_ROWS = 5_000_000  # latency rows in scope up to which percentiles are exact
 
 _CAPTURE_ID = re.compile(r"^[0-9a-f]{8,64}$")
@@ -358,6 +359,21 @@ def request_latency(src: Source, scope: Scope, tl: Timeline, exact: bool) -> pa.
     )
 
 
+def latency_summary(src: Source, scope: Scope, exact: bool, limit: int = SUMMARY_ROWS) -> pa.Table:
+    """Per command over the whole scope: requests, p50, p99 and max latency (µs), responses with
+    a non-zero error code; the busiest commands first."""
+    pct = "percentile_cont" if exact else "approx_percentile_cont"
+    return src.query(
+        f"""SELECT protocol, request_command, count(*) AS requests,
+               {pct}(latency_us, 0.5) AS p50_us, {pct}(latency_us, 0.99) AS p99_us,
+               max(latency_us) AS max_us,
+               sum(CASE WHEN error_code IS NOT NULL AND error_code <> 0 THEN 1 ELSE 0 END) AS errors
+        FROM latencies
+        WHERE request_command IS NOT NULL AND {scope.where("latencies")}
+        GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT {int(limit)}"""
+    )
+
+
 def throughput(src: Source, scope: Scope, tl: Timeline) -> pa.Table:
     """Per direction (produce, deliver), topic and bucket: messages and key + value bytes."""
     return src.query(
@@ -520,6 +536,7 @@ def build(
 
     if src.has("latencies") and tl:
         charts += plots.chart_requests(request_latency(src, scope, tl, exact), tl, exact)
+        charts[-1].extra_html = plots.latency_table(latency_summary(src, scope, exact), exact)
     else:
         charts += [missing("requests", "latencies"), missing("latency", "latencies")]
     step("latencies")
@@ -540,7 +557,7 @@ def build(
             if tl
             else missing("connections", "streams")
         )
-        conn.extra_html = plots.troubled_table(troubled_connections(src, scope))
+        conn.extra_html = plots.troubled_table(troubled_connections(src, scope), str(lake.root))
         charts.append(conn)
         charts.append(plots.chart_states(connection_states(src, scope)))
         names = client_names(src, scope) if src.has("commands") else {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import shlex
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -63,7 +64,11 @@ class Chart:
     extra_html: str = ""
 
 
-def _layout(fig, tl: Timeline | None, y_title: str, height: int = 380, log_y: bool = False) -> None:
+def _layout(
+    fig, tl: Timeline | None, y_title: str, height: int = 380, log_y: bool = False, ticks: int = 10
+) -> None:
+    """Common looks; for a time chart, the category axis of `tl` with about `ticks` labels, the
+    separators between stretches as grey bands, and the bucket width in the axis title."""
     fig.update_layout(
         template="plotly_white",
         height=height,
@@ -74,7 +79,7 @@ def _layout(fig, tl: Timeline | None, y_title: str, height: int = 380, log_y: bo
     )
     if tl:
         cats = tl.categories()
-        vals, text = tl.ticks()
+        vals, text = tl.ticks(ticks)
         jumps = len(tl.stretches) - 1
         fig.update_xaxes(
             type="category",
@@ -93,6 +98,12 @@ def _layout(fig, tl: Timeline | None, y_title: str, height: int = 380, log_y: bo
         fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", rangemode="tozero")
     else:
         fig.update_yaxes(title_text=y_title or None)
+
+
+def _whole_counts(fig, peak: float) -> None:
+    """A count axis whose largest value is small gets a tick per unit, not 0.5, 1.5, ..."""
+    if peak <= 8:
+        fig.update_yaxes(dtick=1, tickformat="d")
 
 
 def _top(totals: dict[str, float], n: int = TOP_SERIES) -> tuple[list[str], list[str]]:
@@ -249,7 +260,8 @@ def chart_throughput(t: pa.Table, tl: Timeline) -> Chart:
                     row=row,
                     col=col,
                 )
-    _layout(fig, tl, "", height=600)
+    _layout(fig, tl, "", height=600, ticks=5)
+    fig.update_xaxes(title_text=f"time (UTC), {width_text(tl.width_ns)} buckets", row=2)
     fig.update_yaxes(title_text="messages / s", row=1, col=1)
     fig.update_yaxes(title_text="bytes / s", row=2, col=1)
     fig.update_yaxes(tickformat="~s")
@@ -302,6 +314,11 @@ def _stacked(t: pa.Table, tl: Timeline, series: str, y_title: str, top_n: int = 
         )
     _layout(fig, tl, y_title)
     fig.update_layout(barmode="stack", bargap=0.05)
+    peak: dict[int, float] = {}
+    for per in counts.values():
+        for b, n in per.items():
+            peak[b] = peak.get(b, 0) + n
+    _whole_counts(fig, max(peak.values(), default=0))
     return fig, rest
 
 
@@ -360,25 +377,37 @@ def chart_connections(t: pa.Table, tl: Timeline) -> Chart:
     }
     x = tl.categories()
     fig = go.Figure()
-    for i, (name, color) in enumerate(
-        (
-            ("opened", "#c7c7c7"),
-            ("with gaps", "#d62728"),
-            ("with retransmissions", "#ff7f0e"),
-            ("reset (RST)", "#9467bd"),
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=tl.align({b: v[0] for b, v in per.items()}),
+            name="opened",
+            marker_color="#c7c7c7",
+            hovertemplate="%{y} opened",
         )
+    )
+    # the troubled ones as marks over the bar of their bucket (a connection may be all three)
+    for i, (name, color, symbol) in enumerate(
+        (
+            ("with gaps", "#d62728", "x"),
+            ("with retransmissions", "#ff7f0e", "diamond"),
+            ("reset (RST)", "#9467bd", "triangle-up"),
+        ),
+        start=1,
     ):
         fig.add_trace(
-            go.Bar(
+            go.Scatter(
                 x=x,
-                y=tl.align({b: v[i] for b, v in per.items()}),
+                y=tl.align({b: v[i] for b, v in per.items() if v[i]}, None),
                 name=name,
-                marker_color=color,
-                hovertemplate="%{y}",
+                mode="markers",
+                marker=dict(color=color, symbol=symbol, size=10, line=dict(width=1, color="white")),
+                hovertemplate="%{y} " + name,
             )
         )
     _layout(fig, tl, "connections")
-    fig.update_layout(barmode="group", bargap=0.15)
+    fig.update_layout(bargap=0.1)
+    _whole_counts(fig, max((v[0] for v in per.values()), default=0))
     c.figure = fig
     return c
 
@@ -480,46 +509,70 @@ def chart_topics(t: pa.Table) -> Chart:
     return c
 
 
-def troubled_table(t: pa.Table) -> str:
-    """The troubled connections as an HTML table (conn_id selectable, for `brokerscope extract`)."""
+def _html_table(head: tuple[str, ...], rows: list[tuple], numeric: int, code: tuple[int, ...] = ()) -> str:
+    """An HTML table; columns from `numeric` on are right-aligned, those in `code` monospaced."""
+
+    def cell(i: int, v) -> str:
+        text = html.escape("" if v is None else str(v))
+        text = f"<code>{text}</code>" if i in code else text
+        return f'<td class="n">{text}</td>' if i >= numeric else f"<td>{text}</td>"
+
+    return (
+        '<table class="bs-table"><thead><tr>'
+        + "".join(f'<th class="n">{h}</th>' if i >= numeric else f"<th>{h}</th>" for i, h in enumerate(head))
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+        + "</tbody></table>"
+    )
+
+
+def troubled_table(t: pa.Table, lake: str) -> str:
+    """The troubled connections as an HTML table, with the command that extracts the first."""
     if t.num_rows == 0:
         return '<p class="bs-ok">No connection in scope had a gap, a retransmission or a reset.</p>'
     head = (
-        "conn_id", "protocol", "client", "server", "first packet (UTC)", "duration",
-        "state", "history", "gaps", "gap bytes", "retransmitted bytes", "RST", "frames failed",
+        "conn_id", "protocol", "client", "server", "state", "history", "first packet (UTC)",
+        "duration (s)", "gaps", "gap bytes", "retransmitted bytes", "RST", "frames failed",
     )  # fmt: skip
-    rows = []
-    for r in t.to_pylist():
-        dur = r["duration_us"]
-        cells = (
-            f"<code>{html.escape(r['conn_id'] or '')}</code>",
-            r["protocol"],
-            f"{r['client_ip']}:{r['client_port']}",
-            f"{r['server_ip']}:{r['server_port']}",
-            utc_text(r["ts_ns"]) if r["ts_ns"] is not None else "",
-            "" if dur is None else f"{dur / 1e6:,.3f} s",
-            r["conn_state"],
-            f"<code>{html.escape(r['history'] or '')}</code>",
-            f"{r['gap_count']:,}",
-            f"{r['gap_bytes']:,}",
-            f"{r['retransmitted_bytes']:,}",
-            "yes" if r["rst_seen"] else "",
-            f"{r['frames_failed']:,}" if r["frames_failed"] is not None else "",
+    rows = [
+        (
+            r["conn_id"], r["protocol"], f"{r['client_ip']}:{r['client_port']}",
+            f"{r['server_ip']}:{r['server_port']}", r["conn_state"], r["history"],
+            utc_text(r["ts_ns"]) if r["ts_ns"] is not None else None,
+            None if r["duration_us"] is None else f"{r['duration_us'] / 1e6:,.3f}",
+            f"{r['gap_count']:,}", f"{r['gap_bytes']:,}", f"{r['retransmitted_bytes']:,}",
+            "yes" if r["rst_seen"] else "", r["frames_failed"],
         )
-        rows.append(
-            "<tr>"
-            + "".join(f"<td>{c if str(c).startswith('<code>') else html.escape(str(c))}</td>" for c in cells)
-            + "</tr>"
-        )
+        for r in t.to_pylist()
+    ]  # fmt: skip
+    first = shlex.quote(t.column("conn_id")[0].as_py() or "")
     return (
         "<h3>Connections with gaps, retransmissions or resets, the most bytes lost or repeated first</h3>"
-        '<table class="bs-table"><thead><tr>'
-        + "".join(f"<th>{h}</th>" for h in head)
-        + "</tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table><p class='bs-hint'>Their packets, for Wireshark: "
-        "<code>brokerscope extract --lake LAKE --conn-id CONN_ID -o conn.pcapng</code></p>"
+        + _html_table(head, rows, numeric=7, code=(0, 5))
+        + "<p class='bs-hint'>A connection's packets, for Wireshark: <code>"
+        + html.escape(f"brokerscope extract --lake {shlex.quote(lake)} --conn-id {first} -o conn.pcapng")
+        + "</code></p>"
     )
+
+
+def latency_table(t: pa.Table, exact: bool) -> str:
+    """Every command's requests and latency percentiles over the whole scope (the busiest first)."""
+    if t.num_rows == 0:
+        return ""
+    kind = "" if exact else " (estimates)"
+    head = ("protocol", "command", "requests", f"p50 ms{kind}", f"p99 ms{kind}", "max ms", "errors")
+    rows = [
+        (r["protocol"], r["request_command"], f"{r['requests']:,}", _ms(r["p50_us"]), _ms(r["p99_us"]),
+         _ms(r["max_us"]), f"{r['errors']:,}")
+        for r in t.to_pylist()
+    ]  # fmt: skip
+    return f"<h3>Latency by command over the whole scope, the {t.num_rows} busiest</h3>" + _html_table(
+        head, rows, numeric=2
+    )
+
+
+def _ms(us: float | None) -> str:
+    return "" if us is None else f"{us / 1000:.3g}" if us < 100_000 else f"{us / 1000:,.0f}"
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -543,7 +596,7 @@ p.note, p.bs-hint { font-size: 12px; color: #5a6275; margin: 6px 0 0; }
 table.bs-table { border-collapse: collapse; font-size: 12px; width: 100%; }
 .bs-table th, .bs-table td { border-bottom: 1px solid #e3e6eb; padding: 4px 6px; text-align: left; white-space: nowrap; }
 .bs-table th { background: #f0f2f5; position: sticky; top: 0; }
-.bs-table td:nth-child(n+9) { text-align: right; }
+.bs-table .n { text-align: right; }
 code { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 11.5px; }
 p.bs-ok { color: #2a7a2a; }
 """

@@ -38,6 +38,8 @@ def test_report_renders_every_chart_offline(sample_lake, tmp_path, capsys):
     # the sample data has latencies, messages, error codes, undecodable frames and connections
     assert expected == 9, stderr
     assert 'class="bs-empty"' not in page
+    # the worst connection is named with the command that extracts it, for this lake
+    assert f"brokerscope extract --lake {sample_lake} --conn-id " in page
     why = chromium_missing()
     if why:
         pytest.skip(why)

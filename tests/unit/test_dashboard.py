@@ -208,6 +208,16 @@ def test_percentiles_over_one_wide_bucket_match_numpy(kafka_lake):
         assert_percentile(got[f"kafka {cmd}"]["p50_us"], vals, 0.5)
 
 
+def test_latency_summary_per_command_over_the_scope(kafka_lake):
+    lake, lat, _, _ = kafka_lake
+    got = dashboard.latency_summary(Source(lake), Scope(), exact=True).to_pylist()
+    assert [g["requests"] for g in got] == [200, 200, 200]
+    for g in got:
+        vals = [r["latency_us"] for r in lat if r["request_command"] == g["request_command"]]
+        assert_percentile(g["p99_us"], vals, 0.99)
+        assert g["max_us"] == max(vals) and g["errors"] == 0
+
+
 def test_throughput_counts_messages_and_key_plus_value_bytes(kafka_lake):
     lake, _, msgs, _ = kafka_lake
     src = Source(lake)
