@@ -412,9 +412,32 @@ def chart_connections(t: pa.Table, tl: Timeline) -> Chart:
     return c
 
 
-def chart_states(t: pa.Table) -> Chart:
+def _hbars(labels: list[str], series: list[tuple[str, list, str]], x_title: str, hover: str, left: int):
+    """Stacked horizontal bars, one row per label (the first at the bottom), a trace per
+    (name, values, colour) of `series`."""
     import plotly.graph_objects as go
 
+    fig = go.Figure()
+    for name, values, color in series:
+        fig.add_trace(
+            go.Bar(y=labels, x=values, name=name, orientation="h", marker_color=color, hovertemplate=hover)
+        )
+    _layout(fig, None, "")
+    fig.update_layout(barmode="stack", height=max(260, 70 + 26 * len(labels)), margin=dict(l=left))
+    fig.update_xaxes(title_text=x_title)
+    return fig
+
+
+def _pivot(t: pa.Table, row: str, col: str, value: str) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """{row: {col: value}} of a long table, and the rows in order of their totals, smallest first
+    (the bottom bar of a horizontal chart)."""
+    per: dict[str, dict[str, int]] = {}
+    for r, c, n in zip(*(t.column(k).to_pylist() for k in (row, col, value))):
+        per.setdefault(r if r is not None else "?", {})[c if c is not None else "?"] = n
+    return per, sorted(per, key=lambda k: (sum(per[k].values()), k))
+
+
+def chart_states(t: pa.Table) -> Chart:
     c = Chart(
         "states",
         "How each connection went, as Zeek's conn.log says it (`streams.conn_state`), per protocol.",
@@ -422,34 +445,17 @@ def chart_states(t: pa.Table) -> Chart:
     if t.num_rows == 0:
         c.empty = "No connections in scope."
         return c
-    states: dict[str, dict[str, int]] = {}
-    for s, p, n in zip(*(t.column(k).to_pylist() for k in ("conn_state", "protocol", "connections"))):
-        states.setdefault(s, {})[p or "?"] = n
-    order = sorted(states, key=lambda s: sum(states[s].values()))
+    states, order = _pivot(t, "conn_state", "protocol", "connections")
     protocols = sorted({p for d in states.values() for p in d})
     labels = [f"{s} ({ZEEK_STATES[s]})" if s in ZEEK_STATES else s for s in order]
-    fig = go.Figure()
-    for i, p in enumerate(protocols):
-        fig.add_trace(
-            go.Bar(
-                y=labels,
-                x=[states[s].get(p, 0) for s in order],
-                name=p,
-                orientation="h",
-                marker_color=PALETTE[i % len(PALETTE)],
-                hovertemplate="%{x} connections",
-            )
-        )
-    _layout(fig, None, "")
-    fig.update_layout(barmode="stack", height=max(260, 60 + 28 * len(order)), margin=dict(l=330))
-    fig.update_xaxes(title_text="connections")
-    c.figure = fig
+    series = [
+        (p, [states[s].get(p, 0) for s in order], PALETTE[i % len(PALETTE)]) for i, p in enumerate(protocols)
+    ]
+    c.figure = _hbars(labels, series, "connections", "%{x} connections", left=330)
     return c
 
 
 def chart_clients(t: pa.Table, names: dict[str, str]) -> Chart:
-    import plotly.graph_objects as go
-
     c = Chart(
         "clients",
         "Client addresses by TCP payload bytes sent and received (`streams`), with their number of "
@@ -460,29 +466,19 @@ def chart_clients(t: pa.Table, names: dict[str, str]) -> Chart:
         return c
     ips = t.column("client_ip").to_pylist()[::-1]
     conns = t.column("connections").to_pylist()[::-1]
-    labels = [f"{ip} ({names[ip]})" if ip in names else ip for ip in ips]
-    labels = [f"{lab} · {n} conn" for lab, n in zip(labels, conns)]
-    fig = go.Figure()
-    for col, name, color in (
-        ("sent", "sent (client to server)", "#1f77b4"),
-        ("received", "received", "#ff7f0e"),
-    ):
-        fig.add_trace(
-            go.Bar(
-                y=labels, x=t.column(col).to_pylist()[::-1], name=name, orientation="h", marker_color=color,
-                hovertemplate="%{x:.4~s}B",
-            )
-        )  # fmt: skip
-    _layout(fig, None, "")
-    fig.update_layout(barmode="stack", height=max(260, 70 + 26 * len(ips)), margin=dict(l=300))
-    fig.update_xaxes(title_text="payload bytes", tickformat="~s")
-    c.figure = fig
+    labels = [
+        f"{ip} ({names[ip]}) · {n} conn" if ip in names else f"{ip} · {n} conn" for ip, n in zip(ips, conns)
+    ]
+    series = [
+        ("sent (client to server)", t.column("sent").to_pylist()[::-1], "#1f77b4"),
+        ("received", t.column("received").to_pylist()[::-1], "#ff7f0e"),
+    ]
+    c.figure = _hbars(labels, series, "payload bytes", "%{x:.4~s}B", left=300)
+    c.figure.update_xaxes(tickformat="~s")
     return c
 
 
 def chart_topics(t: pa.Table) -> Chart:
-    import plotly.graph_objects as go
-
     c = Chart(
         "topics",
         "Messages per topic (`messages`): produced, delivered, and stored (read from segment files).",
@@ -490,22 +486,10 @@ def chart_topics(t: pa.Table) -> Chart:
     if t.num_rows == 0:
         c.empty = "No messages with a topic in scope."
         return c
-    per: dict[str, dict[str, int]] = {}
-    for topic, d, n in zip(*(t.column(k).to_pylist() for k in ("topic", "direction", "messages"))):
-        per.setdefault(topic, {})[d] = n
-    order = sorted(per, key=lambda k: (sum(per[k].values()), k))
-    fig = go.Figure()
-    for d in [d for d in ("produce", "deliver", "stored") if any(d in v for v in per.values())]:
-        fig.add_trace(
-            go.Bar(
-                y=order, x=[per[k].get(d, 0) for k in order], name=d, orientation="h",
-                marker_color=DIRECTION_COLORS[d], hovertemplate="%{x} messages",
-            )
-        )  # fmt: skip
-    _layout(fig, None, "")
-    fig.update_layout(barmode="stack", height=max(260, 70 + 26 * len(order)), margin=dict(l=240))
-    fig.update_xaxes(title_text="messages")
-    c.figure = fig
+    per, order = _pivot(t, "topic", "direction", "messages")
+    directions = [d for d in ("produce", "deliver", "stored") if any(d in v for v in per.values())]
+    series = [(d, [per[k].get(d, 0) for k in order], DIRECTION_COLORS[d]) for d in directions]
+    c.figure = _hbars(order, series, "messages", "%{x} messages", left=240)
     return c
 
 
