@@ -177,7 +177,26 @@ class Source:
         return table in self.tables
 
     def query(self, sql: str) -> pa.Table:
-        return pa.table(self._qb.execute(sql).read_all())
+        """The result of one statement; QueryError (one line) when the engine refuses it."""
+        try:
+            return pa.table(self._qb.execute(sql).read_all())
+        except Exception as e:  # noqa: BLE001 - deltalake raises its own and DataFusion's errors
+            text = str(e).strip()
+            m = _NO_FIELD.search(text)
+            if m:
+                table = next((t for t in self.tables if re.search(rf"\bFROM {t}\b", sql)), "a")
+                raise QueryError(
+                    f"the `{table}` table of this lake has no column `{m.group(1).split('.')[-1]}` "
+                    "(written by an older brokerscope: the next `brokerscope ingest` into it adds it)"
+                ) from None
+            raise QueryError(text.splitlines()[0] if text else type(e).__name__) from None
+
+
+class QueryError(ValueError):
+    """A query the lake could not answer, in one line."""
+
+
+_NO_FIELD = re.compile(r"No field named \"?([\w.]+)\"?")
 
 
 @dataclass
@@ -534,46 +553,42 @@ def build(
             return plots.Chart(key, empty=f"The lake has no `{table}` table.")
         return plots.Chart(key, empty=f"No rows in scope to place on a time axis (`{table}` has none).")
 
-    if src.has("latencies") and tl:
-        charts += plots.chart_requests(request_latency(src, scope, tl, exact), tl, exact)
-        charts[-1].extra_html = plots.latency_table(latency_summary(src, scope, exact), exact)
-    else:
-        charts += [missing("requests", "latencies"), missing("latency", "latencies")]
-    step("latencies")
-    if src.has("messages") and tl:
-        charts.append(plots.chart_throughput(throughput(src, scope, tl), tl))
-    else:
-        charts.append(missing("throughput", "messages"))
-    step("messages")
-    if src.has("commands") and tl:
-        charts.append(plots.chart_errors(error_codes(src, scope, tl), tl))
-        charts.append(plots.chart_decode(decode_statuses(src, scope, tl), tl))
-    else:
-        charts += [missing("errors", "commands"), missing("decode", "commands")]
-    step("commands")
-    if src.has("streams"):
-        conn = (
-            plots.chart_connections(connections_over_time(src, scope, tl), tl)
-            if tl
-            else missing("connections", "streams")
-        )
+    def section(keys: tuple[str, ...], table: str, timed: bool, make: Callable[[], list]) -> None:
+        """The charts `keys` from `table`, or a note in their place: no such table, no rows to
+        place in time, or a query the lake cannot answer (a column an older lake lacks)."""
+        if not src.has(table) or (timed and tl is None):
+            charts.extend(missing(k, table) for k in keys)
+        else:
+            try:
+                charts.extend(make())
+            except QueryError as e:
+                charts.extend(plots.Chart(k, empty=f"Could not compute this chart: {e}") for k in keys)
+        step(", ".join(keys))
+
+    def latency() -> list:
+        rate, lat = plots.chart_requests(request_latency(src, scope, tl, exact), tl, exact)
+        lat.extra_html = plots.latency_table(latency_summary(src, scope, exact), exact)
+        return [rate, lat]
+
+    def connections() -> list:
+        conn = plots.chart_connections(connections_over_time(src, scope, tl), tl)
         conn.extra_html = plots.troubled_table(troubled_connections(src, scope), str(lake.root))
-        charts.append(conn)
-        charts.append(plots.chart_states(connection_states(src, scope)))
+        return [conn]
+
+    def clients() -> list:
         names = client_names(src, scope) if src.has("commands") else {}
-        charts.append(plots.chart_clients(top_clients(src, scope), names))
-    else:
-        charts += [
-            missing("connections", "streams"),
-            missing("states", "streams"),
-            missing("clients", "streams"),
-        ]
-    step("streams")
-    if src.has("messages"):
-        charts.append(plots.chart_topics(top_topics(src, scope)))
-    else:
-        charts.append(missing("topics", "messages"))
-    step("topics")
+        return [plots.chart_clients(top_clients(src, scope), names)]
+
+    section(("requests", "latency"), "latencies", True, latency)
+    section(
+        ("throughput",), "messages", True, lambda: [plots.chart_throughput(throughput(src, scope, tl), tl)]
+    )
+    section(("errors",), "commands", True, lambda: [plots.chart_errors(error_codes(src, scope, tl), tl)])
+    section(("decode",), "commands", True, lambda: [plots.chart_decode(decode_statuses(src, scope, tl), tl)])
+    section(("connections",), "streams", True, connections)
+    section(("states",), "streams", False, lambda: [plots.chart_states(connection_states(src, scope))])
+    section(("clients",), "streams", False, clients)
+    section(("topics",), "messages", False, lambda: [plots.chart_topics(top_topics(src, scope))])
 
     if not any(counts.values()):
         warnings.insert(
