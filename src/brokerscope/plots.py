@@ -91,10 +91,24 @@ def _layout(
             title_text=f"time (UTC), {width_text(tl.width_ns)} buckets"
             + (f"; the axis jumps over {jumps} silence(s) between captures (grey)" if jumps else ""),
         )
-        for pos in tl.separators():
-            fig.add_vrect(
-                x0=pos - 0.5, x1=pos + 0.5, fillcolor="#d9dce3", opacity=0.8, line_width=0, layer="below"
-            )
+        # the separators as grey bands on every subplot, set at once (add_vrect each costs 0.1 s)
+        suffixes = [k[5:] for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]
+        band = dict(type="rect", fillcolor="#d9dce3", opacity=0.8, line_width=0, layer="below")
+        fig.update_layout(
+            shapes=[
+                {
+                    **band,
+                    "xref": f"x{n}",
+                    "yref": f"y{n} domain",
+                    "x0": pos - 0.5,
+                    "x1": pos + 0.5,
+                    "y0": 0,
+                    "y1": 1,
+                }
+                for pos in tl.separators()
+                for n in suffixes
+            ]
+        )
         fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", rangemode="tozero")
     else:
         fig.update_yaxes(title_text=y_title or None)
@@ -104,6 +118,11 @@ def _whole_counts(fig, peak: float) -> None:
     """A count axis whose largest value is small gets a tick per unit, not 0.5, 1.5, ..."""
     if peak <= 8:
         fig.update_yaxes(dtick=1, tickformat="d")
+
+
+def _dots(y: list, color: str) -> dict:
+    """Markers on the buckets that have a value (a bucket alone between two silences is no line)."""
+    return dict(color=color, size=[4 if v else 0 for v in y])
 
 
 def _top(totals: dict[str, float], n: int = TOP_SERIES) -> tuple[list[str], list[str]]:
@@ -165,9 +184,10 @@ def chart_requests(t: pa.Table, tl: Timeline, exact: bool) -> list[Chart]:
         rate.figure.add_trace(
             go.Scatter(
                 x=x,
-                y=tl.align({b: n / secs for b, n in counts[s].items()}),
+                y=(y := tl.align({b: n / secs for b, n in counts[s].items()})),
                 name=s,
-                mode="lines",
+                mode="lines+markers",
+                marker=_dots(y, color),
                 line=dict(color=color, width=1.8),
                 hovertemplate="%{y:.4~g} req/s",
             )
@@ -249,11 +269,12 @@ def chart_throughput(t: pa.Table, tl: Timeline) -> Chart:
                 fig.add_trace(
                     go.Scatter(
                         x=x,
-                        y=tl.align({b: v[k] / secs for b, v in per.items()}),
+                        y=(y := tl.align({b: v[k] / secs for b, v in per.items()})),
                         name=topic,
                         legendgroup=topic,
                         showlegend=not any(tr.name == topic for tr in fig.data),
-                        mode="lines",
+                        mode="lines+markers",
+                        marker=_dots(y, color),
                         line=dict(color=color, width=1.6),
                         hovertemplate="%{y:.4~s}" + (" msg/s" if k == 0 else "B/s"),
                     ),
