@@ -335,6 +335,19 @@ def make_timeline(intervals: list[tuple[int, int]]) -> Timeline | None:
 # -- aggregates: one SQL query each, over a scope and a timeline ----------------------------------
 
 
+def input_statuses(src: Source, scope: Scope) -> str:
+    """The inputs (of the scope's captures) by status, for the header: "22 ok, 1 partial"."""
+    if "inputs" not in src.lake.table_names():
+        return "no inputs table"
+    where = _in("capture_id", scope.capture_ids) if scope.capture_ids else "TRUE"
+    t = src.query(
+        f"""SELECT status, count(DISTINCT coalesce(capture_id, path)) AS n FROM inputs
+        WHERE status IS NOT NULL AND status <> 'replaced' AND {where} GROUP BY 1 ORDER BY 2 DESC, 1"""
+    )
+    found = ", ".join(f"{n:,} {s}" for s, n in zip(t.column("status").to_pylist(), t.column("n").to_pylist()))
+    return (found + " (statuses in the inputs table)") if found else "none recorded"
+
+
 def covered_intervals(src: Source, scope: Scope) -> list[tuple[int, int]]:
     """(first, last) ns of each capture's rows in scope, over the tables the time charts read."""
     parts = []
@@ -605,6 +618,7 @@ def build(
         ("time", span or "no rows"),
         ("bucket", width_text(tl.width_ns) if tl else "-"),
         ("rows in scope", ", ".join(f"{t} {n:,}" for t, n in counts.items()) or "none"),
+        ("inputs", input_statuses(src, scope)),
         (
             "percentiles",
             "exact" if exact else f"t-digest estimates (over {EXACT_PERCENTILE_ROWS:,} latency rows)",

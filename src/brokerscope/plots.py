@@ -589,6 +589,7 @@ header { background: #1d2330; color: #fff; padding: 18px 28px; }
 header h1 { margin: 0 0 6px; font-size: 22px; font-weight: 600; }
 header dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 8px 0 0; font-size: 13px; }
 header dt { color: #9aa4b8; } header dd { margin: 0; }
+header nav { margin-top: 10px; font-size: 12.5px; } header nav a { color: #9cc3ff; text-decoration: none; }
 main { padding: 16px 28px 40px; display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 section { background: #fff; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.12); padding: 14px 16px; min-width: 0; }
 section.wide { grid-column: 1 / -1; }
@@ -653,6 +654,7 @@ def render(
     dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts)
     warn = "".join(f'<div class="warn">{_md(w)}</div>' for w in warnings)
     title = f"brokerscope report: {lake.root.name} ({scope.text()})"
+    nav = " · ".join(f'<a href="#{c.key}">{html.escape(TITLES[c.key])}</a>' for c in charts)
     drawn = sum(1 for c in charts if c.figure is not None)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -662,7 +664,7 @@ def render(
 <style>{CSS}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
-<header><h1>brokerscope report</h1><dl>{dl}</dl></header>
+<header><h1>brokerscope report</h1><dl>{dl}</dl><nav>{nav}</nav></header>
 {warn}
 <main>
 {body}

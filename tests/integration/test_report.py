@@ -8,6 +8,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.integration.test_cli import run
 from tests.support.chromium import Browser, chromium_missing
@@ -38,6 +39,10 @@ def test_report_renders_every_chart_offline(sample_lake, tmp_path, capsys):
     # the sample data has latencies, messages, error codes, undecodable frames and connections
     assert expected == 9, stderr
     assert 'class="bs-empty"' not in page
+    # the header counts the inputs by status as the inputs table has them
+    inputs = DeltaTable(f"{sample_lake}/inputs").to_pyarrow_table().to_pylist()
+    ok = len({r["capture_id"] for r in inputs if r["status"] == "ok"})
+    assert ok > 10 and f"{ok:,} ok" in page
     # the worst connection is named with the command that extracts it, for this lake
     assert f"brokerscope extract --lake {sample_lake} --conn-id " in page
     why = chromium_missing()
