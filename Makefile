@@ -7,7 +7,7 @@ LAKE   ?= lake
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint bench fuzz baselines clean java-check
+.PHONY: demo test test-tools lint bench fuzz baselines clean java-check
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "brokerscope needs Java 17 or newer for Spark: install it (Debian: apt-get install -y openjdk-17-jre-headless) and retry."; exit 1; }
@@ -31,8 +31,24 @@ demo: java-check $(STAMP)
 	$(VENV)/bin/brokerscope demo --lake $(LAKE)
 
 ## make test: install the test extras and run the whole suite
-test: java-check $(TSTAMP)
+test: java-check test-tools $(TSTAMP)
 	$(VENV)/bin/pytest -q
+
+## make test-tools: best effort, never fails: the programs some tests drive, Debian's chromium
+## (the report in a headless browser) and tshark (a second decoder to compare with), installed
+## when missing if we are root with apt-get; without them those tests are skipped, saying why
+TEST_TOOLS := chromium tshark
+test-tools:
+	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "test tools missing:$$missing (install them as root with apt-get); their tests are skipped"; exit 0; fi; \
+	echo "installing$$missing for the tests (apt-get, a minute or two)"; \
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections >/dev/null 2>&1; \
+	{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } >/dev/null 2>&1 \
+	  || echo "could not install$$missing: their tests are skipped"; \
+	true
 
 lint: $(TSTAMP)
 	$(VENV)/bin/ruff check src tests bench jobs

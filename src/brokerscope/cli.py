@@ -1,4 +1,4 @@
-"""The `brokerscope` command: ingest, sql, shell, tables, recover, optimize, vacuum, demo."""
+"""The `brokerscope` command: ingest, sql, shell, report, tables, extract, recover, optimize, vacuum, demo."""
 
 from __future__ import annotations
 
@@ -288,6 +288,27 @@ def cmd_extract(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """One HTML page of plots over the lake (dashboard.py), aggregated without Spark."""
+    from . import dashboard
+
+    settings, _ = _open_lake(args)
+    scope = dashboard.Scope.parse(args.capture_id, args.since, args.until, args.topic)
+    tty = sys.stderr.isatty()
+
+    def progress(msg: str) -> None:
+        if tty:
+            print(f"[{time.strftime('%H:%M:%S')}] report: {msg}", file=sys.stderr, flush=True)
+
+    r = dashboard.build(settings.lake_path, args.out, scope, progress)
+    for why in r.empty:
+        print(f"brokerscope: no chart for {why}", file=sys.stderr)
+    print(
+        f"wrote {r.out} ({r.bytes / 1e6:.1f} MB, {r.charts} charts) in {r.seconds:.1f} s: open it in a browser"
+    )
+    return 0
+
+
 def cmd_recover(args) -> int:
     _, lake = _open_lake(args, recover=False)
     if not _recover(lake):
@@ -492,6 +513,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--until) and either endpoint matches a --host (if given) and either TCP port is a --tcp-port",
     )
     ex.set_defaults(func=cmd_extract)
+
+    rp = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page of plots over the lake (no network needed to open it)",
+    )
+    common(rp)
+    rp.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
+    where = rp.add_argument_group("scope", "restrict every chart to some rows (the flags combine with AND)")
+    where.add_argument(
+        "--capture-id",
+        action="append",
+        metavar="ID",
+        help="rows of this capture (inputs.capture_id; repeatable)",
+    )
+    where.add_argument(
+        "--since",
+        metavar="TIME",
+        help="rows from this capture time on (ISO 8601, no zone: UTC; or epoch seconds)",
+    )
+    where.add_argument("--until", metavar="TIME", help="rows before this capture time")
+    where.add_argument(
+        "--topic",
+        action="append",
+        metavar="NAME",
+        help="rows of this topic (repeatable); connections that carried it",
+    )
+    rp.set_defaults(func=cmd_report)
 
     rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
     common(rc)
