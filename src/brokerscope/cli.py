@@ -368,6 +368,7 @@ def cmd_demo(args) -> int:
     cmd = command_name()
     print(f'\nnext: {cmd} sql "SELECT command, count(*) FROM commands GROUP BY command" --lake {lake}')
     print(f"      {cmd} shell --lake {lake}")
+    print(f"      {cmd} report --lake {lake} --out report.html")
     return 0
 
 

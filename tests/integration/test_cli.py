@@ -224,6 +224,13 @@ def test_demo_on_a_directory(spark, tmp_path, capsys):
     assert "example query" in out and "(3 rows)" in out
     assert f"\nnext: {cli.command_name()} sql " in out  # a command the person can run
     assert "streams=3" in out
+    # the report hint runs as printed (but for where the page goes)
+    (hint,) = [ln.split(" report ", 1)[1] for ln in out.splitlines() if " report --lake " in ln]
+    words = hint.split()
+    words[words.index("--out") + 1] = str(tmp_path / "report.html")
+    rc, _, err = run(capsys, "report", *words)
+    assert rc == 0, err
+    assert (tmp_path / "report.html").stat().st_size > 100_000  # plotly.js inlined
 
 
 def test_nightly_job_never_ingests_a_file_twice(spark, tmp_path, capsys):
