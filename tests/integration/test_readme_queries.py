@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from brokerscope.cli import EXAMPLE_QUERY, run_sql
-from tests.conftest import ROOT
+from tests.support.readme import readme_queries
 
 pytestmark = pytest.mark.spark
-
-
-def readme_queries() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    out = []
-    for block in re.findall(r"```sql\n(.*?)```", text, re.S):
-        for stmt in block.split(";"):
-            lines = [ln for ln in stmt.strip().splitlines() if not ln.strip().startswith("--")]
-            if lines:
-                out.append("\n".join(lines))
-    return out
 
 
 def test_readme_has_queries():
