@@ -1,6 +1,7 @@
 """`brokerscope extract`: the packets of a row's connection, or of a capture's time window, read
 back from the original inputs of the sample-data lake, checked against scapy's reading of those
-inputs (an independent reader) packet for packet: time, length and bytes."""
+inputs (an independent reader) packet for packet: time, length and bytes, and where tshark is
+installed, tshark's reading of the output against its own filter of the connection on the source."""
 
 from __future__ import annotations
 
@@ -44,6 +45,11 @@ def _of_conn(path: str, row: dict) -> list[tuple[float, bytes]]:
     return out
 
 
+def _tshark(args: list[str]) -> list[str]:
+    res = subprocess.run(["tshark", "-r", *args], capture_output=True, text=True, check=True)
+    return res.stdout.splitlines()
+
+
 def _conn(lake: str, kind: str) -> dict:
     """The sample lake's connection with the most packets among captures of `kind`."""
     rows = [r for r in _streams(lake) if _path_of(lake, r["capture_id"]).endswith(kind)]
@@ -63,6 +69,17 @@ def test_a_connection_comes_out_packet_for_packet(sample_lake, tmp_path, capsys,
     got = _packets(str(out))
     assert [b for _, b in got] == [b for _, b in want]
     assert [round(t, 6) for t, _ in got] == [round(t, 6) for t, _ in want]
+    if shutil.which("tshark"):  # Wireshark's reading: the same packets as its filter on the source
+        conn = (
+            f"ip.addr=={row['client_ip']} && ip.addr=={row['server_ip']}"
+            f" && tcp.port=={row['client_port']} && tcp.port=={row['server_port']}"
+        )
+        fields = ["-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len", "-e", "tcp.stream"]
+        of_out = _tshark([str(out), *fields])
+        assert {ln.split("\t")[2] for ln in of_out} == {"0"}  # one TCP conversation, nothing else
+        assert [ln.split("\t")[:2] for ln in of_out] == [
+            ln.split("\t")[:2] for ln in _tshark([src, "-Y", conn, *fields])
+        ]
 
 
 def test_a_pcap_source_can_come_out_as_pcap_byte_for_byte(sample_lake, tmp_path, capsys):
