@@ -182,19 +182,35 @@ def header_value(kind: int, value: bytes):
     return value
 
 
+# blobs parsed lately (a producer's messages often carry the same headers): blob -> parsed list,
+# shared by every message that has it, so never changed by a caller
+_SEEN: dict[bytes, list[dict]] = {}
+_SEEN_MAX, _SEEN_BLOB_MAX = 4096, 1024
+
+
 def user_headers(buf: bytes) -> list[dict]:
-    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order.
+    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order (a list
+    callers must not change: a blob seen before gives the same list).
 
     Two entry layouts: [key length u32][key][value kind u8][value length u32][value] (0.5-0.8),
     and typed keys [key kind u8][key length u32][key][value kind u8][value length u32][value]
     (apache-iggy 0.9 clients). The one that parses the whole blob wins."""
+    buf = buf if buf.__class__ is bytes else bytes(buf)
+    out = _SEEN.get(buf)
+    if out is not None:
+        return out
     try:
-        return _headers(buf, typed_keys=False)
+        out = _headers(buf, typed_keys=False)
     except DecodeError as e:
         try:
-            return _headers(buf, typed_keys=True)
+            out = _headers(buf, typed_keys=True)
         except DecodeError:
             raise e from None
+    if len(buf) <= _SEEN_BLOB_MAX:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[buf] = out
+    return out
 
 
 def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
