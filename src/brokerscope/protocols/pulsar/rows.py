@@ -20,7 +20,17 @@ from ..framer import Junk
 from . import framing
 from .framing import HEADER, ParsedFrame
 from .gen import pulsar_api_pb2 as pb
-from .messages import COMPRESSION_NAMES, ChunkedMessage, PayloadError, Single, expand, is_batch, key_bytes
+from .messages import (
+    COMPRESSION_NAMES,
+    ChunkedMessage,
+    Columns,
+    PayloadError,
+    Single,
+    columns,
+    expand_columns,
+    is_batch,
+    key_bytes,
+)
 from .pairing import PendingSend
 from .values import mid_str, partition_of, scrub, to_dict, to_json
 
@@ -196,7 +206,7 @@ def message_rows(
     if len(md.encryption_keys):
         return _encrypted_row(ctx, md, payload, base_row, common_details)
     try:
-        singles = expand(md, payload, int(ctx.max_decompressed_bytes))
+        msgs = expand_columns(md, payload, int(ctx.max_decompressed_bytes))
     except PayloadError as e:
         const = dict(base_row)
         const.update(ctx.payload.value(None))
@@ -209,7 +219,7 @@ def message_rows(
             }
         )
         return Block(1, {"_batch_index": [-1]}, const)
-    return message_block(ctx, base_row, singles, status, None, common_details)
+    return message_block(ctx, base_row, msgs, status, None, common_details)
 
 
 def _encrypted_row(
@@ -225,42 +235,34 @@ def _encrypted_row(
     s = Single(-1, payload, None, pk, props, md.sequence_id, None, None)
     if pk is not None:
         s.key = key_bytes(pk, md.partition_key_b64_encoded)
-    return message_block(ctx, base_row, [s], ENCRYPTED, "payload is encrypted: kept as it is", common)
+    return message_block(
+        ctx, base_row, columns([s]), ENCRYPTED, "payload is encrypted: kept as it is", common
+    )
 
 
 def message_block(
-    ctx: Context, base_row: dict, singles: list[Single], status: str, error: str | None, common: dict
+    ctx: Context, base_row: dict, m: Columns, status: str, error: str | None, common: dict
 ) -> Block:
-    """The messages `singles` of one payload as a block: `base_row` (message_base) and the
-    status as constants; each message's details are `common` and its own fields, the JSON of
-    `common` written once."""
+    """The messages `m` of one payload as a block: `base_row` (message_base) and the status as
+    constants; each message's details are `common` and its own fields, the JSON of `common`
+    written once."""
     pol = ctx.payload
-    values = [s.value for s in singles]
     const = dict(base_row)
     const["decode_status"] = status
     const["decode_error"] = error
     cols: dict = {
-        "_batch_index": [s.batch_index for s in singles],
-        "key": [pol.key(s.key) for s in singles],
-        "headers": [
-            [
-                {
-                    "key": k if k.__class__ is str else text(k),
-                    "value": v.encode("utf-8", "surrogateescape") if v.__class__ is str else v,
-                }
-                for k, v in s.properties
-            ]
-            for s in singles
-        ],
-        "sequence": [s.sequence for s in singles],
-        "details": _details(singles, common),
+        "_batch_index": m.batch_index,
+        "key": [pol.key(k) for k in m.key] if pol.apply_to_keys and pol.mode != "keep" else m.key,
+        "headers": m.headers,
+        "sequence": m.sequence,
+        "details": _details(m, common),
     }
-    sizes = pa.array([None if v is None else len(v) for v in values], pa.int64())
-    cols.update(pol.value_columns(pa.array(values, pa.binary()), sizes))
-    return Block(len(singles), cols, const)
+    sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+    cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
+    return Block(len(m.value), cols, const)
 
 
-def _details(singles: list[Single], common: dict) -> list[str]:
+def _details(m: Columns, common: dict) -> list[str]:
     """Each message's details: `common`, then its batch index, event time, ordering key, null
     value flag, base64 partition key and extra fields where it has them (as to_json would write
     the dict, written piece by piece)."""
@@ -268,17 +270,19 @@ def _details(singles: list[Single], common: dict) -> list[str]:
     head += ',"batch_index":' if len(head) > 1 else '"batch_index":'
     jv = base.json_value
     out = []
-    for s in singles:
-        t = f"{head}{s.batch_index}"
-        if s.event_time:
-            t += f',"event_time_ms":{jv(s.event_time)}'
-        if s.ordering_key is not None:
-            t += f',"ordering_key":{jv(s.ordering_key)}'
-        if s.null_value:
+    for bi, et, ok, null, raw, key, extra in zip(
+        m.batch_index, m.event_time, m.ordering_key, m.null_value, m.key_raw, m.key, m.extra, strict=True
+    ):
+        t = f"{head}{bi}"
+        if et:
+            t += f',"event_time_ms":{jv(et)}'
+        if ok is not None:
+            t += f',"ordering_key":{jv(ok)}'
+        if null:
             t += ',"null_value":true'
-        if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
-            t += f',"partition_key_b64":{jv(s.key_raw)}'
-        for k, v in s.extra.items():
+        if raw.__class__ is str and key is not None and raw.encode() != key:
+            t += f',"partition_key_b64":{jv(raw)}'
+        for k, v in extra.items():
             t += f",{jv(k)}:{jv(v)}"
         out.append(t + "}")
     return out
