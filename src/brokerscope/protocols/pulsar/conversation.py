@@ -452,7 +452,7 @@ class PulsarConversation(Conversation):
             self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
         for b in msgs:
             bis = b.cols["_batch_index"]
-            b.cols["message_id"] = [mid_str(L, E, bi) for bi in bis]
+            b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in bis]  # mid_str
             if ack_set and any(bi >= 0 and not bit_set(ack_set, bi) for bi in bis):
                 details = b.column("details")
                 b.cols["details"] = [

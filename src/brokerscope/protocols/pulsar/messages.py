@@ -218,7 +218,7 @@ class Columns(NamedTuple):
     event_time: list[int | None]
     ordering_key: list[bytes | None]
     null_value: list[bool]
-    extra: list[dict]
+    extra: list[dict | None]  # a message's fields for its details beyond the others
 
 
 def columns(singles: list[Single]) -> Columns:
@@ -242,7 +242,7 @@ def columns(singles: list[Single]) -> Columns:
         [s.event_time for s in singles],
         [s.ordering_key for s in singles],
         [s.null_value for s in singles],
-        [s.extra for s in singles],
+        [s.extra or None for s in singles],
     )
 
 
@@ -258,9 +258,13 @@ def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
     value, key_raw, key, b64, headers, sequence, event_time, ordering_key, null_value, compacted, end = got
     for i in b64:
         key[i] = key_bytes(key_raw[i], True)
-    extra = [{"compacted_out": True} if c else {} for c in compacted]
+    extra = (
+        [{"compacted_out": True} if c else None for c in compacted]
+        if True in compacted
+        else [None] * len(value)
+    )
     if end != len(data):  # bytes after the last message: keep going, but say so
-        extra[-1] = {**extra[-1], "trailing_bytes": len(data) - end}
+        extra[-1] = {**(extra[-1] or {}), "trailing_bytes": len(data) - end}
     return Columns(
         list(range(len(value))),
         value,

@@ -32,7 +32,7 @@ from .messages import (
     key_bytes,
 )
 from .pairing import PendingSend
-from .values import mid_str, partition_of, scrub, to_dict, to_json
+from .values import partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
 CHUNK_INCOMPLETE = "chunk_incomplete"
@@ -282,8 +282,9 @@ def _details(m: Columns, common: dict) -> list[str]:
             t += ',"null_value":true'
         if raw.__class__ is str and key is not None and raw.encode() != key:
             t += f',"partition_key_b64":{jv(raw)}'
-        for k, v in extra.items():
-            t += f",{jv(k)}:{jv(v)}"
+        if extra:
+            for k, v in extra.items():
+                t += f",{jv(k)}:{jv(v)}"
         out.append(t + "}")
     return out
 
@@ -359,7 +360,7 @@ def answered(b: Block, mid, error: int | None) -> Block:
     """A SEND's produce rows once it is answered: the receipt's message id, or the send error."""
     if mid is not None:
         L, E = mid.ledger_id, mid.entry_id
-        b.cols["message_id"] = [mid_str(L, E, bi) for bi in b.cols["_batch_index"]]
+        b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in b.cols["_batch_index"]]  # mid_str
         if mid.partition >= 0:
             b.const["partition"] = mid.partition
     if error is not None:
@@ -406,7 +407,7 @@ def receipt_acks(ts: int, body, error: int | None, topic, mid, ps: PendingSend |
     cols: dict = {"sequence": [sequence for _bi, sequence in sequences]}
     if mid is not None:
         L, E = mid.ledger_id, mid.entry_id
-        cols["message_id"] = [mid_str(L, E, bi) for bi, _sequence in sequences]
+        cols["message_id"] = [f"{L}:{E}:{bi}" for bi, _sequence in sequences]  # mid_str
     else:
         common["message_id"] = None
     return [("acks", Block(len(sequences), cols, common))]
@@ -435,7 +436,7 @@ def ack_rows(
         "correlation_id": rid,
     }
     cols = {
-        "message_id": [mid_str(*key) for key, _ts, _again in acked],
+        "message_id": [f"{L}:{E}:{bi}" for (L, E, bi), _ts, _again in acked],  # mid_str
         "ack_latency_us": [None if t is None else (ts - t) / 1000.0 for _key, t, _again in acked],
     }
     if any(again for _key, _ts, again in acked):
