@@ -150,12 +150,14 @@ def with_summaries(details: dict, msgs: list[dict]) -> str:
     headers sizes, offset, checksum and its verdict, state: each message itself gets a messages
     row), written piece by piece."""
     parts = []
+    jv = base.json_value
     for m in msgs:
         text = f'{{"id":"{m["id"]}","payload_size":{len(m["payload"])},"headers":{len(m["headers"])}'
+        get = m.get
         for k in ("offset", "checksum", "checksum_ok", "state"):
-            v = m.get(k)
-            if v is not None:
-                text += f',"{k}":{base.json_value(v)}'
+            v = get(k)
+            if v is not None:  # ints as they are, without a call
+                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
         parts.append(text + "}")
     head = base.to_json(details)[:-1]
     return f'{head}{"," if len(head) > 1 else ""}"messages":[{",".join(parts)}]}}'
@@ -219,20 +221,27 @@ def _message_details(msgs: list[dict]) -> list[str]:
     of a headers list once (user_headers gives one list per distinct blob)."""
     out = []
     made: dict[int, str] = {}
+    names: dict[str, str] = {}  # a header key or kind as JSON, made once per block
     jv = base.json_value
     for m in msgs:
         hs = m["headers"]
         if not hs:
             text = '{"headers":['
         elif (text := made.get(id(hs))) is None:
-            typed = ",".join(
-                f'{{"key":{jv(h["key"])},"kind":{jv(h["kind"])},"value":{jv(h["typed"])}}}' for h in hs
-            )
-            text = made[id(hs)] = f'{{"headers":[{typed}'
+            typed = []
+            for h in hs:
+                k, kind = h["key"], h["kind"]
+                if (kj := names.get(k)) is None:
+                    kj = names[k] = jv(k)
+                if (kindj := names.get(kind)) is None:
+                    kindj = names[kind] = jv(kind)
+                typed.append(f'{{"key":{kj},"kind":{kindj},"value":{jv(h["typed"])}}}')
+            text = made[id(hs)] = f'{{"headers":[{",".join(typed)}'
         text += "]"
+        get = m.get
         for k in _DETAIL_KEYS:
-            v = m.get(k)
-            if v is not None:
-                text += f',"{k}":{jv(v)}'
+            v = get(k)
+            if v is not None:  # ints as they are, without a call
+                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
         out.append(text + "}")
     return out
