@@ -199,13 +199,13 @@ def user_headers(buf: bytes) -> list[dict]:
     out = _SEEN.get(buf)
     if out is not None:
         return out
-    try:
-        out = _headers(buf, typed_keys=False)
-    except DecodeError as e:
-        try:
-            out = _headers(buf, typed_keys=True)
-        except DecodeError:
-            raise e from None
+    out = _headers_plain(buf, typed_keys=False)
+    if out is None:
+        out = _headers_plain(buf, typed_keys=True)
+    if out is None:  # neither layout fits: read again for the error (the first layout's)
+        _headers_read(buf, typed_keys=False)
+        _headers_read(buf, typed_keys=True)
+        raise DecodeError("user headers fit neither layout")  # not reached: the reads raise
     if len(buf) <= _SEEN_BLOB_MAX:
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
@@ -213,7 +213,51 @@ def user_headers(buf: bytes) -> list[dict]:
     return out
 
 
-def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
+def _headers_plain(buf: bytes, typed_keys: bool) -> list[dict] | None:
+    """The entries of a headers blob in one layout (typed keys or not), read with plain indexing:
+    None where the blob does not fit it (_headers_read then says why)."""
+    out = []
+    pos, end = 0, len(buf)
+    u32 = _U32.unpack_from
+    try:
+        while pos < end:
+            key_kind = None
+            if typed_keys:
+                key_kind = buf[pos]
+                pos += 1
+                if key_kind not in HEADER_KINDS:
+                    return None
+            (n,) = u32(buf, pos)
+            pos += 4
+            if pos + n > end:
+                return None
+            key = buf[pos : pos + n]
+            pos += n
+            kind = buf[pos]
+            (n,) = u32(buf, pos + 1)
+            pos += 5
+            if kind not in HEADER_KINDS or pos + n > end:
+                return None
+            value = buf[pos : pos + n]
+            pos += n
+            out.append(_header(key, kind, value, key_kind))
+    except (IndexError, struct.error):
+        return None
+    return out
+
+
+def _header(key: bytes, kind: int, value: bytes, key_kind: int | None) -> dict:
+    if key_kind in (None, 1, 2):
+        key_text = key.decode("utf-8", "backslashreplace")
+    else:  # a typed non-string key: its value rendered as text
+        key_text = str(header_value(key_kind, key))
+    h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}
+    if key_kind is not None:
+        h["key_kind"] = HEADER_KINDS[key_kind]
+    return h
+
+
+def _headers_read(buf: bytes, typed_keys: bool) -> list[dict]:
     r = Reader(buf)
     out = []
     while r.remaining:
@@ -227,14 +271,7 @@ def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
         if kind not in HEADER_KINDS:
             raise DecodeError(f"header kind {kind}")
         value = r.bytes(r.u32())
-        if key_kind in (None, 1, 2):
-            key_text = key.decode("utf-8", "backslashreplace")
-        else:  # a typed non-string key: its value rendered as text
-            key_text = str(header_value(key_kind, key))
-        h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}
-        if key_kind is not None:
-            h["key_kind"] = HEADER_KINDS[key_kind]
-        out.append(h)
+        out.append(_header(key, kind, value, key_kind))
     return out
 
 
