@@ -9,6 +9,11 @@ setup(
             "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
             ["src/brokerscope/protocols/kafka/_records.c"],
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "brokerscope.protocols.pulsar._batch",  # Pulsar's batch entries (SingleMessageMetadata)
+            ["src/brokerscope/protocols/pulsar/_batch.c"],
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

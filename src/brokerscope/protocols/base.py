@@ -467,6 +467,24 @@ def to_json(obj) -> str:
     return _ENCODER.encode(obj)
 
 
+_JSON_STR = json.encoder.encode_basestring  # the C escaper to_json uses (non-ASCII kept)
+
+
+def json_value(v) -> str:
+    """One value as to_json writes it, cheaper for the common scalars (a str, int, bool or None:
+    no encoder call), for details built piece by piece once per message."""
+    c = v.__class__
+    if c is str:
+        return _JSON_STR(v)
+    if c is int:
+        return int.__repr__(v)
+    if c is bool:
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    return _ENCODER.encode(v)
+
+
 def text(v):
     """A protocol string as text: bytes that are not UTF-8 (python's protobuf hands a proto2 string
     over as bytes then) keep their bad bytes escaped (`\\xe9`), so the wire bytes can be read

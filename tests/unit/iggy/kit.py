@@ -6,6 +6,7 @@ import struct
 
 import xxhash
 
+from brokerscope import tables
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.iggy import PROTOCOL
 from tests.support.drive import Drive
@@ -104,13 +105,13 @@ def run(
     ts0: int = 1_000_000_000,
     allow_anomalies: bool = False,
 ):
-    """Feed (direction, bytes) chunks 1 ms apart; return all rows, close included, after checking
+    """Feed (direction, bytes) chunks 1 ms apart; return all rows (blocks as dict rows), close included, after checking
     them against the table schemas (tests.support.drive; damaged input may earn anomalies)."""
     d = Drive(PROTOCOL.conversation(CONN, ctx or Context()))
     for i, (direction, data) in enumerate(chunks):
         d.feed(direction, data, ts=ts0 + i * 1_000_000)
     d.close().tables(allow_anomalies=allow_anomalies)
-    return d.rows
+    return [(t, x) for t, r in d.rows for x in (r.rows() if isinstance(r, tables.Block) else [r])]
 
 
 def table(rows, name: str) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import struct
 import zlib
 
@@ -10,7 +11,8 @@ import pytest
 import xxhash
 
 from brokerscope import tables
-from brokerscope.protocols.base import Context, PayloadPolicy
+from brokerscope.protocols.base import Context, DecodeError, PayloadPolicy
+from brokerscope.protocols.iggy import wire
 from brokerscope.protocols.iggy.messages import build_headers, build_message
 
 from .kit import login, num_id, req, resp, run, str_id, table, u8, u32, u64
@@ -210,3 +212,56 @@ def test_corrupt_message_list_is_an_error_row():
     cmd = table(rows, "commands")[2]
     assert cmd["decode_status"] in ("malformed", "truncated") and cmd["raw"]
     assert table(rows, "messages") == []
+
+
+def _headers_by_reader(blob: bytes):
+    """user_headers as it was before its plain-indexing path: Reader in each layout."""
+    try:
+        return wire._headers_read(blob, typed_keys=False)
+    except DecodeError as e:
+        try:
+            return wire._headers_read(blob, typed_keys=True)
+        except DecodeError:
+            raise e from None
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_user_headers_read_as_the_reader_reads_them(seed):
+    """Random and damaged header blobs, both layouts: the same entries, or the same error."""
+    rnd = random.Random(seed)
+    items = [
+        (
+            rnd.choice(["k", "source", "é", ""]),
+            rnd.randrange(1, 16),
+            rnd.randbytes(rnd.choice([0, 1, 2, 4, 8, 16, 3])),
+        )
+        for _ in range(rnd.randrange(1, 4))
+    ]
+    blob = bytearray(build_headers(items))
+    if seed % 2:  # typed keys (apache-iggy 0.9): a kind byte before every key
+        blob = bytearray()
+        for key, kind, value in items:
+            k = key.encode()
+            blob += (
+                bytes([2])
+                + struct.pack("<I", len(k))
+                + k
+                + bytes([kind])
+                + struct.pack("<I", len(value))
+                + value
+            )
+    if seed % 3 == 0 and blob:
+        blob[rnd.randrange(len(blob))] = rnd.randrange(256)
+    if seed % 5 == 0:
+        del blob[rnd.randrange(len(blob) + 1) :]
+    blob = bytes(blob) + b"\x00" * (seed % 7 == 0)
+    wire._SEEN.clear()
+    try:
+        want = _headers_by_reader(blob)
+    except DecodeError as e:
+        with pytest.raises(DecodeError) as got:
+            wire.user_headers(blob)
+        assert str(got.value) == str(e)
+        return
+    assert wire.user_headers(blob) == want
+    assert wire.user_headers(blob) is wire.user_headers(blob)  # a blob seen before: its list again

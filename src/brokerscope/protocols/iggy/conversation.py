@@ -40,9 +40,9 @@ from .rows import (
     frame_columns,
     i32,
     latency_row,
-    message_row,
-    msg_summary,
+    message_block,
     offset_ack_row,
+    with_summaries,
 )
 from .wire import DecodeError, Truncated, topic_name
 
@@ -313,8 +313,6 @@ class IggyConversation(Conversation):
         if code in LOGIN_CODES:
             self.logged_in = True
         msgs = fields.pop("messages", None) if code == 101 else None
-        if msgs is not None:
-            fields["messages"] = [msg_summary(m) for m in msgs]
         details.update(fields)
         topic = topic_name(fields.get("stream_id"), fields.get("topic_id"))
         if code == 302 and fields.get("name"):  # CREATE_TOPIC: the topic being created
@@ -323,22 +321,28 @@ class IggyConversation(Conversation):
         if code == 101 and fields["partitioning"]["kind"] == "partition_id":
             partition = fields["partitioning"]["value"]
         pend.update(topic=topic, partition=partition, details=fields)
-        row.update(
-            topic=topic, partition=i32(partition), decode_status=base.OK, details=base.to_json(details)
-        )
+        text = base.to_json(details) if msgs is None else with_summaries(details, msgs)
+        row.update(topic=topic, partition=i32(partition), decode_status=base.OK, details=text)
         flag_batch_checksum(row, (fields.get("batch") or {}).get("batch_checksum_ok"))
         rows.append(("commands", row))
-        if msgs:  # SEND_MESSAGES: one produce row per message
+        if msgs:  # SEND_MESSAGES: a produce row per message
             key = None
             if fields["partitioning"]["kind"] == "messages_key":
                 key = fields["partitioning"]["value"]
             frames = self.conn.frame_range(C2S, row.get("stream_offset"), row.get("size"))
-            for m in msgs:
-                rows.append(
-                    message_row(
-                        "produce", m, topic, i32(partition), pend["corr"], ts1, self.ctx.payload, key, frames
-                    )
+            rows.append(
+                message_block(
+                    "produce",
+                    msgs,
+                    topic,
+                    i32(partition),
+                    pend["corr"],
+                    ts1,
+                    self.ctx.payload,
+                    key,
+                    frames=frames,
                 )
+            )
         self.pending.add(pend)
 
     def _emit_response(
@@ -377,10 +381,10 @@ class IggyConversation(Conversation):
             details["payload_size"] = len(payload)
         msgs = fields.pop("messages", None) if code == 100 else None
         if msgs is not None:
-            fields["messages"] = [msg_summary(m) for m in msgs]
             row["partition"] = i32(fields.get("partition_id"))
         details.update(fields)
-        row.update(decode_status=base.OK, details=base.to_json(details))
+        text = base.to_json(details) if msgs is None else with_summaries(details, msgs)
+        row.update(decode_status=base.OK, details=text)
         flag_batch_checksum(row, fields.get("batch_checksum_ok"))
         rows.append(("commands", row))
         if msgs:  # POLL_MESSAGES: one deliver row per message
@@ -397,16 +401,18 @@ class IggyConversation(Conversation):
         """The deliver rows of a poll's messages; each delivered offset is remembered, so that an
         offset ack finds when its message was delivered."""
         consumer = consumer_label((req.get("details") or {}).get("consumer"))
-        for m in msgs:
-            table, row = message_row(
-                "deliver", m, req["topic"], partition, req["corr"], ts, self.ctx.payload, frames=frames
+        topic = req["topic"]
+        rows.append(
+            message_block(
+                "deliver", msgs, topic, partition, req["corr"], ts, self.ctx.payload, None, consumer, frames
             )
-            row["consumer"] = consumer
-            rows.append((table, row))
+        )
+        delivered = self.delivered
+        for m in msgs:
             if m.get("offset") is not None:
-                self.delivered[(req["topic"], partition, m["offset"])] = ts
-                while len(self.delivered) > MAX_DELIVERED:
-                    self.delivered.popitem(last=False)
+                delivered[(topic, partition, m["offset"])] = ts
+                while len(delivered) > MAX_DELIVERED:
+                    delivered.popitem(last=False)
 
     def _acks(self, req: dict, status: int, fields: dict, msgs, ts: int) -> list[Row]:
         """STORE_CONSUMER_OFFSET (121) acks its offset; POLL_MESSAGES (100) with auto_commit acks

@@ -21,11 +21,11 @@ import zlib
 from .codes import MESSAGE_STATES
 from .wire import DecodeError, Reader, identifier, partitioning, user_headers
 
-try:  # XXH3-64 checksums; without the package the checksum is reported, not verified
+try:  # XXH3-64 checksums (of any bytes-like object); without the package the checksum is
+    # reported, not verified
     import xxhash
 
-    def xxh3_64(data: bytes) -> int | None:
-        return xxhash.xxh3_64_intdigest(data)
+    xxh3_64 = xxhash.xxh3_64_intdigest
 
 except ImportError:  # pragma: no cover - xxhash is a pinned dependency
 
@@ -299,6 +299,9 @@ BATCH_HEADER_V48 = 256
 V48 = 48
 _BATCH_META = struct.Struct("<QQQQQQI")  # partition, base offset, base ts, origin ts, len, checksum, count
 _BATCH_HASHED = struct.Struct("<QQQQQI")
+# a message frame's header: checksum, id (16 bytes LE), offset delta, timestamp delta, user headers
+# length, payload length, reserved
+_V48_HEADER = struct.Struct("<Q16sIIIIQ")
 
 
 def batch_checksum(header_fields: tuple, message_checksums: list[bytes]) -> int | None:
@@ -312,9 +315,7 @@ def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
     """One message frame of a batch: (message, next position); offsets/times are relative."""
     if pos + V48 > end:
         raise DecodeError(f"message header truncated at {pos}")
-    (checksum,) = struct.unpack_from("<Q", buf, pos)
-    mid = int.from_bytes(buf[pos + 8 : pos + 24], "little")
-    delta, ts_delta, hlen, plen, reserved = struct.unpack_from("<IIIIQ", buf, pos + 24)
+    checksum, mid, delta, ts_delta, hlen, plen, reserved = _V48_HEADER.unpack_from(buf, pos)
     if reserved:
         raise DecodeError(f"message at {pos}: reserved bytes not zero")
     body = pos + V48
@@ -323,10 +324,10 @@ def parse_message_v48(buf, pos: int, end: int) -> tuple[dict, int]:
         raise DecodeError(f"message at {pos} runs past the data ({plen}+{hlen} bytes)")
     ok = None
     if checksum:
-        calc = checksum_of(buf[pos:stop])
+        calc = xxh3_64(buf[pos + 8 : stop])
         ok = None if calc is None else calc == checksum
     msg = {
-        "id": mid,
+        "id": int.from_bytes(mid, "little"),
         "offset_delta": delta,
         "timestamp_delta": ts_delta,
         "checksum": checksum,
@@ -358,11 +359,12 @@ def parse_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[
     msgs = []
     sums = []
     p = pos + BATCH_HEADER_V48
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)  # slices without copies
     while p < stop:
         if len(msgs) >= n:
             raise DecodeError("more messages than the batch count")
-        m, nxt = parse_message_v48(buf, p, stop)
-        sums.append(bytes(buf[p : p + 8]))
+        m, nxt = parse_message_v48(mv, p, stop)
+        sums.append(bytes(mv[p : p + 8]))
         m["offset"] = base_offset + m["offset_delta"]
         m["origin_timestamp"] = origin_ts + m["timestamp_delta"] if origin_ts else None
         m["timestamp"] = base_ts or None

@@ -5,6 +5,9 @@ pairing.new_request, decoded fields and messages, timestamps in ns)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from ... import tables
 from .. import base
 from ..base import PayloadPolicy, Row
 from ..framer import Frame
@@ -142,53 +145,106 @@ def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: lis
     )
 
 
-def msg_summary(m: dict) -> dict:
-    """A message as its frame's details list it (the message itself gets a messages row)."""
-    s = {"id": str(m["id"]), "payload_size": len(m["payload"]), "headers": len(m["headers"])}
-    for k in ("offset", "checksum", "checksum_ok", "state"):
-        if m.get(k) is not None:
-            s[k] = m[k]
-    return s
+def with_summaries(details: dict, msgs: list[dict]) -> str:
+    """`details` as JSON with the frame's messages listed last under "messages" (id, payload and
+    headers sizes, offset, checksum and its verdict, state: each message itself gets a messages
+    row), written piece by piece."""
+    parts = []
+    jv = base.json_value
+    for m in msgs:
+        text = f'{{"id":"{m["id"]}","payload_size":{len(m["payload"])},"headers":{len(m["headers"])}'
+        get = m.get
+        for k in ("offset", "checksum", "checksum_ok", "state"):
+            v = get(k)
+            if v is not None:  # ints as they are, without a call
+                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
+        parts.append(text + "}")
+    head = base.to_json(details)[:-1]
+    return f'{head}{"," if len(head) > 1 else ""}"messages":[{",".join(parts)}]}}'
 
 
-def message_row(
+def message_block(
     direction: str,
-    m: dict,
+    msgs: list[dict],
     topic: str | None,
     partition: int | None,
     corr: int,
     ts: int,
     payload: PayloadPolicy,
     key: bytes | None = None,
+    consumer: str | None = None,
     frames: dict | None = None,
 ) -> Row:
-    """The messages row of one decoded message, `direction` "produce" or "deliver"; its key and
-    value pass through the payload policy. `frames`: its frame's first_frame / last_frame."""
-    row = {
+    """The messages rows of one frame's decoded messages, `direction` "produce" or "deliver"
+    (`consumer`: whom a deliver went to), as one block (tables.Block): what the frame gives every
+    message as constants, the rest as columns; key and values pass through the payload policy.
+    `frames`: the carrying frame's first_frame / last_frame."""
+    const: dict = {
         "ts_ns": ts,
         "direction": direction,
         "source": "capture",
         "topic": topic,
         "partition": partition,
-        "offset": i64(m.get("offset")) if direction == "deliver" else None,
-        "message_id": str(m["id"]),
         "key": payload.key(key),
-        "headers": [{"key": h["key"], "value": h["value"]} for h in m["headers"]],
-        "checksum_ok": m.get("checksum_ok"),
         "correlation_id": corr,
-        "decode_status": base.OK,
         **(frames or {}),
     }
-    if m.get("checksum_ok") is False:
-        row["decode_status"] = base.CHECKSUM_MISMATCH
-        row["decode_error"] = "message checksum does not match"
-    row.update(payload.value(m["payload"]))
-    mts = m.get("timestamp") or m.get("origin_timestamp")
-    if mts:
-        row["message_ts_ns"] = mts * 1000  # Iggy timestamps are microseconds
-    det = {"headers": [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]]}
-    for k in ("origin_timestamp", "timestamp", "checksum", "state", "header_size"):
-        if m.get(k) is not None:
-            det[k] = m[k]
-    row["details"] = base.to_json(det)
-    return ("messages", row)
+    oks = [m.get("checksum_ok") for m in msgs]
+    cols: dict = {
+        "message_id": [str(m["id"]) for m in msgs],
+        "checksum_ok": oks,
+        "message_ts_ns": [
+            (t * 1000 if (t := m.get("timestamp") or m.get("origin_timestamp")) else None) for m in msgs
+        ],
+    }
+    if direction == "deliver":
+        cols["offset"] = [i64(m.get("offset")) for m in msgs]
+        const["consumer"] = consumer
+    if False in oks:
+        cols["decode_status"] = [base.CHECKSUM_MISMATCH if ok is False else base.OK for ok in oks]
+        cols["decode_error"] = ["message checksum does not match" if ok is False else None for ok in oks]
+    else:
+        const["decode_status"] = base.OK
+    if any(m["headers"] for m in msgs):
+        cols["headers"] = [[{"key": h["key"], "value": h["value"]} for h in m["headers"]] for m in msgs]
+    else:
+        const["headers"] = []
+    values = [m["payload"] for m in msgs]
+    cols.update(payload.value_columns(pa.array(values, pa.binary()), pa.array(map(len, values), pa.int64())))
+    cols["details"] = _message_details(msgs)
+    return ("messages", tables.Block(len(msgs), cols, const))
+
+
+_DETAIL_KEYS = ("origin_timestamp", "timestamp", "checksum", "state", "header_size")
+
+
+def _message_details(msgs: list[dict]) -> list[str]:
+    """Each message's details: its user headers with their kinds and typed values, then its
+    timestamps, checksum, state and header size where known; written piece by piece, the JSON
+    of a headers list once (user_headers gives one list per distinct blob)."""
+    out = []
+    made: dict[int, str] = {}
+    names: dict[str, str] = {}  # a header key or kind as JSON, made once per block
+    jv = base.json_value
+    for m in msgs:
+        hs = m["headers"]
+        if not hs:
+            text = '{"headers":['
+        elif (text := made.get(id(hs))) is None:
+            typed = []
+            for h in hs:
+                k, kind = h["key"], h["kind"]
+                if (kj := names.get(k)) is None:
+                    kj = names[k] = jv(k)
+                if (kindj := names.get(kind)) is None:
+                    kindj = names[kind] = jv(kind)
+                typed.append(f'{{"key":{kj},"kind":{kindj},"value":{jv(h["typed"])}}}')
+            text = made[id(hs)] = f'{{"headers":[{",".join(typed)}'
+        text += "]"
+        get = m.get
+        for k in _DETAIL_KEYS:
+            v = get(k)
+            if v is not None:  # ints as they are, without a call
+                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
+        out.append(text + "}")
+    return out

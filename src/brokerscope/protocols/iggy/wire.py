@@ -182,22 +182,82 @@ def header_value(kind: int, value: bytes):
     return value
 
 
+# blobs parsed lately (a producer's messages often carry the same headers): blob -> parsed list,
+# shared by every message that has it, so never changed by a caller
+_SEEN: dict[bytes, list[dict]] = {}
+_SEEN_MAX, _SEEN_BLOB_MAX = 4096, 1024
+
+
 def user_headers(buf: bytes) -> list[dict]:
-    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order.
+    """Parse a user-headers blob into [{key, kind, value(bytes), typed}] in wire order (a list
+    callers must not change: a blob seen before gives the same list).
 
     Two entry layouts: [key length u32][key][value kind u8][value length u32][value] (0.5-0.8),
     and typed keys [key kind u8][key length u32][key][value kind u8][value length u32][value]
     (apache-iggy 0.9 clients). The one that parses the whole blob wins."""
+    buf = buf if buf.__class__ is bytes else bytes(buf)
+    out = _SEEN.get(buf)
+    if out is not None:
+        return out
+    out = _headers_plain(buf, typed_keys=False)
+    if out is None:
+        out = _headers_plain(buf, typed_keys=True)
+    if out is None:  # neither layout fits: read again for the error (the first layout's)
+        _headers_read(buf, typed_keys=False)
+        _headers_read(buf, typed_keys=True)
+        raise DecodeError("user headers fit neither layout")  # not reached: the reads raise
+    if len(buf) <= _SEEN_BLOB_MAX:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[buf] = out
+    return out
+
+
+def _headers_plain(buf: bytes, typed_keys: bool) -> list[dict] | None:
+    """The entries of a headers blob in one layout (typed keys or not), read with plain indexing:
+    None where the blob does not fit it (_headers_read then says why)."""
+    out = []
+    pos, end = 0, len(buf)
+    u32 = _U32.unpack_from
     try:
-        return _headers(buf, typed_keys=False)
-    except DecodeError as e:
-        try:
-            return _headers(buf, typed_keys=True)
-        except DecodeError:
-            raise e from None
+        while pos < end:
+            key_kind = None
+            if typed_keys:
+                key_kind = buf[pos]
+                pos += 1
+                if key_kind not in HEADER_KINDS:
+                    return None
+            (n,) = u32(buf, pos)
+            pos += 4
+            if pos + n > end:
+                return None
+            key = buf[pos : pos + n]
+            pos += n
+            kind = buf[pos]
+            (n,) = u32(buf, pos + 1)
+            pos += 5
+            if kind not in HEADER_KINDS or pos + n > end:
+                return None
+            value = buf[pos : pos + n]
+            pos += n
+            out.append(_header(key, kind, value, key_kind))
+    except (IndexError, struct.error):
+        return None
+    return out
 
 
-def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
+def _header(key: bytes, kind: int, value: bytes, key_kind: int | None) -> dict:
+    if key_kind in (None, 1, 2):
+        key_text = key.decode("utf-8", "backslashreplace")
+    else:  # a typed non-string key: its value rendered as text
+        key_text = str(header_value(key_kind, key))
+    h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}
+    if key_kind is not None:
+        h["key_kind"] = HEADER_KINDS[key_kind]
+    return h
+
+
+def _headers_read(buf: bytes, typed_keys: bool) -> list[dict]:
     r = Reader(buf)
     out = []
     while r.remaining:
@@ -211,14 +271,7 @@ def _headers(buf: bytes, typed_keys: bool) -> list[dict]:
         if kind not in HEADER_KINDS:
             raise DecodeError(f"header kind {kind}")
         value = r.bytes(r.u32())
-        if key_kind in (None, 1, 2):
-            key_text = key.decode("utf-8", "backslashreplace")
-        else:  # a typed non-string key: its value rendered as text
-            key_text = str(header_value(key_kind, key))
-        h = {"key": key_text, "kind": HEADER_KINDS[kind], "value": value, "typed": header_value(kind, value)}
-        if key_kind is not None:
-            h["key_kind"] = HEADER_KINDS[key_kind]
-        out.append(h)
+        out.append(_header(key, kind, value, key_kind))
     return out
 
 

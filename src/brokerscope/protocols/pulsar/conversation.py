@@ -11,6 +11,7 @@ import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from ...tables import Block
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
 from ..framer import Framer, Junk
@@ -28,6 +29,7 @@ from .rows import (
     command_columns,
     error_row,
     finish,
+    held_bytes,
     incomplete_chunk_row,
     junk_row,
     latency,
@@ -357,8 +359,12 @@ class PulsarConversation(Conversation):
             chunk = {"uuid": md.uuid, "chunk_id": md.chunk_id, "num_chunks": md.num_chunks_from_msg}
         msgs = self._messages(ev, ("produce", pid), base_row, {}, None)
         # the rows wait for the receipt, which names their message id
-        seqs = [(-1 if r.get("_batch_index") is None else r["_batch_index"], r.get("sequence")) for r in msgs]
-        held = sum(len(r.get("value") or b"") for r in msgs)
+        seqs = [
+            (bi, seq)
+            for b in msgs
+            for bi, seq in zip(b.column("_batch_index"), b.column("sequence"), strict=True)
+        ]
+        held = sum(held_bytes(b) for b in msgs)
         self.sends.add((pid, ev.body.sequence_id), PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk))
         while self.sends.over():
             oldest = self.sends.take_oldest()
@@ -396,18 +402,19 @@ class PulsarConversation(Conversation):
 
     # ---- messages
 
-    def _messages(self, ev: Event, who: tuple[str, int], base_row: dict, extra: dict, mid) -> list[dict]:
-        """The message rows of a SEND's or MESSAGE's payload. A chunk is collected (by `who`:
-        produce or deliver, and the producer or consumer id) until its message is complete;
-        `mid`: the chunk's message id, if known."""
+    def _messages(self, ev: Event, who: tuple[str, int], base_row: dict, extra: dict, mid) -> list[Block]:
+        """The message rows of a SEND's or MESSAGE's payload, as a block (none while a chunked
+        message is incomplete). A chunk is collected (by `who`: produce or deliver, and the
+        producer or consumer id) until its message is complete; `mid`: the chunk's message id,
+        if known."""
         md = ev.pf.metadata
         status = base.CHECKSUM_MISMATCH if ev.pf.checksum_ok is False else base.OK
         payload = ev.pf.payload or b""
         base_row.update(self.conn.frame_range(ev.direction, ev.row.get("stream_offset"), ev.row.get("size")))
         if not is_chunk(md):
-            return message_rows(self.ctx, md, payload, base_row, status, extra)
+            return [message_rows(self.ctx, md, payload, base_row, status, extra)]
         cm = self.chunks.add((*who, md.uuid), md, payload, mid, ev.ts, base_row)
-        return [] if cm is None else chunked_rows(self.ctx, cm, md, base_row, status, extra)
+        return [] if cm is None else [chunked_rows(self.ctx, cm, md, base_row, status, extra)]
 
     def _incomplete_chunk_row(self, key, cm) -> dict:
         direction, ident, _uuid = key
@@ -444,13 +451,18 @@ class PulsarConversation(Conversation):
         if is_chunk(md):
             # every chunk's id is acknowledged by the consumer: remember each delivery
             self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
-        for r in msgs:
-            bi = r.get("_batch_index", -1)
-            r["message_id"] = mid_str(L, E, bi)
-            if ack_set and bi >= 0 and not bit_set(ack_set, bi):
-                r["details"] = r["details"][:-1] + ',"already_acked":true}'
-            self.deliveries.add(dl, (L, E, bi), ev.ts_end)
-            ev.rows.append(("messages", finish(r)))
+        for b in msgs:
+            bis = b.cols["_batch_index"]
+            b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in bis]  # mid_str
+            if ack_set and any(bi >= 0 and not bit_set(ack_set, bi) for bi in bis):
+                details = b.column("details")
+                b.cols["details"] = [
+                    d[:-1] + ',"already_acked":true}' if bi >= 0 and not bit_set(ack_set, bi) else d
+                    for d, bi in zip(details, bis, strict=True)
+                ]
+            for bi in bis:
+                self.deliveries.add(dl, (L, E, bi), ev.ts_end)
+            ev.rows.append(("messages", finish(b)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
             self.deliveries.set_batch_size(cid, L, E, md.num_messages_in_batch)
         self.deliveries.trim()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from ...tables import Block
 from .values import bit_set, highest_bit
 
 MAX_PENDING = 100_000  # entries per pairing map
@@ -42,7 +43,7 @@ class PendingSend:
 
     ts_ns: int
     topic: str | None
-    rows: list[dict]  # produce rows waiting for the message id
+    rows: list[Block]  # produce rows waiting for the message id (message_rows' blocks)
     held: int  # payload bytes held by `rows`
     sequences: list[tuple[int, int | None]]  # (batch_index, sequence) of every message
     chunk: dict | None = None

@@ -1,22 +1,38 @@
-"""Row dicts for the Pulsar tables (commands, messages, latencies, acks), built from decoded
-values. Nothing here keeps state: the conversation pairs frames and hands over what it found.
+"""Rows for the Pulsar tables (commands, messages, latencies, acks), built from decoded values:
+dicts, and blocks (tables.Block) for the messages of one payload and the acks of one receipt or
+ACK message id. Nothing here keeps state: the conversation pairs frames and hands over what it
+found.
 
-A message row carries `_batch_index` until `finish` takes it off (the receipt or the delivery
-names its message id by it)."""
+A block of message rows carries `_batch_index` until `finish` takes it off (the receipt or the
+delivery names its message id by it)."""
 
 from __future__ import annotations
 
 import struct
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...tables import Block
 from .. import base
 from ..base import Context, Row, text
 from ..framer import Junk
 from . import framing
 from .framing import HEADER, ParsedFrame
 from .gen import pulsar_api_pb2 as pb
-from .messages import COMPRESSION_NAMES, ChunkedMessage, PayloadError, Single, expand, is_batch, key_bytes
+from .messages import (
+    COMPRESSION_NAMES,
+    ChunkedMessage,
+    Columns,
+    PayloadError,
+    Single,
+    columns,
+    expand_columns,
+    is_batch,
+    key_bytes,
+)
 from .pairing import PendingSend
-from .values import mid_str, partition_of, scrub, to_dict, to_json
+from .values import partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
 CHUNK_INCOMPLETE = "chunk_incomplete"
@@ -177,8 +193,10 @@ def message_base(
 
 def message_rows(
     ctx: Context, md: pb.MessageMetadata, payload: bytes, base_row: dict, status: str, extra: dict
-) -> list[dict]:
-    """Rows for a whole (non-chunk) payload: one per message, or one saying why there are none."""
+) -> Block:
+    """The rows of a whole (non-chunk) payload as one block (tables.Block): one per message, or
+    one saying why there are none. Each row's batch index is in the `_batch_index` column until
+    `finish` takes it off (the receipt or the delivery names the message id by it)."""
     common_details = dict(extra)
     for f in _MD_DETAILS:
         if md.HasField(f):
@@ -186,28 +204,27 @@ def message_rows(
     if is_batch(md):
         common_details["num_messages_in_batch"] = md.num_messages_in_batch
     if len(md.encryption_keys):
-        return [_encrypted_row(ctx, md, payload, base_row, common_details)]
+        return _encrypted_row(ctx, md, payload, base_row, common_details)
     try:
-        singles = expand(md, payload, int(ctx.max_decompressed_bytes))
+        msgs = expand_columns(md, payload, int(ctx.max_decompressed_bytes))
     except PayloadError as e:
-        r = dict(base_row)
-        r.update(ctx.payload.value(None))
-        r.update(
+        const = dict(base_row)
+        const.update(ctx.payload.value(None))
+        const.update(
             {
                 "sequence": md.sequence_id,
                 "decode_status": e.status,
                 "decode_error": str(e),
                 "details": to_json({**common_details, "payload_size": len(payload)}),
-                "_batch_index": -1,
             }
         )
-        return [r]
-    return [message_row(ctx, dict(base_row), s, status, None, common_details) for s in singles]
+        return Block(1, {"_batch_index": [-1]}, const)
+    return message_block(ctx, base_row, msgs, status, None, common_details)
 
 
 def _encrypted_row(
     ctx: Context, md: pb.MessageMetadata, payload: bytes, base_row: dict, common: dict
-) -> dict:
+) -> Block:
     """An encrypted payload is one row, its value kept as it is (a batch cannot be split)."""
     if md.encryption_algo:
         common["encryption_algo"] = md.encryption_algo
@@ -218,39 +235,63 @@ def _encrypted_row(
     s = Single(-1, payload, None, pk, props, md.sequence_id, None, None)
     if pk is not None:
         s.key = key_bytes(pk, md.partition_key_b64_encoded)
-    return message_row(ctx, dict(base_row), s, ENCRYPTED, "payload is encrypted: kept as it is", common)
+    return message_block(
+        ctx, base_row, columns([s]), ENCRYPTED, "payload is encrypted: kept as it is", common
+    )
 
 
-def message_row(ctx: Context, r: dict, s: Single, status: str, error: str | None, common: dict) -> dict:
-    """`r` (a copy of the base row) filled with message `s`."""
-    r.update(ctx.payload.value(s.value))
-    r["key"] = ctx.payload.key(s.key)
-    r["headers"] = [
-        {"key": text(k), "value": v if isinstance(v, bytes) else v.encode("utf-8", "surrogateescape")}
-        for k, v in s.properties
-    ]
-    r["sequence"] = s.sequence
-    r["decode_status"] = status
-    r["decode_error"] = error
-    det = dict(common)
-    det["batch_index"] = s.batch_index
-    if s.event_time:
-        det["event_time_ms"] = s.event_time
-    if s.ordering_key is not None:
-        det["ordering_key"] = s.ordering_key
-    if s.null_value:
-        det["null_value"] = True
-    if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
-        det["partition_key_b64"] = s.key_raw
-    det.update(s.extra)
-    r["details"] = to_json(det)
-    r["_batch_index"] = s.batch_index
-    return r
+def message_block(
+    ctx: Context, base_row: dict, m: Columns, status: str, error: str | None, common: dict
+) -> Block:
+    """The messages `m` of one payload as a block: `base_row` (message_base) and the status as
+    constants; each message's details are `common` and its own fields, the JSON of `common`
+    written once."""
+    pol = ctx.payload
+    const = dict(base_row)
+    const["decode_status"] = status
+    const["decode_error"] = error
+    cols: dict = {
+        "_batch_index": m.batch_index,
+        "key": [pol.key(k) for k in m.key] if pol.apply_to_keys and pol.mode != "keep" else m.key,
+        "headers": m.headers,
+        "sequence": m.sequence,
+        "details": _details(m, common),
+    }
+    sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+    cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
+    return Block(len(m.value), cols, const)
+
+
+def _details(m: Columns, common: dict) -> list[str]:
+    """Each message's details: `common`, then its batch index, event time, ordering key, null
+    value flag, base64 partition key and extra fields where it has them (as to_json would write
+    the dict, written piece by piece)."""
+    head = to_json(common)[:-1]
+    head += ',"batch_index":' if len(head) > 1 else '"batch_index":'
+    jv = base.json_value
+    out = []
+    for bi, et, ok, null, raw, key, extra in zip(
+        m.batch_index, m.event_time, m.ordering_key, m.null_value, m.key_raw, m.key, m.extra, strict=True
+    ):
+        t = f"{head}{bi}"
+        if et:
+            t += f',"event_time_ms":{jv(et)}'
+        if ok is not None:
+            t += f',"ordering_key":{jv(ok)}'
+        if null:
+            t += ',"null_value":true'
+        if raw.__class__ is str and key is not None and raw.encode() != key:
+            t += f',"partition_key_b64":{jv(raw)}'
+        if extra:
+            for k, v in extra.items():
+                t += f",{jv(k)}:{jv(v)}"
+        out.append(t + "}")
+    return out
 
 
 def chunked_rows(
     ctx: Context, cm: ChunkedMessage, md: pb.MessageMetadata, base_row: dict, status: str, extra: dict
-) -> list[dict]:
+) -> Block:
     """Rows for a chunked message whose chunks are all in (`md`: the last chunk's metadata)."""
     whole = cm.assemble()
     first = cm.first_md or md
@@ -300,22 +341,40 @@ def incomplete_chunk_row(ctx: Context, key: tuple, cm: ChunkedMessage, topic, co
     return row
 
 
-def finish(r: dict) -> dict:
-    """A message row as the table takes it (without `_batch_index`)."""
-    r.pop("_batch_index", None)
+def finish(r: dict | Block) -> dict | Block:
+    """A message row or block as the table takes it (without `_batch_index`)."""
+    if r.__class__ is Block:
+        r.cols.pop("_batch_index", None)
+    else:
+        r.pop("_batch_index", None)
     return r
 
 
-def answered(r: dict, mid, error: int | None) -> dict:
-    """A produce row once its SEND is answered: the receipt's message id, or the send error."""
+def held_bytes(b: Block) -> int:
+    """The value bytes a block of produce rows holds (what the payload policy kept)."""
+    v = b.cols.get("value")
+    if v is None:
+        return len(b.const.get("value") or b"") * b.n
+    if isinstance(v, pa.Array):
+        return pc.sum(pc.binary_length(v)).as_py() or 0
+    return sum(len(x or b"") for x in v)
+
+
+def answered(b: Block, mid, error: int | None) -> Block:
+    """A SEND's produce rows once it is answered: the receipt's message id, or the send error."""
     if mid is not None:
-        r["message_id"] = mid_str(mid.ledger_id, mid.entry_id, r.get("_batch_index", -1))
+        L, E = mid.ledger_id, mid.entry_id
+        b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in b.cols["_batch_index"]]  # mid_str
         if mid.partition >= 0:
-            r["partition"] = mid.partition
+            b.const["partition"] = mid.partition
     if error is not None:
-        det = r.get("details")
-        r["details"] = (det[:-1] + "," if det and det != "{}" else "{") + f'"send_error":{int(error)}}}'
-    return finish(r)
+        tail = f'"send_error":{int(error)}}}'
+        if "details" in b.cols:
+            b.cols["details"] = [(d[:-1] + "," if d and d != "{}" else "{") + tail for d in b.cols["details"]]
+        else:
+            d = b.const.get("details")
+            b.const["details"] = (d[:-1] + "," if d and d != "{}" else "{") + tail
+    return finish(b)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,8 +382,9 @@ def answered(r: dict, mid, error: int | None) -> dict:
 
 
 def receipt_acks(ts: int, body, error: int | None, topic, mid, ps: PendingSend | None) -> list[Row]:
-    """The acks rows of a SEND_RECEIPT or SEND_ERROR (`body`): one per message of the SEND it
-    answers (`ps`, if captured and still waiting), or one. `mid`: the receipt's message id."""
+    """The acks rows of a SEND_RECEIPT or SEND_ERROR (`body`), one block: one row per message of
+    the SEND it answers (`ps`, if captured and still waiting), or one. `mid`: the receipt's
+    message id."""
     seq = body.sequence_id
     common = {
         "ts_ns": ts,
@@ -346,21 +406,15 @@ def receipt_acks(ts: int, body, error: int | None, topic, mid, ps: PendingSend |
         sequences = [(mid.batch_index if mid is not None else -1, seq)]
     else:
         sequences = ps.sequences  # (batch_index, sequence) of each message
-    ack_type = "pulsar_receipt" if error is None else "pulsar_send_error"
-    details = to_json(extra)
-    return [
-        (
-            "acks",
-            {
-                **common,
-                "ack_type": ack_type,
-                "message_id": mid_str(mid.ledger_id, mid.entry_id, bi) if mid is not None else None,
-                "sequence": sequence,
-                "details": details,
-            },
-        )
-        for bi, sequence in sequences
-    ]
+    common["ack_type"] = "pulsar_receipt" if error is None else "pulsar_send_error"
+    common["details"] = to_json(extra)
+    cols: dict = {"sequence": [sequence for _bi, sequence in sequences]}
+    if mid is not None:
+        L, E = mid.ledger_id, mid.entry_id
+        cols["message_id"] = [f"{L}:{E}:{bi}" for bi, _sequence in sequences]  # mid_str
+    else:
+        common["message_id"] = None
+    return [("acks", Block(len(sequences), cols, common))]
 
 
 def ack_rows(
@@ -373,27 +427,28 @@ def ack_rows(
     details: str,
     acked: list[tuple[tuple[int, int, int], int | None, bool]],
 ) -> list[Row]:
-    """The acks rows of one message id of an ACK: one per id it acknowledges (`acked`: the id,
-    its delivery time if seen, whether it was acked before)."""
-    ack_type = "pulsar_ack_cumulative" if cumulative else "pulsar_ack"
-    again_details = details[:-1] + ',"already_acked":true}'
-    return [
-        (
-            "acks",
-            {
-                "ts_ns": ts,
-                "ack_type": ack_type,
-                "topic": topic,
-                "partition": partition,
-                "message_id": mid_str(*key),
-                "consumer": consumer,
-                "ack_latency_us": None if delivered_ts is None else (ts - delivered_ts) / 1000.0,
-                "correlation_id": rid,
-                "details": again_details if again else details,
-            },
-        )
-        for key, delivered_ts, again in acked
-    ]
+    """The acks rows of one message id of an ACK, one block: a row per id it acknowledges
+    (`acked`: the id, its delivery time if seen, whether it was acked before)."""
+    if not acked:
+        return []
+    const = {
+        "ts_ns": ts,
+        "ack_type": "pulsar_ack_cumulative" if cumulative else "pulsar_ack",
+        "topic": topic,
+        "partition": partition,
+        "consumer": consumer,
+        "correlation_id": rid,
+    }
+    cols = {
+        "message_id": [f"{L}:{E}:{bi}" for (L, E, bi), _ts, _again in acked],  # mid_str
+        "ack_latency_us": [None if t is None else (ts - t) / 1000.0 for _key, t, _again in acked],
+    }
+    if any(again for _key, _ts, again in acked):
+        again_details = details[:-1] + ',"already_acked":true}'
+        cols["details"] = [again_details if again else details for _key, _ts, again in acked]
+    else:
+        const["details"] = details
+    return [("acks", Block(len(acked), cols, const))]
 
 
 def ack_response_row(ts: int, topic, consumer: str, body, latency_us: float | None, details: dict) -> Row:

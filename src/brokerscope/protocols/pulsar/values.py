@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+from ...tables import Block
 from .. import base
 from ..base import Row, text
 from .gen import pulsar_api_pb2 as pb
@@ -54,8 +55,17 @@ def scrub(d):
 
 
 def sanitize(rows: list[Row]) -> list[Row]:
-    """The rows with their text columns (STR_COLS) made text."""
+    """The rows (dicts or blocks) with their text columns (STR_COLS) made text."""
     for _t, r in rows:
+        if r.__class__ is Block:
+            for c in STR_COLS:
+                v = r.const.get(c)
+                if v is not None and not isinstance(v, str):
+                    r.const[c] = text(v)
+                col = r.cols.get(c)
+                if isinstance(col, list) and any(x is not None and not isinstance(x, str) for x in col):
+                    r.cols[c] = [text(x) for x in col]
+            continue
         for c in STR_COLS:
             v = r.get(c)
             if v is not None and not isinstance(v, str):

@@ -56,10 +56,24 @@ def parse_attributes(attr: str | None) -> list[dict]:
 
 
 def parse_msg_time(s: str | bytes | None) -> int | None:
-    """TubeMQ msgTime `yyyyMMddHHmm` (producer's clock, taken as UTC) -> ns since the epoch."""
+    """TubeMQ msgTime `yyyyMMddHHmm` (producer's clock, taken as UTC) -> ns since the epoch
+    (the last texts read are remembered: a producer's messages of one minute share theirs)."""
     if not s:
         return None
     s = text(s)
+    got = _MSG_TIMES.get(s, _MSG_TIMES)
+    if got is not _MSG_TIMES:
+        return got
+    if len(_MSG_TIMES) >= 1024:
+        _MSG_TIMES.clear()
+    got = _MSG_TIMES[s] = _parse_msg_time(s)
+    return got
+
+
+_MSG_TIMES: dict = {}
+
+
+def _parse_msg_time(s: str) -> int | None:
     for fmt in ("%Y%m%d%H%M", "%Y%m%d%H%M%S"):
         try:
             t = _dt.datetime.strptime(s.strip(), fmt).replace(tzinfo=_dt.UTC)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 from google.protobuf.descriptor import FieldDescriptor
 
+from ...tables import Block
+from .. import base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, text, to_json
 from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
 from .framing import TubeFrame
@@ -100,51 +103,56 @@ def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None
 def deliver(
     msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
 ) -> list[Row]:
-    """getMessagesC2B's response: one row per message delivered to the consumer group
-    (`frames`: the response frame's first_frame / last_frame)."""
-    rows: list[Row] = []
-    topic = pend.topic if pend else None
+    """getMessagesC2B's response: a row per message delivered to the consumer group, one block
+    (tables.Block) for the pack (`frames`: the response frame's first_frame / last_frame)."""
+    tms = msg.messages
+    if not len(tms):
+        return []
     req_part = pend.partition if pend else None
-    for tm in msg.messages:
+    const = {
+        "ts_ns": f.ts_first,
+        "direction": "deliver",
+        "source": "capture",
+        "topic": pend.topic if pend else None,
+        "consumer": pend.group if pend else None,  # the consumer group that fetched it
+        "correlation_id": f.serial,
+        **(frames or {}),
+    }
+    curr = base.json_value(field(msg, "currOffset"))
+    jv = base.json_value
+    cols: dict[str, list] = {k: [] for k in _DELIVER_COLUMNS}
+    values = []
+    for tm in tms:
         data = bytes(tm.payLoadData)
         flag = field(tm, "flag")
         attr, payload, err = split_payload(data, flag)
         headers = parse_attributes(attr)
         part = field(tm, "partitionId")
         recv_ms = field(tm, "recvTimeInMs")
-        ts_msg = recv_ms * 1_000_000 if recv_ms else parse_msg_time(attr_value(headers, "$msgTime$"))
         cs = field(tm, "checkSum")
-        row: dict = {
-            "ts_ns": f.ts_first,
-            "direction": "deliver",
-            "source": "capture",
-            "topic": topic,
-            "partition": part if part is not None else req_part,
-            "message_id": str(tm.messageId) if tm.HasField("messageId") else None,
-            "consumer": pend.group if pend else None,  # the consumer group that fetched it
-            "headers": headers,
-            "checksum_ok": checksum_ok(cs, data),
-            "correlation_id": f.serial,
-            "message_ts_ns": ts_msg,
-            "decode_status": MALFORMED if err else OK,
-            "decode_error": err,
-            "details": to_json(
-                {
-                    "flag": flag,
-                    "attributes": attr,
-                    "check_sum": cs,
-                    "index_key_code": field(tm, "indexKeyCode"),
-                    "report_addr": ipv4(field(tm, "reportAddr")),
-                    "recv_time_ms": recv_ms,
-                    "data_size": len(data),
-                    "curr_offset": field(msg, "currOffset"),
-                }
-            ),
-        }
-        row.update(policy.value(payload))
-        row.update(frames or {})
-        rows.append(("messages", row))
-    return rows
+        cols["partition"].append(part if part is not None else req_part)
+        cols["message_id"].append(str(tm.messageId) if tm.HasField("messageId") else None)
+        cols["headers"].append(headers)
+        cols["checksum_ok"].append(checksum_ok(cs, data))
+        cols["message_ts_ns"].append(
+            recv_ms * 1_000_000 if recv_ms else parse_msg_time(attr_value(headers, "$msgTime$"))
+        )
+        cols["decode_status"].append(MALFORMED if err else OK)
+        cols["decode_error"].append(err)
+        cols["details"].append(
+            f'{{"flag":{jv(flag)},"attributes":{jv(attr)},"check_sum":{jv(cs)},'
+            f'"index_key_code":{jv(field(tm, "indexKeyCode"))},"report_addr":{jv(ipv4(field(tm, "reportAddr")))},'
+            f'"recv_time_ms":{jv(recv_ms)},"data_size":{len(data)},"curr_offset":{curr}}}'
+        )
+        values.append(payload)
+    sizes = pa.array([len(v) for v in values], pa.int64())
+    cols.update(policy.value_columns(pa.array(values, pa.binary()), sizes))
+    return [("messages", Block(len(values), cols, const))]
+
+
+_DELIVER_COLUMNS = (
+    "partition", "message_id", "headers", "checksum_ok", "message_ts_ns", "decode_status", "decode_error", "details",
+)  # fmt: skip
 
 
 def confirm_ack(msg, f: TubeFrame, lat: float | None, off: int | None) -> Row:
