@@ -234,7 +234,8 @@ def _read_splits_fn(
     payload_refs: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
-    split's identity chunks (bytes the reader just brought into memory) into the run directory.
+    split's identity chunks (bytes the reader just brought into memory) into the run directory,
+    and put the key log text of its pcapng Decryption Secrets Blocks there (runs.py `secrets/`).
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back)."""
 
     flt = settings.packet_filter
@@ -245,6 +246,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
+                secrets: list[bytes] = []
                 yield from capture.read_split(
                     sp,
                     settings.batch_packets,
@@ -252,7 +254,10 @@ def _read_splits_fn(
                     settings.batch_bytes,
                     payload_refs,
                     flt,
+                    secrets,
                 )
+                if secrets:
+                    run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
                 run.write_digests(sp.file_index, sp.start, chunk_digests(sp.path, sp.start, sp.end, size))
 
@@ -337,8 +342,14 @@ def _decode_fn(
     of packets that give their offset."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # every read task of the capture set finished before this stage began: all ids are known
-        drv = StreamDriver(settings, run.capture_ids(sizes), PayloadFiles(files) if files else None)
+        # every read task of the capture set finished before this stage began: all ids are known,
+        # and every Decryption Secrets Block was read
+        drv = StreamDriver(
+            settings,
+            run.capture_ids(sizes),
+            PayloadFiles(files) if files else None,
+            run.tls_keys(settings.tls_keys),
+        )
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
@@ -433,6 +444,7 @@ def ingest(
     work and no `spark` was given). Files that are no input are recorded in `inputs` with status
     error; `Summary.exit_code()` tells a scheduler how it went."""
     t0 = time.time()
+    settings.load_tls_keys()  # the key logs, read here on the driver (the tasks get them with the settings)
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     summary = Summary(run_id=run_id)
     disc = disc or inputs.discover(paths)
@@ -496,6 +508,7 @@ def ingest(
             stats = _write_dataframes(out, lake, todo, dups, rejected, run, summary, progress)
             run.remove()
     except BaseException:
+        run.remove_secrets()
         if run.manifest() is None:
             run.remove()
         else:  # some tables may hold the run: the next command that opens the lake finishes it
@@ -581,6 +594,7 @@ def _commit_staged(
     commit table by table from it (lake.finish_run), `inputs` last."""
     try:
         results = [r.asDict() for r in out.collect()]
+        run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
         replace_ids, history = _identified(lake, todo, dups, run)

@@ -13,6 +13,11 @@ How a connection's roles are decided, in order (`streams.roles_by`):
              on equal ports the `lo` endpoint (smaller address) is the client.
 The protocol is the server port's protocol from the port map (`detected_by = port`), else the
 most confident sniffer at >= 0.5 (`content`), else `unknown` (`none`).
+
+TLS, on any port: when the first bytes are a ClientHello (tls.layer.recognise, once per
+connection, before the protocol sniffers), the client is its sender (unless the TCP handshake
+said), a `tls.layer.TlsLayer` takes the place of the TCP connection, and the protocol is detected
+as above on the first plaintext bytes; the conversation sees what it would in clear.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
 from .tcp import TcpConnection
+from .tls.layer import TlsLayer, recognise
 from .topics import resolve_topic_ids
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,7 @@ class _Conn:
         self.shared: dict = {}
         self.frames_ok = 0
         self.frames_failed = 0
+        self.tls: TlsLayer | None = None  # a TLS connection: also self.tcp, giving plaintext events
 
     # -- packets ----------------------------------------------------------------------------
     def add(self, pkt: TcpPacket) -> Iterator[base.Row]:
@@ -109,8 +116,10 @@ class _Conn:
     def _ready(self) -> bool:
         limit = self.drv.settings.sniff_bytes
         a, b = self.head[True], self.head[False]
-        if self.tcp.client_is_lo is not None and self._port_protocol(self.tcp.client_is_lo):
-            return True  # handshake + broker port: nothing to sniff
+        cil = self.tcp.client_is_lo
+        told = cil is not None and (len(self.head[cil]) > 5 or len(self.head[not cil]) > 0)
+        if told and self._port_protocol(cil):
+            return True  # handshake + broker port: nothing to sniff but TLS (a ClientHello's first 6 bytes)
         return (len(a) > 0 and len(b) > 0) or len(a) >= limit or len(b) >= limit or len(self.pending) > 256
 
     def _port_protocol(self, client_is_lo: bool) -> str | None:
@@ -121,6 +130,9 @@ class _Conn:
         self.decided = True
         drv = self.drv
         lo_head, hi_head = bytes(self.head[True]), bytes(self.head[False])
+        if self.tls is None and (cil := recognise(lo_head, hi_head, self.tcp.client_is_lo)) is not None:
+            yield from self._start_tls(cil)
+            return
         best: tuple[float, str, bool] | None = None  # (confidence, protocol, client_is_lo)
 
         def sniff_all(orientations: Iterable[bool]) -> None:
@@ -136,7 +148,9 @@ class _Conn:
                     if conf >= SNIFF_THRESHOLD and (best is None or conf > best[0]):
                         best = (conf, name, cil)
 
-        if self.tcp.client_is_lo is not None:
+        if self.tls is not None:
+            pass  # roles decided with TLS (_start_tls)
+        elif self.tcp.client_is_lo is not None:
             self.client_is_lo, self.roles_by = self.tcp.client_is_lo, "syn"
         else:
             lo_is_port = drv.port_map.get(self.lo[1])
@@ -175,6 +189,19 @@ class _Conn:
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
+
+    def _start_tls(self, client_is_lo: bool) -> Iterator[base.Row]:
+        """TLS: the TlsLayer replaces the TCP connection as the source of events, and detection
+        starts again on the plaintext (events held so far go through it first)."""
+        self.client_is_lo = client_is_lo
+        self.roles_by = "syn" if self.tcp.client_is_lo is not None else "content"
+        self.tcp = self.tls = TlsLayer(self.tcp, self.drv.tls_keys, client_is_lo)
+        self.decided = False
+        self.head = {True: bytearray(), False: bytearray()}
+        pending, self.pending = self.pending, []
+        self._hold(self.tls.events(pending))
+        if self._ready():
+            yield from self._decide()
 
     # -- decoding ---------------------------------------------------------------------------
     def _deliver(self, events: list) -> Iterator[base.Row]:
@@ -277,6 +304,8 @@ class _Conn:
             "snap_truncated_packets": c.snap_truncated_packets + s.snap_truncated_packets,
             "capture_ids": sorted({cid for _, cid in self.files}),
         }
+        if self.tls is not None:
+            row.update(self.tls.info())
         row.update(self.shared)
         row["capture_id"] = self.files[0][1]
         return row
@@ -286,12 +315,18 @@ class StreamDriver:
     """Decode one partition's sorted packets."""
 
     def __init__(
-        self, settings: Settings, capture_ids: list[str] | None = None, files: PayloadFiles | None = None
+        self,
+        settings: Settings,
+        capture_ids: list[str] | None = None,
+        files: PayloadFiles | None = None,
+        tls_keys=None,
     ):
         """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
         column (the pipeline drops it before the shuffle: one string less per packet); `files`
-        reads the payloads of packets that carry their offset instead (payload_at)."""
+        reads the payloads of packets that carry their offset instead (payload_at); `tls_keys`
+        (a tls.KeyLog) decrypts TLS connections, by default the settings' key logs."""
         self.settings = settings
+        self.tls_keys = tls_keys if tls_keys is not None else settings.tls_keys
         self.capture_ids = capture_ids or []
         self.files = files
         self.protocols = base.protocols()
@@ -436,9 +471,10 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     the lake would store them) plus `_capture_stats` (one dict per capture split) and `_errors`
     (inputs that could not be read). Everything is held in memory: for tests and small inputs.
     """
-    from . import capture, inputs
+    from . import capture, inputs, tls
 
     settings = settings or Settings.load()
+    settings.load_tls_keys()
     disc = inputs.discover(paths)
     # identity hashed here in one pass (the pipeline's tasks hash as they read)
     ids = [
@@ -446,6 +482,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
         for i in disc.inputs
     ]
     psplits, ssplits = inputs.plan(ids, settings.split_size)
+    secrets: list[bytes] = []  # the captures' Decryption Secrets Blocks: keys, never rows
     batches = [
         b
         for sp in psplits
@@ -455,11 +492,12 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
             settings.max_pending_fragments,
             settings.batch_bytes,
             flt=settings.packet_filter,
+            tls_key_logs=secrets,
         )
     ]
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
-    drv = StreamDriver(settings)
+    drv = StreamDriver(settings, tls_keys=tls.with_texts(settings.tls_keys, secrets))
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):
         raw[table].append(row)

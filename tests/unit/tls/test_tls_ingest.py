@@ -1,0 +1,220 @@
+"""TLS wired into the stream driver, through `streams.decode_files` (the Spark-free decode):
+
+- tests/data/tls/tls.pcap (five real OpenSSL connections, four in keys.log): one streams row per
+  connection with its version, cipher, SNI, ALPN and `tls_decrypted`, yes or no key;
+- tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): one real kafka-python run
+  over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, captured on both
+  legs: with the client's key log the TLS leg gives exactly the clear leg's commands, messages,
+  latencies and acks (apart from ports and times); without keys, a streams row per connection
+  and nothing else;
+- the key logs' secrets in no row and no log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from brokerscope import tables
+from brokerscope.config import Settings
+from brokerscope.streams import decode_files
+from brokerscope.tls import load
+from tests.unit.tls.test_tls_secrets import forms
+from tests.unit.tls.test_tls_tshark import SENT
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "tls"
+KAFKA_RUNS = {  # run -> (version, cipher) the proxy negotiated with kafka-python
+    "tls13": ("TLS 1.3", "TLS_AES_256_GCM_SHA384"),
+    "tls12cbc": ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256"),
+}
+COMPARED = ("commands", "messages", "latencies", "acks")
+# what differs between the two legs of one exchange: ports, times (and what is made of them)
+DIFFERS = ("port", "ts", "time", "latency", "_us", "conn_id", "capture_id")
+
+
+def private_copy(tmp_path: Path, name: str) -> str:
+    """A key log as its owner keeps it (git does not keep the 0600 mode)."""
+    p = tmp_path / name
+    shutil.copy(DATA / name, p)
+    p.chmod(0o600)
+    return str(p)
+
+
+def decode(pcap: str, keylogs: list[str], **over) -> dict[str, list[dict]]:
+    return decode_files(
+        [str(DATA / pcap)], Settings.load(overrides={"tls": {"keylog_files": keylogs}, **over})
+    )
+
+
+def without_leg(rows: list[dict]) -> list[str]:
+    return sorted(
+        json.dumps(
+            {k: v for k, v in r.items() if not any(d in k for d in DIFFERS)}, sort_keys=True, default=repr
+        )
+        for r in rows
+    )
+
+
+def test_tls_capture_streams_rows(tmp_path):
+    out = decode("tls.pcap", [private_copy(tmp_path, "keys.log")])
+    rows = {r["client_port"]: r for r in out["streams"]}
+    assert sorted(rows) == sorted(SENT)
+    for port, (version, cipher, _c2s, _s2c) in SENT.items():
+        r = rows[port]
+        assert (r["tls_version"], r["tls_cipher"], r["tls_sni"]) == (version, cipher, "broker.test")
+        assert r["tls_decrypted"] == ("no key" if port == 20004 else "yes")
+        # TLS 1.3 chooses ALPN in EncryptedExtensions: known only when decrypted
+        assert r["tls_alpn"] == (None if port == 20004 else "kafka")
+        assert r["server_port"] == 9093 and r["roles_by"] == "syn"
+    # the plaintext is random bytes: no protocol, no rows of ciphertext or plaintext
+    assert {r["protocol"] for r in out["streams"]} == {"unknown"}
+    assert all(not out[t] for t in COMPARED)
+
+
+def test_tls_capture_without_keys(tmp_path):
+    out = decode("tls.pcap", [])
+    assert [r["tls_decrypted"] for r in out["streams"]] == ["no key"] * 5
+    assert all(r["tls_sni"] == "broker.test" and r["tls_version"] for r in out["streams"])
+    assert all(not out[t] for t in COMPARED)
+
+
+@pytest.mark.parametrize("run", sorted(KAFKA_RUNS))
+def test_kafka_over_tls_equals_clear(tmp_path, run):
+    keys = private_copy(tmp_path, f"kafka_{run}_keys.log")
+    clear = decode(f"kafka_{run}_clear.pcap", [])
+    tls = decode(f"kafka_{run}_tls.pcap", [keys])
+    assert clear["messages"] and clear["latencies"] and clear["acks"]
+    for t in COMPARED:
+        assert without_leg(tls[t]) == without_leg(clear[t]), t
+    assert all(r["decode_status"] == "ok" for r in tls["commands"])
+    version, cipher = KAFKA_RUNS[run]
+    assert len(tls["streams"]) == len(clear["streams"])
+    for r in tls["streams"]:
+        assert (r["protocol"], r["detected_by"]) == ("kafka", "content")  # sniffed on the plaintext
+        assert (r["tls_version"], r["tls_cipher"], r["tls_decrypted"]) == (version, cipher, "yes")
+    for r in clear["streams"]:
+        assert all(
+            r[c] is None for c in ("tls_version", "tls_cipher", "tls_sni", "tls_alpn", "tls_decrypted")
+        )
+    # the frames counted are the plaintext's, as in clear
+    assert sorted(r["frames_ok"] for r in tls["streams"]) == sorted(r["frames_ok"] for r in clear["streams"])
+
+
+@pytest.mark.parametrize("run", sorted(KAFKA_RUNS))
+def test_kafka_over_tls_without_keys(run):
+    out = decode(f"kafka_{run}_tls.pcap", [])
+    assert len(out["streams"]) == 5
+    assert {(r["protocol"], r["tls_decrypted"]) for r in out["streams"]} == {("unknown", "no key")}
+    assert all(not out[t] for t in COMPARED)
+    # a TLS connection to a Kafka port is Kafka inside: the port map still applies, and without
+    # keys the conversation gets nothing, so still no rows
+    port = out["streams"][0]["server_port"]
+    out = decode(f"kafka_{run}_tls.pcap", [], ports={"kafka": [port]})
+    assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {("kafka", "port")}
+    assert all(not out[t] for t in COMPARED)
+
+
+def test_kafka_over_tls_on_a_kafka_port(tmp_path):
+    """With keys and the port in the map: detected by port, the same rows as the clear leg."""
+    keys = private_copy(tmp_path, "kafka_tls13_keys.log")
+    port = decode("kafka_tls13_tls.pcap", [])["streams"][0]["server_port"]
+    tls = decode("kafka_tls13_tls.pcap", [keys], ports={"kafka": [port]})
+    assert {r["detected_by"] for r in tls["streams"]} == {"port"}
+    clear = decode("kafka_tls13_clear.pcap", [])
+    for t in COMPARED:
+        assert without_leg(tls[t]) == without_leg(clear[t]), t
+
+
+def leaks(texts: list[str], secrets: list[bytes]) -> list[str]:
+    """test_tls_secrets.leaks's forms of every secret (raw, hex, UTF-16, base64, bytes repr
+    pieces), looked up all at once: per form length, every window of the text in a set."""
+    by_len: dict[int, set[bytes]] = {}
+    for sec in secrets:
+        for f in forms(sec):
+            by_len.setdefault(len(f), set()).add(f)
+    found = []
+    for text in texts:
+        for blob in {text.encode("utf-8", "surrogateescape"), text.encode("latin-1", "replace")}:
+            for n, pats in by_len.items():
+                hit = next(
+                    (blob[i : i + n] for i in range(len(blob) - n + 1) if blob[i : i + n] in pats), None
+                )
+                if hit is not None:
+                    found.append(f"key material in {text[:80]!r}")
+    return found
+
+
+def test_the_scan_finds_a_key():
+    sec = bytes(range(40, 88))
+    assert leaks([f"x {sec.hex()} y", "nothing here"], [sec]) and leaks([repr(sec)], [sec])
+    assert not leaks(["nothing here"], [sec])
+
+
+def test_no_key_in_any_row_or_log_line(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    files = [
+        private_copy(tmp_path, n) for n in ("keys.log", "kafka_tls13_keys.log", "kafka_tls12cbc_keys.log")
+    ]
+    secrets = load(files).secrets()
+    assert len(secrets) > 20
+    texts = [repr(Settings.load(overrides={"tls": {"keylog_files": files}}))]
+    for pcap in ("tls.pcap", "kafka_tls13_tls.pcap", "kafka_tls12cbc_tls.pcap"):
+        out = decode(pcap, files)
+        assert any(r["tls_decrypted"] == "yes" for r in out["streams"])
+        for t in tables.DECODED_TABLES:
+            texts += [repr(r) for r in out[t]]
+        texts += [repr(out["_capture_stats"]), repr(out["_errors"])]
+    texts += [r.getMessage() for r in caplog.records] + [caplog.text]
+    texts = ["\n".join(texts)]  # one scan
+    assert leaks(texts, secrets) == []
+
+
+def dsb(text: bytes) -> bytes:
+    """A little-endian pcapng Decryption Secrets Block holding NSS key log text (TLSK)."""
+    body = struct.pack("<II", 0x544C534B, len(text)) + text + b"\0" * (-len(text) % 4)
+    n = 12 + len(body)
+    return struct.pack("<II", 10, n) + body + struct.pack("<I", n)
+
+
+def with_secrets_at_end(tmp_path: Path) -> Path:
+    """tls.pcap as pcapng (editcap) with the key log in a Decryption Secrets Block after the
+    packets it decrypts (editcap --inject-secrets puts it first)."""
+    ng = tmp_path / "tls.pcapng"
+    subprocess.run(["editcap", "-F", "pcapng", str(DATA / "tls.pcap"), str(ng)], check=True)
+    with open(ng, "ab") as fh:
+        fh.write(dsb((DATA / "keys.log").read_bytes()))
+    return ng
+
+
+needs_editcap = pytest.mark.skipif(
+    shutil.which("editcap") is None, reason="editcap (wireshark-common) not installed"
+)
+
+
+@needs_editcap
+def test_keys_from_decryption_secrets_blocks(tmp_path):
+    first = tmp_path / "injected.pcapng"
+    subprocess.run(
+        ["editcap", "--inject-secrets", f"tls,{DATA / 'keys.log'}", str(DATA / "tls.pcap"), str(first)],
+        check=True,
+    )
+    for ng in (first, with_secrets_at_end(tmp_path)):
+        out = decode_files([str(ng)], Settings.load())
+        got = sorted((r["client_port"], r["tls_decrypted"]) for r in out["streams"])
+        assert got == [(p, "no key" if p == 20004 else "yes") for p in sorted(SENT)], ng.name
+        assert all(not out[t] for t in COMPARED)
+        assert leaks(["\n".join(repr(r) for t in tables.DECODED_TABLES for r in out[t])], load_text()) == []
+
+
+def load_text() -> list[bytes]:
+    from brokerscope.tls import KeyLog
+
+    k = KeyLog()
+    k.add_text((DATA / "keys.log").read_bytes())
+    return k.secrets()
