@@ -21,6 +21,7 @@ ECDHE-RSA-AES128-SHA256: the CBC + HMAC family Java brokers still negotiate).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import ssl
 import sys
@@ -43,7 +44,9 @@ RUNS = {
 }
 
 
-def client_run(bootstrap: str, keylog: str, max_version) -> None:
+def client_run(bootstrap: str, keylog: str, max_version, n: int = N, value_size: int = 0) -> None:
+    """Produce `n` messages (each acknowledged before the next; with `value_size`, values of
+    that many bytes, sent without waiting, then flushed), consume them in a group, commit."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     common = dict(
@@ -55,24 +58,30 @@ def client_run(bootstrap: str, keylog: str, max_version) -> None:
         api_version=(2, 1),
     )
     p = KafkaProducer(acks="all", linger_ms=5, **common)
-    for i in range(N):
-        p.send(TOPIC, key=f"k{i}".encode(), value=f"order {i} ".encode() * (i + 1), partition=0).get(10)
-    p.flush(10)
+    for i in range(n):
+        if value_size:
+            p.send(TOPIC, key=f"k{i}".encode(), value=random.Random(i).randbytes(value_size), partition=0)
+        else:
+            p.send(TOPIC, key=f"k{i}".encode(), value=f"order {i} ".encode() * (i + 1), partition=0).get(10)
+    p.flush(60)
     p.close(10)
-    c = KafkaConsumer(group_id="tls-group", enable_auto_commit=False, auto_offset_reset="earliest", **common)
+    big = dict(max_partition_fetch_bytes=16 << 20, fetch_max_wait_ms=50) if value_size else {}
+    c = KafkaConsumer(
+        group_id="tls-group", enable_auto_commit=False, auto_offset_reset="earliest", **big, **common
+    )
     tp = TopicPartition(TOPIC, 0)
     c.assign([tp])
     got = []
-    deadline = time.time() + 30
-    while len(got) < N and time.time() < deadline:
+    deadline = time.time() + 30 + n / 50
+    while len(got) < n and time.time() < deadline:
         for recs in c.poll(500).values():
             got += recs
-    assert len(got) == N, f"consumed {len(got)} of {N}"
+    assert len(got) == n, f"consumed {len(got)} of {n}"
     c.commit()
     c.close()
 
 
-def record(run: str, max_version, ciphers) -> None:
+def record(run: str, max_version, ciphers, out: Path = OUT, n: int = N, value_size: int = 0) -> None:
     import kafka.net.manager as manager
     from confluent_kafka import Producer
 
@@ -91,16 +100,16 @@ def record(run: str, max_version, ciphers) -> None:
                 return await real(net, host, proxy.port if port == broker else port, *a, **kw)
 
             manager.create_connection = mapped
-            client_run(f"127.0.0.1:{proxy.port}", keylog, max_version)
+            client_run(f"127.0.0.1:{proxy.port}", keylog, max_version, n, value_size)
             time.sleep(0.5)
         upstream = set(proxy.upstream_ports)
         tls = [(ts, f) for ts, f in cap.frames if proxy.port in _tcp_ports(f)]
         clear = [
             (ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and broker in pp and upstream & set(pp)
         ]
-        write_pcap(str(OUT / f"kafka_{run}_tls.pcap"), tls)
-        write_pcap(str(OUT / f"kafka_{run}_clear.pcap"), clear)
-        shutil.copy(keylog, OUT / f"kafka_{run}_keys.log")
+        write_pcap(str(out / f"kafka_{run}_tls.pcap"), tls)
+        write_pcap(str(out / f"kafka_{run}_clear.pcap"), clear)
+        shutil.copy(keylog, out / f"kafka_{run}_keys.log")
         print(run, "tls frames", len(tls), "clear frames", len(clear), "broker", broker, "proxy", proxy.port)
     finally:
         manager.create_connection = real
