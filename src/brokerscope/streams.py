@@ -37,7 +37,7 @@ from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
 from .tcp import TcpConnection
-from .tls.layer import TlsLayer, recognise
+from .tls.layer import TlsLayer, recognise, records_midstream
 from .topics import resolve_topic_ids
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,9 @@ class _Conn:
         if not self.decided:
             self._hold(events)
             yield from self._decide()
+            if not self.decided:  # TLS recognised at the end: its last plaintext, then detection
+                self._hold(self.tls.close())
+                yield from self._decide()
         else:
             yield from self._deliver(events)
         if self.conv is not None:
@@ -166,6 +169,9 @@ class _Conn:
                 else:
                     self.client_is_lo = self.lo[1] >= self.hi[1] if self.lo[1] != self.hi[1] else True
                     self.roles_by = "heuristic"
+        if self.tls is None and self.tcp.midstream and records_midstream(lo_head, hi_head):
+            yield from self._start_tls(self.client_is_lo, self.roles_by)  # no handshake: no key
+            return
         proto_name = self._port_protocol(self.client_is_lo)
         if proto_name and proto_name in drv.protocols:
             self.protocol, self.detected_by = proto_name, "port"
@@ -190,11 +196,11 @@ class _Conn:
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
 
-    def _start_tls(self, client_is_lo: bool) -> Iterator[base.Row]:
+    def _start_tls(self, client_is_lo: bool, roles_by: str | None = None) -> Iterator[base.Row]:
         """TLS: the TlsLayer replaces the TCP connection as the source of events, and detection
         starts again on the plaintext (events held so far go through it first)."""
         self.client_is_lo = client_is_lo
-        self.roles_by = "syn" if self.tcp.client_is_lo is not None else "content"
+        self.roles_by = roles_by or ("syn" if self.tcp.client_is_lo is not None else "content")
         self.tcp = self.tls = TlsLayer(self.tcp, self.drv.tls_keys, client_is_lo)
         self.decided = False
         self.head = {True: bytearray(), False: bytearray()}

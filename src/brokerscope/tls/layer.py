@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..protocols.base import C2S
 from ..tcp.packet import DATA
 from .keylog import KeyLog
+from .record import ALERT, APPLICATION_DATA, HEADER_LEN, credible
 from .session import TlsSession, sniff
 
 THRESHOLD = 0.5  # the protocol sniffers' threshold
@@ -29,6 +30,42 @@ def recognise(lo_head: bytes, hi_head: bytes, client_is_lo: bool | None) -> bool
     if max(as_lo, as_hi) < THRESHOLD:
         return None
     return as_lo >= as_hi
+
+
+def records_midstream(lo_head: bytes, hi_head: bytes) -> bool:
+    """A connection captured after its handshake that carries TLS records (application data
+    or alerts, version 3.3 as TLS 1.2 and 1.3 write them): each direction's first bytes are a
+    chain of such records, from the start or, when the capture began inside a record, from the
+    first offset where two follow each other. Recognised when one direction shows two records
+    chained or both show one. Such a connection has no key (its client random was not
+    captured): it is recognised so that its ciphertext is not decoded as a broker protocol."""
+    found = [_chain(h) for h in (lo_head, hi_head) if len(h) >= HEADER_LEN]
+    return bool(found) and all(found) and (max(found) >= 2 or len(found) == 2)
+
+
+def _chain(head: bytes) -> int:
+    """How many protected records follow each other in `head`, from its start or from the first
+    place where two do (0: none; a head that is exactly one record counts as two)."""
+    i = 0
+    while i >= 0:
+        n, at = 0, i
+        while (
+            at + HEADER_LEN <= len(head) and head[at] in _PROTECTED and head[at + 1 : at + 3] == b"\x03\x03"
+        ):
+            length = credible(head, at)
+            if length < 0:
+                break
+            n, at = n + 1, at + HEADER_LEN + length
+        if n == 1 and i == 0 and at == len(head):
+            return 2  # one whole record, exactly: its end is confirmed as a next header would
+        if n >= 2 or (n == 1 and i == 0 and at > len(head)):
+            return n
+        j = head.find(b"\x03\x03", i + 2)  # the next candidate header: its version bytes
+        i = j - 1 if j > 0 else -1
+    return 0
+
+
+_PROTECTED = (APPLICATION_DATA, ALERT)
 
 
 class TlsLayer:
@@ -48,8 +85,11 @@ class TlsLayer:
         return self.events(self.tcp.add(pkt))
 
     def finish(self) -> list[tuple]:
-        out = self.events(self.tcp.finish())
-        return out + self._lo_hi(self.session.close())
+        return self.events(self.tcp.finish()) + self.close()
+
+    def close(self) -> list[tuple]:
+        """The session's last events (for a connection whose TCP part already finished)."""
+        return self._lo_hi(self.session.close())
 
     def events(self, events: list) -> list[tuple]:
         """Reassembly events (ciphertext) -> plaintext events, both as `(kind, from_lo, value, ts)`."""

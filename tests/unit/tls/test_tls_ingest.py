@@ -218,3 +218,45 @@ def load_text() -> list[bytes]:
     k = KeyLog()
     k.add_text((DATA / "keys.log").read_bytes())
     return k.secrets()
+
+
+def frames(src: Path, dst: Path, first: int, last: int = 1 << 30) -> Path:
+    """Copy records `first`..`last` (1-based, as editcap -r counts) of a pcap."""
+    data = src.read_bytes()
+    out, at, no = [data[:24]], 24, 0
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    while at + 16 <= len(data):
+        n = struct.unpack_from(endian + "I", data, at + 8)[0]
+        no += 1
+        if first <= no <= last:
+            out.append(data[at : at + 16 + n])
+        at += 16 + n
+    dst.write_bytes(b"".join(out))
+    return dst
+
+
+@pytest.mark.parametrize("first", [40, 90, 120, 140])
+def test_kafka_over_tls_captured_after_the_handshake(tmp_path, first):
+    """Long-lived broker connections start before the capture: their records are recognised
+    (no ClientHello, so no key), and their ciphertext is not decoded as Kafka, even on a Kafka port."""
+    port = decode("kafka_tls13_tls.pcap", [])["streams"][0]["server_port"]
+    cut = frames(DATA / "kafka_tls13_tls.pcap", tmp_path / "cut.pcap", first)
+    for ports in ({}, {"kafka": [port]}):
+        out = decode_files([str(cut)], Settings.load(overrides={"ports": ports}))
+        assert all(not out[t] for t in COMPARED), ports
+        midstream = [r for r in out["streams"] if r["midstream"] and r["c2s_bytes"] + r["s2c_bytes"]]
+        assert midstream and all(r["tls_decrypted"] == "no key" for r in midstream)
+        assert all(r["protocol"] == ("kafka" if ports else "unknown") for r in out["streams"])
+
+
+def test_a_client_hello_without_answer(tmp_path):
+    """Detection at the connection's end (the server never answered): TLS, its SNI, no key."""
+    cut = frames(DATA / "tls.pcap", tmp_path / "hello.pcap", 1, 5)
+    out = decode_files([str(cut)], Settings.load())
+    [row] = out["streams"]
+    assert (row["protocol"], row["tls_sni"], row["tls_version"], row["tls_decrypted"]) == (
+        "unknown",
+        "broker.test",
+        None,
+        "no key",
+    )
