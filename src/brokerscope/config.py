@@ -109,7 +109,7 @@ class Settings:
     schemas: dict[str, bytes] = field(default_factory=dict)
     # the TLS keys of [tls] keylog_files (and of the captures' Decryption Secrets Blocks), read on
     # the driver by load_tls_keys and shipped to the tasks with the settings; never logged
-    tls_keys: object = field(default=None, repr=False)  # tls.KeyLog | None
+    tls_keys: object = field(default=None, repr=False, compare=False)  # tls.KeyLog | None
 
     @property
     def tls_keylog_files(self) -> list[str]:

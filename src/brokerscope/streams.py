@@ -17,7 +17,9 @@ most confident sniffer at >= 0.5 (`content`), else `unknown` (`none`).
 TLS, on any port: when the first bytes are a ClientHello (tls.layer.recognise, once per
 connection, before the protocol sniffers), the client is its sender (unless the TCP handshake
 said), a `tls.layer.TlsLayer` takes the place of the TCP connection, and the protocol is detected
-as above on the first plaintext bytes; the conversation sees what it would in clear.
+as above on the first plaintext bytes; the conversation sees what it would in clear. A connection
+captured after its handshake whose first bytes are protected records (tls.layer.records_midstream)
+gets a TlsLayer too, once its roles are decided: no key, no plaintext, no rows but its streams row.
 """
 
 from __future__ import annotations
