@@ -3,10 +3,12 @@
 - tests/data/tls/tls.pcap (five real OpenSSL connections, four in keys.log): one streams row per
   connection with its version, cipher, SNI, ALPN and `tls_decrypted`, yes or no key;
 - tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): one real kafka-python run
-  over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, captured on both
-  legs: with the client's key log the TLS leg gives exactly the clear leg's commands, messages,
-  latencies and acks (apart from ports and times); without keys, a streams row per connection
-  and nothing else;
+  over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, and
+  pulsar_tls13_*.pcap (make_tls_pulsar.py): the real pulsar-client over `pulsar+ssl://` through
+  the same proxy in front of the Pulsar simulator, each captured on both legs: with the key log
+  (the client's for Kafka, the proxy's for Pulsar) the TLS leg gives exactly the clear leg's
+  commands, messages, latencies and acks (apart from ports and times); without keys, a streams
+  row per connection and nothing else;
 - the key logs' secrets in no row and no log line.
 """
 
@@ -29,9 +31,10 @@ from tests.unit.tls.test_tls_secrets import forms
 from tests.unit.tls.test_tls_tshark import SENT
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "tls"
-KAFKA_RUNS = {  # run -> (version, cipher) the proxy negotiated with kafka-python
-    "tls13": ("TLS 1.3", "TLS_AES_256_GCM_SHA384"),
-    "tls12cbc": ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256"),
+RUNS = {  # capture -> (protocol, version and cipher the proxy negotiated, connections)
+    "kafka_tls13": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),
+    "kafka_tls12cbc": ("kafka", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", 5),
+    "pulsar_tls13": ("pulsar", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
 }
 COMPARED = ("commands", "messages", "latencies", "acks")
 # what differs between the two legs of one exchange: ports, times (and what is made of them)
@@ -84,19 +87,19 @@ def test_tls_capture_without_keys(tmp_path):
     assert all(not out[t] for t in COMPARED)
 
 
-@pytest.mark.parametrize("run", sorted(KAFKA_RUNS))
-def test_kafka_over_tls_equals_clear(tmp_path, run):
-    keys = private_copy(tmp_path, f"kafka_{run}_keys.log")
-    clear = decode(f"kafka_{run}_clear.pcap", [])
-    tls = decode(f"kafka_{run}_tls.pcap", [keys])
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_over_tls_equals_clear(tmp_path, run):
+    keys = private_copy(tmp_path, f"{run}_keys.log")
+    clear = decode(f"{run}_clear.pcap", [])
+    tls = decode(f"{run}_tls.pcap", [keys])
     assert clear["messages"] and clear["latencies"] and clear["acks"]
     for t in COMPARED:
         assert without_leg(tls[t]) == without_leg(clear[t]), t
     assert all(r["decode_status"] == "ok" for r in tls["commands"])
-    version, cipher = KAFKA_RUNS[run]
-    assert len(tls["streams"]) == len(clear["streams"])
+    protocol, version, cipher, n = RUNS[run]
+    assert len(tls["streams"]) == len(clear["streams"]) == n
     for r in tls["streams"]:
-        assert (r["protocol"], r["detected_by"]) == ("kafka", "content")  # sniffed on the plaintext
+        assert (r["protocol"], r["detected_by"]) == (protocol, "content")  # sniffed on the plaintext
         assert (r["tls_version"], r["tls_cipher"], r["tls_decrypted"]) == (version, cipher, "yes")
     for r in clear["streams"]:
         assert all(
@@ -106,17 +109,19 @@ def test_kafka_over_tls_equals_clear(tmp_path, run):
     assert sorted(r["frames_ok"] for r in tls["streams"]) == sorted(r["frames_ok"] for r in clear["streams"])
 
 
-@pytest.mark.parametrize("run", sorted(KAFKA_RUNS))
-def test_kafka_over_tls_without_keys(run):
-    out = decode(f"kafka_{run}_tls.pcap", [])
-    assert len(out["streams"]) == 5
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_over_tls_without_keys(run):
+    protocol, version, cipher, n = RUNS[run]
+    out = decode(f"{run}_tls.pcap", [])
+    assert len(out["streams"]) == n
     assert {(r["protocol"], r["tls_decrypted"]) for r in out["streams"]} == {("unknown", "no key")}
+    assert {(r["tls_version"], r["tls_cipher"]) for r in out["streams"]} == {(version, cipher)}
     assert all(not out[t] for t in COMPARED)
-    # a TLS connection to a Kafka port is Kafka inside: the port map still applies, and without
-    # keys the conversation gets nothing, so still no rows
+    # a TLS connection to a broker port is that protocol inside: the port map still applies, and
+    # without keys the conversation gets nothing, so still no rows
     port = out["streams"][0]["server_port"]
-    out = decode(f"kafka_{run}_tls.pcap", [], ports={"kafka": [port]})
-    assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {("kafka", "port")}
+    out = decode(f"{run}_tls.pcap", [], ports={protocol: [port]})
+    assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {(protocol, "port")}
     assert all(not out[t] for t in COMPARED)
 
 
@@ -158,13 +163,11 @@ def test_the_scan_finds_a_key():
 
 def test_no_key_in_any_row_or_log_line(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    files = [
-        private_copy(tmp_path, n) for n in ("keys.log", "kafka_tls13_keys.log", "kafka_tls12cbc_keys.log")
-    ]
+    files = [private_copy(tmp_path, n) for n in ("keys.log", *(f"{run}_keys.log" for run in RUNS))]
     secrets = load(files).secrets()
     assert len(secrets) > 20
     texts = [repr(Settings.load(overrides={"tls": {"keylog_files": files}}))]
-    for pcap in ("tls.pcap", "kafka_tls13_tls.pcap", "kafka_tls12cbc_tls.pcap"):
+    for pcap in ("tls.pcap", *(f"{run}_tls.pcap" for run in RUNS)):
         out = decode(pcap, files)
         assert any(r["tls_decrypted"] == "yes" for r in out["streams"])
         for t in tables.DECODED_TABLES:
