@@ -21,8 +21,9 @@ from tests.unit.tls.test_tls_ingest import DATA, dsb, leaks, private_copy
 
 pytestmark = pytest.mark.spark
 
-CAPTURES = ("tls.pcap", "kafka_tls13_tls.pcap", "kafka_tls12cbc_tls.pcap", "pulsar_tls13_tls.pcap")
-KEYLOGS = ("keys.log", "kafka_tls13_keys.log", "kafka_tls12cbc_keys.log", "pulsar_tls13_keys.log")
+RUNS = ("kafka_tls13", "kafka_tls12cbc", "pulsar_tls13", "iggy_tls13")
+CAPTURES = ("tls.pcap", *(f"{r}_tls.pcap" for r in RUNS))
+KEYLOGS = ("keys.log", *(f"{r}_keys.log" for r in RUNS))
 
 
 def _no_spark(monkeypatch) -> None:
@@ -55,9 +56,9 @@ def test_cli_ingest_with_key_logs(spark, tmp_path, capsys, monkeypatch):
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(local[t]), t
     streams = got["streams"]
-    assert len(streams) == 16
-    assert sorted(r["tls_decrypted"] for r in streams) == ["no key"] + ["yes"] * 15
-    assert {r["protocol"] for r in streams if r["server_port"] != 9093} == {"kafka", "pulsar"}
+    assert len(streams) == 17
+    assert sorted(r["tls_decrypted"] for r in streams) == ["no key"] + ["yes"] * 16
+    assert {r["protocol"] for r in streams if r["server_port"] != 9093} == {"kafka", "pulsar", "iggy"}
     assert {r["tls_sni"] for r in streams if r["server_port"] == 9093} == {"broker.test"}
     assert got["messages"] and got["acks"] and got["latencies"]
     assert not list((lake / "_runs").rglob("*.keylog"))

@@ -4,9 +4,10 @@
   connection with its version, cipher, SNI, ALPN and `tls_decrypted`, yes or no key;
 - tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): one real kafka-python run
   over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, and
-  pulsar_tls13_*.pcap (make_tls_pulsar.py): the real pulsar-client over `pulsar+ssl://` through
-  the same proxy in front of the Pulsar simulator, each captured on both legs: with the key log
-  (the client's for Kafka, the proxy's for Pulsar) the TLS leg gives exactly the clear leg's
+  pulsar_tls13_*.pcap and iggy_tls13_*.pcap (make_tls_sims.py): the real pulsar-client over
+  `pulsar+ssl://` and apache-iggy over TLS through the same proxy in front of the project's
+  simulators, each captured on both legs: with the key log (the client's for Kafka, the proxy's
+  for Pulsar and Iggy) the TLS leg gives exactly the clear leg's
   commands, messages, latencies and acks (apart from ports and times); without keys, a streams
   row per connection and nothing else;
 - the key logs' secrets in no row and no log line.
@@ -35,6 +36,7 @@ RUNS = {  # capture -> (protocol, version and cipher the proxy negotiated, conne
     "kafka_tls13": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),
     "kafka_tls12cbc": ("kafka", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", 5),
     "pulsar_tls13": ("pulsar", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
+    "iggy_tls13": ("iggy", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
 }
 COMPARED = ("commands", "messages", "latencies", "acks")
 # what differs between the two legs of one exchange: ports, times (and what is made of them)
@@ -123,6 +125,17 @@ def test_over_tls_without_keys(run):
     out = decode(f"{run}_tls.pcap", [], ports={protocol: [port]})
     assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {(protocol, "port")}
     assert all(not out[t] for t in COMPARED)
+
+
+def test_decrypted_logins_are_redacted_as_in_clear(tmp_path):
+    """The Iggy session logs in with a password: decrypted, its frame is redacted as in clear."""
+    out = decode("iggy_tls13_tls.pcap", [private_copy(tmp_path, "iggy_tls13_keys.log")])
+    login = [r for r in out["commands"] if r["command"] == "LOGIN_REGISTER"]
+    assert login and all(r["decode_status"] == "ok" for r in login)
+    assert any('"password":"<redacted 16 bytes>"' in (r["details"] or "") for r in login)
+    rows = "\n".join(repr(r) for t in tables.DECODED_TABLES for r in out[t])
+    for form in (b"s3cret-sample-pw", b"s3cret-sample-pw".hex().encode()):
+        assert form.decode() not in rows
 
 
 def test_kafka_over_tls_on_a_kafka_port(tmp_path):
