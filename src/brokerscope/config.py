@@ -111,10 +111,6 @@ class Settings:
     # the driver by load_tls_keys and shipped to the tasks with the settings; never logged
     tls_keys: object = field(default=None, repr=False, compare=False)  # tls.KeyLog | None
 
-    @property
-    def tls_keylog_files(self) -> list[str]:
-        return list(self.raw["tls"]["keylog_files"])
-
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def load(cls, conf_file: str | Path | None = None, overrides: dict | None = None) -> Settings:
