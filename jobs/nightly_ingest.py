@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
         Lake(settings.lake_path).check_writable()
+        settings.load_tls_keys()  # [tls] keylog_files, read here on the driver
     except (ValueError, FileNotFoundError) as e:
         print(f"nightly_ingest: {e}", file=sys.stderr)
         return EXIT_USAGE

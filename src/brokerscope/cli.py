@@ -83,6 +83,11 @@ def _settings(args) -> Settings:
             raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")
         overrides.setdefault("protocols", {}).setdefault(proto, {})[options[proto]] = path
     s = Settings.load(args.conf, overrides)
+    if getattr(args, "tls_keylog", None):  # added to [tls] keylog_files
+        s.raw["tls"]["keylog_files"] += args.tls_keylog
+    if getattr(args, "tls_keylog_insecure_ok", False):
+        s.raw["tls"]["keylog_insecure_ok"] = True
+    s.validate()
     for spec in getattr(args, "port", None) or []:
         proto, _, port = spec.partition("=")
         if not port.isdigit() or proto.strip() not in known_names():
@@ -113,6 +118,7 @@ def cmd_ingest(args) -> int:
     from .pipeline import ingest
 
     Lake(settings.lake_path).check_writable()  # a bad --lake is one line, before Spark starts
+    settings.load_tls_keys()  # on the driver, before Spark starts: a refused key log is exit 2
 
     def progress(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -459,6 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
         "keep only some packets of the captures, dropped as they are read: a packet is kept when its "
         "capture time is in [--since, --until) and either endpoint matches a --host (if given) and "
         "either TCP port is a --tcp-port (if given); these replace [filter] of the config",
+    )
+    ing.add_argument(
+        "--tls-keylog",
+        action="append",
+        metavar="FILE",
+        help="an NSS key log (SSLKEYLOGFILE format) to decrypt TLS connections with (repeatable; "
+        "added to [tls] keylog_files); refused when its group or others may read it",
+    )
+    ing.add_argument(
+        "--tls-keylog-insecure-ok",
+        action="store_true",
+        help="read key logs even when their group or others may read them",
     )
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)

@@ -46,6 +46,7 @@ _CORE: dict = {
     },
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
     "filter": {"since": "", "until": "", "hosts": [], "ports": []},
+    "tls": {"keylog_files": [], "keylog_insecure_ok": False},
 }
 
 
@@ -106,6 +107,9 @@ class Settings:
     raw: dict = field(default_factory=defaults)
     # protocol -> serialized FileDescriptorSet of its schema_file, read once on the driver
     schemas: dict[str, bytes] = field(default_factory=dict)
+    # the TLS keys of [tls] keylog_files (and of the captures' Decryption Secrets Blocks), read on
+    # the driver by load_tls_keys and shipped to the tasks with the settings; never logged
+    tls_keys: object = field(default=None, repr=False, compare=False)  # tls.KeyLog | None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -134,6 +138,16 @@ class Settings:
             if path:
                 self.schemas[proto] = load_descriptor_set(path)
 
+    def load_tls_keys(self) -> None:
+        """Read the key logs of [tls] keylog_files once, on the driver (tls.load: a file its
+        group or others may read raises tls.KeyLogPermissionError, a ValueError naming the file,
+        unless keylog_insecure_ok). Commands that decode call it; others never read key logs."""
+        from . import tls
+
+        t = self.raw["tls"]
+        if t["keylog_files"] and self.tls_keys is None:
+            self.tls_keys = tls.load(t["keylog_files"], force=bool(t["keylog_insecure_ok"]))
+
     def validate(self) -> None:
         pol = self.raw["payload"]["policy"]
         if pol not in ("keep", "truncate", "hash", "drop"):
@@ -152,6 +166,9 @@ class Settings:
         for key in ("hosts", "ports"):
             if not isinstance(self.raw["filter"][key], list):
                 raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")
+        files = self.raw["tls"]["keylog_files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+            raise ValueError(f"tls.keylog_files must be a list of paths, not {files!r}")
         self.packet_filter  # noqa: B018 - parsed for its errors (each names the value)
 
     # -- typed accessors ----------------------------------------------------------------------

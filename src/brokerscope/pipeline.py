@@ -234,7 +234,8 @@ def _read_splits_fn(
     payload_refs: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
-    split's identity chunks (bytes the reader just brought into memory) into the run directory.
+    split's identity chunks (bytes the reader just brought into memory) into the run directory,
+    and put the key log text of its pcapng Decryption Secrets Blocks there (runs.py `secrets/`).
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back). The
     packet records each split read go beside its digests: the decode numbers frames with them."""
 
@@ -247,6 +248,7 @@ def _read_splits_fn(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
                 records = None
+                secrets: list[bytes] = []
                 for b in capture.read_split(
                     sp,
                     settings.batch_packets,
@@ -254,11 +256,14 @@ def _read_splits_fn(
                     settings.batch_bytes,
                     payload_refs,
                     flt,
+                    secrets,
                 ):
                     st = capture.parse_stats(b)
                     if st is not None:
                         records = st["records"]
                     yield b
+                if secrets:
+                    run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
                 digests = chunk_digests(sp.path, sp.start, sp.end, size)
                 run.write_digests(sp.file_index, sp.start, digests, records)
@@ -344,12 +349,14 @@ def _decode_fn(
     of packets that give their offset."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # every read task of the capture set finished before this stage began: all ids are known
+        # every read task of the capture set finished before this stage began: all ids are known,
+        # and every Decryption Secrets Block was read
         drv = StreamDriver(
             settings,
             run.capture_ids(sizes),
             PayloadFiles(files) if files else None,
             run.frame_numbers(sizes),
+            tls_keys=run.tls_keys(settings.tls_keys),
         )
 
         def stats() -> list[dict]:
@@ -445,6 +452,7 @@ def ingest(
     work and no `spark` was given). Files that are no input are recorded in `inputs` with status
     error; `Summary.exit_code()` tells a scheduler how it went."""
     t0 = time.time()
+    settings.load_tls_keys()  # the key logs, read here on the driver (the tasks get them with the settings)
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     summary = Summary(run_id=run_id)
     disc = disc or inputs.discover(paths)
@@ -508,6 +516,7 @@ def ingest(
             stats = _write_dataframes(out, lake, todo, dups, rejected, run, summary, progress)
             run.remove()
     except BaseException:
+        run.remove_secrets()
         if run.manifest() is None:
             run.remove()
         else:  # some tables may hold the run: the next command that opens the lake finishes it
@@ -593,6 +602,7 @@ def _commit_staged(
     commit table by table from it (lake.finish_run), `inputs` last."""
     try:
         results = [r.asDict() for r in out.collect()]
+        run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
         replace_ids, history = _identified(lake, todo, dups, run)

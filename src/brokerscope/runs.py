@@ -7,6 +7,10 @@ share besides the tables.
   before its shuffle finished, so a decode task finds every digest of the capture set there and
   names its rows with the final capture_id; the driver combines the same digests for `inputs`.
   Like the embedded writer, this needs the lake on a filesystem the driver and executors share.
+- `secrets/`: the key log text of the pcapng Decryption Secrets Blocks each read task found
+  (mode 0600, one file per split that has any), read by every decode task: a block may come
+  after the packets it decrypts, and Spark starts the decode stage after the read stage, as
+  for `ids/`. Secrets: never a row, never logged, removed when the run ends (`remove_secrets`).
 - `lock`: held (flock) by the driver for the whole run. A run directory whose lock can be taken
   belongs to a run that is no longer running.
 - `manifest.json`: written before the first table commit (embedded writer): the staged files of
@@ -124,6 +128,30 @@ class RunDir:
             fi, start = (int(x) for x in f.name[: -len(".json")].split("-", 1))
             if fi in wanted:
                 yield fi, start, json.loads(f.read_text())
+
+    # -- TLS keys of the captures ---------------------------------------------------------------
+    def write_tls_key_logs(self, file_index: int, start: int, texts: list[bytes]) -> None:
+        """One split's Decryption Secrets Blocks (key log text), readable by the owner only."""
+        d = self.path / "secrets"
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = d / f".{file_index}-{start}.{uuid.uuid4().hex}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"\n".join(texts))
+        os.replace(tmp, d / f"{file_index}-{start}.keylog")
+
+    def tls_keys(self, base=None):
+        """`base` (a tls.KeyLog, the settings' key logs, or None) with the keys of every split's
+        Decryption Secrets Blocks added."""
+        from . import tls
+
+        d = self.path / "secrets"
+        return tls.with_texts(
+            base, [f.read_bytes() for f in sorted(d.glob("*.keylog"))] if d.is_dir() else []
+        )
+
+    def remove_secrets(self) -> None:
+        shutil.rmtree(self.path / "secrets", ignore_errors=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

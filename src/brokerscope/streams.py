@@ -13,6 +13,13 @@ How a connection's roles are decided, in order (`streams.roles_by`):
              on equal ports the `lo` endpoint (smaller address) is the client.
 The protocol is the server port's protocol from the port map (`detected_by = port`), else the
 most confident sniffer at >= 0.5 (`content`), else `unknown` (`none`).
+
+TLS, on any port: when the first bytes are a ClientHello (tls.layer.recognise, once per
+connection, before the protocol sniffers), the client is its sender (unless the TCP handshake
+said), a `tls.layer.TlsLayer` takes the place of the TCP connection, and the protocol is detected
+as above on the first plaintext bytes; the conversation sees what it would in clear. A connection
+captured after its handshake whose first bytes are protected records (tls.layer.records_midstream)
+gets a TlsLayer too, once its roles are decided: no key, no plaintext, no rows but its streams row.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
 from .tcp import TcpConnection
+from .tls.layer import TlsLayer, recognise, records_midstream
 from .topics import resolve_topic_ids
 
 log = logging.getLogger(__name__)
@@ -120,6 +128,7 @@ class _Conn:
         # packet brought which stream offset to the decoder
         self.first_frame = self.last_frame = first.frame
         self.offsets = {True: _Frames(), False: _Frames()}
+        self.tls: TlsLayer | None = None  # a TLS connection: also self.tcp, giving plaintext events
 
     # -- packets ----------------------------------------------------------------------------
     def add(self, pkt: TcpPacket) -> Iterator[base.Row]:
@@ -139,6 +148,9 @@ class _Conn:
         if not self.decided:
             self._hold(events)
             yield from self._decide()
+            if not self.decided:  # TLS recognised at the end: its last plaintext, then detection
+                self._hold(self.tls.close())
+                yield from self._decide()
         else:
             yield from self._deliver(events)
         if self.conv is not None:
@@ -158,8 +170,10 @@ class _Conn:
     def _ready(self) -> bool:
         limit = self.drv.settings.sniff_bytes
         a, b = self.head[True], self.head[False]
-        if self.tcp.client_is_lo is not None and self._port_protocol(self.tcp.client_is_lo):
-            return True  # handshake + broker port: nothing to sniff
+        cil = self.tcp.client_is_lo
+        told = cil is not None and (len(self.head[cil]) > 5 or len(self.head[not cil]) > 0)
+        if told and self._port_protocol(cil):
+            return True  # handshake + broker port: nothing to sniff but TLS (a ClientHello's first 6 bytes)
         return (len(a) > 0 and len(b) > 0) or len(a) >= limit or len(b) >= limit or len(self.pending) > 256
 
     def _port_protocol(self, client_is_lo: bool) -> str | None:
@@ -170,6 +184,9 @@ class _Conn:
         self.decided = True
         drv = self.drv
         lo_head, hi_head = bytes(self.head[True]), bytes(self.head[False])
+        if self.tls is None and (cil := recognise(lo_head, hi_head, self.tcp.client_is_lo)) is not None:
+            yield from self._start_tls(cil)
+            return
         best: tuple[float, str, bool] | None = None  # (confidence, protocol, client_is_lo)
 
         def sniff_all(orientations: Iterable[bool]) -> None:
@@ -185,7 +202,9 @@ class _Conn:
                     if conf >= SNIFF_THRESHOLD and (best is None or conf > best[0]):
                         best = (conf, name, cil)
 
-        if self.tcp.client_is_lo is not None:
+        if self.tls is not None:
+            pass  # roles decided with TLS (_start_tls)
+        elif self.tcp.client_is_lo is not None:
             self.client_is_lo, self.roles_by = self.tcp.client_is_lo, "syn"
         else:
             lo_is_port = drv.port_map.get(self.lo[1])
@@ -201,6 +220,9 @@ class _Conn:
                 else:
                     self.client_is_lo = self.lo[1] >= self.hi[1] if self.lo[1] != self.hi[1] else True
                     self.roles_by = "heuristic"
+        if self.tls is None and self.tcp.midstream and records_midstream(lo_head, hi_head):
+            yield from self._start_tls(self.client_is_lo, self.roles_by)  # no handshake: no key
+            return
         proto_name = self._port_protocol(self.client_is_lo)
         if proto_name and proto_name in drv.protocols:
             self.protocol, self.detected_by = proto_name, "port"
@@ -232,6 +254,19 @@ class _Conn:
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
+
+    def _start_tls(self, client_is_lo: bool, roles_by: str | None = None) -> Iterator[base.Row]:
+        """TLS: the TlsLayer replaces the TCP connection as the source of events, and detection
+        starts again on the plaintext (events held so far go through it first)."""
+        self.client_is_lo = client_is_lo
+        self.roles_by = roles_by or ("syn" if self.tcp.client_is_lo is not None else "content")
+        self.tcp = self.tls = TlsLayer(self.tcp, self.drv.tls_keys, client_is_lo)
+        self.decided = False
+        self.head = {True: bytearray(), False: bytearray()}
+        pending, self.pending = self.pending, []
+        self._hold(self.tls.events(pending))
+        if self._ready():
+            yield from self._decide()
 
     # -- decoding ---------------------------------------------------------------------------
     def _deliver(self, events: list) -> Iterator[base.Row]:
@@ -363,6 +398,8 @@ class _Conn:
             "first_frame": self.first_frame or None,
             "last_frame": self.last_frame or None,
         }
+        if self.tls is not None:
+            row.update(self.tls.info())
         row.update(self.shared)
         row["capture_id"] = self.files[0][1]
         return row
@@ -377,13 +414,16 @@ class StreamDriver:
         capture_ids: list[str] | None = None,
         files: PayloadFiles | None = None,
         frames: FrameNumbers | None = None,
+        tls_keys=None,
     ):
         """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
         column (the pipeline drops it before the shuffle: one string less per packet); `files`
         reads the payloads of packets that carry their offset instead (payload_at); `frames`
         turns the reader's per-split record numbers into frame numbers (without it, every file
-        was read as one split: the record number is the frame number)."""
+        was read as one split: the record number is the frame number); `tls_keys` (a tls.KeyLog)
+        decrypts TLS connections, by default the settings' key logs."""
         self.settings = settings
+        self.tls_keys = tls_keys if tls_keys is not None else settings.tls_keys
         self.capture_ids = capture_ids or []
         self.files = files
         self.frames = frames
@@ -541,9 +581,10 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     the lake would store them) plus `_capture_stats` (one dict per capture split) and `_errors`
     (inputs that could not be read). Everything is held in memory: for tests and small inputs.
     """
-    from . import capture, inputs
+    from . import capture, inputs, tls
 
     settings = settings or Settings.load()
+    settings.load_tls_keys()
     disc = inputs.discover(paths)
     # identity hashed here in one pass (the pipeline's tasks hash as they read)
     ids = [
@@ -551,6 +592,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
         for i in disc.inputs
     ]
     psplits, ssplits = inputs.plan(ids, settings.split_size)
+    secrets: list[bytes] = []  # the captures' Decryption Secrets Blocks: keys, never rows
     batches: list[pa.RecordBatch] = []
     records: dict[int, dict[int, int]] = {}  # file index -> split start -> packet records read
     for sp in psplits:
@@ -560,11 +602,14 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
             settings.max_pending_fragments,
             settings.batch_bytes,
             flt=settings.packet_filter,
+            tls_key_logs=secrets,
         )
         records.setdefault(sp.file_index, {})[sp.start] = capture.parse_stats(batches[-1])["records"]
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
-    drv = StreamDriver(settings, frames=FrameNumbers(records))
+    drv = StreamDriver(
+        settings, frames=FrameNumbers(records), tls_keys=tls.with_texts(settings.tls_keys, secrets)
+    )
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):
         raw[table].append(row)

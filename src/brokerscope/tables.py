@@ -160,6 +160,15 @@ STREAMS = [
     pa.field("history", pa.string()),
     pa.field("snap_truncated_packets", pa.int64()),
     pa.field("capture_ids", pa.list_(pa.string())),  # every input file the connection spans
+    # TLS connections (docs/protocols/tls.md), null for clear ones: "TLS 1.2" | "TLS 1.3", the IANA
+    # name of the suite chosen, the ClientHello's server name, the ALPN protocol chosen (TLS 1.3:
+    # only when decrypted), and "yes" | "no key" | "failed: <why>". Packets and bytes above are
+    # the TCP payload (ciphertext), frames_ok / frames_failed the plaintext's frames
+    pa.field("tls_version", pa.string()),
+    pa.field("tls_cipher", pa.string()),
+    pa.field("tls_sni", pa.string()),
+    pa.field("tls_alpn", pa.string()),
+    pa.field("tls_decrypted", pa.string()),
 ]
 
 # What was ingested: one row per path and content, the nightly job's memory. Identical content

@@ -172,6 +172,7 @@ class _Conn(threading.Thread):
                 request_id=b.request_id,
                 response=pb.CommandLookupTopicResponse.Connect,
                 broker_service_url=sim.url,
+                **({"broker_service_url_tls": sim.tls_url} if sim.tls_url else {}),
                 authoritative=True,
                 proxy_through_service_url=False,
             )
@@ -311,6 +312,7 @@ class PulsarSim:
         self._srv.listen(16)
         self.port = self._srv.getsockname()[1]
         self.url = f"pulsar://127.0.0.1:{self.port}"
+        self.tls_url: str | None = None  # set to a TLS proxy's pulsar+ssl:// URL: lookups name it
         self._conns: list[_Conn] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 

@@ -141,6 +141,7 @@ class PacketDecoder:
         self.filtered = 0  # records outside the window and TCP segments of other hosts / ports
         self.errors: list[str] = []
         self.n_errors = 0
+        self.tls_key_logs: list[bytes] = []  # pcapng Decryption Secrets Blocks' key log text: never a row
         self.first_ts_ns: int | None = None
         self.last_ts_ns: int | None = None
         self._frags: OrderedDict[tuple, _Frag] = OrderedDict()

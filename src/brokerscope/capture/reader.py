@@ -179,6 +179,7 @@ def read_split(
     batch_bytes: int = BATCH_BYTES,
     payload_refs: bool = False,
     flt: PacketFilter | None = None,
+    tls_key_logs: list[bytes] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """PACKETS batches for the records of `split`, then exactly one stats batch. A batch holds
     at most `batch_packets` rows and ends once `batch_bytes` of records were read for it (the
@@ -187,6 +188,8 @@ def read_split(
     (payload null, payload_at set) for a later stage to read: see streams.PayloadFiles.
     `flt` (capture/filter.py): records outside its time window are dropped on their header, TCP
     segments of other hosts or ports on theirs (PacketDecoder), and both counted (`filtered`).
+    `tls_key_logs`: the key log text of each pcapng Decryption Secrets Block (TLSK) of the split is
+    appended to it, for the caller to keep apart from every row (they are secrets).
 
     Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
     resyncs or stops. Only an unreadable file raises (OSError).
@@ -213,6 +216,8 @@ def read_split(
         finally:
             win.close()
     dec.finish()
+    if tls_key_logs is not None:
+        tls_key_logs += dec.tls_key_logs
     if dec.rows:
         yield dec.flush()
     yield dec.stats_batch()
@@ -508,6 +513,8 @@ SPB = 3
 NRB = 4
 ISB = 5
 EPB = 6
+DSB = 10  # Decryption Secrets Block
+TLS_KEY_LOG = 0x544C534B  # its secrets type "TLSK": NSS key log text
 _KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, 9, 10, 0x00000BAD, 0x40000BAD))
 _KNOWN_PATTERNS = frozenset(struct.pack(o + "I", t) for t in _KNOWN_BLOCKS for o in "<>")
 _BOM_LE = struct.pack("<I", PCAPNG_BOM)
@@ -925,7 +932,11 @@ def _read_pcapng(
             elif t == SHB:
                 ifaces = []
                 complete = True
-            # NRB, ISB, DSB, custom and unknown blocks: skipped by their length
+            elif t == DSB and n >= 20:  # secrets type, length, data (padded to 4), options
+                stype, slen = od.u32(buf, p + 8)[0], od.u32(buf, p + 12)[0]
+                if stype == TLS_KEY_LOG and 16 + slen + 4 <= n:
+                    dec.tls_key_logs.append(bytes(buf[p + 16 : p + 16 + slen]))
+            # NRB, ISB, other secrets, custom and unknown blocks: skipped by their length
             p += n
     finally:
         _gc_resume(gc_on)

@@ -44,8 +44,9 @@ SECRET_LENS = frozenset({32, 48, 64})  # master secret 48; TLS 1.3 secrets are a
 MAX_BAD_LINES_LISTED = 10
 
 
-class KeyLogError(Exception):
-    """A key log that cannot be used (its path is named, its content never)."""
+class KeyLogError(ValueError):
+    """A key log that cannot be used (its path is named, its content never). A ValueError: the
+    commands report it as a usage error (exit 2) before Spark starts."""
 
 
 class KeyLogPermissionError(KeyLogError):
@@ -172,6 +173,19 @@ class KeyLog:
     def secrets(self) -> list[bytes]:
         """Every secret's bytes (for tests that look for leaks)."""
         return [s.reveal() for labels in self._keys.values() for s in labels.values()]
+
+
+def with_texts(keys: KeyLog | None, texts: list, source: str = "a Decryption Secrets Block") -> KeyLog | None:
+    """`keys` plus the keys of key log texts (pcapng Decryption Secrets Blocks): a new KeyLog, or
+    `keys` itself when there are no texts."""
+    if not texts:
+        return keys
+    out = KeyLog()
+    if keys is not None:
+        out.merge(keys)
+    for text in texts:
+        out.add_text(text, source=source)
+    return out
 
 
 def check_permissions(path: str, mode: int) -> None:

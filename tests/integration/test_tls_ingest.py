@@ -1,0 +1,123 @@
+"""TLS through a real Spark ingest: `brokerscope ingest --tls-keylog` on the real TLS captures of
+tests/data/tls/ writes exactly what `decode_files` gives, the captures' own Decryption Secrets
+Blocks decrypt across splits (the shuffle path), no key appears in any table, lake file or output
+line, the run directory keeps no secret, and a key log others may read is refused before Spark
+starts (exit 2, the file named) unless --tls-keylog-insecure-ok."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from brokerscope import cli, inputs, pipeline, report, tables
+from brokerscope.config import Settings
+from brokerscope.streams import decode_files
+from brokerscope.tls import load
+from tests.support.lakecheck import delta_rs_rows, normalized
+from tests.unit.tls.test_tls_ingest import DATA, dsb, leaks, private_copy
+
+pytestmark = pytest.mark.spark
+
+RUNS = ("kafka_tls13", "kafka_tls12cbc", "pulsar_tls13", "iggy_tls13")
+CAPTURES = ("tls.pcap", *(f"{r}_tls.pcap" for r in RUNS))
+KEYLOGS = ("keys.log", *(f"{r}_keys.log" for r in RUNS))
+
+
+def _no_spark(monkeypatch) -> None:
+    def refuse(*a, **kw):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(cli, "_spark", refuse)
+
+
+def _lake_text(lake: Path) -> list[str]:
+    """Every row of every table, and every file under the lake as bytes (latin-1)."""
+    out = [repr(r) for t in tables.TABLES for r in delta_rs_rows(str(lake / t))]
+    out += [p.read_bytes().decode("latin-1") for p in lake.rglob("*") if p.is_file()]
+    return out
+
+
+def test_cli_ingest_with_key_logs(spark, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_spark", lambda settings, quiet=False: spark)
+    keys = [private_copy(tmp_path, n) for n in KEYLOGS]
+    caps = [str(DATA / c) for c in CAPTURES]
+    lake = tmp_path / "lake"
+    argv = ["ingest", *caps, "--lake", str(lake), "-q"]
+    for k in keys:
+        argv += ["--tls-keylog", k]
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    assert rc == report.EXIT_OK, out.err
+    got = {t: delta_rs_rows(str(lake / t)) for t in tables.DECODED_TABLES}
+    local = decode_files(caps, Settings.load(overrides={"tls": {"keylog_files": keys}}))
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(local[t]), t
+    streams = got["streams"]
+    assert len(streams) == 17
+    assert sorted(r["tls_decrypted"] for r in streams) == ["no key"] + ["yes"] * 16
+    assert {r["protocol"] for r in streams if r["server_port"] != 9093} == {"kafka", "pulsar", "iggy"}
+    assert {r["tls_sni"] for r in streams if r["server_port"] == 9093} == {"broker.test"}
+    assert got["messages"] and got["acks"] and got["latencies"]
+    assert not list((lake / "_runs").rglob("*.keylog"))
+    assert leaks(["\n".join(_lake_text(lake) + [out.out, out.err])], load(keys).secrets()) == []
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (wireshark-common) not installed")
+def test_decryption_secrets_block_after_the_packets_across_splits(spark, tmp_path):
+    ng = tmp_path / "tls.pcapng"
+    subprocess.run(["editcap", "-F", "pcapng", str(DATA / "tls.pcap"), str(ng)], check=True)
+    with open(ng, "ab") as fh:
+        fh.write(dsb((DATA / "keys.log").read_bytes()))
+    settings = Settings.load(
+        overrides={"lake": {"path": str(tmp_path / "lake")}, "capture": {"split_size": "64KiB"}}
+    )
+    splits, _ = inputs.plan(inputs.discover([str(ng)]).inputs, settings.split_size, 2)
+    assert len(splits) >= 3  # read by several tasks, decoded after the shuffle
+    summary = pipeline.ingest([str(ng)], settings, spark=spark)
+    assert summary.exit_code() == report.EXIT_OK
+    streams = delta_rs_rows(str(tmp_path / "lake" / "streams"))
+    assert sorted((r["client_port"], r["tls_decrypted"]) for r in streams) == [
+        (20000, "yes"),
+        (20001, "yes"),
+        (20002, "yes"),
+        (20003, "yes"),
+        (20004, "no key"),
+    ]
+    assert not list((tmp_path / "lake" / "_runs").rglob("*.keylog"))
+    secrets = load(private_copy(tmp_path, "keys.log")).secrets()
+    assert leaks(["\n".join(_lake_text(tmp_path / "lake"))], secrets) == []
+
+
+def test_readable_key_log_refused_before_spark(tmp_path, capsys, monkeypatch):
+    _no_spark(monkeypatch)
+    key = Path(private_copy(tmp_path, "keys.log"))
+    key.chmod(0o640)
+    lake = str(tmp_path / "lake")
+    rc = cli.main(["ingest", str(DATA / "tls.pcap"), "--lake", lake, "--tls-keylog", str(key)])
+    err = capsys.readouterr().err
+    assert rc == report.EXIT_USAGE
+    assert str(key) in err and "readable by group or others" in err and len(err.strip().splitlines()) == 1
+    # the same from the config file
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[tls]\nkeylog_files = ["{key}"]\n')
+    rc = cli.main(["ingest", str(DATA / "tls.pcap"), "--lake", lake, "--conf", str(conf)])
+    assert rc == report.EXIT_USAGE and str(key) in capsys.readouterr().err
+    # forced: read (and Spark would start)
+    with pytest.raises(AssertionError, match="Spark was started"):
+        cli.main(
+            [
+                "ingest",
+                str(DATA / "tls.pcap"),
+                "--lake",
+                lake,
+                "--tls-keylog",
+                str(key),
+                "--tls-keylog-insecure-ok",
+            ]
+        )
+    missing = tmp_path / "nope.log"
+    rc = cli.main(["ingest", str(DATA / "tls.pcap"), "--lake", lake, "--tls-keylog", str(missing)])
+    assert rc == report.EXIT_USAGE and str(missing) in capsys.readouterr().err

@@ -1,0 +1,126 @@
+"""Write tests/data/tls/kafka_*: one real Kafka client run captured over TLS and in clear.
+
+    .venv/bin/python -m tests.support.make_tls_kafka      (as root: loopback capture)
+
+kafka-python (security_protocol="SSL", an ssl_context whose keylog_filename makes Python's ssl,
+OpenSSL, write the NSS key log) produces keyed messages and consumes them in a consumer group
+with a synchronous commit, through tests/support/tlsproxy.py, a TLS-terminating proxy in front
+of librdkafka's one-broker mock cluster (confluent-kafka). The mock broker advertises its own
+port; the client's connection factory maps that port to the proxy's (an address mapping, as a
+DNS name would: the bytes on the wire are the client's and the broker's own). Everything on `lo`
+is captured (tests/support/loopcap.py); each run writes
+
+    kafka_<run>_tls.pcap    client <-> proxy: TLS
+    kafka_<run>_clear.pcap  proxy <-> mock broker: the same Kafka bytes in clear
+    kafka_<run>_keys.log    the key log the client's OpenSSL wrote (chmod 600 before use)
+
+Runs: tls13 (TLS 1.3, OpenSSL's default suite, AES-256-GCM), tls12cbc (TLS 1.2,
+ECDHE-RSA-AES128-SHA256: the CBC + HMAC family Java brokers still negotiate).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noqa: E402
+from tests.support.tlsproxy import TlsProxy, client_context, server_context  # noqa: E402
+
+OUT = ROOT / "tests" / "data" / "tls"
+TOPIC = "tls-orders"
+N = 12
+RUNS = {
+    "tls13": dict(max_version=None, ciphers=None),
+    "tls12cbc": dict(max_version=ssl.TLSVersion.TLSv1_2, ciphers="ECDHE-RSA-AES128-SHA256"),
+}
+
+
+def client_run(bootstrap: str, keylog: str, max_version, n: int = N, value_size: int = 0) -> None:
+    """Produce `n` messages (each acknowledged before the next; with `value_size`, values of
+    that many bytes, sent without waiting, then flushed), consume them in a group, commit."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    common = dict(
+        bootstrap_servers=bootstrap,
+        security_protocol="SSL",
+        ssl_context=client_context(keylog, max_version),
+        client_id="tls-client",
+        # kafka-python 3.0 cannot read the mock's answer to ApiVersions v3+: ask v2 (broker 2.1)
+        api_version=(2, 1),
+    )
+    p = KafkaProducer(acks="all", linger_ms=5, **common)
+    for i in range(n):
+        if value_size:
+            p.send(TOPIC, key=f"k{i}".encode(), value=random.Random(i).randbytes(value_size), partition=0)
+        else:
+            p.send(TOPIC, key=f"k{i}".encode(), value=f"order {i} ".encode() * (i + 1), partition=0).get(10)
+    p.flush(60)
+    p.close(10)
+    big = dict(max_partition_fetch_bytes=16 << 20, fetch_max_wait_ms=50) if value_size else {}
+    c = KafkaConsumer(
+        group_id="tls-group", enable_auto_commit=False, auto_offset_reset="earliest", **big, **common
+    )
+    tp = TopicPartition(TOPIC, 0)
+    c.assign([tp])
+    got = []
+    deadline = time.time() + 30 + n / 50
+    while len(got) < n and time.time() < deadline:
+        for recs in c.poll(500).values():
+            got += recs
+    assert len(got) == n, f"consumed {len(got)} of {n}"
+    c.commit()
+    c.close()
+
+
+def record(run: str, max_version, ciphers, out: Path = OUT, n: int = N, value_size: int = 0) -> None:
+    import kafka.net.manager as manager
+    from confluent_kafka import Producer
+
+    owner = Producer({"test.mock.num.brokers": 1, "enable.metrics.push": False})
+    broker = next(iter(owner.list_topics(timeout=10).brokers.values())).port
+    tmp = tempfile.mkdtemp()
+    keylog = os.path.join(tmp, "keys.log")
+    real = manager.create_connection
+    try:
+        with (
+            TlsProxy(("127.0.0.1", broker), server_context(max_version, ciphers)) as proxy,
+            LoopbackCapture(os.path.join(tmp, "all.pcap"), ports={broker, proxy.port}, settle_s=0.3) as cap,
+        ):
+
+            async def mapped(net, host, port, *a, **kw):  # the advertised broker is the proxy
+                return await real(net, host, proxy.port if port == broker else port, *a, **kw)
+
+            manager.create_connection = mapped
+            client_run(f"127.0.0.1:{proxy.port}", keylog, max_version, n, value_size)
+            time.sleep(0.5)
+        upstream = set(proxy.upstream_ports)
+        tls = [(ts, f) for ts, f in cap.frames if proxy.port in _tcp_ports(f)]
+        clear = [
+            (ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and broker in pp and upstream & set(pp)
+        ]
+        write_pcap(str(out / f"kafka_{run}_tls.pcap"), tls)
+        write_pcap(str(out / f"kafka_{run}_clear.pcap"), clear)
+        shutil.copy(keylog, out / f"kafka_{run}_keys.log")
+        print(run, "tls frames", len(tls), "clear frames", len(clear), "broker", broker, "proxy", proxy.port)
+    finally:
+        manager.create_connection = real
+        del owner
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    for run, spec in RUNS.items():
+        record(run, **spec)
+
+
+if __name__ == "__main__":
+    main()
