@@ -1,0 +1,215 @@
+"""Kafka message journeys from real clients: confluent-kafka (librdkafka) producing known messages
+to its mock cluster and two consumer groups reading them, captured on loopback (root needed),
+ingested with journeys on; the journeys table must hold what the clients' own records show."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerscope import journeys, pipeline
+from brokerscope.config import Settings
+from tests.support.lakecheck import delta_rs_rows
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live loopback capture needs root (AF_PACKET socket)"),
+]
+
+TOPIC = "journeys"
+EARLY, LATE = "bs-early", "bs-late"  # the group that stops early, the group that commits late
+PER_BATCH = 6  # messages per batch, over partitions 0 and 1
+
+
+def _consume(bootstrap: str, group: str, n: int) -> tuple[object, list[tuple[int, int]]]:
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": f"{group}-client",  # the group's connections are told apart by client id
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "enable.metrics.push": False,
+        }
+    )
+    c.subscribe([TOPIC])
+    got: list[tuple[int, int]] = []
+    end = time.time() + 30
+    while len(got) < n and time.time() < end:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append((m.partition(), m.offset()))
+    assert len(got) == n, f"{group} got {len(got)} of {n} messages"
+    return c, got
+
+
+def _record(tmp: Path) -> dict:
+    """Batch 1 produced; the early group reads it, commits and leaves; batch 2 produced; the late
+    group reads everything and, a while later, commits all but each partition's last message."""
+    from confluent_kafka import Producer, TopicPartition
+
+    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+
+    produced: list[tuple[int, int, bytes, bytes]] = []
+    commits: dict[str, dict[int, int]] = {}
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap:
+        p = Producer(
+            {
+                "test.mock.num.brokers": 1,
+                "client.id": "bs-journeys-producer",
+                "linger.ms": 5,
+                "enable.metrics.push": False,
+            }
+        )
+        port = next(iter(p.list_topics(timeout=10).brokers.values())).port
+        bootstrap = f"127.0.0.1:{port}"
+
+        def produce(p, batch: int) -> None:
+            for i in range(PER_BATCH):
+                n = batch * PER_BATCH + i
+                p.produce(
+                    TOPIC,
+                    key=f"key-{n}".encode(),
+                    value=f"journey {n} ".encode() * 4,
+                    partition=n % 2,
+                    on_delivery=lambda e, m: (
+                        produced.append((m.partition(), m.offset(), m.key(), m.value()))
+                        if e is None
+                        else None
+                    ),
+                )
+            assert p.flush(10) == 0
+
+        produce(p, 0)
+        early, early_got = _consume(bootstrap, EARLY, PER_BATCH)
+        early.commit(asynchronous=False)
+        commits[EARLY] = {part: max(o for q, o in early_got if q == part) + 1 for part in (0, 1)}
+        early.close()
+        produce(p, 1)
+        late, late_got = _consume(bootstrap, LATE, 2 * PER_BATCH)
+        time.sleep(0.5)
+        # the next offset to read = each partition's last message: that message stays uncommitted
+        commits[LATE] = {part: max(o for q, o in late_got if q == part) for part in (0, 1)}
+        late.commit(
+            offsets=[TopicPartition(TOPIC, q, o) for q, o in commits[LATE].items()], asynchronous=False
+        )
+        late.close()
+        del p
+    frames = [(ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and port in pp]
+    write_pcap(str(tmp / "journeys.pcap"), frames)
+    return {
+        "pcap": str(tmp / "journeys.pcap"),
+        "produced": produced,
+        "consumed": {EARLY: set(early_got), LATE: set(late_got)},
+        "commits": commits,
+    }
+
+
+@pytest.fixture(scope="module")
+def journey_lake(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("journeys")
+    run = _record(tmp)
+    settings = Settings.load(
+        overrides={
+            "lake": {"path": str(tmp / "lake")},
+            "spark": {"shuffle_partitions": 4},
+            "journeys": {"enabled": True},
+        }
+    )
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert summary.errors == []
+    return tmp / "lake", run, settings, summary
+
+
+def _journeys(lake: Path) -> list[dict]:
+    return delta_rs_rows(str(lake / "journeys"))
+
+
+def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
+    lake, run, _settings, summary = journey_lake
+    rows = _journeys(lake)
+    produced = {(part, off): (key, value) for part, off, key, value in run["produced"]}
+    assert len(produced) == 2 * PER_BATCH
+    assert summary.rows["journeys"] == len(rows) == 2 * len(produced)
+    got = {(r["partition"], r["offset"], r["consumer"]): r for r in rows}
+    assert set(got) == {(part, off, g) for part, off in produced for g in (EARLY, LATE)}
+    for (part, off, group), r in got.items():
+        key, _value = produced[(part, off)]
+        assert r["topic"] == TOPIC and r["protocol"] == "kafka"
+        assert r["message_id"] == f"{TOPIC}-{part}@{off}"
+        assert r["key_hash"] == hashlib.sha256(key).hexdigest()
+        assert r["redeliveries"] == 0
+        delivered = (part, off) in run["consumed"][group]
+        committed = off < run["commits"][group][part]
+        want = (
+            "delivered"
+            if delivered and committed
+            else "delivered-not-committed"
+            if delivered
+            else "not-delivered"
+        )
+        assert r["status"] == want, (part, off, group)
+        assert r["deliveries"] == (1 if delivered else 0)
+    # the early group never saw the second batch; the late one left each partition's last uncommitted
+    statuses = [r["status"] for r in rows]
+    assert statuses.count("not-delivered") == PER_BATCH
+    assert statuses.count("delivered-not-committed") == 2
+
+
+def test_steps_in_the_order_they_happened(journey_lake):
+    lake, run, _settings, _summary = journey_lake
+    for r in _journeys(lake):
+        assert r["produced_ts"] < r["acked_ts"]
+        assert r["ts"] == r["produced_ts"]
+        assert r["produce_to_ack_us"] > 0
+        if r["status"] == "not-delivered":
+            assert r["delivered_ts"] is None and r["committed_ts"] is None and r["consumer_conn_id"] is None
+            continue
+        # the consumers started after the producer's flush: ack, then delivery, then commit
+        assert r["acked_ts"] < r["delivered_ts"]
+        assert r["produce_to_deliver_us"] == pytest.approx(r["produce_to_ack_us"] + r["ack_to_deliver_us"])
+        if r["status"] == "delivered":
+            assert r["delivered_ts"] < r["committed_ts"] and r["deliver_to_commit_us"] > 0
+        else:
+            assert r["committed_ts"] is None
+    rows = _journeys(lake)
+    late_commit = {r["committed_ts"] for r in rows if r["consumer"] == LATE and r["committed_ts"]}
+    early_commit = {r["committed_ts"] for r in rows if r["consumer"] == EARLY and r["committed_ts"]}
+    assert len(late_commit) == len(early_commit) == 1  # one OffsetCommit each
+    assert max(early_commit) < min(r["delivered_ts"] for r in rows if r["consumer"] == LATE)
+
+
+def test_journeys_are_recomputed_when_the_capture_is_ingested_again(journey_lake, spark):
+    lake, run, settings, _summary = journey_lake
+    before = sorted((r["partition"], r["offset"], r["consumer"], r["status"]) for r in _journeys(lake))
+    t0 = time.perf_counter()
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    ingest_s = time.perf_counter() - t0
+    after = sorted((r["partition"], r["offset"], r["consumer"], r["status"]) for r in _journeys(lake))
+    assert after == before and summary.rows["journeys"] == len(after)
+    ids = sorted({r["capture_id"] for r in _journeys(lake)})
+    t0 = time.perf_counter()
+    batch = journeys.compute(str(lake), ids)
+    compute_s = time.perf_counter() - t0
+    assert batch.num_rows == len(after)
+    print(
+        f"journeys: {batch.num_rows} rows computed in {compute_s:.3f} s; the whole ingest took {ingest_s:.1f} s"
+    )
+
+
+def test_journeys_stay_off_by_default(spark, journey_lake, tmp_path):
+    _lake, run, _settings, _summary = journey_lake
+    settings = Settings.load(
+        overrides={"lake": {"path": str(tmp_path / "lake")}, "spark": {"shuffle_partitions": 4}}
+    )
+    assert not settings.journeys
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert "journeys" not in summary.rows
+    assert not (tmp_path / "lake" / "journeys").exists()
