@@ -16,6 +16,11 @@ docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
 - a group follows a topic when it was delivered or committed any of its messages: every message
   of the topic then has a row for the group, `not-delivered` where no delivery was seen;
   deliveries to no known group are rows of their own (consumer null), for those messages only;
+- a retried produce: messages of one partition with the same idempotent producer id, epoch and
+  sequence and the same key and value are one record written again; the lowest offset is the
+  original, the others have status `duplicate` (`duplicate_of` names the original); the produce
+  rows of that identity, answered or not, are its `produce_attempts`, and an original whose
+  response was lost is produced by its unanswered attempt;
 - ShareFetch deliveries (share groups, whose rows name their group in `consumer`) are left out;
 - committed: the first successful OffsetCommit of the group for the partition (by response time)
   whose offset (the next one to consume) is beyond the message's.
@@ -44,7 +49,7 @@ GROUP_COMMANDS = (
     "OffsetFetch",
     "ConsumerGroupHeartbeat",
 )
-STATUSES = ("delivered", "delivered-not-committed", "not-delivered")
+STATUSES = ("delivered", "delivered-not-committed", "not-delivered", "duplicate")
 
 
 def _read(path: str, capture_ids: list[str], columns: list[str], where) -> list[dict]:
@@ -77,8 +82,19 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
             "ts_ns",
             "conn_id",
             "correlation_id",
+            "producer_id",
+            "producer_epoch",
+            "sequence",
+            "value",
+            "value_hash",
+            "value_size",
         ],
-        kafka & pc.field("offset").is_valid() & (produce | fetched),
+        # produce rows without an offset (no response) only of idempotent producers: attempts
+        kafka
+        & (
+            (produce & (pc.field("offset").is_valid() | (pc.field("producer_id") >= 0)))
+            | (fetched & pc.field("offset").is_valid())
+        ),
     )
     acks = _read(
         f"{root}/acks",
@@ -169,9 +185,18 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
     produced: dict[tuple, dict] = {}  # (topic, partition, offset) -> the first produce row
     delivered: dict[tuple, dict[str | None, list]] = defaultdict(lambda: defaultdict(list))
     first_seen: dict[tuple, dict] = {}
+    attempts: dict[tuple, list] = defaultdict(list)  # a retry identity -> its produce rows
+    copies: dict[tuple, set] = defaultdict(set)  # a retry identity -> the offsets holding it
     for m in sorted(msgs, key=lambda m: m["ts_ns"]):
+        retry = _retry_identity(m)
+        if m["direction"] == "produce" and retry is not None:
+            attempts[retry].append(m)
+        if m["offset"] is None:
+            continue
         ident = (m["topic"], m["partition"], m["offset"])
         first_seen.setdefault(ident, m)
+        if retry is not None:
+            copies[retry].add(m["offset"])
         if m["direction"] == "produce":
             produced.setdefault(ident, m)
         else:
@@ -186,8 +211,14 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
     for ident, first in first_seen.items():
         topic, partition, offset = ident
         p = produced.get(ident)
+        retry = _retry_identity(p or first)
+        original = min(copies[retry]) if retry is not None else offset
+        if p is None and retry is not None and offset == original:
+            # the original of a retried produce whose response was lost: its unanswered attempt
+            p = next((a for a in attempts[retry] if a["offset"] is None), None)
         produced_ns = p["ts_ns"] if p else None
         acked_ns = produce_acks.get((p["conn_id"], p["correlation_id"], topic, partition)) if p else None
+        n_attempts = len(attempts[retry]) if retry is not None else int(p is not None)
         key = (p or first)["key"]
         base = {
             "capture_id": (p or first)["capture_id"],
@@ -201,13 +232,17 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
             "acked_ts_ns": acked_ns,
             "producer_conn_id": p["conn_id"] if p else None,
             "produce_to_ack_us": _us(produced_ns, acked_ns),
+            "produce_attempts": n_attempts,
+            "duplicate_of": f"{topic}-{partition}@{original}" if offset != original else None,
         }
         per_group = delivered.get(ident, {})
         for g in sorted(follows[topic] | set(per_group), key=lambda g: (g is None, g or "")):
             got = per_group.get(g, [])
             deliver_ns = got[0]["ts_ns"] if got else None
             commit_ns = _committed(commit_index.get((g, topic, partition)), offset) if g else None
-            if not got:
+            if offset != original:
+                status = "duplicate"
+            elif not got:
                 status = "not-delivered"
             elif commit_ns is None:
                 status = "delivered-not-committed"
@@ -230,6 +265,24 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
                 }
             )
     return rows
+
+
+def _retry_identity(m: dict) -> tuple | None:
+    """What an idempotent producer's retry repeats: the partition, producer id, epoch and
+    sequence, and the record's key and value (None for a producer without idempotence)."""
+    if m["producer_id"] is None or m["producer_id"] < 0 or m["sequence"] is None or m["sequence"] < 0:
+        return None
+    return (
+        m["topic"],
+        m["partition"],
+        m["producer_id"],
+        m["producer_epoch"],
+        m["sequence"],
+        m["key"],
+        m["value"],
+        m["value_hash"],
+        m["value_size"],
+    )
 
 
 def _committed(index: tuple[list, list] | None, offset: int) -> int | None:

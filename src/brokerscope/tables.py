@@ -211,7 +211,13 @@ JOURNEYS = [
     pa.field("ack_to_deliver_us", pa.float64()),
     pa.field("produce_to_deliver_us", pa.float64()),
     pa.field("deliver_to_commit_us", pa.float64()),
-    pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered
+    pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered | duplicate
+    # Produce requests carrying the record (an idempotent producer's retries repeat its producer
+    # id, epoch and sequence), answered or not
+    pa.field("produce_attempts", pa.int64()),
+    # status duplicate: the message_id of the same record at its first offset (a retry the broker
+    # wrote again)
+    pa.field("duplicate_of", pa.string()),
     pa.field("producer_conn_id", pa.string()),  # the connection of the Produce request
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
 ]

@@ -213,3 +213,110 @@ def test_journeys_stay_off_by_default(spark, journey_lake, tmp_path):
     summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert "journeys" not in summary.rows
     assert not (tmp_path / "lake" / "journeys").exists()
+
+
+RETRY_TOPIC = "journeys-retry"
+RETRY_GROUP = "bs-retry"
+
+
+def _record_retry(tmp: Path) -> dict:
+    """An idempotent producer talks to the mock broker through tests/support/droprelay.py, which
+    loses the response to its first Produce request with the connection: the producer sends the
+    same batch again (same producer id, epoch and sequence) on a new connection. A group then
+    reads the partition. Captured from the clients' side (the relay's upstream leg left out)."""
+    from confluent_kafka import Consumer, Producer
+
+    from tests.support.droprelay import DropRelay
+    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+
+    reports: list[tuple[int, bytes]] = []
+    owner = Producer({"test.mock.num.brokers": 1, "enable.metrics.push": False})
+    bport = next(iter(owner.list_topics(timeout=10).brokers.values())).port
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap, DropRelay(bport) as relay:
+        p = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{relay.port}",
+                "client.id": "bs-journeys-idempotent",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "enable.metrics.push": False,
+            }
+        )
+        for i in range(3):
+            p.produce(
+                RETRY_TOPIC,
+                key=f"key-{i}".encode(),
+                value=f"retried {i} ".encode() * 4,
+                partition=0,
+                on_delivery=lambda e, m: reports.append((m.offset(), m.key())) if e is None else None,
+            )
+            assert p.flush(15) == 0
+        del p
+        assert len(relay.dropped) == 1
+        c = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{bport}",
+                "group.id": RETRY_GROUP,
+                "client.id": f"{RETRY_GROUP}-client",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "enable.metrics.push": False,
+            }
+        )
+        c.subscribe([RETRY_TOPIC])
+        consumed: list[tuple[int, bytes]] = []
+        end = time.time() + 30
+        while len(consumed) < 4 and time.time() < end:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                consumed.append((m.offset(), m.key()))
+        c.commit(asynchronous=False)
+        c.close()
+        upstream = set(relay.upstream_ports)
+    del owner
+    frames = [
+        (ts, f)
+        for ts, f in cap.frames
+        if (pp := _tcp_ports(f)) and (relay.port in pp or (bport in pp and not upstream & set(pp)))
+    ]
+    write_pcap(str(tmp / "retry.pcap"), frames)
+    return {"pcap": str(tmp / "retry.pcap"), "reports": reports, "consumed": consumed}
+
+
+@pytest.fixture(scope="module")
+def retry_lake(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("retry")
+    run = _record_retry(tmp)
+    settings = Settings.load(
+        overrides={
+            "lake": {"path": str(tmp / "lake")},
+            "spark": {"shuffle_partitions": 4},
+            "journeys": {"enabled": True},
+        }
+    )
+    assert pipeline.ingest([run["pcap"]], settings, spark=spark).errors == []
+    return tmp / "lake", run
+
+
+def test_a_retried_produce_written_twice_is_a_duplicate(retry_lake):
+    lake, run = retry_lake
+    # the clients' records: the mock broker wrote the retried batch again, the consumer read both
+    # copies, and the producer's report names the second (the response it got)
+    assert [k for _o, k in sorted(run["consumed"])] == [b"key-0", b"key-0", b"key-1", b"key-2"]
+    assert sorted(run["reports"]) == [(1, b"key-0"), (2, b"key-1"), (3, b"key-2")]
+    rows = {r["offset"]: r for r in _journeys(lake)}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert {r["consumer"] for r in rows.values()} == {RETRY_GROUP}
+    first, again = rows[0], rows[1]
+    assert again["status"] == "duplicate" and again["duplicate_of"] == f"{RETRY_TOPIC}-0@0"
+    assert first["status"] == "delivered" and first["duplicate_of"] is None
+    assert first["produce_attempts"] == again["produce_attempts"] == 2
+    assert first["key_hash"] == again["key_hash"] == hashlib.sha256(b"key-0").hexdigest()
+    # the original was written by the attempt whose response was lost: produced, never acknowledged
+    assert first["acked_ts"] is None and first["produced_ts"] < again["produced_ts"] < again["acked_ts"]
+    assert first["producer_conn_id"] != again["producer_conn_id"]  # the retry came on a new connection
+    for off in (2, 3):
+        r = rows[off]
+        assert (r["status"], r["produce_attempts"], r["duplicate_of"]) == ("delivered", 1, None)
+        assert r["produced_ts"] < r["acked_ts"] < r["delivered_ts"] < r["committed_ts"]

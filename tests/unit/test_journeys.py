@@ -10,8 +10,14 @@ from brokerscope import journeys, tables
 S = 1_000_000_000  # ns
 
 
-def _msg(direction, offset, ts, conn, partition=0, topic="t", key=b"k", correlation_id=1):
+def _msg(direction, offset, ts, conn, partition=0, topic="t", key=b"k", correlation_id=1, pid=-1, seq=None):
     return {
+        "producer_id": pid,
+        "producer_epoch": 0 if pid >= 0 else -1,
+        "sequence": seq,
+        "value": b"value of " + (key or b"none"),
+        "value_hash": None,
+        "value_size": 9 + len(key or b"none"),
         "capture_id": "c1",
         "direction": direction,
         "topic": topic,
@@ -132,3 +138,65 @@ def test_a_group_of_the_same_client_id_at_another_time_is_not_taken():
     ]
     got = _rows(msgs, [], cmds)
     assert set(got) == {(0, "current")}
+
+
+def test_a_retried_produce_the_broker_wrote_twice_is_a_duplicate():
+    """An idempotent producer's request whose response was lost, retried: seen from the client
+    (the first attempt unanswered) and delivered at both offsets to one group."""
+    idem = {"pid": 42, "seq": 0}
+    msgs = [
+        _msg("produce", None, 1 * S, "p1", correlation_id=4, **idem),  # response lost, connection closed
+        _msg("produce", 1, 2 * S, "p2", correlation_id=1, **idem),  # the retry, acked at offset 1
+        _msg("produce", 2, 2 * S, "p2", key=b"other", correlation_id=2, pid=42, seq=1),
+        _msg("deliver", 0, 3 * S, "f", **idem),
+        _msg("deliver", 1, 3 * S, "f", **idem),
+        _msg("deliver", 2, 3 * S, "f", key=b"other", pid=42, seq=1),
+    ]
+    acks = [
+        _ack("kafka_produce", 1, int(2.5 * S), "p2", correlation_id=1),
+        _ack("kafka_produce", 2, int(2.5 * S), "p2", correlation_id=2),
+    ]
+    cmds = [
+        _cmd("JoinGroup", "g", 1 * S, "c", "grp"),
+        _cmd("Fetch", "f", 3 * S, "c"),
+        _cmd("Heartbeat", "g", 4 * S, "c", "grp"),
+    ]
+    got = _rows(msgs, acks, cmds)
+    assert set(got) == {(0, "grp"), (1, "grp"), (2, "grp")}
+    first, again, other = got[(0, "grp")], got[(1, "grp")], got[(2, "grp")]
+    assert (first["status"], first["duplicate_of"], first["produce_attempts"]) == (
+        "delivered-not-committed",
+        None,
+        2,
+    )
+    # the original was written by the unanswered attempt
+    assert (first["produced_ts_ns"], first["acked_ts_ns"], first["producer_conn_id"]) == (1 * S, None, "p1")
+    assert (again["status"], again["duplicate_of"], again["produce_attempts"]) == ("duplicate", "t-0@0", 2)
+    assert (again["produced_ts_ns"], again["acked_ts_ns"]) == (2 * S, int(2.5 * S))
+    assert (other["status"], other["duplicate_of"], other["produce_attempts"]) == (
+        "delivered-not-committed",
+        None,
+        1,
+    )
+
+
+def test_a_retry_the_broker_deduplicated_is_one_message_produced_twice():
+    idem = {"pid": 7, "seq": 3}
+    msgs = [
+        _msg("produce", 5, 1 * S, "p", correlation_id=1, **idem),
+        _msg("produce", 5, 2 * S, "p", correlation_id=2, **idem),  # same offset: not stored again
+    ]
+    got = _rows(msgs, [_ack("kafka_produce", 5, 3 * S, "p", correlation_id=2)], [])
+    assert set(got) == set()  # no group follows the topic: no rows
+    rows = journeys._journeys(msgs, [], [_cmd("JoinGroup", "g", 1 * S, "c", "grp")])
+    assert rows == []
+    commit = _ack("kafka_offset_commit", 0, 4 * S, "g", consumer="grp")
+    got = _rows(msgs, [commit], [])
+    (r,) = got.values()
+    assert (r["offset"], r["status"], r["produce_attempts"], r["duplicate_of"]) == (
+        5,
+        "not-delivered",
+        2,
+        None,
+    )
+    assert r["produced_ts_ns"] == 1 * S
