@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from brokerscope import journeys, pipeline
+from brokerscope import cli, journeys, pipeline
 from brokerscope.config import Settings
+from brokerscope.lake import Lake
 from tests.support.lakecheck import delta_rs_rows
 
 pytestmark = [
@@ -320,3 +321,45 @@ def test_a_retried_produce_written_twice_is_a_duplicate(retry_lake):
         r = rows[off]
         assert (r["status"], r["produce_attempts"], r["duplicate_of"]) == ("delivered", 1, None)
         assert r["produced_ts"] < r["acked_ts"] < r["delivered_ts"] < r["committed_ts"]
+
+
+def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
+    spark, journey_lake, tmp_path, monkeypatch
+):
+    expected, run, _settings, _summary = journey_lake
+    lake = tmp_path / "lake"
+    settings = Settings.load(
+        overrides={
+            "lake": {"path": str(lake)},
+            "spark": {"shuffle_partitions": 4},
+            "journeys": {"enabled": True},
+        }
+    )
+
+    def fail(self, *a, **k):
+        raise RuntimeError("killed before the journeys")
+
+    with monkeypatch.context() as m:
+        m.setattr(Lake, "commit_journeys", fail)
+        with pytest.raises(RuntimeError, match="killed before the journeys"):
+            pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert delta_rs_rows(str(lake / "messages")) and not _journeys(lake)
+    assert not delta_rs_rows(str(lake / "inputs"))  # inputs come after the journeys
+    (line,) = Lake(str(lake)).recover()
+    assert line.startswith("finished run")
+    key = ("partition", "offset", "consumer", "status", "produced_ts", "delivered_ts", "committed_ts")
+    assert sorted(tuple(r[k] for k in key) for r in _journeys(lake)) == sorted(
+        tuple(r[k] for k in key) for r in _journeys(expected)
+    )
+    assert delta_rs_rows(str(lake / "inputs"))
+
+
+def test_ingest_journeys_flag_and_the_tables_listing(spark, journey_lake, tmp_path, capsys):
+    _lake, run, _settings, _summary = journey_lake
+    lake = str(tmp_path / "lake")
+    assert cli.main(["ingest", run["pcap"], "--lake", lake, "--journeys", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "journeys=24" in out
+    assert cli.main(["tables", "--lake", lake, "--format", "csv"]) == 0
+    listed = {line.split(",")[0] for line in capsys.readouterr().out.splitlines()}
+    assert "journeys" in listed
