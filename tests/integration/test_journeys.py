@@ -26,7 +26,8 @@ EARLY, LATE = "bs-early", "bs-late"  # the group that stops early, the group tha
 PER_BATCH = 6  # messages per batch, over partitions 0 and 1
 
 
-def _consume(bootstrap: str, group: str, n: int) -> tuple[object, list[tuple[int, int]]]:
+def _consume(bootstrap: str, group: str, n: int, topic: str = TOPIC) -> tuple[object, list[tuple]]:
+    """A consumer of `group` reading `n` messages of `topic`: it and their (partition, offset, key)."""
     from confluent_kafka import Consumer
 
     c = Consumer(
@@ -40,13 +41,13 @@ def _consume(bootstrap: str, group: str, n: int) -> tuple[object, list[tuple[int
             "enable.metrics.push": False,
         }
     )
-    c.subscribe([TOPIC])
-    got: list[tuple[int, int]] = []
+    c.subscribe([topic])
+    got: list[tuple] = []
     end = time.time() + 30
     while len(got) < n and time.time() < end:
         m = c.poll(0.2)
         if m is not None and not m.error():
-            got.append((m.partition(), m.offset()))
+            got.append((m.partition(), m.offset(), m.key()))
     assert len(got) == n, f"{group} got {len(got)} of {n} messages"
     return c, got
 
@@ -91,13 +92,13 @@ def _record(tmp: Path) -> dict:
         produce(p, 0)
         early, early_got = _consume(bootstrap, EARLY, PER_BATCH)
         early.commit(asynchronous=False)
-        commits[EARLY] = {part: max(o for q, o in early_got if q == part) + 1 for part in (0, 1)}
+        commits[EARLY] = {part: max(o for q, o, _k in early_got if q == part) + 1 for part in (0, 1)}
         early.close()
         produce(p, 1)
         late, late_got = _consume(bootstrap, LATE, 2 * PER_BATCH)
         time.sleep(0.5)
         # the next offset to read = each partition's last message: that message stays uncommitted
-        commits[LATE] = {part: max(o for q, o in late_got if q == part) for part in (0, 1)}
+        commits[LATE] = {part: max(o for q, o, _k in late_got if q == part) for part in (0, 1)}
         late.commit(
             offsets=[TopicPartition(TOPIC, q, o) for q, o in commits[LATE].items()], asynchronous=False
         )
@@ -108,22 +109,25 @@ def _record(tmp: Path) -> dict:
     return {
         "pcap": str(tmp / "journeys.pcap"),
         "produced": produced,
-        "consumed": {EARLY: set(early_got), LATE: set(late_got)},
+        "consumed": {EARLY: {(q, o) for q, o, _k in early_got}, LATE: {(q, o) for q, o, _k in late_got}},
         "commits": commits,
     }
+
+
+def _settings(lake: Path, journeys: bool = True) -> Settings:
+    over = {
+        "lake": {"path": str(lake)},
+        "spark": {"shuffle_partitions": 4},
+        "journeys": {"enabled": journeys},
+    }
+    return Settings.load(overrides=over)
 
 
 @pytest.fixture(scope="module")
 def journey_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("journeys")
     run = _record(tmp)
-    settings = Settings.load(
-        overrides={
-            "lake": {"path": str(tmp / "lake")},
-            "spark": {"shuffle_partitions": 4},
-            "journeys": {"enabled": True},
-        }
-    )
+    settings = _settings(tmp / "lake")
     summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert summary.errors == []
     return tmp / "lake", run, settings, summary
@@ -134,7 +138,7 @@ def _journeys(lake: Path) -> list[dict]:
 
 
 def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
-    lake, run, _settings, summary = journey_lake
+    lake, run, _s, summary = journey_lake
     rows = _journeys(lake)
     produced = {(part, off): (key, value) for part, off, key, value in run["produced"]}
     assert len(produced) == 2 * PER_BATCH
@@ -165,7 +169,7 @@ def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
 
 
 def test_steps_in_the_order_they_happened(journey_lake):
-    lake, run, _settings, _summary = journey_lake
+    lake, run, _s, _summary = journey_lake
     for r in _journeys(lake):
         assert r["produced_ts"] < r["acked_ts"]
         assert r["ts"] == r["produced_ts"]
@@ -206,7 +210,7 @@ def test_journeys_are_recomputed_when_the_capture_is_ingested_again(journey_lake
 
 
 def test_journeys_stay_off_by_default(spark, journey_lake, tmp_path):
-    _lake, run, _settings, _summary = journey_lake
+    _lake, run, _s, _summary = journey_lake
     settings = Settings.load(
         overrides={"lake": {"path": str(tmp_path / "lake")}, "spark": {"shuffle_partitions": 4}}
     )
@@ -225,7 +229,7 @@ def _record_retry(tmp: Path) -> dict:
     loses the response to its first Produce request with the connection: the producer sends the
     same batch again (same producer id, epoch and sequence) on a new connection. A group then
     reads the partition. Captured from the clients' side (the relay's upstream leg left out)."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     from tests.support.droprelay import DropRelay
     from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
@@ -254,24 +258,8 @@ def _record_retry(tmp: Path) -> dict:
             assert p.flush(15) == 0
         del p
         assert len(relay.dropped) == 1
-        c = Consumer(
-            {
-                "bootstrap.servers": f"127.0.0.1:{bport}",
-                "group.id": RETRY_GROUP,
-                "client.id": f"{RETRY_GROUP}-client",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 100,
-                "enable.metrics.push": False,
-            }
-        )
-        c.subscribe([RETRY_TOPIC])
-        consumed: list[tuple[int, bytes]] = []
-        end = time.time() + 30
-        while len(consumed) < 4 and time.time() < end:
-            m = c.poll(0.2)
-            if m is not None and not m.error():
-                consumed.append((m.offset(), m.key()))
+        c, got = _consume(f"127.0.0.1:{bport}", RETRY_GROUP, 4, RETRY_TOPIC)
+        consumed = [(offset, key) for _p, offset, key in got]
         c.commit(asynchronous=False)
         c.close()
         upstream = set(relay.upstream_ports)
@@ -289,13 +277,7 @@ def _record_retry(tmp: Path) -> dict:
 def retry_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("retry")
     run = _record_retry(tmp)
-    settings = Settings.load(
-        overrides={
-            "lake": {"path": str(tmp / "lake")},
-            "spark": {"shuffle_partitions": 4},
-            "journeys": {"enabled": True},
-        }
-    )
+    settings = _settings(tmp / "lake")
     assert pipeline.ingest([run["pcap"]], settings, spark=spark).errors == []
     return tmp / "lake", run
 
@@ -326,15 +308,9 @@ def test_a_retried_produce_written_twice_is_a_duplicate(retry_lake):
 def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
     spark, journey_lake, tmp_path, monkeypatch
 ):
-    expected, run, _settings, _summary = journey_lake
+    expected, run, _s, _summary = journey_lake
     lake = tmp_path / "lake"
-    settings = Settings.load(
-        overrides={
-            "lake": {"path": str(lake)},
-            "spark": {"shuffle_partitions": 4},
-            "journeys": {"enabled": True},
-        }
-    )
+    settings = _settings(lake)
 
     def fail(self, *a, **k):
         raise RuntimeError("killed before the journeys")
@@ -355,7 +331,7 @@ def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
 
 
 def test_ingest_journeys_flag_and_the_tables_listing(spark, journey_lake, tmp_path, capsys):
-    _lake, run, _settings, _summary = journey_lake
+    _lake, run, _s, _summary = journey_lake
     lake = str(tmp_path / "lake")
     assert cli.main(["ingest", run["pcap"], "--lake", lake, "--journeys", "-q"]) == 0
     out = capsys.readouterr().out

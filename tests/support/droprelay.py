@@ -17,49 +17,23 @@ from __future__ import annotations
 import select
 import socket
 import struct
-import threading
+
+from tests.support.relay import Relay
 
 HOST = b"127.0.0.1"
 
 
-class DropRelay:
+class DropRelay(Relay):
     def __init__(self, broker_port: int, drop_api: int = 0):
-        self.broker_port = broker_port
+        super().__init__(("127.0.0.1", broker_port))
         self.drop_api = drop_api
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.dropped: list[tuple[int, int]] = []
         self.upstream_ports: set[int] = set()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._advertised = (HOST + struct.pack(">i", broker_port), HOST + struct.pack(">i", self.port))
 
-    def __enter__(self) -> DropRelay:
-        t = threading.Thread(target=self._accept, daemon=True)
-        t.start()
-        self._threads.append(t)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self.listener.close()
-        for t in self._threads:
-            t.join(5)
-
-    def _accept(self) -> None:
-        self.listener.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                cli, _ = self.listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            srv = socket.create_connection(("127.0.0.1", self.broker_port))
-            self.upstream_ports.add(srv.getsockname()[1])
-            t = threading.Thread(target=self._pump, args=(cli, srv), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _pump(self, cli: socket.socket, srv: socket.socket) -> None:
+    def _pump(self, cli: socket.socket, srv: socket.socket, log: list) -> None:
+        """Frame by frame, unlike Relay's chunks (`log` stays empty)."""
+        self.upstream_ports.add(srv.getsockname()[1])
         bufs = {cli: b"", srv: b""}
         pending: dict[int, int] = {}  # correlation id -> api key of the requests sent on
         old, new = self._advertised
