@@ -71,7 +71,7 @@ def sessions(path: Path, keys) -> dict[int, tuple[TlsSession, dict[str, bytearra
 
 def _feed(item, events) -> None:
     session, plain, tcp = item
-    for kind, from_lo, value, ts in events:
+    for kind, from_lo, value, ts, _frame in events:
         d = C2S if from_lo == tcp.client_is_lo else S2C
         fn = session.feed if kind == "data" else session.gap
         for k, d2, data, _ts in fn(d, value, ts):
