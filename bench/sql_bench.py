@@ -61,12 +61,12 @@ def run(cmd: list[str], what: str, ok=(0,)) -> float:
 
 def make_lake(lake: Path, master: str) -> None:
     """The capture and segment files of sample_data/ ingested into `lake` (their notes and
-    scripts beside them are not inputs)."""
+    scripts beside them are not inputs), with --journeys: the README queries read that table too."""
     from brokerscope import inputs
 
     paths = [i.path for i in inputs.discover([str(SAMPLE_DATA)]).inputs]
     secs = run(
-        brokerscope_cmd() + ["ingest", *paths, "--lake", str(lake), "--master", master, "-q"],
+        brokerscope_cmd() + ["ingest", *paths, "--lake", str(lake), "--master", master, "--journeys", "-q"],
         "ingest of sample_data/",
         ok=(0, 3),
     )

@@ -29,12 +29,14 @@ def spark():
 
 @pytest.fixture(scope="session")
 def sample_lake(spark, tmp_path_factory):
-    """A lake of the bundled sample data, ingested once per test run (read it, do not change it)."""
+    """A lake of the bundled sample data, ingested once per test run (read it, do not change it),
+    with journeys (as `brokerscope ingest --journeys`: the README's journeys queries read them)."""
     from brokerscope import pipeline
     from brokerscope.config import Settings
 
     lake = tmp_path_factory.mktemp("sample") / "lake"
-    settings = Settings.load(overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}})
+    over = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, "journeys": {"enabled": True}}
+    settings = Settings.load(overrides=over)
     pipeline.ingest([str(SAMPLE_DATA)], settings, spark=spark)
     return str(lake)
 

@@ -65,6 +65,8 @@ def _settings(args) -> Settings:
         overrides.setdefault("capture", {})["split_size"] = args.split_size
     if getattr(args, "payload", None):
         overrides.setdefault("payload", {})["policy"] = args.payload
+    if getattr(args, "journeys", False):
+        overrides.setdefault("journeys", {})["enabled"] = True
     # the ingest filter: a flag given replaces that part of [filter]; a bad value is named by its flag
     flags = {"since": "since", "until": "until", "host": "hosts", "tcp_port": "ports"}
     given = {key: getattr(args, flag, None) for flag, key in flags.items()}
@@ -459,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ing.add_argument(
         "--skip-ingested", action="store_true", help="skip inputs the lake's inputs table already holds"
+    )
+    ing.add_argument(
+        "--journeys",
+        action="store_true",
+        help="also compute the journeys table (Kafka messages from producer to each consumer group) "
+        "for the run's captures ([journeys] enabled)",
     )
     filter_flags(
         ing,

@@ -47,6 +47,8 @@ _CORE: dict = {
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
     "filter": {"since": "", "until": "", "hosts": [], "ports": []},
     "tls": {"keylog_files": [], "keylog_insecure_ok": False},
+    # Kafka only so far (the other protocols' identities come next): off until they follow
+    "journeys": {"enabled": False},
 }
 
 
@@ -179,6 +181,11 @@ class Settings:
     @property
     def writer(self) -> str:
         return str(self.raw["lake"]["writer"])
+
+    @property
+    def journeys(self) -> bool:
+        """Compute the journeys table after each run (journeys.py)."""
+        return bool(self.raw["journeys"]["enabled"])
 
     @property
     def optimize_after_run(self) -> bool:

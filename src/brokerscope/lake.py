@@ -124,11 +124,12 @@ class Lake:
         return tuple(t for t in tables.DECODED_TABLES if "capture_id" in self.partition_columns(t))
 
     # -- creation ---------------------------------------------------------------------------
-    def ensure_tables(self) -> None:
-        """Create every table that does not exist yet, empty, with its full schema; add the
-        columns a table of an older brokerscope lacks (new columns read as null in old rows)."""
+    def ensure_tables(self, derived: tuple[str, ...] = ()) -> None:
+        """Create every table that does not exist yet, empty, with its full schema (and the
+        `derived` tables a run will compute: tables.DERIVED_TABLES); add the columns a table of an
+        older brokerscope lacks (new columns read as null in old rows)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        for t in tables.TABLES:
+        for t in (*tables.TABLES, *derived):
             p = self.path(t)
             if not DeltaTable.is_deltatable(p):
                 DeltaTable.create(
@@ -311,11 +312,38 @@ class Lake:
                 run.run_id,
                 manifest.get("capture_ids"),
             )
+        if manifest.get("journeys"):
+            progress("computing journeys")
+            rows["journeys"] = self.commit_journeys(
+                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
+            )
         inp = manifest["inputs"]
         self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
-        for t in tables.DECODED_TABLES:
+        for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
             self.drop_staging(t, run.run_id)
         run.remove()
+        return rows
+
+    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
+        """Compute the journeys of the run's captures from the committed tables (journeys.py) and
+        commit them like a decoded table (staged, then commit_table), replacing the journeys of
+        `replace_ids`. A table already holding the run is left alone (roll forward). Rows added."""
+        from . import journeys
+
+        self.ensure_tables(("journeys",))
+        if DeltaTable(self.path("journeys")).transaction_version(app_id(run_id)) is not None:
+            return 0
+        writer = StagedWriter(str(self.root), run_id)
+        try:
+            writer.add("journeys", journeys.compute(str(self.root), capture_ids))
+            files = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        rows, _ = self.commit_table(
+            "journeys", files, sorted(set(replace_ids) | set(capture_ids)), run_id, capture_ids
+        )
+        self.drop_staging("journeys", run_id)
         return rows
 
     def optimize(
@@ -332,7 +360,7 @@ class Lake:
         costs a second pass over the run's output), while the small files of runs over small
         captures are merged before they pile up."""
         out = {}
-        for t in tables.TABLES:
+        for t in tables.ALL_TABLES:
             p = self.path(t)
             if not DeltaTable.is_deltatable(p):
                 continue
@@ -361,7 +389,7 @@ class Lake:
         """Delete the data files no table version of the last `retain_hours` references (delta-rs
         vacuum). Staged files of running runs are not touched (vacuum skips `_` directories)."""
         out = {}
-        for t in tables.TABLES:
+        for t in tables.ALL_TABLES:
             p = self.path(t)
             if DeltaTable.is_deltatable(p):
                 out[t] = DeltaTable(p).vacuum(
@@ -384,7 +412,7 @@ class Lake:
                 n = len(m["inputs"]["paths"])
                 out.append(f"finished run {run.run_id}, interrupted after its manifest ({n} input(s))")
             else:
-                for t in tables.DECODED_TABLES:
+                for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
                     self.drop_staging(t, run.run_id)
                 run.remove()
                 out.append(f"removed the leftovers of run {run.run_id}, killed before its commit")
@@ -518,8 +546,8 @@ class Lake:
         return DeltaTable(self.path(table)).to_pyarrow_table()
 
     def table_names(self) -> list[str]:
-        """The brokerscope tables this lake holds (in tables.TABLES order)."""
-        return [t for t in tables.TABLES if DeltaTable.is_deltatable(self.path(t))]
+        """The brokerscope tables this lake holds (in tables.ALL_TABLES order)."""
+        return [t for t in tables.ALL_TABLES if DeltaTable.is_deltatable(self.path(t))]
 
     def info(self) -> list[TableInfo]:
         out = []

@@ -193,6 +193,44 @@ INPUTS = [
     pa.field("filtered", pa.int64()),
 ]
 
+# Kafka message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
+# "Message journeys", docs/protocols/kafka.md "Journeys"): one row per message and consumer group,
+# derived from the other tables of a run's captures after they are committed. Timestamps are the
+# capture times of each step's frame; latencies are differences of them (µs, signed:
+# ack_to_deliver_us is negative when the consumer got the message before the producer its ack).
+JOURNEYS = [
+    # the capture of the message's first sighting in the run (its produce row, else its first delivery)
+    pa.field("capture_id", pa.string()),
+    pa.field("protocol", pa.string()),  # kafka
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("message_id", pa.string()),  # topic-partition@offset, as in messages
+    pa.field("key_hash", pa.string()),  # sha256 hex of the key (null key: null)
+    # the consumer group; null: deliveries to a connection no group rule names (kafka.md "Journeys")
+    pa.field("consumer", pa.string()),
+    pa.field("ts", TS),  # the first step seen: produced, else first delivered (dates the row)
+    pa.field("produced_ts", TS),  # first byte of the Produce request carrying it
+    pa.field("acked_ts", TS),  # first byte of the Produce response giving its partition's base offset
+    pa.field("delivered_ts", TS),  # first byte of the first Fetch response delivering it to the group
+    pa.field("committed_ts", TS),  # first successful OffsetCommit response of the group beyond it
+    pa.field("deliveries", pa.int64()),  # Fetch responses delivering it to the group (0: not delivered)
+    pa.field("redeliveries", pa.int64()),  # deliveries after the first
+    pa.field("produce_to_ack_us", pa.float64()),
+    pa.field("ack_to_deliver_us", pa.float64()),
+    pa.field("produce_to_deliver_us", pa.float64()),
+    pa.field("deliver_to_commit_us", pa.float64()),
+    pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered | duplicate
+    # Produce requests carrying the record (an idempotent producer's retries repeat its producer
+    # id, epoch and sequence), answered or not
+    pa.field("produce_attempts", pa.int64()),
+    # status duplicate: the message_id of the same record at its first offset (a retry the broker
+    # wrote again)
+    pa.field("duplicate_of", pa.string()),
+    pa.field("producer_conn_id", pa.string()),  # the connection of the Produce request
+    pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
+]
+
 _BODIES: dict[str, list[pa.Field]] = {
     "commands": COMMANDS,
     "messages": MESSAGES,
@@ -201,13 +239,18 @@ _BODIES: dict[str, list[pa.Field]] = {
     "streams": STREAMS,
 }
 DECODED_TABLES = ("commands", "messages", "latencies", "acks", "streams")
-TABLES = (*DECODED_TABLES, "inputs")
+TABLES = (*DECODED_TABLES, "inputs")  # the tables every lake has
+# tables derived from the decoded ones, created by the first run that computes them
+DERIVED_TABLES = ("journeys",)
+ALL_TABLES = (*DECODED_TABLES, *DERIVED_TABLES, "inputs")
 
 
 def schema(table: str) -> pa.Schema:
     """The full Arrow schema of an output table (partition column last)."""
     if table == "inputs":
         return pa.schema(INPUTS + [pa.field("date", pa.date32())])
+    if table == "journeys":
+        return pa.schema(JOURNEYS + PARTITION)
     return pa.schema(SHARED + _BODIES[table] + [ANOMALIES] + PARTITION)
 
 

@@ -1,0 +1,341 @@
+"""Kafka message journeys from real clients: confluent-kafka (librdkafka) producing known messages
+to its mock cluster and two consumer groups reading them, captured on loopback (root needed),
+ingested with journeys on; the journeys table must hold what the clients' own records show."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerscope import cli, journeys, pipeline
+from brokerscope.config import Settings
+from brokerscope.lake import Lake
+from tests.support.lakecheck import delta_rs_rows
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live loopback capture needs root (AF_PACKET socket)"),
+]
+
+TOPIC = "journeys"
+EARLY, LATE = "bs-early", "bs-late"  # the group that stops early, the group that commits late
+PER_BATCH = 6  # messages per batch, over partitions 0 and 1
+
+
+def _consume(bootstrap: str, group: str, n: int, topic: str = TOPIC) -> tuple[object, list[tuple]]:
+    """A consumer of `group` reading `n` messages of `topic`: it and their (partition, offset, key)."""
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": f"{group}-client",  # the group's connections are told apart by client id
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "enable.metrics.push": False,
+        }
+    )
+    c.subscribe([topic])
+    got: list[tuple] = []
+    end = time.time() + 30
+    while len(got) < n and time.time() < end:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append((m.partition(), m.offset(), m.key()))
+    assert len(got) == n, f"{group} got {len(got)} of {n} messages"
+    return c, got
+
+
+def _record(tmp: Path) -> dict:
+    """Batch 1 produced; the early group reads it, commits and leaves; batch 2 produced; the late
+    group reads everything and, a while later, commits all but each partition's last message."""
+    from confluent_kafka import Producer, TopicPartition
+
+    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+
+    produced: list[tuple[int, int, bytes, bytes]] = []
+    commits: dict[str, dict[int, int]] = {}
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap:
+        p = Producer(
+            {
+                "test.mock.num.brokers": 1,
+                "client.id": "bs-journeys-producer",
+                "linger.ms": 5,
+                "enable.metrics.push": False,
+            }
+        )
+        port = next(iter(p.list_topics(timeout=10).brokers.values())).port
+        bootstrap = f"127.0.0.1:{port}"
+
+        def produce(p, batch: int) -> None:
+            for i in range(PER_BATCH):
+                n = batch * PER_BATCH + i
+                p.produce(
+                    TOPIC,
+                    key=f"key-{n}".encode(),
+                    value=f"journey {n} ".encode() * 4,
+                    partition=n % 2,
+                    on_delivery=lambda e, m: (
+                        produced.append((m.partition(), m.offset(), m.key(), m.value()))
+                        if e is None
+                        else None
+                    ),
+                )
+            assert p.flush(10) == 0
+
+        produce(p, 0)
+        early, early_got = _consume(bootstrap, EARLY, PER_BATCH)
+        early.commit(asynchronous=False)
+        commits[EARLY] = {part: max(o for q, o, _k in early_got if q == part) + 1 for part in (0, 1)}
+        early.close()
+        produce(p, 1)
+        late, late_got = _consume(bootstrap, LATE, 2 * PER_BATCH)
+        time.sleep(0.5)
+        # the next offset to read = each partition's last message: that message stays uncommitted
+        commits[LATE] = {part: max(o for q, o, _k in late_got if q == part) for part in (0, 1)}
+        late.commit(
+            offsets=[TopicPartition(TOPIC, q, o) for q, o in commits[LATE].items()], asynchronous=False
+        )
+        late.close()
+        del p
+    frames = [(ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and port in pp]
+    write_pcap(str(tmp / "journeys.pcap"), frames)
+    return {
+        "pcap": str(tmp / "journeys.pcap"),
+        "produced": produced,
+        "consumed": {EARLY: {(q, o) for q, o, _k in early_got}, LATE: {(q, o) for q, o, _k in late_got}},
+        "commits": commits,
+    }
+
+
+def _settings(lake: Path, journeys: bool = True) -> Settings:
+    over = {
+        "lake": {"path": str(lake)},
+        "spark": {"shuffle_partitions": 4},
+        "journeys": {"enabled": journeys},
+    }
+    return Settings.load(overrides=over)
+
+
+@pytest.fixture(scope="module")
+def journey_lake(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("journeys")
+    run = _record(tmp)
+    settings = _settings(tmp / "lake")
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert summary.errors == []
+    return tmp / "lake", run, settings, summary
+
+
+def _journeys(lake: Path) -> list[dict]:
+    return delta_rs_rows(str(lake / "journeys"))
+
+
+def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
+    lake, run, _s, summary = journey_lake
+    rows = _journeys(lake)
+    produced = {(part, off): (key, value) for part, off, key, value in run["produced"]}
+    assert len(produced) == 2 * PER_BATCH
+    assert summary.rows["journeys"] == len(rows) == 2 * len(produced)
+    got = {(r["partition"], r["offset"], r["consumer"]): r for r in rows}
+    assert set(got) == {(part, off, g) for part, off in produced for g in (EARLY, LATE)}
+    for (part, off, group), r in got.items():
+        key, _value = produced[(part, off)]
+        assert r["topic"] == TOPIC and r["protocol"] == "kafka"
+        assert r["message_id"] == f"{TOPIC}-{part}@{off}"
+        assert r["key_hash"] == hashlib.sha256(key).hexdigest()
+        assert r["redeliveries"] == 0
+        delivered = (part, off) in run["consumed"][group]
+        committed = off < run["commits"][group][part]
+        want = (
+            "delivered"
+            if delivered and committed
+            else "delivered-not-committed"
+            if delivered
+            else "not-delivered"
+        )
+        assert r["status"] == want, (part, off, group)
+        assert r["deliveries"] == (1 if delivered else 0)
+    # the early group never saw the second batch; the late one left each partition's last uncommitted
+    statuses = [r["status"] for r in rows]
+    assert statuses.count("not-delivered") == PER_BATCH
+    assert statuses.count("delivered-not-committed") == 2
+
+
+def test_steps_in_the_order_they_happened(journey_lake):
+    lake, run, _s, _summary = journey_lake
+    for r in _journeys(lake):
+        assert r["produced_ts"] < r["acked_ts"]
+        assert r["ts"] == r["produced_ts"]
+        assert r["produce_to_ack_us"] > 0
+        if r["status"] == "not-delivered":
+            assert r["delivered_ts"] is None and r["committed_ts"] is None and r["consumer_conn_id"] is None
+            continue
+        # the consumers started after the producer's flush: ack, then delivery, then commit
+        assert r["acked_ts"] < r["delivered_ts"]
+        assert r["produce_to_deliver_us"] == pytest.approx(r["produce_to_ack_us"] + r["ack_to_deliver_us"])
+        if r["status"] == "delivered":
+            assert r["delivered_ts"] < r["committed_ts"] and r["deliver_to_commit_us"] > 0
+        else:
+            assert r["committed_ts"] is None
+    rows = _journeys(lake)
+    late_commit = {r["committed_ts"] for r in rows if r["consumer"] == LATE and r["committed_ts"]}
+    early_commit = {r["committed_ts"] for r in rows if r["consumer"] == EARLY and r["committed_ts"]}
+    assert len(late_commit) == len(early_commit) == 1  # one OffsetCommit each
+    assert max(early_commit) < min(r["delivered_ts"] for r in rows if r["consumer"] == LATE)
+
+
+def test_journeys_are_recomputed_when_the_capture_is_ingested_again(journey_lake, spark):
+    lake, run, settings, _summary = journey_lake
+    before = sorted((r["partition"], r["offset"], r["consumer"], r["status"]) for r in _journeys(lake))
+    t0 = time.perf_counter()
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    ingest_s = time.perf_counter() - t0
+    after = sorted((r["partition"], r["offset"], r["consumer"], r["status"]) for r in _journeys(lake))
+    assert after == before and summary.rows["journeys"] == len(after)
+    ids = sorted({r["capture_id"] for r in _journeys(lake)})
+    t0 = time.perf_counter()
+    batch = journeys.compute(str(lake), ids)
+    compute_s = time.perf_counter() - t0
+    assert batch.num_rows == len(after)
+    print(
+        f"journeys: {batch.num_rows} rows computed in {compute_s:.3f} s; the whole ingest took {ingest_s:.1f} s"
+    )
+
+
+def test_journeys_stay_off_by_default(spark, journey_lake, tmp_path):
+    _lake, run, _s, _summary = journey_lake
+    settings = Settings.load(
+        overrides={"lake": {"path": str(tmp_path / "lake")}, "spark": {"shuffle_partitions": 4}}
+    )
+    assert not settings.journeys
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert "journeys" not in summary.rows
+    assert not (tmp_path / "lake" / "journeys").exists()
+
+
+RETRY_TOPIC = "journeys-retry"
+RETRY_GROUP = "bs-retry"
+
+
+def _record_retry(tmp: Path) -> dict:
+    """An idempotent producer talks to the mock broker through tests/support/droprelay.py, which
+    loses the response to its first Produce request with the connection: the producer sends the
+    same batch again (same producer id, epoch and sequence) on a new connection. A group then
+    reads the partition. Captured from the clients' side (the relay's upstream leg left out)."""
+    from confluent_kafka import Producer
+
+    from tests.support.droprelay import DropRelay
+    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+
+    reports: list[tuple[int, bytes]] = []
+    owner = Producer({"test.mock.num.brokers": 1, "enable.metrics.push": False})
+    bport = next(iter(owner.list_topics(timeout=10).brokers.values())).port
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap, DropRelay(bport) as relay:
+        p = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{relay.port}",
+                "client.id": "bs-journeys-idempotent",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "enable.metrics.push": False,
+            }
+        )
+        for i in range(3):
+            p.produce(
+                RETRY_TOPIC,
+                key=f"key-{i}".encode(),
+                value=f"retried {i} ".encode() * 4,
+                partition=0,
+                on_delivery=lambda e, m: reports.append((m.offset(), m.key())) if e is None else None,
+            )
+            assert p.flush(15) == 0
+        del p
+        assert len(relay.dropped) == 1
+        c, got = _consume(f"127.0.0.1:{bport}", RETRY_GROUP, 4, RETRY_TOPIC)
+        consumed = [(offset, key) for _p, offset, key in got]
+        c.commit(asynchronous=False)
+        c.close()
+        upstream = set(relay.upstream_ports)
+    del owner
+    frames = [
+        (ts, f)
+        for ts, f in cap.frames
+        if (pp := _tcp_ports(f)) and (relay.port in pp or (bport in pp and not upstream & set(pp)))
+    ]
+    write_pcap(str(tmp / "retry.pcap"), frames)
+    return {"pcap": str(tmp / "retry.pcap"), "reports": reports, "consumed": consumed}
+
+
+@pytest.fixture(scope="module")
+def retry_lake(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("retry")
+    run = _record_retry(tmp)
+    settings = _settings(tmp / "lake")
+    assert pipeline.ingest([run["pcap"]], settings, spark=spark).errors == []
+    return tmp / "lake", run
+
+
+def test_a_retried_produce_written_twice_is_a_duplicate(retry_lake):
+    lake, run = retry_lake
+    # the clients' records: the mock broker wrote the retried batch again, the consumer read both
+    # copies, and the producer's report names the second (the response it got)
+    assert [k for _o, k in sorted(run["consumed"])] == [b"key-0", b"key-0", b"key-1", b"key-2"]
+    assert sorted(run["reports"]) == [(1, b"key-0"), (2, b"key-1"), (3, b"key-2")]
+    rows = {r["offset"]: r for r in _journeys(lake)}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert {r["consumer"] for r in rows.values()} == {RETRY_GROUP}
+    first, again = rows[0], rows[1]
+    assert again["status"] == "duplicate" and again["duplicate_of"] == f"{RETRY_TOPIC}-0@0"
+    assert first["status"] == "delivered" and first["duplicate_of"] is None
+    assert first["produce_attempts"] == again["produce_attempts"] == 2
+    assert first["key_hash"] == again["key_hash"] == hashlib.sha256(b"key-0").hexdigest()
+    # the original was written by the attempt whose response was lost: produced, never acknowledged
+    assert first["acked_ts"] is None and first["produced_ts"] < again["produced_ts"] < again["acked_ts"]
+    assert first["producer_conn_id"] != again["producer_conn_id"]  # the retry came on a new connection
+    for off in (2, 3):
+        r = rows[off]
+        assert (r["status"], r["produce_attempts"], r["duplicate_of"]) == ("delivered", 1, None)
+        assert r["produced_ts"] < r["acked_ts"] < r["delivered_ts"] < r["committed_ts"]
+
+
+def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
+    spark, journey_lake, tmp_path, monkeypatch
+):
+    expected, run, _s, _summary = journey_lake
+    lake = tmp_path / "lake"
+    settings = _settings(lake)
+
+    def fail(self, *a, **k):
+        raise RuntimeError("killed before the journeys")
+
+    with monkeypatch.context() as m:
+        m.setattr(Lake, "commit_journeys", fail)
+        with pytest.raises(RuntimeError, match="killed before the journeys"):
+            pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert delta_rs_rows(str(lake / "messages")) and not _journeys(lake)
+    assert not delta_rs_rows(str(lake / "inputs"))  # inputs come after the journeys
+    (line,) = Lake(str(lake)).recover()
+    assert line.startswith("finished run")
+    key = ("partition", "offset", "consumer", "status", "produced_ts", "delivered_ts", "committed_ts")
+    assert sorted(tuple(r[k] for k in key) for r in _journeys(lake)) == sorted(
+        tuple(r[k] for k in key) for r in _journeys(expected)
+    )
+    assert delta_rs_rows(str(lake / "inputs"))
+
+
+def test_ingest_journeys_flag_and_the_tables_listing(spark, journey_lake, tmp_path, capsys):
+    _lake, run, _s, _summary = journey_lake
+    lake = str(tmp_path / "lake")
+    assert cli.main(["ingest", run["pcap"], "--lake", lake, "--journeys", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "journeys=24" in out
+    assert cli.main(["tables", "--lake", lake, "--format", "csv"]) == 0
+    listed = {line.split(",")[0] for line in capsys.readouterr().out.splitlines()}
+    assert "journeys" in listed
