@@ -148,7 +148,12 @@ class Settings:
 
         t = self.raw["tls"]
         if t["keylog_files"] and self.tls_keys is None:
-            self.tls_keys = tls.load(t["keylog_files"], force=bool(t["keylog_insecure_ok"]))
+            try:
+                self.tls_keys = tls.load(t["keylog_files"], force=bool(t["keylog_insecure_ok"]))
+            except tls.KeyLogPermissionError as e:  # say how to force it here
+                raise tls.KeyLogPermissionError(
+                    f"{e} (--tls-keylog-insecure-ok, or [tls] keylog_insecure_ok = true)"
+                ) from None
 
     def validate(self) -> None:
         pol = self.raw["payload"]["policy"]

@@ -99,7 +99,8 @@ def test_readable_key_log_refused_before_spark(tmp_path, capsys, monkeypatch):
     rc = cli.main(["ingest", str(DATA / "tls.pcap"), "--lake", lake, "--tls-keylog", str(key)])
     err = capsys.readouterr().err
     assert rc == report.EXIT_USAGE
-    assert str(key) in err and "readable by group or others" in err and len(err.strip().splitlines()) == 1
+    assert str(key) in err and "readable by group or others" in err and "--tls-keylog-insecure-ok" in err
+    assert len(err.strip().splitlines()) == 1
     # the same from the config file
     conf = tmp_path / "c.toml"
     conf.write_text(f'[tls]\nkeylog_files = ["{key}"]\n')
