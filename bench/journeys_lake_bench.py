@@ -1,12 +1,13 @@
 """`journeys.compute` alone on a synthetic lake: CPU seconds per run, alternated with another commit's.
 
     .venv/bin/python bench/journeys_lake_bench.py [--messages 1000000] [--groups 3] [--runs 3]
-        [--compare REF] [--check] [--keep DIR]
+        [--no-idempotent] [--compare REF] [--check] [--keep DIR]
 
 Writes `messages`, `acks` and `commands` Delta tables (only the columns journeys reads, plus
 `value`) with delta-rs: `--messages` produced to one topic of 4 partitions by a plain producer in
 Produce requests of 100 records (each answered), one in ten by an idempotent producer (a few of
-its requests retried and written again, some responses lost), then `--groups` groups each with
+its requests retried and written again, some responses lost; not with `--no-idempotent`: then
+journeys reads no `value`), then `--groups` groups each with
 its own client id fetching every message in fetches of 500 records (the last group only the
 first 90 %, one message in fifty delivered twice), committing every 20 fetches, with JoinGroup and
 Heartbeat requests naming their group. Then times `journeys.compute` (time.process_time, one
@@ -49,7 +50,7 @@ def _table(name: str, cols: dict) -> pa.Table:
     return pa.table({k: pa.array(v, sch.field(k).type) for k, v in cols.items()})
 
 
-def build(root: Path, messages: int, groups: int) -> None:
+def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> None:
     rng = np.random.default_rng(16)
     parts = 4
     m = {k: [] for k in (*journeys.MSG_COLUMNS[1:], "value", "consumer")}  # capture_id: _table
@@ -88,7 +89,7 @@ def build(root: Path, messages: int, groups: int) -> None:
 
     i = 0
     while i < messages:
-        idem = (i // 100) % 10 == 9
+        idem = idempotent and (i // 100) % 10 == 9
         conn, pid = ("pi", 7) if idem else ("p", -1)
         p = (i // 100) % parts
         batch = range(i, min(i + 100, messages))
@@ -180,12 +181,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--compare", help="a commit whose journeys.compute runs in alternation")
     ap.add_argument("--check", action="store_true", help="the two results must be equal")
+    ap.add_argument("--no-idempotent", action="store_true", help="the plain producer only")
     ap.add_argument("--keep", help="build (or reuse) the lake in this directory")
     args = ap.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="journeys-lake-"))
     if not (root / "messages").exists():
         t0 = time.perf_counter()
-        build(root, args.messages, args.groups)
+        build(root, args.messages, args.groups, not args.no_idempotent)
         print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
     fns = {"this": journeys.compute}
     if args.compare:
