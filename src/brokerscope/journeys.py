@@ -1,8 +1,11 @@
 """Kafka message journeys: one row per message and consumer group, from a run's committed rows.
 
 Computed on the driver after a run has committed the decoded tables (lake.finish_run), over the
-rows of the run's capture ids only, read back through delta-rs and pyarrow (no Spark): the
-capture set is the unit, as for topic names (topics.py). The identity rules are in
+rows of the run's capture ids only, read back through delta-rs and pyarrow (no Spark; only the
+columns used: `value` only when an idempotent producer's rows need it to tell records apart),
+and computed as columns (Arrow and numpy: codes for the identities, firsts, counts and minima per
+code; Python per connection, group and distinct details text, not per row): the capture set is
+the unit, as for topic names (topics.py). The identity rules are in
 docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
 
 - a message is (topic, partition, offset): its produce rows (offsets from the Produce response),
@@ -28,11 +31,10 @@ docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
-from collections import defaultdict
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -52,14 +54,45 @@ GROUP_COMMANDS = (
 STATUSES = ("delivered", "delivered-not-committed", "not-delivered", "duplicate")
 
 
-def _read(path: str, capture_ids: list[str], columns: list[str], where) -> list[dict]:
-    """The rows of the Delta table at `path` of `capture_ids` matching `where`, as dicts. Only
-    capture_id is filtered in the scan: delta-rs's dataset takes a column the files' Delta
-    statistics leave out (lake.STATS_COLUMNS) for all null, and would skip every file for
-    `where` on such a column; `where` is applied to the rows read."""
+MSG_COLUMNS = (
+    "capture_id",
+    "direction",
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "ts_ns",
+    "conn_id",
+    "correlation_id",
+    "producer_id",
+    "producer_epoch",
+    "sequence",
+    "value_hash",
+    "value_size",
+)
+ACK_COLUMNS = (
+    "ack_type",
+    "topic",
+    "partition",
+    "offset",
+    "consumer",
+    "error_code",
+    "ts_ns",
+    "conn_id",
+    "correlation_id",
+)
+CMD_COLUMNS = ("command", "client_ip", "client_id", "conn_id", "ts_ns", "details")
+
+
+def _read(path: str, capture_ids: list[str], columns, where, where_columns) -> pa.RecordBatch:
+    """The rows of the Delta table at `path` of `capture_ids` matching `where` (which reads
+    `where_columns`), only `columns`. Only capture_id is filtered in the scan: delta-rs's dataset
+    takes a column the files' Delta statistics leave out (lake.STATS_COLUMNS) for all null, and
+    would skip every file for `where` on such a column; `where` is applied to the rows read."""
     dset = DeltaTable(path).to_pyarrow_dataset()
-    t = dset.to_table(filter=pc.field("capture_id").isin(capture_ids))
-    return t.filter(where).select(columns).to_pylist()
+    names = [*columns, *(c for c in where_columns if c not in columns)]
+    t = dset.to_table(columns=names, filter=pc.field("capture_id").isin(capture_ids))
+    return _batch(t.filter(where).select(list(columns)))
 
 
 def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
@@ -69,230 +102,426 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     produce = pc.field("direction") == "produce"
     # deliveries naming their consumer are ShareFetch's (share groups): not journeys yet
     fetched = (pc.field("direction") == "deliver") & pc.field("consumer").is_null()
-    msgs = _read(
-        f"{root}/messages",
-        ids,
-        [
-            "capture_id",
-            "direction",
-            "topic",
-            "partition",
-            "offset",
-            "key",
-            "ts_ns",
-            "conn_id",
-            "correlation_id",
-            "producer_id",
-            "producer_epoch",
-            "sequence",
-            "value",
-            "value_hash",
-            "value_size",
-        ],
-        # produce rows without an offset (no response) only of idempotent producers: attempts
-        kafka
-        & (
-            (produce & (pc.field("offset").is_valid() | (pc.field("producer_id") >= 0)))
-            | (fetched & pc.field("offset").is_valid())
-        ),
+    # produce rows without an offset (no response) only of idempotent producers: attempts
+    where = kafka & (
+        (produce & (pc.field("offset").is_valid() | (pc.field("producer_id") >= 0)))
+        | (fetched & pc.field("offset").is_valid())
     )
+    on = ("protocol", "direction", "offset", "producer_id", "consumer")
+    msgs = _read(f"{root}/messages", ids, MSG_COLUMNS, where, on)
+    if _retries_collide(msgs):  # an idempotent producer's records: their values may tell apart
+        msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "value"), where, on)
     acks = _read(
         f"{root}/acks",
         ids,
-        [
-            "ack_type",
-            "topic",
-            "partition",
-            "offset",
-            "consumer",
-            "error_code",
-            "ts_ns",
-            "conn_id",
-            "correlation_id",
-        ],
+        ACK_COLUMNS,
         kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit"]),
+        ("protocol", "ack_type"),
     )
     cmds = _read(
         f"{root}/commands",
         ids,
-        ["command", "client_ip", "client_id", "conn_id", "ts_ns", "details"],
+        CMD_COLUMNS,
         kafka
         & (pc.field("direction") == "c2s")
         & pc.field("client_id").is_valid()
         & pc.field("command").isin(["Fetch", *GROUP_COMMANDS]),
+        ("protocol", "direction", "client_id", "command"),
     )
-    return tables.conform("journeys", _journeys(msgs, acks, cmds))
+    return tables.conform("journeys", [_journeys_block(msgs, acks, cmds)])
 
 
-def _groups_of_connections(cmds: list[dict]) -> dict[str, str | None]:
+def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict]:
+    """The journeys rows of dict rows (tests, tools): `_journeys_block` on them as tables."""
+
+    def table(rows, name, columns):
+        sch = tables.schema(name)
+        return pa.Table.from_pylist(
+            [{c: r[c] for c in columns} for r in rows], pa.schema([sch.field(c) for c in columns])
+        )
+
+    block = _journeys_block(
+        table(msgs, "messages", (*MSG_COLUMNS, "value")),
+        table(acks, "acks", ACK_COLUMNS),
+        table(cmds, "commands", CMD_COLUMNS),
+    )
+    return block.rows()
+
+
+def _batch(t: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
+    """One batch of the table's rows (columns as single arrays)."""
+    if isinstance(t, pa.RecordBatch):
+        return t
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in t.columns], schema=t.schema)
+
+
+def _np(a: pa.Array, fill=0) -> np.ndarray:
+    """An integer column as numpy, nulls as `fill` (their validity is taken apart)."""
+    return (
+        pc.fill_null(a, fill).to_numpy(zero_copy_only=False)
+        if a.null_count
+        else a.to_numpy(zero_copy_only=False)
+    )
+
+
+def _valid(a: pa.Array) -> np.ndarray:
+    return a.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _codes(*cols: pa.Array) -> np.ndarray:
+    """Dense int64 codes of the rows of equal-length columns: equal tuples of values (null equal
+    to null, as None is to None) get one code."""
+    code = None
+    for c in cols:
+        if isinstance(c, pa.ChunkedArray):
+            c = c.combine_chunks()
+        i = pc.dictionary_encode(c, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
+        i = i.astype(np.int64)
+        if code is None:
+            code = i
+        elif len(i):
+            combined = pa.array(code * (int(i.max()) + 1) + i)
+            code = pc.dictionary_encode(combined).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return code if code is not None else np.zeros(0, np.int64)
+
+
+def _retry_codes(m: pa.Table, value: bool = True) -> np.ndarray:
+    """Each row's retry identity as a code, -1 for none: what an idempotent producer's retry
+    repeats, the partition, producer id, epoch and sequence, and the record's key and value (none
+    for a producer without idempotence). Without `value` (or its column): the identity less the
+    value itself (its hash and size stay)."""
+    pid, seq = m["producer_id"], m["sequence"]
+    ok = (_valid(pid) & (_np(pid, -1) >= 0)) & (_valid(seq) & (_np(seq, -1) >= 0))
+    names = [
+        "topic",
+        "partition",
+        "producer_id",
+        "producer_epoch",
+        "sequence",
+        "key",
+        "value_hash",
+        "value_size",
+    ]
+    if value and "value" in m.column_names:
+        names.append("value")
+    out = np.full(m.num_rows, -1, np.int64)
+    if ok.any():  # only the idempotent producers' rows
+        sel = m.select(names).filter(pa.array(ok))
+        out[ok] = _codes(*sel.columns)
+    return out
+
+
+def _retries_collide(m: pa.Table) -> bool:
+    """Whether the value could tell apart rows of one retry identity less the value: an identity
+    with two offsets, or with a produce row among two rows or more (attempts, the original's
+    produce). Otherwise the identities without the value give the same rows."""
+    r = _retry_codes(m, value=False)
+    has = r >= 0
+    if not has.any():
+        return False
+    rows = np.bincount(r[has])
+    prod = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
+    if ((rows > 1) & (np.bincount(r[has & prod], minlength=len(rows)) > 0)).any():
+        return True
+    offs = _valid(m["offset"]) & has
+    pairs = np.unique(np.stack([r[offs], _np(m["offset"])[offs]]), axis=1)
+    return bool(pairs.shape[1] and np.bincount(pairs[0]).max() > 1)
+
+
+def _group_of_details(details: pa.Array) -> tuple[np.ndarray, list]:
+    """Each row's GroupId code (-1: none) and the names, each distinct details text parsed once."""
+    enc = pc.dictionary_encode(details, null_encoding="encode")
+    names, code = [], []
+    for d in enc.dictionary.to_pylist():
+        try:
+            g = json.loads(d or "{}").get("GroupId")
+        except (ValueError, AttributeError):
+            g = None
+        if isinstance(g, str) and g:
+            code.append(len(names))
+            names.append(g)
+        else:
+            code.append(-1)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    return (np.asarray(code, np.int64)[idx] if len(idx) else np.zeros(0, np.int64)), names
+
+
+def _groups_of_connections(cmds: pa.Table) -> dict[str | None, str | None]:
     """conn_id of each Fetch connection -> its client's group (None: not exactly one group).
 
     The candidates are the groups named by connections of the same (client_ip, client_id) whose
     commands' time span overlaps the Fetch connection's (librdkafka names every client `rdkafka`
-    by default: two consumers of one host meet only when they run at the same time)."""
-    spans: dict[str, list] = {}  # conn_id -> [client, first ts, last ts, groups, fetches]
-    for c in cmds:
-        sp = spans.setdefault(
-            c["conn_id"], [(c["client_ip"], c["client_id"]), c["ts_ns"], c["ts_ns"], set(), False]
-        )
-        sp[1], sp[2] = min(sp[1], c["ts_ns"]), max(sp[2], c["ts_ns"])
-        if c["command"] == "Fetch":
-            sp[4] = True
-            continue
-        try:
-            g = json.loads(c["details"] or "{}").get("GroupId")
-        except (ValueError, AttributeError):
-            g = None
-        if isinstance(g, str) and g:
-            sp[3].add(g)
-    by_client: dict[tuple, list] = defaultdict(list)
-    for sp in spans.values():
-        if sp[3]:
-            by_client[sp[0]].append(sp)
+    by default: two consumers of one host meet only when they run at the same time). Computed per
+    connection (the commands' rows aggregated by Arrow and numpy), not per command."""
+    cmds = _batch(cmds)
+    n = cmds.num_rows
+    if not n:
+        return {}
+    conn = _codes(cmds["conn_id"])
+    k = int(conn.max()) + 1
+    first = np.full(k, n)
+    np.minimum.at(first, conn, np.arange(n))  # the connection's client: its first command's
+    ts = _np(cmds["ts_ns"])
+    lo, hi = np.full(k, np.iinfo(np.int64).max), np.full(k, np.iinfo(np.int64).min)
+    np.minimum.at(lo, conn, ts)
+    np.maximum.at(hi, conn, ts)
+    fetch = _np(pc.equal(cmds["command"], "Fetch"), False).astype(bool)
+    fetches = np.zeros(k, bool)
+    fetches[conn[fetch]] = True
+    gcode, gnames = _group_of_details(cmds["details"])
+    named = (~fetch) & (gcode >= 0)
+    groups: list[set] = [set() for _ in range(k)]
+    for c, g in np.unique(np.stack([conn[named], gcode[named]]), axis=1).T.tolist():
+        groups[c].add(gnames[g])
+    head = cmds.take(pa.array(first))
+    conn_ids = head["conn_id"].to_pylist()
+    clients = list(zip(head["client_ip"].to_pylist(), head["client_id"].to_pylist()))
+    by_client: dict[tuple, list] = {}
+    for c in range(k):
+        if groups[c]:
+            by_client.setdefault(clients[c], []).append(c)
     out = {}
-    for conn, (client, lo, hi, _groups, fetches) in spans.items():
-        if fetches:
-            named = {
-                g
-                for other in by_client.get(client, ())
-                if other[1] <= hi and lo <= other[2]
-                for g in other[3]
-            }
-            out[conn] = next(iter(named)) if len(named) == 1 else None
+    for c in np.nonzero(fetches)[0].tolist():
+        found = {
+            g for o in by_client.get(clients[c], ()) if lo[o] <= hi[c] and lo[c] <= hi[o] for g in groups[o]
+        }
+        out[conn_ids[c]] = next(iter(found)) if len(found) == 1 else None
     return out
 
 
-def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict]:
-    produce_acks = {
-        (a["conn_id"], a["correlation_id"], a["topic"], a["partition"]): a["ts_ns"]
-        for a in acks
-        if a["ack_type"] == "kafka_produce" and a["error_code"] in (0, None)
-    }
-    # (group, topic, partition) -> commits in response order, with the running maximum offset
-    commits: dict[tuple, list] = defaultdict(list)
-    for a in sorted(acks, key=lambda a: a["ts_ns"]):
-        if a["ack_type"] == "kafka_offset_commit" and a["error_code"] in (0, None) and a["consumer"]:
-            commits[(a["consumer"], a["topic"], a["partition"])].append((a["offset"], a["ts_ns"]))
-    commit_index = {}
-    for k, seq in commits.items():
-        highs, hi = [], -1
-        for off, _ts in seq:
-            hi = max(hi, off)
-            highs.append(hi)
-        commit_index[k] = (highs, [ts for _off, ts in seq])
+def _first(codes: np.ndarray, k: int, where: np.ndarray | None = None) -> np.ndarray:
+    """The first position holding each of `k` codes (among `where`), -1 where none."""
+    pos = np.arange(len(codes)) if where is None else np.nonzero(where)[0]
+    c = codes if where is None else codes[where]
+    out = np.full(k, -1, np.int64)
+    u, i = np.unique(c, return_index=True)
+    out[u] = pos[i]
+    return out
+
+
+def _opt(values: np.ndarray, ok: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
+    """`values` where `ok`, else null (int64 unless `typ`)."""
+    return pa.array(values, type=typ or pa.int64(), mask=~ok)
+
+
+def _us(a: np.ndarray, a_ok: np.ndarray, b: np.ndarray, b_ok: np.ndarray) -> pa.Array:
+    ok = a_ok & b_ok
+    return _opt(np.where(ok, b - a, 0) / 1000.0, ok, pa.float64())
+
+
+def _message_ids(topic: pa.Array, partition: pa.Array, offset: pa.Array) -> pa.Array:
+    """topic-partition@offset (a null offset: null; a null topic or partition reads None)."""
+    t = pc.fill_null(topic, "None")
+    p = pc.fill_null(pc.cast(partition, pa.string()), "None")
+    return pc.binary_join_element_wise(t, "-", p, "@", pc.cast(offset, pa.string()), "")
+
+
+def _key_hashes(keys: pa.Array) -> pa.Array:
+    """sha256 hex of each key (null: null), each distinct key hashed once."""
+    enc = pc.dictionary_encode(keys)
+    digests = [hashlib.sha256(k).hexdigest() for k in enc.dictionary.to_pylist()]
+    return pa.array(digests, pa.string()).take(enc.indices)
+
+
+def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Block:
+    """The journeys rows (docstring above) as one Block of Arrow columns: the messages' rows in
+    time order (a stable sort: ties in read order), codes for the identities (numpy), first
+    sightings by position, counts and minima per code, then one row per message and group."""
+    empty = tables.Block(0)
+    msgs, acks, cmds = _batch(msgs), _batch(acks), _batch(cmds)
+    # the rows in time order (m: the columns needed by position; msgs.take(order[i]) the others)
+    order = np.argsort(_np(msgs["ts_ns"]), kind="stable")
+    m = msgs.select(["direction", "topic", "partition", "offset", "ts_ns", "conn_id", "correlation_id"])
+    m = m.take(pa.array(order))
+    ts = _np(m["ts_ns"])
+    produce = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
+    retry = _retry_codes(msgs)[order]
+    nr = int(retry.max(initial=-1)) + 2  # (one more: never empty)
+    # an identity's produce rows, answered or not (its attempts), and its first unanswered one
+    att = produce & (retry >= 0)
+    attempts = np.bincount(retry[att], minlength=nr)
+    off_ok = _valid(m["offset"])
+    unanswered = _first(retry, nr, att & ~off_ok)
+    # the rows with an offset: one message each (topic, partition, offset)
+    oi = np.nonzero(off_ok)[0]
+    if not len(oi):
+        return empty
+    off = _np(m["offset"])
+    o = m.select(["topic", "partition", "offset", "conn_id"]).take(pa.array(oi))
+    ident = _codes(o["topic"], o["partition"], o["offset"])
+    ni = int(ident.max()) + 1
+    i_first = _first(ident, ni)  # each message's first row among oi
+    first = oi[i_first]  # its position in m
+    produced = _first(ident, ni, produce[oi])
+    produced = np.where(produced >= 0, oi[np.maximum(produced, 0)], -1)
+    # a retry identity's lowest offset holding it: the original
+    original_of = np.full(nr, np.iinfo(np.int64).max)
+    r_oi = retry[oi]
+    np.minimum.at(original_of, r_oi[r_oi >= 0], off[oi][r_oi >= 0])
+
+    # deliveries: each row's group from its connection
     group_of = _groups_of_connections(cmds)
-
-    produced: dict[tuple, dict] = {}  # (topic, partition, offset) -> the first produce row
-    delivered: dict[tuple, dict[str | None, list]] = defaultdict(lambda: defaultdict(list))
-    first_seen: dict[tuple, dict] = {}
-    attempts: dict[tuple, list] = defaultdict(list)  # a retry identity -> its produce rows
-    copies: dict[tuple, set] = defaultdict(set)  # a retry identity -> the offsets holding it
-    for m in sorted(msgs, key=lambda m: m["ts_ns"]):
-        retry = _retry_identity(m)
-        if m["direction"] == "produce" and retry is not None:
-            attempts[retry].append(m)
-        if m["offset"] is None:
-            continue
-        ident = (m["topic"], m["partition"], m["offset"])
-        first_seen.setdefault(ident, m)
-        if retry is not None:
-            copies[retry].add(m["offset"])
-        if m["direction"] == "produce":
-            produced.setdefault(ident, m)
-        else:
-            delivered[ident][group_of.get(m["conn_id"])].append(m)
-    follows: dict[str, set] = defaultdict(set)  # topic -> the groups that follow it
-    for ident, per_group in delivered.items():  # deliveries to no known group: only those rows
-        follows[ident[0]].update(g for g in per_group if g is not None)
-    for g, topic, _p in commits:
-        follows[topic].add(g)
-
-    rows = []
-    for ident, first in first_seen.items():
-        topic, partition, offset = ident
-        p = produced.get(ident)
-        retry = _retry_identity(p or first)
-        original = min(copies[retry]) if retry is not None else offset
-        if p is None and retry is not None and offset == original:
-            # the original of a retried produce whose response was lost: its unanswered attempt
-            p = next((a for a in attempts[retry] if a["offset"] is None), None)
-        produced_ns = p["ts_ns"] if p else None
-        acked_ns = produce_acks.get((p["conn_id"], p["correlation_id"], topic, partition)) if p else None
-        n_attempts = len(attempts[retry]) if retry is not None else int(p is not None)
-        key = (p or first)["key"]
-        base = {
-            "capture_id": (p or first)["capture_id"],
-            "protocol": "kafka",
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "message_id": f"{topic}-{partition}@{offset}",
-            "key_hash": hashlib.sha256(key).hexdigest() if key is not None else None,
-            "produced_ts_ns": produced_ns,
-            "acked_ts_ns": acked_ns,
-            "producer_conn_id": p["conn_id"] if p else None,
-            "produce_to_ack_us": _us(produced_ns, acked_ns),
-            "produce_attempts": n_attempts,
-            "duplicate_of": f"{topic}-{partition}@{original}" if offset != original else None,
-        }
-        per_group = delivered.get(ident, {})
-        for g in sorted(follows[topic] | set(per_group), key=lambda g: (g is None, g or "")):
-            got = per_group.get(g, [])
-            deliver_ns = got[0]["ts_ns"] if got else None
-            commit_ns = _committed(commit_index.get((g, topic, partition)), offset) if g else None
-            if offset != original:
-                status = "duplicate"
-            elif not got:
-                status = "not-delivered"
-            elif commit_ns is None:
-                status = "delivered-not-committed"
-            else:
-                status = "delivered"
-            rows.append(
-                {
-                    **base,
-                    "consumer": g,
-                    "ts_ns": produced_ns if produced_ns is not None else deliver_ns,
-                    "delivered_ts_ns": deliver_ns,
-                    "committed_ts_ns": commit_ns,
-                    "deliveries": len(got),
-                    "redeliveries": max(len(got) - 1, 0),
-                    "ack_to_deliver_us": _us(acked_ns, deliver_ns),
-                    "produce_to_deliver_us": _us(produced_ns, deliver_ns),
-                    "deliver_to_commit_us": _us(deliver_ns, commit_ns),
-                    "status": status,
-                    "consumer_conn_id": got[0]["conn_id"] if got else None,
-                }
-            )
-    return rows
-
-
-def _retry_identity(m: dict) -> tuple | None:
-    """What an idempotent producer's retry repeats: the partition, producer id, epoch and
-    sequence, and the record's key and value (None for a producer without idempotence)."""
-    if m["producer_id"] is None or m["producer_id"] < 0 or m["sequence"] is None or m["sequence"] < 0:
-        return None
-    return (
-        m["topic"],
-        m["partition"],
-        m["producer_id"],
-        m["producer_epoch"],
-        m["sequence"],
-        m["key"],
-        m["value"],
-        m["value_hash"],
-        m["value_size"],
+    conn_keys = list(group_of)
+    dl = ~produce[oi]
+    g_name = pa.array([group_of[c] for c in conn_keys], pa.string()).take(
+        pc.index_in(o["conn_id"], value_set=pa.array(conn_keys, pa.string()), skip_nulls=False)
     )
+    # commits: successful OffsetCommits naming their group, by response time
+    ok_err = pc.fill_null(pc.equal(acks["error_code"], 0), True)
+    cm = acks.filter(
+        pc.and_(
+            pc.and_(pc.equal(acks["ack_type"], "kafka_offset_commit"), ok_err),
+            pc.fill_null(pc.not_equal(acks["consumer"], ""), False),
+        )
+    )
+    names = sorted(
+        set(pc.unique(g_name.filter(pc.and_(pa.array(dl), g_name.is_valid()))).to_pylist())
+        | set(pc.unique(cm["consumer"]).to_pylist())
+    )
+    nn = len(names)  # code nn: no group (sorts last)
+    gcode = _np(pc.index_in(g_name, value_set=pa.array(names, pa.string())), nn)
+    pair = ident * (nn + 1) + gcode
+    d_pairs, d_first, d_count = np.unique(pair[dl], return_index=True, return_counts=True)
+    d_first = oi[np.nonzero(dl)[0][d_first]]
 
+    # which groups follow each topic: those delivered or committed any of its messages
+    topics = pc.dictionary_encode(pa.concat_arrays([o["topic"], cm["topic"]]), null_encoding="encode")
+    tcode = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    t_rows, t_commits = tcode[: len(oi)], tcode[len(oi) :]
+    nt = len(topics.dictionary)
+    follows = [set() for _ in range(nt)]
+    named_dl = dl & (gcode < nn)
+    for t, g in np.unique(np.stack([t_rows[named_dl], gcode[named_dl]]), axis=1).T.tolist():
+        follows[t].add(g)
+    c_g = _np(pc.index_in(cm["consumer"], value_set=pa.array(names, pa.string())), nn)
+    for t, g in set(zip(t_commits.tolist(), c_g.tolist())):
+        follows[t].add(g)
 
-def _committed(index: tuple[list, list] | None, offset: int) -> int | None:
-    """The response time of the first commit whose offset is beyond `offset`."""
-    if index is None:
-        return None
-    highs, times = index
-    i = bisect.bisect_right(highs, offset)  # highs never decrease: the first commit past offset
-    return times[i] if i < len(times) else None
+    # per message (ident): its produce row, its original, its attempts, its ack
+    i_topic = t_rows[i_first]
+    p0 = produced
+    src = np.where(p0 >= 0, p0, first)
+    r_i = retry[src]
+    i_off = off[first]
+    orig = np.where(r_i >= 0, original_of[np.maximum(r_i, 0)], i_off)
+    lost = (p0 < 0) & (r_i >= 0) & (i_off == orig)  # the original's response lost: its attempt
+    p = np.where(lost, unanswered[np.maximum(r_i, 0)], p0)
+    has_p = p >= 0
+    src = np.where(has_p, p, first)
+    n_attempts = np.where(r_i >= 0, attempts[np.maximum(r_i, 0)], has_p.astype(np.int64))
+    pa_ = m.select(["conn_id", "correlation_id", "topic", "partition"]).take(pa.array(np.maximum(p, 0)))
+    pk = acks.filter(pc.and_(pc.equal(acks["ack_type"], "kafka_produce"), ok_err))
+    ack_codes = _codes(
+        *(pa.concat_arrays([pa_[c], pk[c]]) for c in ("conn_id", "correlation_id", "topic", "partition"))
+    )
+    na = int(ack_codes.max()) + 1 if len(ack_codes) else 0
+    pk_codes = ack_codes[ni:]
+    last = len(pk_codes) - 1 - _first(pk_codes[::-1], na)  # a key's last ack wins (as in a dict)
+    ack_ok = last < len(pk_codes)
+    ack_ts = np.where(
+        ack_ok, _np(pk["ts_ns"])[np.minimum(last, max(len(pk_codes) - 1, 0))] if len(pk_codes) else 0, 0
+    )
+    acked_ok = has_p & ack_ok[ack_codes[:ni]]
+    acked = np.where(acked_ok, ack_ts[ack_codes[:ni]], 0)
+    produced_ns = np.where(has_p, ts[np.maximum(p, 0)], 0)
 
+    # one row per message and group: the topic's followers, and no group for such deliveries
+    row_i, row_g = [], []
+    for t in range(nt):
+        if not follows[t]:
+            continue
+        at = np.nonzero(i_topic == t)[0]
+        gs = np.array(sorted(follows[t]), np.int64)
+        row_i.append(np.repeat(at, len(gs)))
+        row_g.append(np.tile(gs, len(at)))
+    none_pairs = d_pairs[d_pairs % (nn + 1) == nn]
+    row_i.append(none_pairs // (nn + 1))
+    row_g.append(np.full(len(none_pairs), nn, np.int64))
+    ri, rg = np.concatenate(row_i), np.concatenate(row_g)
+    in_order = np.lexsort((rg, first[ri]))
+    ri, rg = ri[in_order], rg[in_order]
+    if not len(ri):
+        return empty
+    nrow = len(ri)
+    at = np.searchsorted(d_pairs, ri * (nn + 1) + rg)
+    got = at < len(d_pairs)
+    got[got] = d_pairs[at[got]] == (ri * (nn + 1) + rg)[got]
+    deliveries = np.where(got, d_count[np.minimum(at, len(d_pairs) - 1)] if len(d_pairs) else 0, 0)
+    dpos = np.where(got, d_first[np.minimum(at, len(d_pairs) - 1)] if len(d_pairs) else 0, 0)
+    deliver_ns = np.where(got, ts[dpos], 0)
 
-def _us(a: int | None, b: int | None) -> float | None:
-    return None if a is None or b is None else (b - a) / 1000.0
+    # committed: the first successful commit (by response time) of the group for the partition
+    # beyond the offset, that is the earliest commit whose offset is beyond it
+    committed = np.zeros(nrow, np.int64)
+    committed_ok = np.zeros(nrow, bool)
+    if cm.num_rows:
+        part_i = o["partition"].take(pa.array(i_first))
+        keys = _codes(
+            pa.array(np.concatenate([c_g.astype(np.int64), rg])),
+            pa.array(np.concatenate([t_commits, i_topic[ri]])),
+            pa.concat_arrays([cm["partition"], part_i.take(pa.array(ri))]),
+        )
+        kc, kr = keys[: cm.num_rows], keys[cm.num_rows :]
+        c_off, c_ts = _np(cm["offset"]), _np(cm["ts_ns"])
+        r_off = i_off[ri]
+        rows_by_key = np.argsort(kr, kind="stable")
+        bounds = np.searchsorted(kr[rows_by_key], np.unique(kc))
+        ends = np.searchsorted(kr[rows_by_key], np.unique(kc), side="right")
+        for k, b, e in zip(np.unique(kc).tolist(), bounds.tolist(), ends.tolist()):
+            if b == e:
+                continue
+            sel = kc == k
+            co = np.argsort(c_off[sel], kind="stable")
+            offs, tss = c_off[sel][co], c_ts[sel][co]
+            earliest = np.minimum.accumulate(tss[::-1])[::-1]
+            rows = rows_by_key[b:e]
+            j = np.searchsorted(offs, r_off[rows], side="right")
+            hit = j < len(offs)
+            committed[rows[hit]] = earliest[j[hit]]
+            committed_ok[rows[hit]] = True
+        committed_ok &= rg < nn
+
+    r_p_ok = has_p[ri]
+    r_prod = produced_ns[ri]
+    r_ack_ok = acked_ok[ri]
+    r_ack = acked[ri]
+    dup = i_off[ri] != orig[ri]
+    status = np.where(
+        dup,
+        "duplicate",
+        np.where(~got, "not-delivered", np.where(~committed_ok, "delivered-not-committed", "delivered")),
+    )
+    mi = pa.array(ri)
+    src_rows = msgs.select(["capture_id", "key"]).take(pa.array(order[src[ri]]))
+    first_rows = m.select(["topic", "partition", "offset"]).take(pa.array(first[ri]))
+    topic, partition, offset = first_rows["topic"], first_rows["partition"], first_rows["offset"]
+    orig_ids = _message_ids(topic, partition, pa.array(orig[ri]))
+    p_conn = pa_["conn_id"].take(mi)
+    cols = {
+        "capture_id": src_rows["capture_id"],
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "message_id": _message_ids(topic, partition, offset),
+        "key_hash": _key_hashes(src_rows["key"]),
+        "produced_ts_ns": _opt(r_prod, r_p_ok),
+        "acked_ts_ns": _opt(r_ack, r_ack_ok),
+        "producer_conn_id": pc.if_else(pa.array(r_p_ok), p_conn, pa.nulls(nrow, pa.string())),
+        "produce_to_ack_us": _us(r_prod, r_p_ok, r_ack, r_ack_ok),
+        "produce_attempts": pa.array(n_attempts[ri], pa.int64()),
+        "duplicate_of": pc.if_else(pa.array(dup), orig_ids, pa.nulls(nrow, pa.string())),
+        "consumer": pa.array(names + [None], pa.string()).take(pa.array(rg)),
+        "ts_ns": _opt(np.where(r_p_ok, r_prod, deliver_ns), r_p_ok | got),
+        "delivered_ts_ns": _opt(deliver_ns, got),
+        "committed_ts_ns": _opt(committed, committed_ok),
+        "deliveries": pa.array(deliveries, pa.int64()),
+        "redeliveries": pa.array(np.maximum(deliveries - 1, 0), pa.int64()),
+        "ack_to_deliver_us": _us(r_ack, r_ack_ok, deliver_ns, got),
+        "produce_to_deliver_us": _us(r_prod, r_p_ok, deliver_ns, got),
+        "deliver_to_commit_us": _us(deliver_ns, got, committed, committed_ok),
+        "status": pa.array(status, pa.string()),
+        "consumer_conn_id": pc.if_else(
+            pa.array(got), m["conn_id"].take(pa.array(dpos)), pa.nulls(nrow, pa.string())
+        ),
+    }
+    return tables.Block(nrow, cols, {"protocol": "kafka"})
