@@ -29,7 +29,18 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-TARGET_NAMES = ("kafka", "pulsar", "iggy", "tubemq", "kafka_segment", "iggy_segment", "capture", "tcp")
+TARGET_NAMES = (
+    "kafka",
+    "pulsar",
+    "iggy",
+    "tubemq",
+    "kafka_segment",
+    "iggy_segment",
+    "capture",
+    "tcp",
+    "tls",
+    "tls_capture",
+)
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too
 MAX_RESTARTS = 20
