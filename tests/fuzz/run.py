@@ -83,10 +83,12 @@ def _instrument() -> None:
 
         import brokerscope.capture
         import brokerscope.protocols
+        import brokerscope.streams
         import brokerscope.tables
         import brokerscope.tcp
+        import brokerscope.tls
 
-        for pkg in (brokerscope.protocols, brokerscope.capture, brokerscope.tcp):
+        for pkg in (brokerscope.protocols, brokerscope.capture, brokerscope.tcp, brokerscope.tls):
             for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
                 importlib.import_module(m.name)
         from brokerscope.protocols import base
