@@ -702,8 +702,8 @@ def fuzz_tls_capture(data: bytes) -> None:
         return
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
-    tuples = {
-        (r["lo_ip"], r["lo_port"], r["hi_ip"], r["hi_port"])
+    tuples = {  # the endpoints of each 4-tuple (lo/hi: the reader's order, not the rows')
+        frozenset({(r["lo_ip"], r["lo_port"]), (r["hi_ip"], r["hi_port"])})
         for r in packets.select(["lo_ip", "lo_port", "hi_ip", "hi_port"]).to_pylist()
     }
     drv = StreamDriver(_TLS["settings"], tls_keys=keys)
@@ -712,8 +712,7 @@ def fuzz_tls_capture(data: bytes) -> None:
     streams = [r for t, r in rows if t == "streams"]
     seen = set()
     for r in streams:
-        c, s = (r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"])
-        seen.add((*min(c, s), *max(c, s)))
+        seen.add(frozenset({(r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"])}))
         st = r.get("tls_decrypted")
         if st is not None and st not in ("yes", "no key"):
             check(TLS_REASONS.fullmatch(st), "undocumented tls_decrypted", st)
