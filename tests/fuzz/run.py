@@ -29,7 +29,18 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-TARGET_NAMES = ("kafka", "pulsar", "iggy", "tubemq", "kafka_segment", "iggy_segment", "capture", "tcp")
+TARGET_NAMES = (
+    "kafka",
+    "pulsar",
+    "iggy",
+    "tubemq",
+    "kafka_segment",
+    "iggy_segment",
+    "capture",
+    "tcp",
+    "tls",
+    "tls_capture",
+)
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too
 MAX_RESTARTS = 20
@@ -72,10 +83,12 @@ def _instrument() -> None:
 
         import brokerscope.capture
         import brokerscope.protocols
+        import brokerscope.streams
         import brokerscope.tables
         import brokerscope.tcp
+        import brokerscope.tls
 
-        for pkg in (brokerscope.protocols, brokerscope.capture, brokerscope.tcp):
+        for pkg in (brokerscope.protocols, brokerscope.capture, brokerscope.tcp, brokerscope.tls):
             for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
                 importlib.import_module(m.name)
         from brokerscope.protocols import base

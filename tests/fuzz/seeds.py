@@ -7,6 +7,11 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
 - iggy_segment: the segments the Iggy segment tests write (three layouts);
 - capture: the small sample captures (one also gzip-compressed);
 - tcp: the sample captures' connections with absolute sequence numbers, and a few scenarios.
+- tls: each TLS connection of tests/data/tls/ (real OpenSSL, kafka-python, pulsar-client and
+  apache-iggy connections whose keys are in the key logs there) as the session's byte streams:
+  as captured, cut at random places, with gaps inside and across records, midstream (the
+  handshake left out), and without keys;
+- tls_capture: the TLS captures of tests/data/tls/ (tls.pcap cut at MAX_SEED).
 """
 
 from __future__ import annotations
@@ -171,6 +176,82 @@ def tcp_seeds() -> Iterator[bytes]:
                 return
 
 
+TLS_DATA = ROOT / "tests" / "data" / "tls"
+
+
+def _tls_streams() -> Iterator[list]:
+    """Each TLS connection of tests/data/tls/*_tls.pcap and tls.pcap as (kind, direction, bytes
+    or gap size) events, the ClientHello's sender as the client."""
+    from brokerscope.tcp import TcpConnection
+    from brokerscope.tls import sniff
+
+    for path in sorted(TLS_DATA.glob("*.pcap")):
+        if path.name.endswith("_clear.pcap"):
+            continue
+        for _lo, _hi, pkts in connections(path):
+            tcp = TcpConnection(pkts[0])
+            events = [ev for p in pkts for ev in tcp.add(p)] + tcp.finish()
+            heads = {True: b"", False: b""}
+            for kind, from_lo, val, *_ in events:
+                if kind == "data" and not heads[from_lo]:
+                    heads[from_lo] = bytes(val[:16])
+            client_is_lo = sniff(heads[True], heads[False]) >= sniff(heads[False], heads[True])
+            yield [
+                (kind, base.C2S if from_lo == client_is_lo else base.S2C, val)
+                for kind, from_lo, val, *_ in events
+            ]
+
+
+def _recut(events: list, rng) -> list:
+    """The same bytes, each piece cut again at random places."""
+    out = []
+    for kind, d, val in events:
+        if kind != "data":
+            out.append((kind, d, val))
+            continue
+        at = 0
+        while at < len(val):
+            n = rng.choice((1, 5, 17, 300, 2000, 1 << 16))
+            out.append((kind, d, val[at : at + n]))
+            at += n
+    return out
+
+
+def _with_gap(events: list, rng) -> list:
+    """One piece of one direction (after the handshake's first pieces) replaced by a gap, or cut
+    inside: the rest of it a gap."""
+    data = [i for i, (k, _d, v) in enumerate(events) if k == "data" and len(v) > 1]
+    if len(data) < 4:
+        return events
+    i = rng.choice(data[3:])
+    kind, d, val = events[i]
+    keep = rng.randrange(0, len(val))
+    repl = [("data", d, val[:keep])] if keep else []
+    return events[:i] + repl + [("gap", d, len(val) - keep)] + events[i + 1 :]
+
+
+def tls_seeds() -> Iterator[bytes]:
+    import random
+
+    rng = random.Random(15)
+    for events in _tls_streams():
+        yield T.encode_stream(events)[:MAX_SEED]
+        yield T.encode_stream(events, cfg=1)[:MAX_SEED]  # no key log
+        yield T.encode_stream(_recut(events, rng))[:MAX_SEED]
+        yield T.encode_stream(_with_gap(events, rng))[:MAX_SEED]
+        yield T.encode_stream(_with_gap(_recut(events, rng), rng))[:MAX_SEED]
+        skip = 3 if len(events) > 4 else 0  # the handshake's first flights left out
+        yield T.encode_stream(events[skip:], cfg=2)[:MAX_SEED]
+
+
+def tls_capture_seeds() -> Iterator[bytes]:
+    for path in sorted(TLS_DATA.glob("*.pcap")):
+        if not path.name.endswith("_clear.pcap"):
+            yield b"\x00" + path.read_bytes()[: MAX_SEED - 1]
+    yield b"\x01" + (TLS_DATA / "pulsar_tls13_tls.pcap").read_bytes()  # no key log
+    yield bytes([3 << 1]) + (TLS_DATA / "iggy_tls13_tls.pcap").read_bytes()  # split every 500 bytes
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -180,6 +261,8 @@ SEEDS = {
     "iggy_segment": iggy_segment_seeds,
     "capture": capture_seeds,
     "tcp": tcp_seeds,
+    "tls": tls_seeds,
+    "tls_capture": tls_capture_seeds,
 }
 
 

@@ -14,10 +14,15 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   file (kafka: .index, .timeindex; iggy: .index; 0 = absent), the companion files, then the `.log`.
 - capture: a config byte (gzip, split size, fragment and batch limits), then the file bytes.
 - tcp: a config byte (reorder and idle limits), then 13-byte packet records (see `_tcp_packets`).
+- tls: a config byte (bit0 no key log, bit1 midstream), then records of the decoder encoding: the
+  ciphertext of each direction with its cuts and gaps, fed to one `TlsSession`.
+- tls_capture: a config byte (bit0 no key log, bits1-3 split size), then a capture file decoded
+  by the stream driver with the TLS test key logs.
 """
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import re
@@ -489,6 +494,236 @@ def verify(conn, state: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# TLS
+
+TLS_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "tls")
+_TLS: dict = {}
+# every reason docs/protocols/tls.md lists (a failure's where: " (c2s record 5)", " (s2c)")
+TLS_REASONS = re.compile(
+    r"(no key log|no ClientHello captured|the client random is not in the key log"
+    r"|failed: (authentication failed \((AEAD tag|record MAC)\)|bad CBC padding"
+    r"|record shorter than its (nonce and )?tag|no content type in the inner plaintext"
+    r"|CBC record of a size no cipher text has"
+    r"|the record sequence number is unknown after a gap: decryption stopped"
+    r"|cipher suite \S+ is not supported"
+    r"|(TLS 1\.[01]|SSL 3\.0|0x[0-9A-F]{4}) is not decrypted \(TLS 1\.2 and 1\.3 are\)"
+    r"|renegotiation is not followed)( \((c2s|s2c)( record \d+)?\))?)"
+)
+
+
+def tls_keys():
+    """The key logs of tests/data/tls/ as one KeyLog (read once per process)."""
+    if "keys" not in _TLS:
+        from brokerscope import tls
+
+        _TLS["keys"] = tls.load(sorted(glob.glob(os.path.join(TLS_DATA, "*.log"))), force=True)
+    return _TLS["keys"]
+
+
+def _secret_forms() -> dict[int, set[bytes]]:
+    """The pieces of every key of the key logs, by length (see `_forms`)."""
+    if "forms" not in _TLS:
+        _TLS["forms"] = _forms(tls_keys().secrets())
+    return _TLS["forms"]
+
+
+def _forms(secrets: Iterable[bytes]) -> dict[int, set[bytes]]:
+    """tests/unit/tls/test_tls_secrets.py's forms of each secret (raw, hex either case, UTF-16,
+    base64, Python's bytes repr pieces), grouped by length for a windowed lookup."""
+    from tests.support import cuts
+
+    out: dict[int, set[bytes]] = defaultdict(set)
+    for secret in secrets:
+        if len(secret) < 8:
+            continue
+        shown = repr(secret)[2:-1].encode()
+        for f in cuts.forms(secret) | {shown[i : i + 24] for i in range(max(1, len(shown) - 23))}:
+            out[len(f)].add(f)
+    return out
+
+
+def check_no_keys(texts: Iterable[str], extra: Iterable[bytes] = ()) -> None:
+    """No key of the key logs (nor `extra`, keys derived from them) in any of `texts`."""
+    groups = [_secret_forms()]
+    extra = list(extra)
+    if extra:
+        groups.append(_forms(extra))
+    for text in texts:
+        raw = text.encode("utf-8", "surrogateescape")
+        for forms in groups:
+            for n, pieces in forms.items():
+                for i in range(len(raw) - n + 1):
+                    if raw[i : i + n] in pieces:
+                        raise FuzzFailure("key material shown", text[:120])
+
+
+def _session_texts(s) -> tuple[list[str], list[bytes]]:
+    """The session's printable texts, and the keys it derived (the secret scan's inputs)."""
+    texts = [repr(s), str(s), s.status, str(s.reason), repr(s.info()), repr(s.counters())]
+    texts += [repr(s.client_hello), repr(s.server_hello), repr(s._key_block)]
+    derived: list[bytes] = []
+    kb = s._key_block
+    if kb is not None:
+        derived += [kb.client_mac, kb.server_mac, kb.client_key, kb.server_key, kb.client_iv, kb.server_iv]
+    for side in s.sides.values():
+        texts += [repr(side), repr(side.opener), repr(side.records), repr(side.secret), repr(side.messages)]
+        if side.secret is not None and s.suite is not None and s.suite.tls13:
+            from brokerscope.tls import kdf
+
+            derived += list(kdf.traffic_keys(s.suite, side.secret.reveal()))
+    return texts, derived
+
+
+def run_tls(ops: list, keys, midstream: bool) -> tuple:
+    """Feed one TlsSession `ops` (stream_ops' tuples); check each event. Returns (session,
+    plaintext per direction, gap bytes per direction)."""
+    from brokerscope.tls import TlsSession
+
+    s = TlsSession(keys, midstream=midstream)
+    plain = {base.C2S: bytearray(), base.S2C: bytearray()}
+    gaps = {base.C2S: 0, base.S2C: 0}
+    last_ts = {base.C2S: 0, base.S2C: 0}
+    t = T0
+    for kind, direction, dt, val in [*ops, ("close", None, 0, None)]:
+        t += dt
+        if kind == "close":
+            events = s.close()
+        elif kind == "gap":
+            events = s.gap(direction, val, t)
+        elif val:
+            events = s.feed(direction, val, t)
+        else:
+            continue
+        check(isinstance(events, list), "events are not a list", type(events).__name__)
+        for ev in events:
+            check(
+                isinstance(ev, tuple) and len(ev) == 4,
+                "event is not (kind, direction, value, ts)",
+                repr(ev)[:100],
+            )
+            k, d, v, ts = ev
+            check(d in plain, "event of an unknown direction", repr(ev)[:100])
+            check(keys is not None, "an event without a key log", repr(ev)[:100])
+            check(T0 <= ts <= t, "event time outside the times fed", f"{ts - T0} after {t - T0}")
+            check(ts >= last_ts[d], "events out of time order", f"{d}: {ts - T0} < {last_ts[d] - T0}")
+            last_ts[d] = ts
+            if k == "data":
+                check(isinstance(v, bytes) and len(v) > 0, "data event without bytes", repr(ev)[:100])
+                plain[d] += v
+            elif k == "gap":
+                check(isinstance(v, int) and v > 0, "gap event of no bytes", repr(ev)[:100])
+                gaps[d] += v
+            else:
+                raise FuzzFailure("unknown event kind", repr(ev)[:100])
+    return s, plain, gaps
+
+
+def check_tls_session(s, plain: dict, fed: dict) -> None:
+    """The statuses are documented ones, the counters agree with the events, no key is shown."""
+    check(s.decrypted in ("yes", "no key", "failed"), "undocumented decrypted value", repr(s.decrypted))
+    check(
+        (s.status == "yes") == (s.reason is None),
+        "a reason with yes, or none without",
+        f"{s.status} {s.reason}",
+    )
+    if s.decrypted != "yes":
+        shown = s.status if s.decrypted == "failed" else s.reason
+        check(TLS_REASONS.fullmatch(shown), "undocumented status", shown)
+    check(s.info()["tls_decrypted"] == s.status, "info() disagrees with status", repr(s.info()))
+    counters = s.counters()
+    for d, c in counters.items():
+        for name, v in c.items():
+            check(isinstance(v, int) and v >= 0, f"negative counter {name}", f"{d} {v}")
+        check(
+            c["app_bytes"] == len(plain[d]),
+            "app_bytes disagrees with the data events",
+            f"{d} {c} {len(plain[d])}",
+        )
+        check(len(plain[d]) <= fed[d], "more plaintext than ciphertext", f"{d} {len(plain[d])} > {fed[d]}")
+    texts, derived = _session_texts(s)
+    check_no_keys(texts, derived)
+
+
+def fuzz_tls(data: bytes) -> None:
+    """One TLS connection's byte streams, cut and with gaps as the input says, through a
+    TlsSession with the test key logs (or none); when the input has no gap the same bytes fed
+    in one piece per run of a direction give the same plaintext and status."""
+    cfg = data[0] if data else 0
+    keys = None if cfg & 1 else tls_keys()
+    midstream = bool(cfg & 2)
+    ops = list(stream_ops(data[1:]))
+    fed = {base.C2S: 0, base.S2C: 0}
+    for kind, direction, _dt, val in ops:
+        fed[direction] += len(val) if kind == "data" else 0
+    s, plain, _gaps = run_tls(ops, keys, midstream)
+    check_tls_session(s, plain, fed)
+    if keys is not None and not any(kind == "gap" for kind, *_ in ops):
+        merged: list = []
+        for kind, direction, dt, val in ops:
+            if merged and merged[-1][1] == direction:
+                merged[-1] = ("data", direction, 0, merged[-1][3] + val)
+            else:
+                merged.append((kind, direction, dt, val))
+        s2, plain2, _ = run_tls(merged, keys, midstream)
+        check(s2.status == s.status, "the cuts changed the status", f"{s.status} / {s2.status} uncut")
+        for d in plain:
+            check(
+                plain2[d] == plain[d],
+                "the cuts changed the plaintext",
+                f"{d} {len(plain[d])} / {len(plain2[d])} uncut",
+            )
+
+
+def fuzz_tls_capture(data: bytes) -> None:
+    """A capture of TLS connections (pcap / pcapng) through the reader and the stream driver with
+    the test key logs (or none): rows conform, every connection has its streams row, whose
+    tls_decrypted is a documented status, and no row shows a key."""
+    import pyarrow as pa
+
+    from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+    from brokerscope.capture.files import KINDS
+    from brokerscope.config import Settings
+    from brokerscope.streams import SORT_COLS, StreamDriver
+
+    cfg = data[0] if data else 0
+    path = os.path.join(workdir(), "tls_capture.pcap")
+    with open(path, "wb") as f:
+        f.write(data[1:])
+    kind = identify(path)
+    if kind not in KINDS:
+        return
+    if "settings" not in _TLS:
+        _TLS["settings"] = Settings.load()
+    keys = None if cfg & 1 else tls_keys()
+    batches = []
+    for sp in plan_splits(path, 0, capture_id(path), kind, CAPTURE_SPLITS[(cfg >> 1) & 7]):
+        batches += [b for b in read_split(sp) if parse_stats(b) is None]
+    if not batches:
+        return
+    packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
+    packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
+    tuples = {  # the endpoints of each 4-tuple (lo/hi: the reader's order, not the rows')
+        frozenset({(r["lo_ip"], r["lo_port"]), (r["hi_ip"], r["hi_port"])})
+        for r in packets.select(["lo_ip", "lo_port", "hi_ip", "hi_port"]).to_pylist()
+    }
+    drv = StreamDriver(_TLS["settings"], tls_keys=keys)
+    rows = list(drv.run_batches(packets.to_batches()))
+    check_rows(rows, {})
+    streams = [r for t, r in rows if t == "streams"]
+    seen = set()
+    for r in streams:
+        seen.add(frozenset({(r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"])}))
+        st = r.get("tls_decrypted")
+        if st is not None and st not in ("yes", "no key"):
+            check(TLS_REASONS.fullmatch(st), "undocumented tls_decrypted", st)
+    check(tuples <= seen, "a connection without its streams row", repr(sorted(tuples - seen))[:300])
+    # the streams rows whole (the tls_* columns), and every row's decode_error and anomalies
+    texts = [repr(r) for r in streams]
+    texts += [repr((r.get("decode_error"), r.get("anomalies"))) for _t, r in _spread(rows)]
+    check_no_keys(texts)
+
+
+# ---------------------------------------------------------------------------------------------
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "kafka": fuzz_kafka,
@@ -499,4 +734,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "iggy_segment": fuzz_iggy_segment,
     "capture": fuzz_capture,
     "tcp": fuzz_tcp,
+    "tls": fuzz_tls,
+    "tls_capture": fuzz_tls_capture,
 }

@@ -593,6 +593,8 @@ def _data(out: list, direction: str, plain: bytes, rec: Record, prefix: int) -> 
 
 
 def _gap(out: list, direction: str, nbytes: int, ts: int) -> None:
+    if nbytes <= 0:  # a record too short to hold plaintext lost nothing: no gap for the conversation
+        return
     if out and out[-1][0] == GAP and out[-1][1] == direction:
         out[-1][2] += nbytes
         return

@@ -144,6 +144,28 @@ def test_tampered_record_fails_with_a_reason(tmp_path, name):
     assert 16384 <= r.gaps("c2s")[0] <= 16384 + 15
 
 
+@pytest.mark.parametrize("name", KINDS)
+def test_record_too_short_for_plaintext_is_no_gap(tmp_path, name):
+    """The client's last record ("tail") replaced on the wire by one whose 5-byte body cannot
+    hold a protected record of the suite: failed, and no gap event (it lost no plaintext; a gap
+    of 0 bytes inside a frame makes a decoder give the frame up)."""
+    conn = connect(tmp_path, name, exchange=EXCHANGE)
+    recs = records(conn.stream("c2s"))
+    o, _t, n = recs[recs.index(big_records(conn)[-1]) + 1]
+    out, pos = [], 0
+    for d, b in conn.transcript:
+        if d == "c2s":
+            k, pos = o - pos, pos + len(b)
+            if 0 <= k < len(b):
+                b = b[:k] + b"\x17\x03\x03\x00\x05" + b"\x00" * 5 + b[k + HEADER_LEN + n :]
+        out.append((d, b))
+    r = decode(out, keylog=conn.keylog)
+    assert r.session.decrypted == FAILED, r.session.status
+    assert r.gaps("c2s") == []
+    assert r.plain("c2s") == conn.sent["c2s"][: -len(b"tail")]
+    assert r.plain("s2c") == conn.sent["s2c"]
+
+
 def test_gap_in_the_handshake_loses_the_keys_not_the_session(tmp_path):
     """The ClientHello is not captured: the session cannot name its keys (no key), and says so."""
     conn = connect(tmp_path, "TLS_AES_128_GCM_SHA256", exchange=EXCHANGE)
