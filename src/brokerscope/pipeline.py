@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 4096
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"  # the driver JVM's JIT in local mode (make_spark)
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# log4j2.properties: in an installed package (setup.py copies it), else in the repository's conf/
+LOG4J_PLACES = (
+    Path(__file__).resolve().parent / "conf" / "log4j2.properties",
+    Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties",
+)
 
 # the decode stage's output: a struct column per table, exactly one non-null per row
 UNION = pa.schema(
@@ -95,7 +99,7 @@ def make_spark(
         and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     ):
         b = b.master(settings.master)
-    log4j = CONF_DIR / "log4j2.properties"
+    log4j = next((p for p in LOG4J_PLACES if p.is_file()), None)
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -108,7 +112,7 @@ def make_spark(
         # the decode stage's input batches end at this size too, whatever the packets' sizes
         "spark.sql.execution.arrow.maxBytesPerBatch": str(settings.batch_bytes),
     }
-    java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j.is_file() else []
+    java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j else []
     if master.startswith("local"):
         # one JVM runs the driver and every task. C1 JIT only: C2's compiler threads cost more CPU
         # than the code they optimize saves on runs of seconds to minutes (a 200 MB capture on
