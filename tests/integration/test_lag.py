@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerscope import pipeline
+from brokerscope import cli, pipeline
 from brokerscope.cli import run_sql
 from brokerscope.config import Settings
+from brokerscope.lake import Lake
 from tests.integration.test_journeys import _consume
 from tests.support import kafkamock
 from tests.support.lakecheck import delta_rs_rows
@@ -212,3 +213,40 @@ def test_readme_consumers_with_growing_lag(lag_lake, spark):
         assert (r["protocol"], r["topic"], r["minutes"]) == ("kafka", TOPIC, PHASES)
         assert (r["first_lag"], r["last_lag"]) == (0, PER_BATCH)
         assert r["lag_per_minute"] == pytest.approx(PER_BATCH / 2)
+
+
+def test_a_run_killed_before_its_lag_computes_it_when_rolled_forward(spark, lag_lake, tmp_path, monkeypatch):
+    expected, run, settings, _summary = lag_lake
+    lake = tmp_path / "lake"
+    over = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, "lag": {"enabled": True}}
+    real = Lake.commit_derived
+
+    def fail(self, table, *a, **k):
+        if table == "lag":
+            raise RuntimeError("killed before the lag")
+        return real(self, table, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Lake, "commit_derived", fail)
+        with pytest.raises(RuntimeError, match="killed before the lag"):
+            pipeline.ingest([run["pcap"]], Settings.load(overrides=over), spark=spark)
+    assert not delta_rs_rows(str(lake / "lag")) and not delta_rs_rows(str(lake / "inputs"))
+    (line,) = Lake(str(lake)).recover()
+    assert line.startswith("finished run")
+    key = ("consumer", "partition", "minute", "high_watermark", "committed_offset", "delivered_offset")
+    assert sorted(tuple(r[k] for k in key) for r in delta_rs_rows(str(lake / "lag"))) == sorted(
+        tuple(r[k] for k in key) for r in delta_rs_rows(str(expected / "lag"))
+    )
+
+
+def test_ingest_lag_flag_off_by_default(spark, lag_lake, tmp_path, capsys):
+    _lake, run, _s, _summary = lag_lake
+    plain = str(tmp_path / "plain")
+    assert cli.main(["ingest", run["pcap"], "--lake", plain, "-q"]) == 0
+    assert not (tmp_path / "plain" / "lag").exists()
+    lake = str(tmp_path / "lake")
+    assert cli.main(["ingest", run["pcap"], "--lake", lake, "--lag", "-q"]) == 0
+    assert f"lag={2 * 2 * PHASES}" in capsys.readouterr().out
+    assert not (tmp_path / "lake" / "journeys").exists()  # its own flag
+    assert cli.main(["tables", "--lake", lake, "--format", "csv"]) == 0
+    assert "lag" in {line.split(",")[0] for line in capsys.readouterr().out.splitlines()}
