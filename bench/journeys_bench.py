@@ -27,24 +27,17 @@ sys.path.insert(0, str(ROOT))
 from brokerscope import journeys, pipeline  # noqa: E402
 from brokerscope.config import Settings  # noqa: E402
 from brokerscope.lake import Lake  # noqa: E402
+from tests.support.kafkamock import mock_producer  # noqa: E402
 from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noqa: E402
 
 TOPIC = "bench-journeys"
 
 
 def record(out: Path, messages: int, groups: int) -> Path:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
     with LoopbackCapture(str(out / "all.pcap"), ports=None, settle_s=0.3) as cap:
-        p = Producer(
-            {
-                "test.mock.num.brokers": 1,
-                "client.id": "bench-producer",
-                "linger.ms": 20,
-                "enable.metrics.push": False,
-            }
-        )
-        port = next(iter(p.list_topics(timeout=10).brokers.values())).port
+        p, port = mock_producer("bench-producer", linger_ms=20)
         for i in range(messages):
             while True:
                 try:

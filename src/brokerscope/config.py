@@ -49,6 +49,8 @@ _CORE: dict = {
     "tls": {"keylog_files": [], "keylog_insecure_ok": False},
     # Kafka only so far (the other protocols' identities come next): off until they follow
     "journeys": {"enabled": False},
+    # Kafka and Iggy (Pulsar's wire has no offsets to compare): off like the journeys
+    "lag": {"enabled": False},
 }
 
 
@@ -191,6 +193,16 @@ class Settings:
     def journeys(self) -> bool:
         """Compute the journeys table after each run (journeys.py)."""
         return bool(self.raw["journeys"]["enabled"])
+
+    @property
+    def lag(self) -> bool:
+        """Compute the lag table after each run (lag.py)."""
+        return bool(self.raw["lag"]["enabled"])
+
+    @property
+    def derived_tables(self) -> tuple[str, ...]:
+        """The derived tables (tables.DERIVED_TABLES) each run computes."""
+        return tuple(t for t, on in (("journeys", self.journeys), ("lag", self.lag)) if on)
 
     @property
     def optimize_after_run(self) -> bool:

@@ -327,6 +327,11 @@ class Lake:
             rows["journeys"] = self.commit_journeys(
                 run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
             )
+        if manifest.get("lag"):
+            progress("computing lag")
+            rows["lag"] = self.commit_derived(
+                "lag", run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
+            )
         inp = manifest["inputs"]
         self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
         for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
@@ -335,25 +340,31 @@ class Lake:
         return rows
 
     def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
-        """Compute the journeys of the run's captures from the committed tables (journeys.py) and
-        commit them like a decoded table (staged, then commit_table), replacing the journeys of
-        `replace_ids`. A table already holding the run is left alone (roll forward). Rows added."""
-        from . import journeys
+        """The journeys of the run's captures (journeys.py), committed by commit_derived."""
+        return self.commit_derived("journeys", run_id, capture_ids, replace_ids)
 
-        self.ensure_tables(("journeys",))
-        if DeltaTable(self.path("journeys")).transaction_version(app_id(run_id)) is not None:
+    def commit_derived(self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
+        """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the run's
+        captures from the committed tables and commit it like a decoded table (staged, then
+        commit_table), replacing its rows of `replace_ids`. A table already holding the run is
+        left alone (roll forward). Rows added."""
+        from . import journeys, lag
+
+        compute = {"journeys": journeys.compute, "lag": lag.compute}[table]
+        self.ensure_tables((table,))
+        if DeltaTable(self.path(table)).transaction_version(app_id(run_id)) is not None:
             return 0
         writer = StagedWriter(str(self.root), run_id)
         try:
-            writer.add("journeys", journeys.compute(str(self.root), capture_ids))
+            writer.add(table, compute(str(self.root), capture_ids))
             files = writer.close()
         except BaseException:
             writer.abort()
             raise
         rows, _ = self.commit_table(
-            "journeys", files, sorted(set(replace_ids) | set(capture_ids)), run_id, capture_ids
+            table, files, sorted(set(replace_ids) | set(capture_ids)), run_id, capture_ids
         )
-        self.drop_staging("journeys", run_id)
+        self.drop_staging(table, run_id)
         return rows
 
     def optimize(

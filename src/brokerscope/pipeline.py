@@ -466,7 +466,7 @@ def ingest(
         f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
     )
     lake = Lake(settings.lake_path, settings.writer)
-    lake.ensure_tables(("journeys",) if settings.journeys else ())
+    lake.ensure_tables(settings.derived_tables)
     for line in lake.recover():
         progress(line)
         summary.recovered.append(line)
@@ -515,10 +515,12 @@ def ingest(
     progress("decoding")
     try:
         if staged:
-            stats = _commit_staged(out, lake, todo, dups, rejected, run, summary, progress, settings.journeys)
+            stats = _commit_staged(
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
+            )
         else:
             stats = _write_dataframes(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.journeys
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
             )
             run.remove()
     except BaseException:
@@ -602,11 +604,11 @@ def _identified(lake: Lake, todo, dups, run: RunDir) -> tuple[list[str], list[di
 
 
 def _commit_staged(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, journeys: bool = False
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
 ) -> list[dict]:
     """Embedded writer: run the decode (tasks stage their files), write the run's manifest, then
-    commit table by table from it (lake.finish_run), the journeys (`journeys`) after them,
-    `inputs` last."""
+    commit table by table from it (lake.finish_run), the `derived` tables (journeys, lag) after
+    them, `inputs` last."""
     try:
         results = [r.asDict() for r in out.collect()]
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
@@ -622,7 +624,8 @@ def _commit_staged(
             "capture_ids": sorted({i.capture_id for i in todo}),
             "tables": {t: [{k: f[k] for k in _MANIFEST_KEYS} for f in fs] for t, fs in per_table.items()},
             "replace_ids": replace_ids,
-            "journeys": journeys,
+            "journeys": "journeys" in derived,
+            "lag": "lag" in derived,
             "inputs": {"rows": [row_to_json(r) for r in rows], "paths": paths},
         }
         run.write_manifest(manifest)
@@ -639,11 +642,11 @@ _MANIFEST_KEYS = ("path", "date", "capture_id", "rows", "file_stats")
 
 
 def _write_dataframes(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, journeys: bool = False
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
 ) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table; the
-    journeys (`journeys`) are computed and committed by the embedded writer's code after them
-    (lake.commit_journeys), before `inputs`."""
+    `derived` tables (journeys, lag) are computed and committed by the embedded writer's code
+    after them (lake.commit_journeys, lake.commit_derived), before `inputs`."""
     from pyspark import StorageLevel
 
     out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -657,10 +660,13 @@ def _write_dataframes(
             summary.rows[t] = lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()
-    if journeys:
+    ids = sorted({i.capture_id for i in todo})
+    if "journeys" in derived:
         progress("computing journeys")
-        ids = sorted({i.capture_id for i in todo})
         summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids)
+    if "lag" in derived:
+        progress("computing lag")
+        summary.rows["lag"] = lake.commit_derived("lag", run.run_id, ids, replace_ids)
     lake.write_inputs(*_inputs_record(todo, dups, history + rejected, run.run_id, stats, summary), run.run_id)
     return stats
 

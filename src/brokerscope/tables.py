@@ -231,6 +231,37 @@ JOURNEYS = [
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
 ]
 
+# Consumer lag (brokerscope.lag, `[lag] enabled` / `ingest --lag`; README "Consumer lag",
+# docs/protocols/kafka.md and iggy.md "Lag"): one row per consumer, partition and minute in which a
+# sample was seen, derived from the other tables of a run's captures like the journeys. Offsets
+# are "next to read" (Kafka's convention: Iggy's stored offsets + 1), each the latest known at
+# the end of the minute (carried over from earlier minutes: a consumer that stopped keeps rows
+# while its partition's high watermark is seen moving).
+LAG = [
+    pa.field("capture_id", pa.string()),  # the capture of the minute's last sample
+    pa.field("protocol", pa.string()),  # kafka | iggy
+    # the consumer group (Kafka, as journeys attribute deliveries); the consumer or consumer group
+    # the Iggy client named (`consumer:7`, `group:3`, as in acks)
+    pa.field("consumer", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("minute", TS),  # the minute's start
+    pa.field("ts", TS),  # the minute's last sample (dates the row)
+    # the partition's high watermark: Kafka Fetch responses' HighWatermark, Iggy poll replies'
+    # current_offset + 1
+    pa.field("high_watermark", pa.int64()),
+    pa.field("log_start_offset", pa.int64()),  # Kafka: the partition's first offset kept
+    pa.field("committed_offset", pa.int64()),  # OffsetCommit's offset; Iggy's stored offset + 1
+    pa.field("committed_ts", TS),  # first byte of the response that acknowledged it
+    pa.field("delivered_offset", pa.int64()),  # the latest message delivered to the consumer + 1
+    pa.field("delivered_ts", TS),  # first byte of the response that delivered it
+    pa.field("lag_committed", pa.int64()),  # high_watermark - committed_offset
+    pa.field("lag_delivered", pa.int64()),  # high_watermark - delivered_offset
+    pa.field("hwm_samples", pa.int64()),  # high watermarks of the partition seen in the minute
+    pa.field("commits", pa.int64()),  # the consumer's commits of the partition in the minute
+    pa.field("deliveries", pa.int64()),  # messages of the partition delivered to it in the minute
+]
+
 _BODIES: dict[str, list[pa.Field]] = {
     "commands": COMMANDS,
     "messages": MESSAGES,
@@ -241,7 +272,7 @@ _BODIES: dict[str, list[pa.Field]] = {
 DECODED_TABLES = ("commands", "messages", "latencies", "acks", "streams")
 TABLES = (*DECODED_TABLES, "inputs")  # the tables every lake has
 # tables derived from the decoded ones, created by the first run that computes them
-DERIVED_TABLES = ("journeys",)
+DERIVED_TABLES = ("journeys", "lag")
 ALL_TABLES = (*DECODED_TABLES, *DERIVED_TABLES, "inputs")
 
 
@@ -251,6 +282,8 @@ def schema(table: str) -> pa.Schema:
         return pa.schema(INPUTS + [pa.field("date", pa.date32())])
     if table == "journeys":
         return pa.schema(JOURNEYS + PARTITION)
+    if table == "lag":
+        return pa.schema(LAG + PARTITION)
     return pa.schema(SHARED + _BODIES[table] + [ANOMALIES] + PARTITION)
 
 
