@@ -12,7 +12,8 @@ vantage point (vantage.py; `inputs.vantage`). Rules in docs/design.md "Vantage p
 - Each matched exchange gives NTP's estimate of B's clock minus A's, ((t2 - t1) + (t3 - t4)) / 2,
   true within half the difference of the round trips |(t4 - t1) - (t3 - t2)| / 2 (the one-way
   delays are positive). Per pair of vantage points: the quarter of the exchanges with the least
-  round-trip difference (at least one), their median estimate, and as its bound the least
+  round-trip difference (at least one, and every one as small as the quarter's largest), their
+  median estimate, and as its bound the least
   |estimate - exchange's| + exchange's half difference among them.
 - The reference of each connected group of vantage points: the one sharing exchanges with the
   most others (the broker's host, in a producer, broker and consumer set), then the one with the
@@ -137,7 +138,8 @@ def from_commands(commands: pa.Table, vantage_of: dict[str, str]) -> Clocks:
 def _edge(theta: np.ndarray, delta: np.ndarray) -> tuple[float, float]:
     """(estimate, bound) of one pair of vantage points from its exchanges: the least round-trip
     differences' median estimate, and the tightest bound it has from one of them."""
-    keep = np.argsort(delta, kind="stable")[: max(1, len(delta) // KEEP_FRACTION)]
+    cut = np.sort(delta)[max(1, len(delta) // KEEP_FRACTION) - 1]
+    keep = delta <= cut  # ties kept: equal round trips (copies of one capture) are all kept
     est = float(np.median(theta[keep]))
     return est, float(np.min(np.abs(theta[keep] - est) + delta[keep]))
 

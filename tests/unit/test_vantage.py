@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from brokerscope import clocks, tables, vantage
 from brokerscope.capture import capture_id
 from brokerscope.streams import decode_files
+from tests.support.loopcap import _tcp_ports, read_pcap, write_pcap
 
 pytestmark = pytest.mark.skipif(
     shutil.which("editcap") is None, reason="editcap (wireshark-common) not installed"
@@ -113,3 +115,45 @@ def test_groups_chain_each_hosts_rotated_files():
     assert vantage.groups(spans) == {0: 0, 1: 0, 2: 2, 3: 2, 4: 4}
     assert vantage.groups({0: (0, 5), 1: (6, 9)}) == {0: 0, 1: 0}  # a rotation
     assert vantage.groups({}) == {}
+
+
+def _new_isns(frame: bytes, client_port: int, d_client: int = 7_000_000, d_server: int = 9_000_000) -> bytes:
+    """The Ethernet/IPv4 frame of a TCP connection as if its endpoints had drawn other initial
+    sequence numbers (seq and ack moved; the TCP checksum is not checked on decode)."""
+    f = bytearray(frame)
+    tcp = 14 + (f[14] & 0x0F) * 4
+    src, _dst, seq, ack = struct.unpack_from("!HHII", f, tcp)
+    mine, peer = (d_client, d_server) if src == client_port else (d_server, d_client)
+    flags = f[tcp + 13]
+    ack = (ack + peer) % 2**32 if flags & 0x10 else ack  # the ACK flag
+    struct.pack_into("!II", f, tcp + 4, (seq + mine) % 2**32, ack)
+    return bytes(f)
+
+
+def test_a_four_tuple_used_again_is_not_a_copy(tmp_path):
+    """B holds the capture 0.25 s late and, a minute later, one of its connections again (the
+    same 4-tuple, correlation ids and frame sizes, other initial sequence numbers: a client that
+    reconnected from the same port).
+    Its exchanges match A's with an offset of a minute: the estimate keeps to the others, and
+    that connection is no copy of A's."""
+    frames = read_pcap(str(SAMPLE))
+    port = 40764
+
+    def ours(f: bytes) -> bool:
+        return port in _tcp_ports(f)
+
+    second = 250_000_000
+    again = [(t + 60_000_000_000, _new_isns(f, port)) for t, f in frames if ours(f)]
+    b = tmp_path / "b.pcap"
+    write_pcap(str(b), sorted([(t + second, f) for t, f in frames] + again, key=lambda x: x[0]))
+    a_id, b_id = capture_id(str(SAMPLE)), capture_id(str(b))
+    out = decode_files([str(SAMPLE), str(b)])
+    streams = [r for r in out["streams"] if r["client_port"] == port]
+    assert len(streams) == 3  # A's, B's copy of it, B's later one
+    clk = _clocks(out, {a_id: a_id, b_id: b_id})
+    gap_us = (clk.offsets[b_id].offset_ns - clk.offsets[a_id].offset_ns) / 1000
+    assert abs(gap_us - 250_000) < 1_000
+    later = max(streams, key=lambda r: r["ts_ns"])
+    assert later["capture_id"] == b_id and later["conn_id"] not in clk.copies
+    copies_of_port = {r["conn_id"] for r in streams} & clk.copies
+    assert len(copies_of_port) == 1 and later["conn_id"] not in copies_of_port
