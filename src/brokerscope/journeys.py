@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from . import tables
+from .clocks import Clocks
 
 # commands whose requests name the client's consumer group (their details' GroupId)
 GROUP_COMMANDS = (
@@ -95,8 +96,10 @@ def _read(path: str, capture_ids: list[str], columns, where, where_columns) -> p
     return _batch(t.filter(where).select(list(columns)))
 
 
-def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
-    """The journeys rows of the captures `capture_ids` from the lake at `root`."""
+def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> pa.RecordBatch:
+    """The journeys rows of the captures `capture_ids` from the lake at `root`; `clocks`: the
+    run's vantage points (clocks.estimate): the rows of a connection's other copies left out,
+    times put on the reference's clock."""
     ids = sorted(capture_ids)
     kafka = pc.field("protocol") == "kafka"
     produce = pc.field("direction") == "produce"
@@ -114,21 +117,37 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     acks = _read(
         f"{root}/acks",
         ids,
-        ACK_COLUMNS,
+        (*ACK_COLUMNS, "capture_id"),
         kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit"]),
         ("protocol", "ack_type"),
     )
     cmds = _read(
         f"{root}/commands",
         ids,
-        CMD_COLUMNS,
+        (*CMD_COLUMNS, "capture_id"),
         kafka
         & (pc.field("direction") == "c2s")
         & pc.field("client_id").is_valid()
         & pc.field("command").isin(["Fetch", *GROUP_COMMANDS]),
         ("protocol", "direction", "client_id", "command"),
     )
+    if clocks is not None and (clocks.offsets or clocks.copies):
+        msgs, acks, cmds = (_on_one_clock(t, clocks) for t in (msgs, acks, cmds))
     return tables.conform("journeys", [_journeys_block(msgs, acks, cmds)])
+
+
+def _on_one_clock(t: pa.RecordBatch, clocks: Clocks) -> pa.RecordBatch:
+    """The rows of `t` less those of connections another vantage point's copy stands for
+    (clocks.copies), `ts_ns` on the reference's clock, and `moved`: whether it was moved."""
+    t = t.filter(pc.invert(pc.is_in(t["conn_id"], value_set=pa.array(sorted(clocks.copies), pa.string()))))
+    enc = pc.dictionary_encode(t["capture_id"], null_encoding="encode")
+    shifts = np.array([clocks.shift_ns(c) for c in enc.dictionary.to_pylist()], np.int64)
+    shift = shifts[enc.indices.to_numpy(zero_copy_only=False)] if len(shifts) else np.zeros(0, np.int64)
+    ts = t["ts_ns"]
+    moved = _valid(ts) & (shift != 0)
+    i = t.schema.get_field_index("ts_ns")
+    t = t.set_column(i, "ts_ns", _opt(_np(ts) - shift, _valid(ts)))
+    return t.append_column("moved", pa.array(moved))
 
 
 def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict]:
@@ -162,6 +181,13 @@ def _np(a: pa.Array, fill=0) -> np.ndarray:
         if a.null_count
         else a.to_numpy(zero_copy_only=False)
     )
+
+
+def _moved(t: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Each row's `moved` flag (_on_one_clock), all False without the column."""
+    if "moved" not in t.column_names:
+        return np.zeros(t.num_rows, bool)
+    return _np(t["moved"], False).astype(bool)
 
 
 def _valid(a: pa.Array) -> np.ndarray:
@@ -334,6 +360,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     m = msgs.select(["direction", "topic", "partition", "offset", "ts_ns", "conn_id", "correlation_id"])
     m = m.take(pa.array(order))
     ts = _np(m["ts_ns"])
+    m_moved = _moved(msgs)[order]  # a time put on another capture's clock (_on_one_clock)
     produce = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
     retry = _retry_codes(msgs)[order]
     nr = int(retry.max(initial=-1)) + 2  # (one more: never empty)
@@ -423,6 +450,9 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     )
     acked_ok = has_p & ack_ok[ack_codes[:ni]]
     acked = np.where(acked_ok, ack_ts[ack_codes[:ni]], 0)
+    pk_moved = _moved(pk)
+    ack_moved = ack_ok & (pk_moved[np.minimum(last, len(pk_codes) - 1)] if len(pk_codes) else False)
+    acked_moved = acked_ok & ack_moved[ack_codes[:ni]]
     produced_ns = np.where(has_p, ts[np.maximum(p, 0)], 0)
 
     # one row per message and group: the topic's followers, and no group for such deliveries
@@ -454,6 +484,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     # beyond the offset, that is the earliest commit whose offset is beyond it
     committed = np.zeros(nrow, np.int64)
     committed_ok = np.zeros(nrow, bool)
+    committed_moved = np.zeros(nrow, bool)
     if cm.num_rows:
         part_i = o["partition"].take(pa.array(i_first))
         keys = _codes(
@@ -462,7 +493,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
             pa.concat_arrays([cm["partition"], part_i.take(pa.array(ri))]),
         )
         kc, kr = keys[: cm.num_rows], keys[cm.num_rows :]
-        c_off, c_ts = _np(cm["offset"]), _np(cm["ts_ns"])
+        c_off, c_ts, c_moved = _np(cm["offset"]), _np(cm["ts_ns"]), _moved(cm)
         r_off = i_off[ri]
         rows_by_key = np.argsort(kr, kind="stable")
         bounds = np.searchsorted(kr[rows_by_key], np.unique(kc))
@@ -472,14 +503,22 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
                 continue
             sel = kc == k
             co = np.argsort(c_off[sel], kind="stable")
-            offs, tss = c_off[sel][co], c_ts[sel][co]
-            earliest = np.minimum.accumulate(tss[::-1])[::-1]
+            offs, tss, mvd = c_off[sel][co], c_ts[sel][co], c_moved[sel][co]
+            rev = tss[::-1]
+            acc = np.minimum.accumulate(rev)
+            # the position of each running minimum: the last one at or before it holding it
+            at_min = np.maximum.accumulate(np.where(rev == acc, np.arange(len(rev)), 0))
+            earliest, earliest_moved = acc[::-1], mvd[::-1][at_min][::-1]
             rows = rows_by_key[b:e]
             j = np.searchsorted(offs, r_off[rows], side="right")
             hit = j < len(offs)
             committed[rows[hit]] = earliest[j[hit]]
             committed_ok[rows[hit]] = True
+            committed_moved[rows[hit]] = earliest_moved[j[hit]]
         committed_ok &= rg < nn
+    # a time moved onto the reference's clock: the produce, ack, delivery or commit step's
+    p_moved = has_p & m_moved[np.maximum(p, 0)]
+    moved = p_moved[ri] | acked_moved[ri] | (got & m_moved[dpos]) | (committed_ok & committed_moved)
 
     r_p_ok = has_p[ri]
     r_prod = produced_ns[ri]
@@ -523,5 +562,6 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
         "consumer_conn_id": pc.if_else(
             pa.array(got), m["conn_id"].take(pa.array(dpos)), pa.nulls(nrow, pa.string())
         ),
+        "clock_corrected": pa.array(moved, pa.bool_()),
     }
     return tables.Block(nrow, cols, {"protocol": "kafka"})

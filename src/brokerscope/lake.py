@@ -322,35 +322,66 @@ class Lake:
                 run.run_id,
                 manifest.get("capture_ids"),
             )
+        inp = manifest["inputs"]
+        records = [_row_from_json(r) for r in inp["rows"]]
+        clk = self.clock_inputs(records, run.run_id, progress)
         if manifest.get("journeys"):
             progress("computing journeys")
             rows["journeys"] = self.commit_journeys(
-                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
+                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"], clk
             )
         if manifest.get("lag"):
             progress("computing lag")
             rows["lag"] = self.commit_derived(
                 "lag", run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
             )
-        inp = manifest["inputs"]
-        self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
+        self.write_inputs(records, inp["paths"], run.run_id)
         for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
             self.drop_staging(t, run.run_id)
         run.remove()
         return rows
 
-    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
-        """The journeys of the run's captures (journeys.py), committed by commit_derived."""
-        return self.commit_derived("journeys", run_id, capture_ids, replace_ids)
+    def clock_inputs(self, rows: list[dict], run_id: str, progress=lambda m: None):
+        """The clocks of the run's vantage points (clocks.estimate, from its committed commands
+        rows; nothing to do for one vantage point), written into its `inputs` rows (`rows`, the
+        run's record): returned for the journeys."""
+        from . import clocks
 
-    def commit_derived(self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
+        mine = {
+            r["capture_id"]: r["vantage"]
+            for r in rows
+            if r.get("run_id") == run_id and r.get("capture_id") and r.get("vantage")
+        }
+        if len(set(mine.values())) > 1:
+            progress("estimating the clock offsets of the vantage points")
+        clk = clocks.estimate(str(self.root), mine)
+        for r in rows:
+            o = clk.offsets.get(r.get("capture_id")) if r.get("run_id") == run_id else None
+            if o is not None:
+                r["clock_offset_us"] = o.offset_ns / 1000
+                r["clock_offset_bound_us"] = o.bound_ns / 1000
+                r["clock_offset_ref"] = o.ref
+                r["clock_offset_pairs"] = o.pairs
+        return clk
+
+    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None) -> int:
+        """The journeys of the run's captures (journeys.py) on the run's clocks (`clk`:
+        clock_inputs), committed by commit_derived."""
+        return self.commit_derived("journeys", run_id, capture_ids, replace_ids, clk)
+
+    def commit_derived(
+        self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None
+    ) -> int:
         """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the run's
         captures from the committed tables and commit it like a decoded table (staged, then
-        commit_table), replacing its rows of `replace_ids`. A table already holding the run is
-        left alone (roll forward). Rows added."""
+        commit_table), replacing its rows of `replace_ids`; `clk`: the run's clocks, for the
+        journeys. A table already holding the run is left alone (roll forward). Rows added."""
         from . import journeys, lag
 
-        compute = {"journeys": journeys.compute, "lag": lag.compute}[table]
+        compute = {
+            "journeys": lambda root, ids: journeys.compute(root, ids, clk),
+            "lag": lag.compute,
+        }[table]
         self.ensure_tables((table,))
         if DeltaTable(self.path(table)).transaction_version(app_id(run_id)) is not None:
             return 0

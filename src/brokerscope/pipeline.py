@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import capture, classcache, inputs, tables
+from . import capture, classcache, inputs, tables, vantage
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
@@ -241,7 +241,8 @@ def _read_splits_fn(
     split's identity chunks (bytes the reader just brought into memory) into the run directory,
     and put the key log text of its pcapng Decryption Secrets Blocks there (runs.py `secrets/`).
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back). The
-    packet records each split read go beside its digests: the decode numbers frames with them."""
+    packet records each split read and their first and last times go beside its digests: the
+    decode numbers frames with them, and groups the files into vantage points."""
 
     flt = settings.packet_filter
 
@@ -251,7 +252,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records = None
+                records, span = None, (None, None)
                 secrets: list[bytes] = []
                 for b in capture.read_split(
                     sp,
@@ -264,13 +265,13 @@ def _read_splits_fn(
                 ):
                     st = capture.parse_stats(b)
                     if st is not None:
-                        records = st["records"]
+                        records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
                     yield b
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
                 digests = chunk_digests(sp.path, sp.start, sp.end, size)
-                run.write_digests(sp.file_index, sp.start, digests, records)
+                run.write_digests(sp.file_index, sp.start, digests, records, span)
 
     return read
 
@@ -361,6 +362,7 @@ def _decode_fn(
             PayloadFiles(files) if files else None,
             run.frame_numbers(sizes),
             tls_keys=run.tls_keys(settings.tls_keys),
+            vantages=run.vantages(sizes),
         )
 
         def stats() -> list[dict]:
@@ -661,13 +663,15 @@ def _write_dataframes(
     finally:
         out.unpersist()
     ids = sorted({i.capture_id for i in todo})
+    records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
+    clk = lake.clock_inputs(records, run.run_id, progress)
     if "journeys" in derived:
         progress("computing journeys")
-        summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids)
+        summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids, clk)
     if "lag" in derived:
         progress("computing lag")
         summary.rows["lag"] = lake.commit_derived("lag", run.run_id, ids, replace_ids)
-    lake.write_inputs(*_inputs_record(todo, dups, history + rejected, run.run_id, stats, summary), run.run_id)
+    lake.write_inputs(records, paths, run.run_id)
     return stats
 
 
@@ -685,6 +689,9 @@ def _inputs_record(
     """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
     each input's status from its tasks' counters and fills the summary's file lists."""
     per_file = _per_file(stats)
+    # each capture's vantage point, named by its first capture (vantage.groups)
+    ids = {i.file_index: i.capture_id for i in todo}
+    places = {ids[fi]: ids[v] for fi, v in vantage.groups(vantage.spans_of(stats)).items() if fi in ids}
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     status: dict[str, tuple[str, str | None, int | None, int]] = {}
@@ -721,6 +728,7 @@ def _inputs_record(
                 "damaged_bytes": status[i.capture_id][3],
                 "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
                 "filtered": filtered.get(i.capture_id),
+                "vantage": places.get(i.capture_id, i.capture_id) if i.kind in inputs.CAPTURE_KINDS else None,
                 "date": today,
             }
             for i in recorded

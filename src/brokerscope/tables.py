@@ -191,6 +191,19 @@ INPUTS = [
     # and the packets it dropped (records outside the window, TCP segments of other endpoints)
     pa.field("filter", pa.string()),
     pa.field("filtered", pa.int64()),
+    # several vantage points (docs/design.md "Vantage points"): the capture_id of the first capture
+    # of this capture's vantage point in its run (a place's files chain in time; captures whose
+    # record times overlap are two places); null for segment files
+    pa.field("vantage", pa.string()),
+    # its clock against the run's reference vantage point (brokerscope.clocks), from requests and
+    # responses seen at both ends: its time minus the reference's for one instant (µs: subtract it
+    # from its times to put them on the reference's clock), the bound the true offset lies within,
+    # the reference (the capture_id naming its vantage point) and the request/response exchanges
+    # matched with other vantage points. Null when it shares no exchange with another vantage point
+    pa.field("clock_offset_us", pa.float64()),
+    pa.field("clock_offset_bound_us", pa.float64()),
+    pa.field("clock_offset_ref", pa.string()),
+    pa.field("clock_offset_pairs", pa.int64()),
 ]
 
 # Kafka message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
@@ -229,6 +242,10 @@ JOURNEYS = [
     pa.field("duplicate_of", pa.string()),
     pa.field("producer_conn_id", pa.string()),  # the connection of the Produce request
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
+    # several vantage points (docs/design.md "Vantage points"): some of the row's times come from a
+    # capture whose clock is off the reference's and were moved onto it by its estimated offset
+    # (inputs.clock_offset_us); its latencies are then between corrected times. False: as captured
+    pa.field("clock_corrected", pa.bool_()),
 ]
 
 # Consumer lag (brokerscope.lag, `[lag] enabled` / `ingest --lag`; README "Consumer lag",
