@@ -467,8 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--journeys",
         action="store_true",
-        help="also compute the journeys table (Kafka messages from producer to each consumer group) "
-        "for the run's captures ([journeys] enabled)",
+        help="also compute the journeys table (Kafka, Pulsar, Iggy and TubeMQ messages from producer "
+        "to each consumer) for the run's captures ([journeys] enabled)",
     )
     ing.add_argument(
         "--lag",

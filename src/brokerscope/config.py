@@ -47,7 +47,7 @@ _CORE: dict = {
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
     "filter": {"since": "", "until": "", "hosts": [], "ports": []},
     "tls": {"keylog_files": [], "keylog_insecure_ok": False},
-    # Kafka only so far (the other protocols' identities come next): off until they follow
+    # every protocol with an identity rule; off by default (it reads the run's rows back again)
     "journeys": {"enabled": False},
     # Kafka and Iggy (Pulsar's wire has no offsets to compare): off like the journeys
     "lag": {"enabled": False},

@@ -206,41 +206,46 @@ INPUTS = [
     pa.field("clock_offset_pairs", pa.int64()),
 ]
 
-# Kafka message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
-# "Message journeys", docs/protocols/kafka.md "Journeys"): one row per message and consumer group,
+# Message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
+# "Message journeys", each protocol's identity rule in docs/protocols/<name>.md "Journeys"): one
+# row per message and consumer (Kafka group, Pulsar subscription, Iggy consumer, TubeMQ group),
 # derived from the other tables of a run's captures after they are committed. Timestamps are the
 # capture times of each step's frame; latencies are differences of them (µs, signed:
 # ack_to_deliver_us is negative when the consumer got the message before the producer its ack).
 JOURNEYS = [
     # the capture of the message's first sighting in the run (its produce row, else its first delivery)
     pa.field("capture_id", pa.string()),
-    pa.field("protocol", pa.string()),  # kafka
+    pa.field("protocol", pa.string()),  # kafka | pulsar | iggy | tubemq
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("message_id", pa.string()),  # topic-partition@offset, as in messages
+    pa.field("offset", pa.int64()),  # null for Pulsar (no offsets)
+    # as in messages: Kafka topic-partition@offset, Pulsar ledger:entry:batch_index, Iggy's u128
+    # message id, TubeMQ's broker message id
+    pa.field("message_id", pa.string()),
     pa.field("key_hash", pa.string()),  # sha256 hex of the key (null key: null)
-    # the consumer group; null: deliveries to a connection no group rule names (kafka.md "Journeys")
+    # the consumer group (Kafka, TubeMQ), subscription (Pulsar), consumer:<id> | group:<id> (Iggy);
+    # null: deliveries to a consumer no rule names (<protocol>.md "Journeys")
     pa.field("consumer", pa.string()),
     pa.field("ts", TS),  # the first step seen: produced, else first delivered (dates the row)
+    # each step's time as Kafka takes it (the others from their own frames: <protocol>.md "Journeys")
     pa.field("produced_ts", TS),  # first byte of the Produce request carrying it
     pa.field("acked_ts", TS),  # first byte of the Produce response giving its partition's base offset
     pa.field("delivered_ts", TS),  # first byte of the first Fetch response delivering it to the group
     pa.field("committed_ts", TS),  # first successful OffsetCommit response of the group beyond it
-    pa.field("deliveries", pa.int64()),  # Fetch responses delivering it to the group (0: not delivered)
+    pa.field("deliveries", pa.int64()),  # deliveries to the consumer (0: not delivered)
     pa.field("redeliveries", pa.int64()),  # deliveries after the first
     pa.field("produce_to_ack_us", pa.float64()),
     pa.field("ack_to_deliver_us", pa.float64()),
     pa.field("produce_to_deliver_us", pa.float64()),
     pa.field("deliver_to_commit_us", pa.float64()),
     pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered | duplicate
-    # Produce requests carrying the record (an idempotent producer's retries repeat its producer
-    # id, epoch and sequence), answered or not
+    # produce requests carrying the record (Kafka: an idempotent producer's retries repeat its
+    # producer id, epoch and sequence), answered or not
     pa.field("produce_attempts", pa.int64()),
     # status duplicate: the message_id of the same record at its first offset (a retry the broker
     # wrote again)
     pa.field("duplicate_of", pa.string()),
-    pa.field("producer_conn_id", pa.string()),  # the connection of the Produce request
+    pa.field("producer_conn_id", pa.string()),  # the connection of the produce request
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
     # several vantage points (docs/design.md "Vantage points"): some of the row's times come from a
     # capture whose clock is off the reference's and were moved onto it by its estimated offset
