@@ -23,6 +23,7 @@ absolute in v0 and relative in v1 (the wrapper carries the offset of the last in
 
 from __future__ import annotations
 
+import array
 import gzip
 import io
 import struct
@@ -45,6 +46,7 @@ V2_HEADER_SIZE = _V2_HEADER.size
 _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 bytes)
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_INT64_MAX = 2**63 - 1
 
 
 class RecordError(base.DecodeError):
@@ -152,6 +154,27 @@ def _binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
     n = len(offsets) // 4 - 1
     bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
+
+
+def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> pa.Array | list[str]:
+    """`prefix + str(v) + suffix` for each value: an Arrow string column written by the compiled
+    module for an int64 array without nulls (no Python string per value), else a list."""
+    if isinstance(values, pa.Array) and values.type == pa.int64() and not values.null_count:
+        try:
+            head, tail = prefix.encode(), suffix.encode()
+        except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
+            return [f"{prefix}{v}{suffix}" for v in values.to_pylist()]
+        n = len(values)
+        offsets, data = _records.decimals(head, values.buffers()[1], values.offset, n, tail)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return [f"{prefix}{v}{suffix}" for v in _py(values)]
+
+
+def int64_range(first: int, n: int) -> pa.Array | list[int]:
+    """first, first + 1, ... (n values) as an int64 array; a list where they pass int64."""
+    if first + n - 1 > _INT64_MAX or first < -_INT64_MAX - 1:
+        return list(range(first, first + n))
+    return _int64(n, array.array("q", range(first, first + n)))
 
 
 def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
