@@ -1,7 +1,7 @@
 """Kafka decoding throughput: records decoded per second.
 
     python bench/kafka_bench.py [--conns 8] [--exchanges 100] [--records 200] [--codec lz4] [--keep]
-    python bench/kafka_bench.py --records 40 --rounds 5 --no-spark      # CPU seconds, medians
+    python bench/kafka_bench.py --records 40 --rounds 5 --cpu-only      # CPU seconds, medians
     python bench/kafka_bench.py --records 40 --exchanges 50 --callgrind  # instructions per record
 
 Writes a synthetic capture (tests/support/synth.py framing: Ethernet/IPv4/TCP, handshakes, MSS
@@ -201,6 +201,9 @@ def main() -> None:
         "--once", choices=("decoder", "task"), help="one run, print its records (what --callgrind runs)"
     )
     ap.add_argument("--capture", help="with --once task: a capture this script wrote")
+    ap.add_argument(
+        "--cpu-only", action="store_true", help="only the CPU-time runs (no decode_files, Spark, tshark)"
+    )
     a = ap.parse_args()
     if a.callgrind:
         callgrind(a)
@@ -234,6 +237,9 @@ def main() -> None:
     print(
         f"decode task:          {rate:>12,.0f} records per CPU s  (CPU s: {cpu}; read, sort, decode, conform)"
     )
+    if a.cpu_only:
+        os.unlink(path)
+        return
 
     from brokerscope.streams import decode_files
 

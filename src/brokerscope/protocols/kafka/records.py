@@ -47,6 +47,7 @@ _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 b
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _INT64_MAX = 2**63 - 1
+_HEADERS = pa.list_(tables.HEADER)
 
 
 class RecordError(base.DecodeError):
@@ -210,9 +211,13 @@ def _v2_columns(
             hk = _binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
             hk = pa.array([base.text(k) for k in _binary(w["header_keys"]).to_pylist()], pa.string())
-        entries = pa.StructArray.from_arrays([hk, _binary(w["header_values"])], fields=list(tables.HEADER))
-        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(w["header_offsets"])])
-        headers = pa.ListArray.from_arrays(offsets, entries, type=pa.list_(tables.HEADER))
+        # built from the walk's buffers as they are (its list offsets end at the entries it kept)
+        entries = pa.Array.from_buffers(
+            tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
+        )
+        headers = pa.Array.from_buffers(
+            _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
+        )
     value_size = pa.Array.from_buffers(
         pa.int64(), n, [value.buffers()[0], pa.py_buffer(w["value_size"])], null_count=value.null_count
     )
