@@ -431,7 +431,30 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
 Run = tuple[int, dict, dict]  # rows, columns (lists or arrays), constants
 
 
-def _runs(rows: list, sch: pa.Schema) -> list[Run]:
+class Runs(list):
+    """The runs of one conform call, and what converting each column asks of them, found in one
+    pass: the names some run gives as a column (`given`), as an Arrow array (`arrow`)."""
+
+    def __init__(self, runs: list[Run]):
+        super().__init__(runs)
+        self.given: set[str] = set()
+        self.arrow: set[str] = set()
+        for _n, cols, _c in runs:
+            self.given.update(cols)
+            for k, v in cols.items():
+                if isinstance(v, pa.Array):
+                    self.arrow.add(k)
+        self._ends: pa.Array | None = None
+
+    def ends(self) -> pa.Array:
+        """The run ends (int32) of the runs that hold rows: every constant column repeats its
+        values over them."""
+        if self._ends is None:
+            self._ends = pa.array(list(accumulate(n for n, _c, _k in self if n)), type=pa.int32())
+        return self._ends
+
+
+def _runs(rows: list, sch: pa.Schema) -> Runs:
     """Consecutive dict rows as one run of columns; each block a run of its own."""
     runs: list[Run] = []
     i = 0
@@ -447,7 +470,7 @@ def _runs(rows: list, sch: pa.Schema) -> list[Run]:
         part = rows[i:j] if i or j < len(rows) else rows
         runs.append((len(part), _dict_columns(part, sch), {}))
         i = j
-    return runs
+    return Runs(runs)
 
 
 def _dict_columns(part: list[Mapping], sch: pa.Schema) -> dict:
@@ -494,14 +517,12 @@ def _gather(runs: list[Run], name: str, convert=None) -> list:
     return [convert(v) for v in out] if convert else out
 
 
-def _column(
-    runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None
-) -> pa.Array:
+def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None) -> pa.Array:
     """Column `name` as an array of `typ`: Arrow columns of blocks as they are, every other stretch
     of runs converted in one step (value by value only where that fails)."""
-    if convert is None and len(runs) > 1 and not any(name in cols for _n, cols, _c in runs):
+    if convert is None and len(runs) > 1 and name not in runs.given:
         return _repeated(runs, name, typ, bad)
-    if not any(isinstance(cols.get(name), pa.Array) for _n, cols, _c in runs):
+    if name not in runs.arrow:
         return _values(_gather(runs, name, convert), name, typ, bad)
     chunks: list[pa.Array] = []
     start = 0
@@ -526,18 +547,17 @@ def _column(
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
-def _repeated(runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
+def _repeated(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
     """A column every run gives as a constant (a block's batch-level fields): one value per run,
     converted once and repeated by Arrow, not a Python value per row."""
-    kept = [(n, const.get(name)) for n, _cols, const in runs if n]
+    kept = [const.get(name) for n, _cols, const in runs if n]
     if not kept:
         return pa.nulls(0, type=typ)
     try:
-        values = pa.array([v for _n, v in kept], type=typ)
+        values = pa.array(kept, type=typ)
     except _CONVERSION_ERRORS:  # value by value, each bad row noted
         return _values(_gather(runs, name), name, typ, bad)
-    ends = pa.array(list(accumulate(n for n, _v in kept)), type=pa.int32())
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(runs.ends(), values))
 
 
 def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:
@@ -595,7 +615,7 @@ def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Arr
 
 
 def _timestamps(
-    runs: list[Run], n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]], ns
+    runs: Runs, n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]], ns
 ) -> pa.Array:
     ns_key = f"{name}_ns"
     from_ns = None
