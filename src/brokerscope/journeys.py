@@ -709,9 +709,9 @@ def _compute_others(
 
 
 def _resends_collide(msgs: pa.RecordBatch) -> bool:
-    """Whether the value could tell apart the messages of one retry identity (a rule's `RETRY`
-    columns set, and RECORD_COLUMNS equal): an identity that two messages (the rule's
-    `IDENTITY`, all set) share. Otherwise the values would change no code."""
+    """Whether the value could tell apart the messages of one retry identity (a rule's `RETRY`,
+    the messages columns a resend repeats, all set, and RECORD_COLUMNS equal): an identity that
+    two messages (the rule's `IDENTITY`, all set) share. Otherwise the values change no code."""
     for name, rule in _rules().items():
         retry = getattr(rule, "RETRY", ())
         if not retry:

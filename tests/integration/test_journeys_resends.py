@@ -5,6 +5,7 @@ the first, and both with the two produce attempts, as the simulators' own record
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -86,9 +87,94 @@ def test_pulsar_resend_is_a_duplicate(resend_lake):
         )
 
 
+# ---------------------------------------------------------------------------------------------
+# Iggy: the simulator stores the second SEND_MESSAGES and closes the connection instead of
+# replying; apache-iggy 0.9 reports the disconnection (it does not resend by itself), and the
+# application sends the same message (the same id) again on a new connection
+
+
+def _iggy(tmp: Path) -> dict:
+    from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
+
+    from tests.support.iggy_sim import IggySim
+    from tests.support.loopcap import LoopbackCapture
+
+    stream, topic = "shop", "resends"
+
+    async def client(port: int) -> IggyClient:
+        c = IggyClient(f"127.0.0.1:{port}")
+        await c.connect()
+        await c.login_user("iggy", "resends-pw")
+        return c
+
+    async def session(port: int) -> dict:
+        c = await client(port)
+        await c.create_stream(stream)
+        await c.create_topic(stream, topic, 1)
+
+        def message(n: int) -> list:
+            return [SendMessage(f"resend {n}".encode(), None, 100 + n)]
+
+        await c.send_messages(stream, topic, 1, message(0))
+        try:
+            await asyncio.wait_for(c.send_messages(stream, topic, 1, message(1)), 10)
+            lost = None
+        except RuntimeError as e:  # the reply lost with the connection
+            lost = str(e)
+        c = await client(port)
+        for n in range(1, N):
+            await c.send_messages(stream, topic, 1, message(n))
+        got = await c.poll_messages(
+            stream,
+            topic,
+            consumer=Consumer.Single(1),
+            partition_id=1,
+            polling_strategy=PollingStrategy.Offset(0),
+            count=10,
+            auto_commit=True,
+        )
+        return {"lost": lost, "got": [(m.offset(), m.id(), m.payload()) for m in got]}
+
+    pcap = str(tmp / "iggy.pcap")
+    with IggySim(lose_reply_of_send=2) as sim:
+        with LoopbackCapture(pcap, ports={sim.port}):
+            result = asyncio.run(session(sim.port))
+            time.sleep(0.2)
+    return {"pcap": pcap, "topic": f"{stream}/{topic}", **result}
+
+
+def test_iggy_resend_is_a_duplicate(resend_lake):
+    lake, runs = resend_lake
+    run = runs["iggy"]
+    # the clients' record: the second send failed, message id 101 stored at offsets 1 and 2
+    assert run["lost"] == "Disconnected"
+    ids = [100, 101, 101, 102, 103]
+    assert run["got"] == [(o, i, f"resend {i - 100}".encode()) for o, i in enumerate(ids)]
+    rows = [r for r in delta_rs_rows(str(lake / "journeys")) if r["protocol"] == "iggy"]
+    got = {r["offset"]: r for r in rows}
+    assert len(rows) == len(got) == N + 1 and all(r["consumer"] == "consumer:1" for r in rows)
+    assert [got[o]["message_id"] for o in range(N + 1)] == [str(i) for i in ids]
+    dup, orig = got[2], got[1]
+    assert (dup["status"], dup["duplicate_of"], dup["produce_attempts"]) == (
+        "duplicate",
+        f"{run['topic']}-1@1",
+        2,
+    )
+    assert (orig["status"], orig["duplicate_of"], orig["produce_attempts"]) == ("delivered", None, 2)
+    # the original was produced by the request whose reply was lost, on the first connection
+    assert orig["producer_conn_id"] == got[0]["producer_conn_id"] != dup["producer_conn_id"]
+    assert orig["acked_ts"] is None and orig["produced_ts"] < dup["produced_ts"] < dup["acked_ts"]
+    for o in (0, 3, 4):
+        assert (got[o]["status"], got[o]["produce_attempts"], got[o]["duplicate_of"]) == (
+            "delivered",
+            1,
+            None,
+        )
+
+
 @pytest.fixture(scope="module")
 def resend_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("journeys-resends")
-    runs = {"pulsar": _pulsar(tmp)}
+    runs = {"pulsar": _pulsar(tmp), "iggy": _iggy(tmp)}
     ingest_derived(spark, [r["pcap"] for r in runs.values()], str(tmp / "lake"), journeys=True)
     return tmp / "lake", runs

@@ -180,6 +180,34 @@ def test_iggy_stored_offsets_cover_the_message_at_them():
     assert all(r["message_id"] == str(r["offset"]) for r in got.values())
 
 
+def test_iggy_resent_id_at_two_offsets_is_a_duplicate_but_id_zero_is_not():
+    """A client-given id with the same payload at two offsets: the lower offset is the original
+    (its request unanswered: produced by it, no ack); id 0 (the server assigns one) and another
+    payload under a given id are other messages."""
+    p = {"protocol": "iggy", "topic": "s/t", "partition": 1, "value_size": 1}
+    rows = [
+        ("produce", 1, None, "7", "aa", "P1"),  # the reply lost
+        ("produce", 2, 5, "7", "aa", "P2"),
+        ("produce", 2, 6, "0", "bb", "P2"),
+        ("produce", 2, 7, "0", "bb", "P2"),
+        ("produce", 2, 8, "7", "cc", "P2"),
+        *(("deliver", 3, o, i, h, "C") for o, i, h in ((4, "7", "aa"), (5, "7", "aa"), (6, "0", "bb"), (7, "0", "bb"), (8, "7", "cc"))),
+    ]  # fmt: skip
+    msgs = [
+        _m(**p, direction=d, ts=t * MS, offset=o, message_id=i, value_hash=h, conn_id=c, consumer=(d == "deliver" or None) and "consumer:1")
+        for d, t, o, i, h, c in rows
+    ]  # fmt: skip
+    got = {o: r for (o,), r in _by(_journeys(msgs, []), "offset").items()}
+    assert {o: (r["status"], r["duplicate_of"], r["produce_attempts"]) for o, r in got.items()} == {
+        4: ("delivered-not-committed", None, 2),
+        5: ("duplicate", "s/t-1@4", 2),
+        6: ("delivered-not-committed", None, 1),
+        7: ("delivered-not-committed", None, 1),
+        8: ("delivered-not-committed", None, 1),
+    }
+    assert (got[4]["producer_conn_id"], got[4]["produced_ts"] < got[5]["produced_ts"]) == ("P1", True)
+
+
 def test_tubemq_commits_cover_the_messages_below_the_offset_and_pair_sends_by_serial():
     p = {"protocol": "tubemq", "topic": "t", "partition": 0}
     msgs = [

@@ -27,7 +27,7 @@ from ...journeys import Steps
 IDENTITY = ("topic", "message_id")
 RECEIPT = "pulsar_receipt"
 CONSUMER_ACKS = ("pulsar_ack", "pulsar_ack_cumulative")
-RETRY = ("topic", "producer_name", "sequence")  # a SEND resent: the same message metadata
+RETRY = ("topic", "producer_name", "sequence")  # the messages columns a resend repeats (metadata)
 RANK = ("ledger", "entry", "batch_index")  # the order the broker stored messages in
 # message ids as messages.message_id writes them: ledger:entry:batch_index
 _MESSAGE_ID = r"^(?P<ledger>-?\d+):(?P<entry>-?\d+):(?P<batch_index>-?\d+)$"
