@@ -616,6 +616,10 @@ STEP_MSG_COLUMNS = (
     "conn_id",
     "correlation_id",
     "consumer",
+    "producer_name",
+    "sequence",
+    "value_hash",
+    "value_size",
 )
 STEP_ACK_COLUMNS = (
     "protocol",
@@ -634,6 +638,9 @@ STEP_ACK_COLUMNS = (
 MESSAGE_COLUMNS = ("topic", "partition", "offset", "message_id")
 STEP_COLUMNS = (*MESSAGE_COLUMNS, "capture_id", "key", "ts_ns", "conn_id")
 COMMIT_COLUMNS = ("topic", "partition", "offset", "consumer", "ts_ns")
+# what makes two rows of one retry identity (Steps.retry) one record: equal key and value (null
+# equal to null; `value` too where it was read: _resends_collide)
+RECORD_COLUMNS = ("key", "value_hash", "value_size")
 
 
 @dataclass
@@ -646,7 +653,15 @@ class Steps:
     `consumer`, a row per delivery; `acked`: identity + `consumer`, `ts_ns`, a consumer's
     acknowledgement of that message; `commits`: `topic`, `partition`, `offset`, `consumer`,
     `ts_ns`, an offset a consumer committed, which covers the partition's messages below it
-    (`inclusive`: at it too)."""
+    (`inclusive`: at it too).
+
+    Resends (status `duplicate`): `retry` names the columns of `produced`, `delivered` and
+    `attempts` that, all set and equal, with equal RECORD_COLUMNS, make two messages one record
+    the broker stored again; of those, the first by `rank` (columns of `produced` and
+    `delivered`) is the original, the others are its duplicates. `attempts`: produce rows that
+    carry no identity (no answer seen), with the `retry` and RECORD_COLUMNS, `ts_ns`, `conn_id`:
+    they count among the record's produce attempts, and an original without a produce row of
+    its own was produced by the first of them. Empty `retry`: no duplicates."""
 
     identity: tuple[str, ...]
     produced: pa.Table
@@ -654,6 +669,9 @@ class Steps:
     acked: pa.Table | None = None
     commits: pa.Table | None = None
     inclusive: bool = False
+    retry: tuple[str, ...] = ()
+    rank: tuple[str, ...] = ()
+    attempts: pa.Table | None = None
 
 
 def _rules() -> dict:
@@ -672,6 +690,14 @@ def _compute_others(
     others = pc.field("protocol").isin(list(_rules()))
     sent_or_got = pc.field("direction").isin(["produce", "deliver"])
     msgs = _read(f"{root}/messages", ids, STEP_MSG_COLUMNS, others & sent_or_got, ("protocol", "direction"))
+    if _resends_collide(msgs):  # the values may tell apart rows of one retry identity
+        msgs = _read(
+            f"{root}/messages",
+            ids,
+            (*STEP_MSG_COLUMNS, "value"),
+            others & sent_or_got,
+            ("protocol", "direction"),
+        )
     acks = _read(f"{root}/acks", ids, (*STEP_ACK_COLUMNS, "capture_id"), others, ("protocol",))
     moved: set[str] = set()
     if clocks is not None:
@@ -680,6 +706,29 @@ def _compute_others(
             moved |= set(pc.unique(t["conn_id"].filter(t["moved"])).to_pylist()) - {None}
         msgs, acks = (t.drop_columns(["moved"]) for t in (msgs, acks))
     return compute_others(msgs, acks), moved
+
+
+def _resends_collide(msgs: pa.RecordBatch) -> bool:
+    """Whether the value could tell apart the messages of one retry identity (a rule's `RETRY`,
+    the messages columns a resend repeats, all set, and RECORD_COLUMNS equal): an identity that
+    two messages (the rule's `IDENTITY`, all set) share. Otherwise the values change no code."""
+    for name, rule in _rules().items():
+        retry = getattr(rule, "RETRY", ())
+        if not retry:
+            continue
+        m = msgs.filter(pc.equal(msgs["protocol"], name))
+        has = np.ones(m.num_rows, bool)
+        for c in (*retry, *rule.IDENTITY):
+            has &= _valid(m[c])
+        if has.sum() < 2:
+            continue
+        m = m.filter(pa.array(has))
+        r = _codes(*(m[c] for c in (*retry, *RECORD_COLUMNS)))
+        i = _codes(*(m[c] for c in rule.IDENTITY))
+        pairs = np.unique(np.stack([r, i]), axis=1)
+        if np.bincount(pairs[0]).max() > 1:
+            return True
+    return False
 
 
 def _mark_others_moved(out: pa.RecordBatch, moved_conns: set[str]) -> pa.RecordBatch:
@@ -782,8 +831,18 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     acked_arr = prod["acked_ns"].take(pa.array(p_row)) if np_ else pa.nulls(nm, pa.int64())
     acked_ok = has_p & _valid(acked_arr)
     acked_ns = np.where(acked_ok, _np(acked_arr), 0)
-    attempts = np.bincount(p_mid, minlength=nm)
     attrs = both.select([*MESSAGE_COLUMNS, "capture_id", "key"]).take(pa.array(src))
+    p_conn = prod["conn_id"].take(pa.array(p_row)) if np_ else pa.nulls(nm, pa.string())
+    # resends: duplicates, their originals, attempts; an original whose answer was lost was
+    # produced by its first unanswered attempt
+    rs = _resends(s, code[: np_ + nd], nm, np_, src)
+    attempts = np.where(rs.retry >= 0, rs.attempts, np.bincount(p_mid, minlength=nm))
+    lost = ~has_p & (rs.lost_attempt >= 0)
+    if lost.any():
+        at = pa.array(np.maximum(rs.lost_attempt, 0))
+        produced_ns = np.where(lost, _np(rs.attempt_rows["ts_ns"].take(at)), produced_ns)
+        p_conn = pc.if_else(pa.array(lost), rs.attempt_rows["conn_id"].take(at), p_conn)
+        has_p = has_p | lost
 
     # consumers: names sorted, code nc for none
     names = sorted(
@@ -847,8 +906,14 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     n = len(rm)
     r_p = has_p[rm]
     status = np.where(~got, "not-delivered", np.where(~cgot, "delivered-not-committed", "delivered"))
+    dup = rs.duplicate[rm]
+    status = np.where(dup, "duplicate", status)
     m = attrs.take(pa.array(rm))
-    p_conn = prod["conn_id"].take(pa.array(p_row[rm])) if np_ else pa.nulls(n, pa.string())
+    o = attrs.take(pa.array(rs.original[rm]))
+    if "offset" in s.identity:  # the original's place (a resent Iggy message keeps its id)
+        orig_ids = _message_ids(o["topic"], o["partition"], o["offset"])
+    else:
+        orig_ids = o["message_id"]
     deliveries = np.where(got, d_count[di] if len(d_pairs) else 0, 0)
     cols = {
         "capture_id": m["capture_id"],
@@ -863,7 +928,8 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
         ),
         "status": pa.array(status, pa.string()),
         "produce_attempts": pa.array(attempts[rm], pa.int64()),
-        "producer_conn_id": pc.if_else(pa.array(r_p), p_conn, pa.nulls(n, pa.string())),
+        "duplicate_of": pc.if_else(pa.array(dup), orig_ids, pa.nulls(n, pa.string())),
+        "producer_conn_id": pc.if_else(pa.array(r_p), p_conn.take(pa.array(rm)), pa.nulls(n, pa.string())),
         "consumer_conn_id": pc.if_else(
             pa.array(got),
             both["conn_id"].take(pa.array(np.where(got, d_first[di] if len(d_pairs) else 0, 0))),
@@ -871,6 +937,79 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
         ),
     }
     return tables.Block(n, cols, {"protocol": protocol})
+
+
+@dataclass
+class _Resends:
+    """Per message (steps_block's numbering): its retry identity's code (-1: none), whether it
+    is a duplicate, its original (itself when none), its identity's produce attempts, the
+    attempt (row of `attempt_rows`) producing it when it is an original without a produce row
+    of its own (-1: none)."""
+
+    retry: np.ndarray
+    duplicate: np.ndarray
+    original: np.ndarray
+    attempts: np.ndarray
+    lost_attempt: np.ndarray
+    attempt_rows: pa.RecordBatch
+
+
+def _resends(s: Steps, mid: np.ndarray, nm: int, np_: int, src: np.ndarray) -> _Resends:
+    """The resends among the `nm` messages of `s` (Steps: `retry`, `rank`, `attempts`); `mid`:
+    the message of each produced then delivered row, `np_` of them produced; `src`: each
+    message's row (among those) whose `rank` columns rank it."""
+    sch = tables.schema("messages")
+    att = s.attempts if s.retry and s.attempts is not None else None
+    parts = [s.produced, s.delivered, *([att] if att is not None else [])]
+    cols = [*s.retry, *RECORD_COLUMNS]
+    if all("value" in t.column_names for t in parts):
+        cols.append("value")
+
+    def column(c: str, tabs) -> pa.Array:
+        typ = sch.field(c).type if c in sch.names else None
+        arrays = [_batch(pa.table(t).select([c]))[c] for t in tabs]
+        return pa.concat_arrays([a.cast(typ) if typ is not None else a for a in arrays])
+
+    none = np.full(nm, -1, np.int64)
+    arows = (
+        _batch(pa.table(att).select(["ts_ns", "conn_id"]))
+        if att is not None
+        else pa.record_batch({"ts_ns": pa.array([], pa.int64()), "conn_id": pa.array([], pa.string())})
+    )
+    if not s.retry or not nm:
+        return _Resends(none, np.zeros(nm, bool), np.arange(nm), np.zeros(nm, np.int64), none, arows)
+    n = sum(t.num_rows for t in parts)
+    valid = np.ones(n, bool)
+    for c in s.retry:
+        valid &= _valid(column(c, parts))
+    code = np.where(valid, _codes(*(column(c, parts) for c in cols)), -1) if n else np.zeros(0, np.int64)
+    nr = int(code.max(initial=-1)) + 1
+    nrows = len(mid)
+    retry = none.copy()
+    sel = code[:nrows] >= 0
+    np.maximum.at(retry, mid[sel], code[:nrows][sel])
+    # the original: the first by rank among the messages of an identity
+    rank = [_np(column(c, parts[:2]).take(pa.array(src)), np.iinfo(np.int64).max) for c in s.rank]
+    order = np.lexsort((np.arange(nm), *reversed(rank), retry))
+    pos = _first(retry[order], max(nr, 1), retry[order] >= 0)
+    original_of = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
+    has = retry >= 0
+    original = np.where(has, original_of[np.maximum(retry, 0)], np.arange(nm))
+    # produce attempts: the produce rows (answered or not) of the identity
+    produce = np.zeros(n, bool)
+    produce[:np_] = True
+    produce[nrows:] = True
+    counted = produce & (code >= 0)
+    per = np.bincount(code[counted], minlength=max(nr, 1))
+    attempts = np.where(has, per[np.maximum(retry, 0)], 0)
+    lost = none.copy()
+    if att is not None and att.num_rows:
+        a_code = code[nrows:]
+        a_order = np.argsort(_np(arows["ts_ns"]), kind="stable")
+        first = _first(a_code[a_order], max(nr, 1), a_code[a_order] >= 0)
+        first = np.where(first >= 0, a_order[np.maximum(first, 0)], -1)
+        lost = np.where(has & (original == np.arange(nm)), first[np.maximum(retry, 0)], -1)
+    return _Resends(retry, has & (original != np.arange(nm)), original, attempts, lost, arows)
 
 
 def _typed(t: pa.Table, columns) -> pa.RecordBatch:

@@ -23,8 +23,9 @@ messages 0-4 are done):
 
 Pulsar has no rows: its positions are ledger:entry message ids, not offsets, and a subscription's
 backlog in messages is on the wire only in CommandConsumerStatsResponse, which clients send only
-when asked for broker stats. TubeMQ has none yet: its responses' currOffset and maxOffset are
-positions in its index files, not counts of messages.
+when asked for broker stats. TubeMQ has none: its responses' currOffset and maxOffset are
+byte positions in its index files, whose entry size is a broker constant no frame carries, so
+no count of messages (docs/protocols/tubemq.md "Journeys").
 """
 
 from __future__ import annotations

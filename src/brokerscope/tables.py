@@ -240,10 +240,11 @@ JOURNEYS = [
     pa.field("deliver_to_commit_us", pa.float64()),
     pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered | duplicate
     # produce requests carrying the record (Kafka: an idempotent producer's retries repeat its
-    # producer id, epoch and sequence), answered or not
+    # producer id, epoch and sequence; Pulsar: a resent SEND its producer name and sequence id;
+    # Iggy: its message id), answered or not
     pa.field("produce_attempts", pa.int64()),
-    # status duplicate: the message_id of the same record at its first offset (a retry the broker
-    # wrote again)
+    # status duplicate: the message_id of the same record's first copy (Iggy, whose copies share
+    # their id: its topic-partition@offset), a resend the broker stored again (<protocol>.md)
     pa.field("duplicate_of", pa.string()),
     pa.field("producer_conn_id", pa.string()),  # the connection of the produce request
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery

@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from brokerscope import pipeline
-from brokerscope.config import Settings
-from tests.support.lakecheck import delta_rs_rows
+from tests.support.lakecheck import delta_rs_rows, ingest_derived
 
 pytestmark = [
     pytest.mark.spark,
@@ -360,14 +358,6 @@ def _journeys(lake: Path) -> list[dict]:
 def protocol_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("journeys-protocols")
     runs = {"pulsar": _pulsar(tmp), "iggy": _iggy(tmp), "tubemq": _tubemq(tmp)}
-    settings = Settings.load(
-        overrides={
-            "lake": {"path": str(tmp / "lake")},
-            "spark": {"shuffle_partitions": 4},
-            "journeys": {"enabled": True},
-        }
-    )
-    summary = pipeline.ingest([r["pcap"] for r in runs.values()], settings, spark=spark)
-    assert summary.errors == []
+    summary = ingest_derived(spark, [r["pcap"] for r in runs.values()], str(tmp / "lake"), journeys=True)
     assert summary.rows["journeys"] == len(_journeys(tmp / "lake")) == 2 * (3 * 2 * PER_BATCH)
     return tmp / "lake", runs

@@ -143,8 +143,11 @@ def stamp_batch(batch: bytes, partition_id: int, base_offset: int, base_ts: int)
 class IggySim:
     """Run with `with IggySim() as sim: ... sim.port`; state is kept per (stream, topic)."""
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, lose_reply_of_send: int | None = None):
         self.port = port
+        # the n-th SEND_MESSAGES (from 1): stored, its reply lost with the connection
+        self.lose_reply_of_send = lose_reply_of_send
+        self.sends = 0
         self.streams: dict[str, dict] = {}  # name -> {id, created, topics: {name: topic}}
         self.batches: dict[tuple[str, str], list[bytes]] = {}  # stamped batch records
         self.offsets: dict[tuple, int] = {}
@@ -188,7 +191,10 @@ class IggySim:
                 hdr = await r.readexactly(HEADER)
                 size = struct.unpack_from("<I", hdr, 48)[0]
                 body = await r.readexactly(size - HEADER) if size > HEADER else b""
-                w.write(self.answer(hdr, body))
+                out = self.answer(hdr, body)
+                if out is None:  # the reply is lost with the connection
+                    break
+                w.write(out)
                 await w.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
@@ -197,7 +203,7 @@ class IggySim:
 
     # ------------------------------------------------------------------ behaviour
 
-    def answer(self, hdr: bytes, body: bytes) -> bytes:
+    def answer(self, hdr: bytes, body: bytes) -> bytes | None:
         op = hdr[176]
         code = struct.unpack_from("<I", hdr, 196)[0] if op == 2 else 0
         self.requests.append((op, code))
@@ -223,7 +229,9 @@ class IggySim:
         if op == 132:
             return reply(hdr, self._create_topic(body), commit=self.commit)
         if op == 160:
-            return reply(hdr, self._store_messages(body), commit=self.commit)
+            self.sends += 1
+            out = reply(hdr, self._store_messages(body), commit=self.commit)
+            return None if self.sends == self.lose_reply_of_send else out
         if op == 161:
             self._store_offset(body)
             return reply(hdr, ok_section(), commit=self.commit)

@@ -296,6 +296,15 @@ class _Conn(threading.Thread):
             tp.entries.append(e)
             sim.log["sends"].append({"topic": topic, "ledger": e.ledger, "entry": e.entry, "sequence_id": send.sequence_id,
                                      "num_messages": send.num_messages, "is_chunk": send.is_chunk})  # fmt: skip
+        if sim.lose_receipt_of is not None and sim.lose_receipt_of == (topic, send.sequence_id):
+            # stored, but the receipt is lost with the connection: the client resends the SEND
+            # (same producer, sequence id and metadata) on its next connection
+            sim.lose_receipt_of = None
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         rcpt = {"producer_id": send.producer_id, "sequence_id": send.sequence_id,
                 "message_id": {"ledger_id": e.ledger, "entry_id": e.entry}}  # fmt: skip
         if send.HasField("highest_sequence_id"):
@@ -313,11 +322,14 @@ class PulsarSim:
         partitions: dict[str, int] | None = None,
         max_message_size: int = 5 * 1024 * 1024,
         broker_entry_metadata: bool = True,
+        lose_receipt_of: tuple[str, int] | None = None,
     ):
         self.lock = threading.RLock()
         self.partitions = partitions or {}
         self.max_message_size = max_message_size
         self.broker_entry_metadata = broker_entry_metadata
+        # (topic, sequence id) of a SEND stored without its receipt, its connection then closed
+        self.lose_receipt_of = lose_receipt_of
         self.topics: dict[str, Topic] = {}
         self.consumers: list[Consumer] = []
         self.log: dict[str, list] = {"commands": [], "sends": [], "acks": [], "deliveries": []}

@@ -91,6 +91,38 @@ def test_pulsar_identity_receipts_and_consumer_acks():
     ]
 
 
+def test_pulsar_resend_stored_twice_is_a_duplicate_of_the_lower_id():
+    """Producer name + sequence id + key + value under two message ids: the lower id (ledger,
+    entry, batch index as numbers, not text) is the original, produced by the SEND whose receipt
+    was lost; the same sequence with another value, or another producer, is another message."""
+    t = "persistent://public/default/t"
+    p = {"protocol": "pulsar", "topic": t, "producer_name": "p-1", "value_size": 1}
+    rec = {"key": b"k", "value_hash": "aa", "sequence": 7}
+    msgs = [
+        _m(**p, **rec, direction="produce", ts=1 * MS, message_id=None, conn_id="P1"),  # receipt lost
+        _m(**p, **rec, direction="produce", ts=5 * MS, message_id="9:10:-1", conn_id="P2"),
+        _m(**p, **rec, direction="deliver", ts=6 * MS, message_id="9:9:-1", consumer="s", conn_id="C"),
+        _m(**p, **rec, direction="deliver", ts=7 * MS, message_id="9:10:-1", consumer="s", conn_id="C"),
+        # the same sequence id, another value; another producer, the same value: not resends
+        _m(**p, **{**rec, "value_hash": "bb"}, direction="produce", ts=8 * MS, message_id="9:11:-1"),
+        _m(**{**p, "producer_name": "p-2"}, **rec, direction="produce", ts=9 * MS, message_id="9:12:-1"),
+    ]
+    acks = [_a(**p, ack_type="pulsar_receipt", ts=5 * MS + 100, message_id="9:10:-1", conn_id="P2")]
+    got = _by(_journeys(msgs, acks), "message_id", "consumer")
+    dup, orig = got[("9:10:-1", "s")], got[("9:9:-1", "s")]
+    assert (dup["status"], dup["duplicate_of"], dup["produce_attempts"]) == ("duplicate", "9:9:-1", 2)
+    assert (dup["producer_conn_id"], dup["produce_to_ack_us"], dup["deliveries"]) == ("P2", 0.1, 1)
+    assert (orig["status"], orig["duplicate_of"], orig["produce_attempts"]) == (
+        "delivered-not-committed",
+        None,
+        2,
+    )
+    assert (orig["producer_conn_id"], orig["acked_ts"]) == ("P1", None)
+    assert orig["produced_ts"] < dup["produced_ts"]
+    for m in ("9:11:-1", "9:12:-1"):
+        assert (got[(m, "s")]["status"], got[(m, "s")]["produce_attempts"]) == ("not-delivered", 1)
+
+
 def _iggy(offset_commit_at: int) -> list[dict]:
     p = {"protocol": "iggy", "topic": "s/t", "partition": 1}
     msgs = [
@@ -146,6 +178,34 @@ def test_iggy_stored_offsets_cover_the_message_at_them():
     assert (nine["status"], nine["deliveries"], nine["delivered_ts"]) == ("not-delivered", 0, None)
     assert nine["committed_ts"] is not None and got[(1, "consumer:9")]["committed_ts"] is None
     assert all(r["message_id"] == str(r["offset"]) for r in got.values())
+
+
+def test_iggy_resent_id_at_two_offsets_is_a_duplicate_but_id_zero_is_not():
+    """A client-given id with the same payload at two offsets: the lower offset is the original
+    (its request unanswered: produced by it, no ack); id 0 (the server assigns one) and another
+    payload under a given id are other messages."""
+    p = {"protocol": "iggy", "topic": "s/t", "partition": 1, "value_size": 1}
+    rows = [
+        ("produce", 1, None, "7", "aa", "P1"),  # the reply lost
+        ("produce", 2, 5, "7", "aa", "P2"),
+        ("produce", 2, 6, "0", "bb", "P2"),
+        ("produce", 2, 7, "0", "bb", "P2"),
+        ("produce", 2, 8, "7", "cc", "P2"),
+        *(("deliver", 3, o, i, h, "C") for o, i, h in ((4, "7", "aa"), (5, "7", "aa"), (6, "0", "bb"), (7, "0", "bb"), (8, "7", "cc"))),
+    ]  # fmt: skip
+    msgs = [
+        _m(**p, direction=d, ts=t * MS, offset=o, message_id=i, value_hash=h, conn_id=c, consumer=(d == "deliver" or None) and "consumer:1")
+        for d, t, o, i, h, c in rows
+    ]  # fmt: skip
+    got = {o: r for (o,), r in _by(_journeys(msgs, []), "offset").items()}
+    assert {o: (r["status"], r["duplicate_of"], r["produce_attempts"]) for o, r in got.items()} == {
+        4: ("delivered-not-committed", None, 2),
+        5: ("duplicate", "s/t-1@4", 2),
+        6: ("delivered-not-committed", None, 1),
+        7: ("delivered-not-committed", None, 1),
+        8: ("delivered-not-committed", None, 1),
+    }
+    assert (got[4]["producer_conn_id"], got[4]["produced_ts"] < got[5]["produced_ts"]) == ("P1", True)
 
 
 def test_tubemq_commits_cover_the_messages_below_the_offset_and_pair_sends_by_serial():

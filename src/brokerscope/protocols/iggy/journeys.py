@@ -10,7 +10,12 @@ journey steps, which brokerscope.journeys turns into rows.
 - the consumer is who polled (`consumer:<id>` or `group:<id>`, messages.consumer);
 - committed: the consumer's first stored offset (`acks` `iggy_offset`: STORE_CONSUMER_OFFSET
   answered with status 0, or an auto-commit poll) for the partition at or beyond the message's
-  (Iggy stores the offset of the last message consumed).
+  (Iggy stores the offset of the last message consumed);
+- a resend: messages of one topic and partition with the same client-given message id (not 0,
+  which asks the server for one) and the same payload at two offsets are one message the server
+  stored twice (its deduplication off): the lowest offset is the original, the others are
+  `duplicate`; the SEND_MESSAGES rows of that id, answered or not, are its produce attempts, and an
+  original whose reply was lost was produced by its unanswered request.
 """
 
 from __future__ import annotations
@@ -21,11 +26,22 @@ import pyarrow.compute as pc
 from ...journeys import Steps
 
 IDENTITY = ("topic", "partition", "offset")
+RETRY = ("topic", "partition", "message_id")  # the messages columns a resend repeats
+SERVER_ASSIGNED_ID = "0"  # a message id of 0: the server gives the message one
+
+
+def _resend_ids(t: pa.Table) -> pa.Table:
+    """`t` with `resend_id`: its message id, null where the server assigns it."""
+    ids = t["message_id"]
+    given = pc.fill_null(pc.not_equal(ids, SERVER_ASSIGNED_ID), False)
+    return t.append_column("resend_id", pc.if_else(given, ids, pa.nulls(len(t), pa.string())))
 
 
 def steps(msgs: pa.Table, acks: pa.Table) -> Steps:
     """The journey steps of the Iggy rows `msgs` (messages) and `acks`."""
+    msgs = _resend_ids(msgs)
     placed = msgs.filter(msgs["offset"].is_valid())
+    unanswered = msgs.filter(pc.and_(msgs["offset"].is_null(), pc.equal(msgs["direction"], "produce")))
     produced = placed.filter(pc.equal(placed["direction"], "produce"))
     delivered = placed.filter(pc.equal(placed["direction"], "deliver"))
     ok = pc.equal(acks["error_code"], 0)
@@ -35,4 +51,13 @@ def steps(msgs: pa.Table, acks: pa.Table) -> Steps:
     produced = produced.join(first, on, join_type="left outer")
     commits = acks.filter(pc.and_(pc.equal(acks["ack_type"], "iggy_offset"), ok))
     commits = commits.select(["topic", "partition", "offset", "consumer", "ts_ns"])
-    return Steps(IDENTITY, produced, delivered, commits=commits, inclusive=True)
+    return Steps(
+        IDENTITY,
+        produced,
+        delivered,
+        commits=commits,
+        inclusive=True,
+        retry=("topic", "partition", "resend_id"),
+        rank=("offset",),
+        attempts=unanswered,
+    )
