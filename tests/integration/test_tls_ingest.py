@@ -17,7 +17,8 @@ from brokerscope.config import Settings
 from brokerscope.streams import decode_files
 from brokerscope.tls import load
 from tests.support.lakecheck import delta_rs_rows, normalized
-from tests.unit.tls.test_tls_ingest import DATA, dsb, leaks, private_copy
+from tests.unit.tls.legs import DATA, private_copy
+from tests.unit.tls.test_tls_ingest import dsb, leaks
 
 pytestmark = pytest.mark.spark
 
