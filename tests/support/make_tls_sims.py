@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noqa: E402
+from tests.support.loopcap import LoopbackCapture  # noqa: E402
+from tests.support.make_tls_kafka import write_legs  # noqa: E402
 from tests.support.tlsproxy import TlsProxy, server_context  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "tls"
@@ -108,15 +109,7 @@ def record(name: str, out: Path = OUT) -> None:
         ):
             run_client(sim, proxy.port)
             time.sleep(0.3)
-        upstream = set(proxy.upstream_ports)
-        tls = [(ts, f) for ts, f in cap.frames if proxy.port in _tcp_ports(f)]
-        clear = [
-            (ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and sim.port in pp and upstream & set(pp)
-        ]
-        write_pcap(str(out / f"{name}_tls13_tls.pcap"), tls)
-        write_pcap(str(out / f"{name}_tls13_clear.pcap"), clear)
-        shutil.copy(keylog, out / f"{name}_tls13_keys.log")
-        print(name, "tls frames", len(tls), "clear frames", len(clear))
+        write_legs(out, f"{name}_tls13", proxy, cap.frames, keylog)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import datetime
 import functools
+import ipaddress
 import shutil
 import ssl
 import tempfile
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST = "broker.test"
+LOOPBACK = "127.0.0.1"
 OP_NO_ENCRYPT_THEN_MAC = 1 << 19  # SSL_OP_NO_ENCRYPT_THEN_MAC (OpenSSL 1.1.1+)
 SSL_KEY_UPDATE_NOT_REQUESTED, SSL_KEY_UPDATE_REQUESTED = 0, 1
 KEY_UPDATE = ("key_update", None)  # an exchange step: the client sends a KeyUpdate (requested)
@@ -37,7 +39,8 @@ KEY_UPDATE = ("key_update", None)  # an exchange step: the client sends a KeyUpd
 
 @functools.cache
 def certificate(kind: str = "rsa") -> str:
-    """A self-signed certificate and key for HOST (PEM file, made once per process): RSA 2048,
+    """A self-signed certificate and key for HOST (PEM file, made once per process: the
+    certificate, then the key; a client's CA file may be the same file): RSA 2048,
     or with kind "ec" ECDSA P-256 (for the ECDHE-ECDSA suites of TLS 1.2)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -58,7 +61,10 @@ def certificate(kind: str = "rsa") -> str:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
+        .add_extension(  # and 127.0.0.1: clients that verify it connect to a loopback proxy
+            x509.SubjectAlternativeName([x509.DNSName(HOST), x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
     )
     folder = tempfile.mkdtemp(prefix="brokerscope-tls-")

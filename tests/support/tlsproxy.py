@@ -19,6 +19,7 @@ import ssl
 import threading
 
 from tests.support import tlspair
+from tests.support.loopcap import _tcp_ports
 
 
 def server_context(max_version: ssl.TLSVersion | None = None, ciphers: str | None = None) -> ssl.SSLContext:
@@ -64,6 +65,14 @@ class TlsProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    def legs(self, frames: list[tuple[int, bytes]]) -> tuple[list, list]:
+        """A loopback capture's (ts, frame) pairs split into the proxy's two legs: client <->
+        proxy (TLS), and proxy <-> server on the proxy's own upstream connections (clear)."""
+        up, server = set(self.upstream_ports), self.upstream[1]
+        tls = [(ts, f) for ts, f in frames if self.port in (_tcp_ports(f) or ())]
+        clear = [(ts, f) for ts, f in frames if (pp := _tcp_ports(f)) and server in pp and up & set(pp)]
+        return tls, clear
 
     async def _start(self) -> asyncio.AbstractServer:
         return await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)

@@ -31,6 +31,7 @@ NO_KEY_PORT = 20004
 RUNS = {
     "kafka_tls13": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),
     "kafka_tls12cbc": ("kafka", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", 5),
+    "kafka_librdkafka": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),  # librdkafka, the proxy's keys
     "pulsar_tls13": ("pulsar", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
     "iggy_tls13": ("iggy", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
 }

@@ -2,12 +2,13 @@
 
 - tests/data/tls/tls.pcap (five real OpenSSL connections, four in keys.log): one streams row per
   connection with its version, cipher, SNI, ALPN and `tls_decrypted`, yes or no key;
-- tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): one real kafka-python run
-  over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, and
+- tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): real kafka-python runs
+  and a confluent-kafka (librdkafka) run over TLS through a TLS-terminating proxy in front of
+  librdkafka's mock broker, and
   pulsar_tls13_*.pcap and iggy_tls13_*.pcap (make_tls_sims.py): the real pulsar-client over
   `pulsar+ssl://` and apache-iggy over TLS through the same proxy in front of the project's
-  simulators, each captured on both legs: with the key log (the client's for Kafka, the proxy's
-  for Pulsar and Iggy) the TLS leg gives exactly the clear leg's
+  simulators, each captured on both legs: with the key log (kafka-python's own, the proxy's for
+  librdkafka, Pulsar and Iggy) the TLS leg gives exactly the clear leg's
   commands, messages, latencies and acks (apart from ports and times); without keys, a streams
   row per connection and nothing else;
 - the key logs' secrets in no row and no log line.
