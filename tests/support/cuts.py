@@ -66,36 +66,38 @@ def cut_pcap(
 def write(
     path: str,
     conns: list[tuple[list[tuple[str, bytes]], bool, bool]],
-    port: int,
+    port: int | list[int],
     server: str = SERVER,
     client: str | None = None,
     start_ns: int = START_NS,
 ) -> None:
-    """One pcap of connections given as (packets, handshake, fin), client ports from 20000 up,
-    clients 10.1.x.y (or all `client`), packets 1 ms apart from `start_ns`."""
+    """One pcap of connections given as (packets, handshake, fin), to the server `port` (or each
+    to its own), client ports from 20000 up, clients 10.1.x.y (or all `client`), packets 1 ms
+    apart from `start_ns`."""
     w = PcapWriter(path)
     ts = start_ns
-    for i, (pkts, handshake, fin) in enumerate(conns):
+    ports = port if isinstance(port, list) else [port] * len(conns)
+    for i, ((pkts, handshake, fin), sport) in enumerate(zip(conns, ports, strict=True)):
         cli, cport = client or f"10.1.{i >> 8 & 255}.{i & 255}", 20000 + i
         cseq, sseq = 1000 + i * 7919, 500000 + i * 104729
         out = []
         if handshake:
             out += [
-                (cli, cport, server, port, cseq - 1, 0, SYN),
-                (server, port, cli, cport, sseq - 1, cseq, SYN | ACK),
-                (cli, cport, server, port, cseq, sseq, ACK),
+                (cli, cport, server, sport, cseq - 1, 0, SYN),
+                (server, sport, cli, cport, sseq - 1, cseq, SYN | ACK),
+                (cli, cport, server, sport, cseq, sseq, ACK),
             ]
         for d, data in pkts:
             if d == "c2s":
-                out.append((cli, cport, server, port, cseq, sseq, PSH | ACK, data))
+                out.append((cli, cport, server, sport, cseq, sseq, PSH | ACK, data))
                 cseq += len(data)
             else:
-                out.append((server, port, cli, cport, sseq, cseq, PSH | ACK, data))
+                out.append((server, sport, cli, cport, sseq, cseq, PSH | ACK, data))
                 sseq += len(data)
         if fin:
             out += [
-                (cli, cport, server, port, cseq, sseq, FIN | ACK),
-                (server, port, cli, cport, sseq, cseq + 1, FIN | ACK),
+                (cli, cport, server, sport, cseq, sseq, FIN | ACK),
+                (server, sport, cli, cport, sseq, cseq + 1, FIN | ACK),
             ]
         for f in out:
             ts += 1_000_000

@@ -109,20 +109,23 @@ def record(run: str, max_version, ciphers, out: Path = OUT, n: int = N, value_si
             manager.create_connection = mapped
             client_run(f"127.0.0.1:{proxy.port}", keylog, max_version, n, value_size)
             time.sleep(0.5)
-        write_legs(out, f"kafka_{run}", proxy, cap.frames, keylog)
+        write_legs(out, f"kafka_{run}", [proxy], cap.frames, keylog)
     finally:
         manager.create_connection = real
         del owner
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_legs(out: Path, name: str, proxy: TlsProxy, frames: list, keylog: str) -> None:
-    """<name>_tls.pcap, <name>_clear.pcap (the proxy's two legs) and <name>_keys.log."""
-    tls, clear = proxy.legs(frames)
-    write_pcap(str(out / f"{name}_tls.pcap"), tls)
-    write_pcap(str(out / f"{name}_clear.pcap"), clear)
+def write_legs(out: Path, name: str, proxies: list[TlsProxy], frames: list, keylog: str) -> None:
+    """<name>_tls.pcap, <name>_clear.pcap (the proxies' two legs, in capture order) and
+    <name>_keys.log."""
+    legs: dict[str | None, list] = {"tls": [], "clear": [], None: []}
+    for ts, f in frames:
+        legs[next((leg for p in proxies if (leg := p.leg(f))), None)].append((ts, f))
+    write_pcap(str(out / f"{name}_tls.pcap"), legs["tls"])
+    write_pcap(str(out / f"{name}_clear.pcap"), legs["clear"])
     shutil.copy(keylog, out / f"{name}_keys.log")
-    print(name, "tls frames", len(tls), "clear frames", len(clear), "proxy", proxy.port)
+    print(name, "tls frames", len(legs["tls"]), "clear frames", len(legs["clear"]))
 
 
 def librdkafka_run(bootstrap: str, ca: str, n: int = N) -> None:
@@ -175,7 +178,7 @@ def record_librdkafka(out: Path = OUT) -> None:
             mock.advertise(tlspair.LOOPBACK, proxy.port)
             librdkafka_run(f"{tlspair.LOOPBACK}:{proxy.port}", tlspair.certificate())
             time.sleep(0.5)
-        write_legs(out, "kafka_librdkafka", proxy, cap.frames, keylog)
+        write_legs(out, "kafka_librdkafka", [proxy], cap.frames, keylog)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

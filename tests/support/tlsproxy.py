@@ -66,13 +66,15 @@ class TlsProxy:
         self._thread.join(10)
         self._loop.close()
 
-    def legs(self, frames: list[tuple[int, bytes]]) -> tuple[list, list]:
-        """A loopback capture's (ts, frame) pairs split into the proxy's two legs: client <->
-        proxy (TLS), and proxy <-> server on the proxy's own upstream connections (clear)."""
-        up, server = set(self.upstream_ports), self.upstream[1]
-        tls = [(ts, f) for ts, f in frames if self.port in (_tcp_ports(f) or ())]
-        clear = [(ts, f) for ts, f in frames if (pp := _tcp_ports(f)) and server in pp and up & set(pp)]
-        return tls, clear
+    def leg(self, frame: bytes) -> str | None:
+        """Which of the proxy's legs a captured frame is on: "tls" (client <-> proxy), "clear"
+        (the proxy's own upstream connections to the server), or None."""
+        pp = _tcp_ports(frame) or ()
+        if self.port in pp:
+            return "tls"
+        if self.upstream[1] in pp and set(self.upstream_ports) & set(pp):
+            return "clear"
+        return None
 
     async def _start(self) -> asyncio.AbstractServer:
         return await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)

@@ -104,7 +104,7 @@ def encrypt(
     cuts.write(
         str(pcap),
         [(cuts.packets(t.transcript, SEG), True, True) for t in out],
-        first.server_port,
+        [c.server_port for c in conns],
         server=first.server,
         client=first.client,
         start_ns=first.first_ns,

@@ -34,6 +34,7 @@ RUNS = {
     "kafka_librdkafka": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),  # librdkafka, the proxy's keys
     "pulsar_tls13": ("pulsar", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
     "iggy_tls13": ("iggy", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
+    "tubemq_tls12": ("tubemq", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", 4),
 }
 COMPARED = ("commands", "messages", "latencies", "acks")
 # what differs between the two legs of one exchange: ports, times (and what is made of them)

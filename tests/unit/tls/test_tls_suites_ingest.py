@@ -1,5 +1,5 @@
 """Every cipher suite family through the whole decode (`decode_files`: capture reader, TCP
-reassembly, TLS, the protocol's decoder, rows), for both TLS versions: one real client run per
+reassembly, TLS, the protocol's decoder, rows), for both TLS versions: one client run per
 protocol captured in clear (the clear legs of tests/data/tls/), its application bytes sent again
 over TLS under each family by a real OpenSSL client and server (tests/support/tlsreplay.py),
 written as a capture with the clear leg's addresses; decoded with the key log OpenSSL wrote, it
@@ -24,12 +24,13 @@ CLEAR = {  # protocol -> its real client run's clear leg
     "kafka": "kafka_tls13_clear.pcap",
     "pulsar": "pulsar_tls13_clear.pcap",
     "iggy": "iggy_tls13_clear.pcap",
+    "tubemq": "tubemq_tls12_clear.pcap",
 }
 # IANA name [+ how CBC records are protected] -> (version, OpenSSL TLS 1.2 cipher list or TLS 1.3
 # suite, encrypt-then-MAC offered, server certificate, protocol carried)
 FAMILIES = {
     "TLS_AES_128_GCM_SHA256": ("1.3", "TLS_AES_128_GCM_SHA256", True, "rsa", "kafka"),
-    "TLS_AES_256_GCM_SHA384": ("1.3", "TLS_AES_256_GCM_SHA384", True, "rsa", "iggy"),
+    "TLS_AES_256_GCM_SHA384": ("1.3", "TLS_AES_256_GCM_SHA384", True, "rsa", "tubemq"),
     "TLS_CHACHA20_POLY1305_SHA256": ("1.3", "TLS_CHACHA20_POLY1305_SHA256", True, "rsa", "pulsar"),
     "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": ("1.2", "ECDHE-RSA-AES128-GCM-SHA256", True, "rsa", "iggy"),
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": ("1.2", "ECDHE-ECDSA-AES256-GCM-SHA384", True, "ec", "kafka"),
@@ -38,7 +39,7 @@ FAMILIES = {
         "ECDHE-RSA-CHACHA20-POLY1305",
         True,
         "rsa",
-        "kafka",
+        "iggy",
     ),
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": (
         "1.2",
@@ -48,10 +49,10 @@ FAMILIES = {
         "pulsar",
     ),
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA mte": ("1.2", "ECDHE-RSA-AES128-SHA", False, "rsa", "pulsar"),
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA etm": ("1.2", "ECDHE-ECDSA-AES256-SHA", True, "ec", "iggy"),
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA etm": ("1.2", "ECDHE-ECDSA-AES256-SHA", True, "ec", "tubemq"),
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256 mte": ("1.2", "ECDHE-RSA-AES128-SHA256", False, "rsa", "kafka"),
     "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256 etm": ("1.2", "ECDHE-ECDSA-AES128-SHA256", True, "ec", "pulsar"),
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384 mte": ("1.2", "ECDHE-RSA-AES256-SHA384", False, "rsa", "iggy"),
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384 mte": ("1.2", "ECDHE-RSA-AES256-SHA384", False, "rsa", "tubemq"),
     "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384 etm": ("1.2", "ECDHE-RSA-AES256-SHA384", True, "rsa", "kafka"),
 }
 
