@@ -23,11 +23,13 @@ from tests.support import cuts, tlspair
 SEG = 1400  # the longest TCP payload of the capture written
 SYN, ACK = 0x02, 0x10
 MOD = 1 << 32  # sequence numbers wrap
+RANDOM_AT = 5 + 4 + 2  # a ClientHello record: record header, handshake header, legacy version
 
 
 @dataclass
 class Connection:
     client: str
+    client_port: int
     server: str
     server_port: int
     first_ns: int
@@ -51,7 +53,8 @@ def connections(pcap: str | Path) -> list[Connection]:
         way = ((ip.src, tcp.sport), (ip.dst, tcp.dport))  # one direction of one connection
         if tcp.flags & SYN:
             if not tcp.flags & ACK:
-                conns[frozenset(way)] = Connection(ip.src, ip.dst, tcp.dport, int(pkt.time * 1_000_000_000))
+                ns = int(pkt.time * 1_000_000_000)
+                conns[frozenset(way)] = Connection(ip.src, tcp.sport, ip.dst, tcp.dport, ns)
             nxt[way], held[way] = (tcp.seq + 1) % MOD, {}
             continue
         conn = conns.get(frozenset(way))
@@ -72,6 +75,15 @@ def connections(pcap: str | Path) -> list[Connection]:
     if any(held.values()):
         raise ValueError(f"{pcap}: bytes missing in a connection")
     return list(conns.values())
+
+
+def client_random(conn: Connection) -> bytes:
+    """The random of the ClientHello that starts a TLS connection's client bytes (a TLS record
+    header, a handshake header, the legacy version, then the 32 bytes)."""
+    hello = b"".join(b for d, b in conn.exchange if d == "c2s")
+    if hello[:1] != b"\x16" or hello[5:6] != b"\x01":
+        raise ValueError("the connection does not start with a ClientHello")
+    return hello[RANDOM_AT : RANDOM_AT + 32]
 
 
 def encrypt(

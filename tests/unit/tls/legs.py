@@ -80,3 +80,27 @@ def assert_same_exchange(tls: dict[str, list[dict]], clear: dict[str, list[dict]
     assert sorted(r["frames_ok"] for r in tls["streams"]) == sorted(r["frames_ok"] for r in clear["streams"])
     for r in clear["streams"]:
         assert all(r[c] is None for c in TLS_COLUMNS)
+
+
+def keys_without(tmp_path: Path, run: str, drop: set[int]) -> tuple[str, set[int], set[int]]:
+    """<run>'s key log without the lines of its TLS connections ranked `drop` (from 0, in the
+    order of their SYNs): (that key log, a private copy; the client ports of the connections left
+    without keys; the client ports of the clear leg's connections that carried the others, the
+    proxy's connections being made in the order it accepted the clients')."""
+    from tests.support.tlsreplay import client_random, connections
+
+    tls = connections(DATA / f"{run}_tls.pcap")
+    clear = connections(DATA / f"{run}_clear.pcap")
+    assert len(tls) == len(clear) and drop < set(range(len(tls)))
+    gone = {client_random(tls[i]).hex() for i in drop}
+    lines = (DATA / f"{run}_keys.log").read_text().splitlines(keepends=True)
+    kept_lines = [ln for ln in lines if not (len(ln.split()) == 3 and ln.split()[1].lower() in gone)]
+    assert len(kept_lines) < len(lines)
+    path = tmp_path / f"{run}_some_keys.log"
+    path.write_text("".join(kept_lines))
+    path.chmod(0o600)
+    return (
+        str(path),
+        {tls[i].client_port for i in drop},
+        {c.client_port for i, c in enumerate(clear) if i not in drop},
+    )

@@ -38,6 +38,7 @@ from tests.unit.tls.legs import (
     SENT,
     assert_same_exchange,
     decode,
+    keys_without,
     private_copy,
     without_leg,
 )
@@ -108,6 +109,33 @@ def test_over_tls_without_keys(run):
     out = decode(f"{run}_tls.pcap", [], ports={protocol: ports})
     assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {(protocol, "port")}
     assert all(not out[t] for t in COMPARED)
+
+
+def test_a_key_log_that_misses_some_connections(tmp_path):
+    """librdkafka's run with the keys of its producer's broker connection and of its commit's
+    connection taken out: those two are streams rows with no key and nothing else, the other
+    three decode to the clear leg's rows of the same connections (their Metadata still names
+    the topic of the consumer's Fetch, which asks by topic id)."""
+    keylog, dropped, kept = keys_without(tmp_path, "kafka_librdkafka", {1, 4})
+    tls = decode("kafka_librdkafka_tls.pcap", [keylog])
+    clear = decode("kafka_librdkafka_clear.pcap", [])
+    rows = {r["client_port"]: r for r in tls["streams"]}
+    assert {p for p, r in rows.items() if r["tls_decrypted"] != "yes"} == dropped
+    for p in dropped:
+        r = rows[p]
+        assert (r["tls_decrypted"], r["protocol"], r["tls_c2s_bytes"], r["tls_s2c_bytes"]) == (
+            "no key",
+            "unknown",
+            0,
+            0,
+        )
+        assert r["tls_version"] == "TLS 1.3" and r["c2s_bytes"] > 0
+    assert all(r["client_port"] not in dropped for t in COMPARED for r in tls[t])
+    for t in COMPARED:
+        assert without_leg(tls[t]) == without_leg([r for r in clear[t] if r["client_port"] in kept]), t
+    # the produced messages and every ack were on the connections without keys
+    assert {(r["direction"], r["topic"]) for r in tls["messages"]} == {("deliver", "tls-orders")}
+    assert clear["acks"] and not tls["acks"]
 
 
 def test_decrypted_logins_are_redacted_as_in_clear(tmp_path):
