@@ -44,6 +44,7 @@ from tests.support.tlsproxy import TlsProxy, client_context, server_context  # n
 
 OUT = ROOT / "tests" / "data" / "tls"
 TOPIC = "tls-orders"
+MOCK_PARTITIONS = 4  # of a topic librdkafka's mock creates on first use
 N = 12
 RUNS = {
     "tls13": dict(max_version=None, ciphers=None),
@@ -64,10 +65,23 @@ def client_run(bootstrap: str, keylog: str, max_version, n: int = N, value_size:
         # kafka-python 3.0 cannot read the mock's answer to ApiVersions v3+: ask v2 (broker 2.1)
         api_version=(2, 1),
     )
-    p = KafkaProducer(acks="all", linger_ms=5, **common)
+    # bulk (value_size): batches of up to 1 MiB (a Fetch of the mock broker returns one batch),
+    # spread over the 4 partitions of as many topics as keep each partition under 4 MiB (the
+    # mock keeps the last 5 MiB of a partition: older messages are gone before the consumer
+    # reads them)
+    bulk = dict(batch_size=1 << 20, linger_ms=50) if value_size else dict(linger_ms=5)
+    topics = [TOPIC] if not value_size else [f"{TOPIC}-{k}" for k in range(-(-n * value_size // (16 << 20)))]
+    parts = [TopicPartition(t, i) for t in topics for i in range(MOCK_PARTITIONS if value_size else 1)]
+    p = KafkaProducer(acks="all", **bulk, **common)
     for i in range(n):
         if value_size:
-            p.send(TOPIC, key=f"k{i}".encode(), value=random.Random(i).randbytes(value_size), partition=0)
+            tp = parts[i % len(parts)]
+            p.send(
+                tp.topic,
+                key=f"k{i}".encode(),
+                value=random.Random(i).randbytes(value_size),
+                partition=tp.partition,
+            )
         else:
             p.send(TOPIC, key=f"k{i}".encode(), value=f"order {i} ".encode() * (i + 1), partition=0).get(10)
     p.flush(60)
@@ -76,8 +90,7 @@ def client_run(bootstrap: str, keylog: str, max_version, n: int = N, value_size:
     c = KafkaConsumer(
         group_id="tls-group", enable_auto_commit=False, auto_offset_reset="earliest", **big, **common
     )
-    tp = TopicPartition(TOPIC, 0)
-    c.assign([tp])
+    c.assign(parts)
     got = []
     deadline = time.time() + 30 + n / 50
     while len(got) < n and time.time() < deadline:
