@@ -1,9 +1,28 @@
-"""The compiled hot loops `pip install .` builds (gcc and the Python headers); everything else
-about the package is in pyproject.toml."""
+"""The compiled hot loops `pip install .` builds (gcc and the Python headers), and the repository's
+conf/log4j2.properties copied into the package (an installed brokerscope has no repository to read
+it from); everything else about the package is in pyproject.toml."""
+
+import shutil
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+# files of conf/ an installed package carries, under brokerscope/conf/
+PACKAGED_CONF = ("log4j2.properties",)
+
+
+class BuildPy(build_py):
+    def run(self) -> None:
+        super().run()
+        dest = Path(self.build_lib) / "brokerscope" / "conf"
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in PACKAGED_CONF:
+            shutil.copyfile(Path(__file__).parent / "conf" / name, dest / name)
+
 
 setup(
+    cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
@@ -15,5 +34,5 @@ setup(
             ["src/brokerscope/protocols/pulsar/_batch.c"],
             extra_compile_args=["-O2"],
         ),
-    ]
+    ],
 )

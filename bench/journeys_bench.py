@@ -8,8 +8,8 @@ creates with its default 4 partitions), then `--groups`
 consumer groups (each with its own client id) read all of them and commit; the traffic is
 captured on loopback (tests/support/loopcap.py). The capture is ingested with journeys on
 (`pipeline.ingest`, Spark start-up excluded), and the journeys step is timed inside that run
-(`Lake.commit_journeys`: reading the run's rows back, computing, committing), next to the whole
-ingest. Then `journeys.compute` alone is timed again on the committed lake.
+(`Lake.commit_derived`: reading the run's rows back, computing, committing), and so is the lag
+step, next to the whole ingest. Then `journeys.compute` alone is timed again on the committed lake.
 """
 
 from __future__ import annotations
@@ -27,24 +27,17 @@ sys.path.insert(0, str(ROOT))
 from brokerscope import journeys, pipeline  # noqa: E402
 from brokerscope.config import Settings  # noqa: E402
 from brokerscope.lake import Lake  # noqa: E402
+from tests.support.kafkamock import mock_producer  # noqa: E402
 from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noqa: E402
 
 TOPIC = "bench-journeys"
 
 
 def record(out: Path, messages: int, groups: int) -> Path:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
     with LoopbackCapture(str(out / "all.pcap"), ports=None, settle_s=0.3) as cap:
-        p = Producer(
-            {
-                "test.mock.num.brokers": 1,
-                "client.id": "bench-producer",
-                "linger.ms": 20,
-                "enable.metrics.push": False,
-            }
-        )
-        port = next(iter(p.list_topics(timeout=10).brokers.values())).port
+        p, port = mock_producer("bench-producer", linger_ms=20)
         for i in range(messages):
             while True:
                 try:
@@ -97,25 +90,29 @@ def main() -> None:
             "lake": {"path": str(tmp / "lake")},
             "spark": {"master": args.master},
             "journeys": {"enabled": True},
+            "lag": {"enabled": True},
         }
     )
-    spent: list[float] = []
-    real = Lake.commit_journeys
+    spent: dict[str, float] = {}
+    real = Lake.commit_derived
 
-    def timed(self, *a, **k):
+    def timed(self, table, *a, **k):
         t0 = time.perf_counter()
         try:
-            return real(self, *a, **k)
+            return real(self, table, *a, **k)
         finally:
-            spent.append(time.perf_counter() - t0)
+            spent[table] = time.perf_counter() - t0
 
-    Lake.commit_journeys = timed
+    Lake.commit_derived = timed
     spark = pipeline.make_spark(settings, quiet_progress=True)
     summary = pipeline.ingest([str(pcap)], settings, spark=spark)
-    Lake.commit_journeys = real
+    Lake.commit_derived = real
     rows = summary.rows
-    print(f"rows: messages={rows['messages']:,} journeys={rows['journeys']:,}")
-    print(f"whole ingest: {summary.seconds:.2f} s; journeys step inside it: {spent[0]:.2f} s")
+    print(f"rows: messages={rows['messages']:,} journeys={rows['journeys']:,} lag={rows['lag']:,}")
+    print(
+        f"whole ingest: {summary.seconds:.2f} s; inside it, journeys step: {spent['journeys']:.2f} s, "
+        f"lag step: {spent['lag']:.2f} s"
+    )
     ids = sorted(
         {r["capture_id"] for r in Lake(settings.lake_path).read_arrow("inputs").to_pylist()} - {None}
     )

@@ -1,4 +1,5 @@
-"""`journeys.compute` alone on a synthetic lake: CPU seconds per run, alternated with another commit's.
+"""`journeys.compute` alone on a synthetic lake: CPU seconds per run, alternated with another commit's
+(and `lag.compute` on the same lake).
 
     .venv/bin/python bench/journeys_lake_bench.py [--messages 1000000] [--groups 3] [--runs 3]
         [--no-idempotent] [--compare REF] [--check] [--keep DIR]
@@ -10,10 +11,11 @@ its requests retried and written again, some responses lost; not with `--no-idem
 journeys reads no `value`), then `--groups` groups each with
 its own client id fetching every message in fetches of 500 records (the last group only the
 first 90 %, one message in fifty delivered twice), committing every 20 fetches, with JoinGroup and
-Heartbeat requests naming their group. Then times `journeys.compute` (time.process_time, one
-thread) in alternation with the same function of `--compare REF`'s src/brokerscope/journeys.py
-(git show), medians over `--runs` after one untimed call (imports); `--check` compares the two
-results, rows and order. Pin it to one core (`taskset -c 1`): Arrow's threads count in the CPU
+Heartbeat requests naming their group, and each fetch's response with the partition's high
+watermark. Then times `journeys.compute` (time.process_time, one thread) in alternation with the
+same function of `--compare REF`'s src/brokerscope/journeys.py (git show) and with `lag.compute`
+(the lag table of the same lake), medians over `--runs` after one untimed call (imports);
+`--check` compares the two journeys results, rows and order. Pin it to one core (`taskset -c 1`): Arrow's threads count in the CPU
 time.
 """
 
@@ -37,7 +39,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from deltalake import write_deltalake  # noqa: E402
 
-from brokerscope import journeys, tables  # noqa: E402
+from brokerscope import journeys, lag, tables  # noqa: E402
 
 S = 1_000_000_000
 CAPTURE = "bench-capture"
@@ -53,9 +55,10 @@ def _table(name: str, cols: dict) -> pa.Table:
 def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> None:
     rng = np.random.default_rng(16)
     parts = 4
-    m = {k: [] for k in (*journeys.MSG_COLUMNS[1:], "value", "consumer")}  # capture_id: _table
+    m = {k: [] for k in (*journeys.MSG_COLUMNS[1:], "value", "consumer", "topic_id")}  # capture_id: _table
     acks = {k: [] for k in journeys.ACK_COLUMNS}  # ack() gives them in this order
-    cmds = {k: [] for k in ("direction", "command", "client_ip", "client_id", "conn_id", "ts_ns", "details")}
+    cmd_columns = ("direction", "command", "client_ip", "client_id", "conn_id", "ts_ns", "details")
+    cmds = {k: [] for k in (*cmd_columns, "topic", "topic_id", "partition", "decode_status")}
     next_off = [0] * parts
     stored = [[] for _ in range(parts)]  # per partition: (offset, key, value, pid, seq)
     t = 1 * S
@@ -79,6 +82,7 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
             "value_size": len(value),
             "value": value,
             "consumer": None,
+            "topic_id": None,
         }
         for k, v in row.items():
             m[k].append(v)
@@ -127,6 +131,7 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
         fconn, gconn, client = f"f{g}", f"g{g}", f"client-{g}"
         t += S
         start = t
+        responses = []  # (connection, time, details) of each fetch's response
         cmds_rows = [("JoinGroup", gconn, t), ("SyncGroup", gconn, t + 1000)]
         for p in range(parts):
             limit = len(stored[p]) * (9 if g == groups - 1 and g else 10) // 10
@@ -134,6 +139,14 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
             for f, lo in enumerate(range(0, limit, 500)):
                 t += 1_000_000
                 cmds_rows.append(("Fetch", fconn, t))
+                hwm = {
+                    "PartitionIndex": p,
+                    "HighWatermark": len(stored[p]),
+                    "LogStartOffset": 0,
+                    "ErrorCode": 0,
+                }
+                fetched = {"Responses": [{"Topic": "t", "Partitions": [hwm]}]}
+                responses.append((fconn, t + 200_000, json.dumps(fetched)))
                 for off, key, value, pid, seq in stored[p][lo : min(lo + 500, limit)]:
                     reps = 2 if off % 50 == 7 else 1
                     for r in range(reps):
@@ -150,6 +163,11 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
             details = json.dumps({"GroupId": f"group-{g}"}) if command != "Fetch" else "{}"
             for k, v in zip(cmds, ("c2s", command, "10.0.0.2", client, conn, ts, details)):
                 cmds[k].append(v)
+        for conn, ts, details in responses:
+            for k, v in zip(cmds, ("s2c", "Fetch", "10.0.0.2", None, conn, ts, details)):
+                cmds[k].append(v)
+    n = len(cmds["ts_ns"])
+    cmds.update(topic=[None] * n, topic_id=[None] * n, partition=[None] * n, decode_status=["ok"] * n)
     write_deltalake(str(root / "messages"), _table("messages", m), mode="overwrite")
     write_deltalake(str(root / "acks"), _table("acks", acks), mode="overwrite")
     write_deltalake(str(root / "commands"), _table("commands", cmds), mode="overwrite")
@@ -192,6 +210,7 @@ def main() -> None:
     fns = {"this": journeys.compute}
     if args.compare:
         fns[args.compare] = _other(args.compare).compute
+    fns["lag"] = lag.compute
     journeys.compute(str(root), [CAPTURE])  # untimed: the imports both pay on their first call
     cpu: dict[str, list] = {k: [] for k in fns}
     out = {}

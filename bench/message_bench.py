@@ -4,6 +4,8 @@
     python bench/message_bench.py pulsar --copies 50 --rounds 5          # CPU seconds, medians
     python bench/message_bench.py pulsar --copies 50 --profile           # cProfile: where
     python bench/message_bench.py iggy --copies 5 --callgrind            # instructions per message
+    sudo .venv/bin/python bench/versus_tshark.py --mb 20 --rounds 1      # once: the kafka workload
+    python bench/message_bench.py kafka --copies 1 --callgrind
 
 Workloads: the message-rich captures bench/make_message_captures.py records (real clients, 100
 messages per batch; TubeMQ one message per produce call and packs of 50 delivered), 2,000
@@ -13,6 +15,9 @@ is kept in --workdir, made once per copies):
 - pulsar: pulsar_batched.pcap (LZ4 batches of 100 sent, delivered, acknowledged one by one)
 - iggy: iggy_batched.pcap (SendMessages and PollMessages of 100 messages)
 - tubemq: tubemq_packs.pcap (sendMessageP2B one by one, getMessagesC2B packs of 50)
+- kafka: versus_tshark.py's base capture (kafka-python producers, lz4 and uncompressed, and a
+  consumer group against librdkafka's mock cluster: 20,000 records produced and 20,000 fetched,
+  about 44 records per batch), grown with versus_tshark.grow (server port 9092)
 
 The work measured is a decode task's, without Spark and without Parquet: read the splits
 (capture.read_split), sort the packets by connection, StreamDriver, and the rows made Arrow in
@@ -42,13 +47,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-WORKLOADS = {"pulsar": "pulsar_batched.pcap", "iggy": "iggy_batched.pcap", "tubemq": "tubemq_packs.pcap"}
+WORKLOADS = {
+    "pulsar": "pulsar_batched.pcap",
+    "iggy": "iggy_batched.pcap",
+    "tubemq": "tubemq_packs.pcap",
+    "kafka": "kafka_clients.pcap",
+}
+# versus_tshark.py records the kafka workload's base capture (root, once) and keeps it here
+VERSUS_TSHARK_DIR = Path(tempfile.gettempdir()) / "brokerscope-versus-tshark"
 
 
 def capture(workload: str, copies: int, workdir: Path) -> list[str]:
     """The multiplied capture of `workload` (made once per copies and kept in `workdir`)."""
     from pipeline_bench import multiply
 
+    if workload == "kafka":
+        return [str(kafka_capture(copies, workdir))]
     src = workdir / WORKLOADS[workload]
     if not src.exists():
         raise SystemExit(f"{src}: run `sudo .venv/bin/python bench/make_message_captures.py {workdir}` first")
@@ -58,6 +72,29 @@ def capture(workload: str, copies: int, workdir: Path) -> list[str]:
         multiply(str(src), str(tmp), copies)
         os.replace(tmp, dst)
     return [str(dst)]
+
+
+def kafka_capture(copies: int, workdir: Path) -> Path:
+    """versus_tshark.py's base capture, `copies` copies of every connection (versus_tshark.grow)."""
+    import json
+
+    import versus_tshark as vt
+
+    base = VERSUS_TSHARK_DIR / "base.pcap"
+    if not base.exists():
+        raise SystemExit(
+            f"{base}: run `sudo .venv/bin/python bench/versus_tshark.py --mb 20 --rounds 1` first"
+        )
+    dst = workdir / f"kafka_clients_x{copies}.pcap"
+    if not dst.exists():
+        frames = vt.read_pcap(base)
+        per_copy = sum(vt.PCAP_RECORD.size + len(f) for _ts, f in frames)
+        port = json.loads((VERSUS_TSHARK_DIR / "base.json").read_text())["broker_port"]
+        tmp = dst.with_suffix(".tmp")
+        # grow writes whole copies until the file holds the target: one byte past copies - 1
+        vt.grow(frames, port, tmp, vt.PCAP_HEADER.size + (copies - 1) * per_copy + 1)
+        os.replace(tmp, dst)
+    return dst
 
 
 def decode_task(paths: list[str]) -> dict[str, int]:
@@ -93,19 +130,23 @@ def cpu_seconds(paths: list[str], rounds: int) -> tuple[list[float], dict[str, i
     return times, counts
 
 
+def under_callgrind(args: list[str], out: Path | str, what: str) -> tuple[int, int]:
+    """`python args` run under callgrind: the count it prints after `what`, and the
+    instructions of the whole process."""
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    n = int(re.search(rf"^{what} (\d+)", p.stdout, re.M).group(1))
+    return n, int(re.search(r"Collected : (\d+)", p.stderr).group(1))
+
+
 def callgrind(workload: str, copies: int, workdir: Path) -> None:
     """Instructions per message at the margin: runs at copies and 2 x copies under callgrind."""
     runs = []
     for n in (copies, 2 * copies):
         capture(workload, n, workdir)  # made outside valgrind
         out = workdir / f"callgrind.{workload}.{n}.out"
-        cmd = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-            sys.executable, __file__, workload, "--copies", str(n), "--once", "--workdir", str(workdir),
-        ]  # fmt: skip
-        p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        msgs = int(re.search(r"^messages (\d+)", p.stdout, re.M).group(1))
-        instr = int(re.search(r"Collected : (\d+)", p.stderr).group(1))
+        args = [__file__, workload, "--copies", str(n), "--once", "--workdir", str(workdir)]
+        msgs, instr = under_callgrind(args, out, "messages")
         runs.append((msgs, instr))
         print(f"x{n}: {msgs:,} messages, {instr:,} instructions (whole process)")
     (m1, i1), (m2, i2) = runs

@@ -30,12 +30,17 @@ def spark():
 @pytest.fixture(scope="session")
 def sample_lake(spark, tmp_path_factory):
     """A lake of the bundled sample data, ingested once per test run (read it, do not change it),
-    with journeys (as `brokerscope ingest --journeys`: the README's journeys queries read them)."""
+    with journeys and lag (as `brokerscope ingest --journeys --lag`: the README's queries read them)."""
     from brokerscope import pipeline
     from brokerscope.config import Settings
 
     lake = tmp_path_factory.mktemp("sample") / "lake"
-    over = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, "journeys": {"enabled": True}}
+    over = {
+        "lake": {"path": str(lake)},
+        "spark": {"shuffle_partitions": 4},
+        "journeys": {"enabled": True},
+        "lag": {"enabled": True},
+    }
     settings = Settings.load(overrides=over)
     pipeline.ingest([str(SAMPLE_DATA)], settings, spark=spark)
     return str(lake)

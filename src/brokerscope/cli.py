@@ -67,6 +67,8 @@ def _settings(args) -> Settings:
         overrides.setdefault("payload", {})["policy"] = args.payload
     if getattr(args, "journeys", False):
         overrides.setdefault("journeys", {})["enabled"] = True
+    if getattr(args, "lag", False):
+        overrides.setdefault("lag", {})["enabled"] = True
     # the ingest filter: a flag given replaces that part of [filter]; a bad value is named by its flag
     flags = {"since": "since", "until": "until", "host": "hosts", "tcp_port": "ports"}
     given = {key: getattr(args, flag, None) for flag, key in flags.items()}
@@ -465,8 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--journeys",
         action="store_true",
-        help="also compute the journeys table (Kafka messages from producer to each consumer group) "
-        "for the run's captures ([journeys] enabled)",
+        help="also compute the journeys table (Kafka, Pulsar, Iggy and TubeMQ messages from producer "
+        "to each consumer) for the run's captures ([journeys] enabled)",
+    )
+    ing.add_argument(
+        "--lag",
+        action="store_true",
+        help="also compute the lag table (Kafka and Iggy consumers' high watermark, committed and "
+        "delivered offsets per partition and minute) for the run's captures ([lag] enabled)",
     )
     filter_flags(
         ing,

@@ -47,8 +47,10 @@ _CORE: dict = {
     "payload": {"policy": "keep", "truncate_bytes": 256, "apply_to_keys": False},
     "filter": {"since": "", "until": "", "hosts": [], "ports": []},
     "tls": {"keylog_files": [], "keylog_insecure_ok": False},
-    # Kafka only so far (the other protocols' identities come next): off until they follow
+    # every protocol with an identity rule; off by default (it reads the run's rows back again)
     "journeys": {"enabled": False},
+    # Kafka and Iggy (Pulsar's wire has no offsets to compare): off like the journeys
+    "lag": {"enabled": False},
 }
 
 
@@ -191,6 +193,16 @@ class Settings:
     def journeys(self) -> bool:
         """Compute the journeys table after each run (journeys.py)."""
         return bool(self.raw["journeys"]["enabled"])
+
+    @property
+    def lag(self) -> bool:
+        """Compute the lag table after each run (lag.py)."""
+        return bool(self.raw["lag"]["enabled"])
+
+    @property
+    def derived_tables(self) -> tuple[str, ...]:
+        """The derived tables (tables.DERIVED_TABLES) each run computes."""
+        return tuple(t for t, on in (("journeys", self.journeys), ("lag", self.lag)) if on)
 
     @property
     def optimize_after_run(self) -> bool:

@@ -1,12 +1,17 @@
-"""Kafka message journeys: one row per message and consumer group, from a run's committed rows.
+"""Message journeys: one row per message and consumer, from a run's committed rows.
+
+Kafka's identity rule is this module's first part (below); Pulsar's, Iggy's and TubeMQ's are in
+their packages (protocols/<name>/journeys.py, `Protocol.journeys`), which give their rows as
+`Steps`, made into rows alike by `steps_block` (the last part); `_step_columns` builds the times
+and latencies of every protocol's rows.
 
 Computed on the driver after a run has committed the decoded tables (lake.finish_run), over the
 rows of the run's capture ids only, read back through delta-rs and pyarrow (no Spark; only the
 columns used: `value` only when an idempotent producer's rows need it to tell records apart),
 and computed as columns (Arrow and numpy: codes for the identities, firsts, counts and minima per
 code; Python per connection, group and distinct details text, not per row): the capture set is
-the unit, as for topic names (topics.py). The identity rules are in
-docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
+the unit, as for topic names (topics.py). Kafka's identity rules are
+in docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
 
 - a message is (topic, partition, offset): its produce rows (offsets from the Produce response),
   its deliver rows; the produce and ack times are its first Produce request's and that request's
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +46,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from . import tables
+from .clocks import Clocks
 
 # commands whose requests name the client's consumer group (their details' GroupId)
 GROUP_COMMANDS = (
@@ -95,8 +102,10 @@ def _read(path: str, capture_ids: list[str], columns, where, where_columns) -> p
     return _batch(t.filter(where).select(list(columns)))
 
 
-def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
-    """The journeys rows of the captures `capture_ids` from the lake at `root`."""
+def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> pa.RecordBatch:
+    """The journeys rows of the captures `capture_ids` from the lake at `root`; `clocks`: the
+    run's vantage points (clocks.estimate): the rows of a connection's other copies left out,
+    times put on the reference's clock."""
     ids = sorted(capture_ids)
     kafka = pc.field("protocol") == "kafka"
     produce = pc.field("direction") == "produce"
@@ -114,21 +123,40 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     acks = _read(
         f"{root}/acks",
         ids,
-        ACK_COLUMNS,
+        (*ACK_COLUMNS, "capture_id"),
         kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit"]),
         ("protocol", "ack_type"),
     )
     cmds = _read(
         f"{root}/commands",
         ids,
-        CMD_COLUMNS,
+        (*CMD_COLUMNS, "capture_id"),
         kafka
         & (pc.field("direction") == "c2s")
         & pc.field("client_id").is_valid()
         & pc.field("command").isin(["Fetch", *GROUP_COMMANDS]),
         ("protocol", "direction", "client_id", "command"),
     )
-    return tables.conform("journeys", [_journeys_block(msgs, acks, cmds)])
+    one_clock = clocks is not None and bool(clocks.offsets or clocks.copies)
+    if one_clock:
+        msgs, acks, cmds = (_on_one_clock(t, clocks) for t in (msgs, acks, cmds))
+    others, moved_conns = _compute_others(root, ids, clocks if one_clock else None)
+    out = tables.conform("journeys", [_journeys_block(msgs, acks, cmds), *others])
+    return _mark_others_moved(out, moved_conns)
+
+
+def _on_one_clock(t: pa.RecordBatch, clocks: Clocks) -> pa.RecordBatch:
+    """The rows of `t` less those of connections another vantage point's copy stands for
+    (clocks.copies), `ts_ns` on the reference's clock, and `moved`: whether it was moved."""
+    t = t.filter(pc.invert(pc.is_in(t["conn_id"], value_set=pa.array(sorted(clocks.copies), pa.string()))))
+    enc = pc.dictionary_encode(t["capture_id"], null_encoding="encode")
+    shifts = np.array([clocks.shift_ns(c) for c in enc.dictionary.to_pylist()], np.int64)
+    shift = shifts[enc.indices.to_numpy(zero_copy_only=False)] if len(shifts) else np.zeros(0, np.int64)
+    ts = t["ts_ns"]
+    moved = _valid(ts) & (shift != 0)
+    i = t.schema.get_field_index("ts_ns")
+    t = t.set_column(i, "ts_ns", _opt(_np(ts) - shift, _valid(ts)))
+    return t.append_column("moved", pa.array(moved))
 
 
 def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict]:
@@ -162,6 +190,13 @@ def _np(a: pa.Array, fill=0) -> np.ndarray:
         if a.null_count
         else a.to_numpy(zero_copy_only=False)
     )
+
+
+def _moved(t: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Each row's `moved` flag (_on_one_clock), all False without the column."""
+    if "moved" not in t.column_names:
+        return np.zeros(t.num_rows, bool)
+    return _np(t["moved"], False).astype(bool)
 
 
 def _valid(a: pa.Array) -> np.ndarray:
@@ -309,6 +344,35 @@ def _us(a: np.ndarray, a_ok: np.ndarray, b: np.ndarray, b_ok: np.ndarray) -> pa.
     return _opt(np.where(ok, b - a, 0) / 1000.0, ok, pa.float64())
 
 
+def _step_columns(
+    produced: np.ndarray,
+    p_ok: np.ndarray,
+    acked: np.ndarray,
+    a_ok: np.ndarray,
+    delivered: np.ndarray,
+    d_ok: np.ndarray,
+    committed: np.ndarray,
+    c_ok: np.ndarray,
+    deliveries: np.ndarray,
+) -> dict:
+    """The columns every protocol's rows take from the times of their steps (ns, each with
+    whether it was seen) and their delivery counts: the times, `ts` (the first step), the
+    latencies between them, deliveries and redeliveries."""
+    return {
+        "ts_ns": _opt(np.where(p_ok, produced, delivered), p_ok | d_ok),
+        "produced_ts_ns": _opt(produced, p_ok),
+        "acked_ts_ns": _opt(acked, a_ok),
+        "delivered_ts_ns": _opt(delivered, d_ok),
+        "committed_ts_ns": _opt(committed, c_ok),
+        "deliveries": pa.array(deliveries, pa.int64()),
+        "redeliveries": pa.array(np.maximum(deliveries - 1, 0), pa.int64()),
+        "produce_to_ack_us": _us(produced, p_ok, acked, a_ok),
+        "ack_to_deliver_us": _us(acked, a_ok, delivered, d_ok),
+        "produce_to_deliver_us": _us(produced, p_ok, delivered, d_ok),
+        "deliver_to_commit_us": _us(delivered, d_ok, committed, c_ok),
+    }
+
+
 def _message_ids(topic: pa.Array, partition: pa.Array, offset: pa.Array) -> pa.Array:
     """topic-partition@offset (a null offset: null; a null topic or partition reads None)."""
     t = pc.fill_null(topic, "None")
@@ -334,6 +398,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     m = msgs.select(["direction", "topic", "partition", "offset", "ts_ns", "conn_id", "correlation_id"])
     m = m.take(pa.array(order))
     ts = _np(m["ts_ns"])
+    m_moved = _moved(msgs)[order]  # a time put on another capture's clock (_on_one_clock)
     produce = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
     retry = _retry_codes(msgs)[order]
     nr = int(retry.max(initial=-1)) + 2  # (one more: never empty)
@@ -423,6 +488,9 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     )
     acked_ok = has_p & ack_ok[ack_codes[:ni]]
     acked = np.where(acked_ok, ack_ts[ack_codes[:ni]], 0)
+    pk_moved = _moved(pk)
+    ack_moved = ack_ok & (pk_moved[np.minimum(last, len(pk_codes) - 1)] if len(pk_codes) else False)
+    acked_moved = acked_ok & ack_moved[ack_codes[:ni]]
     produced_ns = np.where(has_p, ts[np.maximum(p, 0)], 0)
 
     # one row per message and group: the topic's followers, and no group for such deliveries
@@ -454,6 +522,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     # beyond the offset, that is the earliest commit whose offset is beyond it
     committed = np.zeros(nrow, np.int64)
     committed_ok = np.zeros(nrow, bool)
+    committed_moved = np.zeros(nrow, bool)
     if cm.num_rows:
         part_i = o["partition"].take(pa.array(i_first))
         keys = _codes(
@@ -462,7 +531,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
             pa.concat_arrays([cm["partition"], part_i.take(pa.array(ri))]),
         )
         kc, kr = keys[: cm.num_rows], keys[cm.num_rows :]
-        c_off, c_ts = _np(cm["offset"]), _np(cm["ts_ns"])
+        c_off, c_ts, c_moved = _np(cm["offset"]), _np(cm["ts_ns"]), _moved(cm)
         r_off = i_off[ri]
         rows_by_key = np.argsort(kr, kind="stable")
         bounds = np.searchsorted(kr[rows_by_key], np.unique(kc))
@@ -472,14 +541,22 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
                 continue
             sel = kc == k
             co = np.argsort(c_off[sel], kind="stable")
-            offs, tss = c_off[sel][co], c_ts[sel][co]
-            earliest = np.minimum.accumulate(tss[::-1])[::-1]
+            offs, tss, mvd = c_off[sel][co], c_ts[sel][co], c_moved[sel][co]
+            rev = tss[::-1]
+            acc = np.minimum.accumulate(rev)
+            # the position of each running minimum: the last one at or before it holding it
+            at_min = np.maximum.accumulate(np.where(rev == acc, np.arange(len(rev)), 0))
+            earliest, earliest_moved = acc[::-1], mvd[::-1][at_min][::-1]
             rows = rows_by_key[b:e]
             j = np.searchsorted(offs, r_off[rows], side="right")
             hit = j < len(offs)
             committed[rows[hit]] = earliest[j[hit]]
             committed_ok[rows[hit]] = True
+            committed_moved[rows[hit]] = earliest_moved[j[hit]]
         committed_ok &= rg < nn
+    # a time moved onto the reference's clock: the produce, ack, delivery or commit step's
+    p_moved = has_p & m_moved[np.maximum(p, 0)]
+    moved = p_moved[ri] | acked_moved[ri] | (got & m_moved[dpos]) | (committed_ok & committed_moved)
 
     r_p_ok = has_p[ri]
     r_prod = produced_ns[ri]
@@ -504,24 +581,308 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
         "offset": offset,
         "message_id": _message_ids(topic, partition, offset),
         "key_hash": _key_hashes(src_rows["key"]),
-        "produced_ts_ns": _opt(r_prod, r_p_ok),
-        "acked_ts_ns": _opt(r_ack, r_ack_ok),
         "producer_conn_id": pc.if_else(pa.array(r_p_ok), p_conn, pa.nulls(nrow, pa.string())),
-        "produce_to_ack_us": _us(r_prod, r_p_ok, r_ack, r_ack_ok),
         "produce_attempts": pa.array(n_attempts[ri], pa.int64()),
         "duplicate_of": pc.if_else(pa.array(dup), orig_ids, pa.nulls(nrow, pa.string())),
         "consumer": pa.array(names + [None], pa.string()).take(pa.array(rg)),
-        "ts_ns": _opt(np.where(r_p_ok, r_prod, deliver_ns), r_p_ok | got),
-        "delivered_ts_ns": _opt(deliver_ns, got),
-        "committed_ts_ns": _opt(committed, committed_ok),
-        "deliveries": pa.array(deliveries, pa.int64()),
-        "redeliveries": pa.array(np.maximum(deliveries - 1, 0), pa.int64()),
-        "ack_to_deliver_us": _us(r_ack, r_ack_ok, deliver_ns, got),
-        "produce_to_deliver_us": _us(r_prod, r_p_ok, deliver_ns, got),
-        "deliver_to_commit_us": _us(deliver_ns, got, committed, committed_ok),
+        **_step_columns(
+            r_prod, r_p_ok, r_ack, r_ack_ok, deliver_ns, got, committed, committed_ok, deliveries
+        ),
         "status": pa.array(status, pa.string()),
         "consumer_conn_id": pc.if_else(
             pa.array(got), m["conn_id"].take(pa.array(dpos)), pa.nulls(nrow, pa.string())
         ),
+        "clock_corrected": pa.array(moved, pa.bool_()),
     }
     return tables.Block(nrow, cols, {"protocol": "kafka"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Pulsar, Iggy and TubeMQ: each package's journeys module (Protocol.journeys) turns the run's
+# rows of its protocol into `Steps` by its own identity rule (docs/protocols/<name>.md
+# "Journeys"); the rows are built from the steps alike for all of them (`steps_block`)
+
+# what the rules read (one read of each table for all of them)
+STEP_MSG_COLUMNS = (
+    "capture_id",
+    "protocol",
+    "direction",
+    "topic",
+    "partition",
+    "offset",
+    "message_id",
+    "key",
+    "ts_ns",
+    "conn_id",
+    "correlation_id",
+    "consumer",
+)
+STEP_ACK_COLUMNS = (
+    "protocol",
+    "ack_type",
+    "topic",
+    "partition",
+    "offset",
+    "message_id",
+    "consumer",
+    "error_code",
+    "ts_ns",
+    "conn_id",
+    "correlation_id",
+)
+# the columns of a message every step table has (null where the step does not tell)
+MESSAGE_COLUMNS = ("topic", "partition", "offset", "message_id")
+STEP_COLUMNS = (*MESSAGE_COLUMNS, "capture_id", "key", "ts_ns", "conn_id")
+COMMIT_COLUMNS = ("topic", "partition", "offset", "consumer", "ts_ns")
+
+
+@dataclass
+class Steps:
+    """One protocol's journey steps by its identity rule, as Arrow tables.
+
+    `identity` names the columns that tell one message from another (of MESSAGE_COLUMNS);
+    `produced` has STEP_COLUMNS plus `acked_ns` (the broker's acknowledgement, null when not
+    seen), a row per produce request that carried the message; `delivered` STEP_COLUMNS plus
+    `consumer`, a row per delivery; `acked`: identity + `consumer`, `ts_ns`, a consumer's
+    acknowledgement of that message; `commits`: `topic`, `partition`, `offset`, `consumer`,
+    `ts_ns`, an offset a consumer committed, which covers the partition's messages below it
+    (`inclusive`: at it too)."""
+
+    identity: tuple[str, ...]
+    produced: pa.Table
+    delivered: pa.Table
+    acked: pa.Table | None = None
+    commits: pa.Table | None = None
+    inclusive: bool = False
+
+
+def _rules() -> dict:
+    """The identity rule module of each protocol that has one (Protocol.journeys), by name."""
+    from .protocols import base
+
+    return {n: r for n, p in sorted(base.protocols().items()) if (r := p.journey_rule()) is not None}
+
+
+def _compute_others(
+    root: str, ids: list[str], clocks: Clocks | None = None
+) -> tuple[list[tables.Block], set[str]]:
+    """The journeys of the protocols with a rule, from the lake at `root` (one read of messages
+    and acks for all of them); `clocks`: other copies' rows left out, times on the reference's
+    clock (_on_one_clock). Also the connections whose times were moved."""
+    others = pc.field("protocol").isin(list(_rules()))
+    sent_or_got = pc.field("direction").isin(["produce", "deliver"])
+    msgs = _read(f"{root}/messages", ids, STEP_MSG_COLUMNS, others & sent_or_got, ("protocol", "direction"))
+    acks = _read(f"{root}/acks", ids, (*STEP_ACK_COLUMNS, "capture_id"), others, ("protocol",))
+    moved: set[str] = set()
+    if clocks is not None:
+        msgs, acks = (_on_one_clock(t, clocks) for t in (msgs, acks))
+        for t in (msgs, acks):
+            moved |= set(pc.unique(t["conn_id"].filter(t["moved"])).to_pylist()) - {None}
+        msgs, acks = (t.drop_columns(["moved"]) for t in (msgs, acks))
+    return compute_others(msgs, acks), moved
+
+
+def _mark_others_moved(out: pa.RecordBatch, moved_conns: set[str]) -> pa.RecordBatch:
+    """`clock_corrected` of the rows of protocols with a rule: whether the times of the
+    producer's or the consumer's connection were moved onto the reference's clock (the rules keep
+    a step's connection)."""
+    conns = pa.array(sorted(moved_conns), pa.string())
+    hit = pc.or_(
+        pc.is_in(out["producer_conn_id"], value_set=conns),
+        pc.is_in(out["consumer_conn_id"], value_set=conns),
+    )
+    col = pc.if_else(pc.equal(out["protocol"], "kafka"), out["clock_corrected"], hit)
+    return out.set_column(out.schema.get_field_index("clock_corrected"), "clock_corrected", col)
+
+
+def compute_others(msgs: pa.Table, acks: pa.Table) -> list[tables.Block]:
+    """The journeys of every protocol with a rule, from the rows read with STEP_MSG_COLUMNS and
+    STEP_ACK_COLUMNS."""
+    msgs, acks = pa.table(msgs), pa.table(acks)  # (tables: the rules join and group)
+    out = []
+    for name, rule in _rules().items():
+        m = msgs.filter(pc.equal(msgs["protocol"], name))
+        if m.num_rows:
+            out.append(steps_block(name, rule.steps(m, acks.filter(pc.equal(acks["protocol"], name)))))
+    return out
+
+
+def _offset_commits(
+    m_topic: pa.Array, m_part: pa.Array, m_off: pa.Array, commits: pa.Table, inclusive: bool
+) -> tuple[np.ndarray, list, np.ndarray]:
+    """(message position, consumer, time) of each message covered by a consumer's committed
+    offsets: the earliest commit of the consumer for the message's topic and partition whose
+    offset is beyond the message's (`inclusive`: or at it). Per (consumer, topic, partition):
+    its commits sorted by offset, the earliest time from each on (numpy), one search."""
+    n = len(m_off)
+    tp = _codes(
+        pa.concat_arrays([m_topic, commits["topic"]]), pa.concat_arrays([m_part, commits["partition"]])
+    )
+    m_tp, c_tp = tp[:n], tp[n:]
+    ok = _valid(m_off)
+    off = _np(m_off)
+    c_off, c_ts = _np(commits["offset"]), _np(commits["ts_ns"])
+    consumers = commits["consumer"].to_pylist()
+    side = "left" if inclusive else "right"
+    pos, who, when = [], [], []
+    keys = _codes(commits["consumer"], pa.array(c_tp))
+    for k in np.unique(keys).tolist():
+        sel = np.nonzero(keys == k)[0]
+        co = np.argsort(c_off[sel], kind="stable")
+        offs, tss = c_off[sel][co], c_ts[sel][co]
+        earliest = np.minimum.accumulate(tss[::-1])[::-1]
+        rows = np.nonzero(ok & (m_tp == c_tp[sel[0]]))[0]
+        j = np.searchsorted(offs, off[rows], side=side)
+        hit = j < len(offs)
+        pos.append(rows[hit])
+        when.append(earliest[j[hit]])
+        who += [consumers[sel[0]]] * int(hit.sum())
+    if not pos:
+        return np.zeros(0, np.int64), [], np.zeros(0, np.int64)
+    return np.concatenate(pos).astype(np.int64), who, np.concatenate(when).astype(np.int64)
+
+
+def steps_block(protocol: str, s: Steps) -> tables.Block:
+    """The journeys rows of one protocol's steps: a message is a distinct identity among its
+    produce and deliver rows; a consumer follows a topic when it was delivered, acked or
+    committed any of its messages, and then has a row for each message of the topic (deliveries
+    to no known consumer: a row for those messages only); the first produce row (by time) gives
+    produced, acknowledged and the producer's connection, the consumer's first delivery
+    delivered, its earliest acknowledgement or covering commit committed."""
+    prod = _typed(s.produced, (*STEP_COLUMNS, "acked_ns"))
+    dlv = _typed(s.delivered, (*STEP_COLUMNS, "consumer"))
+    acked = _batch(s.acked) if s.acked is not None else dlv.select([*s.identity, "consumer", "ts_ns"])[:0]
+    commits = _typed(
+        s.commits if s.commits is not None else pa.table({c: [] for c in COMMIT_COLUMNS}), COMMIT_COLUMNS
+    )
+    commits = commits.filter(pc.and_(commits["offset"].is_valid(), commits["consumer"].is_valid()))
+    np_, nd = prod.num_rows, dlv.num_rows
+    if not np_ + nd:
+        return tables.Block(0)
+    # the messages: the identities produced or delivered, numbered 0..nm-1 (acks of others: -1)
+    code = _codes(*(pa.concat_arrays([prod[c], dlv[c], acked[c]]) for c in s.identity))
+    seen = np.zeros(int(code.max()) + 1, bool)
+    seen[code[: np_ + nd]] = True
+    renum = np.full(len(seen), -1, np.int64)
+    nm = int(seen.sum())
+    renum[seen] = np.arange(nm)
+    code = renum[code]
+    p_mid, d_mid, a_mid = code[:np_], code[np_ : np_ + nd], code[np_ + nd :]
+    both = _batch(pa.Table.from_batches([prod.select(STEP_COLUMNS), dlv.select(STEP_COLUMNS)]))
+    ts = _np(both["ts_ns"])
+    # each message's first produce row by time, else its first delivery: its attributes
+    is_dl = np.arange(np_ + nd) >= np_
+    order = np.lexsort((ts, is_dl))
+    src = order[_first(code[: np_ + nd][order], nm)]
+    p_order = np.argsort(ts[:np_], kind="stable")
+    p_first = _first(p_mid[p_order], nm)
+    has_p = p_first >= 0
+    p_row = np.where(has_p, p_order[np.maximum(p_first, 0)], 0) if np_ else np.zeros(nm, np.int64)
+    produced_ns = np.where(has_p, ts[:np_][p_row], 0) if np_ else np.zeros(nm, np.int64)
+    acked_arr = prod["acked_ns"].take(pa.array(p_row)) if np_ else pa.nulls(nm, pa.int64())
+    acked_ok = has_p & _valid(acked_arr)
+    acked_ns = np.where(acked_ok, _np(acked_arr), 0)
+    attempts = np.bincount(p_mid, minlength=nm)
+    attrs = both.select([*MESSAGE_COLUMNS, "capture_id", "key"]).take(pa.array(src))
+
+    # consumers: names sorted, code nc for none
+    names = sorted(
+        set(
+            pc.unique(pa.concat_arrays([dlv["consumer"], acked["consumer"], commits["consumer"]])).to_pylist()
+        )
+        - {None}
+    )
+    nc = len(names)
+    value_set = pa.array(names, pa.string())
+
+    def ccode(a: pa.Array) -> np.ndarray:
+        return _np(pc.index_in(a, value_set=value_set), nc) if len(a) else np.zeros(0, np.int64)
+
+    # deliveries per (message, consumer), in time order: first, count
+    d_order = np.argsort(ts[np_:], kind="stable")
+    d_pair = (d_mid * (nc + 1) + ccode(dlv["consumer"]))[d_order]
+    d_pairs, d_at, d_count = np.unique(d_pair, return_index=True, return_counts=True)
+    d_first = np_ + d_order[d_at]  # the first delivery's row in `both`
+    # acknowledgements and covering commits per (message, consumer): the earliest
+    a_ok = a_mid >= 0
+    c_pair = [(a_mid * (nc + 1) + ccode(acked["consumer"]))[a_ok]]
+    c_ts = [_np(acked["ts_ns"])[a_ok]]
+    if commits.num_rows:
+        at, who, when = _offset_commits(
+            attrs["topic"], attrs["partition"], attrs["offset"], commits, s.inclusive
+        )
+        c_pair.append(at * (nc + 1) + ccode(pa.array(who, pa.string())))
+        c_ts.append(when)
+    cp, ct = np.concatenate(c_pair), np.concatenate(c_ts)
+    c_pairs = np.unique(cp)
+    c_min = np.full(len(c_pairs), np.iinfo(np.int64).max)
+    np.minimum.at(c_min, np.searchsorted(c_pairs, cp), ct)
+
+    # who follows each topic; rows: the topic's messages x its followers, and null-consumer
+    # deliveries for those messages only
+    t_code = _codes(attrs["topic"])
+    follow = np.concatenate([d_pairs, c_pairs])
+    follow = follow[follow % (nc + 1) < nc]
+    ft = np.unique(t_code[follow // (nc + 1)] * (nc + 1) + follow % (nc + 1))  # (topic, consumer)
+    row_m, row_c = [], []
+    for t, c in zip((ft // (nc + 1)).tolist(), (ft % (nc + 1)).tolist()):
+        at = np.nonzero(t_code == t)[0]
+        row_m.append(at)
+        row_c.append(np.full(len(at), c, np.int64))
+    none = d_pairs[d_pairs % (nc + 1) == nc]
+    row_m.append(none // (nc + 1))
+    row_c.append(np.full(len(none), nc, np.int64))
+    rm, rc = np.concatenate(row_m).astype(np.int64), np.concatenate(row_c).astype(np.int64)
+    if not len(rm):
+        return tables.Block(0)
+    pair = rm * (nc + 1) + rc
+    got, di = _lookup(d_pairs, pair)
+    cgot, ci = _lookup(c_pairs, pair)
+    deliver_ns = np.where(got, ts[d_first[di]] if len(d_pairs) else 0, 0)
+    committed = np.where(cgot, c_min[ci] if len(c_pairs) else 0, 0)
+    first_ns = np.where(has_p[rm], produced_ns[rm], deliver_ns)
+    sort = np.lexsort((rc, rm, first_ns))
+    rm, rc, got, di, cgot = rm[sort], rc[sort], got[sort], di[sort], cgot[sort]
+    deliver_ns, committed = deliver_ns[sort], committed[sort]
+    n = len(rm)
+    r_p = has_p[rm]
+    status = np.where(~got, "not-delivered", np.where(~cgot, "delivered-not-committed", "delivered"))
+    m = attrs.take(pa.array(rm))
+    p_conn = prod["conn_id"].take(pa.array(p_row[rm])) if np_ else pa.nulls(n, pa.string())
+    deliveries = np.where(got, d_count[di] if len(d_pairs) else 0, 0)
+    cols = {
+        "capture_id": m["capture_id"],
+        "topic": m["topic"],
+        "partition": m["partition"],
+        "offset": m["offset"],
+        "message_id": m["message_id"],
+        "key_hash": _key_hashes(m["key"]),
+        "consumer": pa.array(names + [None], pa.string()).take(pa.array(rc)),
+        **_step_columns(
+            produced_ns[rm], r_p, acked_ns[rm], acked_ok[rm], deliver_ns, got, committed, cgot, deliveries
+        ),
+        "status": pa.array(status, pa.string()),
+        "produce_attempts": pa.array(attempts[rm], pa.int64()),
+        "producer_conn_id": pc.if_else(pa.array(r_p), p_conn, pa.nulls(n, pa.string())),
+        "consumer_conn_id": pc.if_else(
+            pa.array(got),
+            both["conn_id"].take(pa.array(np.where(got, d_first[di] if len(d_pairs) else 0, 0))),
+            pa.nulls(n, pa.string()),
+        ),
+    }
+    return tables.Block(n, cols, {"protocol": protocol})
+
+
+def _typed(t: pa.Table, columns) -> pa.RecordBatch:
+    """`columns` of a step table, each as the type of its messages column (acked_ns: int64)."""
+    sch = tables.schema("messages")
+    types = [pa.int64() if c == "acked_ns" else sch.field(c).type for c in columns]
+    return _batch(pa.table([pc.cast(t[c], typ) for c, typ in zip(columns, types)], names=list(columns)))
+
+
+def _lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each of `wanted` is among the sorted unique `keys`, and its position there."""
+    at = np.searchsorted(keys, wanted)
+    at = np.minimum(at, max(len(keys) - 1, 0))
+    got = keys[at] == wanted if len(keys) else np.zeros(len(wanted), bool)
+    return got, at

@@ -56,7 +56,12 @@ STATS_COLUMNS = (
     "request_command",
     "ack_type",
 )
-_STATS_STR_MAX = 32  # longer strings get no min/max (a cut max would be below the real one)
+_STATS_STR_MAX = 32  # longer string bounds are cut (lake._bounded_str)
+_MAX_CHAR = chr(0x10FFFF)
+# the table property naming the columns with statistics: without it a reader may take a column
+# absent from the statistics for all null (delta-rs's pyarrow dataset then skips every file of a
+# filter on it, e.g. messages.direction, and returns no rows)
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 
 
 @dataclass
@@ -127,10 +132,12 @@ class Lake:
     def ensure_tables(self, derived: tuple[str, ...] = ()) -> None:
         """Create every table that does not exist yet, empty, with its full schema (and the
         `derived` tables a run will compute: tables.DERIVED_TABLES); add the columns a table of an
-        older brokerscope lacks (new columns read as null in old rows)."""
+        older brokerscope lacks (new columns read as null in old rows), and name the columns
+        with statistics (STATS_PROPERTY) where a table does not yet."""
         self.root.mkdir(parents=True, exist_ok=True)
         for t in (*tables.TABLES, *derived):
             p = self.path(t)
+            props = stats_properties(t)
             if not DeltaTable.is_deltatable(p):
                 DeltaTable.create(
                     p,
@@ -139,6 +146,7 @@ class Lake:
                     partition_by=tables.partition_by(t) or None,
                     name=t,
                     description=f"brokerscope {t}",
+                    configuration=props or None,
                 )
                 continue
             dt = DeltaTable(p)
@@ -146,6 +154,8 @@ class Lake:
             missing = [f for f in tables.schema(t) if f.name not in have]
             if missing:
                 dt.alter.add_columns(DeltaSchema.from_arrow(pa.schema(missing)).fields)
+            if props and dt.metadata().configuration.get(STATS_PROPERTY) != props[STATS_PROPERTY]:
+                dt.alter.set_table_properties(props)
 
     def exists(self) -> bool:
         return all(DeltaTable.is_deltatable(self.path(t)) for t in tables.TABLES)
@@ -312,38 +322,80 @@ class Lake:
                 run.run_id,
                 manifest.get("capture_ids"),
             )
+        inp = manifest["inputs"]
+        records = [_row_from_json(r) for r in inp["rows"]]
+        clk = self.clock_inputs(records, run.run_id, progress)
         if manifest.get("journeys"):
             progress("computing journeys")
             rows["journeys"] = self.commit_journeys(
-                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
+                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"], clk
             )
-        inp = manifest["inputs"]
-        self.write_inputs([_row_from_json(r) for r in inp["rows"]], inp["paths"], run.run_id)
+        if manifest.get("lag"):
+            progress("computing lag")
+            rows["lag"] = self.commit_derived(
+                "lag", run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
+            )
+        self.write_inputs(records, inp["paths"], run.run_id)
         for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
             self.drop_staging(t, run.run_id)
         run.remove()
         return rows
 
-    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str]) -> int:
-        """Compute the journeys of the run's captures from the committed tables (journeys.py) and
-        commit them like a decoded table (staged, then commit_table), replacing the journeys of
-        `replace_ids`. A table already holding the run is left alone (roll forward). Rows added."""
-        from . import journeys
+    def clock_inputs(self, rows: list[dict], run_id: str, progress=lambda m: None):
+        """The clocks of the run's vantage points (clocks.estimate, from its committed commands
+        rows; nothing to do for one vantage point), written into its `inputs` rows (`rows`, the
+        run's record): returned for the journeys."""
+        from . import clocks
 
-        self.ensure_tables(("journeys",))
-        if DeltaTable(self.path("journeys")).transaction_version(app_id(run_id)) is not None:
+        mine = {
+            r["capture_id"]: r["vantage"]
+            for r in rows
+            if r.get("run_id") == run_id and r.get("capture_id") and r.get("vantage")
+        }
+        if len(set(mine.values())) > 1:
+            progress("estimating the clock offsets of the vantage points")
+        clk = clocks.estimate(str(self.root), mine)
+        for r in rows:
+            o = clk.offsets.get(r.get("capture_id")) if r.get("run_id") == run_id else None
+            if o is not None:
+                r["clock_offset_us"] = o.offset_ns / 1000
+                r["clock_offset_bound_us"] = o.bound_ns / 1000
+                r["clock_offset_ref"] = o.ref
+                r["clock_offset_pairs"] = o.pairs
+        return clk
+
+    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None) -> int:
+        """The journeys of the run's captures (journeys.py) on the run's clocks (`clk`:
+        clock_inputs), committed by commit_derived."""
+        return self.commit_derived("journeys", run_id, capture_ids, replace_ids, clk)
+
+    def commit_derived(
+        self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None
+    ) -> int:
+        """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the run's
+        captures from the committed tables and commit it like a decoded table (staged, then
+        commit_table), replacing its rows of `replace_ids`; `clk`: the run's clocks, for the
+        journeys. A table already holding the run is left alone (roll forward). Rows added."""
+        from . import journeys, lag
+
+        compute = {
+            "journeys": lambda root, ids: journeys.compute(root, ids, clk),
+            "lag": lag.compute,
+        }[table]
+        self.ensure_tables((table,))
+        if DeltaTable(self.path(table)).transaction_version(app_id(run_id)) is not None:
             return 0
         writer = StagedWriter(str(self.root), run_id)
         try:
-            writer.add("journeys", journeys.compute(str(self.root), capture_ids))
+            writer.add(table, compute(str(self.root), capture_ids))
             files = writer.close()
         except BaseException:
             writer.abort()
             raise
         rows, _ = self.commit_table(
-            "journeys", files, sorted(set(replace_ids) | set(capture_ids)), run_id, capture_ids
+            table, files, sorted(set(replace_ids) | set(capture_ids)), run_id, capture_ids
         )
-        self.drop_staging("journeys", run_id)
+        self.drop_staging(table, run_id)
         return rows
 
     def optimize(
@@ -698,6 +750,15 @@ class StagedWriter:
         self._open.clear()
 
 
+def stats_properties(table: str) -> dict[str, str]:
+    """The table properties naming the columns file_stats gives statistics for: the STATS_COLUMNS
+    the table has (the inputs table, written by write_deltalake with its own statistics, none)."""
+    if table == "inputs":
+        return {}
+    names = set(tables.schema(table).names)
+    return {STATS_PROPERTY: ",".join(c for c in STATS_COLUMNS if c in names)}
+
+
 def _single(arr: pa.Array) -> bool:
     return arr[0] == arr[len(arr) - 1] and len(pa.compute.unique(arr)) == 1
 
@@ -739,9 +800,11 @@ def _in_predicate(ids: list[str], column: str = "capture_id") -> str:
 
 
 def file_stats(path: str | os.PathLike, rows: int) -> str:
-    """Delta statistics of a Parquet file from its footer: numRecords, and minValues, maxValues
-    and nullCount of STATS_COLUMNS (timestamps as ISO-8601 to the millisecond, the max rounded
-    up, so a reader that skips files by them never skips a matching row)."""
+    """Delta statistics of a Parquet file: numRecords, and minValues, maxValues and nullCount of
+    every STATS_COLUMNS column the file has (the table property STATS_PROPERTY names them, and a
+    reader takes a named column missing here for all null). From the footer, or from the column's
+    values where a row group's footer lacks them. Bounds never exclude a row: timestamps as ISO-8601
+    to the millisecond with the max rounded up, long strings cut (_bounded_str)."""
     md = pq.read_metadata(path)
     names = md.schema.to_arrow_schema().names
     mins: dict = {}
@@ -750,21 +813,10 @@ def file_stats(path: str | os.PathLike, rows: int) -> str:
     for col in STATS_COLUMNS:
         if col not in names:
             continue
-        ci = names.index(col)
-        lo = hi = None
-        n_null = 0
-        ok = True
-        for g in range(md.num_row_groups):
-            st = md.row_group(g).column(ci).statistics
-            if st is None or not st.has_null_count:
-                ok = False
-                break
-            n_null += st.null_count
-            if st.has_min_max:
-                lo = st.min if lo is None else min(lo, st.min)
-                hi = st.max if hi is None else max(hi, st.max)
-        if not ok:
-            continue
+        got = _footer_bounds(md, names.index(col))
+        if got is None:
+            got = _value_bounds(path, col)
+        n_null, lo, hi = got
         nulls[col] = n_null
         if lo is None:
             continue
@@ -772,11 +824,51 @@ def file_stats(path: str | os.PathLike, rows: int) -> str:
             mins[col] = _iso_ms(lo, up=False)
             maxs[col] = _iso_ms(hi, up=True)
         elif isinstance(lo, str):
-            if len(lo) <= _STATS_STR_MAX and len(hi) <= _STATS_STR_MAX:
-                mins[col], maxs[col] = lo, hi
+            mins[col], maxs[col] = _bounded_str(lo, hi)
         else:
             mins[col], maxs[col] = lo, hi
     return json.dumps({"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+
+
+def _footer_bounds(md: pq.FileMetaData, ci: int) -> tuple[int, object, object] | None:
+    """(null count, min, max) of column `ci` from the row groups' statistics; None when a row
+    group lacks its null count, or its min/max while holding values."""
+    lo = hi = None
+    n_null = 0
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        st = rg.column(ci).statistics
+        if st is None or not st.has_null_count:
+            return None
+        n_null += st.null_count
+        if st.has_min_max:
+            lo = st.min if lo is None else min(lo, st.min)
+            hi = st.max if hi is None else max(hi, st.max)
+        elif st.null_count < rg.num_rows:
+            return None
+    return n_null, lo, hi
+
+
+def _value_bounds(path: str | os.PathLike, col: str) -> tuple[int, object, object]:
+    """(null count, min, max) of `col` read from the file's values."""
+    arr = pq.read_table(path, columns=[col]).column(0)
+    mm = pa.compute.min_max(arr)
+    return arr.null_count, mm["min"].as_py(), mm["max"].as_py()
+
+
+def _bounded_str(lo: str, hi: str) -> tuple[str, str]:
+    """String bounds of at most _STATS_STR_MAX characters where they can be: the min cut to a
+    prefix (never above it), the max cut to a prefix whose last character is raised by one (above
+    every string starting with that prefix); the max whole when no such prefix exists."""
+    lo = lo[:_STATS_STR_MAX]
+    if len(hi) > _STATS_STR_MAX:
+        head = hi[:_STATS_STR_MAX].rstrip(_MAX_CHAR)
+        if head:
+            nxt = ord(head[-1]) + 1
+            if 0xD800 <= nxt <= 0xDFFF:  # surrogates are not characters: skip to the next one
+                nxt = 0xE000
+            hi = head[:-1] + chr(nxt)
+    return lo, hi
 
 
 def _iso_ms(v: datetime.datetime, up: bool) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import capture, classcache, inputs, tables
+from . import capture, classcache, inputs, tables, vantage
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 4096
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"  # the driver JVM's JIT in local mode (make_spark)
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# log4j2.properties: in an installed package (setup.py copies it), else in the repository's conf/
+LOG4J_PLACES = (
+    Path(__file__).resolve().parent / "conf" / "log4j2.properties",
+    Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties",
+)
 
 # the decode stage's output: a struct column per table, exactly one non-null per row
 UNION = pa.schema(
@@ -95,7 +99,7 @@ def make_spark(
         and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     ):
         b = b.master(settings.master)
-    log4j = CONF_DIR / "log4j2.properties"
+    log4j = next((p for p in LOG4J_PLACES if p.is_file()), None)
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -108,7 +112,7 @@ def make_spark(
         # the decode stage's input batches end at this size too, whatever the packets' sizes
         "spark.sql.execution.arrow.maxBytesPerBatch": str(settings.batch_bytes),
     }
-    java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j.is_file() else []
+    java = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j else []
     if master.startswith("local"):
         # one JVM runs the driver and every task. C1 JIT only: C2's compiler threads cost more CPU
         # than the code they optimize saves on runs of seconds to minutes (a 200 MB capture on
@@ -237,7 +241,8 @@ def _read_splits_fn(
     split's identity chunks (bytes the reader just brought into memory) into the run directory,
     and put the key log text of its pcapng Decryption Secrets Blocks there (runs.py `secrets/`).
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back). The
-    packet records each split read go beside its digests: the decode numbers frames with them."""
+    packet records each split read and their first and last times go beside its digests: the
+    decode numbers frames with them, and groups the files into vantage points."""
 
     flt = settings.packet_filter
 
@@ -247,7 +252,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records = None
+                records, span = None, (None, None)
                 secrets: list[bytes] = []
                 for b in capture.read_split(
                     sp,
@@ -260,13 +265,13 @@ def _read_splits_fn(
                 ):
                     st = capture.parse_stats(b)
                     if st is not None:
-                        records = st["records"]
+                        records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
                     yield b
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
                 digests = chunk_digests(sp.path, sp.start, sp.end, size)
-                run.write_digests(sp.file_index, sp.start, digests, records)
+                run.write_digests(sp.file_index, sp.start, digests, records, span)
 
     return read
 
@@ -357,6 +362,7 @@ def _decode_fn(
             PayloadFiles(files) if files else None,
             run.frame_numbers(sizes),
             tls_keys=run.tls_keys(settings.tls_keys),
+            vantages=run.vantages(sizes),
         )
 
         def stats() -> list[dict]:
@@ -462,7 +468,7 @@ def ingest(
         f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
     )
     lake = Lake(settings.lake_path, settings.writer)
-    lake.ensure_tables(("journeys",) if settings.journeys else ())
+    lake.ensure_tables(settings.derived_tables)
     for line in lake.recover():
         progress(line)
         summary.recovered.append(line)
@@ -511,10 +517,12 @@ def ingest(
     progress("decoding")
     try:
         if staged:
-            stats = _commit_staged(out, lake, todo, dups, rejected, run, summary, progress, settings.journeys)
+            stats = _commit_staged(
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
+            )
         else:
             stats = _write_dataframes(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.journeys
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
             )
             run.remove()
     except BaseException:
@@ -598,11 +606,11 @@ def _identified(lake: Lake, todo, dups, run: RunDir) -> tuple[list[str], list[di
 
 
 def _commit_staged(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, journeys: bool = False
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
 ) -> list[dict]:
     """Embedded writer: run the decode (tasks stage their files), write the run's manifest, then
-    commit table by table from it (lake.finish_run), the journeys (`journeys`) after them,
-    `inputs` last."""
+    commit table by table from it (lake.finish_run), the `derived` tables (journeys, lag) after
+    them, `inputs` last."""
     try:
         results = [r.asDict() for r in out.collect()]
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
@@ -618,7 +626,8 @@ def _commit_staged(
             "capture_ids": sorted({i.capture_id for i in todo}),
             "tables": {t: [{k: f[k] for k in _MANIFEST_KEYS} for f in fs] for t, fs in per_table.items()},
             "replace_ids": replace_ids,
-            "journeys": journeys,
+            "journeys": "journeys" in derived,
+            "lag": "lag" in derived,
             "inputs": {"rows": [row_to_json(r) for r in rows], "paths": paths},
         }
         run.write_manifest(manifest)
@@ -635,11 +644,11 @@ _MANIFEST_KEYS = ("path", "date", "capture_id", "rows", "file_stats")
 
 
 def _write_dataframes(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, journeys: bool = False
+    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
 ) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table; the
-    journeys (`journeys`) are computed and committed by the embedded writer's code after them
-    (lake.commit_journeys), before `inputs`."""
+    `derived` tables (journeys, lag) are computed and committed by the embedded writer's code
+    after them (lake.commit_journeys, lake.commit_derived), before `inputs`."""
     from pyspark import StorageLevel
 
     out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -653,11 +662,16 @@ def _write_dataframes(
             summary.rows[t] = lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()
-    if journeys:
+    ids = sorted({i.capture_id for i in todo})
+    records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
+    clk = lake.clock_inputs(records, run.run_id, progress)
+    if "journeys" in derived:
         progress("computing journeys")
-        ids = sorted({i.capture_id for i in todo})
-        summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids)
-    lake.write_inputs(*_inputs_record(todo, dups, history + rejected, run.run_id, stats, summary), run.run_id)
+        summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids, clk)
+    if "lag" in derived:
+        progress("computing lag")
+        summary.rows["lag"] = lake.commit_derived("lag", run.run_id, ids, replace_ids)
+    lake.write_inputs(records, paths, run.run_id)
     return stats
 
 
@@ -675,6 +689,9 @@ def _inputs_record(
     """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
     each input's status from its tasks' counters and fills the summary's file lists."""
     per_file = _per_file(stats)
+    # each capture's vantage point, named by its first capture (vantage.groups)
+    ids = {i.file_index: i.capture_id for i in todo}
+    places = {ids[fi]: ids[v] for fi, v in vantage.groups(vantage.spans_of(stats)).items() if fi in ids}
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     status: dict[str, tuple[str, str | None, int | None, int]] = {}
@@ -711,6 +728,7 @@ def _inputs_record(
                 "damaged_bytes": status[i.capture_id][3],
                 "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
                 "filtered": filtered.get(i.capture_id),
+                "vantage": places.get(i.capture_id, i.capture_id) if i.kind in inputs.CAPTURE_KINDS else None,
                 "date": today,
             }
             for i in recorded

@@ -83,14 +83,25 @@ class RunDir:
 
     # -- identity ---------------------------------------------------------------------------
     def write_digests(
-        self, file_index: int, start: int, digests: dict[int, bytes], records: int | None = None
+        self,
+        file_index: int,
+        start: int,
+        digests: dict[int, bytes],
+        records: int | None = None,
+        span: tuple[int | None, int | None] = (None, None),
     ) -> None:
         """Record one split's chunk digests and, for a capture split, the packet records it read
-        (atomically: a retried task rewrites the same bytes)."""
+        and their first and last record time (`span`, ns) (atomically: a retried task rewrites
+        the same bytes)."""
         d = self.path / "ids"
         d.mkdir(parents=True, exist_ok=True)
         body = json.dumps(
-            {"chunks": {str(k): v.hex() for k, v in sorted(digests.items())}, "records": records}
+            {
+                "chunks": {str(k): v.hex() for k, v in sorted(digests.items())},
+                "records": records,
+                "first_ts_ns": span[0],
+                "last_ts_ns": span[1],
+            }
         )
         tmp = d / f".{file_index}-{start}.{uuid.uuid4().hex}.tmp"
         tmp.write_text(body)
@@ -120,6 +131,14 @@ class RunDir:
             if body.get("records") is not None:
                 counts[fi][start] = body["records"]
         return FrameNumbers({fi: c for fi, c in counts.items() if c})
+
+    def vantages(self, file_indexes) -> dict[int, int]:
+        """The vantage point of each capture file given (vantage.groups), from the record time
+        spans their read tasks wrote beside the digests."""
+        from . import vantage
+
+        splits = [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
+        return vantage.groups(vantage.spans_of(splits))
 
     def _splits(self, wanted) -> Iterator[tuple[int, int, dict]]:
         """(file_index, split start, body) of the splits written for the file indexes wanted."""

@@ -51,10 +51,11 @@ SNIFF_THRESHOLD = 0.5
 STATS_TABLE = "_capture_stats"  # per-split counters from the capture reader, passed through
 
 
-def conn_id_of(lo: tuple, hi: tuple, first_ts_ns: int) -> str:
-    """Stable id of a connection: same inputs, same id, whichever task decodes it."""
-    h = hashlib.blake2b(f"{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}|{first_ts_ns}".encode(), digest_size=8)
-    return h.hexdigest()
+def conn_id_of(lo: tuple, hi: tuple, first_ts_ns: int, capture_id: str | None = None) -> str:
+    """Stable id of a connection: same inputs, same id, whichever task decodes it. `capture_id`
+    tells apart two vantage points of one connection whose first packets have the same time."""
+    text = f"{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}|{first_ts_ns}" + (f"|{capture_id}" if capture_id else "")
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 # a direction's frame index is pruned (Conversation.low_water) once it holds this many entries
@@ -100,7 +101,8 @@ class _Frames:
 class _Conn:
     """One TCP connection under decode."""
 
-    def __init__(self, drv: StreamDriver, lo: tuple, hi: tuple, first: TcpPacket):
+    def __init__(self, drv: StreamDriver, lo: tuple, hi: tuple, first: TcpPacket, taken: set | None = None):
+        """`taken`: the conn ids of the 4-tuple's connections seen from other vantage points."""
         s = drv.settings
         self.drv = drv
         self.lo, self.hi = lo, hi
@@ -111,6 +113,10 @@ class _Conn:
             idle_timeout_ns=s.idle_timeout_ns,
         )
         self.conn_id = conn_id_of(lo, hi, first.ts_ns)
+        if taken is not None:
+            if self.conn_id in taken:  # another vantage point's copy with the same first time
+                self.conn_id = conn_id_of(lo, hi, first.ts_ns, first.capture_id)
+            taken.add(self.conn_id)
         self.files: list[tuple[int, str]] = [(first.ts_ns, first.capture_id)]  # capture_id from that time on
         self.decided = False
         self.pending: list[tuple] = []  # reassembly events held back until the protocol is known
@@ -415,13 +421,16 @@ class StreamDriver:
         files: PayloadFiles | None = None,
         frames: FrameNumbers | None = None,
         tls_keys=None,
+        vantages: dict[int, int] | None = None,
     ):
         """`capture_ids[file_index]` names the capture of packet batches that carry no capture_id
         column (the pipeline drops it before the shuffle: one string less per packet); `files`
         reads the payloads of packets that carry their offset instead (payload_at); `frames`
         turns the reader's per-split record numbers into frame numbers (without it, every file
         was read as one split: the record number is the frame number); `tls_keys` (a tls.KeyLog)
-        decrypts TLS connections, by default the settings' key logs."""
+        decrypts TLS connections, by default the settings' key logs; `vantages[file_index]` the
+        vantage point of each capture file (vantage.groups): a 4-tuple's packets of two vantage
+        points are two connections."""
         self.settings = settings
         self.tls_keys = tls_keys if tls_keys is not None else settings.tls_keys
         self.capture_ids = capture_ids or []
@@ -431,9 +440,13 @@ class StreamDriver:
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
+        self.vantages = vantages if vantages and len(set(vantages.values())) > 1 else None
 
     def run(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
         """`packets`: (lo, hi, packet) in sort order, lo/hi = (ip, port) canonical endpoints."""
+        if self.vantages is not None:
+            yield from self._run_vantages(packets)
+            return
         conn: _Conn | None = None
         key = None
         last = None  # the packet before this one
@@ -449,6 +462,32 @@ class StreamDriver:
             last = pkt
         if conn is not None:
             yield from conn.finish(last)
+
+    def _run_vantages(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
+        """`run` over the files of several vantage points: a connection per 4-tuple and vantage
+        point, open together (their packets interleave in time), finished in the order opened
+        when the 4-tuple's packets end."""
+        vantage = self.vantages.get
+        conns: dict[int, _Conn] = {}  # the 4-tuple's open connection per vantage point
+        lasts: dict[int, TcpPacket] = {}  # and its last packet
+        taken: set[str] = set()  # the 4-tuple's conn ids
+        key = None
+        for lo, hi, pkt in packets:
+            if (lo, hi) != key:
+                for v, c in conns.items():
+                    yield from c.finish(lasts[v])
+                conns, lasts, taken, key = {}, {}, set(), (lo, hi)
+            v = vantage(pkt.file_index, -1)
+            conn = conns.get(v)
+            if conn is None or conn.tcp.starts_new(pkt):
+                if conn is not None:
+                    yield from conn.finish(lasts[v])
+                    del conns[v]  # a new connection of this vantage point: finished after the others
+                conn = conns[v] = _Conn(self, lo, hi, pkt, taken)
+            yield from conn.add(pkt)
+            lasts[v] = pkt
+        for v, c in conns.items():
+            yield from c.finish(lasts[v])
 
     def run_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
         """Arrow batches of tables.PACKETS (sorted) -> rows. Stats rows (null lo_ip) pass through."""
@@ -581,7 +620,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     the lake would store them) plus `_capture_stats` (one dict per capture split) and `_errors`
     (inputs that could not be read). Everything is held in memory: for tests and small inputs.
     """
-    from . import capture, inputs, tls
+    from . import capture, inputs, tls, vantage
 
     settings = settings or Settings.load()
     settings.load_tls_keys()
@@ -595,6 +634,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     secrets: list[bytes] = []  # the captures' Decryption Secrets Blocks: keys, never rows
     batches: list[pa.RecordBatch] = []
     records: dict[int, dict[int, int]] = {}  # file index -> split start -> packet records read
+    split_stats: list[dict] = []  # the splits' counters: their files' record time spans
     for sp in psplits:
         batches += capture.read_split(
             sp,
@@ -604,11 +644,16 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
             flt=settings.packet_filter,
             tls_key_logs=secrets,
         )
-        records.setdefault(sp.file_index, {})[sp.start] = capture.parse_stats(batches[-1])["records"]
+        st = capture.parse_stats(batches[-1])
+        records.setdefault(sp.file_index, {})[sp.start] = st["records"]
+        split_stats.append({**st, "file_index": sp.file_index})
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
     drv = StreamDriver(
-        settings, frames=FrameNumbers(records), tls_keys=tls.with_texts(settings.tls_keys, secrets)
+        settings,
+        frames=FrameNumbers(records),
+        tls_keys=tls.with_texts(settings.tls_keys, secrets),
+        vantages=vantage.groups(vantage.spans_of(split_stats)),
     )
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):

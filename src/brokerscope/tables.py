@@ -195,44 +195,97 @@ INPUTS = [
     # and the packets it dropped (records outside the window, TCP segments of other endpoints)
     pa.field("filter", pa.string()),
     pa.field("filtered", pa.int64()),
+    # several vantage points (docs/design.md "Vantage points"): the capture_id of the first capture
+    # of this capture's vantage point in its run (a place's files chain in time; captures whose
+    # record times overlap are two places); null for segment files
+    pa.field("vantage", pa.string()),
+    # its clock against the run's reference vantage point (brokerscope.clocks), from requests and
+    # responses seen at both ends: its time minus the reference's for one instant (µs: subtract it
+    # from its times to put them on the reference's clock), the bound the true offset lies within,
+    # the reference (the capture_id naming its vantage point) and the request/response exchanges
+    # matched with other vantage points. Null when it shares no exchange with another vantage point
+    pa.field("clock_offset_us", pa.float64()),
+    pa.field("clock_offset_bound_us", pa.float64()),
+    pa.field("clock_offset_ref", pa.string()),
+    pa.field("clock_offset_pairs", pa.int64()),
 ]
 
-# Kafka message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
-# "Message journeys", docs/protocols/kafka.md "Journeys"): one row per message and consumer group,
+# Message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README
+# "Message journeys", each protocol's identity rule in docs/protocols/<name>.md "Journeys"): one
+# row per message and consumer (Kafka group, Pulsar subscription, Iggy consumer, TubeMQ group),
 # derived from the other tables of a run's captures after they are committed. Timestamps are the
 # capture times of each step's frame; latencies are differences of them (µs, signed:
 # ack_to_deliver_us is negative when the consumer got the message before the producer its ack).
 JOURNEYS = [
     # the capture of the message's first sighting in the run (its produce row, else its first delivery)
     pa.field("capture_id", pa.string()),
-    pa.field("protocol", pa.string()),  # kafka
+    pa.field("protocol", pa.string()),  # kafka | pulsar | iggy | tubemq
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("message_id", pa.string()),  # topic-partition@offset, as in messages
+    pa.field("offset", pa.int64()),  # null for Pulsar (no offsets)
+    # as in messages: Kafka topic-partition@offset, Pulsar ledger:entry:batch_index, Iggy's u128
+    # message id, TubeMQ's broker message id
+    pa.field("message_id", pa.string()),
     pa.field("key_hash", pa.string()),  # sha256 hex of the key (null key: null)
-    # the consumer group; null: deliveries to a connection no group rule names (kafka.md "Journeys")
+    # the consumer group (Kafka, TubeMQ), subscription (Pulsar), consumer:<id> | group:<id> (Iggy);
+    # null: deliveries to a consumer no rule names (<protocol>.md "Journeys")
     pa.field("consumer", pa.string()),
     pa.field("ts", TS),  # the first step seen: produced, else first delivered (dates the row)
+    # each step's time as Kafka takes it (the others from their own frames: <protocol>.md "Journeys")
     pa.field("produced_ts", TS),  # first byte of the Produce request carrying it
     pa.field("acked_ts", TS),  # first byte of the Produce response giving its partition's base offset
     pa.field("delivered_ts", TS),  # first byte of the first Fetch response delivering it to the group
     pa.field("committed_ts", TS),  # first successful OffsetCommit response of the group beyond it
-    pa.field("deliveries", pa.int64()),  # Fetch responses delivering it to the group (0: not delivered)
+    pa.field("deliveries", pa.int64()),  # deliveries to the consumer (0: not delivered)
     pa.field("redeliveries", pa.int64()),  # deliveries after the first
     pa.field("produce_to_ack_us", pa.float64()),
     pa.field("ack_to_deliver_us", pa.float64()),
     pa.field("produce_to_deliver_us", pa.float64()),
     pa.field("deliver_to_commit_us", pa.float64()),
     pa.field("status", pa.string()),  # delivered | delivered-not-committed | not-delivered | duplicate
-    # Produce requests carrying the record (an idempotent producer's retries repeat its producer
-    # id, epoch and sequence), answered or not
+    # produce requests carrying the record (Kafka: an idempotent producer's retries repeat its
+    # producer id, epoch and sequence), answered or not
     pa.field("produce_attempts", pa.int64()),
     # status duplicate: the message_id of the same record at its first offset (a retry the broker
     # wrote again)
     pa.field("duplicate_of", pa.string()),
-    pa.field("producer_conn_id", pa.string()),  # the connection of the Produce request
+    pa.field("producer_conn_id", pa.string()),  # the connection of the produce request
     pa.field("consumer_conn_id", pa.string()),  # the connection of the first delivery
+    # several vantage points (docs/design.md "Vantage points"): some of the row's times come from a
+    # capture whose clock is off the reference's and were moved onto it by its estimated offset
+    # (inputs.clock_offset_us); its latencies are then between corrected times. False: as captured
+    pa.field("clock_corrected", pa.bool_()),
+]
+
+# Consumer lag (brokerscope.lag, `[lag] enabled` / `ingest --lag`; README "Consumer lag",
+# docs/protocols/kafka.md and iggy.md "Lag"): one row per consumer, partition and minute in which a
+# sample was seen, derived from the other tables of a run's captures like the journeys. Offsets
+# are "next to read" (Kafka's convention: Iggy's stored offsets + 1), each the latest known at
+# the end of the minute (carried over from earlier minutes: a consumer that stopped keeps rows
+# while its partition's high watermark is seen moving).
+LAG = [
+    pa.field("capture_id", pa.string()),  # the capture of the minute's last sample
+    pa.field("protocol", pa.string()),  # kafka | iggy
+    # the consumer group (Kafka, as journeys attribute deliveries); the consumer or consumer group
+    # the Iggy client named (`consumer:7`, `group:3`, as in acks)
+    pa.field("consumer", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("minute", TS),  # the minute's start
+    pa.field("ts", TS),  # the minute's last sample (dates the row)
+    # the partition's high watermark: Kafka Fetch responses' HighWatermark, Iggy poll replies'
+    # current_offset + 1
+    pa.field("high_watermark", pa.int64()),
+    pa.field("log_start_offset", pa.int64()),  # Kafka: the partition's first offset kept
+    pa.field("committed_offset", pa.int64()),  # OffsetCommit's offset; Iggy's stored offset + 1
+    pa.field("committed_ts", TS),  # first byte of the response that acknowledged it
+    pa.field("delivered_offset", pa.int64()),  # the latest message delivered to the consumer + 1
+    pa.field("delivered_ts", TS),  # first byte of the response that delivered it
+    pa.field("lag_committed", pa.int64()),  # high_watermark - committed_offset
+    pa.field("lag_delivered", pa.int64()),  # high_watermark - delivered_offset
+    pa.field("hwm_samples", pa.int64()),  # high watermarks of the partition seen in the minute
+    pa.field("commits", pa.int64()),  # the consumer's commits of the partition in the minute
+    pa.field("deliveries", pa.int64()),  # messages of the partition delivered to it in the minute
 ]
 
 _BODIES: dict[str, list[pa.Field]] = {
@@ -245,7 +298,7 @@ _BODIES: dict[str, list[pa.Field]] = {
 DECODED_TABLES = ("commands", "messages", "latencies", "acks", "streams")
 TABLES = (*DECODED_TABLES, "inputs")  # the tables every lake has
 # tables derived from the decoded ones, created by the first run that computes them
-DERIVED_TABLES = ("journeys",)
+DERIVED_TABLES = ("journeys", "lag")
 ALL_TABLES = (*DECODED_TABLES, *DERIVED_TABLES, "inputs")
 
 
@@ -255,6 +308,8 @@ def schema(table: str) -> pa.Schema:
         return pa.schema(INPUTS + [pa.field("date", pa.date32())])
     if table == "journeys":
         return pa.schema(JOURNEYS + PARTITION)
+    if table == "lag":
+        return pa.schema(LAG + PARTITION)
     return pa.schema(SHARED + _BODIES[table] + [ANOMALIES] + PARTITION)
 
 
@@ -380,7 +435,30 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
 Run = tuple[int, dict, dict]  # rows, columns (lists or arrays), constants
 
 
-def _runs(rows: list, sch: pa.Schema) -> list[Run]:
+class Runs(list):
+    """The runs of one conform call, and what converting each column asks of them, found in one
+    pass: the names some run gives as a column (`given`), as an Arrow array (`arrow`)."""
+
+    def __init__(self, runs: list[Run]):
+        super().__init__(runs)
+        self.given: set[str] = set()
+        self.arrow: set[str] = set()
+        for _n, cols, _c in runs:
+            self.given.update(cols)
+            for k, v in cols.items():
+                if isinstance(v, pa.Array):
+                    self.arrow.add(k)
+        self._ends: pa.Array | None = None
+
+    def ends(self) -> pa.Array:
+        """The run ends (int32) of the runs that hold rows: every constant column repeats its
+        values over them."""
+        if self._ends is None:
+            self._ends = pa.array(list(accumulate(n for n, _c, _k in self if n)), type=pa.int32())
+        return self._ends
+
+
+def _runs(rows: list, sch: pa.Schema) -> Runs:
     """Consecutive dict rows as one run of columns; each block a run of its own."""
     runs: list[Run] = []
     i = 0
@@ -396,7 +474,7 @@ def _runs(rows: list, sch: pa.Schema) -> list[Run]:
         part = rows[i:j] if i or j < len(rows) else rows
         runs.append((len(part), _dict_columns(part, sch), {}))
         i = j
-    return runs
+    return Runs(runs)
 
 
 def _dict_columns(part: list[Mapping], sch: pa.Schema) -> dict:
@@ -443,14 +521,12 @@ def _gather(runs: list[Run], name: str, convert=None) -> list:
     return [convert(v) for v in out] if convert else out
 
 
-def _column(
-    runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None
-) -> pa.Array:
+def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None) -> pa.Array:
     """Column `name` as an array of `typ`: Arrow columns of blocks as they are, every other stretch
     of runs converted in one step (value by value only where that fails)."""
-    if convert is None and len(runs) > 1 and not any(name in cols for _n, cols, _c in runs):
+    if convert is None and len(runs) > 1 and name not in runs.given:
         return _repeated(runs, name, typ, bad)
-    if not any(isinstance(cols.get(name), pa.Array) for _n, cols, _c in runs):
+    if name not in runs.arrow:
         return _values(_gather(runs, name, convert), name, typ, bad)
     chunks: list[pa.Array] = []
     start = 0
@@ -475,18 +551,17 @@ def _column(
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
-def _repeated(runs: list[Run], name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
+def _repeated(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]]) -> pa.Array:
     """A column every run gives as a constant (a block's batch-level fields): one value per run,
     converted once and repeated by Arrow, not a Python value per row."""
-    kept = [(n, const.get(name)) for n, _cols, const in runs if n]
+    kept = [const.get(name) for n, _cols, const in runs if n]
     if not kept:
         return pa.nulls(0, type=typ)
     try:
-        values = pa.array([v for _n, v in kept], type=typ)
+        values = pa.array(kept, type=typ)
     except _CONVERSION_ERRORS:  # value by value, each bad row noted
         return _values(_gather(runs, name), name, typ, bad)
-    ends = pa.array(list(accumulate(n for n, _v in kept)), type=pa.int32())
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(runs.ends(), values))
 
 
 def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:
@@ -544,7 +619,7 @@ def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Arr
 
 
 def _timestamps(
-    runs: list[Run], n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]], ns
+    runs: Runs, n: int, name: str, keys: set, typ: pa.DataType, bad: dict[int, list[str]], ns
 ) -> pa.Array:
     ns_key = f"{name}_ns"
     from_ns = None

@@ -14,6 +14,7 @@ import pytest
 from brokerscope import cli, journeys, pipeline
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
+from tests.support.kafkamock import mock_producer, produce_batch, read
 from tests.support.lakecheck import delta_rs_rows
 
 pytestmark = [
@@ -42,59 +43,28 @@ def _consume(bootstrap: str, group: str, n: int, topic: str = TOPIC) -> tuple[ob
         }
     )
     c.subscribe([topic])
-    got: list[tuple] = []
-    end = time.time() + 30
-    while len(got) < n and time.time() < end:
-        m = c.poll(0.2)
-        if m is not None and not m.error():
-            got.append((m.partition(), m.offset(), m.key()))
-    assert len(got) == n, f"{group} got {len(got)} of {n} messages"
-    return c, got
+    return c, [(m.partition(), m.offset(), m.key()) for m in read(c, n)]
 
 
 def _record(tmp: Path) -> dict:
     """Batch 1 produced; the early group reads it, commits and leaves; batch 2 produced; the late
     group reads everything and, a while later, commits all but each partition's last message."""
-    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
 
     produced: list[tuple[int, int, bytes, bytes]] = []
     commits: dict[str, dict[int, int]] = {}
     with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap:
-        p = Producer(
-            {
-                "test.mock.num.brokers": 1,
-                "client.id": "bs-journeys-producer",
-                "linger.ms": 5,
-                "enable.metrics.push": False,
-            }
-        )
-        port = next(iter(p.list_topics(timeout=10).brokers.values())).port
+        p, port = mock_producer("bs-journeys-producer")
         bootstrap = f"127.0.0.1:{port}"
 
-        def produce(p, batch: int) -> None:
-            for i in range(PER_BATCH):
-                n = batch * PER_BATCH + i
-                p.produce(
-                    TOPIC,
-                    key=f"key-{n}".encode(),
-                    value=f"journey {n} ".encode() * 4,
-                    partition=n % 2,
-                    on_delivery=lambda e, m: (
-                        produced.append((m.partition(), m.offset(), m.key(), m.value()))
-                        if e is None
-                        else None
-                    ),
-                )
-            assert p.flush(10) == 0
-
-        produce(p, 0)
+        produce_batch(p, TOPIC, 0, PER_BATCH, "journey", produced)
         early, early_got = _consume(bootstrap, EARLY, PER_BATCH)
         early.commit(asynchronous=False)
         commits[EARLY] = {part: max(o for q, o, _k in early_got if q == part) + 1 for part in (0, 1)}
         early.close()
-        produce(p, 1)
+        produce_batch(p, TOPIC, 1, PER_BATCH, "journey", produced)
         late, late_got = _consume(bootstrap, LATE, 2 * PER_BATCH)
         time.sleep(0.5)
         # the next offset to read = each partition's last message: that message stays uncommitted

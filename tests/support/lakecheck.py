@@ -50,3 +50,17 @@ def _norm(v):
 def normalized(rows: list[dict], drop: tuple[str, ...] = ()) -> list[tuple]:
     """Rows as sorted tuples of (column, value) with timestamps as epoch microseconds."""
     return sorted(tuple((k, repr(_norm(v))) for k, v in sorted(r.items()) if k not in drop) for r in rows)
+
+
+def write_decoded(root: str, out: dict[str, list[dict]]) -> None:
+    """Write decoded rows (`streams.decode_files`' tables, or hand-made rows of the decoded
+    tables' columns) as the lake's Delta tables with delta-rs, no Spark: a lake the derived
+    tables (journeys.py, lag.py) read as they read an ingested one."""
+    from deltalake import write_deltalake
+
+    from brokerscope import tables
+
+    for t in tables.DECODED_TABLES:
+        names = tables.schema(t).names
+        rows = [{k: v for k, v in r.items() if k in names} for r in out.get(t, [])]
+        write_deltalake(f"{root}/{t}", pa.Table.from_batches([tables.conform(t, rows)]), mode="overwrite")

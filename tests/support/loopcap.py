@@ -114,3 +114,18 @@ def write_pcap(path: str, frames: list[tuple[int, bytes]], linktype: int = 1) ->
         for ts, frame in frames:
             fh.write(struct.pack("<IIII", ts // 1_000_000_000, ts % 1_000_000_000, len(frame), len(frame)))
             fh.write(frame)
+
+
+def read_pcap(path: str) -> list[tuple[int, bytes]]:
+    """The (ts_ns, frame) pairs of a little-endian nanosecond pcap (as write_pcap and editcap
+    write it)."""
+    data = open(path, "rb").read()
+    magic = struct.unpack_from("<I", data, 0)[0]
+    if magic != 0xA1B23C4D:
+        raise ValueError(f"{path}: not a little-endian nanosecond pcap (magic {magic:#x})")
+    out, off = [], 24
+    while off + 16 <= len(data):
+        sec, nsec, caplen, _wire = struct.unpack_from("<IIII", data, off)
+        out.append((sec * 1_000_000_000 + nsec, data[off + 16 : off + 16 + caplen]))
+        off += 16 + caplen
+    return out

@@ -5,7 +5,9 @@ producers and consumers: CONNECT, PARTITIONED_METADATA, LOOKUP, PRODUCER, SEND (
 ledger/entry ids), SUBSCRIBE, FLOW (MESSAGE frames re-deliver what was produced, the metadata and
 the payload exactly as the producer sent them, so batches arrive as batches and chunks as
 chunks), ACK (ACK_RESPONSE when the ack asks for one), PING/PONG, CLOSE_PRODUCER/CLOSE_CONSUMER,
-UNSUBSCRIBE, GET_LAST_MESSAGE_ID. The broker also pings each client once after CONNECTED.
+UNSUBSCRIBE, GET_LAST_MESSAGE_ID, REDELIVER_UNACKNOWLEDGED_MESSAGES (the named entries, or every
+unacknowledged one the consumer was sent, again with their redelivery count). The broker also
+pings each client once after CONNECTED.
 
 Framing is implemented here independently of the decoder under test (only the generated protobuf
 classes are shared), so the real client validates every frame the simulator builds.
@@ -87,6 +89,8 @@ class Consumer:
     subscription: str
     cursor: int = 0
     permits: int = 0
+    acked: set = field(default_factory=set)  # (ledger, entry) acknowledged by this consumer
+    sent: dict = field(default_factory=dict)  # entry index -> times delivered to this consumer
 
 
 class _Conn(threading.Thread):
@@ -200,6 +204,15 @@ class _Conn(threading.Thread):
                 sim.dispatch(c.topic)
         elif t == T.ACK:
             b = cmd.ack
+            c = self.consumers.get(b.consumer_id)
+            if c is not None:
+                with sim.lock:
+                    tp = sim.topics.get(c.topic)
+                    for m in b.message_id:
+                        if b.ack_type == pb.CommandAck.Cumulative and tp is not None:
+                            c.acked |= {(e.ledger, e.entry) for e in tp.entries if e.entry <= m.entry_id}
+                        else:
+                            c.acked.add((m.ledger_id, m.entry_id))
             sim.log["acks"].append(
                 {
                     "consumer_id": b.consumer_id,
@@ -240,7 +253,10 @@ class _Conn(threading.Thread):
                 },
             )
         elif t == T.REDELIVER_UNACKNOWLEDGED_MESSAGES:
-            pass
+            b = cmd.redeliver_unacknowledged_messages
+            c = self.consumers.get(b.consumer_id)
+            if c is not None:
+                sim.redeliver(c, {(m.ledger_id, m.entry_id) for m in b.message_ids})
         else:
             body = getattr(cmd, _BODY.get(t, "type"), None)
             rid = getattr(body, "request_id", None)
@@ -344,25 +360,50 @@ class PulsarSim:
                 if c.topic != topic:
                     continue
                 while c.permits > 0 and c.cursor < len(tp.entries):
-                    e = tp.entries[c.cursor]
                     c.cursor += 1
-                    c.permits -= max(1, e.num_messages)
-                    mid = {"ledger_id": e.ledger, "entry_id": e.entry}
-                    if "-partition-" in topic:
-                        mid["partition"] = int(topic.rsplit("-partition-", 1)[1])
-                    bem = None
-                    if self.broker_entry_metadata and c.conn.client_bem:
-                        self.index += max(1, e.num_messages)
-                        bem = pb.BrokerEntryMetadata(
-                            broker_timestamp=1_700_000_000_000 + self.index, index=self.index - 1
-                        ).SerializeToString()
-                    cmd = _cmd(T.MESSAGE, consumer_id=c.consumer_id, message_id=mid)
-                    out.append((c.conn, _frame(cmd, e.metadata, e.payload, bem)))
-                    self.log["deliveries"].append(
-                        {"topic": topic, "consumer_id": c.consumer_id, "ledger": e.ledger, "entry": e.entry}
-                    )
+                    out.append(self._message(c, tp, c.cursor - 1))
         for conn, data in out:
             conn.send(data)
+
+    def redeliver(self, c: Consumer, ids: set[tuple[int, int]]) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES: the entries named (none named: every entry
+        delivered to the consumer and not acknowledged) sent again, with their redelivery count."""
+        with self.lock:
+            tp = self.topics.get(c.topic)
+            if tp is None:
+                return
+            again = [
+                i
+                for i in sorted(c.sent)
+                if (tp.entries[i].ledger, tp.entries[i].entry) not in c.acked
+                and (not ids or (tp.entries[i].ledger, tp.entries[i].entry) in ids)
+            ]
+            out = [self._message(c, tp, i) for i in again]
+        for conn, data in out:
+            conn.send(data)
+
+    def _message(self, c: Consumer, tp: Topic, i: int) -> tuple[_Conn, bytes]:
+        """The MESSAGE frame delivering entry `i` of `tp` to `c` (counted and logged)."""
+        e = tp.entries[i]
+        c.permits -= max(1, e.num_messages)
+        mid = {"ledger_id": e.ledger, "entry_id": e.entry}
+        if "-partition-" in tp.name:
+            mid["partition"] = int(tp.name.rsplit("-partition-", 1)[1])
+        bem = None
+        if self.broker_entry_metadata and c.conn.client_bem:
+            self.index += max(1, e.num_messages)
+            bem = pb.BrokerEntryMetadata(
+                broker_timestamp=1_700_000_000_000 + self.index, index=self.index - 1
+            ).SerializeToString()
+        redelivery = c.sent.get(i, 0)
+        c.sent[i] = redelivery + 1
+        extra = {"redelivery_count": redelivery} if redelivery else {}
+        cmd = _cmd(T.MESSAGE, consumer_id=c.consumer_id, message_id=mid, **extra)
+        self.log["deliveries"].append(
+            {"topic": tp.name, "consumer_id": c.consumer_id, "ledger": e.ledger, "entry": e.entry,
+             "redelivery_count": redelivery}
+        )  # fmt: skip
+        return c.conn, _frame(cmd, e.metadata, e.payload, bem)
 
     def start(self) -> PulsarSim:
         self._thread.start()

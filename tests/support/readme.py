@@ -18,3 +18,9 @@ def readme_queries() -> list[str]:
             if lines:
                 out.append("\n".join(lines))
     return out
+
+
+def readme_query(*needles: str) -> str:
+    """The one README statement holding every one of `needles`."""
+    (q,) = [q for q in readme_queries() if all(n in q for n in needles)]
+    return q

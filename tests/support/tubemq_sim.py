@@ -300,6 +300,8 @@ class BrokerSim(_Server):
             if method == 15:
                 key = (req.groupName, req.topicName, req.partitionId)
                 cur = self.committed.get(key, 0)
+                if req.opType == 31:  # a (re-)registered consumer reads on from the committed offset
+                    self.read_pos.pop(key, None)
                 return brk.RegisterResponseB2C(
                     **ok,
                     currOffset=cur * 20,

@@ -1,14 +1,19 @@
-"""A lake written by an older brokerscope gains the columns added since, old rows reading null."""
+"""Lake tables over time: an older lake gains the columns and table properties added since (old
+rows reading null), and file statistics that let any reader filter on any column."""
 
 from __future__ import annotations
 
 import datetime
+import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from brokerscope import tables
-from brokerscope.lake import Lake
+from brokerscope.lake import STATS_PROPERTY, Lake, _bounded_str, file_stats
 
 
 def test_ensure_tables_adds_new_columns_to_an_older_lake(tmp_path):
@@ -45,3 +50,64 @@ def test_an_older_streams_table_gains_the_tls_columns(tmp_path):
     assert sorted(pa.schema(dt.schema()).names) == sorted(tables.schema("streams").names)
     got = dt.to_pyarrow_table().to_pylist()
     assert [{k: r[k] for k in ("conn_id", *tls)} for r in got] == [dict.fromkeys(tls) | {"conn_id": "k1"}]
+
+
+def _messages_file(lake_root, rows: list[dict]) -> None:
+    """Stage `rows` as one messages file and commit it, as a run does (statistics by file_stats)."""
+    from brokerscope.lake import StagedWriter
+
+    w = StagedWriter(str(lake_root), "run1")
+    w.add("messages", tables.conform("messages", rows))
+    Lake(lake_root).commit_table("messages", w.close(), [], "run1")
+
+
+def test_a_filter_on_a_column_without_statistics_finds_its_rows(tmp_path):
+    """delta-rs's pyarrow dataset reads the table's statistics columns from its properties; a
+    column file_stats leaves out (direction) must not read as all null and lose every row."""
+    lake = Lake(tmp_path / "lake")
+    lake.ensure_tables()
+    long_topic = "t" * 40  # longer than _STATS_STR_MAX: a null count but no min/max
+    rows = [
+        {"capture_id": "c1", "ts_ns": 1_700_000_000_000_000_000 + i, "direction": d, "topic": long_topic}
+        for i, d in enumerate(["produce", "deliver", "produce"])
+    ]
+    _messages_file(lake.root, rows)
+    dset = DeltaTable(lake.path("messages")).to_pyarrow_dataset()
+    assert dset.count_rows(filter=pc.field("direction") == "produce") == 2
+    assert dset.count_rows(filter=pc.field("topic") == long_topic) == 3
+    assert dset.count_rows(filter=pc.field("capture_id") == "c2") == 0
+
+
+def test_an_older_lake_gains_the_statistics_property(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    lake.ensure_tables()
+    DeltaTable(lake.path("messages")).alter.set_table_properties({STATS_PROPERTY: "capture_id"})
+    lake.ensure_tables()
+    conf = DeltaTable(lake.path("messages")).metadata().configuration
+    assert conf[STATS_PROPERTY] == "capture_id,ts,ts_ns,protocol,topic,conn_id"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["a" * 40, "b" * 33, "ab"],
+        ["x" * 31 + "\U0010ffff" * 5, "x" * 31 + "\U0010ffff" * 4],  # no cut max above them
+        ["y" * 31 + "\ud7ff" + "z", "y" * 31 + "\ud7ff"],  # raising U+D7FF skips the surrogates
+    ],
+)
+def test_cut_string_bounds_hold_every_value(values):
+    lo, hi = _bounded_str(min(values), max(values))
+    assert len(lo) <= 32 and all(lo <= v <= hi for v in values)
+    assert len(hi) <= 32 or hi == max(values)
+
+
+def test_statistics_from_values_where_the_footer_has_none(tmp_path):
+    path = tmp_path / "f.parquet"
+    t = pa.table({"topic": ["b", None, "a"], "ts_ns": pa.array([3, 1, 2], pa.int64())})
+    pq.write_table(t, path, write_statistics=["ts_ns"])
+    stats = json.loads(file_stats(path, 3))
+    assert stats["nullCount"] == {"topic": 1, "ts_ns": 0}
+    assert (stats["minValues"], stats["maxValues"]) == (
+        {"topic": "a", "ts_ns": 1},
+        {"topic": "b", "ts_ns": 3},
+    )

@@ -4,11 +4,15 @@ dependencies install, every runtime dependency is used, and `brokerscope --versi
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from importlib.metadata import packages_distributions
+
+import pytest
 
 from brokerscope import __version__
 from tests.conftest import ROOT
@@ -66,3 +70,34 @@ def test_version():
         [sys.executable, "-m", "brokerscope.cli", "--version"], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and out.stdout.strip() == f"brokerscope {__version__}"
+
+
+@pytest.mark.slow
+def test_an_installed_package_carries_the_log4j_configuration(tmp_path):
+    """A non-editable install has no repository conf/: the wheel carries conf/log4j2.properties
+    and the installed pipeline hands that copy to the JVM."""
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT],
+        check=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = wheels.glob("brokerscope-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert (
+            z.read("brokerscope/conf/log4j2.properties") == (ROOT / "conf" / "log4j2.properties").read_bytes()
+        )
+        z.extractall(tmp_path / "site")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from brokerscope import pipeline; print(pipeline.LOG4J_PLACES[0].is_file(), pipeline.__file__)",
+        ],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["True", str(tmp_path / "site" / "brokerscope" / "pipeline.py")]

@@ -221,12 +221,20 @@ class Protocol:
     options: dict = {}  # defaults of `[protocols.<name>]` in the config
     schema_option: str | None = None  # the `[protocols.<name>]` key naming a user protobuf schema file
     segments: str | None = None  # module of the package that reads the protocol's segment files
+    # module of the package with its journeys identity rule (`steps`: brokerscope/journeys.py)
+    journeys: str | None = None
 
     def segment_reader(self):
         """The segment reader module (`matches`, `plan`, `read`), or None."""
         if not self.segments:
             return None
         return importlib.import_module(f"{type(self).__module__}.{self.segments}")
+
+    def journey_rule(self):
+        """The journeys identity rule module (`steps`), or None."""
+        if not self.journeys:
+            return None
+        return importlib.import_module(f"{type(self).__module__}.{self.journeys}")
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Confidence 0..1 that this is the protocol, from the first bytes each side sent.

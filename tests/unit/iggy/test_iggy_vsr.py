@@ -153,12 +153,19 @@ def test_vsr_send_poll_store_rows():
     assert [m["message_ts_ns"] for m in produce] == [ORIGIN * 1000, (ORIGIN + 7) * 1000]  # producer clock
     assert [json.loads(m["details"])["origin_timestamp"] for m in deliver] == [ORIGIN, ORIGIN + 7]
     assert [m["message_id"] for m in deliver] == [m["message_id"] for m in produce]
+    # the reply's confirmation places the produce rows: base offset 0 + each one's offset delta
+    assert [(m["partition"], m["offset"]) for m in produce] == [(3, 0), (3, 1)]
     acks = table(rows, "acks")
     tables.conform("acks", acks)
-    assert [(a["consumer"], a["partition"], a["offset"], a["error_code"]) for a in acks] == [
-        ("group:workers", 3, 1, 0),  # auto-commit poll
-        ("group:workers", 3, 1, 0),  # STORE_CONSUMER_OFFSET
+    assert [
+        (a["ack_type"], a.get("consumer"), a["partition"], a["offset"], a["error_code"]) for a in acks
+    ] == [
+        ("iggy_send", None, 3, 0, 0),  # the SEND_MESSAGES reply: partition 3 written from offset 0
+        ("iggy_offset", "group:workers", 3, 1, 0),  # auto-commit poll
+        ("iggy_offset", "group:workers", 3, 1, 0),  # STORE_CONSUMER_OFFSET
     ]
+    send_ack = acks[0]
+    assert send_ack["correlation_id"] == cmds[2]["correlation_id"] and send_ack["ack_latency_us"] >= 0
 
 
 def test_vsr_result_section_rejection_is_the_error_code():

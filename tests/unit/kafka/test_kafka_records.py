@@ -331,3 +331,75 @@ def test_walk_deltas_past_int64_become_anomalies_not_wrapped_values():
         f"message_ts_ns: {2**63 * 1_000_000} (out of range for int64)",
     ]
     assert got[1]["anomalies"] == [f"message_ts_ns: {2**62 * 1_000_000} (out of range for int64)"]
+
+
+# -- strings per record written by the compiled module (details, message_id) ----------------------
+
+_EDGES = [0, 1, -1, 9, 10, -10, 99, 100, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63), 1234567890123]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix"),
+    [("t-0@", ""), ('{"batch_base_offset":5,"offset_delta":', "}"), ("", ""), ("tópico-☃-None@", "ü")],
+)
+def test_decimal_strings_are_python_formatting(prefix, suffix):
+    import pyarrow as pa
+
+    values = pa.array(_EDGES, pa.int64())
+    want = [f"{prefix}{v}{suffix}" for v in _EDGES]
+    got = R.decimal_strings(prefix, values, suffix)
+    assert isinstance(got, pa.Array) and got.type == pa.string() and got.to_pylist() == want
+    # a slice (offset into the buffer), an empty column, the list a v0/v1 batch gives
+    assert R.decimal_strings(prefix, values.slice(3, 4), suffix).to_pylist() == want[3:7]
+    assert R.decimal_strings(prefix, values.slice(5, 0), suffix).to_pylist() == []
+    assert R.decimal_strings(prefix, _EDGES, suffix) == want
+
+
+def test_decimal_strings_fall_back_to_python_where_arrow_cannot_take_the_text():
+    """A topic decoded with lone surrogates (bytes that are not UTF-8) and values with nulls or
+    beyond int64 give the Python strings the tables then judge, as before."""
+    import pyarrow as pa
+
+    assert R.decimal_strings("bad\udcff-0@", pa.array([1, 2], pa.int64())) == [
+        "bad\udcff-0@1",
+        "bad\udcff-0@2",
+    ]
+    assert R.decimal_strings("t-0@", pa.array([1, None], pa.int64())) == ["t-0@1", "t-0@None"]
+    assert R.decimal_strings("t-0@", [2**63, 5]) == [f"t-0@{2**63}", "t-0@5"]
+
+
+def test_int64_range():
+    assert R.int64_range(5, 3).to_pylist() == [5, 6, 7]
+    assert R.int64_range(2**63 - 2, 2).to_pylist() == [2**63 - 2, 2**63 - 1]
+    assert R.int64_range(2**63 - 2, 3) == [2**63 - 2, 2**63 - 1, 2**63]  # the tables flag the last
+    assert R.int64_range(0, 0).to_pylist() == []
+
+
+def test_message_rows_strings_match_per_record_formatting():
+    """details and message_id of a delivered batch (also cut at a fetch offset, which slices the
+    columns) and of produced messages given their offsets: what formatting each record in
+    Python gives, character for character."""
+    from brokerscope import tables
+    from brokerscope.protocols import base
+    from brokerscope.protocols.kafka import rows
+
+    msgs = [(f"k{i}".encode(), f"v{i}".encode(), []) for i in range(12)]
+    b = R.read_record_set(records(msgs, 2, 3, offset=1_000)).batches[0]
+    recs = [(r.offset, r.delta) for r in b.records]
+    head = (
+        f'{{"batch_base_offset":{b.base_offset},"magic":2,"transactional":false,'
+        '"timestamp_type":"create","offset_delta":'
+    )
+    for min_offset in (None, recs[5][0]):
+        [(_t, blk)] = rows.message_rows(
+            b, base.PayloadPolicy(), "deliver", "tópico", 3, 1, 5, True, min_offset
+        )
+        got = tables.conform("messages", [blk]).to_pylist()
+        want = [(o, d) for o, d in recs if min_offset is None or o >= min_offset]
+        assert len(got) == len(want) == (12 if min_offset is None else 7)
+        assert [r["details"] for r in got] == [f"{head}{d}}}" for _o, d in want]
+        assert [r["message_id"] for r in got] == [f"tópico-3@{o}" for o, _d in want]
+    [(_t, blk)] = rows.message_rows(b, base.PayloadPolicy(), "produce", "t", None, 1, 5, False)
+    rows.with_offsets(blk, "t", None, 77)
+    got = tables.conform("messages", [blk]).to_pylist()
+    assert [(r["offset"], r["message_id"]) for r in got] == [(77 + i, f"t-None@{77 + i}") for i in range(12)]

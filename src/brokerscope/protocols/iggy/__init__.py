@@ -16,6 +16,7 @@ class IggyProtocol(Protocol):
     name = "iggy"
     default_ports = (8090,)
     segments = "segments"  # partition segments (streams/*/topics/*/partitions/*/*.log)
+    journeys = "journeys"  # its journeys identity rule (docs/protocols/iggy.md "Journeys")
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Confidence from content: a request header with a plausible length and a known code

@@ -39,9 +39,11 @@ from .rows import (
     flag_batch_checksum,
     frame_columns,
     i32,
+    i64,
     latency_row,
     message_block,
     offset_ack_row,
+    send_ack_rows,
     with_summaries,
 )
 from .wire import DecodeError, Truncated, topic_name
@@ -118,6 +120,10 @@ class IggyConversation(Conversation):
             if direction == S2C and len(self.framer[C2S].buf):
                 self._drain(C2S, rows)  # requests first, so responses find them
         while (item := fr.next()) is not None:
+            if self.pending.forgotten:  # requests past MAX_PENDING: their held rows go out now
+                for req in self.pending.forgotten:
+                    rows.extend(self._release(req))
+                self.pending.forgotten.clear()
             if isinstance(item, Junk):
                 self._junk(direction, item, rows)
             elif self.mode == VSR:
@@ -137,6 +143,7 @@ class IggyConversation(Conversation):
             rows.append(self._junk_row(direction, j, {"vsr_command": VSR_COMMANDS[command], "size": j.size}))
             if j.skipped and command == 8 and (req := self.pending.pop()) is not None:
                 rows.append(latency_row(req, None, j.ts_last))
+                rows.extend(self._release(req))
         elif direction == C2S:
             h = read_layout(REQUEST_HEADER, j.head)
             code = h["code"]
@@ -151,6 +158,7 @@ class IggyConversation(Conversation):
             rows.append(self._junk_row(direction, j, {"status": status, "length": h["length"]}))
             if req:
                 rows.append(latency_row(req, status, j.ts_first))
+                rows.extend(self._release(req))
 
     def _junk_row(self, direction: str, j: Junk, info: dict | None = None) -> Row:
         return error_row(direction, j.offset, j.size, j.ts_first, j.ts_last, j.status, j.reason, info)
@@ -325,24 +333,24 @@ class IggyConversation(Conversation):
         row.update(topic=topic, partition=i32(partition), decode_status=base.OK, details=text)
         flag_batch_checksum(row, (fields.get("batch") or {}).get("batch_checksum_ok"))
         rows.append(("commands", row))
-        if msgs:  # SEND_MESSAGES: a produce row per message
+        if msgs:  # SEND_MESSAGES: a produce row per message, held until the reply places them
             key = None
             if fields["partitioning"]["kind"] == "messages_key":
                 key = fields["partitioning"]["value"]
             frames = self.conn.frame_range(C2S, row.get("stream_offset"), row.get("size"))
-            rows.append(
-                message_block(
-                    "produce",
-                    msgs,
-                    topic,
-                    i32(partition),
-                    pend["corr"],
-                    ts1,
-                    self.ctx.payload,
-                    key,
-                    frames=frames,
-                )
+            block = message_block(
+                "produce",
+                msgs,
+                topic,
+                i32(partition),
+                pend["corr"],
+                ts1,
+                self.ctx.payload,
+                key,
+                frames=frames,
             )
+            # each message's place in the batch (a VSR batch numbers them: offset_delta)
+            pend["produce"] = (block, [m.get("offset_delta", i) for i, m in enumerate(msgs)])
         self.pending.add(pend)
 
     def _emit_response(
@@ -390,6 +398,12 @@ class IggyConversation(Conversation):
         if msgs:  # POLL_MESSAGES: one deliver row per message
             frames = self.conn.frame_range(S2C, row.get("stream_offset"), row.get("size"))
             self._deliveries(req, msgs, i32(fields.get("partition_id")), ts0, rows, frames)
+        if code == 101:  # SEND_MESSAGES: its produce rows placed by the reply, its acknowledgement
+            confirmations = fields.get("confirmations") or []
+            rows.extend(
+                self._release(req, confirmations[0] if status == 0 and len(confirmations) == 1 else None)
+            )
+            rows.extend(send_ack_rows(req, status, confirmations, ts0))
         rows.extend(self._acks(req, status, fields, msgs, ts0))
 
     # -----------------------------------------------------------------------------------------
@@ -424,6 +438,20 @@ class IggyConversation(Conversation):
             return [auto_commit_ack_row(req, status, i32(fields.get("partition_id")), msgs, ts)]
         return []
 
+    @staticmethod
+    def _release(req: dict, placed: dict | None = None) -> list[Row]:
+        """A SEND_MESSAGES request's held produce rows; `placed` (the reply's one confirmation)
+        gives them their partition and offsets: base_offset + each message's place."""
+        held = req.pop("produce", None)
+        if held is None:
+            return []
+        (table, block), places = held
+        if placed is not None:
+            base_offset = placed["base_offset"]
+            block.cols["offset"] = [i64(base_offset + p) for p in places]
+            block.const["partition"] = i32(placed["partition_id"])
+        return [(table, block)]
+
     def _offset_ack(self, req: dict, status: int | None, ts: int | None) -> Row:
         d = req["details"]
         delivered = self.delivered.get((req["topic"], d.get("partition_id"), d["offset"]))
@@ -434,6 +462,7 @@ class IggyConversation(Conversation):
         rows = []
         for req in self.pending.take_all():
             rows.append(latency_row(req, None, None))
+            rows.extend(self._release(req))
             if req["code"] == 121 and req.get("details"):
                 rows.append(self._offset_ack(req, None, None))
         return rows

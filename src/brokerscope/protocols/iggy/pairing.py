@@ -33,6 +33,7 @@ class Pending:
         self.ordinal = 0
         self.fifo: deque[dict] = deque()  # classic / VSR
         self.by_id: OrderedDict[int, dict] = OrderedDict()  # request-id framing
+        self.forgotten: list[dict] = []  # requests dropped past MAX_PENDING that hold rows
 
     def next_corr(self, req_id: int | None) -> int:
         """The correlation_id of the next request (counting it)."""
@@ -43,11 +44,15 @@ class Pending:
         if self.keyed:
             self.by_id[req["corr"]] = req
             while len(self.by_id) > MAX_PENDING:
-                self.by_id.popitem(last=False)
+                self._forget(self.by_id.popitem(last=False)[1])
         else:
             self.fifo.append(req)
             while len(self.fifo) > MAX_PENDING:
-                self.fifo.popleft()
+                self._forget(self.fifo.popleft())
+
+    def _forget(self, req: dict) -> None:
+        if "produce" in req:  # a SEND_MESSAGES' produce rows still to be emitted
+            self.forgotten.append(req)
 
     def pop(self, req_id: int | None = None) -> dict | None:
         """The request a response answers (by `req_id` when keyed, else the oldest), or None."""

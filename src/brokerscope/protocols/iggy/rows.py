@@ -125,6 +125,35 @@ def offset_ack_row(req: dict, status: int | None, ts: int | None, delivered_ts: 
     return ("acks", row)
 
 
+def send_ack_rows(req: dict, status: int | None, confirmations: list[dict], ts: int) -> list[Row]:
+    """The acks rows of a SEND_MESSAGES reply: one per partition it confirms written (its base
+    offset), or one for the request's partition when the reply confirms none (a failure, a
+    classic empty reply)."""
+    base_row = {
+        "ts_ns": ts,
+        "ack_type": "iggy_send",
+        "topic": req["topic"],
+        "partition": i32(req["partition"]),
+        "error_code": status,
+        "correlation_id": req["corr"],
+        "ack_latency_us": (ts - req["ts_end"]) / 1000.0,
+    }
+    if not confirmations:
+        return [("acks", base_row)]
+    return [
+        (
+            "acks",
+            {
+                **base_row,
+                "partition": i32(c["partition_id"]),
+                "offset": i64(c["base_offset"]),
+                "details": base.to_json({"stream_id": c["stream_id"], "topic_id": c["topic_id"]}),
+            },
+        )
+        for c in confirmations
+    ]
+
+
 def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: list[dict], ts: int) -> Row:
     """The acks row of a POLL_MESSAGES with auto_commit: the server stores the last polled offset."""
     last = msgs[-1]

@@ -23,6 +23,7 @@ absolute in v0 and relative in v1 (the wrapper carries the offset of the last in
 
 from __future__ import annotations
 
+import array
 import gzip
 import io
 import struct
@@ -45,6 +46,8 @@ V2_HEADER_SIZE = _V2_HEADER.size
 _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 bytes)
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_INT64_MAX = 2**63 - 1
+_HEADERS = pa.list_(tables.HEADER)
 
 
 class RecordError(base.DecodeError):
@@ -154,6 +157,27 @@ def _binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
     return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
 
 
+def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> pa.Array | list[str]:
+    """`prefix + str(v) + suffix` for each value: an Arrow string column written by the compiled
+    module for an int64 array without nulls (no Python string per value), else a list."""
+    if isinstance(values, pa.Array) and values.type == pa.int64() and not values.null_count:
+        try:
+            head, tail = prefix.encode(), suffix.encode()
+        except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
+            return [f"{prefix}{v}{suffix}" for v in values.to_pylist()]
+        n = len(values)
+        offsets, data = _records.decimals(head, values.buffers()[1], values.offset, n, tail)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return [f"{prefix}{v}{suffix}" for v in _py(values)]
+
+
+def int64_range(first: int, n: int) -> pa.Array | list[int]:
+    """first, first + 1, ... (n values) as an int64 array; a list where they pass int64."""
+    if first + n - 1 > _INT64_MAX or first < -_INT64_MAX - 1:
+        return list(range(first, first + n))
+    return _int64(n, array.array("q", range(first, first + n)))
+
+
 def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
     bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=nulls)
@@ -187,9 +211,13 @@ def _v2_columns(
             hk = _binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
             hk = pa.array([base.text(k) for k in _binary(w["header_keys"]).to_pylist()], pa.string())
-        entries = pa.StructArray.from_arrays([hk, _binary(w["header_values"])], fields=list(tables.HEADER))
-        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(w["header_offsets"])])
-        headers = pa.ListArray.from_arrays(offsets, entries, type=pa.list_(tables.HEADER))
+        # built from the walk's buffers as they are (its list offsets end at the entries it kept)
+        entries = pa.Array.from_buffers(
+            tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
+        )
+        headers = pa.Array.from_buffers(
+            _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
+        )
     value_size = pa.Array.from_buffers(
         pa.int64(), n, [value.buffers()[0], pa.py_buffer(w["value_size"])], null_count=value.null_count
     )

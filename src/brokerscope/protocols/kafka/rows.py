@@ -224,11 +224,11 @@ def message_rows(
         "decode_error": b.error,
         **(frames or {}),
     }
-    head = _details_head(b)  # the batch-level fields, then each record's offset delta
     cols: dict = {
         "key": pol.key_column(c.key),
         "message_ts_ns": c.ts_ns,
-        "details": [f"{head}{d}}}" for d in rec._py(c.delta)],
+        # the batch-level fields, then each record's offset delta
+        "details": rec.decimal_strings(_details_head(b), c.delta, "}"),
     }
     if c.headers is None:
         const["headers"] = []
@@ -266,16 +266,15 @@ def _details_head(b: rec.Batch) -> str:
     return head[:-1] + ',"offset_delta":'
 
 
-def _message_ids(topic, partition, offsets: pa.Array | list) -> list[str]:
+def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list[str]:
     """`topic-partition@offset` per message."""
-    prefix = f"{topic}-{partition}@"
-    return [f"{prefix}{o}" for o in rec._py(offsets)]
+    return rec.decimal_strings(f"{topic}-{partition}@", offsets)
 
 
 def with_offsets(block: tables.Block, topic, partition, first: int) -> None:
     """Give produced messages their offsets: `first` and on, in order (the produce response's
     base offset plus their position in the request)."""
-    offsets = list(range(first, first + block.n))
+    offsets = rec.int64_range(first, block.n)
     block.cols["offset"] = offsets
     block.cols["message_id"] = _message_ids(topic, partition, offsets)
 

@@ -30,6 +30,7 @@ class PulsarProtocol(Protocol):
     name = "pulsar"
     default_ports = (6650,)
     options = {"max_frame_bytes": 5 * 1024**2}  # Pulsar's default maxMessageSize and its frame padding
+    journeys = "journeys"  # its journeys identity rule (docs/protocols/pulsar.md "Journeys")
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """A CONNECT frame with sane sizes opens the client side; CONNECTED / AUTH_CHALLENGE /

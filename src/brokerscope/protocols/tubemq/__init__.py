@@ -46,6 +46,7 @@ class TubeMQProtocol(Protocol):
     default_ports = (8715, 8123)  # master, broker
     options = {"schema_file": ""}
     schema_option = "schema_file"  # a MasterService.proto whose messages replace the built-in ones
+    journeys = "journeys"  # its journeys identity rule (docs/protocols/tubemq.md "Journeys")
 
     def sniff(self, client_head: bytes, server_head: bytes) -> float:
         """Both directions start every frame with the begin token 0xFF7FF4FE."""

@@ -1,0 +1,333 @@
+"""Consumer lag per minute: the broker's high watermark against each consumer's committed and
+delivered offsets, from a run's committed rows.
+
+Computed on the driver after a run has committed the decoded tables, like the journeys (and with
+journeys.py's readers and group rules), over the rows of the run's capture ids only, as Arrow and
+numpy columns. One row per (protocol, consumer, topic, partition, minute) in which a sample of
+any kind was seen; each offset is the latest one known at the end of that minute (carried over
+from earlier minutes), so a consumer that stopped keeps rows, with its lag growing, for as long
+as the partition's high watermark is seen moving (another consumer's fetches). The columns are
+in tables.LAG, the rules in docs/protocols/kafka.md and iggy.md ("Lag").
+
+The samples, in offsets "next to read" (the Kafka convention: a committed offset of 5 means
+messages 0-4 are done):
+
+- high watermark: Kafka Fetch responses, per partition (`HighWatermark`, with `LogStartOffset`),
+  from the commands rows' details (any consumer's, follower fetches too: it is the partition's);
+  Iggy POLL_MESSAGES replies, `current_offset` + 1 (the offset of the partition's last message);
+- committed: Kafka `kafka_offset_commit` acks (OffsetCommit, succeeded) of the group; Iggy
+  `iggy_offset` acks (stored offsets, explicit or a poll's auto-commit) + 1;
+- delivered: the latest delivered message + 1: Kafka Fetch `deliver` rows, attributed to their
+  consumer group as journeys attribute them (journeys._groups_of_connections; deliveries no group
+  rule names are left out); Iggy deliver rows, whose `consumer` the poll named.
+
+Pulsar has no rows: its positions are ledger:entry message ids, not offsets, and a subscription's
+backlog in messages is on the wire only in CommandConsumerStatsResponse, which clients send only
+when asked for broker stats. TubeMQ has none yet: its responses' currOffset and maxOffset are
+positions in its index files, not counts of messages.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import tables
+from .journeys import GROUP_COMMANDS, _batch, _codes, _groups_of_connections, _np, _opt, _read
+
+MINUTE_NS = 60 * 1_000_000_000
+HWM, COMMIT, DELIVER = 0, 1, 2  # sample kinds
+
+# commands rows read: Kafka Fetch responses (high watermarks), Metadata responses (topic ids),
+# the requests naming a client's group (journeys' attribution); Iggy poll replies
+CMD_COLUMNS = (
+    "capture_id",
+    "protocol",
+    "direction",
+    "command",
+    "client_ip",
+    "client_id",
+    "conn_id",
+    "topic",
+    "topic_id",
+    "partition",
+    "ts_ns",
+    "details",
+)
+ACK_COLUMNS = (
+    "capture_id",
+    "protocol",
+    "ack_type",
+    "consumer",
+    "topic",
+    "partition",
+    "offset",
+    "error_code",
+    "ts_ns",
+)
+MSG_COLUMNS = (
+    "capture_id",
+    "protocol",
+    "topic",
+    "topic_id",
+    "partition",
+    "offset",
+    "consumer",
+    "ts_ns",
+    "conn_id",
+)
+# a sample of any kind (HWM, COMMIT, DELIVER): the consumer (null for a high watermark, the
+# partition's), the offset as "next to read", the log start offset (Kafka's high watermarks)
+SAMPLE = pa.schema(
+    [
+        ("kind", pa.int8()),
+        ("capture_id", pa.string()),
+        ("protocol", pa.string()),
+        ("consumer", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("value", pa.int64()),
+        ("log_start", pa.int64()),
+    ]
+)
+
+
+def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
+    """The lag rows of the captures `capture_ids` from the lake at `root`."""
+    ids = sorted(capture_ids)
+    kafka, iggy = pc.field("protocol") == "kafka", pc.field("protocol") == "iggy"
+    s2c = (pc.field("direction") == "s2c") & (pc.field("decode_status") == "ok")
+    cmds = _read(
+        f"{root}/commands",
+        ids,
+        CMD_COLUMNS,
+        (kafka & s2c & pc.field("command").isin(["Fetch", "Metadata"]))
+        | (iggy & s2c & (pc.field("command") == "POLL_MESSAGES"))
+        | (
+            kafka
+            & (pc.field("direction") == "c2s")
+            & pc.field("client_id").is_valid()
+            & pc.field("command").isin(["Fetch", *GROUP_COMMANDS])
+        ),
+        ("protocol", "direction", "command", "decode_status", "client_id"),
+    )
+    acks = _read(
+        f"{root}/acks",
+        ids,
+        ACK_COLUMNS,
+        pc.field("ack_type").isin(["kafka_offset_commit", "iggy_offset"]),
+        ("ack_type",),
+    )
+    # deliveries with an offset: Kafka Fetch's (a named consumer: ShareFetch, share groups, left
+    # out), Iggy's (the consumer the poll named)
+    msgs = _read(
+        f"{root}/messages",
+        ids,
+        MSG_COLUMNS,
+        (pc.field("direction") == "deliver")
+        & pc.field("offset").is_valid()
+        & ((kafka & pc.field("consumer").is_null()) | (iggy & pc.field("consumer").is_valid())),
+        ("protocol", "direction"),
+    )
+    samples = pa.concat_tables([_watermarks(cmds, msgs), _commits(acks), _deliveries(msgs, cmds)])
+    return tables.conform("lag", [_lag_block(_batch(samples.combine_chunks()))])
+
+
+def _samples(kind: int, n: int, **cols) -> pa.Table:
+    """`n` samples of `kind` from columns named as in SAMPLE (Arrow arrays or lists; others null)."""
+    arrays = [pa.array(np.full(n, kind, np.int8))]
+    for f in list(SAMPLE)[1:]:
+        v = cols.get(f.name)
+        if v is None:
+            arrays.append(pa.nulls(n, f.type))
+        elif isinstance(v, pa.Array | pa.ChunkedArray):
+            arrays.append(v.cast(f.type))
+        else:
+            arrays.append(pa.array(v, f.type))
+    return pa.Table.from_arrays(arrays, schema=SAMPLE)
+
+
+def _json(text: str | None) -> dict:
+    try:
+        d = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _topic_names(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> dict[str, str]:
+    """Topic id -> name from the pairs the rows hold (named across the capture set, topics.py)."""
+    names: dict[str, str] = {}
+    for t in (cmds, msgs):
+        both = t.filter(pc.and_(t["topic_id"].is_valid(), t["topic"].is_valid()))
+        if both.num_rows:
+            g = pa.table({"i": both["topic_id"], "n": both["topic"]}).group_by(["i", "n"]).aggregate([])
+            names.update(zip(g["i"].to_pylist(), g["n"].to_pylist()))
+    return names
+
+
+def _watermarks(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> pa.Table:
+    """The high watermark samples: each partition of a Kafka Fetch response without an error
+    (its topic by name, or by id named from Metadata responses and the rows' pairs), each Iggy
+    poll reply (`current_offset` + 1; a reply of no messages at offset 0 may be an empty
+    partition or one of a single message: left out)."""
+    names = _topic_names(cmds, msgs)
+    resp = cmds.filter(pc.equal(cmds["direction"], "s2c"))
+    found: list[tuple] = []  # (protocol, capture_id, topic, partition, ts_ns, value, log_start)
+    fetches = []
+    cols = ("capture_id", "protocol", "command", "topic", "partition", "ts_ns", "details")
+    for cap, proto, command, topic, part, ts, details in zip(*(resp[c].to_pylist() for c in cols)):
+        body = _json(details)
+        if command == "Metadata":
+            for t in body.get("Topics") or ():
+                if isinstance(t, dict) and t.get("Name") and t.get("TopicId"):
+                    names.setdefault(t["TopicId"], t["Name"])
+        elif command == "Fetch":
+            fetches.append((cap, ts, body))  # after the Metadata responses: their names first
+        elif proto == "iggy":
+            cur, count = body.get("current_offset"), body.get("count")
+            if isinstance(cur, int) and topic is not None and part is not None and (cur or count):
+                found.append(("iggy", cap, topic, part, ts, cur + 1, None))
+    for cap, ts, body in fetches:
+        for t in body.get("Responses") or ():
+            topic = (t.get("Topic") or names.get(t.get("TopicId"))) if isinstance(t, dict) else None
+            for p in t.get("Partitions") or () if topic else ():
+                hw = p.get("HighWatermark") if isinstance(p, dict) else None
+                if not isinstance(hw, int) or hw < 0 or p.get("ErrorCode"):
+                    continue
+                ls = p.get("LogStartOffset")
+                ls = ls if isinstance(ls, int) and ls >= 0 else None
+                found.append(("kafka", cap, topic, p.get("PartitionIndex"), ts, hw, ls))
+    fields = ("protocol", "capture_id", "topic", "partition", "ts_ns", "value", "log_start")
+    columns = zip(*found) if found else [[]] * len(fields)
+    return _samples(HWM, len(found), **dict(zip(fields, columns)))
+
+
+def _commits(acks: pa.RecordBatch) -> pa.Table:
+    """The committed offset samples: Kafka OffsetCommit acks (the offset committed is the next to
+    read), Iggy stored offsets (the last message consumed: + 1), of a named consumer, not failed
+    (an error code of 0, or none: the response did not say)."""
+    ok = pc.and_(
+        pc.fill_null(pc.equal(acks["error_code"], 0), True),
+        pc.fill_null(pc.not_equal(acks["consumer"], ""), False),
+    )
+    ok = pc.and_(ok, pc.fill_null(pc.greater_equal(acks["offset"], 0), False))
+    ok = pc.and_(ok, pc.and_(acks["topic"].is_valid(), acks["partition"].is_valid()))
+    c = acks.filter(ok)
+    iggy = pc.equal(c["ack_type"], "iggy_offset")
+    value = pc.if_else(iggy, pc.add(c["offset"], 1), c["offset"])
+    return _samples(
+        COMMIT,
+        c.num_rows,
+        **{k: c[k] for k in ("capture_id", "protocol", "consumer", "topic", "partition", "ts_ns")},
+        value=value,
+    )
+
+
+def _deliveries(msgs: pa.RecordBatch, cmds: pa.RecordBatch) -> pa.Table:
+    """The delivered offset samples (offset + 1): Kafka deliveries with the group of their
+    connection (journeys' rule; none: left out), Iggy deliveries with the consumer of their poll."""
+    requests = cmds.filter(pc.equal(cmds["direction"], "c2s"))
+    group_of = _groups_of_connections(requests)
+    conns = list(group_of)
+    group = pa.array([group_of[c] for c in conns], pa.string()).take(
+        pc.index_in(msgs["conn_id"], value_set=pa.array(conns, pa.string()))
+    )
+    consumer = pc.if_else(pc.equal(msgs["protocol"], "kafka"), group, msgs["consumer"])
+    m = msgs.append_column("group", consumer).filter(
+        pc.and_(consumer.is_valid(), pc.and_(msgs["topic"].is_valid(), msgs["partition"].is_valid()))
+    )
+    return _samples(
+        DELIVER,
+        m.num_rows,
+        **{k: m[k] for k in ("capture_id", "protocol", "topic", "partition", "ts_ns")},
+        consumer=m["group"],
+        value=pc.add(m["offset"], 1),
+    )
+
+
+def _lag_block(s: pa.RecordBatch) -> tables.Block:
+    """The lag rows of the samples `s` as one Block: each consumer's samples (its commits and
+    deliveries, and its partition's high watermarks from its first minute on) in time order, the
+    latest of each kind at the end of each minute with samples, counts per minute."""
+    kind = _np(s["kind"]).astype(np.int8)
+    own = np.nonzero(kind != HWM)[0]
+    if not len(own):
+        return tables.Block(0)
+    ts, value = _np(s["ts_ns"]), _np(s["value"])
+    minute = ts // MINUTE_NS
+    part = _codes(s["protocol"], s["topic"], s["partition"])
+    o = s.take(pa.array(own))
+    pair_own = _codes(o["protocol"], o["consumer"], o["topic"], o["partition"])
+    npairs = int(pair_own.max()) + 1
+    rep = np.full(npairs, -1, np.int64)  # each pair's first sample (its identity columns)
+    rep[pair_own[::-1]] = own[::-1]
+    first_minute = np.full(npairs, np.iinfo(np.int64).max)
+    np.minimum.at(first_minute, pair_own, minute[own])
+    # each high watermark, once for every pair of its partition that has begun by its minute
+    by_part = np.argsort(part[rep], kind="stable")
+    sorted_parts = part[rep][by_part]
+    hw = np.nonzero(kind == HWM)[0]
+    lo = np.searchsorted(sorted_parts, part[hw], "left")
+    cnt = np.searchsorted(sorted_parts, part[hw], "right") - lo
+    hw_src = np.repeat(hw, cnt)
+    within = np.arange(len(hw_src)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    hw_pair = by_part[np.repeat(lo, cnt) + within]
+    begun = minute[hw_src] >= first_minute[hw_pair]
+    src = np.concatenate([own, hw_src[begun]])
+    pair = np.concatenate([pair_own, hw_pair[begun]])
+    # in time order per pair (ties: the higher offset last), then one row per (pair, minute)
+    order = np.lexsort((value[src], ts[src], pair))
+    src, pair = src[order], pair[order]
+    mins = minute[src]
+    total = len(src)
+    new = np.ones(total, bool)
+    new[1:] = (pair[1:] != pair[:-1]) | (mins[1:] != mins[:-1])
+    starts = np.nonzero(new)[0]
+    ends = np.append(starts[1:], total) - 1
+    k = kind[src]
+    pos = np.arange(total)
+
+    def latest(which: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the position (in src) of the pair's latest sample of `which` by the minute's
+        end, and whether there is one."""
+        last = np.maximum.accumulate(np.where(k == which, pos, -1))[ends]
+        ok = last >= 0
+        ok[ok] = pair[last[ok]] == pair[ends[ok]]
+        return src[np.maximum(last, 0)], ok
+
+    def count(which: int) -> pa.Array:
+        return pa.array(np.add.reduceat((k == which).astype(np.int64), starts), pa.int64())
+
+    (h, h_ok), (c, c_ok), (d, d_ok) = latest(HWM), latest(COMMIT), latest(DELIVER)
+    hwm, committed, delivered = value[h], value[c], value[d]
+    log_start = s["log_start"].take(pa.array(h))
+    ident = s.select(["protocol", "consumer", "topic", "partition"]).take(pa.array(rep[pair[ends]]))
+    cols = {
+        "capture_id": s["capture_id"].take(pa.array(src[ends])),
+        "protocol": ident["protocol"],
+        "consumer": ident["consumer"],
+        "topic": ident["topic"],
+        "partition": ident["partition"],
+        "minute_ns": pa.array(mins[ends] * MINUTE_NS, pa.int64()),
+        "ts_ns": pa.array(ts[src[ends]], pa.int64()),
+        "high_watermark": _opt(hwm, h_ok),
+        "log_start_offset": pc.if_else(pa.array(h_ok), log_start, pa.nulls(len(ends), pa.int64())),
+        "committed_offset": _opt(committed, c_ok),
+        "committed_ts_ns": _opt(ts[c], c_ok),
+        "delivered_offset": _opt(delivered, d_ok),
+        "delivered_ts_ns": _opt(ts[d], d_ok),
+        "lag_committed": _opt(hwm - committed, h_ok & c_ok),
+        "lag_delivered": _opt(hwm - delivered, h_ok & d_ok),
+        "hwm_samples": count(HWM),
+        "commits": count(COMMIT),
+        "deliveries": count(DELIVER),
+    }
+    rows = pa.table(cols)
+    keys = [(c, "ascending", "at_end") for c in ("protocol", "consumer", "topic", "partition", "minute_ns")]
+    rows = rows.take(pc.sort_indices(rows, sort_keys=keys))
+    return tables.Block(rows.num_rows, {c: rows[c].combine_chunks() for c in rows.column_names})

@@ -1,0 +1,52 @@
+"""Several vantage points in one capture set: which capture files are one host's, and their clocks.
+
+A capture set may hold captures of one connection taken at several places (the producer's host,
+the broker's, a consumer's): each place is a vantage point. Its files are a chain in time (a
+rotated capture: each file starts at or after the previous one's last record); two files whose
+record time spans overlap were taken at two places (docs/design.md "Vantage points").
+
+`groups` makes the chains from the files' spans, before the decode: the stream driver then
+decodes a connection seen from two vantage points as two connections (one per place, each with
+its own rows), where it would otherwise take the second copy of every segment for a
+retransmission. No Spark, no Delta here: the decode tasks import this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def spans_of(stats: Iterable[Mapping]) -> dict[int, tuple[int, int]]:
+    """file_index -> (first, last) record time (ns) of the capture files of the read stats rows
+    (capture.parse_stats: one per split, `first_ts_ns` / `last_ts_ns`); files without a record
+    are left out."""
+    out: dict[int, tuple[int, int]] = {}
+    for s in stats:
+        fi, first, last = s.get("file_index"), s.get("first_ts_ns"), s.get("last_ts_ns")
+        if fi is None or first is None or last is None:
+            continue
+        lo, hi = out.get(fi, (first, last))
+        out[fi] = (min(lo, first), max(hi, last))
+    return out
+
+
+def groups(spans: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """file_index -> its vantage point, named by the file index of the chain's first file.
+
+    Files in order of their first record (then file index); each joins the chain whose last file
+    ended at or before it starts, of those the one that ended latest (a rotated capture's next
+    file starts where the last one stopped), else starts a chain of its own: files whose time
+    spans overlap are never one vantage point."""
+    chains: list[list[int]] = []  # [first file index, end of its last file]
+    out: dict[int, int] = {}
+    for fi in sorted(spans, key=lambda f: (spans[f][0], f)):
+        start, end = spans[fi]
+        fits = [c for c in chains if c[1] <= start]
+        if fits:
+            chain = max(fits, key=lambda c: (c[1], -c[0]))
+            chain[1] = end
+        else:
+            chain = [fi, end]
+            chains.append(chain)
+        out[fi] = chain[0]
+    return out
