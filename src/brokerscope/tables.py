@@ -169,6 +169,10 @@ STREAMS = [
     pa.field("tls_sni", pa.string()),
     pa.field("tls_alpn", pa.string()),
     pa.field("tls_decrypted", pa.string()),
+    # application-data plaintext bytes decrypted per direction (what tshark's key log decrypts;
+    # 0 without keys): records lost to gaps or failed are not counted
+    pa.field("tls_c2s_bytes", pa.int64()),
+    pa.field("tls_s2c_bytes", pa.int64()),
 ]
 
 # What was ingested: one row per path and content, the nightly job's memory. Identical content

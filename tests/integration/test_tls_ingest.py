@@ -1,6 +1,8 @@
 """TLS through a real Spark ingest: `brokerscope ingest --tls-keylog` on the real TLS captures of
 tests/data/tls/ writes exactly what `decode_files` gives, the captures' own Decryption Secrets
-Blocks decrypt across splits (the shuffle path), no key appears in any table, lake file or output
+Blocks decrypt across splits (the shuffle path), a real client run's keys injected by
+`editcap --inject-secrets` and another's key log that misses some connections give their clear
+legs' rows (of the connections with keys), no key appears in any table, lake file or output
 line, the run directory keeps no secret, and a key log others may read is refused before Spark
 starts (exit 2, the file named) unless --tls-keylog-insecure-ok."""
 
@@ -17,7 +19,8 @@ from brokerscope.config import Settings
 from brokerscope.streams import decode_files
 from brokerscope.tls import load
 from tests.support.lakecheck import delta_rs_rows, normalized
-from tests.unit.tls.test_tls_ingest import DATA, dsb, leaks, private_copy
+from tests.unit.tls.legs import COMPARED, DATA, keys_without, private_copy, without_leg
+from tests.unit.tls.test_tls_ingest import dsb, leaks
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +92,51 @@ def test_decryption_secrets_block_after_the_packets_across_splits(spark, tmp_pat
     assert not list((tmp_path / "lake" / "_runs").rglob("*.keylog"))
     secrets = load(private_copy(tmp_path, "keys.log")).secrets()
     assert leaks(["\n".join(_lake_text(tmp_path / "lake"))], secrets) == []
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (wireshark-common) not installed")
+def test_injected_secrets_and_a_key_log_missing_connections(spark, tmp_path, capsys, monkeypatch):
+    """One `brokerscope ingest` of two real client runs over TLS: kafka-python's with its key
+    log injected by `editcap --inject-secrets` (a Decryption Secrets Block before the packets),
+    and librdkafka's with a key log that lacks two of its five connections. The first gives
+    its clear leg's rows, the second its clear leg's rows of the three connections with keys;
+    the two others are streams rows with no key and nothing else."""
+    monkeypatch.setattr(cli, "_spark", lambda settings, quiet=False: spark)
+    injected = tmp_path / "kafka_tls13.pcapng"
+    subprocess.run(
+        [
+            "editcap",
+            "--inject-secrets",
+            f"tls,{DATA / 'kafka_tls13_keys.log'}",
+            str(DATA / "kafka_tls13_tls.pcap"),
+            str(injected),
+        ],
+        check=True,
+    )
+    partial, dropped, kept = keys_without(tmp_path, "kafka_librdkafka", {1, 4})
+    lake = tmp_path / "lake"
+    rdk = str(DATA / "kafka_librdkafka_tls.pcap")
+    rc = cli.main(["ingest", str(injected), rdk, "--lake", str(lake), "-q", "--tls-keylog", partial])
+    out = capsys.readouterr()
+    assert rc == report.EXIT_OK, out.err
+    ids = {r["path"]: r["capture_id"] for r in delta_rs_rows(str(lake / "inputs"))}
+    got = {t: delta_rs_rows(str(lake / t)) for t in (*COMPARED, "streams")}
+
+    def of(path: str, t: str) -> list[dict]:
+        return [r for r in got[t] if r["capture_id"] == ids[path]]
+
+    clear13 = decode_files([str(DATA / "kafka_tls13_clear.pcap")], Settings.load())
+    clear_rdk = decode_files([str(DATA / "kafka_librdkafka_clear.pcap")], Settings.load())
+    assert {r["tls_decrypted"] for r in of(str(injected), "streams")} == {"yes"}
+    streams = {r["client_port"]: r["tls_decrypted"] for r in of(rdk, "streams")}
+    assert {p for p, d in streams.items() if d == "no key"} == dropped and len(streams) == 5
+    for t in COMPARED:
+        assert without_leg(of(str(injected), t)) == without_leg(clear13[t]), t
+        want = [r for r in clear_rdk[t] if r["client_port"] in kept]
+        assert without_leg(of(rdk, t)) == without_leg(want), t
+    assert not list((lake / "_runs").rglob("*.keylog"))
+    secrets = load([private_copy(tmp_path, n) for n in ("kafka_tls13_keys.log", "kafka_librdkafka_keys.log")])
+    assert leaks(["\n".join(_lake_text(lake) + [out.out, out.err])], secrets.secrets()) == []
 
 
 def test_readable_key_log_refused_before_spark(tmp_path, capsys, monkeypatch):

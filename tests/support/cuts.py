@@ -63,31 +63,41 @@ def cut_pcap(
     return {20000 + i: v[0] for i, v in enumerate(vs)}
 
 
-def write(path: str, conns: list[tuple[list[tuple[str, bytes]], bool, bool]], port: int) -> None:
-    """One pcap of connections given as (packets, handshake, fin), client ports from 20000 up."""
+def write(
+    path: str,
+    conns: list[tuple[list[tuple[str, bytes]], bool, bool]],
+    port: int | list[int],
+    server: str = SERVER,
+    client: str | None = None,
+    start_ns: int = START_NS,
+) -> None:
+    """One pcap of connections given as (packets, handshake, fin), to the server `port` (or each
+    to its own), client ports from 20000 up, clients 10.1.x.y (or all `client`), packets 1 ms
+    apart from `start_ns`."""
     w = PcapWriter(path)
-    ts = START_NS
-    for i, (pkts, handshake, fin) in enumerate(conns):
-        cli, cport = f"10.1.{i >> 8 & 255}.{i & 255}", 20000 + i
+    ts = start_ns
+    ports = port if isinstance(port, list) else [port] * len(conns)
+    for i, ((pkts, handshake, fin), sport) in enumerate(zip(conns, ports, strict=True)):
+        cli, cport = client or f"10.1.{i >> 8 & 255}.{i & 255}", 20000 + i
         cseq, sseq = 1000 + i * 7919, 500000 + i * 104729
         out = []
         if handshake:
             out += [
-                (cli, cport, SERVER, port, cseq - 1, 0, SYN),
-                (SERVER, port, cli, cport, sseq - 1, cseq, SYN | ACK),
-                (cli, cport, SERVER, port, cseq, sseq, ACK),
+                (cli, cport, server, sport, cseq - 1, 0, SYN),
+                (server, sport, cli, cport, sseq - 1, cseq, SYN | ACK),
+                (cli, cport, server, sport, cseq, sseq, ACK),
             ]
         for d, data in pkts:
             if d == "c2s":
-                out.append((cli, cport, SERVER, port, cseq, sseq, PSH | ACK, data))
+                out.append((cli, cport, server, sport, cseq, sseq, PSH | ACK, data))
                 cseq += len(data)
             else:
-                out.append((SERVER, port, cli, cport, sseq, cseq, PSH | ACK, data))
+                out.append((server, sport, cli, cport, sseq, cseq, PSH | ACK, data))
                 sseq += len(data)
         if fin:
             out += [
-                (cli, cport, SERVER, port, cseq, sseq, FIN | ACK),
-                (SERVER, port, cli, cport, sseq, cseq + 1, FIN | ACK),
+                (cli, cport, server, sport, cseq, sseq, FIN | ACK),
+                (server, sport, cli, cport, sseq, cseq + 1, FIN | ACK),
             ]
         for f in out:
             ts += 1_000_000

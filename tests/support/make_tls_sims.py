@@ -24,8 +24,10 @@ and either end's key log decrypts. Everything on `lo` is captured (tests/support
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -35,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap  # noqa: E402
+from tests.support.loopcap import LoopbackCapture  # noqa: E402
+from tests.support.make_tls_kafka import write_legs  # noqa: E402
 from tests.support.tlsproxy import TlsProxy, server_context  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "tls"
@@ -108,22 +111,53 @@ def record(name: str, out: Path = OUT) -> None:
         ):
             run_client(sim, proxy.port)
             time.sleep(0.3)
-        upstream = set(proxy.upstream_ports)
-        tls = [(ts, f) for ts, f in cap.frames if proxy.port in _tcp_ports(f)]
-        clear = [
-            (ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and sim.port in pp and upstream & set(pp)
-        ]
-        write_pcap(str(out / f"{name}_tls13_tls.pcap"), tls)
-        write_pcap(str(out / f"{name}_tls13_clear.pcap"), clear)
-        shutil.copy(keylog, out / f"{name}_tls13_keys.log")
-        print(name, "tls frames", len(tls), "clear frames", len(clear))
+        write_legs(out, f"{name}_tls13", [proxy], cap.frames, keylog)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_tubemq(out: Path = OUT) -> None:
+    """tubemq_tls12_*: the TubeMQ simulator's scenario (tests/support/tubemq_sim.py: a producer
+    and a consumer, each with a master and a broker connection) with its clients over TLS 1.2
+    (ECDHE-RSA-AES256-GCM-SHA384, the certificate and its name broker.test verified) to two
+    proxies, one in front of the master and one in front of the broker (which the master names
+    by its proxy's port). TubeMQ has no Python client: the simulator's RpcClient, Python's ssl."""
+    from tests.support import tlspair
+    from tests.support.tubemq_sim import run_scenario
+
+    tmp = tempfile.mkdtemp()
+    keylog = os.path.join(tmp, "keys.log")
+    ctx = server_context(ssl.TLSVersion.TLSv1_2, "ECDHE-RSA-AES256-GCM-SHA384")
+    ctx.keylog_filename = keylog
+    client = ssl.create_default_context(cafile=tlspair.certificate())
+    proxies: list[TlsProxy] = []
+    try:
+        with (
+            LoopbackCapture(os.path.join(tmp, "all.pcap"), ports=set(), settle_s=0.3) as cap,
+            contextlib.ExitStack() as stack,
+        ):
+
+            def front(*ports: int) -> tuple[int, ...]:
+                for port in ports:
+                    proxies.append(stack.enter_context(TlsProxy(("127.0.0.1", port), ctx)))
+                    cap.add_port(port)
+                    cap.add_port(proxies[-1].port)
+                return tuple(p.port for p in proxies)
+
+            res = run_scenario(front=front, context=client, host=tlspair.HOST)
+            assert len(res.received) == len(res.sent) and res.commits
+            time.sleep(0.3)
+        write_legs(out, "tubemq_tls12", proxies, cap.frames, keylog)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
-    for name in argv or list(simulators()):
-        record(name)
+    for name in argv or [*simulators(), "tubemq"]:
+        if name == "tubemq":
+            record_tubemq()
+        else:
+            record(name)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import datetime
 import functools
+import ipaddress
 import shutil
 import ssl
 import tempfile
@@ -30,20 +31,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST = "broker.test"
+LOOPBACK = "127.0.0.1"
 OP_NO_ENCRYPT_THEN_MAC = 1 << 19  # SSL_OP_NO_ENCRYPT_THEN_MAC (OpenSSL 1.1.1+)
 SSL_KEY_UPDATE_NOT_REQUESTED, SSL_KEY_UPDATE_REQUESTED = 0, 1
 KEY_UPDATE = ("key_update", None)  # an exchange step: the client sends a KeyUpdate (requested)
 
 
 @functools.cache
-def certificate() -> str:
-    """A self-signed RSA certificate and key for HOST (PEM file, made once per process)."""
+def certificate(kind: str = "rsa") -> str:
+    """A self-signed certificate and key for HOST (PEM file, made once per process: the
+    certificate, then the key; a client's CA file may be the same file): RSA 2048,
+    or with kind "ec" ECDSA P-256 (for the ECDHE-ECDSA suites of TLS 1.2)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import NameOID
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    if kind == "ec":
+        key = ec.generate_private_key(ec.SECP256R1())
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -54,12 +61,15 @@ def certificate() -> str:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
+        .add_extension(  # and 127.0.0.1: clients that verify it connect to a loopback proxy
+            x509.SubjectAlternativeName([x509.DNSName(HOST), x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
     )
     folder = tempfile.mkdtemp(prefix="brokerscope-tls-")
     atexit.register(shutil.rmtree, folder, True)
-    path = Path(folder) / "server.pem"
+    path = Path(folder) / f"server-{kind}.pem"
     path.write_bytes(
         cert.public_bytes(serialization.Encoding.PEM)
         + key.private_bytes(
@@ -169,11 +179,17 @@ class Conn:
 
 
 def contexts(
-    version: str, ciphers: str | None, suite: str | None, etm: bool, keylog: str, alpn: list[str]
+    version: str,
+    ciphers: str | None,
+    suite: str | None,
+    etm: bool,
+    keylog: str,
+    alpn: list[str],
+    cert: str = "rsa",
 ) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     v = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
     srv = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    srv.load_cert_chain(certificate())
+    srv.load_cert_chain(certificate(cert))
     cli = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cli.check_hostname = False
     cli.verify_mode = ssl.CERT_NONE
@@ -202,14 +218,15 @@ def run(
     session: ssl.SSLSession | None = None,
     keylog: str | None = None,
     contexts_: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+    cert: str = "rsa",
 ) -> Conn:
     """One connection: handshake, then `exchange` (("c2s" | "s2c", data) writes, and
     KEY_UPDATE steps), then close_notify from the client. Pass `session` (and the same
-    `contexts_`) to resume an earlier connection's session."""
+    `contexts_`) to resume an earlier connection's session; `cert` "ec" for an ECDSA server."""
     if contexts_ is not None:
         keylog = contexts_[0].keylog_filename
     keylog = keylog or str(Path(tmp) / "keys.log")
-    cli_ctx, srv_ctx = contexts_ or contexts(version, ciphers, suite, etm, keylog, list(alpn))
+    cli_ctx, srv_ctx = contexts_ or contexts(version, ciphers, suite, etm, keylog, list(alpn), cert)
     bios = {n: ssl.MemoryBIO() for n in ("c_in", "c_out", "s_in", "s_out")}
     c = cli_ctx.wrap_bio(bios["c_in"], bios["c_out"], server_hostname=HOST, session=session)
     s = srv_ctx.wrap_bio(bios["s_in"], bios["s_out"], server_side=True)

@@ -19,6 +19,7 @@ import ssl
 import threading
 
 from tests.support import tlspair
+from tests.support.loopcap import _tcp_ports
 
 
 def server_context(max_version: ssl.TLSVersion | None = None, ciphers: str | None = None) -> ssl.SSLContext:
@@ -64,6 +65,16 @@ class TlsProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    def leg(self, frame: bytes) -> str | None:
+        """Which of the proxy's legs a captured frame is on: "tls" (client <-> proxy), "clear"
+        (the proxy's own upstream connections to the server), or None."""
+        pp = _tcp_ports(frame) or ()
+        if self.port in pp:
+            return "tls"
+        if self.upstream[1] in pp and set(self.upstream_ports) & set(pp):
+            return "clear"
+        return None
 
     async def _start(self) -> asyncio.AbstractServer:
         return await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)

@@ -21,6 +21,7 @@ The conversation `run_scenario` drives (producer and consumer each with their ow
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -345,12 +346,15 @@ class BrokerSim(_Server):
 class RpcClient:
     """One TCP connection; `call` sends a request frame and waits for the frame with its serialNo."""
 
-    def __init__(self, port: int, service: int):
+    def __init__(self, port: int, service: int, context: ssl.SSLContext | None = None, host: str = ""):
+        """With `context`, over TLS (the server name `host` sent and verified as it says)."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, MSS)
         self.sock.settimeout(5)
         self.sock.connect(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if context is not None:
+            self.sock = context.wrap_socket(self.sock, server_hostname=host or None)
         self.service = service
         self.serial = 0
         self.calls: list[tuple[int, int, bool]] = []  # (serial, method, got exception)
@@ -421,11 +425,17 @@ def run_scenario(
     messages: list[tuple[bytes, str]] | None = None,
     partitions: int = 2,
     on_ports=None,
+    front=None,
+    context: ssl.SSLContext | None = None,
+    host: str = "",
 ) -> ScenarioResult:
     """Start a broker and a master, run a producer then a consumer against them, stop everything.
 
     `messages`: (payload, attribute text) pairs; default: 7 messages, two of them over 8192 bytes.
     `on_ports(master_port, broker_port)` is called once the servers listen (e.g. to add capture ports).
+    `front(master_port, broker_port) -> (master_port, broker_port)`: the ports the clients connect
+    to instead (proxies in front of the servers; the master names the broker by its front port),
+    with `context` over TLS (server name `host`).
     """
     if messages is None:
         messages = [
@@ -443,10 +453,12 @@ def run_scenario(
     res.master_port, res.broker_port = master.port, broker.port
     if on_ports:
         on_ports(master.port, broker.port)
+    mport, bport = front(master.port, broker.port) if front else (master.port, broker.port)
+    master.broker_port, master.broker_info = bport, f"1:127.0.0.1:{bport}"
     clients: list[RpcClient] = []
     try:
         # ---- producer
-        pm = RpcClient(master.port, SERVICE_MASTER)
+        pm = RpcClient(mport, SERVICE_MASTER, context, host)
         clients.append(pm)
         reg = mst.RegisterRequestP2M(
             clientId="prod-1", topicList=[topic], brokerCheckSum=-1, hostName="127.0.0.1", jdkVersion="sim"
@@ -464,7 +476,7 @@ def run_scenario(
             mst.HeartResponseM2P,
         )
         assert hb.topicInfos
-        pb = RpcClient(broker.port, SERVICE_BROKER_WRITE)
+        pb = RpcClient(bport, SERVICE_BROKER_WRITE, context, host)
         clients.append(pb)
         for i, (payload, attr) in enumerate(messages):
             part = i % partitions
@@ -485,7 +497,7 @@ def run_scenario(
             res.sent.append(SentMessage(topic, part, payload, attr))
         pm.call(3, mst.CloseRequestP2M(clientId="prod-1"), mst.CloseResponseM2P)
         # ---- consumer
-        cm = RpcClient(master.port, SERVICE_MASTER)
+        cm = RpcClient(mport, SERVICE_MASTER, context, host)
         clients.append(cm)
         cm.call(
             4,
@@ -504,7 +516,7 @@ def run_scenario(
             mst.HeartResponseM2C,
         )
         parts = sorted(int(s.rsplit(":", 1)[1]) for s in hb.event.subscribeInfo)
-        cb = RpcClient(broker.port, SERVICE_BROKER_READ)
+        cb = RpcClient(bport, SERVICE_BROKER_READ, context, host)
         clients.append(cb)
         for p in parts:
             cb.call(
@@ -525,7 +537,7 @@ def run_scenario(
                 clientId="cons-1",
                 groupName="grp",
                 readStatus=0,
-                partitionInfo=[f"1:127.0.0.1:{broker.port}:{topic}:{p}:0" for p in parts],
+                partitionInfo=[f"1:127.0.0.1:{bport}:{topic}:{p}:0" for p in parts],
             ),
             brk.HeartBeatResponseB2C,
         )

@@ -206,13 +206,15 @@ class TlsSession:
         return ch is not None and self.keys is not None and ch.random in self.keys
 
     def info(self) -> dict:
-        """The streams columns the wiring will add."""
+        """The streams row's tls_* columns."""
         return {
             "tls_version": self.version,
             "tls_cipher": self.cipher,
             "tls_sni": self.sni,
             "tls_alpn": self.alpn,
             "tls_decrypted": self.status,
+            "tls_c2s_bytes": self.sides[C2S].app_bytes,
+            "tls_s2c_bytes": self.sides[S2C].app_bytes,
         }
 
     def counters(self) -> dict:

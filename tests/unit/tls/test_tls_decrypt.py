@@ -42,6 +42,8 @@ def test_every_suite_decrypts_to_what_was_sent(tmp_path, name):
         "tls_sni": "broker.test",
         "tls_alpn": "kafka",
         "tls_decrypted": "yes",
+        "tls_c2s_bytes": len(conn.sent["c2s"]),
+        "tls_s2c_bytes": len(conn.sent["s2c"]),
     }
 
 

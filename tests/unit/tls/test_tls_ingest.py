@@ -2,12 +2,13 @@
 
 - tests/data/tls/tls.pcap (five real OpenSSL connections, four in keys.log): one streams row per
   connection with its version, cipher, SNI, ALPN and `tls_decrypted`, yes or no key;
-- tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): one real kafka-python run
-  over TLS through a TLS-terminating proxy in front of librdkafka's mock broker, and
+- tests/data/tls/kafka_<run>_*.pcap (tests/support/make_tls_kafka.py): real kafka-python runs
+  and a confluent-kafka (librdkafka) run over TLS through a TLS-terminating proxy in front of
+  librdkafka's mock broker, and
   pulsar_tls13_*.pcap and iggy_tls13_*.pcap (make_tls_sims.py): the real pulsar-client over
   `pulsar+ssl://` and apache-iggy over TLS through the same proxy in front of the project's
-  simulators, each captured on both legs: with the key log (the client's for Kafka, the proxy's
-  for Pulsar and Iggy) the TLS leg gives exactly the clear leg's
+  simulators, each captured on both legs: with the key log (kafka-python's own, the proxy's for
+  librdkafka, Pulsar and Iggy) the TLS leg gives exactly the clear leg's
   commands, messages, latencies and acks (apart from ports and times); without keys, a streams
   row per connection and nothing else;
 - the key logs' secrets in no row and no log line.
@@ -15,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import struct
@@ -30,54 +30,33 @@ from brokerscope import tables
 from brokerscope.config import Settings
 from brokerscope.streams import decode_files
 from brokerscope.tls import load
+from tests.unit.tls.legs import (
+    COMPARED,
+    DATA,
+    NO_KEY_PORT,
+    RUNS,
+    SENT,
+    assert_same_exchange,
+    decode,
+    keys_without,
+    private_copy,
+    without_leg,
+)
 from tests.unit.tls.test_tls_secrets import forms
-from tests.unit.tls.test_tls_tshark import SENT
-
-DATA = Path(__file__).resolve().parents[2] / "data" / "tls"
-RUNS = {  # capture -> (protocol, version and cipher the proxy negotiated, connections)
-    "kafka_tls13": ("kafka", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 5),
-    "kafka_tls12cbc": ("kafka", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", 5),
-    "pulsar_tls13": ("pulsar", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
-    "iggy_tls13": ("iggy", "TLS 1.3", "TLS_AES_256_GCM_SHA384", 1),
-}
-COMPARED = ("commands", "messages", "latencies", "acks")
-# what differs between the two legs of one exchange: ports, times (and what is made of them)
-DIFFERS = ("port", "ts", "time", "latency", "_us", "conn_id", "capture_id", "_frame")  # _frame: other files
-
-
-def private_copy(tmp_path: Path, name: str) -> str:
-    """A key log as its owner keeps it (git does not keep the 0600 mode)."""
-    p = tmp_path / name
-    shutil.copy(DATA / name, p)
-    p.chmod(0o600)
-    return str(p)
-
-
-def decode(pcap: str, keylogs: list[str], **over) -> dict[str, list[dict]]:
-    return decode_files(
-        [str(DATA / pcap)], Settings.load(overrides={"tls": {"keylog_files": keylogs}, **over})
-    )
-
-
-def without_leg(rows: list[dict]) -> list[str]:
-    return sorted(
-        json.dumps(
-            {k: v for k, v in r.items() if not any(d in k for d in DIFFERS)}, sort_keys=True, default=repr
-        )
-        for r in rows
-    )
 
 
 def test_tls_capture_streams_rows(tmp_path):
     out = decode("tls.pcap", [private_copy(tmp_path, "keys.log")])
     rows = {r["client_port"]: r for r in out["streams"]}
     assert sorted(rows) == sorted(SENT)
-    for port, (version, cipher, _c2s, _s2c) in SENT.items():
+    for port, (version, cipher, c2s, s2c) in SENT.items():
         r = rows[port]
         assert (r["tls_version"], r["tls_cipher"], r["tls_sni"]) == (version, cipher, "broker.test")
-        assert r["tls_decrypted"] == ("no key" if port == 20004 else "yes")
+        assert r["tls_decrypted"] == ("no key" if port == NO_KEY_PORT else "yes")
         # TLS 1.3 chooses ALPN in EncryptedExtensions: known only when decrypted
-        assert r["tls_alpn"] == (None if port == 20004 else "kafka")
+        assert r["tls_alpn"] == (None if port == NO_KEY_PORT else "kafka")
+        sent = (0, 0) if port == NO_KEY_PORT else (c2s, s2c)
+        assert (r["tls_c2s_bytes"], r["tls_s2c_bytes"]) == sent
         assert r["server_port"] == 9093 and r["roles_by"] == "syn"
     # the plaintext is random bytes: no protocol, no rows of ciphertext or plaintext
     assert {r["protocol"] for r in out["streams"]} == {"unknown"}
@@ -87,6 +66,7 @@ def test_tls_capture_streams_rows(tmp_path):
 def test_tls_capture_without_keys(tmp_path):
     out = decode("tls.pcap", [])
     assert [r["tls_decrypted"] for r in out["streams"]] == ["no key"] * 5
+    assert {(r["tls_c2s_bytes"], r["tls_s2c_bytes"]) for r in out["streams"]} == {(0, 0)}
     assert all(r["tls_sni"] == "broker.test" and r["tls_version"] for r in out["streams"])
     assert all(not out[t] for t in COMPARED)
 
@@ -96,21 +76,13 @@ def test_over_tls_equals_clear(tmp_path, run):
     keys = private_copy(tmp_path, f"{run}_keys.log")
     clear = decode(f"{run}_clear.pcap", [])
     tls = decode(f"{run}_tls.pcap", [keys])
-    assert clear["messages"] and clear["latencies"] and clear["acks"]
-    for t in COMPARED:
-        assert without_leg(tls[t]) == without_leg(clear[t]), t
-    assert all(r["decode_status"] == "ok" for r in tls["commands"])
+    assert clear["messages"] and clear["acks"]
+    assert_same_exchange(tls, clear)  # also: the frames counted are the plaintext's, as in clear
     protocol, version, cipher, n = RUNS[run]
     assert len(tls["streams"]) == len(clear["streams"]) == n
     for r in tls["streams"]:
         assert (r["protocol"], r["detected_by"]) == (protocol, "content")  # sniffed on the plaintext
         assert (r["tls_version"], r["tls_cipher"], r["tls_decrypted"]) == (version, cipher, "yes")
-    for r in clear["streams"]:
-        assert all(
-            r[c] is None for c in ("tls_version", "tls_cipher", "tls_sni", "tls_alpn", "tls_decrypted")
-        )
-    # the frames counted are the plaintext's, as in clear
-    assert sorted(r["frames_ok"] for r in tls["streams"]) == sorted(r["frames_ok"] for r in clear["streams"])
     # a decrypted row names the packets of its own connection and direction that carried its
     # records (plaintext comes out with the packet that completes a record)
     pkts = rdpcap(str(DATA / f"{run}_tls.pcap"))
@@ -133,10 +105,37 @@ def test_over_tls_without_keys(run):
     assert all(not out[t] for t in COMPARED)
     # a TLS connection to a broker port is that protocol inside: the port map still applies, and
     # without keys the conversation gets nothing, so still no rows
-    port = out["streams"][0]["server_port"]
-    out = decode(f"{run}_tls.pcap", [], ports={protocol: [port]})
+    ports = sorted({r["server_port"] for r in out["streams"]})
+    out = decode(f"{run}_tls.pcap", [], ports={protocol: ports})
     assert {(r["protocol"], r["detected_by"]) for r in out["streams"]} == {(protocol, "port")}
     assert all(not out[t] for t in COMPARED)
+
+
+def test_a_key_log_that_misses_some_connections(tmp_path):
+    """librdkafka's run with the keys of its producer's broker connection and of its commit's
+    connection taken out: those two are streams rows with no key and nothing else, the other
+    three decode to the clear leg's rows of the same connections (their Metadata still names
+    the topic of the consumer's Fetch, which asks by topic id)."""
+    keylog, dropped, kept = keys_without(tmp_path, "kafka_librdkafka", {1, 4})
+    tls = decode("kafka_librdkafka_tls.pcap", [keylog])
+    clear = decode("kafka_librdkafka_clear.pcap", [])
+    rows = {r["client_port"]: r for r in tls["streams"]}
+    assert {p for p, r in rows.items() if r["tls_decrypted"] != "yes"} == dropped
+    for p in dropped:
+        r = rows[p]
+        assert (r["tls_decrypted"], r["protocol"], r["tls_c2s_bytes"], r["tls_s2c_bytes"]) == (
+            "no key",
+            "unknown",
+            0,
+            0,
+        )
+        assert r["tls_version"] == "TLS 1.3" and r["c2s_bytes"] > 0
+    assert all(r["client_port"] not in dropped for t in COMPARED for r in tls[t])
+    for t in COMPARED:
+        assert without_leg(tls[t]) == without_leg([r for r in clear[t] if r["client_port"] in kept]), t
+    # the produced messages and every ack were on the connections without keys
+    assert {(r["direction"], r["topic"]) for r in tls["messages"]} == {("deliver", "tls-orders")}
+    assert clear["acks"] and not tls["acks"]
 
 
 def test_decrypted_logins_are_redacted_as_in_clear(tmp_path):
@@ -235,7 +234,7 @@ def test_keys_from_decryption_secrets_blocks(tmp_path):
     for ng in (first, with_secrets_at_end(tmp_path)):
         out = decode_files([str(ng)], Settings.load())
         got = sorted((r["client_port"], r["tls_decrypted"]) for r in out["streams"])
-        assert got == [(p, "no key" if p == 20004 else "yes") for p in sorted(SENT)], ng.name
+        assert got == [(p, "no key" if p == NO_KEY_PORT else "yes") for p in sorted(SENT)], ng.name
         assert all(not out[t] for t in COMPARED)
         assert leaks(["\n".join(repr(r) for t in tables.DECODED_TABLES for r in out[t])], load_text()) == []
 

@@ -1,11 +1,17 @@
-"""A capture of real TLS connections (tests/data/tls/, made by tests/support/make_tls_capture.py)
-read by brokerscope's own capture reader and TCP reassembly, decrypted by TlsSession: the
-decrypted application-data bytes per connection equal tshark's with the same key log.
+"""tshark with the same key log agrees on the decrypted application-data bytes of every TLS
+connection of tests/data/tls/:
 
-tshark's answer (TShark 4.0, `-o tls.keylog_file:keys.log -q -z follow,tls,raw,N`) is recorded
-here, so the test runs without tshark; where tshark is installed it is asked again. tshark's
-follow names its nodes by which side's decrypted data comes first, so each connection's pair of
-byte counts is compared as a pair, unordered; the counts per direction are the generator's.
+- tls.pcap (tests/support/make_tls_capture.py), read by brokerscope's own capture reader and
+  TCP reassembly and decrypted by TlsSession: tshark's answer (TShark 4.0,
+  `-o tls.keylog_file:keys.log -q -z follow,tls,raw,N`) is recorded here, so the test runs
+  without tshark; where tshark is installed it is asked again. tshark's follow names its nodes
+  by which side's decrypted data comes first, so each connection's pair of byte counts is
+  compared as a pair, unordered; the counts per direction are the generator's.
+- tls.pcap and every real client run over TLS (tests/unit/tls/legs.py RUNS), through
+  `decode_files`: each streams row's `tls_c2s_bytes` / `tls_s2c_bytes` equal, per connection and
+  direction, the sum of tshark's decrypted record lengths (`data.len` of each decrypted
+  application-data record, with the one broker dissector tshark has, Kafka, disabled so that
+  the plaintext reaches the data dissector), and the clear leg's TCP payload per connection.
 """
 
 from __future__ import annotations
@@ -27,21 +33,13 @@ from brokerscope.streams import SORT_COLS, StreamDriver
 from brokerscope.tables import PACKETS
 from brokerscope.tcp import TcpConnection
 from brokerscope.tls import TlsSession, load
+from tests.unit.tls.legs import DATA, NO_KEY_PORT, RUNS, SENT, decode, private_copy
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "tls"
 PCAP = DATA / "tls.pcap"
 SERVER_PORT = 9093
 
 # tcp.stream -> (node 0 bytes, node 1 bytes) of `tshark -z follow,tls,raw`
 TSHARK_FOLLOW = {0: (27717, 2054), 1: (3588, 23731), 2: (3978, 26326), 3: (3484, 27279), 4: (0, 0)}
-# client port -> (version, cipher, application bytes sent c2s, s2c), as make_tls_capture ran them
-SENT = {
-    20000: ("TLS 1.3", "TLS_CHACHA20_POLY1305_SHA256", 2054, 27717),
-    20001: ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", 3588, 23731),
-    20002: ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", 3978, 26326),
-    20003: ("TLS 1.2", "TLS_RSA_WITH_AES_256_CBC_SHA", 3484, 27279),
-    20004: ("TLS 1.3", "TLS_AES_128_GCM_SHA256", 2340, 29515),  # not in the key log
-}
 
 
 def sessions(path: Path, keys) -> dict[int, tuple[TlsSession, dict[str, bytearray]]]:
@@ -91,7 +89,7 @@ def test_decrypted_bytes_equal_tsharks(tmp_path):
         version, cipher, c2s, s2c = SENT[port]
         assert (s.version, s.cipher, s.sni) == (version, cipher, "broker.test")
         mine = (len(plain[C2S]), len(plain[S2C]))
-        if port == 20004:
+        if port == NO_KEY_PORT:
             assert s.status == "no key" and mine == (0, 0)
         else:
             assert s.status == "yes" and mine == (c2s, s2c)
@@ -129,7 +127,79 @@ def follow(stream: int, keylog: Path) -> tuple[int, int]:
     return n0, n1
 
 
-@pytest.mark.skipif(not shutil.which("tshark"), reason="tshark is not installed")
+needs_tshark = pytest.mark.skipif(not shutil.which("tshark"), reason="tshark is not installed")
+
+
+@needs_tshark
 def test_tshark_still_says_so():
     for stream, counts in TSHARK_FOLLOW.items():
         assert follow(stream, DATA / "keys.log") == counts
+
+
+def tshark_app_bytes(pcap: Path, keylog: str) -> dict[tuple[int, int], int]:
+    """(source port, destination port) -> the application-data bytes tshark decrypted: the sum
+    of `data.len` over the decrypted records (one per record, comma-separated in a packet)."""
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-o",
+            f"tls.keylog_file:{keylog}",
+            "--disable-protocol",
+            "kafka",  # else a Kafka port's plaintext is Kafka's, not data's
+            "-T",
+            "fields",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "data.len",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    got: dict[tuple[int, int], int] = defaultdict(int)
+    for line in out.splitlines():
+        sport, dport, lens = line.split("\t")
+        if lens:
+            got[int(sport), int(dport)] += sum(int(n) for n in lens.split(","))
+    return dict(got)
+
+
+@pytest.fixture(scope="module", params=["tls", *sorted(RUNS)])
+def decrypted(request, tmp_path_factory) -> tuple[str, Path, str, dict[tuple[int, int], tuple]]:
+    """(run, TLS capture, key log, (client port, server port) -> its streams row's decrypted
+    bytes c2s and s2c), decoded with decode_files once per run."""
+    run = request.param
+    keylog = private_copy(tmp_path_factory.mktemp(run), "keys.log" if run == "tls" else f"{run}_keys.log")
+    pcap = DATA / ("tls.pcap" if run == "tls" else f"{run}_tls.pcap")
+    rows = sorted(decode(pcap, [keylog])["streams"], key=lambda r: r["first_ts"])
+    mine = {(r["client_port"], r["server_port"]): (r["tls_c2s_bytes"], r["tls_s2c_bytes"]) for r in rows}
+    assert len(mine) == len(rows)
+    return run, pcap, keylog, mine
+
+
+def test_decrypted_bytes_per_connection_are_the_clear_legs(decrypted):
+    """Each streams row's decrypted bytes per direction: what the generator sent (tls.pcap), the
+    TCP payload of the same connection on the clear leg (the proxy's upstream connections, in
+    the same order)."""
+    run, _pcap, _keylog, mine = decrypted
+    if run == "tls":
+        assert {c: mine[c, SERVER_PORT] for c, _s in mine} == {
+            p: (0, 0) if p == NO_KEY_PORT else (c2s, s2c) for p, (_v, _c, c2s, s2c) in SENT.items()
+        }
+    else:
+        clear = sorted(decode(f"{run}_clear.pcap", [])["streams"], key=lambda r: r["first_ts"])
+        assert list(mine.values()) == [(r["c2s_bytes"], r["s2c_bytes"]) for r in clear]
+
+
+@needs_tshark
+def test_decrypted_bytes_per_connection_are_tsharks(decrypted):
+    _run, pcap, keylog, mine = decrypted
+    theirs = tshark_app_bytes(pcap, keylog)
+    assert set(theirs) <= {k for c, s in mine for k in ((c, s), (s, c))}
+    assert mine == {(c, s): (theirs.get((c, s), 0), theirs.get((s, c), 0)) for c, s in mine}
