@@ -174,7 +174,7 @@ def test_readme_messages_never_delivered_to_a_group(lag_lake, spark):
     got = _sql(spark, lake, "FROM journeys", "status = 'not-delivered'")
     # the early group left after phase 0: every later message, and nothing else
     later = sorted((q, o) for q, o, _k, _v in run["produced"] if o >= run["hwm"][0][q])
-    assert [(r["group_id"], r["partition"], r["offset"]) for r in got] == [(EARLY, q, o) for q, o in later]
+    assert [(r["consumer"], r["partition"], r["offset"]) for r in got] == [(EARLY, q, o) for q, o in later]
     assert all(r["topic"] == TOPIC and r["produced_ts"] is not None for r in got)
 
 
