@@ -15,5 +15,10 @@ setup(
             ["src/brokerscope/protocols/pulsar/_batch.c"],
             extra_compile_args=["-O2"],
         ),
+        Extension(
+            "brokerscope.protocols.iggy._batch",  # Iggy's batch records (the VSR generation's messages)
+            ["src/brokerscope/protocols/iggy/_batch.c"],
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -40,6 +40,7 @@ TARGET_NAMES = (
     "tcp",
     "tls",
     "tls_capture",
+    "iggy_batch",
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too

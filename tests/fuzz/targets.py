@@ -18,6 +18,9 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   ciphertext of each direction with its cuts and gaps, fed to one `TlsSession`.
 - tls_capture: a config byte (bit0 no key log, bits1-3 split size), then a capture file decoded
   by the stream driver with the TLS test key logs.
+- iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
+  the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
+  and by the plain-Python reader.
 """
 
 from __future__ import annotations
@@ -311,6 +314,42 @@ def fuzz_iggy_segment(data: bytes) -> None:
     open(stem + ".log", "ab").close()
     _write(stem + ".index", index)
     _read_segment(seg, stem + ".log", SPLITS[(cfg >> 3) & 3], _segment_context(cfg), "iggy")
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled walks
+
+
+def iggy_batch_both(buf: bytes, pos: int, count: int | None) -> tuple:
+    """An Iggy batch record at `pos` read by read_batch_v48 (the compiled walk, or the Python
+    reader where the walk leaves it) and by parse_batch_v48 alone: each (batch fields, Messages,
+    next position) or the DecodeError's (status, text); then what the walk itself returned."""
+    from brokerscope.protocols.iggy import messages as im
+
+    def python():
+        batch, nxt = im.parse_batch_v48(buf, pos, len(buf), count)
+        return batch, im.Messages.of(batch.pop("messages")), nxt
+
+    out = []
+    for read in (lambda: im.read_batch_v48(buf, pos, len(buf), count), python):
+        try:
+            out.append(read())
+        except base.DecodeError as e:
+            out.append((e.status, str(e)))
+    walked = im._batch.walk(buf, pos, len(buf), -1 if count is None else count, im._XXH3)
+    return out[0], out[1], walked
+
+
+def fuzz_iggy_batch(data: bytes) -> None:
+    """The compiled Iggy batch walk gives what the plain-Python reader gives, and leaves to it
+    every record that reader rejects."""
+    cfg = data[0] if data else 0
+    buf = data[1:]
+    count = None if cfg & 8 else cfg >> 4
+    got, want, walked = iggy_batch_both(buf, min(cfg & 7, len(buf)), count)
+    check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
+    if len(want) == 2:  # (status, error): the Python reader rejects it
+        check(walked is None, "walk takes a record the reader rejects")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -736,4 +775,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tcp": fuzz_tcp,
     "tls": fuzz_tls,
     "tls_capture": fuzz_tls_capture,
+    "iggy_batch": fuzz_iggy_batch,
 }

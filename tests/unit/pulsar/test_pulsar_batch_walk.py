@@ -11,6 +11,7 @@ import pytest
 from brokerscope.protocols.pulsar import messages
 from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
 from brokerscope.protocols.pulsar.messages import PayloadError, columns, split_batch
+from tests.support.damage import damage
 
 
 def entry(smm: pb.SingleMessageMetadata, value: bytes, raw_meta: bytes | None = None) -> bytes:
@@ -77,16 +78,7 @@ def test_damaged_batches_give_what_split_batch_gives(seed):
     leaves the batch to it (so its error is the one split_batch raises)."""
     rnd = random.Random(1000 + seed)
     n = rnd.randrange(1, 8)
-    data = bytearray(random_batch(rnd, n))
-    for _ in range(rnd.randrange(1, 4)):
-        i = rnd.randrange(len(data) + 1)
-        op = rnd.random()
-        if op < 0.5 and i < len(data):
-            data[i] = rnd.randrange(256)
-        elif op < 0.8:
-            data[i:i] = rnd.randbytes(rnd.randrange(1, 4))
-        else:
-            del data[i : i + rnd.randrange(1, 6)]
+    data = damage(rnd, random_batch(rnd, n))
     md = pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1)
     md.num_messages_in_batch = rnd.choice([n, n, n - 1, n + 1, 0])
     got, want = both(md, bytes(data))
