@@ -14,6 +14,8 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
 - tls_capture: the TLS captures of tests/data/tls/ (tls.pcap cut at MAX_SEED).
 - iggy_batch: random Iggy batch records (user headers of both
   layouts, checksums, timestamps, several records back to back).
+- tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields)
+  and the frames holding them.
 """
 
 from __future__ import annotations
@@ -270,6 +272,18 @@ def iggy_batch_seeds() -> Iterator[bytes]:
     yield bytes([8 | 3]) + b"\0\0\0" + two
 
 
+def tubemq_rpc_seeds() -> Iterator[bytes]:
+    import random
+
+    from tests.unit.tubemq import test_tubemq_rpc_walk as trw
+
+    rng = random.Random(13)
+    for _ in range(40):
+        body = trw.random_envelope(rng)
+        yield b"\0" + body
+        yield b"\1" + trw.frame(rng.randrange(2**32), body, rng.choice([3, 64, 8192]))
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -282,6 +296,7 @@ SEEDS = {
     "tls": tls_seeds,
     "tls_capture": tls_capture_seeds,
     "iggy_batch": iggy_batch_seeds,
+    "tubemq_rpc": tubemq_rpc_seeds,
 }
 
 

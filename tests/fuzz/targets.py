@@ -21,6 +21,8 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
+- tubemq_rpc: a config byte (bit0: a frame's blocks, else an RPC envelope), then bytes read by the
+  compiled TubeMQ reader (_rpc.c) and by the plain-Python one.
 """
 
 from __future__ import annotations
@@ -350,6 +352,38 @@ def fuzz_iggy_batch(data: bytes) -> None:
     check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
     if len(want) == 2:  # (status, error): the Python reader rejects it
         check(walked is None, "walk takes a record the reader rejects")
+
+
+def tubemq_envelope_both(body: bytes) -> tuple:
+    """A TubeMQ frame's joined blocks read by decode_envelope (the compiled reader, or protobuf
+    where it leaves them) and by protobuf alone (read_envelope): each an Envelope or the
+    error's text; then what the compiled reader itself returned."""
+    from brokerscope.protocols.tubemq import rpc
+
+    out = []
+    for read in (rpc.decode_envelope, rpc.read_envelope):
+        try:
+            out.append(read(body))
+        except ValueError as e:
+            out.append(str(e))
+    return out[0], out[1], rpc._rpc.envelope(body)
+
+
+def fuzz_tubemq_rpc(data: bytes) -> None:
+    """The compiled TubeMQ frame and envelope readers give what the Python ones give, and leave
+    to them every input those reject."""
+    from brokerscope.protocols.tubemq import framing
+
+    cfg, buf = (data[0], data[1:]) if data else (0, b"")
+    if cfg & 1:
+        got = framing._rpc.frame(buf)
+        if got is not None:
+            check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        return
+    got, want, walked = tubemq_envelope_both(buf)
+    check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")
+    if isinstance(want, str):
+        check(walked is None, "compiled reader takes an envelope protobuf rejects")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -776,4 +810,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tls": fuzz_tls,
     "tls_capture": fuzz_tls_capture,
     "iggy_batch": fuzz_iggy_batch,
+    "tubemq_rpc": fuzz_tubemq_rpc,
 }
