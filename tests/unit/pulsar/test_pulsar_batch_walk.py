@@ -8,7 +8,9 @@ import struct
 
 import pytest
 
+from brokerscope.protocols.base import to_json
 from brokerscope.protocols.pulsar import messages
+from brokerscope.protocols.pulsar import rows as prows
 from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
 from brokerscope.protocols.pulsar.messages import PayloadError, columns, split_batch
 from tests.support.damage import damage
@@ -125,3 +127,37 @@ def test_properties_unknown_fields_and_last_value_wins():
     assert (
         cols.key_raw == ["second"] and cols.headers == [[{"key": "k", "value": b""}]] and cols.sequence == [7]
     )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_details_say_what_each_message_has(seed):
+    """Each message's details: the payload's common fields, its batch index, then the fields it
+    has of its own, as to_json writes that dict (messages with none of their own included)."""
+    rnd = random.Random(3000 + seed)
+    n = rnd.randrange(1, 20)
+    if seed % 2:  # only what every message has: a value, properties, a key
+        out = b""
+        for i in range(n):
+            smm = pb.SingleMessageMetadata(payload_size=1, partition_key=f"k{i}")
+            smm.properties.add(key="idx", value=str(i))
+            out += entry(smm, b"v")
+        data = out
+    else:
+        data = random_batch(rnd, n)
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=n)
+    cols = walk_columns(md, data)
+    common = {"producer_name": "p", "num_messages_in_batch": n}
+    got = prows._details(cols, common)
+    for i in range(n):
+        want = {**common, "batch_index": i}
+        if cols.event_time[i]:
+            want["event_time_ms"] = cols.event_time[i]
+        if cols.ordering_key[i] is not None:
+            want["ordering_key"] = cols.ordering_key[i]
+        if cols.null_value[i]:
+            want["null_value"] = True
+        raw, key = cols.key_raw[i], cols.key[i]
+        if isinstance(raw, str) and key is not None and raw.encode() != key:
+            want["partition_key_b64"] = raw
+        want.update(cols.extra[i] or {})
+        assert got[i] == to_json(want)

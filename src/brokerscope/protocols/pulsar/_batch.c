@@ -52,6 +52,8 @@ static PyObject *utf8(const unsigned char *s, Py_ssize_t n) {
     return o;
 }
 
+static PyObject *KEY_NAME, *VALUE_NAME; /* the header dicts' keys, "key" and "value", made once */
+
 /* One KeyValue as {"key": str, "value": bytes}: 1 new dict, 0 (not a plain one), -1 (error). */
 static int key_value(const unsigned char *p, const unsigned char *end, PyObject **out) {
     const unsigned char *k = NULL, *v = NULL;
@@ -71,7 +73,7 @@ static int key_value(const unsigned char *p, const unsigned char *end, PyObject 
     if (!key) return PyErr_Occurred() ? -1 : 0;
     PyObject *value = PyBytes_FromStringAndSize(v ? (const char *)v : "", vn);
     PyObject *d = value ? PyDict_New() : NULL;
-    if (!d || PyDict_SetItemString(d, "key", key) || PyDict_SetItemString(d, "value", value)) {
+    if (!d || PyDict_SetItem(d, KEY_NAME, key) || PyDict_SetItem(d, VALUE_NAME, value)) {
         Py_XDECREF(d);
         Py_DECREF(key);
         Py_XDECREF(value);
@@ -218,4 +220,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch", "Pulsar batch payloads, read column-wise.", -1, methods};
 
-PyMODINIT_FUNC PyInit__batch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__batch(void) {
+    if (!KEY_NAME && !(KEY_NAME = PyUnicode_InternFromString("key"))) return NULL;
+    if (!VALUE_NAME && !(VALUE_NAME = PyUnicode_InternFromString("value"))) return NULL;
+    return PyModule_Create(&module);
+}
