@@ -40,6 +40,8 @@ TARGET_NAMES = (
     "tcp",
     "tls",
     "tls_capture",
+    "iggy_batch",
+    "tubemq_rpc",
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too

@@ -12,6 +12,10 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
   as captured, cut at random places, with gaps inside and across records, midstream (the
   handshake left out), and without keys;
 - tls_capture: the TLS captures of tests/data/tls/ (tls.pcap cut at MAX_SEED).
+- iggy_batch: random Iggy batch records (user headers of both
+  layouts, checksums, timestamps, several records back to back).
+- tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields)
+  and the frames holding them.
 """
 
 from __future__ import annotations
@@ -252,6 +256,34 @@ def tls_capture_seeds() -> Iterator[bytes]:
     yield bytes([3 << 1]) + (TLS_DATA / "iggy_tls13_tls.pcap").read_bytes()  # split every 500 bytes
 
 
+def iggy_batch_seeds() -> Iterator[bytes]:
+    import random
+
+    from tests.unit.iggy import test_iggy_batch_walk as ibw
+
+    rng = random.Random(13)
+    for i in range(40):
+        n = rng.randrange(1, 12)
+        record = ibw.random_batch(rng, n)
+        cfg = (n << 4) if n < 16 and i % 2 else 8
+        yield bytes([cfg]) + record
+    two = ibw.random_batch(rng, 2) + ibw.random_batch(rng, 3)
+    yield bytes([8]) + two  # a poll reply's records back to back: the first one read
+    yield bytes([8 | 3]) + b"\0\0\0" + two
+
+
+def tubemq_rpc_seeds() -> Iterator[bytes]:
+    import random
+
+    from tests.unit.tubemq import test_tubemq_rpc_walk as trw
+
+    rng = random.Random(13)
+    for _ in range(40):
+        body = trw.random_envelope(rng)
+        yield b"\0" + body
+        yield b"\1" + trw.frame(rng.randrange(2**32), body, rng.choice([3, 64, 8192]))
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -263,6 +295,8 @@ SEEDS = {
     "tcp": tcp_seeds,
     "tls": tls_seeds,
     "tls_capture": tls_capture_seeds,
+    "iggy_batch": iggy_batch_seeds,
+    "tubemq_rpc": tubemq_rpc_seeds,
 }
 
 

@@ -18,6 +18,11 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   ciphertext of each direction with its cuts and gaps, fed to one `TlsSession`.
 - tls_capture: a config byte (bit0 no key log, bits1-3 split size), then a capture file decoded
   by the stream driver with the TLS test key logs.
+- iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
+  the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
+  and by the plain-Python reader.
+- tubemq_rpc: a config byte (bit0: a frame's blocks, else an RPC envelope), then bytes read by the
+  compiled TubeMQ reader (_rpc.c) and by the plain-Python one.
 """
 
 from __future__ import annotations
@@ -311,6 +316,74 @@ def fuzz_iggy_segment(data: bytes) -> None:
     open(stem + ".log", "ab").close()
     _write(stem + ".index", index)
     _read_segment(seg, stem + ".log", SPLITS[(cfg >> 3) & 3], _segment_context(cfg), "iggy")
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled walks
+
+
+def iggy_batch_both(buf: bytes, pos: int, count: int | None) -> tuple:
+    """An Iggy batch record at `pos` read by read_batch_v48 (the compiled walk, or the Python
+    reader where the walk leaves it) and by parse_batch_v48 alone: each (batch fields, Messages,
+    next position) or the DecodeError's (status, text); then what the walk itself returned."""
+    from brokerscope.protocols.iggy import messages as im
+
+    def python():
+        batch, nxt = im.parse_batch_v48(buf, pos, len(buf), count)
+        return batch, im.Messages.of(batch.pop("messages")), nxt
+
+    out = []
+    for read in (lambda: im.read_batch_v48(buf, pos, len(buf), count), python):
+        try:
+            out.append(read())
+        except base.DecodeError as e:
+            out.append((e.status, str(e)))
+    walked = im._batch.walk(buf, pos, len(buf), -1 if count is None else count, im._XXH3)
+    return out[0], out[1], walked
+
+
+def fuzz_iggy_batch(data: bytes) -> None:
+    """The compiled Iggy batch walk gives what the plain-Python reader gives, and leaves to it
+    every record that reader rejects."""
+    cfg = data[0] if data else 0
+    buf = data[1:]
+    count = None if cfg & 8 else cfg >> 4
+    got, want, walked = iggy_batch_both(buf, min(cfg & 7, len(buf)), count)
+    check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
+    if len(want) == 2:  # (status, error): the Python reader rejects it
+        check(walked is None, "walk takes a record the reader rejects")
+
+
+def tubemq_envelope_both(body: bytes) -> tuple:
+    """A TubeMQ frame's joined blocks read by decode_envelope (the compiled reader, or protobuf
+    where it leaves them) and by protobuf alone (read_envelope): each an Envelope or the
+    error's text; then what the compiled reader itself returned."""
+    from brokerscope.protocols.tubemq import rpc
+
+    out = []
+    for read in (rpc.decode_envelope, rpc.read_envelope):
+        try:
+            out.append(read(body))
+        except ValueError as e:
+            out.append(str(e))
+    return out[0], out[1], rpc._rpc.envelope(body)
+
+
+def fuzz_tubemq_rpc(data: bytes) -> None:
+    """The compiled TubeMQ frame and envelope readers give what the Python ones give, and leave
+    to them every input those reject."""
+    from brokerscope.protocols.tubemq import framing
+
+    cfg, buf = (data[0], data[1:]) if data else (0, b"")
+    if cfg & 1:
+        got = framing._rpc.frame(buf)
+        if got is not None:
+            check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        return
+    got, want, walked = tubemq_envelope_both(buf)
+    check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")
+    if isinstance(want, str):
+        check(walked is None, "compiled reader takes an envelope protobuf rejects")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -736,4 +809,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tcp": fuzz_tcp,
     "tls": fuzz_tls,
     "tls_capture": fuzz_tls_capture,
+    "iggy_batch": fuzz_iggy_batch,
+    "tubemq_rpc": fuzz_tubemq_rpc,
 }

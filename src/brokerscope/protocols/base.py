@@ -468,11 +468,22 @@ def _jsonable(o):
 
 
 _ENCODER = json.JSONEncoder(default=_jsonable, separators=(",", ":"), ensure_ascii=False)
+# what _ENCODER.encode runs, made once instead of per call (the C encoder where it is built;
+# no check for circular values: decoded fields hold none)
+_ITERENCODE = (
+    json.encoder.c_make_encoder(
+        None, _jsonable, json.encoder.encode_basestring, None, ":", ",", False, False, True
+    )
+    if json.encoder.c_make_encoder is not None
+    else None
+)
 
 
 def to_json(obj) -> str:
     """Serialise decoded fields for the `details` column (bytes become text or base64)."""
-    return _ENCODER.encode(obj)
+    if _ITERENCODE is None or obj.__class__ is str:
+        return _ENCODER.encode(obj)
+    return "".join(_ITERENCODE(obj, 0))
 
 
 _JSON_STR = json.encoder.encode_basestring  # the C escaper to_json uses (non-ASCII kept)

@@ -109,7 +109,7 @@ def test_poll_reply_with_two_batches():
     )
     out = parse_polled(u32(1) + u64(1) + u32(2) + two)
     assert out["format"] == "v48_batch" and len(out["batches"]) == 2
-    assert [m["offset"] for m in out["messages"]] == [0, 1]
+    assert out["messages"].offsets == [0, 1]
     assert out["batch_checksum_ok"] is True
     with pytest.raises(DecodeError):  # the head's count must match the batches
         parse_polled(u32(1) + u64(1) + u32(3) + two)

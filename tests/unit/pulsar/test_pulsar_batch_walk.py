@@ -8,9 +8,12 @@ import struct
 
 import pytest
 
+from brokerscope.protocols.base import to_json
 from brokerscope.protocols.pulsar import messages
+from brokerscope.protocols.pulsar import rows as prows
 from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
 from brokerscope.protocols.pulsar.messages import PayloadError, columns, split_batch
+from tests.support.damage import damage
 
 
 def entry(smm: pb.SingleMessageMetadata, value: bytes, raw_meta: bytes | None = None) -> bytes:
@@ -77,16 +80,7 @@ def test_damaged_batches_give_what_split_batch_gives(seed):
     leaves the batch to it (so its error is the one split_batch raises)."""
     rnd = random.Random(1000 + seed)
     n = rnd.randrange(1, 8)
-    data = bytearray(random_batch(rnd, n))
-    for _ in range(rnd.randrange(1, 4)):
-        i = rnd.randrange(len(data) + 1)
-        op = rnd.random()
-        if op < 0.5 and i < len(data):
-            data[i] = rnd.randrange(256)
-        elif op < 0.8:
-            data[i:i] = rnd.randbytes(rnd.randrange(1, 4))
-        else:
-            del data[i : i + rnd.randrange(1, 6)]
+    data = damage(rnd, random_batch(rnd, n))
     md = pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1)
     md.num_messages_in_batch = rnd.choice([n, n, n - 1, n + 1, 0])
     got, want = both(md, bytes(data))
@@ -133,3 +127,37 @@ def test_properties_unknown_fields_and_last_value_wins():
     assert (
         cols.key_raw == ["second"] and cols.headers == [[{"key": "k", "value": b""}]] and cols.sequence == [7]
     )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_details_say_what_each_message_has(seed):
+    """Each message's details: the payload's common fields, its batch index, then the fields it
+    has of its own, as to_json writes that dict (messages with none of their own included)."""
+    rnd = random.Random(3000 + seed)
+    n = rnd.randrange(1, 20)
+    if seed % 2:  # only what every message has: a value, properties, a key
+        out = b""
+        for i in range(n):
+            smm = pb.SingleMessageMetadata(payload_size=1, partition_key=f"k{i}")
+            smm.properties.add(key="idx", value=str(i))
+            out += entry(smm, b"v")
+        data = out
+    else:
+        data = random_batch(rnd, n)
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=n)
+    cols = walk_columns(md, data)
+    common = {"producer_name": "p", "num_messages_in_batch": n}
+    got = prows._details(cols, common)
+    for i in range(n):
+        want = {**common, "batch_index": i}
+        if cols.event_time[i]:
+            want["event_time_ms"] = cols.event_time[i]
+        if cols.ordering_key[i] is not None:
+            want["ordering_key"] = cols.ordering_key[i]
+        if cols.null_value[i]:
+            want["null_value"] = True
+        raw, key = cols.key_raw[i], cols.key[i]
+        if isinstance(raw, str) and key is not None and raw.encode() != key:
+            want["partition_key_b64"] = raw
+        want.update(cols.extra[i] or {})
+        assert got[i] == to_json(want)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import repeat
 
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
@@ -31,6 +32,7 @@ from .codes import (
 )
 from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response
 from .framing import REQID, VSR, IggyRules, detect_mode
+from .messages import Messages
 from .pairing import Pending, new_request
 from .rows import (
     auto_commit_ack_row,
@@ -349,8 +351,16 @@ class IggyConversation(Conversation):
                 key,
                 frames=frames,
             )
-            # each message's place in the batch (a VSR batch numbers them: offset_delta)
-            pend["produce"] = (block, [m.get("offset_delta", i) for i, m in enumerate(msgs)])
+            # each message's place in the batch: a VSR batch numbers them (offset_delta, its
+            # offset less the batch's base offset), the other layouts by their order
+            batch = fields.get("batch")
+            if batch is not None:
+                places = [
+                    o - batch["base_offset"] if o is not None else i for i, o in enumerate(msgs.offsets)
+                ]
+            else:
+                places = list(range(len(msgs)))
+            pend["produce"] = (block, places)
         self.pending.add(pend)
 
     def _emit_response(
@@ -410,7 +420,7 @@ class IggyConversation(Conversation):
     # derived rows
 
     def _deliveries(
-        self, req: dict, msgs: list[dict], partition: int | None, ts: int, rows: list[Row], frames: dict
+        self, req: dict, msgs: Messages, partition: int | None, ts: int, rows: list[Row], frames: dict
     ) -> None:
         """The deliver rows of a poll's messages; each delivered offset is remembered, so that an
         offset ack finds when its message was delivered."""
@@ -422,9 +432,13 @@ class IggyConversation(Conversation):
             )
         )
         delivered = self.delivered
-        for m in msgs:
-            if m.get("offset") is not None:
-                delivered[(topic, partition, m["offset"])] = ts
+        offs = msgs.offsets
+        if None not in offs and len(delivered) + len(offs) <= MAX_DELIVERED:  # nothing to forget
+            delivered.update(zip(zip(repeat(topic), repeat(partition), offs), repeat(ts)))
+            return
+        for off in offs:
+            if off is not None:
+                delivered[(topic, partition, off)] = ts
                 while len(delivered) > MAX_DELIVERED:
                     delivered.popitem(last=False)
 

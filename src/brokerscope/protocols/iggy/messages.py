@@ -17,25 +17,160 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import dataclass
 
+from ... import native
+from .. import base
 from .codes import MESSAGE_STATES
 from .wire import DecodeError, Reader, identifier, partitioning, user_headers
+
+_batch = native.load(__package__, "_batch")  # compiled from _batch.c: a batch record's messages
 
 try:  # XXH3-64 checksums (of any bytes-like object); without the package the checksum is
     # reported, not verified
     import xxhash
 
     xxh3_64 = xxhash.xxh3_64_intdigest
+    _XXH3 = xxh3_64  # what the compiled walk verifies checksums with
 
 except ImportError:  # pragma: no cover - xxhash is a pinned dependency
 
     def xxh3_64(data: bytes) -> int | None:
         return None
 
+    _XXH3 = None
+
 
 HEADER_SIZES = (64, 56)
 INDEX_SIZE = 16  # send-batch index entry: offset u32, position u32, timestamp u64
 MAX_MESSAGES = 1_000_000
+
+
+@dataclass(slots=True)
+class Messages:
+    """The messages of one frame as columns, one entry per message in wire order, with the two
+    texts the rows keep of each: `details`, its messages row's (its user headers with kinds and
+    typed values, then its timestamps, checksum, state and header size where known), and
+    `summaries`, its entry in the frame's commands row (id, payload and headers sizes, offset,
+    checksum and its verdict, state). Made by the compiled walk (VSR batch records) or from the
+    message dicts of the other layouts (`of`)."""
+
+    ids: list[str]  # decimal text of the u128 id
+    payloads: list[bytes]
+    headers: list[list[dict]] | None  # the headers column's values ({"key", "value"}); None: none has any
+    offsets: list[int | None]
+    checksum_ok: list[bool | None]
+    ts_ns: list[int | None]  # the server's timestamp, else the origin one (µs), in ns
+    details: list[str]
+    summaries: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def of(cls, msgs: list[dict]) -> Messages:
+        """The columns of message dicts (parse_message, parse_legacy_polled, parse_message_v48)."""
+        return cls(
+            [str(m["id"]) for m in msgs],
+            [m["payload"] for m in msgs],
+            [_header_values(m["headers"]) for m in msgs] if any(m["headers"] for m in msgs) else None,
+            [m.get("offset") for m in msgs],
+            [m.get("checksum_ok") for m in msgs],
+            [(t * 1000 if (t := m.get("timestamp") or m.get("origin_timestamp")) else None) for m in msgs],
+            _details(msgs),
+            [_summary(m) for m in msgs],
+        )
+
+    @classmethod
+    def join(cls, parts: list[Messages]) -> Messages:
+        """The messages of several batch records, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        cols = {f: [x for p in parts for x in getattr(p, f)] for f in _COLUMNS}
+        headers = None
+        if any(p.headers is not None for p in parts):
+            headers = [x for p in parts for x in (p.headers if p.headers is not None else [[]] * len(p))]
+        return cls(headers=headers, **cols)
+
+
+_COLUMNS = ("ids", "payloads", "offsets", "checksum_ok", "ts_ns", "details", "summaries")  # not headers
+_DETAIL_KEYS = ("origin_timestamp", "timestamp", "checksum", "state", "header_size")
+
+
+def _header_values(hs: list[dict]) -> list[dict]:
+    """The headers column's value of a message: its user headers' keys and value bytes."""
+    return [{"key": h["key"], "value": h["value"]} for h in hs]
+
+
+def _headers_json(hs: list[dict], names: dict[str, str]) -> str:
+    """The start of a message's details: its user headers as JSON, up to the list's closing
+    bracket (`names`: header keys and kinds already written as JSON)."""
+    jv = base.json_value
+    typed = []
+    for h in hs:
+        k, kind = h["key"], h["kind"]
+        if (kj := names.get(k)) is None:
+            kj = names[k] = jv(k)
+        if (kindj := names.get(kind)) is None:
+            kindj = names[kind] = jv(kind)
+        typed.append(f'{{"key":{kj},"kind":{kindj},"value":{jv(h["typed"])}}}')
+    return f'{{"headers":[{",".join(typed)}'
+
+
+# user-header blobs seen lately (a producer's messages often carry the same ones): blob -> (the
+# headers column's value, the start of the details), shared by every message that has it
+_BLOBS: dict[bytes, tuple[list[dict], str]] = {}
+_BLOBS_MAX, _BLOB_MAX = 4096, 1024
+_NAMES: dict[str, str] = {}  # header keys and kinds as JSON
+
+
+def _blob(blob: bytes) -> tuple[list[dict], str]:
+    """The headers column's value and the details' start of a user-headers blob."""
+    got = _BLOBS.get(blob)
+    if got is None:
+        hs = user_headers(blob)
+        if len(_NAMES) > _BLOBS_MAX:
+            _NAMES.clear()
+        got = (_header_values(hs), _headers_json(hs, _NAMES))
+        if len(blob) <= _BLOB_MAX:
+            if len(_BLOBS) >= _BLOBS_MAX:
+                _BLOBS.clear()
+            _BLOBS[blob] = got
+    return got
+
+
+def _details(msgs: list[dict]) -> list[str]:
+    """Each message dict's details (Messages.details), written piece by piece, the JSON of a
+    headers list once (user_headers gives one list per distinct blob)."""
+    out = []
+    made: dict[int, str] = {}
+    names: dict[str, str] = {}
+    jv = base.json_value
+    for m in msgs:
+        hs = m["headers"]
+        if not hs:
+            text = '{"headers":['
+        elif (text := made.get(id(hs))) is None:
+            text = made[id(hs)] = _headers_json(hs, names)
+        text += "]"
+        get = m.get
+        for k in _DETAIL_KEYS:
+            v = get(k)
+            if v is not None:  # ints as they are, without a call
+                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
+        out.append(text + "}")
+    return out
+
+
+def _summary(m: dict) -> str:
+    """A message dict's entry in its frame's commands row (Messages.summaries)."""
+    text = f'{{"id":"{m["id"]}","payload_size":{len(m["payload"])},"headers":{len(m["headers"])}'
+    get = m.get
+    for k in ("offset", "checksum", "checksum_ok", "state"):
+        v = get(k)
+        if v is not None:  # ints as they are, without a call
+            text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{base.json_value(v)}'
+    return text + "}"
 
 
 def checksum_of(message: bytes | memoryview) -> int | None:
@@ -149,12 +284,13 @@ def parse_polled(payload: bytes | memoryview) -> dict:
         except DecodeError:
             pass  # fall through to the older layouts
     try:
-        out["messages"] = parse_messages_any(payload, r.pos, len(payload), count)
-        out["format"] = f"v{out['messages'][0]['header_size']}" if count else "v64"
+        msgs = parse_messages_any(payload, r.pos, len(payload), count)
+        out["messages"] = Messages.of(msgs)
+        out["format"] = f"v{msgs[0]['header_size']}" if count else "v64"
         return out
     except DecodeError as e_new:
         try:
-            out["messages"] = parse_legacy_polled(Reader(payload, r.pos), count)
+            out["messages"] = Messages.of(parse_legacy_polled(Reader(payload, r.pos), count))
             out["format"] = "legacy"
             return out
         except DecodeError:
@@ -194,8 +330,7 @@ def _parse_send_new(payload) -> dict:
         len(payload) - r.pos == struct.unpack_from("<Q", payload, r.pos + 32)[0]
     ):
         # VSR generation: one batch record (apache/iggy core/binary_protocol/src/batch.rs)
-        batch, _ = parse_batch_v48(payload, r.pos, len(payload), count)
-        msgs = batch.pop("messages")
+        batch, msgs, _ = read_batch_v48(payload, r.pos, len(payload), count)
         return {
             "format": "v48_batch",
             "metadata_length": metadata_length,
@@ -223,7 +358,7 @@ def _parse_send_new(payload) -> dict:
         "topic_id": topic,
         "partitioning": part,
         "messages_count": count,
-        "messages": msgs,
+        "messages": Messages.of(msgs),
     }
 
 
@@ -247,7 +382,7 @@ def _parse_send_legacy(payload) -> dict:
         "topic_id": topic,
         "partitioning": part,
         "messages_count": len(msgs),
-        "messages": msgs,
+        "messages": Messages.of(msgs),
     }
 
 
@@ -376,38 +511,60 @@ def parse_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[
     if checksum:
         calc = batch_checksum((pid, base_offset, base_ts, origin_ts, length, n), sums)
         ok = None if calc is None else calc == checksum
-    batch = {
-        "partition_id": pid,
-        "base_offset": base_offset,
-        "base_timestamp": base_ts,
-        "origin_timestamp": origin_ts,
-        "batch_length": length,
-        "batch_checksum": checksum,
-        "batch_checksum_ok": ok,
-        "message_count": n,
-        "messages": msgs,
-    }
+    batch = dict(zip(_BATCH_FIELDS, (pid, base_offset, base_ts, origin_ts, length, checksum, ok, n)))
+    batch["messages"] = msgs
     return batch, stop
+
+
+# a batch record's fields as parse_batch_v48 and read_batch_v48 give them (details.batch)
+_BATCH_FIELDS = (
+    "partition_id", "base_offset", "base_timestamp", "origin_timestamp", "batch_length", "batch_checksum",
+    "batch_checksum_ok", "message_count",
+)  # fmt: skip
+
+
+def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[dict, Messages, int]:
+    """parse_batch_v48, its messages as columns: (batch fields, messages, next position). The
+    compiled walk (_batch.c) reads them; a batch it does not take goes to parse_batch_v48,
+    which says what is wrong (or reads what the walk leaves to it)."""
+    got = _batch.walk(buf, pos, end, -1 if count is None else count, _XXH3)
+    if got is None:
+        batch, nxt = parse_batch_v48(buf, pos, end, count)
+        return batch, Messages.of(batch.pop("messages")), nxt
+    pid, base_offset, base_ts, origin_ts, length, checksum, n, ok, nxt, *cols, hidx, hblobs = got
+    ids, payloads, offsets, oks, ts_ns, details, summaries = cols
+    headers = None
+    if hidx:
+        headers = [[]] * len(ids)  # one empty list for every message without headers
+        for i, blob in zip(hidx, hblobs):
+            values, start = _blob(blob)
+            headers[i] = values
+            details[i] = start + details[i]  # the walk wrote what follows the headers
+    batch = dict(zip(_BATCH_FIELDS, (pid, base_offset, base_ts, origin_ts, length, checksum, ok, n)))
+    msgs = Messages(ids, payloads, headers, offsets, oks, ts_ns, details, summaries)
+    return batch, msgs, nxt
 
 
 def parse_batches_v48(buf, pos: int, end: int, count: int | None) -> dict:
     """Batch records back to back from pos to end (a poll reply may carry several); `count`,
     when given, is the total number of messages."""
     batches = []
-    msgs: list[dict] = []
+    parts: list[Messages] = []
+    total = 0
     while pos < end:
         if len(batches) >= MAX_MESSAGES:
             raise DecodeError("too many batches")
-        b, pos = parse_batch_v48(buf, pos, end)
-        msgs.extend(b.pop("messages"))
+        b, msgs, pos = read_batch_v48(buf, pos, end)
+        parts.append(msgs)
+        total += len(msgs)
         batches.append(b)
-    if count is not None and len(msgs) != count:
-        raise DecodeError(f"{len(msgs)} messages in the batches where the count says {count}")
+    if count is not None and total != count:
+        raise DecodeError(f"{total} messages in the batches where the count says {count}")
     oks = [b["batch_checksum_ok"] for b in batches]
     return {
         "batches": batches,
         "batch_checksum_ok": False if False in oks else (True if oks and all(oks) else None),
-        "messages": msgs,
+        "messages": Messages.join(parts),
     }
 
 

@@ -12,6 +12,9 @@ from .. import base
 from ..base import PayloadPolicy, Row
 from ..framer import Frame
 from .codes import COMMANDS
+from .messages import Messages
+
+I64_LIMIT = 2**63
 
 
 def i32(v) -> int | None:
@@ -154,9 +157,8 @@ def send_ack_rows(req: dict, status: int | None, confirmations: list[dict], ts: 
     ]
 
 
-def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: list[dict], ts: int) -> Row:
+def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: Messages, ts: int) -> Row:
     """The acks row of a POLL_MESSAGES with auto_commit: the server stores the last polled offset."""
-    last = msgs[-1]
     return (
         "acks",
         {
@@ -164,8 +166,8 @@ def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: lis
             "ack_type": "iggy_offset",
             "topic": req["topic"],
             "partition": partition,
-            "offset": last.get("offset"),
-            "message_id": str(last["id"]),
+            "offset": msgs.offsets[-1],
+            "message_id": msgs.ids[-1],
             "consumer": consumer_label(req["details"]["consumer"]),
             "error_code": status,
             "correlation_id": req["corr"],
@@ -174,27 +176,16 @@ def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: lis
     )
 
 
-def with_summaries(details: dict, msgs: list[dict]) -> str:
-    """`details` as JSON with the frame's messages listed last under "messages" (id, payload and
-    headers sizes, offset, checksum and its verdict, state: each message itself gets a messages
-    row), written piece by piece."""
-    parts = []
-    jv = base.json_value
-    for m in msgs:
-        text = f'{{"id":"{m["id"]}","payload_size":{len(m["payload"])},"headers":{len(m["headers"])}'
-        get = m.get
-        for k in ("offset", "checksum", "checksum_ok", "state"):
-            v = get(k)
-            if v is not None:  # ints as they are, without a call
-                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
-        parts.append(text + "}")
+def with_summaries(details: dict, msgs: Messages) -> str:
+    """`details` as JSON with the frame's messages listed last under "messages" (Messages.summaries:
+    each message itself gets a messages row)."""
     head = base.to_json(details)[:-1]
-    return f'{head}{"," if len(head) > 1 else ""}"messages":[{",".join(parts)}]}}'
+    return f'{head}{"," if len(head) > 1 else ""}"messages":[{",".join(msgs.summaries)}]}}'
 
 
 def message_block(
     direction: str,
-    msgs: list[dict],
+    msgs: Messages,
     topic: str | None,
     partition: int | None,
     corr: int,
@@ -218,62 +209,23 @@ def message_block(
         "correlation_id": corr,
         **(frames or {}),
     }
-    oks = [m.get("checksum_ok") for m in msgs]
-    cols: dict = {
-        "message_id": [str(m["id"]) for m in msgs],
-        "checksum_ok": oks,
-        "message_ts_ns": [
-            (t * 1000 if (t := m.get("timestamp") or m.get("origin_timestamp")) else None) for m in msgs
-        ],
-    }
+    oks = msgs.checksum_ok
+    cols: dict = {"message_id": msgs.ids, "checksum_ok": oks, "message_ts_ns": msgs.ts_ns}
     if direction == "deliver":
-        cols["offset"] = [i64(m.get("offset")) for m in msgs]
+        offs = msgs.offsets
+        fits = None not in offs and max(offs, default=0) < I64_LIMIT
+        cols["offset"] = offs if fits else [i64(o) for o in offs]
         const["consumer"] = consumer
     if False in oks:
         cols["decode_status"] = [base.CHECKSUM_MISMATCH if ok is False else base.OK for ok in oks]
         cols["decode_error"] = ["message checksum does not match" if ok is False else None for ok in oks]
     else:
         const["decode_status"] = base.OK
-    if any(m["headers"] for m in msgs):
-        cols["headers"] = [[{"key": h["key"], "value": h["value"]} for h in m["headers"]] for m in msgs]
+    if msgs.headers is not None:
+        cols["headers"] = msgs.headers
     else:
         const["headers"] = []
-    values = [m["payload"] for m in msgs]
+    values = msgs.payloads
     cols.update(payload.value_columns(pa.array(values, pa.binary()), pa.array(map(len, values), pa.int64())))
-    cols["details"] = _message_details(msgs)
+    cols["details"] = msgs.details
     return ("messages", tables.Block(len(msgs), cols, const))
-
-
-_DETAIL_KEYS = ("origin_timestamp", "timestamp", "checksum", "state", "header_size")
-
-
-def _message_details(msgs: list[dict]) -> list[str]:
-    """Each message's details: its user headers with their kinds and typed values, then its
-    timestamps, checksum, state and header size where known; written piece by piece, the JSON
-    of a headers list once (user_headers gives one list per distinct blob)."""
-    out = []
-    made: dict[int, str] = {}
-    names: dict[str, str] = {}  # a header key or kind as JSON, made once per block
-    jv = base.json_value
-    for m in msgs:
-        hs = m["headers"]
-        if not hs:
-            text = '{"headers":['
-        elif (text := made.get(id(hs))) is None:
-            typed = []
-            for h in hs:
-                k, kind = h["key"], h["kind"]
-                if (kj := names.get(k)) is None:
-                    kj = names[k] = jv(k)
-                if (kindj := names.get(kind)) is None:
-                    kindj = names[kind] = jv(kind)
-                typed.append(f'{{"key":{kj},"kind":{kindj},"value":{jv(h["typed"])}}}')
-            text = made[id(hs)] = f'{{"headers":[{",".join(typed)}'
-        text += "]"
-        get = m.get
-        for k in _DETAIL_KEYS:
-            v = get(k)
-            if v is not None:  # ints as they are, without a call
-                text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
-        out.append(text + "}")
-    return out

@@ -25,55 +25,20 @@
  * Anything the plain-Python reader (messages.split_batch) treats differently from a well-formed
  * batch returns None, and the caller runs that reader, which says what is wrong: a count under
  * one, an entry or value running past the data, a negative payload_size, a malformed varint or
- * length, a field number 0 or a tag past 32 bits, a known field with another wire type, a group,
- * a string that is not UTF-8 (protobuf hands those over as bytes), a sequence past 2^64.
+ * length, a field number 0, a tag or length of more than five bytes or past 32 bits, a known
+ * field with another wire type, a group, a string that is not UTF-8 (protobuf hands those over
+ * as bytes), a sequence past 2^64.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
-/* A varint at *p (below end): 0 and the value, or -1 when it is malformed or cut. */
-static int varint(const unsigned char **p, const unsigned char *end, uint64_t *out) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 70 && *p < end; shift += 7) {
-        unsigned char b = *(*p)++;
-        if (shift == 63 && b > 1) return -1;
-        v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Skip a field of wire type `wt` at *p: 0 or -1 (malformed, a group, cut). */
-static int skip(const unsigned char **p, const unsigned char *end, int wt) {
-    uint64_t v;
-    switch (wt) {
-    case 0:
-        return varint(p, end, &v);
-    case 1:
-        if (end - *p < 8) return -1;
-        *p += 8;
-        return 0;
-    case 2:
-        if (varint(p, end, &v) || v > (uint64_t)(end - *p)) return -1;
-        *p += v;
-        return 0;
-    case 5:
-        if (end - *p < 4) return -1;
-        *p += 4;
-        return 0;
-    default:
-        return -1;
-    }
-}
+#include "../pbwire.h" /* varint, varint32, skip */
 
 /* A length-delimited field's bytes: 0 with *s, *n set, or -1. */
 static int delimited(const unsigned char **p, const unsigned char *end, const unsigned char **s, Py_ssize_t *n) {
     uint64_t v;
-    if (varint(p, end, &v) || v > (uint64_t)(end - *p)) return -1;
+    if (varint32(p, end, &v) || v > (uint64_t)(end - *p)) return -1;
     *s = *p;
     *n = (Py_ssize_t)v;
     *p += v;
@@ -87,13 +52,15 @@ static PyObject *utf8(const unsigned char *s, Py_ssize_t n) {
     return o;
 }
 
+static PyObject *KEY_NAME, *VALUE_NAME; /* the header dicts' keys, "key" and "value", made once */
+
 /* One KeyValue as {"key": str, "value": bytes}: 1 new dict, 0 (not a plain one), -1 (error). */
 static int key_value(const unsigned char *p, const unsigned char *end, PyObject **out) {
     const unsigned char *k = NULL, *v = NULL;
     Py_ssize_t kn = 0, vn = 0;
     while (p < end) {
         uint64_t tag;
-        if (varint(&p, end, &tag) || tag >> 3 == 0 || tag > 0xFFFFFFFFu) return 0;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0) return 0;
         int field = (int)(tag >> 3), wt = (int)(tag & 7);
         if (field == 1 || field == 2) {
             if (wt != 2) return 0;
@@ -106,7 +73,7 @@ static int key_value(const unsigned char *p, const unsigned char *end, PyObject 
     if (!key) return PyErr_Occurred() ? -1 : 0;
     PyObject *value = PyBytes_FromStringAndSize(v ? (const char *)v : "", vn);
     PyObject *d = value ? PyDict_New() : NULL;
-    if (!d || PyDict_SetItemString(d, "key", key) || PyDict_SetItemString(d, "value", value)) {
+    if (!d || PyDict_SetItem(d, KEY_NAME, key) || PyDict_SetItem(d, VALUE_NAME, value)) {
         Py_XDECREF(d);
         Py_DECREF(key);
         Py_XDECREF(value);
@@ -140,7 +107,7 @@ static int entry(const unsigned char *p, const unsigned char *end, const unsigne
     if (!headers) return -1;
     while (p < end) {
         uint64_t tag;
-        if (varint(&p, end, &tag) || tag >> 3 == 0 || tag > 0xFFFFFFFFu) goto not_plain;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0) goto not_plain;
         int field = (int)(tag >> 3), wt = (int)(tag & 7);
         if (field == 1) {
             const unsigned char *s;
@@ -253,4 +220,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch", "Pulsar batch payloads, read column-wise.", -1, methods};
 
-PyMODINIT_FUNC PyInit__batch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__batch(void) {
+    if (!KEY_NAME && !(KEY_NAME = PyUnicode_InternFromString("key"))) return NULL;
+    if (!VALUE_NAME && !(VALUE_NAME = PyUnicode_InternFromString("value"))) return NULL;
+    return PyModule_Create(&module);
+}

@@ -460,8 +460,7 @@ class PulsarConversation(Conversation):
                     d[:-1] + ',"already_acked":true}' if bi >= 0 and not bit_set(ack_set, bi) else d
                     for d, bi in zip(details, bis, strict=True)
                 ]
-            for bi in bis:
-                self.deliveries.add(dl, (L, E, bi), ev.ts_end)
+            self.deliveries.add_all(dl, [(L, E, bi) for bi in bis], ev.ts_end)
             ev.rows.append(("messages", finish(b)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
             self.deliveries.set_batch_size(cid, L, E, md.num_messages_in_batch)

@@ -219,6 +219,12 @@ class Columns(NamedTuple):
     ordering_key: list[bytes | None]
     null_value: list[bool]
     extra: list[dict | None]  # a message's fields for its details beyond the others
+    plain_keys: bool  # every key is its partition key's UTF-8 (none base64, none a stray bytes)
+
+
+def _plain_keys(key_raw: list, key: list) -> bool:
+    """Columns.plain_keys of these keys."""
+    return all(r.__class__ is not str or k is None or r.encode() == k for r, k in zip(key_raw, key))
 
 
 def columns(singles: list[Single]) -> Columns:
@@ -243,6 +249,7 @@ def columns(singles: list[Single]) -> Columns:
         [s.ordering_key for s in singles],
         [s.null_value for s in singles],
         [s.extra or None for s in singles],
+        _plain_keys([s.key_raw for s in singles], [s.key for s in singles]),
     )
 
 
@@ -258,6 +265,8 @@ def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
     value, key_raw, key, b64, headers, sequence, event_time, ordering_key, null_value, compacted, end = got
     for i in b64:
         key[i] = key_bytes(key_raw[i], True)
+    # the walk's keys are their text's UTF-8 but for the base64 ones
+    plain = not b64 or _plain_keys([key_raw[i] for i in b64], [key[i] for i in b64])
     extra = (
         [{"compacted_out": True} if c else None for c in compacted]
         if True in compacted
@@ -276,6 +285,7 @@ def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
         ordering_key,
         null_value,
         extra,
+        plain,
     )
 
 

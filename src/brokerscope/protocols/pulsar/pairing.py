@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from ...tables import Block
 from .values import bit_set, highest_bit
@@ -110,12 +111,11 @@ class Deliveries:
         """Consumer `cid`'s deliveries (its table is created, empty, if it has none)."""
         return self.waiting.setdefault(cid, OrderedDict())
 
-    def add(self, dl: OrderedDict[DeliveryKey, int], key: DeliveryKey, ts: int) -> None:
-        """A delivery of `key` at `ts`; a key delivered before is counted once."""
-        if key in dl:
-            self.count -= 1
-        dl[key] = ts
-        self.count += 1
+    def add_all(self, dl: OrderedDict[DeliveryKey, int], keys: list[DeliveryKey], ts: int) -> None:
+        """Deliveries of `keys` (distinct) at `ts`; a key delivered before is counted once."""
+        before = len(dl)
+        dl.update(zip(keys, repeat(ts)))
+        self.count += len(dl) - before
 
     def add_chunk(self, dl: OrderedDict[DeliveryKey, int], key: DeliveryKey, ts: int) -> None:
         """A chunk's delivery: counted as new even when redelivered (the count then errs high)."""
@@ -150,18 +150,23 @@ class Deliveries:
         if cumulative:
             targets = [k for k in dl if (k[0], k[1]) < (ledger, entry)] + targets
         out = []
+        acked, pop, waited = self.acked, dl.pop, 0
         for k in targets:
             if k in seen:
                 continue
             seen.add(k)
-            ts = dl.pop(k, None)
+            ts = pop(k, None)
             if ts is not None:
-                self.count -= 1
+                waited += 1
             elif cumulative and k[:2] != (ledger, entry):
                 continue
-            again = (cid, *k) in self.acked
-            remember(self.acked, (cid, *k), True)
+            ak = (cid, *k)
+            again = ak in acked
+            acked[ak] = True  # remember(acked, ak, True), inline
+            while len(acked) > MAX_PENDING:
+                acked.popitem(last=False)
             out.append((k, ts, again))
+        self.count -= waited
         return out
 
 

@@ -257,7 +257,10 @@ def message_block(
         "sequence": m.sequence,
         "details": _details(m, common),
     }
-    sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+    if None in m.value:
+        sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+    else:
+        sizes = pa.array(map(len, m.value), pa.int64())
     cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
     return Block(len(m.value), cols, const)
 
@@ -268,6 +271,14 @@ def _details(m: Columns, common: dict) -> list[str]:
     the dict, written piece by piece)."""
     head = to_json(common)[:-1]
     head += ',"batch_index":' if len(head) > 1 else '"batch_index":'
+    if (
+        m.plain_keys
+        and not any(m.event_time)
+        and m.ordering_key.count(None) == len(m.ordering_key)
+        and True not in m.null_value
+        and not any(m.extra)
+    ):  # no message has fields of its own beyond its batch index
+        return [f"{head}{bi}}}" for bi in m.batch_index]
     jv = base.json_value
     out = []
     for bi, et, ok, null, raw, key, extra in zip(

@@ -36,7 +36,7 @@ from . import rows as build
 from . import rpc
 from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
 from .framing import TubeFrame, TubeRules, header_info, read_frame
-from .rows import M_COMMIT, Pending, field, strings
+from .rows import M_COMMIT, Pending, field, fields, strings
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
@@ -202,10 +202,11 @@ class TubeMQConversation(Conversation):
         self._body_status(row, meth, mid, err, f)
         topic = partition = client_id = group = None
         if msg is not None:
-            topic = field(msg, "topicName")
-            partition = field(msg, "partitionId")
-            client_id = field(msg, "clientId") or field(msg, "brokerId")
-            group = field(msg, "groupName")
+            get = fields(msg).get
+            topic = get("topicName")
+            partition = get("partitionId")
+            client_id = get("clientId") or get("brokerId")
+            group = get("groupName")
             topics = strings(msg, "topicList")
             if topics:
                 row["topics"] = topics
@@ -214,7 +215,7 @@ class TubeMQConversation(Conversation):
             subs = list(getattr(msg, "subscribeInfo", []) or [])
             if subs:
                 details["subscriptions"] = [parse_subscribe_info(s) for s in subs]
-            event = field(msg, "event")
+            event = get("event")
             if event is not None:
                 details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
         row.update(topic=topic, partition=partition, client_id=client_id, details=to_json(details))
@@ -270,11 +271,12 @@ class TubeMQConversation(Conversation):
             details["response"] = body
             self._body_status(row, meth, mid, err, f)
             if msg is not None:
-                success = field(msg, "success")
-                code = field(msg, "errCode")
+                get = fields(msg).get
+                success = get("success")
+                code = get("errCode")
                 if success is False or (success is None and code is not None and code != rpc.ERR_SUCCESS):
                     error_code = code if code is not None else -1
-                    details["error"] = field(msg, "errMsg")
+                    details["error"] = get("errMsg")
                 elif success is True or code is not None:
                     error_code = 0
                 self._metadata(msg, details)

@@ -3,16 +3,18 @@ state (the conversation pairs requests and responses and hands over what it know
 
 from __future__ import annotations
 
+import socket
+import struct
 from dataclasses import dataclass
 
 import pyarrow as pa
-from google.protobuf.descriptor import FieldDescriptor
 
 from ...tables import Block
 from .. import base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, text, to_json
 from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
 from .framing import TubeFrame
+from .rpc import values as fields_of
 
 M_COMMIT = 18  # consumerCommitC2B
 
@@ -67,30 +69,32 @@ def unanswered(serial: int, p: Pending) -> list[Row]:
 def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
     """sendMessageP2B: the message a producer sent (`frames`: its frame's first_frame / last_frame)."""
     data = bytes(msg.data)
-    flag = field(msg, "flag")
+    get = fields(msg).get
+    flag = get("flag")
     attr, payload, err = split_payload(data, flag)
     headers = parse_attributes(attr)
+    check_sum, msg_time = get("checkSum"), get("msgTime")
     row: dict = {
         "ts_ns": f.ts_first,
         "direction": "produce",
         "source": "capture",
-        "topic": field(msg, "topicName"),
-        "partition": field(msg, "partitionId"),
+        "topic": get("topicName"),
+        "partition": get("partitionId"),
         "headers": headers,
-        "producer_name": field(msg, "clientId"),
-        "checksum_ok": checksum_ok(field(msg, "checkSum"), data),
+        "producer_name": get("clientId"),
+        "checksum_ok": checksum_ok(check_sum, data),
         "correlation_id": f.serial,
-        "message_ts_ns": parse_msg_time(field(msg, "msgTime") or attr_value(headers, "$msgTime$")),
+        "message_ts_ns": parse_msg_time(msg_time or attr_value(headers, "$msgTime$")),
         "decode_status": MALFORMED if err else OK,
         "decode_error": err,
         "details": to_json(
             {
                 "flag": flag,
-                "msg_type": field(msg, "msgType"),
-                "msg_time": field(msg, "msgTime"),
+                "msg_type": get("msgType"),
+                "msg_time": msg_time,
                 "attributes": attr,
-                "check_sum": field(msg, "checkSum"),
-                "sent_addr": ipv4(field(msg, "sentAddr")),
+                "check_sum": check_sum,
+                "sent_addr": ipv4(get("sentAddr")),
                 "data_size": len(data),
             }
         ),
@@ -124,14 +128,16 @@ def deliver(
     values = []
     for tm in tms:
         data = bytes(tm.payLoadData)
-        flag = field(tm, "flag")
+        get = fields_of(tm).get
+        flag = get("flag")
         attr, payload, err = split_payload(data, flag)
         headers = parse_attributes(attr)
-        part = field(tm, "partitionId")
-        recv_ms = field(tm, "recvTimeInMs")
-        cs = field(tm, "checkSum")
+        part = get("partitionId")
+        recv_ms = get("recvTimeInMs")
+        cs = get("checkSum")
+        mid = get("messageId")
         cols["partition"].append(part if part is not None else req_part)
-        cols["message_id"].append(str(tm.messageId) if tm.HasField("messageId") else None)
+        cols["message_id"].append(str(mid) if mid is not None else None)
         cols["headers"].append(headers)
         cols["checksum_ok"].append(checksum_ok(cs, data))
         cols["message_ts_ns"].append(
@@ -141,7 +147,7 @@ def deliver(
         cols["decode_error"].append(err)
         cols["details"].append(
             f'{{"flag":{jv(flag)},"attributes":{jv(attr)},"check_sum":{jv(cs)},'
-            f'"index_key_code":{jv(field(tm, "indexKeyCode"))},"report_addr":{jv(ipv4(field(tm, "reportAddr")))},'
+            f'"index_key_code":{jv(get("indexKeyCode"))},"report_addr":{jv(ipv4(get("reportAddr")))},'
             f'"recv_time_ms":{jv(recv_ms)},"data_size":{len(data)},"curr_offset":{curr}}}'
         )
         values.append(payload)
@@ -204,7 +210,8 @@ def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, 
 
 def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
     """sendMessageP2B's response: the broker's message id and append offset."""
-    mid = field(msg, "messageId")
+    get = fields(msg).get
+    mid = get("messageId")
     return (
         "acks",
         {
@@ -212,12 +219,12 @@ def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None)
             "ack_type": "tubemq_produce",
             "topic": pend.topic if pend else None,
             "partition": pend.partition if pend else None,
-            "offset": field(msg, "appendOffset"),
+            "offset": get("appendOffset"),
             "message_id": str(mid) if mid is not None else None,
             "error_code": error_code,
             "ack_latency_us": (f.ts_first - pend.ts_end) / 1000.0 if pend else None,
             "correlation_id": f.serial,
-            "details": to_json({"append_time_ms": field(msg, "appendTime")}),
+            "details": to_json({"append_time_ms": get("appendTime")}),
         },
     )
 
@@ -225,11 +232,19 @@ def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None)
 def field(msg, name: str):
     """msg.name if the message has that field and it is set, else None; a string field as text
     even when its bytes are not UTF-8 (content.text)."""
-    try:
-        v = getattr(msg, name) if msg.HasField(name) else None
-    except ValueError:  # no such field (or repeated)
-        return None
-    return text(v) if v.__class__ is bytes and _is_string(msg, name) else v
+    return fields(msg).get(name)
+
+
+def fields(msg) -> dict:
+    """rpc.values of `msg`, read once for the message asked last (the conversation and these
+    rows ask for many of one message's fields)."""
+    global _LAST
+    if _LAST[0] is not msg:  # the message is held with its values: its id names no other
+        _LAST = (msg, fields_of(msg))
+    return _LAST[1]
+
+
+_LAST: tuple = (None, {})
 
 
 def strings(msg, name: str) -> list[str]:
@@ -237,12 +252,11 @@ def strings(msg, name: str) -> list[str]:
     return [text(v) for v in getattr(msg, name, None) or ()]
 
 
-def _is_string(msg, name: str) -> bool:
-    return msg.DESCRIPTOR.fields_by_name[name].type == FieldDescriptor.TYPE_STRING
-
-
 def ipv4(v: int | None) -> str | None:
+    """A 32-bit number (TubeMQ's sentAddr, reportAddr) as a dotted IPv4 address."""
     if v is None:
         return None
-    v &= 0xFFFFFFFF
-    return ".".join(str((v >> s) & 0xFF) for s in (24, 16, 8, 0))
+    return socket.inet_ntoa(_U32.pack(v & 0xFFFFFFFF))
+
+
+_U32 = struct.Struct(">I")

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from ... import native
 from .. import base
 from ..base import text
 from ..schema import MessagePool
 from .gen import tubemq_broker_pb2 as brk
 from .gen import tubemq_master_pb2 as mst
 from .gen import tubemq_rpc_pb2 as rpc
+
+_rpc = native.load(__package__, "_rpc")  # compiled from _rpc.c: the envelope of a frame
 
 FLAG_REQUEST = 0
 FLAG_RESPONSE = 1
@@ -169,7 +173,21 @@ class Envelope:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    """Split the joined blocks of a frame into the RPC envelope. Raises ValueError on bad bytes."""
+    """Split the joined blocks of a frame into the RPC envelope. Raises ValueError on bad bytes.
+    The compiled _rpc.envelope reads it; what it leaves (damage, an error response) is read
+    here with protobuf."""
+    got = _rpc.envelope(data)
+    if got is not None:
+        flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
+        return Envelope(
+            flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
+            body=body, trailing=trailing, conn_header=conn,
+        )  # fmt: skip
+    return read_envelope(data)
+
+
+def read_envelope(data: bytes) -> Envelope:
+    """decode_envelope with protobuf alone (what the compiled reader leaves)."""
     env = Envelope()
     head, pos = read_delimited(data, 0, rpc.RpcConnHeader)
     env.flag = head.flag if head.HasField("flag") else None
@@ -213,11 +231,34 @@ PAYLOAD_FIELDS = frozenset({"data", "payLoadData"})
 
 
 def _secret(value) -> str | None:
-    from ..base import redacted
-
     if isinstance(value, bytes | str):
-        return redacted(value)
-    return redacted(str(value))
+        return base.redacted(value)
+    return base.redacted(str(value))
+
+
+# how message_to_dict and values read a field, by its descriptor: (name, kind, is a string,
+# has presence); descriptors of user schemas come and go with their pools, so the table is bounded
+_FIELDS: dict = {}
+_FIELDS_MAX = 4096
+PLAIN, SECRET, MESSAGE, MESSAGES, REPEATED, PAYLOAD = range(6)
+
+
+def _field(fd) -> tuple[str, int, bool, bool]:
+    name = fd.name
+    if name in SECRET_FIELDS:
+        kind = SECRET
+    elif fd.message_type is not None:
+        kind = MESSAGES if fd.is_repeated else MESSAGE
+    elif fd.is_repeated:
+        kind = REPEATED
+    elif name in PAYLOAD_FIELDS:
+        kind = PAYLOAD
+    else:
+        kind = PLAIN
+    if len(_FIELDS) >= _FIELDS_MAX:
+        _FIELDS.clear()
+    got = _FIELDS[fd] = (name, kind, fd.type == FieldDescriptor.TYPE_STRING, fd.has_presence)
+    return got
 
 
 def message_to_dict(msg: Message) -> dict:
@@ -225,21 +266,32 @@ def message_to_dict(msg: Message) -> dict:
     with secret fields replaced by their size and payload bytes by their size."""
     out: dict = {}
     for fd, value in msg.ListFields():
-        name = fd.name
-        if name in SECRET_FIELDS:
-            out[name] = _secret(value)
-            continue
-        if fd.message_type is not None:
-            if fd.is_repeated:
-                out[name] = [message_to_dict(v) for v in value]
-            else:
-                out[name] = message_to_dict(value)
-        elif fd.is_repeated:
-            out[name] = list(value)
-        elif name in PAYLOAD_FIELDS and isinstance(value, bytes):
-            out[name] = {"size": len(value)}
-        else:
+        name, kind, _s, _p = _FIELDS.get(fd) or _field(fd)
+        if kind == PLAIN:
             out[name] = value
+        elif kind == SECRET:
+            out[name] = _secret(value)
+        elif kind == MESSAGE:
+            out[name] = message_to_dict(value)
+        elif kind == MESSAGES:
+            out[name] = [message_to_dict(v) for v in value]
+        elif kind == REPEATED:
+            out[name] = list(value)
+        else:  # PAYLOAD
+            out[name] = {"size": len(value)} if isinstance(value, bytes) else value
+    return out
+
+
+def values(msg: Message) -> dict:
+    """The fields of `msg` that are set and not repeated, by name, as rows.field gives them: a
+    string field as text even when its bytes are not UTF-8 (base.text); a field without presence
+    (a user's proto3 scalar) left out."""
+    out: dict = {}
+    for fd, value in msg.ListFields():
+        name, kind, is_str, presence = _FIELDS.get(fd) or _field(fd)
+        if kind == REPEATED or kind == MESSAGES or not presence:
+            continue
+        out[name] = text(value) if is_str and value.__class__ is bytes else value
     return out
 
 

@@ -1,0 +1,249 @@
+/* The messages of an Iggy batch record (the VSR generation, apache-iggy 0.9), read column-wise:
+ * the decoder's per-message loop.
+ *
+ * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`)
+ *
+ *   batch header (256 bytes, little-endian): partition_id u64 @0 | base_offset u64 @8 |
+ *     base_timestamp u64 @16 | origin_timestamp u64 @24 | batch_length u64 @32 (header included) |
+ *     batch_checksum u64 @40 | message_count u32 @48 | reserved, zero, @52..256
+ *   message frame: checksum u64 @0 | id u128 @8 | offset_delta u32 @24 | timestamp_delta u32 @28 |
+ *     user_headers_length u32 @32 | payload_length u32 @36 | reserved u64 @40 (zero) |
+ *     payload | user headers
+ *
+ * and returns
+ *
+ *   (partition_id, base_offset, base_timestamp, origin_timestamp, batch_length, batch_checksum,
+ *    message_count, batch_checksum_ok, next, ids, payloads, offsets, checksum_ok, ts_ns, details,
+ *    summaries, header_index, header_blobs)
+ *
+ * with one entry per message in the lists: ids as decimal text; offsets base_offset + delta;
+ * checksum_ok None where the checksum is 0 (or `xxh3` is None), else whether XXH3-64 of the frame
+ * after its checksum field matches; ts_ns the message time in ns (the server's base_timestamp,
+ * else origin_timestamp + delta, in µs x 1000; None without either); details and summaries the
+ * texts messages.Messages documents (the messages row's details, the message's entry in its
+ * frame's commands row). A message with user headers: its index in header_index, its blob in
+ * header_blobs, and its details start after the headers list (`]...`): the caller writes the
+ * headers' JSON before it. batch_checksum_ok: None where the batch checksum is 0, else XXH3-64 of
+ * the header fields (u64 x 5, count u32) and each message's checksum field in order.
+ *
+ * Anything messages.parse_batch_v48 would reject, or read into values this walk does not write
+ * (a sum past 2^64, a time past 2^64 ns), returns None, and the caller runs that reader, which
+ * says what is wrong: a header or message cut short, a batch length outside the data, reserved
+ * bytes not zero, a count other than `count` (-1: any) or than the messages found, user headers
+ * that fit neither layout (wire.user_headers).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define BATCH_HEADER 256
+#define FRAME_HEADER 48
+#define COUNT_AT 48
+#define RESERVED_AT 52
+#define MIN_HEADER_KIND 1 /* user header kinds: codes.HEADER_KINDS, 1 (raw) .. 15 (float64) */
+#define MAX_HEADER_KIND 15
+
+static uint64_t u64le(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t u32le(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void put64le(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The u128 at p (little-endian) in decimal into out (at least 40 bytes); its length. */
+static int u128_text(const unsigned char *p, char *out) {
+    uint32_t limb[4]; /* most significant first */
+    for (int i = 0; i < 4; i++) limb[3 - i] = u32le(p + 4 * i);
+    char digits[40];
+    int n = 0;
+    do {
+        uint64_t rem = 0;
+        for (int i = 0; i < 4; i++) {
+            uint64_t cur = (rem << 32) | limb[i];
+            limb[i] = (uint32_t)(cur / 10);
+            rem = cur % 10;
+        }
+        digits[n++] = (char)('0' + rem);
+    } while (limb[0] | limb[1] | limb[2] | limb[3]);
+    for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+    out[n] = 0;
+    return n;
+}
+
+/* Entries of a user-headers blob in one layout (wire.user_headers: [key kind u8, if typed]
+ * [key length u32][key][value kind u8][value length u32][value], repeated), or -1 where the blob
+ * does not fit it. */
+static Py_ssize_t header_count(const unsigned char *p, Py_ssize_t n, int typed) {
+    Py_ssize_t pos = 0, count = 0;
+    while (pos < n) {
+        if (typed) {
+            unsigned char kk = p[pos++];
+            if (kk < MIN_HEADER_KIND || kk > MAX_HEADER_KIND) return -1;
+        }
+        if (n - pos < 4) return -1;
+        uint32_t len = u32le(p + pos);
+        pos += 4;
+        if ((uint64_t)len > (uint64_t)(n - pos)) return -1;
+        pos += len;
+        if (n - pos < 5) return -1;
+        unsigned char kind = p[pos];
+        len = u32le(p + pos + 1);
+        pos += 5;
+        if (kind < MIN_HEADER_KIND || kind > MAX_HEADER_KIND || (uint64_t)len > (uint64_t)(n - pos)) return -1;
+        pos += len;
+        count++;
+    }
+    return count;
+}
+
+/* xxh3(bytes at p, n) == want: 1, 0, or -1 (an error set). */
+static int xxh3_matches(PyObject *xxh3, const unsigned char *p, Py_ssize_t n, uint64_t want) {
+    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    if (!view) return -1;
+    PyObject *got = PyObject_CallOneArg(xxh3, view);
+    Py_DECREF(view);
+    if (!got) return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(got);
+    Py_DECREF(got);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    return v == want;
+}
+
+/* Append `o` (a new reference, NULL on error) to list `l`: 0 or -1. */
+static int put(PyObject *l, PyObject *o) {
+    if (!o) return -1;
+    int r = PyList_Append(l, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static PyObject *bool_or_none(int v) {
+    PyObject *o = v < 0 ? Py_None : v ? Py_True : Py_False;
+    Py_INCREF(o);
+    return o;
+}
+
+enum { IDS, PAYLOADS, OFFSETS, OKS, TS_NS, DETAILS, SUMMARIES, HINDEX, HBLOBS, NCOLS };
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t pos, end;
+    long long count;
+    PyObject *xxh3;
+    if (!PyArg_ParseTuple(args, "y*nnLO", &buf, &pos, &end, &count, &xxh3)) return NULL;
+    PyObject *cols[NCOLS] = {0};
+    PyObject *result = NULL;
+    unsigned char *sums = NULL;
+    const unsigned char *b = buf.buf;
+    if (xxh3 == Py_None) xxh3 = NULL;
+    if (pos < 0 || end > buf.len || pos > end || end - pos < BATCH_HEADER) goto not_plain;
+    const unsigned char *h = b + pos;
+    uint64_t pid = u64le(h), base_offset = u64le(h + 8), base_ts = u64le(h + 16), origin_ts = u64le(h + 24);
+    uint64_t length = u64le(h + 32), checksum = u64le(h + 40);
+    uint32_t n = u32le(h + COUNT_AT);
+    if (length < BATCH_HEADER || length > (uint64_t)(end - pos)) goto not_plain;
+    for (int i = RESERVED_AT; i < BATCH_HEADER; i++)
+        if (h[i]) goto not_plain;
+    if (count >= 0 && (uint64_t)count != n) goto not_plain;
+    Py_ssize_t stop = pos + (Py_ssize_t)length;
+    /* the batch checksum's input: the header fields, then each message's checksum field */
+    sums = PyMem_Malloc(44 + 8 * (size_t)((length - BATCH_HEADER) / FRAME_HEADER + 1));
+    if (!sums) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    put64le(sums, pid);
+    put64le(sums + 8, base_offset);
+    put64le(sums + 16, base_ts);
+    put64le(sums + 24, origin_ts);
+    put64le(sums + 32, length);
+    memcpy(sums + 40, h + COUNT_AT, 4);
+    for (int c = 0; c < NCOLS; c++)
+        if (!(cols[c] = PyList_New(0))) goto done;
+    Py_ssize_t p = pos + BATCH_HEADER, found = 0;
+    char text[512], id[41];
+    while (p < stop) {
+        if ((uint64_t)found >= n || stop - p < FRAME_HEADER) goto not_plain;
+        const unsigned char *m = b + p;
+        uint64_t msum = u64le(m);
+        uint32_t delta = u32le(m + 24), ts_delta = u32le(m + 28), hlen = u32le(m + 32), plen = u32le(m + 36);
+        if (u64le(m + 40)) goto not_plain;
+        Py_ssize_t body = p + FRAME_HEADER;
+        if ((uint64_t)plen + hlen > (uint64_t)(stop - body)) goto not_plain;
+        Py_ssize_t mstop = body + plen + hlen;
+        Py_ssize_t headers = 0;
+        if (hlen) {
+            headers = header_count(b + body + plen, hlen, 0);
+            if (headers < 0) headers = header_count(b + body + plen, hlen, 1);
+            if (headers < 0) goto not_plain;
+        }
+        uint64_t offset = base_offset + delta;
+        if (offset < base_offset) goto not_plain;
+        uint64_t origin = origin_ts + ts_delta; /* only where origin_ts is set */
+        if (origin_ts && origin < origin_ts) goto not_plain;
+        uint64_t t = base_ts ? base_ts : origin_ts ? origin : 0;
+        if (t > UINT64_MAX / 1000) goto not_plain;
+        int ok = -1;
+        if (msum && xxh3 && (ok = xxh3_matches(xxh3, m + 8, mstop - p - 8, msum)) < 0) goto done;
+        memcpy(sums + 44 + 8 * found, m, 8);
+        u128_text(m + 8, id);
+        /* details: {"headers":[...],"origin_timestamp":..,"timestamp":..,"checksum":..,"header_size":48} */
+        int k = snprintf(text, sizeof text, "%s]", hlen ? "" : "{\"headers\":[");
+        if (origin_ts) k += snprintf(text + k, sizeof text - k, ",\"origin_timestamp\":%llu", (unsigned long long)origin);
+        if (base_ts) k += snprintf(text + k, sizeof text - k, ",\"timestamp\":%llu", (unsigned long long)base_ts);
+        k += snprintf(text + k, sizeof text - k, ",\"checksum\":%llu,\"header_size\":%d}", (unsigned long long)msum,
+                      FRAME_HEADER);
+        if (put(cols[DETAILS], PyUnicode_DecodeASCII(text, k, NULL))) goto done;
+        /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
+        k = snprintf(text, sizeof text, "{\"id\":\"%s\",\"payload_size\":%lu,\"headers\":%zd,\"offset\":%llu,\"checksum\":%llu",
+                     id, (unsigned long)plen, headers, (unsigned long long)offset, (unsigned long long)msum);
+        if (ok >= 0) k += snprintf(text + k, sizeof text - k, ",\"checksum_ok\":%s", ok ? "true" : "false");
+        text[k++] = '}';
+        if (put(cols[SUMMARIES], PyUnicode_DecodeASCII(text, k, NULL)) || put(cols[IDS], PyUnicode_FromString(id)) ||
+            put(cols[PAYLOADS], PyBytes_FromStringAndSize((const char *)b + body, plen)) ||
+            put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
+            put(cols[TS_NS], t ? PyLong_FromUnsignedLongLong(t * 1000) : (Py_INCREF(Py_None), Py_None)))
+            goto done;
+        if (hlen && (put(cols[HINDEX], PyLong_FromSsize_t(found)) ||
+                     put(cols[HBLOBS], PyBytes_FromStringAndSize((const char *)b + body + plen, hlen))))
+            goto done;
+        found++;
+        p = mstop;
+    }
+    if ((uint64_t)found != n) goto not_plain;
+    int batch_ok = -1;
+    if (checksum && xxh3 && (batch_ok = xxh3_matches(xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
+    result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
+                           (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
+                           (unsigned long long)checksum, (unsigned int)n,
+                           batch_ok < 0 ? Py_None : batch_ok ? Py_True : Py_False, stop, cols[IDS], cols[PAYLOADS],
+                           cols[OFFSETS], cols[OKS], cols[TS_NS], cols[DETAILS], cols[SUMMARIES], cols[HINDEX],
+                           cols[HBLOBS]);
+    goto done;
+not_plain:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int c = 0; c < NCOLS; c++) Py_XDECREF(cols[c]);
+    PyMem_Free(sums);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"walk", walk, METH_VARARGS, "The messages of an Iggy batch record as columns, or None (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch", "Iggy batch records, read column-wise.", -1, methods};
+
+PyMODINIT_FUNC PyInit__batch(void) { return PyModule_Create(&module); }

@@ -1,0 +1,212 @@
+/* TubeMQ's per-frame work that is the same for every frame: the blocks of a frame joined, and
+ * the RPC envelope around the method's message (the decoder's per-frame loop).
+ *
+ * frame(data): a whole frame (framing.py, big-endian)
+ *
+ *   msgToken u32 | serialNo u32 | listSize i32 | listSize x [length i32 | length bytes]
+ *
+ * -> (serial, [block lengths], joined block data); None where a block length is negative (the
+ * rules that sized the frame never pass one; framing.read_frame reads what is left).
+ *
+ * envelope(body): the joined data, protobuf messages each prefixed with its length as a varint
+ * (rpc.py):
+ *
+ *   request  (RpcConnHeader.flag != 1): RpcConnHeader | RequestHeader | RequestBody
+ *   response (RpcConnHeader.flag == 1): RpcConnHeader | ResponseHeader | RspResponseBody
+ *
+ *   RpcConnHeader: 1 flag int32, 2 traceId int64, 3 spanId int64, 4 parentId int64
+ *   RequestHeader: 1 serviceType int32, 2 protocolVer int32
+ *   RequestBody: 1 method int32, 2 timeout int64, 3 request bytes
+ *   ResponseHeader: 1 status (enum 0..2), 2 serviceType int32, 3 protocolVer int32
+ *   RspResponseBody: 1 method int32, 2 data bytes
+ *
+ * -> (flag, conn_header, service_type, protocol_ver, method_id, timeout, status, body, trailing):
+ * None for each field not on the wire (a response's status: 0; a request has none), conn_header {name: value} of the
+ * RpcConnHeader fields present in field-number order (rpc.message_to_dict), body the method's
+ * message bytes, trailing the bytes after the envelope.
+ *
+ * Anything rpc.decode_envelope reads another way returns None, and the caller runs it, which
+ * says what is wrong: a length or varint cut short or malformed, a known field with another
+ * wire type, a group, an int32 value beyond 32 bits, a status outside the enum, a message field
+ * number 0, a tag or length of more than five bytes or past 32 bits, and an error response
+ * (RspExceptionBody: its strings).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../pbwire.h" /* varint, varint32, skip */
+
+#define HEADER_LEN 12 /* msgToken, serialNo, listSize */
+#define FLAG_RESPONSE 1
+#define MAX_STATUS 2 /* ResponseHeader.Status: SUCCESS 0, ERROR 1, FATAL 2 */
+
+static uint32_t u32be(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* The fields of one message: their kinds by field number, what was read of each. */
+enum { ABSENT, INT32, INT64, ENUM, BYTES };
+#define MAX_FIELDS 5
+
+typedef struct {
+    int kind[MAX_FIELDS];             /* by field number (index 0 unused) */
+    int seen[MAX_FIELDS];
+    int64_t value[MAX_FIELDS];        /* INT32, INT64, ENUM */
+    const unsigned char *s[MAX_FIELDS]; /* BYTES */
+    Py_ssize_t n[MAX_FIELDS];
+} Msg;
+
+/* The message of `len` bytes at [p, end): 0, or -1 where it is not read as rpc.py reads it. */
+static int message(const unsigned char *p, const unsigned char *end, Msg *m) {
+    while (p < end) {
+        uint64_t tag, v;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0) return -1;
+        uint64_t field = tag >> 3;
+        int wt = (int)(tag & 7);
+        int kind = field < MAX_FIELDS ? m->kind[field] : ABSENT;
+        if (kind == ABSENT) {
+            if (skip(&p, end, wt)) return -1;
+            continue;
+        }
+        if (kind == BYTES) {
+            if (wt != 2 || varint32(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+            m->s[field] = p;
+            m->n[field] = (Py_ssize_t)v;
+            p += v;
+        } else {
+            if (wt != 0 || varint(&p, end, &v)) return -1;
+            if (kind == INT64) {
+                m->value[field] = (int64_t)v;
+            } else {
+                int64_t x = (int64_t)v;
+                if (x < INT32_MIN || x > INT32_MAX) return -1; /* as int32, truncated: left to protobuf */
+                if (kind == ENUM && (x < 0 || x > MAX_STATUS)) return -1;
+                m->value[field] = x;
+            }
+        }
+        m->seen[field] = 1;
+    }
+    return 0;
+}
+
+/* One varint-length-prefixed message at *pos of [b, b + n): 0 and *pos past it, or -1. */
+static int delimited(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, Msg *m) {
+    const unsigned char *p = b + *pos, *end = b + n;
+    uint64_t len;
+    if (varint32(&p, end, &len) || len > (uint64_t)(end - p)) return -1;
+    if (message(p, p + len, m)) return -1;
+    *pos = (p - b) + (Py_ssize_t)len;
+    return 0;
+}
+
+static PyObject *int_or_none(const Msg *m, int field) {
+    if (!m->seen[field]) Py_RETURN_NONE;
+    return PyLong_FromLongLong(m->value[field]);
+}
+
+static PyObject *bytes_or_none(const Msg *m, int field) {
+    if (!m->seen[field]) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)m->s[field], m->n[field]);
+}
+
+static PyObject *envelope(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t pos = 0;
+    PyObject *result = NULL, *conn = NULL;
+    static const char *conn_names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
+    Msg head = {.kind = {ABSENT, INT32, INT64, INT64, INT64}};
+    Msg rh = {0}, rb = {0};
+    if (delimited(b, buf.len, &pos, &head)) goto not_plain;
+    int is_request = !(head.seen[1] && head.value[1] == FLAG_RESPONSE);
+    if (is_request) {
+        rh = (Msg){.kind = {ABSENT, INT32, INT32}};
+        rb = (Msg){.kind = {ABSENT, INT32, INT64, BYTES}};
+    } else {
+        rh = (Msg){.kind = {ABSENT, ENUM, INT32, INT32}};
+        rb = (Msg){.kind = {ABSENT, INT32, BYTES}};
+    }
+    if (delimited(b, buf.len, &pos, &rh)) goto not_plain;
+    int status = is_request || !rh.seen[1] ? 0 : (int)rh.value[1];
+    if (status != 0) goto not_plain; /* an exception body: rpc.decode_envelope reads its strings */
+    if (delimited(b, buf.len, &pos, &rb)) goto not_plain;
+    if (!(conn = PyDict_New())) goto done;
+    for (int f = 1; f <= 4; f++) {
+        if (!head.seen[f]) continue;
+        PyObject *v = PyLong_FromLongLong(head.value[f]);
+        if (!v || PyDict_SetItemString(conn, conn_names[f], v)) {
+            Py_XDECREF(v);
+            goto done;
+        }
+        Py_DECREF(v);
+    }
+    /* request: serviceType @1, protocolVer @2; timeout @2, body @3. response: @2, @3; body @2 */
+    int st = is_request ? 1 : 2, pv = is_request ? 2 : 3, body = is_request ? 3 : 2;
+    /* a request has no status (None); a response's is 0 here */
+    result = Py_BuildValue("(NONNNNNNn)", int_or_none(&head, 1), conn, int_or_none(&rh, st), int_or_none(&rh, pv),
+                           int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : (Py_INCREF(Py_None), Py_None),
+                           is_request ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(status),
+                           bytes_or_none(&rb, body), buf.len - pos);
+    goto done;
+not_plain:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(conn);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyObject *frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t n = buf.len, pos = HEADER_LEN, total = 0, count = 0;
+    PyObject *result = NULL, *sizes = NULL, *body = NULL;
+    if (n < HEADER_LEN) goto not_plain;
+    int32_t list_size = (int32_t)u32be(b + 8);
+    /* framing.blocks: the whole blocks, up to listSize of them */
+    while (count < list_size && n - pos >= 4) {
+        int32_t len = (int32_t)u32be(b + pos);
+        if (len < 0) goto not_plain;
+        if (len > n - pos - 4) break;
+        total += len;
+        pos += 4 + len;
+        count++;
+    }
+    if (!(sizes = PyList_New(count)) || !(body = PyBytes_FromStringAndSize(NULL, total))) goto done;
+    char *out = PyBytes_AS_STRING(body);
+    pos = HEADER_LEN;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t len = (Py_ssize_t)u32be(b + pos);
+        PyObject *v = PyLong_FromSsize_t(len);
+        if (!v) goto done;
+        PyList_SET_ITEM(sizes, i, v);
+        memcpy(out, b + pos + 4, len);
+        out += len;
+        pos += 4 + len;
+    }
+    result = Py_BuildValue("(kOO)", (unsigned long)u32be(b + 4), sizes, body);
+    goto done;
+not_plain:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(body);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
+    {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames and RPC envelopes.", -1, methods};
+
+PyMODINIT_FUNC PyInit__rpc(void) { return PyModule_Create(&module); }

@@ -1,0 +1,122 @@
+"""The compiled TubeMQ readers (tubemq/_rpc.c) against the Python ones: a frame's blocks joined as
+framing.join_blocks joins them, and an RPC envelope read as protobuf reads it (rpc.read_envelope),
+or left to it, so its error is the one the frame gets."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from brokerscope.protocols.tubemq import framing
+from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
+from tests.fuzz.targets import tubemq_envelope_both
+from tests.support.damage import damage
+
+from .kit import delimited, frame
+
+INT32 = [0, 1, -1, 2**31 - 1, -(2**31), 13, 17]
+INT64 = [0, -1, 2**63 - 1, -(2**63), 10_000]
+UNKNOWN = [b"\x28\x05", b"\x32\x02ab", b"\x39" + bytes(8), b"\x45" + bytes(4)]  # fields 5 and 6, 7, 8
+
+
+def _with(msg, fields: dict, rng: random.Random, required: tuple = ()) -> bytes:
+    """`msg` with a random subset of `fields` (and every one of `required`) set, and at times an
+    unknown field or a field sent twice (the last value wins)."""
+    for name, choices in fields.items():
+        if name in required or rng.random() < 0.7:
+            setattr(msg, name, rng.choice(choices))
+    out = delimited(msg)
+    if rng.random() < 0.3:
+        extra = rng.choice(UNKNOWN) if rng.random() < 0.5 else msg.SerializeToString()
+        raw = msg.SerializeToString() + extra
+        out = bytes([len(raw)]) + raw if len(raw) < 128 else out
+    return out
+
+
+def random_envelope(rng: random.Random) -> bytes:
+    """A request, a response or an error response, with random fields."""
+    kind = rng.choice(["request", "response", "error"])
+    flag = {"request": [0, 2, -5], "response": [1], "error": [1]}[kind]
+    ids = {"flag": flag, "traceId": INT64, "spanId": INT64, "parentId": INT64}
+    out = _with(pb.RpcConnHeader(), ids, rng, () if kind == "request" else ("flag",))
+    if kind == "request" and rng.random() < 0.1:
+        out = delimited(pb.RpcConnHeader())  # no flag: a request
+    body = rng.randbytes(rng.randrange(0, 40))
+    if kind == "request":
+        out += _with(pb.RequestHeader(), {"serviceType": INT32, "protocolVer": INT32}, rng)
+        out += _with(pb.RequestBody(), {"method": INT32, "timeout": INT64, "request": [body, b""]}, rng)
+    elif kind == "response":
+        out += _with(pb.ResponseHeader(status=0), {"serviceType": INT32, "protocolVer": INT32}, rng)
+        out += _with(pb.RspResponseBody(), {"method": INT32, "data": [body, b""]}, rng)
+    else:
+        out += delimited(pb.ResponseHeader(status=rng.choice([1, 2])))
+        out += delimited(pb.RspExceptionBody(exceptionName="E", stackTrace="at x"))
+    return out + (rng.randbytes(rng.randrange(1, 4)) if rng.random() < 0.2 else b"")
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_envelopes_read_as_protobuf_reads_them(seed):
+    rng = random.Random(seed)
+    body = random_envelope(rng)
+    got, want, walked = tubemq_envelope_both(body)
+    assert got == want and not isinstance(want, str)
+    assert (walked is None) == bool(want.status)  # only error responses are left to protobuf
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_damaged_envelopes_give_what_protobuf_gives(seed):
+    rng = random.Random(5000 + seed)
+    got, want, walked = tubemq_envelope_both(damage(rng, random_envelope(rng)))
+    assert got == want
+    if isinstance(want, str):
+        assert walked is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x02\x08\x01" + b"\x02\x08\x05",  # a status outside the enum: an unknown field to protobuf
+        b"\x02\x08\x00\x02\x0d\x00",  # a known field (serviceType) as fixed32
+        b"\x06\x08\xff\xff\xff\xff\x0f" + b"\x00\x00",  # flag 2^32 - 1: past int32
+        b"\x03\x0b\x0c\x00\x00\x00",  # a group
+        b"\x01\x00\x00\x00",  # field number 0
+        b"\x0b\x08" + b"\xff" * 9 + b"\x7f",  # a varint past 2^64
+    ],
+)
+def test_what_the_compiled_reader_leaves_to_protobuf(body):
+    got, want, walked = tubemq_envelope_both(body)
+    assert walked is None and got == want
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_frames_joined_as_join_blocks_joins_them(seed):
+    rng = random.Random(seed)
+    data = frame(rng.randrange(2**32), rng.randbytes(rng.randrange(0, 300)), rng.choice([1, 7, 64, 8192]))
+    if seed % 3 == 0:
+        data = damage(rng, data)
+    got = framing._rpc.frame(data)
+    if got is not None:
+        assert got == framing.join_blocks(data)
+    else:  # shorter than a header, or a negative block length (which the rules never pass)
+        assert len(data) < framing.HEADER_LEN or negative_length(data)
+
+
+def negative_length(data: bytes) -> bool:
+    pos = framing.HEADER_LEN
+    for _ in range(struct.unpack_from(">i", data, 8)[0]):
+        if pos + 4 > len(data):
+            return False
+        (n,) = struct.unpack_from(">i", data, pos)
+        if n < 0:
+            return True
+        pos += 4 + n
+    return False
+
+
+def test_a_tag_of_six_bytes_is_left_to_protobuf():
+    """Found by the fuzzer: protobuf refuses a tag longer than five bytes, even of a small value."""
+    body = bytes.fromhex("0608413202616200") + bytes.fromhex("0b088006f880ff808000ff01")
+    got, want, walked = tubemq_envelope_both(body)
+    assert walked is None and got == want and "RequestBody" in want
