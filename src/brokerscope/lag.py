@@ -7,7 +7,7 @@ numpy columns. One row per (protocol, consumer, topic, partition, minute) in whi
 any kind was seen; each offset is the latest one known at the end of that minute (carried over
 from earlier minutes), so a consumer that stopped keeps rows, with its lag growing, for as long
 as the partition's high watermark is seen moving (another consumer's fetches). The columns are
-in tables.LAG, the rules in docs/protocols/kafka.md and iggy.md ("Lag").
+in tables.LAG, the rules in docs/protocols/kafka.md, iggy.md and pulsar.md ("Lag").
 
 The samples, in offsets "next to read" (the Kafka convention: a committed offset of 5 means
 messages 0-4 are done):
@@ -21,10 +21,13 @@ messages 0-4 are done):
   consumer group as journeys attribute them (journeys._groups_of_connections; deliveries no group
   rule names are left out); Iggy deliver rows, whose `consumer` the poll named.
 
-Pulsar has no rows: its positions are ledger:entry message ids, not offsets, and a subscription's
-backlog in messages is on the wire only in CommandConsumerStatsResponse, which clients send only
-when asked for broker stats. TubeMQ has none: its responses' currOffset and maxOffset are
-byte positions in its index files, whose entry size is a broker constant no frame carries, so
+Pulsar has no offsets (its message ids are ledger:entry positions), but a subscription's backlog
+in messages is on the wire in the broker's CONSUMER_STATS_RESPONSE, the answer to a client's
+CONSUMER_STATS (sent only when an application asks for a consumer's broker stats): each answer
+with a `msg_backlog` is a BACKLOG sample of the
+subscription, its row's `lag_committed` (the messages not yet acknowledged), the offset columns
+null (docs/protocols/pulsar.md "Lag"). TubeMQ has none: its responses' currOffset and maxOffset
+are byte positions in its index files, whose entry size is a broker constant no frame carries, so
 no count of messages (docs/protocols/tubemq.md "Journeys").
 """
 
@@ -40,10 +43,12 @@ from . import tables
 from .journeys import GROUP_COMMANDS, _batch, _codes, _groups_of_connections, _np, _opt, _read
 
 MINUTE_NS = 60 * 1_000_000_000
-HWM, COMMIT, DELIVER = 0, 1, 2  # sample kinds
+HWM, COMMIT, DELIVER, BACKLOG = 0, 1, 2, 3  # sample kinds
+STATS_RESPONSE = "CONSUMER_STATS_RESPONSE"  # Pulsar's answer holding a subscription's backlog
 
 # commands rows read: Kafka Fetch responses (high watermarks), Metadata responses (topic ids),
-# the requests naming a client's group (journeys' attribution); Iggy poll replies
+# the requests naming a client's group (journeys' attribution); Iggy poll replies; Pulsar
+# consumer-stats answers (backlogs)
 CMD_COLUMNS = (
     "capture_id",
     "protocol",
@@ -80,8 +85,9 @@ MSG_COLUMNS = (
     "ts_ns",
     "conn_id",
 )
-# a sample of any kind (HWM, COMMIT, DELIVER): the consumer (null for a high watermark, the
-# partition's), the offset as "next to read", the log start offset (Kafka's high watermarks)
+# a sample of any kind (HWM, COMMIT, DELIVER, BACKLOG): the consumer (null for a high watermark,
+# the partition's), the offset as "next to read" (BACKLOG: the backlog in messages), the log
+# start offset (Kafka's high watermarks)
 SAMPLE = pa.schema(
     [
         ("kind", pa.int8()),
@@ -101,6 +107,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     """The lag rows of the captures `capture_ids` from the lake at `root`."""
     ids = sorted(capture_ids)
     kafka, iggy = pc.field("protocol") == "kafka", pc.field("protocol") == "iggy"
+    pulsar = pc.field("protocol") == "pulsar"
     s2c = (pc.field("direction") == "s2c") & (pc.field("decode_status") == "ok")
     cmds = _read(
         f"{root}/commands",
@@ -108,6 +115,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
         CMD_COLUMNS,
         (kafka & s2c & pc.field("command").isin(["Fetch", "Metadata"]))
         | (iggy & s2c & (pc.field("command") == "POLL_MESSAGES"))
+        | (pulsar & s2c & (pc.field("command") == STATS_RESPONSE))
         | (
             kafka
             & (pc.field("direction") == "c2s")
@@ -134,7 +142,9 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
         & ((kafka & pc.field("consumer").is_null()) | (iggy & pc.field("consumer").is_valid())),
         ("protocol", "direction"),
     )
-    samples = pa.concat_tables([_watermarks(cmds, msgs), _commits(acks), _deliveries(msgs, cmds)])
+    samples = pa.concat_tables(
+        [_watermarks(cmds, msgs), _commits(acks), _deliveries(msgs, cmds), _backlogs(cmds)]
+    )
     return tables.conform("lag", [_lag_block(_batch(samples.combine_chunks()))])
 
 
@@ -150,6 +160,12 @@ def _samples(kind: int, n: int, **cols) -> pa.Table:
         else:
             arrays.append(pa.array(v, f.type))
     return pa.Table.from_arrays(arrays, schema=SAMPLE)
+
+
+def _tuples(kind: int, fields: tuple[str, ...], found: list[tuple], **cols) -> pa.Table:
+    """Samples of `kind` from tuples of the `fields` (and columns `cols`, as _samples takes them)."""
+    columns = zip(*found) if found else [[]] * len(fields)
+    return _samples(kind, len(found), **dict(zip(fields, columns)), **cols)
 
 
 def _json(text: str | None) -> dict:
@@ -182,6 +198,8 @@ def _watermarks(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> pa.Table:
     fetches = []
     cols = ("capture_id", "protocol", "command", "topic", "partition", "ts_ns", "details")
     for cap, proto, command, topic, part, ts, details in zip(*(resp[c].to_pylist() for c in cols)):
+        if command == STATS_RESPONSE:
+            continue
         body = _json(details)
         if command == "Metadata":
             for t in body.get("Topics") or ():
@@ -203,9 +221,9 @@ def _watermarks(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> pa.Table:
                 ls = p.get("LogStartOffset")
                 ls = ls if isinstance(ls, int) and ls >= 0 else None
                 found.append(("kafka", cap, topic, p.get("PartitionIndex"), ts, hw, ls))
-    fields = ("protocol", "capture_id", "topic", "partition", "ts_ns", "value", "log_start")
-    columns = zip(*found) if found else [[]] * len(fields)
-    return _samples(HWM, len(found), **dict(zip(fields, columns)))
+    return _tuples(
+        HWM, ("protocol", "capture_id", "topic", "partition", "ts_ns", "value", "log_start"), found
+    )
 
 
 def _commits(acks: pa.RecordBatch) -> pa.Table:
@@ -249,6 +267,24 @@ def _deliveries(msgs: pa.RecordBatch, cmds: pa.RecordBatch) -> pa.Table:
         consumer=m["group"],
         value=pc.add(m["offset"], 1),
     )
+
+
+def _backlogs(cmds: pa.RecordBatch) -> pa.Table:
+    """The backlog samples: each Pulsar CONSUMER_STATS_RESPONSE with a `msg_backlog` (its
+    subscription's messages not yet acknowledged) and the consumer its request named (the
+    decoder adds `consumer_id` and `subscription`; the consumer is the subscription, else the id
+    as text, as acks.consumer is); an error answer has no backlog."""
+    stats = cmds.filter(pc.equal(cmds["command"], STATS_RESPONSE))
+    found: list[tuple] = []  # (capture_id, consumer, topic, partition, ts_ns, backlog)
+    cols = ("capture_id", "topic", "partition", "ts_ns", "details")
+    for cap, topic, part, ts, details in zip(*(stats[c].to_pylist() for c in cols)):
+        body = _json(details)
+        backlog, cid = body.get("msg_backlog"), body.get("consumer_id")
+        if not isinstance(backlog, int) or not isinstance(cid, int) or topic is None:
+            continue
+        found.append((cap, body.get("subscription") or str(cid), topic, part, ts, backlog))
+    fields = ("capture_id", "consumer", "topic", "partition", "ts_ns", "value")
+    return _tuples(BACKLOG, fields, found, protocol=["pulsar"] * len(found))
 
 
 def _lag_block(s: pa.RecordBatch) -> tables.Block:
@@ -305,9 +341,11 @@ def _lag_block(s: pa.RecordBatch) -> tables.Block:
         return pa.array(np.add.reduceat((k == which).astype(np.int64), starts), pa.int64())
 
     (h, h_ok), (c, c_ok), (d, d_ok) = latest(HWM), latest(COMMIT), latest(DELIVER)
+    b, b_ok = latest(BACKLOG)  # Pulsar's pairs have backlogs only
     hwm, committed, delivered = value[h], value[c], value[d]
     log_start = s["log_start"].take(pa.array(h))
     ident = s.select(["protocol", "consumer", "topic", "partition"]).take(pa.array(rep[pair[ends]]))
+    pulsar = pc.fill_null(pc.equal(ident["protocol"], "pulsar"), False)
     cols = {
         "capture_id": s["capture_id"].take(pa.array(src[ends])),
         "protocol": ident["protocol"],
@@ -322,11 +360,12 @@ def _lag_block(s: pa.RecordBatch) -> tables.Block:
         "committed_ts_ns": _opt(ts[c], c_ok),
         "delivered_offset": _opt(delivered, d_ok),
         "delivered_ts_ns": _opt(ts[d], d_ok),
-        "lag_committed": _opt(hwm - committed, h_ok & c_ok),
+        "lag_committed": _opt(np.where(b_ok, value[b], hwm - committed), b_ok | (h_ok & c_ok)),
         "lag_delivered": _opt(hwm - delivered, h_ok & d_ok),
-        "hwm_samples": count(HWM),
-        "commits": count(COMMIT),
-        "deliveries": count(DELIVER),
+        "hwm_samples": pc.add(count(HWM), count(BACKLOG)),
+        # Pulsar: its acks and deliveries are not counted (no offsets to place them by)
+        "commits": pc.if_else(pulsar, pa.nulls(len(ends), pa.int64()), count(COMMIT)),
+        "deliveries": pc.if_else(pulsar, pa.nulls(len(ends), pa.int64()), count(DELIVER)),
     }
     rows = pa.table(cols)
     keys = [(c, "ascending", "at_end") for c in ("protocol", "consumer", "topic", "partition", "minute_ns")]
