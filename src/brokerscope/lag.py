@@ -15,8 +15,10 @@ messages 0-4 are done):
 - high watermark: Kafka Fetch responses, per partition (`HighWatermark`, with `LogStartOffset`),
   from the commands rows' details (any consumer's, follower fetches too: it is the partition's);
   Iggy POLL_MESSAGES replies, `current_offset` + 1 (the offset of the partition's last message);
-- committed: Kafka `kafka_offset_commit` acks (OffsetCommit, succeeded) of the group; Iggy
-  `iggy_offset` acks (stored offsets, explicit or a poll's auto-commit) + 1;
+- committed: Kafka `kafka_offset_commit` acks (OffsetCommit, succeeded) of the group, and until
+  the first of them, the group's committed offset read back by OffsetFetch (a commit made before
+  the capture began; not counted in `commits`); Iggy `iggy_offset` acks (stored offsets,
+  explicit or a poll's auto-commit) + 1;
 - delivered: the latest delivered message + 1: Kafka Fetch `deliver` rows, attributed to their
   consumer group as journeys attribute them (journeys._groups_of_connections; deliveries no group
   rule names are left out); Iggy deliver rows, whose `consumer` the poll named.
@@ -43,12 +45,14 @@ from . import tables
 from .journeys import GROUP_COMMANDS, _batch, _codes, _groups_of_connections, _np, _opt, _read
 
 MINUTE_NS = 60 * 1_000_000_000
-HWM, COMMIT, DELIVER, BACKLOG = 0, 1, 2, 3  # sample kinds
+# sample kinds; READ_BACK: a Kafka group's committed offset read back (OffsetFetch responses)
+HWM, COMMIT, DELIVER, BACKLOG, READ_BACK = 0, 1, 2, 3, 4
 STATS_RESPONSE = "CONSUMER_STATS_RESPONSE"  # Pulsar's answer holding a subscription's backlog
 
 # commands rows read: Kafka Fetch responses (high watermarks), Metadata responses (topic ids),
-# the requests naming a client's group (journeys' attribution); Iggy poll replies; Pulsar
-# consumer-stats answers (backlogs)
+# OffsetFetch requests and responses (committed offsets read back), the requests naming a
+# client's group (journeys' attribution); Iggy poll replies; Pulsar consumer-stats answers
+# (backlogs)
 CMD_COLUMNS = (
     "capture_id",
     "protocol",
@@ -60,6 +64,7 @@ CMD_COLUMNS = (
     "topic",
     "topic_id",
     "partition",
+    "correlation_id",
     "ts_ns",
     "details",
 )
@@ -85,9 +90,9 @@ MSG_COLUMNS = (
     "ts_ns",
     "conn_id",
 )
-# a sample of any kind (HWM, COMMIT, DELIVER, BACKLOG): the consumer (null for a high watermark,
-# the partition's), the offset as "next to read" (BACKLOG: the backlog in messages), the log
-# start offset (Kafka's high watermarks)
+# a sample of any kind: the consumer (null for a high watermark, the partition's), the offset as
+# "next to read" (BACKLOG: the backlog in messages), the log start offset (Kafka's high
+# watermarks)
 SAMPLE = pa.schema(
     [
         ("kind", pa.int8()),
@@ -113,13 +118,13 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
         f"{root}/commands",
         ids,
         CMD_COLUMNS,
-        (kafka & s2c & pc.field("command").isin(["Fetch", "Metadata"]))
+        (kafka & s2c & pc.field("command").isin(["Fetch", "Metadata", "OffsetFetch"]))
         | (iggy & s2c & (pc.field("command") == "POLL_MESSAGES"))
         | (pulsar & s2c & (pc.field("command") == STATS_RESPONSE))
         | (
             kafka
             & (pc.field("direction") == "c2s")
-            & pc.field("client_id").is_valid()
+            & (pc.field("client_id").is_valid() | (pc.field("command") == "OffsetFetch"))
             & pc.field("command").isin(["Fetch", *GROUP_COMMANDS])
         ),
         ("protocol", "direction", "command", "decode_status", "client_id"),
@@ -142,8 +147,15 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
         & ((kafka & pc.field("consumer").is_null()) | (iggy & pc.field("consumer").is_valid())),
         ("protocol", "direction"),
     )
+    names = _topic_names(cmds, msgs)
     samples = pa.concat_tables(
-        [_watermarks(cmds, msgs), _commits(acks), _deliveries(msgs, cmds), _backlogs(cmds)]
+        [
+            _watermarks(cmds, names),
+            _commits(acks),
+            _read_back(cmds, names),
+            _deliveries(msgs, cmds),
+            _backlogs(cmds),
+        ]
     )
     return tables.conform("lag", [_lag_block(_batch(samples.combine_chunks()))])
 
@@ -177,36 +189,40 @@ def _json(text: str | None) -> dict:
 
 
 def _topic_names(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> dict[str, str]:
-    """Topic id -> name from the pairs the rows hold (named across the capture set, topics.py)."""
+    """Topic id -> name from the pairs the rows hold (named across the capture set, topics.py),
+    then from Kafka Metadata responses."""
     names: dict[str, str] = {}
     for t in (cmds, msgs):
         both = t.filter(pc.and_(t["topic_id"].is_valid(), t["topic"].is_valid()))
         if both.num_rows:
             g = pa.table({"i": both["topic_id"], "n": both["topic"]}).group_by(["i", "n"]).aggregate([])
             names.update(zip(g["i"].to_pylist(), g["n"].to_pylist()))
+    meta = cmds.filter(pc.equal(cmds["command"], "Metadata"))
+    for details in meta["details"].to_pylist():
+        for t in _json(details).get("Topics") or ():
+            if isinstance(t, dict) and t.get("Name") and t.get("TopicId"):
+                names.setdefault(t["TopicId"], t["Name"])
     return names
 
 
-def _watermarks(cmds: pa.RecordBatch, msgs: pa.RecordBatch) -> pa.Table:
+def _watermarks(cmds: pa.RecordBatch, names: dict[str, str]) -> pa.Table:
     """The high watermark samples: each partition of a Kafka Fetch response without an error
-    (its topic by name, or by id named from Metadata responses and the rows' pairs), each Iggy
-    poll reply (`current_offset` + 1; a reply of no messages at offset 0 may be an empty
-    partition or one of a single message: left out)."""
-    names = _topic_names(cmds, msgs)
-    resp = cmds.filter(pc.equal(cmds["direction"], "s2c"))
+    (its topic by name, or by id `names` names), each Iggy poll reply (`current_offset` + 1; a
+    reply of no messages at offset 0 may be an empty partition or one of a single message: left
+    out)."""
+    resp = cmds.filter(
+        pc.and_(
+            pc.equal(cmds["direction"], "s2c"),
+            pc.is_in(cmds["command"], pa.array(["Fetch", "POLL_MESSAGES"])),
+        )
+    )
     found: list[tuple] = []  # (protocol, capture_id, topic, partition, ts_ns, value, log_start)
     fetches = []
     cols = ("capture_id", "protocol", "command", "topic", "partition", "ts_ns", "details")
     for cap, proto, command, topic, part, ts, details in zip(*(resp[c].to_pylist() for c in cols)):
-        if command == STATS_RESPONSE:
-            continue
         body = _json(details)
-        if command == "Metadata":
-            for t in body.get("Topics") or ():
-                if isinstance(t, dict) and t.get("Name") and t.get("TopicId"):
-                    names.setdefault(t["TopicId"], t["Name"])
-        elif command == "Fetch":
-            fetches.append((cap, ts, body))  # after the Metadata responses: their names first
+        if command == "Fetch":
+            fetches.append((cap, ts, body))
         elif proto == "iggy":
             cur, count = body.get("current_offset"), body.get("count")
             if isinstance(cur, int) and topic is not None and part is not None and (cur or count):
@@ -250,7 +266,7 @@ def _commits(acks: pa.RecordBatch) -> pa.Table:
 def _deliveries(msgs: pa.RecordBatch, cmds: pa.RecordBatch) -> pa.Table:
     """The delivered offset samples (offset + 1): Kafka deliveries with the group of their
     connection (journeys' rule; none: left out), Iggy deliveries with the consumer of their poll."""
-    requests = cmds.filter(pc.equal(cmds["direction"], "c2s"))
+    requests = cmds.filter(pc.and_(pc.equal(cmds["direction"], "c2s"), cmds["client_id"].is_valid()))
     group_of = _groups_of_connections(requests)
     conns = list(group_of)
     group = pa.array([group_of[c] for c in conns], pa.string()).take(
@@ -267,6 +283,39 @@ def _deliveries(msgs: pa.RecordBatch, cmds: pa.RecordBatch) -> pa.Table:
         consumer=m["group"],
         value=pc.add(m["offset"], 1),
     )
+
+
+def _read_back(cmds: pa.RecordBatch, names: dict[str, str]) -> pa.Table:
+    """The committed offsets read back: each partition of a Kafka OffsetFetch response (v0-7:
+    `Topics`, the group the request of the same connection and correlation id named; v8+:
+    `Groups`, each with its GroupId) with a committed offset (-1: none) and no error, the group's
+    or the partition's; topics by name, or by id (v10+) `names` names."""
+    kafka_fetch = pc.and_(pc.equal(cmds["protocol"], "kafka"), pc.equal(cmds["command"], "OffsetFetch"))
+    rows = cmds.filter(kafka_fetch)
+    group_of: dict[tuple, str] = {}  # (capture_id, conn_id, correlation_id) -> the request's group
+    found: list[tuple] = []  # (capture_id, consumer, topic, partition, ts_ns, value)
+    cols = ("capture_id", "direction", "conn_id", "correlation_id", "ts_ns", "details")
+    for cap, direction, conn, corr, ts, details in zip(*(rows[c].to_pylist() for c in cols)):
+        body = _json(details)
+        if direction == "c2s":
+            if isinstance(body.get("GroupId"), str):
+                group_of[(cap, conn, corr)] = body["GroupId"]
+            continue
+        if "Groups" in body:
+            groups = [(g.get("GroupId"), g) for g in body["Groups"] or () if isinstance(g, dict)]
+        else:
+            groups = [(group_of.get((cap, conn, corr)), body)]
+        for group, g in groups:
+            if not isinstance(group, str) or not group or g.get("ErrorCode"):
+                continue
+            for t in g.get("Topics") or ():
+                topic = (t.get("Name") or names.get(t.get("TopicId"))) if isinstance(t, dict) else None
+                for p in t.get("Partitions") or () if topic else ():
+                    off = p.get("CommittedOffset") if isinstance(p, dict) else None
+                    if isinstance(off, int) and off >= 0 and not p.get("ErrorCode"):
+                        found.append((cap, group, topic, p.get("PartitionIndex"), ts, off))
+    fields = ("capture_id", "consumer", "topic", "partition", "ts_ns", "value")
+    return _tuples(READ_BACK, fields, found, protocol=["kafka"] * len(found))
 
 
 def _backlogs(cmds: pa.RecordBatch) -> pa.Table:
@@ -342,6 +391,9 @@ def _lag_block(s: pa.RecordBatch) -> tables.Block:
 
     (h, h_ok), (c, c_ok), (d, d_ok) = latest(HWM), latest(COMMIT), latest(DELIVER)
     b, b_ok = latest(BACKLOG)  # Pulsar's pairs have backlogs only
+    # a committed offset read back stands for the group's commit until one of its own is seen
+    r, r_ok = latest(READ_BACK)
+    c, c_ok = np.where(c_ok, c, r), c_ok | r_ok
     hwm, committed, delivered = value[h], value[c], value[d]
     log_start = s["log_start"].take(pa.array(h))
     ident = s.select(["protocol", "consumer", "topic", "partition"]).take(pa.array(rep[pair[ends]]))
