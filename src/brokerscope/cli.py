@@ -474,7 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--lag",
         action="store_true",
         help="also compute the lag table (Kafka and Iggy consumers' high watermark, committed and "
-        "delivered offsets per partition and minute) for the run's captures ([lag] enabled)",
+        "delivered offsets, Pulsar subscriptions' backlogs, per partition and minute) for the run's "
+        "captures ([lag] enabled)",
     )
     filter_flags(
         ing,

@@ -49,7 +49,8 @@ _CORE: dict = {
     "tls": {"keylog_files": [], "keylog_insecure_ok": False},
     # every protocol with an identity rule; off by default (it reads the run's rows back again)
     "journeys": {"enabled": False},
-    # Kafka and Iggy (Pulsar's wire has no offsets to compare): off like the journeys
+    # Kafka and Iggy offsets, Pulsar's backlogs where a consumer-stats answer was captured: off
+    # like the journeys
     "lag": {"enabled": False},
 }
 

@@ -266,9 +266,9 @@ JOURNEYS = [
 # while its partition's high watermark is seen moving).
 LAG = [
     pa.field("capture_id", pa.string()),  # the capture of the minute's last sample
-    pa.field("protocol", pa.string()),  # kafka | iggy
+    pa.field("protocol", pa.string()),  # kafka | iggy | pulsar
     # the consumer group (Kafka, as journeys attribute deliveries); the consumer or consumer group
-    # the Iggy client named (`consumer:7`, `group:3`, as in acks)
+    # the Iggy client named (`consumer:7`, `group:3`, as in acks); the Pulsar subscription
     pa.field("consumer", pa.string()),
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
@@ -282,9 +282,11 @@ LAG = [
     pa.field("committed_ts", TS),  # first byte of the response that acknowledged it
     pa.field("delivered_offset", pa.int64()),  # the latest message delivered to the consumer + 1
     pa.field("delivered_ts", TS),  # first byte of the response that delivered it
-    pa.field("lag_committed", pa.int64()),  # high_watermark - committed_offset
+    # high_watermark - committed_offset; Pulsar: the consumer-stats answer's msg_backlog
+    pa.field("lag_committed", pa.int64()),
     pa.field("lag_delivered", pa.int64()),  # high_watermark - delivered_offset
-    pa.field("hwm_samples", pa.int64()),  # high watermarks of the partition seen in the minute
+    # high watermarks of the partition seen in the minute (Pulsar: consumer-stats answers)
+    pa.field("hwm_samples", pa.int64()),
     pa.field("commits", pa.int64()),  # the consumer's commits of the partition in the minute
     pa.field("deliveries", pa.int64()),  # messages of the partition delivered to it in the minute
 ]

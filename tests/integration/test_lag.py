@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from brokerscope import cli, pipeline
+from brokerscope import cli, lag, pipeline
 from brokerscope.cli import run_sql
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
+from brokerscope.streams import decode_files
 from tests.integration.test_journeys import _consume
 from tests.support import kafkamock
-from tests.support.lakecheck import delta_rs_rows
+from tests.support.lakecheck import delta_rs_rows, write_decoded
 from tests.support.readme import readme_query
 
 pytestmark = [
@@ -41,7 +42,7 @@ def _commit(c, read: list[tuple]) -> dict[int, int]:
     """Commit, per partition, the offset after the last message read: {partition: offset}."""
     from confluent_kafka import TopicPartition
 
-    offsets = {p: max(o for q, o in read if q == p) + 1 for p in (0, 1)}
+    offsets = {p: max(o for q, o, *_k in read if q == p) + 1 for p in (0, 1)}
     c.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in offsets.items()], asynchronous=False)
     return offsets
 
@@ -250,3 +251,68 @@ def test_ingest_lag_flag_off_by_default(spark, lag_lake, tmp_path, capsys):
     assert not (tmp_path / "lake" / "journeys").exists()  # its own flag
     assert cli.main(["tables", "--lake", lake, "--format", "csv"]) == 0
     assert "lag" in {line.split(",")[0] for line in capsys.readouterr().out.splitlines()}
+
+
+# -- a committed offset read back (OffsetFetch) before the group's own first commit ---------------
+RESTART = "bs-lag-restart"
+
+
+def _record_restart(tmp: Path) -> dict:
+    """Group RESTART reads a first batch and commits before the capture starts; with the capture
+    running, a second batch is produced and the group's consumer starts again: it reads its
+    committed offsets back (OffsetFetch), reads the second batch, and (a minute later) commits."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+
+    produced: list[tuple] = []
+    p, port = kafkamock.mock_producer("bs-lag-restart-producer")
+    bootstrap = f"127.0.0.1:{port}"
+    kafkamock.produce_batch(p, TOPIC, 0, PER_BATCH, "before", produced)
+    # the partitions assigned, not subscribed: the group has no member left to wait for
+    first = Consumer({"bootstrap.servers": bootstrap, "group.id": RESTART, "enable.auto.commit": False,
+                      "enable.metrics.push": False})  # fmt: skip
+    first.assign([TopicPartition(TOPIC, q, 0) for q in (0, 1)])
+    before = _commit(first, [(m.partition(), m.offset()) for m in kafkamock.read(first, PER_BATCH)])
+    first.close()
+    marks: list[int] = []
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap:
+        marks.append(time.time_ns())
+        kafkamock.produce_batch(p, TOPIC, 1, PER_BATCH, "during", produced)
+        again, got = _consume(bootstrap, RESTART, PER_BATCH, TOPIC)
+        time.sleep(0.3)  # a fetch or two more, no commit
+        marks.append(time.time_ns())
+        after = _commit(again, got)
+        time.sleep(0.3)
+        again.close()
+        del p
+    frames = [(ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and port in pp]
+    frames, base = _shifted(frames, marks)
+    write_pcap(str(tmp / "restart.pcap"), frames)
+    hwm = {q: max(o for pp, o, _k, _v in produced if pp == q) + 1 for q in (0, 1)}
+    return {"pcap": str(tmp / "restart.pcap"), "base": base, "before": before, "after": after, "hwm": hwm}
+
+
+def test_committed_offset_read_back_stands_until_the_groups_own_commit(tmp_path):
+    run = _record_restart(tmp_path)
+    out = decode_files([run["pcap"]])
+    # the restarted consumer asked for its committed offsets: OffsetFetch v0-7 names the group in
+    # the request only
+    fetched = [r for r in out["commands"] if r["command"] == "OffsetFetch" and r["direction"] == "s2c"]
+    assert fetched and all(r["api_version"] < 8 for r in fetched)
+    write_decoded(str(tmp_path / "lake"), out)
+    batch = lag.compute(str(tmp_path / "lake"), sorted({r["capture_id"] for r in out["commands"]}))
+    got = {(r["consumer"], r["partition"], _phase(run, r)): r for r in batch.to_pylist()}
+    assert set(got) == {(RESTART, q, k) for q in (0, 1) for k in (0, 1)}
+    for q in (0, 1):
+        early, late = got[(RESTART, q, 0)], got[(RESTART, q, 1)]
+        # the first minute: the offset committed before the capture, read back; no commit seen
+        assert early["committed_offset"] == run["before"][q] == PER_BATCH // 2
+        assert early["commits"] == 0 and early["deliveries"] == PER_BATCH // 2
+        assert early["high_watermark"] == early["delivered_offset"] == run["hwm"][q]
+        assert early["lag_committed"] == run["hwm"][q] - run["before"][q] == PER_BATCH // 2
+        assert early["committed_ts"] < early["delivered_ts"]  # read back before the first fetch
+        # the next minute: the group's own commit replaces it
+        assert (late["committed_offset"], late["commits"]) == (run["after"][q], 1)
+        assert late["committed_offset"] == run["hwm"][q] and late["lag_committed"] == 0
+        assert late["committed_ts"] > early["ts"]

@@ -6,7 +6,9 @@ ledger/entry ids), SUBSCRIBE, FLOW (MESSAGE frames re-deliver what was produced,
 the payload exactly as the producer sent them, so batches arrive as batches and chunks as
 chunks), ACK (ACK_RESPONSE when the ack asks for one), PING/PONG, CLOSE_PRODUCER/CLOSE_CONSUMER,
 UNSUBSCRIBE, GET_LAST_MESSAGE_ID, REDELIVER_UNACKNOWLEDGED_MESSAGES (the named entries, or every
-unacknowledged one the consumer was sent, again with their redelivery count). The broker also
+unacknowledged one the consumer was sent, again with their redelivery count), CONSUMER_STATS (the
+subscription's backlog: the topic's messages no consumer of the subscription acknowledged,
+logged in `log["stats"]`; ConsumerNotFound for an id not subscribed). The broker also
 pings each client once after CONNECTED.
 
 Framing is implemented here independently of the decoder under test (only the generated protobuf
@@ -213,6 +215,7 @@ class _Conn(threading.Thread):
                             c.acked |= {(e.ledger, e.entry) for e in tp.entries if e.entry <= m.entry_id}
                         else:
                             c.acked.add((m.ledger_id, m.entry_id))
+                    sim.sub_acked.setdefault((c.topic, c.subscription), set()).update(c.acked)
             sim.log["acks"].append(
                 {
                     "consumer_id": b.consumer_id,
@@ -252,6 +255,8 @@ class _Conn(threading.Thread):
                     "entry_id": last.entry if last else 0,
                 },
             )
+        elif t == T.CONSUMER_STATS:
+            self.on_consumer_stats(cmd.consumer_stats)
         elif t == T.REDELIVER_UNACKNOWLEDGED_MESSAGES:
             b = cmd.redeliver_unacknowledged_messages
             c = self.consumers.get(b.consumer_id)
@@ -267,6 +272,26 @@ class _Conn(threading.Thread):
                     error=pb.NotAllowedError,
                     message=f"{pb.BaseCommand.Type.Name(t)} not simulated",
                 )
+
+    def on_consumer_stats(self, b: pb.CommandConsumerStats) -> None:
+        """The consumer's stats: its subscription's backlog (sim.backlog), its unacknowledged
+        deliveries and permits; ConsumerNotFound for a consumer id not subscribed here."""
+        c = self.consumers.get(b.consumer_id)
+        if c is None:
+            self.reply(T.CONSUMER_STATS_RESPONSE, request_id=b.request_id, error_code=pb.ConsumerNotFound,
+                       error_message=f"consumer {b.consumer_id} not found")  # fmt: skip
+            return
+        with self.sim.lock:
+            backlog = self.sim.backlog(c.topic, c.subscription)
+            tp = self.sim.topics.get(c.topic)
+            unacked = sum(
+                1 for i in c.sent if tp and (tp.entries[i].ledger, tp.entries[i].entry) not in c.acked
+            )
+            self.sim.log["stats"].append({"topic": c.topic, "subscription": c.subscription,
+                                          "consumer_id": c.consumer_id, "backlog": backlog})  # fmt: skip
+        self.reply(T.CONSUMER_STATS_RESPONSE, request_id=b.request_id, consumer_name=f"sim-consumer-{c.consumer_id}",
+                   available_permits=max(c.permits, 0), unacked_messages=unacked, msg_backlog=backlog,
+                   type="Shared")  # fmt: skip
 
     def on_send(self, send: pb.CommandSend, rest: bytes) -> None:
         sim = self.sim
@@ -332,7 +357,9 @@ class PulsarSim:
         self.lose_receipt_of = lose_receipt_of
         self.topics: dict[str, Topic] = {}
         self.consumers: list[Consumer] = []
-        self.log: dict[str, list] = {"commands": [], "sends": [], "acks": [], "deliveries": []}
+        self.log: dict[str, list] = {"commands": [], "sends": [], "acks": [], "deliveries": [], "stats": []}
+        # (topic, subscription) -> (ledger, entry) acknowledged by any consumer of the subscription
+        self.sub_acked: dict[tuple[str, str], set] = {}
         self.index = 0  # broker entry metadata index (messages so far)
         self._srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -349,6 +376,15 @@ class PulsarSim:
         if name not in self.topics:
             self.topics[name] = Topic(name, ledger=100 + len(self.topics))
         return self.topics[name]
+
+    def backlog(self, topic: str, subscription: str) -> int:
+        """The subscription's backlog: messages of the topic's entries (a batch counts its
+        messages) no consumer of the subscription acknowledged."""
+        tp = self.topics.get(topic)
+        acked = self.sub_acked.get((topic, subscription), set())
+        return sum(
+            max(1, e.num_messages) for e in (tp.entries if tp else ()) if (e.ledger, e.entry) not in acked
+        )
 
     def _accept(self) -> None:
         while True:
@@ -440,3 +476,73 @@ class PulsarSim:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class StatsClient:
+    """The simulator's own client, for what pulsar-client cannot send: a connection (CONNECT)
+    that subscribes consumers without asking for messages (no FLOW) and asks the broker for a
+    consumer's stats (CONSUMER_STATS, whose answer holds its subscription's backlog). Frames are
+    built with this module's own framing; answers are read back as BaseCommands.
+
+        with StatsClient(sim.port) as sc:
+            cid = sc.subscribe(topic, "slow")
+            sc.stats(cid).msg_backlog
+    """
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.next_id = 1
+        self.sock.sendall(_frame(_cmd(T.CONNECT, client_version="brokerscope-stats", protocol_version=21)))
+        self._until(T.CONNECTED)
+
+    def _read(self) -> pb.BaseCommand:
+        """The next frame's command (the simulator's frames here carry no payload)."""
+        while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack_from(">I", self.buf)[0]:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the simulator closed the connection")
+            self.buf += chunk
+        (total,) = struct.unpack_from(">I", self.buf)
+        (csize,) = struct.unpack_from(">I", self.buf, 4)
+        cmd = pb.BaseCommand()
+        cmd.ParseFromString(self.buf[8 : 8 + csize])
+        self.buf = self.buf[4 + total :]
+        return cmd
+
+    def _until(self, t: int) -> pb.BaseCommand:
+        """Read up to the first frame of type `t`, answering the broker's pings on the way."""
+        while (cmd := self._read()).type != t:
+            if cmd.type == T.PING:
+                self.sock.sendall(_frame(_cmd(T.PONG)))
+        return cmd
+
+    def _request_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def subscribe(self, topic: str, subscription: str) -> int:
+        """A Shared consumer of `subscription` on `topic` that asks for no messages: its id."""
+        cid, rid = self._request_id(), self._request_id()
+        sub = _cmd(T.SUBSCRIBE, topic=topic, subscription=subscription, sub_type=pb.CommandSubscribe.Shared,
+                   consumer_id=cid, request_id=rid)  # fmt: skip
+        self.sock.sendall(_frame(sub))
+        self._until(T.SUCCESS)
+        return cid
+
+    def stats(self, consumer_id: int) -> pb.CommandConsumerStatsResponse:
+        """The broker's CONSUMER_STATS answer for the consumer."""
+        self.sock.sendall(
+            _frame(_cmd(T.CONSUMER_STATS, request_id=self._request_id(), consumer_id=consumer_id))
+        )
+        return self._until(T.CONSUMER_STATS_RESPONSE).consumer_stats_response
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> StatsClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -216,3 +216,79 @@ def test_no_consumer_no_rows(tmp_path):
     cmds = [_fetch_response(T0, [(0, 5, 0)]), _cmd("c2s", "Fetch", "f1", T0, "anon")]
     rows = _lag(tmp_path, {"commands": cmds, "messages": [_deliver(4, T0, "f1")], "acks": []})
     assert rows == []
+
+
+def _offset_fetch(direction, conn, corr, ts, body, version):
+    return _cmd(direction, "OffsetFetch", conn, ts, details=json.dumps(body), correlation_id=corr,
+                api_version=version)  # fmt: skip
+
+
+def _fetched(partitions):
+    """OffsetFetch response partitions: [(index, committed offset, error)]."""
+    return [
+        {
+            "PartitionIndex": p,
+            "CommittedOffset": o,
+            "CommittedLeaderEpoch": 0,
+            "Metadata": None,
+            "ErrorCode": e,
+        }
+        for p, o, e in partitions
+    ]
+
+
+def test_committed_offsets_read_back_until_the_groups_own_commit(tmp_path):
+    """OffsetFetch v6 (the group in the request of the same connection and correlation id) and
+    v8 (each group in the response) give a group's committed offset until its own first commit;
+    -1 (nothing committed), a partition's or a group's error, a response whose request was not
+    captured give none, and none counts in `commits`."""
+    tid = "d7853b95-4303-4974-82c6-66ed9adf9eef"
+    v6_req = {"GroupId": "a", "Topics": [{"Name": "t", "PartitionIndexes": [0, 1]}]}
+    v6 = {"ErrorCode": 0, "Topics": [{"Name": "t", "Partitions": _fetched([(0, 4, 0), (1, -1, 0)])}]}
+    v10 = {
+        "Groups": [
+            {
+                "GroupId": "b",
+                "ErrorCode": 0,
+                "Topics": [{"TopicId": tid, "Partitions": _fetched([(0, 2, 0)])}],
+            },
+            {
+                "GroupId": "c",
+                "ErrorCode": 16,
+                "Topics": [{"TopicId": tid, "Partitions": _fetched([(0, 1, 0)])}],
+            },
+            {
+                "GroupId": "d",
+                "ErrorCode": 0,
+                "Topics": [{"TopicId": tid, "Partitions": _fetched([(0, 1, 3)])}],
+            },
+        ]
+    }
+    cmds = [
+        _cmd("s2c", "Metadata", "m", T0, details=json.dumps({"Topics": [{"Name": "t", "TopicId": tid}]})),
+        _offset_fetch("c2s", "ga", 7, T0, v6_req, 6),
+        _offset_fetch("s2c", "ga", 7, T0 + S, v6, 6),
+        _offset_fetch("s2c", "gz", 7, T0 + S, v6, 6),  # its request not captured: no group
+        _offset_fetch("s2c", "gb", 3, T0 + 2 * S, v10, 10),
+        _fetch_response(T0 + 3 * S, [(0, 9, 0), (1, 5, 0)]),
+        # minute 1: group a commits partition 0; read back again, the offset no longer counts
+        _offset_fetch("c2s", "ga", 8, T0 + MIN + 2 * S, v6_req, 6),
+        _offset_fetch("s2c", "ga", 8, T0 + MIN + 2 * S, v6, 6),
+    ]
+    acks = [_commit("a", 6, T0 + MIN + S)]
+    rows = _lag(tmp_path, {"commands": cmds, "messages": [], "acks": acks})
+    got = {
+        (r["consumer"], r["partition"], int(r["minute"].timestamp() * S - T0) // MIN): (
+            r["high_watermark"],
+            r["committed_offset"],
+            round(r["committed_ts"].timestamp() * 1e6) * 1000 - T0,  # µs, as TS keeps it
+            r["lag_committed"],
+            r["commits"],
+        )
+        for r in rows
+    }
+    assert got == {
+        ("a", 0, 0): (9, 4, S, 5, 0),  # read back; the watermark from the same minute on
+        ("a", 0, 1): (9, 6, MIN + S, 3, 1),  # its own commit, then a read back it no longer takes
+        ("b", 0, 0): (9, 2, 2 * S, 7, 0),  # v10: the group in the response, the topic by id
+    }

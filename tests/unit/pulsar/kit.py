@@ -192,6 +192,46 @@ ACK_RESPONSE_3 = bytes.fromhex(
     "0826b2020408023003"  # BaseCommand ACK_RESPONSE
 )
 
+# CONSUMER_STATS request_id=4 consumer_id=2
+CONSUMER_STATS_4 = bytes.fromhex(
+    "0000000d"  # total size
+    "00000009"  # command size
+    "0819"  # BaseCommand.type = 25 CONSUMER_STATS
+    "ca0104"  # field 25 consumer_stats, 4 bytes
+    "0804"  # request_id = 4
+    "2002"  # consumer_id (field 4) = 2
+)
+
+# CONSUMER_STATS_RESPONSE request_id=4 consumer_name=c2 available_permits=1000 unacked_messages=3 msg_backlog=7
+CONSUMER_STATS_RESPONSE_4 = bytes.fromhex(
+    "00000016"  # total size
+    "00000012"  # command size
+    "081a"  # BaseCommand.type = 26 CONSUMER_STATS_RESPONSE
+    "d2010d"  # field 26 consumer_stats_response, 13 bytes
+    "0804"  # request_id = 4
+    "3a026332"  # consumer_name (field 7) = "c2"
+    "40e807"  # available_permits (field 8) = 1000
+    "4803"  # unacked_messages (field 9) = 3
+    "7807"  # msg_backlog (field 15) = 7
+)
+
+# CONSUMER_STATS request_id=5 consumer_id=9 (a consumer never subscribed on the connection)
+CONSUMER_STATS_5 = bytes.fromhex(
+    "0000000d"  # total size
+    "00000009"  # command size
+    "0819ca010408052009"  # BaseCommand CONSUMER_STATS
+)
+
+# CONSUMER_STATS_RESPONSE request_id=5 error_code=ConsumerNotFound (13) error_message="no consumer"
+CONSUMER_STATS_ERROR_5 = bytes.fromhex(
+    "0000001a"  # total size
+    "00000016"  # command size
+    "081ad20111"  # BaseCommand CONSUMER_STATS_RESPONSE, 17 bytes
+    "0805"  # request_id = 5
+    "100d"  # error_code (field 2) = 13 ConsumerNotFound
+    "1a0b6e6f20636f6e73756d6572"  # error_message (field 3) = "no consumer"
+)
+
 
 CONN = ConnInfo("c1", "10.0.0.1", 40000, "10.0.0.2", 6650)
 T0 = 1_700_000_000_000_000_000

@@ -496,3 +496,52 @@ def test_resync_after_an_absurd_size_finds_the_real_frames(chunk):
     assert out["commands"][2]["size"] == len(bad) + len(false_ping) and out["commands"][2].get("raw") is None
     assert sum(r["size"] for r in out["commands"] if r["direction"] == "c2s") == len(F.PRODUCER) + len(c2s)
     assert [m["value"] for m in out["messages"]] == [b"hello pulsar"] * 3
+
+
+def test_consumer_stats_answer_names_the_consumer_and_its_subscription():
+    """CONSUMER_STATS names a consumer id only; its answer (msg_backlog: the subscription's) gains
+    the consumer id and subscription of its request, which lag.py reads. A request for a consumer
+    never subscribed on the connection gets the id alone; an error answer has no backlog."""
+    out = run(
+        [
+            ("c2s", F.CONNECT),
+            ("s2c", F.CONNECTED),
+            ("c2s", F.SUBSCRIBE),
+            ("s2c", F.SUCCESS_2),
+            ("c2s", F.CONSUMER_STATS_4),
+            ("s2c", F.CONSUMER_STATS_RESPONSE_4),
+            ("c2s", F.CONSUMER_STATS_5),
+            ("s2c", F.CONSUMER_STATS_ERROR_5),
+        ]
+    )
+    assert {r["decode_status"] for r in out["commands"]} == {"ok"}
+    stats = [r for r in out["commands"] if r["command"].startswith("CONSUMER_STATS")]
+    assert [(r["command"], r["direction"], r["correlation_id"]) for r in stats] == [
+        ("CONSUMER_STATS", "c2s", 4),
+        ("CONSUMER_STATS_RESPONSE", "s2c", 4),
+        ("CONSUMER_STATS", "c2s", 5),
+        ("CONSUMER_STATS_RESPONSE", "s2c", 5),
+    ]
+    req, resp, req9, err = stats
+    topic = "persistent://public/default/t"
+    assert (req["topic"], resp["topic"], resp["partition"]) == (topic, topic, None)
+    assert json.loads(req["details"]) == {"request_id": 4, "consumer_id": 2}
+    assert json.loads(resp["details"]) == {
+        "request_id": 4,
+        "consumer_name": "c2",
+        "available_permits": 1000,
+        "unacked_messages": 3,
+        "msg_backlog": 7,
+        "consumer_id": 2,
+        "subscription": "s1",
+    }
+    assert req9["topic"] is None and err["error_code"] == 13
+    assert json.loads(err["details"]) == {
+        "request_id": 5,
+        "error_code": "ConsumerNotFound",
+        "error_message": "no consumer",
+        "consumer_id": 9,
+    }
+    lat = [(r["request_command"], r["response_command"], r["correlation_id"]) for r in out["latencies"]]
+    assert ("CONSUMER_STATS", "CONSUMER_STATS_RESPONSE", 4) in lat
+    assert ("CONSUMER_STATS", "CONSUMER_STATS_RESPONSE", 5) in lat

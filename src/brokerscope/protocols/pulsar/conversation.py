@@ -338,6 +338,24 @@ class PulsarConversation(Conversation):
             topic, consumer = ev.row.get("topic"), self.clients.consumer_name(cid)
             ev.rows.append(ack_response_row(ev.ts, topic, consumer, ev.body, ack_latency, ev.details))
 
+    def _on_consumer_stats(self, ev: Event) -> None:
+        """CONSUMER_STATS names a consumer id only: its request remembers the consumer and its
+        subscription, for the answer (whose msg_backlog is the subscription's, lag.py)."""
+        self._on_request(ev)
+        p = self.requests.get((ev.direction, ev.body.request_id)) if ev.body.HasField("request_id") else None
+        if p is not None and ev.body.HasField("consumer_id"):
+            cid = ev.body.consumer_id
+            p.extra.update(consumer_id=cid, subscription=self.clients.consumer(cid).get("subscription"))
+
+    def _on_consumer_stats_response(self, ev: Event) -> None:
+        """The answer's details gain the consumer id its request named and that consumer's
+        subscription (when its SUBSCRIBE was captured)."""
+        p = self._response(ev.direction, ev.pf, ev.body, ev.row, ev.ts, ev.rows)
+        if p is not None and "consumer_id" in p.extra:
+            ev.details["consumer_id"] = p.extra["consumer_id"]
+            if p.extra["subscription"]:
+                ev.details["subscription"] = p.extra["subscription"]
+
     def _on_flow(self, ev: Event) -> None:
         ev.row["topic"] = self.clients.consumer_topic(ev.body.consumer_id)
 
@@ -517,6 +535,8 @@ _HANDLERS = {
     T.MESSAGE: PulsarConversation._on_message,
     T.ACK: PulsarConversation._on_ack,
     T.FLOW: PulsarConversation._on_flow,
+    T.CONSUMER_STATS: PulsarConversation._on_consumer_stats,
+    T.CONSUMER_STATS_RESPONSE: PulsarConversation._on_consumer_stats_response,
     T.REDELIVER_UNACKNOWLEDGED_MESSAGES: PulsarConversation._on_flow,
     T.REACHED_END_OF_TOPIC: PulsarConversation._on_flow,
     T.ACTIVE_CONSUMER_CHANGE: PulsarConversation._on_flow,
