@@ -16,10 +16,11 @@ in docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
 - a message is (topic, partition, offset): its produce rows (offsets from the Produce response),
   its deliver rows; the produce and ack times are its first Produce request's and that request's
   response's (the `acks` row of the same connection, correlation id, topic and partition);
-- a delivery belongs to the group of its connection's client: the (client_ip, client_id) of the
-  Fetch requests on that connection, named by the group commands (JoinGroup, SyncGroup,
-  Heartbeat, OffsetCommit, OffsetFetch, LeaveGroup, ConsumerGroupHeartbeat) sent with the same
-  (client_ip, client_id) on connections whose time span overlaps the Fetch connection's; a
+- a delivery belongs to the group of its connection's client: the group a request on that
+  connection names (a consumer's FindCoordinator for its group), else the group the group
+  commands (JoinGroup, SyncGroup, Heartbeat, OffsetCommit, OffsetFetch, LeaveGroup,
+  ConsumerGroupHeartbeat, FindCoordinator) name when sent with the Fetch requests' (client_ip,
+  client_id) on connections whose time span overlaps the Fetch connection's; a connection or
   client naming several groups names none (consumer null);
 - a group follows a topic when it was delivered or committed any of its messages: every message
   of the topic then has a row for the group, `not-delivered` where no delivery was seen;
@@ -48,7 +49,8 @@ from deltalake import DeltaTable
 from . import tables
 from .clocks import Clocks
 
-# commands whose requests name the client's consumer group (their details' GroupId)
+# commands whose requests name the client's consumer group (their details' GroupId; FindCoordinator's
+# Key, or its one CoordinatorKeys entry from v4 on, when its KeyType is a group's)
 GROUP_COMMANDS = (
     "JoinGroup",
     "SyncGroup",
@@ -57,6 +59,10 @@ GROUP_COMMANDS = (
     "OffsetCommit",
     "OffsetFetch",
     "ConsumerGroupHeartbeat",
+    "FindCoordinator",
+)
+COORDINATOR_KEY_GROUP = (
+    0  # FindCoordinator KeyType: 0 a consumer group, 1 a transactional id, 2 a share group
 )
 STATUSES = ("delivered", "delivered-not-committed", "not-delivered", "duplicate")
 
@@ -263,13 +269,27 @@ def _retries_collide(m: pa.Table) -> bool:
     return bool(pairs.shape[1] and np.bincount(pairs[0]).max() > 1)
 
 
+def _group_named(details: dict) -> object:
+    """The consumer group a request's details name: GroupId, else a FindCoordinator's group key
+    (Key up to v3; from v4 the CoordinatorKeys batch, when it holds one key), else None."""
+    if "GroupId" in details:
+        return details["GroupId"]
+    if details.get("KeyType", COORDINATOR_KEY_GROUP) != COORDINATOR_KEY_GROUP:
+        return None
+    keys = details.get("CoordinatorKeys")
+    if isinstance(keys, list):
+        return keys[0] if len(keys) == 1 else None
+    return details.get("Key")
+
+
 def _group_of_details(details: pa.Array) -> tuple[np.ndarray, list]:
-    """Each row's GroupId code (-1: none) and the names, each distinct details text parsed once."""
+    """Each row's group code (-1: none; _group_named) and the names, each distinct details text
+    parsed once."""
     enc = pc.dictionary_encode(details, null_encoding="encode")
     names, code = [], []
     for d in enc.dictionary.to_pylist():
         try:
-            g = json.loads(d or "{}").get("GroupId")
+            g = _group_named(json.loads(d or "{}"))
         except (ValueError, AttributeError):
             g = None
         if isinstance(g, str) and g:
@@ -284,10 +304,13 @@ def _group_of_details(details: pa.Array) -> tuple[np.ndarray, list]:
 def _groups_of_connections(cmds: pa.Table) -> dict[str | None, str | None]:
     """conn_id of each Fetch connection -> its client's group (None: not exactly one group).
 
-    The candidates are the groups named by connections of the same (client_ip, client_id) whose
+    A group named on the Fetch connection itself (the consumer's FindCoordinator, sent to the
+    broker it then fetches from) is its group: a connection is one client's. Without one, the
+    candidates are the groups named by connections of the same (client_ip, client_id) whose
     commands' time span overlaps the Fetch connection's (librdkafka names every client `rdkafka`
-    by default: two consumers of one host meet only when they run at the same time). Computed per
-    connection (the commands' rows aggregated by Arrow and numpy), not per command."""
+    and kafka-python every consumer `kafka-python-<version>` by default: two consumers of one
+    host meet only when they run at the same time). Computed per connection (the commands' rows
+    aggregated by Arrow and numpy), not per command."""
     cmds = _batch(cmds)
     n = cmds.num_rows
     if not n:
@@ -317,6 +340,9 @@ def _groups_of_connections(cmds: pa.Table) -> dict[str | None, str | None]:
             by_client.setdefault(clients[c], []).append(c)
     out = {}
     for c in np.nonzero(fetches)[0].tolist():
+        if groups[c]:  # named on the connection itself
+            out[conn_ids[c]] = next(iter(groups[c])) if len(groups[c]) == 1 else None
+            continue
         found = {
             g for o in by_client.get(clients[c], ()) if lo[o] <= hi[c] and lo[c] <= hi[o] for g in groups[o]
         }

@@ -1,5 +1,6 @@
-"""Kafka message journeys from real clients: confluent-kafka (librdkafka) producing known messages
-to its mock cluster and two consumer groups reading them, captured on loopback (root needed),
+"""Kafka message journeys from real clients: confluent-kafka (librdkafka), and kafka-python with
+its default client ids, producing known messages to librdkafka's mock cluster and two consumer
+groups reading them (one stops early, one commits late), captured on loopback (root needed),
 ingested with journeys on; the journeys table must hold what the clients' own records show."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _record(tmp: Path) -> dict:
     group reads everything and, a while later, commits all but each partition's last message."""
     from confluent_kafka import TopicPartition
 
-    from tests.support.loopcap import LoopbackCapture, _tcp_ports, write_pcap
+    from tests.support.loopcap import LoopbackCapture
 
     produced: list[tuple[int, int, bytes, bytes]] = []
     commits: dict[str, dict[int, int]] = {}
@@ -74,23 +75,30 @@ def _record(tmp: Path) -> dict:
         )
         late.close()
         del p
-    frames = [(ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and port in pp]
-    write_pcap(str(tmp / "journeys.pcap"), frames)
     return {
-        "pcap": str(tmp / "journeys.pcap"),
+        "pcap": _port_pcap(cap, port, tmp / "journeys.pcap"),
         "produced": produced,
         "consumed": {EARLY: {(q, o) for q, o, _k in early_got}, LATE: {(q, o) for q, o, _k in late_got}},
         "commits": commits,
     }
 
 
-def _settings(lake: Path, journeys: bool = True) -> Settings:
+def _settings(lake: Path, journeys: bool = True, lag: bool = False) -> Settings:
     over = {
         "lake": {"path": str(lake)},
         "spark": {"shuffle_partitions": 4},
         "journeys": {"enabled": journeys},
+        "lag": {"enabled": lag},
     }
     return Settings.load(overrides=over)
+
+
+def _port_pcap(cap, port: int, path: Path) -> str:
+    """Write the frames of `cap` to or from `port` (the mock broker's) to `path`; its name."""
+    from tests.support.loopcap import _tcp_ports, write_pcap
+
+    write_pcap(str(path), [(ts, f) for ts, f in cap.frames if (pp := _tcp_ports(f)) and port in pp])
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -107,18 +115,18 @@ def _journeys(lake: Path) -> list[dict]:
     return delta_rs_rows(str(lake / "journeys"))
 
 
-def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
-    lake, run, _s, summary = journey_lake
-    rows = _journeys(lake)
+def _check_rows(rows: list[dict], run: dict, topic: str, groups: tuple[str, str]) -> None:
+    """One row per produced message and group, each with the status the clients' records give
+    (delivered to the group or not, its offset below the group's commit or not)."""
     produced = {(part, off): (key, value) for part, off, key, value in run["produced"]}
     assert len(produced) == 2 * PER_BATCH
-    assert summary.rows["journeys"] == len(rows) == 2 * len(produced)
     got = {(r["partition"], r["offset"], r["consumer"]): r for r in rows}
-    assert set(got) == {(part, off, g) for part, off in produced for g in (EARLY, LATE)}
+    assert len(got) == len(rows) == 2 * len(produced)
+    assert set(got) == {(part, off, g) for part, off in produced for g in groups}
     for (part, off, group), r in got.items():
         key, _value = produced[(part, off)]
-        assert r["topic"] == TOPIC and r["protocol"] == "kafka"
-        assert r["message_id"] == f"{TOPIC}-{part}@{off}"
+        assert r["topic"] == topic and r["protocol"] == "kafka"
+        assert r["message_id"] == f"{topic}-{part}@{off}"
         assert r["key_hash"] == hashlib.sha256(key).hexdigest()
         assert r["redeliveries"] == 0
         delivered = (part, off) in run["consumed"][group]
@@ -138,27 +146,51 @@ def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
     assert statuses.count("delivered-not-committed") == 2
 
 
-def test_steps_in_the_order_they_happened(journey_lake):
-    lake, run, _s, _summary = journey_lake
-    for r in _journeys(lake):
+def _check_order(rows: list[dict], early: str, late: str) -> None:
+    """Each row's steps in the order they happened: produced, acknowledged, delivered, committed
+    (the consumers started after the producer's flush); one commit of each group, the early
+    group's before the late group's first delivery of the second batch."""
+    for r in rows:
         assert r["produced_ts"] < r["acked_ts"]
         assert r["ts"] == r["produced_ts"]
         assert r["produce_to_ack_us"] > 0
         if r["status"] == "not-delivered":
             assert r["delivered_ts"] is None and r["committed_ts"] is None and r["consumer_conn_id"] is None
             continue
-        # the consumers started after the producer's flush: ack, then delivery, then commit
         assert r["acked_ts"] < r["delivered_ts"]
         assert r["produce_to_deliver_us"] == pytest.approx(r["produce_to_ack_us"] + r["ack_to_deliver_us"])
         if r["status"] == "delivered":
             assert r["delivered_ts"] < r["committed_ts"] and r["deliver_to_commit_us"] > 0
         else:
             assert r["committed_ts"] is None
-    rows = _journeys(lake)
-    late_commit = {r["committed_ts"] for r in rows if r["consumer"] == LATE and r["committed_ts"]}
-    early_commit = {r["committed_ts"] for r in rows if r["consumer"] == EARLY and r["committed_ts"]}
+    late_commit = {r["committed_ts"] for r in rows if r["consumer"] == late and r["committed_ts"]}
+    early_commit = {r["committed_ts"] for r in rows if r["consumer"] == early and r["committed_ts"]}
     assert len(late_commit) == len(early_commit) == 1  # one OffsetCommit each
-    assert max(early_commit) < min(r["delivered_ts"] for r in rows if r["consumer"] == LATE)
+    not_early = {
+        (r["partition"], r["offset"]) for r in rows if r["consumer"] == early and not r["delivered_ts"]
+    }
+    second = [
+        r["delivered_ts"]
+        for r in rows
+        if r["consumer"] == late and (r["partition"], r["offset"]) in not_early
+    ]
+    assert len(second) == PER_BATCH and max(early_commit) < min(second)
+
+
+def test_one_row_per_message_and_group_with_the_clients_statuses(journey_lake):
+    lake, run, _s, summary = journey_lake
+    rows = _journeys(lake)
+    assert summary.rows["journeys"] == len(rows)
+    _check_rows(rows, run, TOPIC, (EARLY, LATE))
+
+
+def test_steps_in_the_order_they_happened(journey_lake):
+    lake, _run, _s, _summary = journey_lake
+    rows = _journeys(lake)
+    _check_order(rows, EARLY, LATE)
+    # the late group started after the early one had left
+    early_commit = max(r["committed_ts"] for r in rows if r["consumer"] == EARLY and r["committed_ts"])
+    assert early_commit < min(r["delivered_ts"] for r in rows if r["consumer"] == LATE)
 
 
 def test_journeys_are_recomputed_when_the_capture_is_ingested_again(journey_lake, spark):
@@ -309,3 +341,130 @@ def test_ingest_journeys_flag_and_the_tables_listing(spark, journey_lake, tmp_pa
     assert cli.main(["tables", "--lake", lake, "--format", "csv"]) == 0
     listed = {line.split(",")[0] for line in capsys.readouterr().out.splitlines()}
     assert "journeys" in listed
+
+
+KPY_TOPIC = "journeys-kpy"
+KPY_EARLY, KPY_LATE = "kpy-early", "kpy-late"
+# kafka-python 3.0.12 probes the broker with ApiVersions v4; librdkafka's mock cluster answers
+# error 35 (UNSUPPORTED_VERSION) in a form kafka-python fails to decode, and it never bootstraps.
+# (2, 3) is the newest api_version whose ApiVersions request is v2, which the mock accepts.
+KPY_API = (2, 3)
+
+
+def _kpy_poll(consumers: dict, got: dict, want: dict, timeout_s: float = 30) -> None:
+    """Poll every open consumer of `consumers` in turn (their records into `got[group]` as
+    (partition, offset) pairs) until each group of `want` has `want[group]` records; an
+    AssertionError when fewer came within `timeout_s`. The consumers awaited poll for up to 5 s:
+    the mock cluster holds a first JoinGroup 3 s, and a kafka-python 3.0.12 consumer whose poll
+    timed out during its join may join again after its SyncGroup, and then wait for good."""
+    end = time.time() + timeout_s
+    while any(len(got[g]) < n for g, n in want.items()) and time.time() < end:
+        for g, c in consumers.items():
+            for recs in c.poll(timeout_ms=5000 if g in want else 100).values():
+                got[g] += [(r.partition, r.offset) for r in recs]
+    assert {g: len(got[g]) for g in want} == want
+
+
+def _record_kafka_python(tmp: Path) -> dict:
+    """kafka-python with its default client ids (every consumer `kafka-python-<version>`), against
+    librdkafka's mock cluster: batch 1 produced; both groups read it; the early group
+    commits and leaves; batch 2 produced; the late group reads it and, a while later, commits all
+    but each partition's last message. The records: the producer's futures (partition, offset),
+    the consumers' records, the offsets each group committed."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from tests.support.loopcap import LoopbackCapture
+
+    produced: list[tuple[int, int, bytes, bytes]] = []
+    got: dict[str, list[tuple[int, int]]] = {KPY_EARLY: [], KPY_LATE: []}
+    commits: dict[str, dict[int, int]] = {}
+    with LoopbackCapture(str(tmp / "all.pcap"), ports=None, settle_s=0.2) as cap:
+        owner, port = mock_producer("bs-journeys-mock")  # keeps the mock cluster up
+        bootstrap = f"127.0.0.1:{port}"
+        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, api_version=KPY_API)
+
+        def produce(batch: int) -> None:
+            sent = []
+            for n in range(batch * PER_BATCH, (batch + 1) * PER_BATCH):
+                key, value = f"key-{n}".encode(), f"kpy {n} ".encode() * 4
+                sent.append((key, value, p.send(KPY_TOPIC, key=key, value=value, partition=n % 2)))
+            p.flush(10)
+            for key, value, future in sent:
+                md = future.get(10)
+                produced.append((md.partition, md.offset, key, value))
+
+        def commit(group: str, offsets: dict[int, int]) -> None:
+            consumers[group].commit(
+                {TopicPartition(KPY_TOPIC, q): OffsetAndMetadata(o) for q, o in offsets.items()}
+            )
+            commits[group] = offsets
+
+        produce(0)
+        consumers: dict = {}
+        client_ids = set()
+        # one consumer after the other, both fetching while the late one joins and reads
+        for g in (KPY_EARLY, KPY_LATE):
+            consumers[g] = KafkaConsumer(
+                KPY_TOPIC,
+                bootstrap_servers=bootstrap,
+                group_id=g,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                fetch_max_wait_ms=100,
+                api_version=KPY_API,
+            )
+            client_ids.add(consumers[g].config["client_id"])
+            _kpy_poll(consumers, got, {g: PER_BATCH})
+        commit(KPY_EARLY, {q: max(o for pp, o in got[KPY_EARLY] if pp == q) + 1 for q in (0, 1)})
+        consumers.pop(KPY_EARLY).close()
+        produce(1)
+        _kpy_poll(consumers, got, {KPY_LATE: 2 * PER_BATCH})
+        time.sleep(0.5)
+        # the next offset to read = each partition's last message: that message stays uncommitted
+        commit(KPY_LATE, {q: max(o for pp, o in got[KPY_LATE] if pp == q) for q in (0, 1)})
+        consumers.pop(KPY_LATE).close()
+        p.close()
+        del owner
+    return {
+        "pcap": _port_pcap(cap, port, tmp / "kpy.pcap"),
+        "produced": produced,
+        "consumed": {g: set(v) for g, v in got.items()},
+        "commits": commits,
+        "client_ids": client_ids,
+    }
+
+
+@pytest.fixture(scope="module")
+def kpy_lake(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kpy")
+    run = _record_kafka_python(tmp)
+    settings = _settings(tmp / "lake", lag=True)
+    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
+    assert summary.errors == []
+    return tmp / "lake", run, summary
+
+
+def test_kafka_python_groups_of_one_client_id_have_their_own_rows(kpy_lake):
+    """Both consumers have kafka-python's default client id and run at the same time: each Fetch
+    connection's group is the one its own FindCoordinator named."""
+    lake, run, summary = kpy_lake
+    assert len(run["client_ids"]) == 1 and next(iter(run["client_ids"])).startswith("kafka-python-")
+    rows = _journeys(lake)
+    assert summary.rows["journeys"] == len(rows)
+    _check_rows(rows, run, KPY_TOPIC, (KPY_EARLY, KPY_LATE))
+    _check_order(rows, KPY_EARLY, KPY_LATE)
+
+
+def test_kafka_python_lag_names_the_groups(kpy_lake):
+    """The lag table attributes deliveries as the journeys do: each group's last row per
+    partition has the offsets its consumer delivered and committed."""
+    lake, run, summary = kpy_lake
+    rows = sorted(delta_rs_rows(str(lake / "lag")), key=lambda r: r["minute"])
+    assert summary.rows["lag"] == len(rows)
+    last = {(r["consumer"], r["partition"]): r for r in rows}
+    assert set(last) == {(g, q) for g in (KPY_EARLY, KPY_LATE) for q in (0, 1)}
+    for (g, q), r in last.items():
+        delivered = max(o for pp, o in run["consumed"][g] if pp == q) + 1
+        assert (r["delivered_offset"], r["committed_offset"]) == (delivered, run["commits"][g][q]), (g, q)
+        assert r["high_watermark"] == PER_BATCH

@@ -44,8 +44,8 @@ def _ack(ack_type, offset, ts, conn, consumer=None, error_code=0, partition=0, c
     }
 
 
-def _cmd(command, conn, ts, client_id, group=None, client_ip="10.0.0.2"):
-    details = json.dumps({"GroupId": group}) if group else "{}"
+def _cmd(command, conn, ts, client_id, group=None, client_ip="10.0.0.2", details=None):
+    details = json.dumps(details if details is not None else {"GroupId": group} if group else {})
     return {
         "command": command,
         "client_ip": client_ip,
@@ -124,6 +124,35 @@ def test_a_client_in_two_groups_at_once_names_no_group():
         3 * S,
         None,
     )
+
+
+def test_a_fetch_connection_is_the_group_its_own_find_coordinator_names():
+    """Two consumers of one host and client id (kafka-python's default) in two groups at once:
+    each asked for its group's coordinator on the connection it fetches on."""
+    msgs = [_msg("deliver", 0, 4 * S, "f1"), _msg("deliver", 0, 4 * S, "f2"), _msg("deliver", 1, 5 * S, "f3")]
+    kpy = "kafka-python-3.0.12"
+    cmds = [
+        _cmd("FindCoordinator", "f1", 1 * S, kpy, details={"Key": "one", "KeyType": 0}),
+        _cmd("FindCoordinator", "f2", 1 * S, kpy, details={"CoordinatorKeys": ["two"], "KeyType": 0}),  # v4+
+        # a transactional id's coordinator names no group
+        _cmd("FindCoordinator", "f3", 1 * S, kpy, details={"Key": "txn", "KeyType": 1}),
+        _cmd("JoinGroup", "g1", 2 * S, kpy, "one"),
+        _cmd("JoinGroup", "g2", 2 * S, kpy, "two"),
+        _cmd("Fetch", "f1", 4 * S, kpy),
+        _cmd("Fetch", "f2", 4 * S, kpy),
+        _cmd("Fetch", "f3", 5 * S, kpy),
+        _cmd("Heartbeat", "g1", 6 * S, kpy, "one"),
+        _cmd("Heartbeat", "g2", 6 * S, kpy, "two"),
+    ]
+    got = _rows(msgs, [], cmds)
+    # f3 named no group itself, and its client two at once: consumer null, offset 1 only
+    assert set(got) == {(0, "one"), (0, "two"), (1, "one"), (1, "two"), (1, None)}
+    assert got[(0, "one")]["consumer_conn_id"] == "f1" and got[(0, "two")]["consumer_conn_id"] == "f2"
+    assert got[(1, "one")]["status"] == got[(1, "two")]["status"] == "not-delivered"
+    assert got[(1, None)]["consumer_conn_id"] == "f3"
+    # a FindCoordinator of several groups at once (v4+ batches, admin clients) names none
+    cmds[1] = _cmd("FindCoordinator", "f2", 1 * S, kpy, details={"CoordinatorKeys": ["two", "one"]})
+    assert set(_rows(msgs, [], cmds)) == {(0, "one"), (1, "one"), (0, None), (1, None)}
 
 
 def test_a_group_of_the_same_client_id_at_another_time_is_not_taken():
