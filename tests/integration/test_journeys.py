@@ -16,7 +16,7 @@ from brokerscope import cli, journeys, pipeline
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from tests.support.kafkamock import mock_producer, produce_batch, read
-from tests.support.lakecheck import delta_rs_rows
+from tests.support.lakecheck import delta_rs_rows, derived_settings
 
 pytestmark = [
     pytest.mark.spark,
@@ -84,13 +84,7 @@ def _record(tmp: Path) -> dict:
 
 
 def _settings(lake: Path, journeys: bool = True, lag: bool = False) -> Settings:
-    over = {
-        "lake": {"path": str(lake)},
-        "spark": {"shuffle_partitions": 4},
-        "journeys": {"enabled": journeys},
-        "lag": {"enabled": lag},
-    }
-    return Settings.load(overrides=over)
+    return derived_settings(lake, journeys=journeys, lag=lag)
 
 
 def _port_pcap(cap, port: int, path: Path) -> str:

@@ -22,7 +22,7 @@ from brokerscope.lake import Lake
 from brokerscope.streams import decode_files
 from tests.integration.test_journeys import _consume
 from tests.support import kafkamock
-from tests.support.lakecheck import delta_rs_rows, write_decoded
+from tests.support.lakecheck import delta_rs_rows, derived_settings, write_decoded
 from tests.support.readme import readme_query
 
 pytestmark = [
@@ -111,13 +111,7 @@ def _record(tmp: Path) -> dict:
 def lag_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lag")
     run = _record(tmp)
-    over = {
-        "lake": {"path": str(tmp / "lake")},
-        "spark": {"shuffle_partitions": 4},
-        "journeys": {"enabled": True},
-        "lag": {"enabled": True},
-    }
-    settings = Settings.load(overrides=over)
+    settings = derived_settings(tmp / "lake", journeys=True, lag=True)
     summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert summary.errors == []
     return tmp / "lake", run, settings, summary

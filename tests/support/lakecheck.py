@@ -13,15 +13,22 @@ def delta_rs_rows(table_path: str) -> list[dict]:
     return pa.table(DeltaTable(table_path).to_pyarrow_table()).to_pylist()
 
 
+def derived_settings(lake: str | os.PathLike, **derived: bool):
+    """The settings of a test ingest into the lake at `lake` with the derived tables named
+    (journeys=True, lag=True) on or off, 4 shuffle partitions."""
+    from brokerscope.config import Settings
+
+    overrides = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}}
+    overrides |= {name: {"enabled": on} for name, on in derived.items()}
+    return Settings.load(overrides=overrides)
+
+
 def ingest_derived(spark, pcaps: list[str], lake: str, **derived: bool):
     """One Spark run ingesting `pcaps` into the lake at `lake` with the derived tables named
     (journeys=True, lag=True) computed; no errors. Returns the run's Summary."""
     from brokerscope import pipeline
-    from brokerscope.config import Settings
 
-    overrides = {"lake": {"path": lake}, "spark": {"shuffle_partitions": 4}}
-    overrides |= {name: {"enabled": on} for name, on in derived.items()}
-    summary = pipeline.ingest(pcaps, Settings.load(overrides=overrides), spark=spark)
+    summary = pipeline.ingest(pcaps, derived_settings(lake, **derived), spark=spark)
     assert summary.errors == []
     return summary
 
