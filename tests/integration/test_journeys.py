@@ -249,7 +249,7 @@ def test_stored_times_from_segment_files_of_the_same_run(journey_lake, spark, tm
     """The capture and a log segment per partition holding its records (partition 0 CreateTime,
     all but its last message; partition 1 LogAppendTime) ingested together: each row's
     stored_ts is its record's time in the segment, null for the record no segment holds."""
-    from tests.unit.kafka.test_kafka_segments import write_segment
+    from tests.support.kafka_segment import write_segment
 
     _lake, run, _s, _summary = journey_lake
     by_part = {q: sorted(r for r in run["produced"] if r[0] == q) for q in (0, 1)}
