@@ -147,8 +147,67 @@ def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> 
     if one_clock:
         msgs, acks, cmds = (_on_one_clock(t, clocks) for t in (msgs, acks, cmds))
     others, moved_conns = _compute_others(root, ids, clocks if one_clock else None)
-    out = tables.conform("journeys", [_journeys_block(msgs, acks, cmds), *others])
+    blocks = [_journeys_block(msgs, acks, cmds), *others]
+    stored = _stored(root, ids)
+    for b in blocks:
+        _add_stored(b, stored)
+    out = tables.conform("journeys", blocks)
     return _mark_others_moved(out, moved_conns)
+
+
+# the protocols whose segment files give `stored` messages rows (a record's time in the log)
+STORED_PROTOCOLS = ("kafka", "iggy")
+STORED_KEY = ("topic", "partition", "offset")  # a record's place in its log
+_LOG_APPEND = r'"timestamp_type":\s*"log_append"'  # a Kafka stored row's details: LogAppendTime
+
+
+def _stored(root: str, ids: list[str]) -> pa.Table:
+    """(protocol, topic, partition, offset) -> the earliest `stored` time (ns) and its type
+    (tables.JOURNEYS stored_ts_type) of the segment rows of the run's inputs `ids`. A Kafka
+    record's time is its CreateTime, or its batch's MaxTimestamp under LogAppendTime (the
+    decoder's ts); an Iggy message's timestamp is the server's, set when it appended it."""
+    cols = ("protocol", "topic", "partition", "offset", "ts_ns", "details")
+    where = (
+        pc.field("protocol").isin(list(STORED_PROTOCOLS))
+        & (pc.field("direction") == "stored")
+        & pc.field("offset").is_valid()
+        & pc.field("ts_ns").is_valid()
+    )
+    t = pa.table(_read(f"{root}/messages", ids, cols, where, ("direction",)))
+    kind = pc.if_else(
+        pc.or_(
+            pc.equal(t["protocol"], "iggy"),
+            pc.fill_null(pc.match_substring_regex(t["details"], _LOG_APPEND), False),
+        ),
+        "log_append",
+        "create",
+    )
+    t = t.select(cols[:5]).append_column("kind", kind).sort_by([("ts_ns", "ascending")])
+    return t.group_by(["protocol", *STORED_KEY], use_threads=False).aggregate(
+        [("ts_ns", "first"), ("kind", "first")]
+    )
+
+
+def _add_stored(b: tables.Block, stored: pa.Table) -> None:
+    """Set the `stored_ts_ns` and `stored_ts_type` of the journeys rows of `b` (one protocol's)
+    from `_stored`'s: the record at the row's (topic, partition, offset); null where none."""
+    proto = b.const.get("protocol")
+    if not b.n or proto not in STORED_PROTOCOLS:
+        return
+    s = stored.filter(pc.equal(stored["protocol"], proto))
+    if not s.num_rows:
+        return
+    sch = tables.schema("journeys")
+    key = pa.schema([sch.field(c) for c in STORED_KEY])
+    cols = [b.cols.get(c) for c in STORED_KEY]
+    cols = [(v if isinstance(v, pa.Array) else pa.array(b.column(c))) for c, v in zip(STORED_KEY, cols)]
+    rows = pa.table([v.cast(f.type) for v, f in zip(cols, key)], schema=key)
+    rows = rows.append_column("_row", pa.array(np.arange(b.n)))
+    found = s.select(list(STORED_KEY)).cast(key)
+    found = found.append_column("stored_ns", s["ts_ns_first"]).append_column("kind", s["kind_first"])
+    j = rows.join(found, list(STORED_KEY), join_type="left outer", use_threads=False).sort_by("_row")
+    b.cols["stored_ts_ns"] = j["stored_ns"].combine_chunks()
+    b.cols["stored_ts_type"] = j["kind"].combine_chunks()
 
 
 def _on_one_clock(t: pa.RecordBatch, clocks: Clocks) -> pa.RecordBatch:

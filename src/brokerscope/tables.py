@@ -236,6 +236,14 @@ JOURNEYS = [
     pa.field("acked_ts", TS),  # first byte of the Produce response giving its partition's base offset
     pa.field("delivered_ts", TS),  # first byte of the first Fetch response delivering it to the group
     pa.field("committed_ts", TS),  # first successful OffsetCommit response of the group beyond it
+    # the record's time in a segment file of the same run (Kafka, Iggy; joined on topic, partition,
+    # offset; null: not in a segment read), the earliest where several hold it, as the segment
+    # gives it (not moved onto a capture's clock); what that time is: stored_ts_type
+    pa.field("stored_ts", TS),
+    # log_append: the broker's clock when it appended the record (Kafka LogAppendTime: the batch's
+    # MaxTimestamp; Iggy: the message's timestamp); create: the producer's timestamp the broker
+    # kept (Kafka CreateTime), not a storage time
+    pa.field("stored_ts_type", pa.string()),
     pa.field("deliveries", pa.int64()),  # deliveries to the consumer (0: not delivered)
     pa.field("redeliveries", pa.int64()),  # deliveries after the first
     pa.field("produce_to_ack_us", pa.float64()),

@@ -5,6 +5,7 @@ ingested with journeys on; the journeys table must hold what the clients' own re
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import time
@@ -214,6 +215,69 @@ def test_journeys_stay_off_by_default(spark, journey_lake, tmp_path):
     summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert "journeys" not in summary.rows
     assert not (tmp_path / "lake" / "journeys").exists()
+
+
+# the segment's record times: CreateTime (partition 0) from this instant, one ms apart; the
+# LogAppendTime batch (partition 1) says the broker appended it at APPEND_MS
+CREATE_MS, APPEND_MS = 1_700_000_000_000, 1_700_000_123_456
+
+
+def _log_batch(records: list[tuple], log_append: bool) -> bytes:
+    """One v2 record batch (kafka-python's writer) of `records` (partition, offset, key, value,
+    consecutive offsets), each with its CreateTime; `log_append`: attributes bit 3 set, MaxTimestamp
+    APPEND_MS and the CRC-32C (attributes to the end) made again, as a LogAppendTime broker writes."""
+    import struct
+
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.util import calc_crc32c
+
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i, (_p, _o, key, value) in enumerate(records):
+        b.append(i, CREATE_MS + records[0][1] + i, key, value, [])
+    data = bytearray(b.build())
+    struct.pack_into(">q", data, 0, records[0][1])  # baseOffset (outside the CRC)
+    if log_append:
+        # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1, crc 4, attributes 2 (at 21),
+        # lastOffsetDelta 4, baseTimestamp 8, maxTimestamp 8 (at 35)
+        struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x08)
+        struct.pack_into(">q", data, 35, APPEND_MS)
+        struct.pack_into(">I", data, 17, calc_crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def test_stored_times_from_segment_files_of_the_same_run(journey_lake, spark, tmp_path):
+    """The capture and a log segment per partition holding its records (partition 0 CreateTime,
+    all but its last message; partition 1 LogAppendTime) ingested together: each row's
+    stored_ts is its record's time in the segment, null for the record no segment holds."""
+    from tests.support.kafka_segment import write_segment
+
+    _lake, run, _s, _summary = journey_lake
+    by_part = {q: sorted(r for r in run["produced"] if r[0] == q) for q in (0, 1)}
+    left_out = by_part[0][-1][:2]
+    want = {}
+    logs = []
+    for q, recs in by_part.items():
+        # partition 1's segment also holds a record the capture never saw (no journey)
+        recs = recs[:-1] if q == 0 else [*recs, (1, recs[-1][1] + 1, b"key-unseen", b"unseen")]
+        logs.append(write_segment(tmp_path / "log" / f"{TOPIC}-{q}", [_log_batch(recs, q == 1)], recs[0][1]))
+        for i, (_p, o, _k, _v) in enumerate(recs):
+            ms = APPEND_MS if q == 1 else CREATE_MS + recs[0][1] + i
+            want[(q, o)] = (ms * 1000, "log_append" if q == 1 else "create")
+    summary = pipeline.ingest([run["pcap"], *logs], _settings(tmp_path / "lake"), spark=spark)
+    assert summary.errors == []
+    rows = _journeys(tmp_path / "lake")
+    assert {r["consumer"] for r in rows} == {EARLY, LATE} and len(rows) == 2 * len(run["produced"])
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    for r in rows:
+        got = r["stored_ts"] and (r["stored_ts"] - epoch) // dt.timedelta(microseconds=1)
+        if (r["partition"], r["offset"]) == left_out:
+            assert (got, r["stored_ts_type"]) == (None, None)
+        else:
+            assert (got, r["stored_ts_type"]) == want[(r["partition"], r["offset"])]
+    # the segment's records have no journeys of their own: the same rows as the capture alone
+    assert sorted((r["partition"], r["offset"], r["consumer"], r["status"]) for r in rows) == sorted(
+        (r["partition"], r["offset"], r["consumer"], r["status"]) for r in _journeys(_lake)
+    )
 
 
 RETRY_TOPIC = "journeys-retry"

@@ -10,6 +10,7 @@ steps in the order they happened."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import os
 import struct
@@ -191,7 +192,20 @@ def _iggy(tmp: Path) -> dict:
         with LoopbackCapture(str(tmp / "iggy.pcap"), ports={sim.port}):
             result = asyncio.run(session(sim.port))
             time.sleep(0.2)
-    return {"pcap": str(tmp / "iggy.pcap"), "topic": f"{stream}/{topic}", **result}
+        # the first batch as the server persisted it (the simulator stamps it as the server
+        # does: base offset, its clock's base timestamp), in a segment of the server's layout
+        first = sim.batches[(stream, topic)][0]
+    part = tmp / "iggy-log" / "streams" / stream / "topics" / topic / "partitions" / "1"
+    part.mkdir(parents=True)
+    (part / f"{0:020d}.log").write_bytes(first)
+    stored_us = struct.unpack_from("<Q", first, 16)[0]  # base_timestamp u64 at 16
+    return {
+        "pcap": str(tmp / "iggy.pcap"),
+        "segment": str(part / f"{0:020d}.log"),
+        "stored_us": stored_us,
+        "topic": f"{stream}/{topic}",
+        **result,
+    }
 
 
 def test_iggy_journeys(protocol_lake):
@@ -228,6 +242,13 @@ def test_iggy_journeys(protocol_lake):
         assert (late["status"], late["deliveries"]) == want, o
         assert late["redeliveries"] == late["deliveries"] - 1
     _steps_in_order(rows)
+    # stored: the first batch's messages from the segment, at the server's base timestamp; the
+    # second batch is in no segment read
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    for (o, _c), r in got.items():
+        us = r["stored_ts"] and (r["stored_ts"] - epoch) // dt.timedelta(microseconds=1)
+        want_stored = (run["stored_us"], "log_append") if o < PER_BATCH else (None, None)
+        assert (us, r["stored_ts_type"]) == want_stored, o
     # one SEND_MESSAGES per batch: the messages of a batch share their produce and ack times
     assert len({got[(o, "consumer:1")]["acked_ts"] for o in range(n)}) == 2
 
@@ -358,6 +379,7 @@ def _journeys(lake: Path) -> list[dict]:
 def protocol_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("journeys-protocols")
     runs = {"pulsar": _pulsar(tmp), "iggy": _iggy(tmp), "tubemq": _tubemq(tmp)}
-    summary = ingest_derived(spark, [r["pcap"] for r in runs.values()], str(tmp / "lake"), journeys=True)
+    inputs = [r["pcap"] for r in runs.values()] + [r["segment"] for r in runs.values() if "segment" in r]
+    summary = ingest_derived(spark, inputs, str(tmp / "lake"), journeys=True)
     assert summary.rows["journeys"] == len(_journeys(tmp / "lake")) == 2 * (3 * 2 * PER_BATCH)
     return tmp / "lake", runs

@@ -214,8 +214,12 @@ def _batch_rows(b: rec.Batch, pos: int, topic, partition, mtime_ns: int, data: b
         )
         return
     pol = ctx.payload
+    # a v2 batch of a LogAppendTime topic (attributes bit 3): its records' time is the batch's
+    # MaxTimestamp, the broker's append time (their own deltas keep the producer's CreateTime)
+    append_ms = b.max_timestamp if b.magic >= 2 and b.timestamp_type == "log_append" else None
     for r in b.records:
-        ts = r.timestamp * 1_000_000 if r.timestamp is not None and r.timestamp >= 0 else None
+        r_ms = append_ms if append_ms is not None else r.timestamp
+        ts = r_ms * 1_000_000 if r_ms is not None and r_ms >= 0 else None
         row = {
             "ts_ns": ts if ts is not None else ts_batch,
             "direction": "stored",
