@@ -72,6 +72,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from read_bench import floor_scan  # noqa: E402
 
+from brokerscope.pipeline import TASK_LOG_ENV  # noqa: E402
+
 API_VERSION = (2, 3)  # kafka-python's broker version: Produce v7, Fetch v11 (see the docstring)
 SERVER_PORT = 9092  # the grown capture's broker port (tshark's and brokerscope's default for Kafka)
 TOPIC = "bench"
@@ -495,15 +497,18 @@ class Run:
     rss: int
     records: dict
     phases: dict = dataclasses.field(default_factory=dict)
+    tasks: list = dataclasses.field(default_factory=list)  # decode tasks' lines (pipeline.TASK_LOG_ENV)
 
 
-def measure(cmd: list[str], cpus: set[int] | None, stdout, stderr_lines: list | None = None) -> tuple:
+def measure(
+    cmd: list[str], cpus: set[int] | None, stdout, stderr_lines: list | None = None, env: dict | None = None
+) -> tuple:
     """Run `cmd` to the end of its whole process tree: (rc, wall s, tree CPU s, CPU s of everything
     else on the machine meanwhile, peak tree RSS). `stderr_lines` collects (seconds since start,
     line) as they arrive."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy = _busy_cpu()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with Tree() as tree:
         t0 = time.perf_counter()
         p = subprocess.Popen(
@@ -559,23 +564,40 @@ def count_tshark(out: Path) -> dict:
     return counts
 
 
-def run_brokerscope(cap: Path, master: str, cores: int, workdir: Path, cpus: set[int] | None) -> Run:
+def run_brokerscope(
+    cap: Path, master: str, cores: int, workdir: Path, cpus: set[int] | None, conf: Path | None = None
+) -> Run:
+    """One `brokerscope ingest` into a new lake (`conf`: a config file, named in the tool's label)."""
     exe = Path(sys.executable).with_name("brokerscope")
     cmd = [str(exe) if exe.exists() else "brokerscope", "ingest", str(cap), "--master", master, "-q"]
+    cmd += ["--conf", str(conf)] if conf else []
     lake = Path(tempfile.mkdtemp(prefix="lake-", dir=workdir))
+    task_log = lake.with_suffix(".tasks")
     lines: list = []
     try:
         with tempfile.TemporaryFile("w+") as out:
-            rc, wall, cpu, others, rss = measure(cmd + ["--lake", str(lake)], cpus, out, lines)
+            env = {TASK_LOG_ENV: str(task_log)}
+            rc, wall, cpu, others, rss = measure(cmd + ["--lake", str(lake)], cpus, out, lines, env)
             out.seek(0)
             summary = out.read()
         if rc not in (0, 3):
             tail = "\n".join(line for _, line in lines[-15:])
             raise SystemExit(f"brokerscope ingest failed ({rc}):\n{summary}\n{tail}")
         records = count_lake(lake)
+        tasks = [json.loads(line) for line in task_log.read_text().splitlines()] if task_log.exists() else []
     finally:
         shutil.rmtree(lake, ignore_errors=True)
-    return Run(f"brokerscope {master}", cores, wall, cpu, others, rss, records, _phases(lines, wall))
+        task_log.unlink(missing_ok=True)
+    label = f"brokerscope {master}" + (f" {conf.stem}" if conf else "")
+    return Run(label, cores, wall, cpu, others, rss, records, _phases(lines, wall), tasks)
+
+
+def imbalance(tasks: list[dict]) -> str:
+    """The decode tasks' CPU seconds and max / mean (1.00: even), '' without them."""
+    cpu = [t["cpu_s"] for t in tasks]
+    if not cpu:
+        return ""
+    return f"tasks CPU s {' '.join(f'{c:.2f}' for c in cpu)}, max/mean {max(cpu) / (sum(cpu) / len(cpu)):.2f}"
 
 
 def _phases(lines: list, wall: float) -> dict:
@@ -764,6 +786,11 @@ def profile(cap: Path, mb: float, workdir: Path) -> None:
 # -- the report -------------------------------------------------------------------------------
 
 
+def _ratio(tasks: list[dict]) -> float:
+    cpu = [t["cpu_s"] for t in tasks]
+    return round(max(cpu) / (sum(cpu) / len(cpu)), 2)
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -797,6 +824,9 @@ def report(runs: list[Run], size_mb: float, expected: dict) -> None:
             p = {n: _med([ph[n] for ph in phases if n in ph]) for n in phases[0]}
             decode = f" (decode alone {size_mb / p['decode']:.2f} MB/s)" if p.get("decode") else ""
             print(f"{'':<24}   phases: " + ", ".join(f"{n} {t:.1f} s" for n, t in p.items()) + decode)
+        ratios = [_ratio(r.tasks) for r in rs if len(r.tasks) > 1]
+        if ratios:
+            print(f"{'':<24}   decode tasks' CPU max/mean: median {_med(ratios):.2f}, rounds {ratios}")
     ts = med.get("tshark")
     if ts:
         print("\nbrokerscope / tshark (> 1: brokerscope faster):")
@@ -808,9 +838,10 @@ def report(runs: list[Run], size_mb: float, expected: dict) -> None:
                 f"  {tool:<22} per core {m['per_core'] / ts['per_core']:6.3f}   per CPU second "
                 f"{m['per_cpu'] / ts['per_cpu']:6.3f}   wall {ts['wall'] / m['wall']:6.3f}"
             )
-    one, two = med.get("brokerscope local[1]"), med.get("brokerscope local[2]")
-    if one and two:
-        print(f"  2 cores / 1 core (brokerscope wall time): x{one['wall'] / two['wall']:.2f}")
+    for variant in dict.fromkeys(t.split("]", 1)[1] for t in tools if t.startswith("brokerscope local[")):
+        one, two = med.get(f"brokerscope local[1]{variant}"), med.get(f"brokerscope local[2]{variant}")
+        if one and two:
+            print(f"  2 cores / 1 core{variant} (brokerscope wall time): x{one['wall'] / two['wall']:.2f}")
     print("\nrecords (produced, fetched):")
     print(f"  {'clients (sent, received)':<24} {expected['produce']:>10,} {expected['fetch']:>10,}")
     for tool in tools:
@@ -845,6 +876,12 @@ def main() -> int:
         "loopback's segments of up to 64 KiB; 1448 is what an Ethernet network with timestamps carries)",
     )
     ap.add_argument("--no-pin", action="store_true", help="do not pin runs to 1 (tshark, local[1]) or 2 CPUs")
+    ap.add_argument(
+        "--compare-hash",
+        action="store_true",
+        help="also run brokerscope with spark.balance_connections = false (connections hashed to the "
+        "decode tasks), alternated with the default in each round",
+    )
     ap.add_argument("--profile", action="store_true", help="also profile one task's work in-process")
     ap.add_argument("--profile-mb", type=float, default=20.0)
     a = ap.parse_args()
@@ -893,13 +930,18 @@ def main() -> int:
         f"\n{'round':<6} {'tool':<24} {'wall s':>8} {'MB/s':>7} {'CPU s':>8} {'others':>7} {'peak RSS':>9}"
         "  records (produced + fetched)"
     )
+    confs: list[Path | None] = [None]
+    if a.compare_hash:
+        confs.append(a.workdir / "hash.toml")
+        confs[-1].write_text("[spark]\nbalance_connections = false\n")
+    steps = [("tshark", None)] + [(m, c) for m in ("local[1]", "local[2]") for c in confs]
     for rnd in range(1, a.rounds + 1):
-        for step in ("tshark", "local[1]", "local[2]"):
+        for step, conf in steps:
             if step == "tshark":
                 r = run_tshark(cap, a.workdir / "tshark-fields.tsv", one)
             else:
                 cores = 1 if step == "local[1]" else 2
-                r = run_brokerscope(cap, step, cores, a.workdir, one if cores == 1 else two)
+                r = run_brokerscope(cap, step, cores, a.workdir, one if cores == 1 else two, conf)
             runs.append(r)
             rec = f"{r.records['produce']:,} + {r.records['fetch']:,}"
             print(
@@ -907,6 +949,8 @@ def main() -> int:
                 f"{r.rss / 2**20:7,.0f} MiB  {rec}",
                 flush=True,
             )
+            if r.tasks:
+                print(f"{'':<6} {'':<24} {imbalance(r.tasks)}", flush=True)
     if runs:
         report(runs, size_mb, expected)
     if a.profile:
