@@ -30,7 +30,9 @@ reuse the captures cached in --workdir (default: $TMPDIR/brokerscope-versus-tsha
    machine, a run with much of it lost CPU to other work). Tree CPU time: this script is a child
    subreaper, so the Spark JVM, which outlives the brokerscope process, is reaped here and counted
    by getrusage(RUSAGE_CHILDREN); PySpark's daemon ignores SIGCHLD, so its Python workers (the
-   decoding) are counted by sampling /proc instead (see Tree).
+   decoding) are counted by sampling /proc instead (see Tree). Each decode task's CPU seconds
+   (its Python worker's, pipeline.TASK_LOG_ENV) and their max / mean: how even the tasks are,
+   a measure the rest of the machine's load does not move as it moves wall times.
 3. Records. tshark: occurrences of `kafka.message_value` (one per record with a value: every
    record here has one), split by the API of the frame (Produce requests, Fetch responses).
    Values are FT_BYTES, printed as hex, so the aggregator ',' never occurs inside a value.
@@ -564,13 +566,10 @@ def count_tshark(out: Path) -> dict:
     return counts
 
 
-def run_brokerscope(
-    cap: Path, master: str, cores: int, workdir: Path, cpus: set[int] | None, conf: Path | None = None
-) -> Run:
-    """One `brokerscope ingest` into a new lake (`conf`: a config file, named in the tool's label)."""
+def run_brokerscope(cap: Path, master: str, cores: int, workdir: Path, cpus: set[int] | None) -> Run:
+    """One `brokerscope ingest` into a new lake; its decode tasks' lines (pipeline.TASK_LOG_ENV)."""
     exe = Path(sys.executable).with_name("brokerscope")
     cmd = [str(exe) if exe.exists() else "brokerscope", "ingest", str(cap), "--master", master, "-q"]
-    cmd += ["--conf", str(conf)] if conf else []
     lake = Path(tempfile.mkdtemp(prefix="lake-", dir=workdir))
     task_log = lake.with_suffix(".tasks")
     lines: list = []
@@ -588,16 +587,16 @@ def run_brokerscope(
     finally:
         shutil.rmtree(lake, ignore_errors=True)
         task_log.unlink(missing_ok=True)
-    label = f"brokerscope {master}" + (f" {conf.stem}" if conf else "")
-    return Run(label, cores, wall, cpu, others, rss, records, _phases(lines, wall), tasks)
+    return Run(f"brokerscope {master}", cores, wall, cpu, others, rss, records, _phases(lines, wall), tasks)
 
 
 def imbalance(tasks: list[dict]) -> str:
-    """The decode tasks' CPU seconds and max / mean (1.00: even), '' without them."""
-    cpu = [t["cpu_s"] for t in tasks]
-    if not cpu:
+    """The decode tasks' CPU seconds (wall) and their max / mean (1.00: even), '' without them."""
+    if not tasks:
         return ""
-    return f"tasks CPU s {' '.join(f'{c:.2f}' for c in cpu)}, max/mean {max(cpu) / (sum(cpu) / len(cpu)):.2f}"
+    each = " ".join(f"{t['cpu_s']:.2f} ({t['wall_s']:.2f})" for t in tasks)
+    mb = " ".join(f"{t['payload_bytes'] / 1e6:.0f}" for t in tasks)
+    return f"decode tasks CPU (wall) s {each}, CPU max/mean {_ratio(tasks):.2f}; payload MB {mb}"
 
 
 def _phases(lines: list, wall: float) -> dict:
@@ -838,10 +837,9 @@ def report(runs: list[Run], size_mb: float, expected: dict) -> None:
                 f"  {tool:<22} per core {m['per_core'] / ts['per_core']:6.3f}   per CPU second "
                 f"{m['per_cpu'] / ts['per_cpu']:6.3f}   wall {ts['wall'] / m['wall']:6.3f}"
             )
-    for variant in dict.fromkeys(t.split("]", 1)[1] for t in tools if t.startswith("brokerscope local[")):
-        one, two = med.get(f"brokerscope local[1]{variant}"), med.get(f"brokerscope local[2]{variant}")
-        if one and two:
-            print(f"  2 cores / 1 core{variant} (brokerscope wall time): x{one['wall'] / two['wall']:.2f}")
+    one, two = med.get("brokerscope local[1]"), med.get("brokerscope local[2]")
+    if one and two:
+        print(f"  2 cores / 1 core (brokerscope wall time): x{one['wall'] / two['wall']:.2f}")
     print("\nrecords (produced, fetched):")
     print(f"  {'clients (sent, received)':<24} {expected['produce']:>10,} {expected['fetch']:>10,}")
     for tool in tools:
@@ -876,12 +874,6 @@ def main() -> int:
         "loopback's segments of up to 64 KiB; 1448 is what an Ethernet network with timestamps carries)",
     )
     ap.add_argument("--no-pin", action="store_true", help="do not pin runs to 1 (tshark, local[1]) or 2 CPUs")
-    ap.add_argument(
-        "--compare-hash",
-        action="store_true",
-        help="also run brokerscope with spark.balance_connections = false (connections hashed to the "
-        "decode tasks), alternated with the default in each round",
-    )
     ap.add_argument("--profile", action="store_true", help="also profile one task's work in-process")
     ap.add_argument("--profile-mb", type=float, default=20.0)
     a = ap.parse_args()
@@ -930,18 +922,13 @@ def main() -> int:
         f"\n{'round':<6} {'tool':<24} {'wall s':>8} {'MB/s':>7} {'CPU s':>8} {'others':>7} {'peak RSS':>9}"
         "  records (produced + fetched)"
     )
-    confs: list[Path | None] = [None]
-    if a.compare_hash:
-        confs.append(a.workdir / "hash.toml")
-        confs[-1].write_text("[spark]\nbalance_connections = false\n")
-    steps = [("tshark", None)] + [(m, c) for m in ("local[1]", "local[2]") for c in confs]
     for rnd in range(1, a.rounds + 1):
-        for step, conf in steps:
+        for step in ("tshark", "local[1]", "local[2]"):
             if step == "tshark":
                 r = run_tshark(cap, a.workdir / "tshark-fields.tsv", one)
             else:
                 cores = 1 if step == "local[1]" else 2
-                r = run_brokerscope(cap, step, cores, a.workdir, one if cores == 1 else two, conf)
+                r = run_brokerscope(cap, step, cores, a.workdir, one if cores == 1 else two)
             runs.append(r)
             rec = f"{r.records['produce']:,} + {r.records['fetch']:,}"
             print(

@@ -24,7 +24,6 @@ _CORE: dict = {
         "master": "local[*]",
         "app_name": "brokerscope",
         "shuffle_partitions": 0,
-        "balance_connections": True,
         "class_cache": True,
         "conf": {},
     },

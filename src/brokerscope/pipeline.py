@@ -14,7 +14,6 @@ import ctypes
 import dataclasses
 import datetime
 import gc
-import heapq
 import json
 import logging
 import os
@@ -389,6 +388,8 @@ def _decode_fn(
 # a file to which each decode task appends a JSON line (its Python worker's CPU seconds, wall
 # seconds, packets, payload bytes, connections): how even the tasks are (bench/versus_tshark.py)
 TASK_LOG_ENV = "BROKERSCOPE_TASK_LOG"
+# the 4-tuple that names a connection: the shuffle keeps each connection's packets in one task
+CONN_COLS = ("lo_ip", "lo_port", "hi_ip", "hi_port")
 
 
 def _counted(batches: Iterator[pa.RecordBatch], seen: dict, conns: set) -> Iterator[pa.RecordBatch]:
@@ -540,10 +541,9 @@ def ingest(
     run = RunDir(lake.root, run_id)
     run.lock()
     staged = Staged(str(lake.root), run_id, lake.by_capture()) if summary.writer == "embedded" else None
-    cached: list = []
+    out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
     progress("decoding")
     try:
-        out = _decoded(spark, settings, todo, psplits, ssplits, staged, run, cached)
         if staged:
             stats = _commit_staged(
                 out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
@@ -560,9 +560,6 @@ def ingest(
         else:  # some tables may hold the run: the next command that opens the lake finishes it
             run.release()
         raise
-    finally:
-        for df in cached:
-            df.unpersist()
     if settings.optimize_after_run and staged:
         progress("compacting the partitions this run wrote")
         try:
@@ -580,11 +577,8 @@ def ingest(
     return summary
 
 
-def _decoded(
-    spark, settings: Settings, todo, psplits, ssplits, staged: Staged | None, run: RunDir, cached: list
-):
-    """The decode DataFrame: FILES rows (embedded writer, `staged` given) or UNION rows; the
-    DataFrames it persisted go into `cached` (the caller unpersists them after the decode)."""
+def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged | None, run: RunDir):
+    """The decode DataFrame: FILES rows (embedded writer, `staged` given) or UNION rows."""
     sc = spark.sparkContext
     out_schema = _spark_schema(FILES if staged else UNION)
     parts = []
@@ -605,12 +599,12 @@ def _decoded(
             nparts = decode_partitions(
                 int(settings.raw["spark"]["shuffle_partitions"]), sc.defaultParallelism, len(packs)
             )
-            packets = packets.drop("capture_id")  # file_index names it: less to shuffle
-            if settings.raw["spark"]["balance_connections"]:
-                packets = _balanced(spark, packets, nparts, cached)
-            else:
-                packets = packets.repartition(nparts, *CONN_COLS)
-            parts.append(packets.sortWithinPartitions(*SORT_COLS).mapInArrow(decode, out_schema))
+            parts.append(
+                packets.drop("capture_id")  # file_index names it: less to shuffle
+                .repartition(nparts, *CONN_COLS)
+                .sortWithinPartitions(*SORT_COLS)
+                .mapInArrow(decode, out_schema)
+            )
     if ssplits:
         # a segment file is read whole by one task, which hashes it before naming its rows
         per_file: dict[int, list] = {}
@@ -819,87 +813,6 @@ def decode_partitions(configured: int, parallelism: int, read_tasks: int) -> int
     one per read task, so a decode task takes about what a read task read (split_size): its sort
     and its memory stay flat as capture sets grow."""
     return configured or max(2, 2 * parallelism, read_tasks)
-
-
-# the 4-tuple that names a connection: the shuffle keeps each connection's packets in one task
-CONN_COLS = ("lo_ip", "lo_port", "hi_ip", "hi_port")
-# Above this many connections the shuffle hashes them instead (the driver's assignment table
-# would grow with them, and hashing balances many connections well enough)
-MAX_BALANCED_CONNECTIONS = 200_000
-# Spark's repartition(n, column) sends a row to pmod(murmur3_32(column, seed 42), n)
-SPARK_HASH_SEED = 42
-_M32 = 0xFFFFFFFF
-
-
-def _balanced(spark, packets, nparts: int, cached: list):
-    """`packets` repartitioned into `nparts` decode tasks of about the same payload bytes: the
-    read stage runs first on its own (its rows persisted: headers and payload offsets), Spark
-    sums each connection's payload bytes, the driver assigns connections largest first to the
-    least loaded task (`assign_partitions`), and a broadcast join gives each packet the key
-    Spark's hash sends to that task. Counter rows (null 4-tuple) go to one task, as before."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    packets = packets.persist(StorageLevel.MEMORY_AND_DISK)
-    cached.append(packets)
-    per_conn = (
-        packets.where(F.col("lo_ip").isNotNull())
-        .groupBy(*CONN_COLS)
-        .agg(F.sum(F.col("payload_len").cast("long")).alias("bytes"))
-        .collect()
-    )
-    if not per_conn or len(per_conn) > MAX_BALANCED_CONNECTIONS:
-        return packets.repartition(nparts, *CONN_COLS)
-    where = assign_partitions({tuple(r[:4]): int(r["bytes"] or 0) for r in per_conn}, nparts)
-    keys = partition_keys(nparts)
-    table = spark.createDataFrame(
-        [(*conn, keys[p]) for conn, p in where.items()],
-        "lo_ip string, lo_port int, hi_ip string, hi_port int, _task int",
-    )
-    return (
-        packets.join(F.broadcast(table), list(CONN_COLS), "left")
-        .repartition(nparts, "_task")
-        .select(*packets.columns)
-    )
-
-
-def assign_partitions(costs: dict[tuple, int], nparts: int) -> dict[tuple, int]:
-    """Each connection's decode partition: largest first into the least loaded partition (the
-    longest-processing-time rule, within 4/3 of the best split); ties go by the 4-tuple, so the
-    same capture set is partitioned the same way every run."""
-    loads = [(0, p) for p in range(nparts)]
-    out: dict[tuple, int] = {}
-    for conn, cost in sorted(costs.items(), key=lambda kv: (-kv[1], kv[0])):
-        load, p = heapq.heappop(loads)
-        out[conn] = p
-        heapq.heappush(loads, (load + cost, p))
-    return out
-
-
-def spark_hash_int(value: int, seed: int = SPARK_HASH_SEED) -> int:
-    """Spark's `hash()` of an int column (Murmur3 x86 32-bit of the 4 little-endian bytes), as a
-    signed 32-bit value."""
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & _M32
-
-    k = rotl((value & _M32) * 0xCC9E2D51 & _M32, 15) * 0x1B873593 & _M32
-    h = (rotl(seed ^ k, 13) * 5 + 0xE6546B64) & _M32
-    h ^= 4  # the length in bytes
-    h = (h ^ (h >> 16)) * 0x85EBCA6B & _M32
-    h = (h ^ (h >> 13)) * 0xC2B2AE35 & _M32
-    h ^= h >> 16
-    return h - (1 << 32) if h >> 31 else h
-
-
-def partition_keys(nparts: int) -> list[int]:
-    """For each partition p, the smallest int key that repartition(nparts, key) sends to p."""
-    keys: dict[int, int] = {}
-    k = 0
-    while len(keys) < nparts:
-        keys.setdefault(spark_hash_int(k) % nparts, k)  # Python's % is Spark's pmod here
-        k += 1
-    return [keys[p] for p in range(nparts)]
 
 
 def pack_splits(splits: list, target: int) -> list[list[dict]]:
