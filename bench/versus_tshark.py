@@ -30,7 +30,9 @@ reuse the captures cached in --workdir (default: $TMPDIR/brokerscope-versus-tsha
    machine, a run with much of it lost CPU to other work). Tree CPU time: this script is a child
    subreaper, so the Spark JVM, which outlives the brokerscope process, is reaped here and counted
    by getrusage(RUSAGE_CHILDREN); PySpark's daemon ignores SIGCHLD, so its Python workers (the
-   decoding) are counted by sampling /proc instead (see Tree).
+   decoding) are counted by sampling /proc instead (see Tree). Each decode task's CPU seconds
+   (its Python worker's, pipeline.TASK_LOG_ENV) and their max / mean: how even the tasks are,
+   a measure the rest of the machine's load does not move as it moves wall times.
 3. Records. tshark: occurrences of `kafka.message_value` (one per record with a value: every
    record here has one), split by the API of the frame (Produce requests, Fetch responses).
    Values are FT_BYTES, printed as hex, so the aggregator ',' never occurs inside a value.
@@ -71,6 +73,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from read_bench import floor_scan  # noqa: E402
+
+from brokerscope.pipeline import TASK_LOG_ENV  # noqa: E402
 
 API_VERSION = (2, 3)  # kafka-python's broker version: Produce v7, Fetch v11 (see the docstring)
 SERVER_PORT = 9092  # the grown capture's broker port (tshark's and brokerscope's default for Kafka)
@@ -495,15 +499,18 @@ class Run:
     rss: int
     records: dict
     phases: dict = dataclasses.field(default_factory=dict)
+    tasks: list = dataclasses.field(default_factory=list)  # decode tasks' lines (pipeline.TASK_LOG_ENV)
 
 
-def measure(cmd: list[str], cpus: set[int] | None, stdout, stderr_lines: list | None = None) -> tuple:
+def measure(
+    cmd: list[str], cpus: set[int] | None, stdout, stderr_lines: list | None = None, env: dict | None = None
+) -> tuple:
     """Run `cmd` to the end of its whole process tree: (rc, wall s, tree CPU s, CPU s of everything
     else on the machine meanwhile, peak tree RSS). `stderr_lines` collects (seconds since start,
     line) as they arrive."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy = _busy_cpu()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with Tree() as tree:
         t0 = time.perf_counter()
         p = subprocess.Popen(
@@ -560,22 +567,36 @@ def count_tshark(out: Path) -> dict:
 
 
 def run_brokerscope(cap: Path, master: str, cores: int, workdir: Path, cpus: set[int] | None) -> Run:
+    """One `brokerscope ingest` into a new lake; its decode tasks' lines (pipeline.TASK_LOG_ENV)."""
     exe = Path(sys.executable).with_name("brokerscope")
     cmd = [str(exe) if exe.exists() else "brokerscope", "ingest", str(cap), "--master", master, "-q"]
     lake = Path(tempfile.mkdtemp(prefix="lake-", dir=workdir))
+    task_log = lake.with_suffix(".tasks")
     lines: list = []
     try:
         with tempfile.TemporaryFile("w+") as out:
-            rc, wall, cpu, others, rss = measure(cmd + ["--lake", str(lake)], cpus, out, lines)
+            env = {TASK_LOG_ENV: str(task_log)}
+            rc, wall, cpu, others, rss = measure(cmd + ["--lake", str(lake)], cpus, out, lines, env)
             out.seek(0)
             summary = out.read()
         if rc not in (0, 3):
             tail = "\n".join(line for _, line in lines[-15:])
             raise SystemExit(f"brokerscope ingest failed ({rc}):\n{summary}\n{tail}")
         records = count_lake(lake)
+        tasks = [json.loads(line) for line in task_log.read_text().splitlines()] if task_log.exists() else []
     finally:
         shutil.rmtree(lake, ignore_errors=True)
-    return Run(f"brokerscope {master}", cores, wall, cpu, others, rss, records, _phases(lines, wall))
+        task_log.unlink(missing_ok=True)
+    return Run(f"brokerscope {master}", cores, wall, cpu, others, rss, records, _phases(lines, wall), tasks)
+
+
+def imbalance(tasks: list[dict]) -> str:
+    """The decode tasks' CPU seconds (wall) and their max / mean (1.00: even), '' without them."""
+    if not tasks:
+        return ""
+    each = " ".join(f"{t['cpu_s']:.2f} ({t['wall_s']:.2f})" for t in tasks)
+    mb = " ".join(f"{t['payload_bytes'] / 1e6:.0f}" for t in tasks)
+    return f"decode tasks CPU (wall) s {each}, CPU max/mean {_ratio(tasks):.2f}; payload MB {mb}"
 
 
 def _phases(lines: list, wall: float) -> dict:
@@ -764,6 +785,11 @@ def profile(cap: Path, mb: float, workdir: Path) -> None:
 # -- the report -------------------------------------------------------------------------------
 
 
+def _ratio(tasks: list[dict]) -> float:
+    cpu = [t["cpu_s"] for t in tasks]
+    return round(max(cpu) / (sum(cpu) / len(cpu)), 2)
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -797,6 +823,9 @@ def report(runs: list[Run], size_mb: float, expected: dict) -> None:
             p = {n: _med([ph[n] for ph in phases if n in ph]) for n in phases[0]}
             decode = f" (decode alone {size_mb / p['decode']:.2f} MB/s)" if p.get("decode") else ""
             print(f"{'':<24}   phases: " + ", ".join(f"{n} {t:.1f} s" for n, t in p.items()) + decode)
+        ratios = [_ratio(r.tasks) for r in rs if len(r.tasks) > 1]
+        if ratios:
+            print(f"{'':<24}   decode tasks' CPU max/mean: median {_med(ratios):.2f}, rounds {ratios}")
     ts = med.get("tshark")
     if ts:
         print("\nbrokerscope / tshark (> 1: brokerscope faster):")
@@ -907,6 +936,8 @@ def main() -> int:
                 f"{r.rss / 2**20:7,.0f} MiB  {rec}",
                 flush=True,
             )
+            if r.tasks:
+                print(f"{'':<6} {'':<24} {imbalance(r.tasks)}", flush=True)
     if runs:
         report(runs, size_mb, expected)
     if a.profile:

@@ -354,6 +354,7 @@ def _decode_fn(
     of packets that give their offset."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cpu0, wall0 = time.process_time(), time.time()
         # every read task of the capture set finished before this stage began: all ids are known,
         # and every Decryption Secrets Block was read
         drv = StreamDriver(
@@ -369,10 +370,37 @@ def _decode_fn(
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
             return drv.capture_stats + names
 
+        log_to = os.environ.get(TASK_LOG_ENV)
+        seen = {"packets": 0, "payload_bytes": 0}
+        conns: set[tuple] = set()
+        if log_to:
+            batches = _counted(batches, seen, conns)
         yield from _emit(drv.run_batches(batches), stats, staged)
         give_back_memory()
+        if log_to:
+            line = {"cpu_s": round(time.process_time() - cpu0, 3), "wall_s": round(time.time() - wall0, 3)}
+            with open(log_to, "a") as f:
+                f.write(json.dumps({**line, **seen, "connections": len(conns)}) + "\n")
 
     return decode
+
+
+# a file to which each decode task appends a JSON line (its Python worker's CPU seconds, wall
+# seconds, packets, payload bytes, connections): how even the tasks are (bench/versus_tshark.py)
+TASK_LOG_ENV = "BROKERSCOPE_TASK_LOG"
+# the 4-tuple that names a connection: the shuffle keeps each connection's packets in one task
+CONN_COLS = ("lo_ip", "lo_port", "hi_ip", "hi_port")
+
+
+def _counted(batches: Iterator[pa.RecordBatch], seen: dict, conns: set) -> Iterator[pa.RecordBatch]:
+    """Pass `batches` through, counting their packets, payload bytes and connections."""
+    import pyarrow.compute as pc
+
+    for b in batches:
+        seen["packets"] += b.num_rows
+        seen["payload_bytes"] += pc.sum(b.column("payload_len")).as_py() or 0
+        conns.update(zip(*(b.column(c).to_pylist() for c in CONN_COLS)))
+        yield b
 
 
 def give_back_memory() -> None:
@@ -573,7 +601,7 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
             )
             parts.append(
                 packets.drop("capture_id")  # file_index names it: less to shuffle
-                .repartition(nparts, "lo_ip", "lo_port", "hi_ip", "hi_port")
+                .repartition(nparts, *CONN_COLS)
                 .sortWithinPartitions(*SORT_COLS)
                 .mapInArrow(decode, out_schema)
             )

@@ -334,3 +334,37 @@ def test_filtered_ingest_keeps_only_matching_connections_and_records_the_filter(
         r["path"]: r for r in delta_rs_rows(str(tmp_path / "one" / "inputs")) if r["status"] != "replaced"
     }
     assert rows[os.path.realpath(ndpi)]["filter"] == "since=2023-12-21T04:25:56.329655Z"
+
+
+def test_decode_tasks_log_their_work_when_asked(tmp_path):
+    """`brokerscope ingest` with BROKERSCOPE_TASK_LOG (bench/versus_tshark.py): one line per
+    decode task of the shuffle, the packets and payload bytes summing to the capture's, every
+    connection in one task."""
+    cap = tmp_path / "syn.pcap"
+    info = write_capture(str(cap), n_conns=12, exchanges=4)
+    conf = tmp_path / "b.toml"
+    conf.write_text("[capture]\nsplit_size = 900\n[spark]\nshuffle_partitions = 4\n")
+    log = tmp_path / "tasks.jsonl"
+    exe = [sys.executable, "-m", "brokerscope.cli"]
+    cmd = [
+        *exe,
+        "ingest",
+        str(cap),
+        "--lake",
+        str(tmp_path / "lake"),
+        "--conf",
+        str(conf),
+        "--master",
+        "local[2]",
+    ]
+    env = {**os.environ, pipeline.TASK_LOG_ENV: str(log)}
+    proc = subprocess.run([*cmd, "-q"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 4
+    assert all(x["cpu_s"] > 0 and x["wall_s"] >= 0 for x in lines)
+    # each connection in one task; the read tasks' counter rows (null 4-tuple) in one more
+    assert sum(x["connections"] for x in lines) == 12 + 1
+    assert sum(x["payload_bytes"] for x in lines) == sum(
+        c["c2s_bytes"] + c["s2c_bytes"] for c in info["connections"]
+    )
