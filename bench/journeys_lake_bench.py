@@ -56,7 +56,7 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
     rng = np.random.default_rng(16)
     parts = 4
     m = {k: [] for k in (*journeys.MSG_COLUMNS[1:], "value", "consumer", "topic_id")}  # capture_id: _table
-    acks = {k: [] for k in journeys.ACK_COLUMNS}  # ack() gives them in this order
+    acks = {k: [] for k in (*journeys.ACK_COLUMNS, "details")}  # ack() gives them in this order
     cmd_columns = ("direction", "command", "client_ip", "client_id", "conn_id", "ts_ns", "details")
     cmds = {k: [] for k in (*cmd_columns, "topic", "topic_id", "partition", "decode_status")}
     next_off = [0] * parts
@@ -88,7 +88,7 @@ def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> No
             m[k].append(v)
 
     def ack(kind, p, off, ts, conn, corr_id, consumer=None):
-        for k, v in zip(acks, (kind, "t", p, off, consumer, 0, ts, conn, corr_id)):
+        for k, v in zip(acks, (kind, "t", p, off, consumer, 0, ts, conn, corr_id, None)):
             acks[k].append(v)
 
     i = 0

@@ -30,9 +30,10 @@ in docs/protocols/kafka.md ("Journeys"); the columns in tables.JOURNEYS.
   original, the others have status `duplicate` (`duplicate_of` names the original); the produce
   rows of that identity, answered or not, are its `produce_attempts`, and an original whose
   response was lost is produced by its unanswered attempt;
-- ShareFetch deliveries (share groups, whose rows name their group in `consumer`) are left out;
 - committed: the first successful OffsetCommit of the group for the partition (by response time)
-  whose offset (the next one to consume) is beyond the message's.
+  whose offset (the next one to consume) is beyond the message's;
+- share groups (KIP-932): a ShareFetch delivery names its share group (`consumer`); committed is
+  the group's first successful ACCEPT acknowledgement of the offset (`_share_accepts`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ GROUP_COMMANDS = (
 COORDINATOR_KEY_GROUP = (
     0  # FindCoordinator KeyType: 0 a consumer group, 1 a transactional id, 2 a share group
 )
+SHARE_ACK, SHARE_ACCEPT = "kafka_share_ack", "accept"  # a share group's acknowledgement, its accept type
 STATUSES = ("delivered", "delivered-not-committed", "not-delivered", "duplicate")
 
 
@@ -115,22 +117,21 @@ def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> 
     ids = sorted(capture_ids)
     kafka = pc.field("protocol") == "kafka"
     produce = pc.field("direction") == "produce"
-    # deliveries naming their consumer are ShareFetch's (share groups): not journeys yet
-    fetched = (pc.field("direction") == "deliver") & pc.field("consumer").is_null()
+    fetched = pc.field("direction") == "deliver"  # Fetch's, and ShareFetch's naming their group
     # produce rows without an offset (no response) only of idempotent producers: attempts
     where = kafka & (
         (produce & (pc.field("offset").is_valid() | (pc.field("producer_id") >= 0)))
         | (fetched & pc.field("offset").is_valid())
     )
     on = ("protocol", "direction", "offset", "producer_id", "consumer")
-    msgs = _read(f"{root}/messages", ids, MSG_COLUMNS, where, on)
+    msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer"), where, on)
     if _retries_collide(msgs):  # an idempotent producer's records: their values may tell apart
-        msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "value"), where, on)
+        msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer", "value"), where, on)
     acks = _read(
         f"{root}/acks",
         ids,
-        (*ACK_COLUMNS, "capture_id"),
-        kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit"]),
+        (*ACK_COLUMNS, "capture_id", "details"),
+        kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit", "kafka_share_ack"]),
         ("protocol", "ack_type"),
     )
     cmds = _read(
@@ -230,12 +231,12 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
     def table(rows, name, columns):
         sch = tables.schema(name)
         return pa.Table.from_pylist(
-            [{c: r[c] for c in columns} for r in rows], pa.schema([sch.field(c) for c in columns])
+            [{c: r.get(c) for c in columns} for r in rows], pa.schema([sch.field(c) for c in columns])
         )
 
     block = _journeys_block(
-        table(msgs, "messages", (*MSG_COLUMNS, "value")),
-        table(acks, "acks", ACK_COLUMNS),
+        table(msgs, "messages", (*MSG_COLUMNS, "value", "consumer")),
+        table(acks, "acks", (*ACK_COLUMNS, "details")),
         table(cmds, "commands", CMD_COLUMNS),
     )
     return block.rows()
@@ -516,6 +517,8 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     g_name = pa.array([group_of[c] for c in conn_keys], pa.string()).take(
         pc.index_in(o["conn_id"], value_set=pa.array(conn_keys, pa.string()), skip_nulls=False)
     )
+    if "consumer" in msgs.column_names:  # a ShareFetch delivery names its share group
+        g_name = pc.coalesce(msgs["consumer"].take(pa.array(order[oi])), g_name)
     # commits: successful OffsetCommits naming their group, by response time
     ok_err = pc.fill_null(pc.equal(acks["error_code"], 0), True)
     cm = acks.filter(
@@ -524,9 +527,11 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
             pc.fill_null(pc.not_equal(acks["consumer"], ""), False),
         )
     )
+    accepts = _share_accepts(acks)
     names = sorted(
         set(pc.unique(g_name.filter(pc.and_(pa.array(dl), g_name.is_valid()))).to_pylist())
         | set(pc.unique(cm["consumer"]).to_pylist())
+        | set(pc.unique(accepts["consumer"]).to_pylist())
     )
     nn = len(names)  # code nn: no group (sorts last)
     gcode = _np(pc.index_in(g_name, value_set=pa.array(names, pa.string())), nn)
@@ -534,17 +539,22 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     d_pairs, d_first, d_count = np.unique(pair[dl], return_index=True, return_counts=True)
     d_first = oi[np.nonzero(dl)[0][d_first]]
 
-    # which groups follow each topic: those delivered or committed any of its messages
-    topics = pc.dictionary_encode(pa.concat_arrays([o["topic"], cm["topic"]]), null_encoding="encode")
+    # which groups follow each topic: those delivered, committed or accepted any of its messages
+    topics = pc.dictionary_encode(
+        pa.concat_arrays([o["topic"], cm["topic"], accepts["topic"]]), null_encoding="encode"
+    )
     tcode = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    t_rows, t_commits = tcode[: len(oi)], tcode[len(oi) :]
+    t_rows, t_commits = tcode[: len(oi)], tcode[len(oi) : len(oi) + cm.num_rows]
     nt = len(topics.dictionary)
     follows = [set() for _ in range(nt)]
     named_dl = dl & (gcode < nn)
     for t, g in np.unique(np.stack([t_rows[named_dl], gcode[named_dl]]), axis=1).T.tolist():
         follows[t].add(g)
     c_g = _np(pc.index_in(cm["consumer"], value_set=pa.array(names, pa.string())), nn)
-    for t, g in set(zip(t_commits.tolist(), c_g.tolist())):
+    a_g = _np(pc.index_in(accepts["consumer"], value_set=pa.array(names, pa.string())), nn)
+    for t, g in set(
+        zip([*t_commits.tolist(), *tcode[len(oi) + cm.num_rows :].tolist()], [*c_g.tolist(), *a_g.tolist()])
+    ):
         follows[t].add(g)
 
     # per message (ident): its produce row, its original, its attempts, its ack
@@ -639,6 +649,14 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
             committed_ok[rows[hit]] = True
             committed_moved[rows[hit]] = earliest_moved[j[hit]]
         committed_ok &= rg < nn
+    if accepts.num_rows:  # share groups: the first accept of the message
+        acc, acc_ok, acc_moved = _share_committed(
+            accepts, a_g, m.select(["topic", "partition", "offset"]).take(pa.array(first[ri])), rg
+        )
+        take = acc_ok & (~committed_ok | (acc < committed))
+        committed = np.where(take, acc, committed)
+        committed_moved = np.where(take, acc_moved, committed_moved)
+        committed_ok |= acc_ok
     # a time moved onto the reference's clock: the produce, ack, delivery or commit step's
     p_moved = has_p & m_moved[np.maximum(p, 0)]
     moved = p_moved[ri] | acked_moved[ri] | (got & m_moved[dpos]) | (committed_ok & committed_moved)
@@ -680,6 +698,67 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
         "clock_corrected": pa.array(moved, pa.bool_()),
     }
     return tables.Block(nrow, cols, {"protocol": "kafka"})
+
+
+def _share_accepts(acks: pa.Table) -> pa.RecordBatch:
+    """The share groups' successful ACCEPT acknowledgements among `acks` (rows `kafka_share_ack`,
+    error 0 or none, naming their group), one row per offset: `topic`, `partition`, `offset`,
+    `consumer`, `ts_ns` (the response's) and `moved`. A row standing for a range (a request
+    acknowledging more offsets than the decoder writes rows for: `details.last_offset`) is one row
+    per offset of the range. RELEASE (the record goes back to be delivered again), REJECT (archived
+    unprocessed) and RENEW (the lock extended) are no commit."""
+    acks = _batch(acks)
+    share = pc.fill_null(pc.equal(acks["ack_type"], SHARE_ACK), False)
+    ok = pc.fill_null(pc.equal(acks["error_code"], 0), True)
+    a = acks.filter(pc.and_(pc.and_(share, ok), pc.fill_null(pc.not_equal(acks["consumer"], ""), False)))
+    if "details" not in a.column_names:
+        a = a.append_column("details", pa.nulls(a.num_rows, pa.string()))
+    # the details' type and range end, each distinct details text parsed once
+    enc = pc.dictionary_encode(a["details"], null_encoding="encode")
+    kinds, ends = [], []
+    for d in enc.dictionary.to_pylist():
+        try:
+            det = json.loads(d or "{}")
+        except ValueError:
+            det = {}
+        det = det if isinstance(det, dict) else {}
+        kinds.append(det.get("type") == SHARE_ACCEPT)
+        end = det.get("last_offset")
+        ends.append(end if isinstance(end, int) else -1)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    keep = (np.asarray(kinds, bool)[idx] if len(idx) else np.zeros(0, bool)) & _valid(a["offset"])
+    end = np.asarray(ends, np.int64)[idx][keep] if len(idx) else np.zeros(0, np.int64)
+    a = a.filter(pa.array(keep))
+    off = _np(a["offset"])
+    last = np.maximum(end, off)  # -1 (no range): the offset itself
+    width = last - off + 1
+    rows = np.repeat(np.arange(a.num_rows), width)  # a range: one row per offset
+    step = np.arange(len(rows)) - np.repeat(np.cumsum(width) - width, width)
+    out = a.select(["topic", "partition", "consumer", "ts_ns"]).take(pa.array(rows))
+    out = out.append_column("offset", pa.array(off[rows] + step, pa.int64()))
+    return out.append_column("moved", pa.array(_moved(a)[rows]))
+
+
+def _share_committed(
+    accepts: pa.RecordBatch, a_group: np.ndarray, msg: pa.RecordBatch, group: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per journeys row (its message's `topic`, `partition`, `offset` in `msg`, its group's code
+    `group`): the earliest accept (`_share_accepts`, their groups' codes `a_group`) of the group
+    for that offset, whether there is one, and whether its time was moved."""
+    na = accepts.num_rows
+    keys = _codes(
+        pa.array(np.concatenate([a_group, group]).astype(np.int64)),
+        *(pa.concat_arrays([accepts[c].cast(msg[c].type), msg[c]]) for c in ("topic", "partition", "offset")),
+    )
+    ka, kr = keys[:na], keys[na:]
+    nk = int(keys.max()) + 1
+    by_time = np.argsort(_np(accepts["ts_ns"]), kind="stable")
+    first = _first(ka[by_time], nk)  # the earliest accept of each key
+    hit = first[kr] >= 0
+    at = by_time[np.maximum(first[kr], 0)]
+    ts = np.where(hit, _np(accepts["ts_ns"])[at], 0)
+    moved = hit & _np(accepts["moved"], False).astype(bool)[at]
+    return ts, hit, moved
 
 
 # ---------------------------------------------------------------------------------------------

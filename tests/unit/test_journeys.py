@@ -1,13 +1,20 @@
 """The journeys rules on hand-made rows (no Spark, no lake): group attribution, commits,
-redeliveries, statuses. The real clients' traffic is in tests/integration/test_journeys.py."""
+redeliveries, statuses; and a real share consumer's capture (sample_data/kafka/share.pcap,
+decoded by decode_files into a delta-rs lake) against its manifest. The real clients' live
+traffic is in tests/integration/test_journeys.py."""
 
 from __future__ import annotations
 
+import base64
 import json
+from pathlib import Path
 
 from brokerscope import journeys, tables
+from brokerscope.streams import decode_files
+from tests.support.lakecheck import write_decoded
 
 S = 1_000_000_000  # ns
+SHARE = Path(__file__).resolve().parents[2] / "sample_data/kafka/share"
 
 
 def _msg(direction, offset, ts, conn, partition=0, topic="t", key=b"k", correlation_id=1, pid=-1, seq=None):
@@ -30,8 +37,11 @@ def _msg(direction, offset, ts, conn, partition=0, topic="t", key=b"k", correlat
     }
 
 
-def _ack(ack_type, offset, ts, conn, consumer=None, error_code=0, partition=0, correlation_id=1):
+def _ack(
+    ack_type, offset, ts, conn, consumer=None, error_code=0, partition=0, correlation_id=1, details=None
+):
     return {
+        "details": json.dumps(details) if details is not None else None,
         "ack_type": ack_type,
         "topic": "t",
         "partition": partition,
@@ -229,3 +239,77 @@ def test_a_retry_the_broker_deduplicated_is_one_message_produced_twice():
         None,
     )
     assert r["produced_ts_ns"] == 1 * S
+
+
+def test_a_real_share_group_against_its_manifest(tmp_path):
+    """librdkafka's KIP-932 share consumer (share.json): a message produced before it joined, then
+    12 fetched in one ShareFetch; all accepted but one rejected and one released, which came
+    back in the next ShareFetch response and was accepted by ShareAcknowledge."""
+    m = json.loads(SHARE.with_suffix(".json").read_text())
+    out = decode_files([str(SHARE.with_suffix(".pcap"))])
+    write_decoded(str(tmp_path), out)
+    ids = sorted({r["capture_id"] for r in out["messages"]})
+    rows = journeys.compute(str(tmp_path), ids).to_pylist()
+    got = {(r["partition"], r["offset"]): r for r in rows}
+    produced = {(p["partition"], p["offset"]) for p in m["produced"]}
+    assert len(rows) == len(got) == len(produced) and set(got) == produced  # one row per message
+    assert {(r["protocol"], r["topic"], r["consumer"]) for r in rows} == {
+        ("kafka", m["topic"], "bs-share-group")
+    }
+    consumed = [(c["partition"], c["offset"]) for c in m["consumed"]]
+    acked = {}
+    for a in m["share_acks"]:
+        acked.setdefault((a["partition"], a["offset"]), []).append(a["type"])
+    for k, r in got.items():
+        assert r["deliveries"] == consumed.count(k) and r["redeliveries"] == max(consumed.count(k) - 1, 0)
+        if "accept" in acked.get(k, []):
+            status = "delivered"
+        elif k in consumed:
+            status = "delivered-not-committed"
+        else:
+            status = "not-delivered"
+        assert r["status"] == status, k
+        assert r["produced_ts"] < r["acked_ts"] and r["produce_attempts"] == 1
+        if r["deliveries"]:
+            assert r["produced_ts"] < r["delivered_ts"] and r["consumer_conn_id"] != r["producer_conn_id"]
+        if status == "delivered":
+            assert r["delivered_ts"] < r["committed_ts"] and r["deliver_to_commit_us"] > 0
+        else:
+            assert r["committed_ts"] is None and r["deliver_to_commit_us"] is None
+    # the warm-up message, produced before the share consumer joined (it starts at the latest
+    # offset), was never delivered to the group that fetched its partition past it
+    (warm,) = [p for p in m["produced"] if base64.b64decode(p["key"]) == b"warm-up"]
+    assert got[(warm["partition"], warm["offset"])]["status"] == "not-delivered"
+    # rejected: delivered, never committed; released then redelivered, then accepted later than
+    # the others (by the ShareAcknowledge after the redelivery)
+    assert acked[(1, 1)] == ["reject"] and got[(1, 1)]["deliveries"] == 1
+    assert acked[(1, 2)] == ["release", "accept"]
+    again, first = got[(1, 2)], got[(1, 3)]
+    assert (again["deliveries"], again["redeliveries"]) == (2, 1)
+    assert again["delivered_ts"] == first["delivered_ts"] and again["committed_ts"] > first["committed_ts"]
+
+
+def test_share_acks_that_do_not_commit_and_ranges():
+    """A failed or renewed accept is no commit; an acknowledgement row standing for a range
+    (details.last_offset) accepts each offset of it."""
+    msgs = [_msg("produce", o, 1 * S, "p", correlation_id=1) for o in range(5)]
+    msgs += [{**_msg("deliver", o, 2 * S, "s"), "consumer": "sg"} for o in range(5)]
+    ack = {"api": "ShareAcknowledge", "type": "accept"}
+    acks = [
+        _ack("kafka_share_ack", 0, 3 * S, "s", "sg", details=ack),
+        _ack("kafka_share_ack", 1, 3 * S, "s", "sg", error_code=74, details=ack),  # failed
+        _ack("kafka_share_ack", 2, 3 * S, "s", "sg", details={**ack, "type": "renew"}),
+        _ack("kafka_share_ack", 3, 4 * S, "s", "sg", details={**ack, "last_offset": 4}),
+        _ack("kafka_share_ack", 0, 5 * S, "s", "sg", details=ack),  # later: the first counts
+        _ack("kafka_share_ack", 1, 3 * S, "s", "other", details=ack),  # another share group's
+    ]
+    got = _rows(msgs, acks, [])
+    assert {k: (r["status"], r["committed_ts_ns"]) for k, r in got.items() if k[1] == "sg"} == {
+        (0, "sg"): ("delivered", 3 * S),
+        (1, "sg"): ("delivered-not-committed", None),
+        (2, "sg"): ("delivered-not-committed", None),
+        (3, "sg"): ("delivered", 4 * S),
+        (4, "sg"): ("delivered", 4 * S),
+    }
+    # the other group accepted offset 1 without a delivery seen: it follows the topic
+    assert got[(1, "other")]["status"] == "not-delivered" and got[(1, "other")]["committed_ts_ns"] == 3 * S
