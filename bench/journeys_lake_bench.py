@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -49,7 +50,10 @@ def _table(name: str, cols: dict) -> pa.Table:
     sch = tables.schema(name)
     n = len(next(iter(cols.values())))
     cols = {"capture_id": [CAPTURE] * n, "protocol": ["kafka"] * n, **cols}
-    return pa.table({k: pa.array(v, sch.field(k).type) for k, v in cols.items()})
+    # the table's every column, as a lake's tables have them (null where the bench gives none)
+    return pa.table(
+        {f.name: pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in sch}
+    )
 
 
 def build(root: Path, messages: int, groups: int, idempotent: bool = True) -> None:
@@ -185,7 +189,15 @@ def _other(ref: str):
         text=True,
     ).stdout
     path = Path(tempfile.mkdtemp(prefix="journeys-ref-")) / "journeys_ref.py"
-    path.write_text(src.replace("from . import tables", "from brokerscope import tables"))
+    # the package's relative imports, made absolute for a module outside it
+    path.write_text(
+        re.sub(
+            r"^from \.(\w*) import",
+            lambda m: f"from brokerscope{'.' + m[1] if m[1] else ''} import",
+            src,
+            flags=re.M,
+        )
+    )
     spec = importlib.util.spec_from_file_location("journeys_ref", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
