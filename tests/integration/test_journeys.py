@@ -17,7 +17,7 @@ from brokerscope import cli, journeys, pipeline
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from tests.support.kafkamock import mock_producer, produce_batch, read
-from tests.support.lakecheck import delta_rs_rows, derived_settings
+from tests.support.lakecheck import delta_rs_rows, derived_settings, ingest_derived
 
 pytestmark = [
     pytest.mark.spark,
@@ -84,10 +84,6 @@ def _record(tmp: Path) -> dict:
     }
 
 
-def _settings(lake: Path, journeys: bool = True, lag: bool = False) -> Settings:
-    return derived_settings(lake, journeys=journeys, lag=lag)
-
-
 def _port_pcap(cap, port: int, path: Path) -> str:
     """Write the frames of `cap` to or from `port` (the mock broker's) to `path`; its name."""
     from tests.support.loopcap import _tcp_ports, write_pcap
@@ -100,7 +96,7 @@ def _port_pcap(cap, port: int, path: Path) -> str:
 def journey_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("journeys")
     run = _record(tmp)
-    settings = _settings(tmp / "lake")
+    settings = derived_settings(tmp / "lake", journeys=True)
     summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert summary.errors == []
     return tmp / "lake", run, settings, summary
@@ -263,7 +259,9 @@ def test_stored_times_from_segment_files_of_the_same_run(journey_lake, spark, tm
         for i, (_p, o, _k, _v) in enumerate(recs):
             ms = APPEND_MS if q == 1 else CREATE_MS + recs[0][1] + i
             want[(q, o)] = (ms * 1000, "log_append" if q == 1 else "create")
-    summary = pipeline.ingest([run["pcap"], *logs], _settings(tmp_path / "lake"), spark=spark)
+    summary = pipeline.ingest(
+        [run["pcap"], *logs], derived_settings(tmp_path / "lake", journeys=True), spark=spark
+    )
     assert summary.errors == []
     rows = _journeys(tmp_path / "lake")
     assert {r["consumer"] for r in rows} == {EARLY, LATE} and len(rows) == 2 * len(run["produced"])
@@ -337,8 +335,7 @@ def _record_retry(tmp: Path) -> dict:
 def retry_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("retry")
     run = _record_retry(tmp)
-    settings = _settings(tmp / "lake")
-    assert pipeline.ingest([run["pcap"]], settings, spark=spark).errors == []
+    ingest_derived(spark, [run["pcap"]], str(tmp / "lake"), journeys=True)
     return tmp / "lake", run
 
 
@@ -370,7 +367,7 @@ def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
 ):
     expected, run, _s, _summary = journey_lake
     lake = tmp_path / "lake"
-    settings = _settings(lake)
+    settings = derived_settings(lake, journeys=True)
 
     def fail(self, *a, **k):
         raise RuntimeError("killed before the journeys")
@@ -497,9 +494,7 @@ def _record_kafka_python(tmp: Path) -> dict:
 def kpy_lake(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kpy")
     run = _record_kafka_python(tmp)
-    settings = _settings(tmp / "lake", lag=True)
-    summary = pipeline.ingest([run["pcap"]], settings, spark=spark)
-    assert summary.errors == []
+    summary = ingest_derived(spark, [run["pcap"]], str(tmp / "lake"), journeys=True, lag=True)
     return tmp / "lake", run, summary
 
 
