@@ -147,3 +147,24 @@ def test_texts_and_columns_of_one_message():
         "checksum": checksum,
         "checksum_ok": True,
     }
+
+
+def test_ids_in_decimal_across_the_parts_of_the_u128():
+    """Ids written in base-10^19 parts: every edge between parts, with its leading zeros."""
+    ids = [0, 9, 10, 10**19 - 1, 10**19, 10**19 + 1, 2**64 - 1, 2**64, 10**38 - 1, 10**38, 2**128 - 1]
+    data = im.build_batch_v48([(i, b"v", b"") for i in ids], VSR_ORIGIN)
+    _batch, msgs, _ = im.read_batch_v48(data, 0, len(data))
+    assert msgs.ids == [str(i) for i in ids]
+
+
+def test_checksums_by_the_library_function_and_by_the_python_one():
+    """The walk calls xxhash's XXH3_64bits itself where the module exports it (so this
+    environment checks that path); the Python function it falls back to gives the same verdicts."""
+    assert isinstance(im._XXH3, int)
+    rng = random.Random(11)
+    for _ in range(40):
+        data = bytearray(random_batch(rng, rng.randrange(1, 8), with_checksums=True))
+        if rng.random() < 0.5:
+            data[rng.randrange(im.BATCH_HEADER_V48, len(data))] ^= 0x10
+        by_address = im._batch.walk(bytes(data), 0, len(data), -1, im._XXH3)
+        assert by_address == im._batch.walk(bytes(data), 0, len(data), -1, im.xxh3_64)

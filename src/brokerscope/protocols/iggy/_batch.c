@@ -1,7 +1,9 @@
 /* The messages of an Iggy batch record (the VSR generation, apache-iggy 0.9), read column-wise:
  * the decoder's per-message loop.
  *
- * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`)
+ * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`), checking its
+ * XXH3-64 checksums with `xxh3`: the address of the xxhash library's XXH3_64bits (an int, called
+ * directly), or a Python callable taking a buffer, or None (not checked),
  *
  *   batch header (256 bytes, little-endian): partition_id u64 @0 | base_offset u64 @8 |
  *     base_timestamp u64 @16 | origin_timestamp u64 @24 | batch_length u64 @32 (header included) |
@@ -35,7 +37,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #define BATCH_HEADER 256
@@ -59,22 +60,53 @@ static void put64le(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The u128 at p (little-endian) in decimal into out (at least 40 bytes); its length. */
-static int u128_text(const unsigned char *p, char *out) {
-    uint32_t limb[4]; /* most significant first */
-    for (int i = 0; i < 4; i++) limb[3 - i] = u32le(p + 4 * i);
-    char digits[40];
+/* The decimal digits of v at out (at least 20 bytes); their number. */
+static int put_u64(char *out, uint64_t v) {
+    char digits[20];
     int n = 0;
     do {
-        uint64_t rem = 0;
-        for (int i = 0; i < 4; i++) {
-            uint64_t cur = (rem << 32) | limb[i];
-            limb[i] = (uint32_t)(cur / 10);
-            rem = cur % 10;
-        }
-        digits[n++] = (char)('0' + rem);
-    } while (limb[0] | limb[1] | limb[2] | limb[3]);
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
     for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+    return n;
+}
+
+/* `lit` (a string literal) at out; its length. */
+#define PUT_LIT(out, lit) (memcpy((out), (lit), sizeof(lit) - 1), (int)(sizeof(lit) - 1))
+
+#define E19 10000000000000000000ULL /* the largest power of ten below 2^64 */
+
+/* v (below E19) as exactly 19 digits at out, leading zeros included. */
+static void put_u64_19(char *out, uint64_t v) {
+    for (int i = 18; i >= 0; i--) {
+        out[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+}
+
+/* The u128 at p (little-endian) in decimal into out (at least 40 bytes, NUL-terminated); its
+ * length. Cut into base-10^19 parts: the top one (2^128 / 10^38 is below 4) and the middle one
+ * plainly where nothing comes before them, the others with their leading zeros. */
+static int u128_text(const unsigned char *p, char *out) {
+    unsigned __int128 v = ((unsigned __int128)u64le(p + 8) << 64) | u64le(p);
+    uint64_t low = (uint64_t)(v % E19);
+    v /= E19;
+    uint64_t mid = (uint64_t)(v % E19), top = (uint64_t)(v / E19);
+    int n = 0;
+    if (top) {
+        n = put_u64(out, top);
+        put_u64_19(out + n, mid);
+        n += 19;
+    } else if (mid) {
+        n = put_u64(out, mid);
+    }
+    if (n) {
+        put_u64_19(out + n, low);
+        n += 19;
+    } else {
+        n = put_u64(out, low);
+    }
     out[n] = 0;
     return n;
 }
@@ -105,8 +137,13 @@ static Py_ssize_t header_count(const unsigned char *p, Py_ssize_t n, int typed) 
     return count;
 }
 
-/* xxh3(bytes at p, n) == want: 1, 0, or -1 (an error set). */
-static int xxh3_matches(PyObject *xxh3, const unsigned char *p, Py_ssize_t n, uint64_t want) {
+/* XXH3_64bits(data, length) of the xxhash library, where the caller gives its address. */
+typedef uint64_t (*xxh3_fn)(const void *, size_t);
+
+/* The XXH3-64 of the bytes at p (n) == want: 1, 0, or -1 (an error set). `direct`, when set,
+ * is the library's function, called here; else `xxh3` is a Python callable taking a buffer. */
+static int xxh3_matches(xxh3_fn direct, PyObject *xxh3, const unsigned char *p, Py_ssize_t n, uint64_t want) {
+    if (direct) return direct(p, (size_t)n) == want;
     PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
     if (!view) return -1;
     PyObject *got = PyObject_CallOneArg(xxh3, view);
@@ -144,7 +181,17 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     unsigned char *sums = NULL;
     const unsigned char *b = buf.buf;
-    if (xxh3 == Py_None) xxh3 = NULL;
+    xxh3_fn direct = NULL;
+    if (xxh3 == Py_None) {
+        xxh3 = NULL;
+    } else if (PyLong_Check(xxh3)) {
+        direct = (xxh3_fn)PyLong_AsVoidPtr(xxh3);
+        if (!direct) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null XXH3 function address");
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+    }
     if (pos < 0 || end > buf.len || pos > end || end - pos < BATCH_HEADER) goto not_plain;
     const unsigned char *h = b + pos;
     uint64_t pid = u64le(h), base_offset = u64le(h + 8), base_ts = u64le(h + 16), origin_ts = u64le(h + 24);
@@ -193,22 +240,40 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         uint64_t t = base_ts ? base_ts : origin_ts ? origin : 0;
         if (t > UINT64_MAX / 1000) goto not_plain;
         int ok = -1;
-        if (msum && xxh3 && (ok = xxh3_matches(xxh3, m + 8, mstop - p - 8, msum)) < 0) goto done;
+        if (msum && xxh3 && (ok = xxh3_matches(direct, xxh3, m + 8, mstop - p - 8, msum)) < 0) goto done;
         memcpy(sums + 44 + 8 * found, m, 8);
-        u128_text(m + 8, id);
+        int id_len = u128_text(m + 8, id);
         /* details: {"headers":[...],"origin_timestamp":..,"timestamp":..,"checksum":..,"header_size":48} */
-        int k = snprintf(text, sizeof text, "%s]", hlen ? "" : "{\"headers\":[");
-        if (origin_ts) k += snprintf(text + k, sizeof text - k, ",\"origin_timestamp\":%llu", (unsigned long long)origin);
-        if (base_ts) k += snprintf(text + k, sizeof text - k, ",\"timestamp\":%llu", (unsigned long long)base_ts);
-        k += snprintf(text + k, sizeof text - k, ",\"checksum\":%llu,\"header_size\":%d}", (unsigned long long)msum,
-                      FRAME_HEADER);
+        int k = hlen ? PUT_LIT(text, "]") : PUT_LIT(text, "{\"headers\":[]");
+        if (origin_ts) {
+            k += PUT_LIT(text + k, ",\"origin_timestamp\":");
+            k += put_u64(text + k, origin);
+        }
+        if (base_ts) {
+            k += PUT_LIT(text + k, ",\"timestamp\":");
+            k += put_u64(text + k, base_ts);
+        }
+        k += PUT_LIT(text + k, ",\"checksum\":");
+        k += put_u64(text + k, msum);
+        k += PUT_LIT(text + k, ",\"header_size\":");
+        k += put_u64(text + k, FRAME_HEADER);
+        text[k++] = '}';
         if (put(cols[DETAILS], PyUnicode_DecodeASCII(text, k, NULL))) goto done;
         /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
-        k = snprintf(text, sizeof text, "{\"id\":\"%s\",\"payload_size\":%lu,\"headers\":%zd,\"offset\":%llu,\"checksum\":%llu",
-                     id, (unsigned long)plen, headers, (unsigned long long)offset, (unsigned long long)msum);
-        if (ok >= 0) k += snprintf(text + k, sizeof text - k, ",\"checksum_ok\":%s", ok ? "true" : "false");
+        k = PUT_LIT(text, "{\"id\":\"");
+        memcpy(text + k, id, id_len);
+        k += id_len;
+        k += PUT_LIT(text + k, "\",\"payload_size\":");
+        k += put_u64(text + k, plen);
+        k += PUT_LIT(text + k, ",\"headers\":");
+        k += put_u64(text + k, (uint64_t)headers);
+        k += PUT_LIT(text + k, ",\"offset\":");
+        k += put_u64(text + k, offset);
+        k += PUT_LIT(text + k, ",\"checksum\":");
+        k += put_u64(text + k, msum);
+        if (ok >= 0) k += ok ? PUT_LIT(text + k, ",\"checksum_ok\":true") : PUT_LIT(text + k, ",\"checksum_ok\":false");
         text[k++] = '}';
-        if (put(cols[SUMMARIES], PyUnicode_DecodeASCII(text, k, NULL)) || put(cols[IDS], PyUnicode_FromString(id)) ||
+        if (put(cols[SUMMARIES], PyUnicode_DecodeASCII(text, k, NULL)) || put(cols[IDS], PyUnicode_DecodeASCII(id, id_len, NULL)) ||
             put(cols[PAYLOADS], PyBytes_FromStringAndSize((const char *)b + body, plen)) ||
             put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
             put(cols[TS_NS], t ? PyLong_FromUnsignedLongLong(t * 1000) : (Py_INCREF(Py_None), Py_None)))
@@ -221,7 +286,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     if ((uint64_t)found != n) goto not_plain;
     int batch_ok = -1;
-    if (checksum && xxh3 && (batch_ok = xxh3_matches(xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
+    if (checksum && xxh3 && (batch_ok = xxh3_matches(direct, xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
     result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
                            (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
                            (unsigned long long)checksum, (unsigned int)n,

@@ -31,7 +31,9 @@ try:  # XXH3-64 checksums (of any bytes-like object); without the package the ch
     import xxhash
 
     xxh3_64 = xxhash.xxh3_64_intdigest
-    _XXH3 = xxh3_64  # what the compiled walk verifies checksums with
+    # what the compiled walk verifies checksums with: the library's own C function where its
+    # module exports it (a call without Python objects per message), else the Python function
+    _XXH3 = native.c_function(xxhash._xxhash, "XXH3_64bits") or xxh3_64
 
 except ImportError:  # pragma: no cover - xxhash is a pinned dependency
 
