@@ -18,12 +18,14 @@
  *    message_count, batch_checksum_ok, next, ids, payloads, offsets, checksum_ok, ts_ns, details,
  *    summaries, header_index, header_blobs)
  *
- * with one entry per message in the lists: ids as decimal text; offsets base_offset + delta;
- * checksum_ok None where the checksum is 0 (or `xxh3` is None), else whether XXH3-64 of the frame
- * after its checksum field matches; ts_ns the message time in ns (the server's base_timestamp,
- * else origin_timestamp + delta, in µs x 1000; None without either); details and summaries the
- * texts messages.Messages documents (the messages row's details, the message's entry in its
- * frame's commands row). A message with user headers: its index in header_index, its blob in
+ * with one entry per message in each column: ids (decimal text of the u128), payloads and details
+ * as the (offsets, data) buffers of an Arrow string / binary array; offsets (base_offset + delta),
+ * checksum_ok and ts_ns as lists: checksum_ok None where the checksum is 0 (or `xxh3` is None),
+ * else whether XXH3-64 of the frame after its checksum field matches; ts_ns the message time in ns
+ * (the server's base_timestamp, else origin_timestamp + delta, in µs x 1000; None without either).
+ * details and summaries are the texts messages.Messages documents (the messages row's details,
+ * the message's entry in its frame's commands row); summaries come as one string, the entries
+ * joined by commas. A message with user headers: its index in header_index, its blob in
  * header_blobs, and its details start after the headers list (`]...`): the caller writes the
  * headers' JSON before it. batch_checksum_ok: None where the batch checksum is 0, else XXH3-64 of
  * the header fields (u64 x 5, count u32) and each message's checksum field in order.
@@ -60,16 +62,30 @@ static void put64le(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* "00" .. "99": two decimal digits per division */
+static const char PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 /* The decimal digits of v at out (at least 20 bytes); their number. */
 static int put_u64(char *out, uint64_t v) {
     char digits[20];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
-    return n;
+    int at = 20;
+    while (v >= 100) {
+        unsigned pair = (unsigned)(v % 100) * 2;
+        v /= 100;
+        digits[--at] = PAIRS[pair + 1];
+        digits[--at] = PAIRS[pair];
+    }
+    if (v >= 10) {
+        digits[--at] = PAIRS[v * 2 + 1];
+        digits[--at] = PAIRS[v * 2];
+    } else {
+        digits[--at] = (char)('0' + v);
+    }
+    memcpy(out, digits + at, 20 - at);
+    return 20 - at;
 }
 
 /* `lit` (a string literal) at out; its length. */
@@ -169,7 +185,57 @@ static PyObject *bool_or_none(int v) {
     return o;
 }
 
-enum { IDS, PAYLOADS, OFFSETS, OKS, TS_NS, DETAILS, SUMMARIES, HINDEX, HBLOBS, NCOLS };
+/* A column of strings or bytes as Arrow lays it out: int32 offsets (n + 1) and the values'
+ * bytes back to back. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int32_t *offs;
+    size_t n, ncap;
+} Strings;
+
+static int grow(void **p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = PyMem_Realloc(*p, c * size);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Append n bytes at v to the values' bytes: 0, or -1 (no memory, or past the 2 GiB that int32
+ * offsets reach). */
+static int bytes_add(Strings *s, const void *v, size_t n) {
+    if (s->len + n > INT32_MAX || grow((void **)&s->data, &s->cap, s->len + n, 1)) return -1;
+    memcpy(s->data + s->len, v, n);
+    s->len += n;
+    return 0;
+}
+
+/* Append one value of n bytes at v: 0, or -1. */
+static int strings_add(Strings *s, const void *v, size_t n) {
+    if (bytes_add(s, v, n) || grow((void **)&s->offs, &s->ncap, s->n + 2, sizeof(int32_t))) return -1;
+    s->offs[0] = 0;
+    s->offs[++s->n] = (int32_t)s->len;
+    return 0;
+}
+
+/* (offsets, data) as bytes: the buffers of an Arrow string or binary array of s->n values. */
+static PyObject *strings_out(const Strings *s) {
+    int32_t zero = 0;
+    return Py_BuildValue("(y#y#)", s->n ? (const char *)s->offs : (const char *)&zero,
+                         (Py_ssize_t)(sizeof(int32_t) * (s->n + 1)), s->data ? s->data : "", (Py_ssize_t)s->len);
+}
+
+static void strings_free(Strings *s) {
+    PyMem_Free(s->data);
+    PyMem_Free(s->offs);
+}
+
+enum { OFFSETS, OKS, TS_NS, HINDEX, HBLOBS, NCOLS };
+enum { IDS, PAYLOADS, DETAILS, NTEXT };
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     Py_buffer buf;
@@ -178,6 +244,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *xxh3;
     if (!PyArg_ParseTuple(args, "y*nnLO", &buf, &pos, &end, &count, &xxh3)) return NULL;
     PyObject *cols[NCOLS] = {0};
+    Strings text_cols[NTEXT] = {{0}}, sums_text = {0};
     PyObject *result = NULL;
     unsigned char *sums = NULL;
     const unsigned char *b = buf.buf;
@@ -198,6 +265,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     uint64_t length = u64le(h + 32), checksum = u64le(h + 40);
     uint32_t n = u32le(h + COUNT_AT);
     if (length < BATCH_HEADER || length > (uint64_t)(end - pos)) goto not_plain;
+    /* the text columns' int32 offsets: a record's texts are under 4 x its bytes (a 48-byte frame
+     * header per message), so larger records (past 256 MiB) go to the Python reader */
+    if (length > INT32_MAX / 8) goto not_plain;
     for (int i = RESERVED_AT; i < BATCH_HEADER; i++)
         if (h[i]) goto not_plain;
     if (count >= 0 && (uint64_t)count != n) goto not_plain;
@@ -258,7 +328,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         k += PUT_LIT(text + k, ",\"header_size\":");
         k += put_u64(text + k, FRAME_HEADER);
         text[k++] = '}';
-        if (put(cols[DETAILS], PyUnicode_DecodeASCII(text, k, NULL))) goto done;
+        if (strings_add(&text_cols[DETAILS], text, k)) goto no_memory;
         /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
         k = PUT_LIT(text, "{\"id\":\"");
         memcpy(text + k, id, id_len);
@@ -273,9 +343,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         k += put_u64(text + k, msum);
         if (ok >= 0) k += ok ? PUT_LIT(text + k, ",\"checksum_ok\":true") : PUT_LIT(text + k, ",\"checksum_ok\":false");
         text[k++] = '}';
-        if (put(cols[SUMMARIES], PyUnicode_DecodeASCII(text, k, NULL)) || put(cols[IDS], PyUnicode_DecodeASCII(id, id_len, NULL)) ||
-            put(cols[PAYLOADS], PyBytes_FromStringAndSize((const char *)b + body, plen)) ||
-            put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
+        if ((found && bytes_add(&sums_text, ",", 1)) || bytes_add(&sums_text, text, k) ||
+            strings_add(&text_cols[IDS], id, id_len) || strings_add(&text_cols[PAYLOADS], b + body, plen))
+            goto no_memory;
+        if (put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
             put(cols[TS_NS], t ? PyLong_FromUnsignedLongLong(t * 1000) : (Py_INCREF(Py_None), Py_None)))
             goto done;
         if (hlen && (put(cols[HINDEX], PyLong_FromSsize_t(found)) ||
@@ -287,18 +358,30 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     if ((uint64_t)found != n) goto not_plain;
     int batch_ok = -1;
     if (checksum && xxh3 && (batch_ok = xxh3_matches(direct, xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
-    result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
-                           (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
-                           (unsigned long long)checksum, (unsigned int)n,
-                           batch_ok < 0 ? Py_None : batch_ok ? Py_True : Py_False, stop, cols[IDS], cols[PAYLOADS],
-                           cols[OFFSETS], cols[OKS], cols[TS_NS], cols[DETAILS], cols[SUMMARIES], cols[HINDEX],
-                           cols[HBLOBS]);
+    PyObject *ids = strings_out(&text_cols[IDS]), *payloads = strings_out(&text_cols[PAYLOADS]);
+    PyObject *details = strings_out(&text_cols[DETAILS]);
+    PyObject *summaries = PyUnicode_DecodeASCII(sums_text.data ? sums_text.data : "", (Py_ssize_t)sums_text.len, NULL);
+    if (ids && payloads && details && summaries)
+        result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
+                               (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
+                               (unsigned long long)checksum, (unsigned int)n,
+                               batch_ok < 0 ? Py_None : batch_ok ? Py_True : Py_False, stop, ids, payloads,
+                               cols[OFFSETS], cols[OKS], cols[TS_NS], details, summaries, cols[HINDEX], cols[HBLOBS]);
+    Py_XDECREF(ids);
+    Py_XDECREF(payloads);
+    Py_XDECREF(details);
+    Py_XDECREF(summaries);
+    goto done;
+no_memory:
+    PyErr_NoMemory();
     goto done;
 not_plain:
     result = Py_None;
     Py_INCREF(result);
 done:
     for (int c = 0; c < NCOLS; c++) Py_XDECREF(cols[c]);
+    for (int c = 0; c < NTEXT; c++) strings_free(&text_cols[c]);
+    strings_free(&sums_text);
     PyMem_Free(sums);
     PyBuffer_Release(&buf);
     return result;
