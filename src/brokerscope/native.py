@@ -69,3 +69,15 @@ def _private_dir(data: bytes) -> str:
     except OSError:
         pass
     return tempfile.mkdtemp(prefix="brokerscope-native-")
+
+
+def c_function(module: ModuleType, symbol: str) -> int | None:
+    """The address of the C function `symbol` exported by the compiled `module` (a library's
+    Python binding), for a compiled walk to call without a Python call per value; None where
+    the module exports no such symbol."""
+    import ctypes
+
+    try:
+        return ctypes.cast(getattr(ctypes.CDLL(module.__file__), symbol), ctypes.c_void_p).value
+    except (AttributeError, OSError, TypeError):
+        return None

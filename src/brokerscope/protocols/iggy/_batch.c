@@ -1,7 +1,9 @@
 /* The messages of an Iggy batch record (the VSR generation, apache-iggy 0.9), read column-wise:
  * the decoder's per-message loop.
  *
- * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`)
+ * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`), checking its
+ * XXH3-64 checksums with `xxh3`: the address of the xxhash library's XXH3_64bits (an int, called
+ * directly), or a Python callable taking a buffer, or None (not checked),
  *
  *   batch header (256 bytes, little-endian): partition_id u64 @0 | base_offset u64 @8 |
  *     base_timestamp u64 @16 | origin_timestamp u64 @24 | batch_length u64 @32 (header included) |
@@ -16,12 +18,14 @@
  *    message_count, batch_checksum_ok, next, ids, payloads, offsets, checksum_ok, ts_ns, details,
  *    summaries, header_index, header_blobs)
  *
- * with one entry per message in the lists: ids as decimal text; offsets base_offset + delta;
- * checksum_ok None where the checksum is 0 (or `xxh3` is None), else whether XXH3-64 of the frame
- * after its checksum field matches; ts_ns the message time in ns (the server's base_timestamp,
- * else origin_timestamp + delta, in µs x 1000; None without either); details and summaries the
- * texts messages.Messages documents (the messages row's details, the message's entry in its
- * frame's commands row). A message with user headers: its index in header_index, its blob in
+ * with one entry per message in each column: ids (decimal text of the u128), payloads and details
+ * as the (offsets, data) buffers of an Arrow string / binary array; offsets (base_offset + delta),
+ * checksum_ok and ts_ns as lists: checksum_ok None where the checksum is 0 (or `xxh3` is None),
+ * else whether XXH3-64 of the frame after its checksum field matches; ts_ns the message time in ns
+ * (the server's base_timestamp, else origin_timestamp + delta, in µs x 1000; None without either).
+ * details and summaries are the texts messages.Messages documents (the messages row's details,
+ * the message's entry in its frame's commands row); summaries come as one string, the entries
+ * joined by commas. A message with user headers: its index in header_index, its blob in
  * header_blobs, and its details start after the headers list (`]...`): the caller writes the
  * headers' JSON before it. batch_checksum_ok: None where the batch checksum is 0, else XXH3-64 of
  * the header fields (u64 x 5, count u32) and each message's checksum field in order.
@@ -35,7 +39,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #define BATCH_HEADER 256
@@ -59,22 +62,67 @@ static void put64le(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The u128 at p (little-endian) in decimal into out (at least 40 bytes); its length. */
+/* "00" .. "99": two decimal digits per division */
+static const char PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* The decimal digits of v at out (at least 20 bytes); their number. */
+static int put_u64(char *out, uint64_t v) {
+    char digits[20];
+    int at = 20;
+    while (v >= 100) {
+        unsigned pair = (unsigned)(v % 100) * 2;
+        v /= 100;
+        digits[--at] = PAIRS[pair + 1];
+        digits[--at] = PAIRS[pair];
+    }
+    if (v >= 10) {
+        digits[--at] = PAIRS[v * 2 + 1];
+        digits[--at] = PAIRS[v * 2];
+    } else {
+        digits[--at] = (char)('0' + v);
+    }
+    memcpy(out, digits + at, 20 - at);
+    return 20 - at;
+}
+
+/* `lit` (a string literal) at out; its length. */
+#define PUT_LIT(out, lit) (memcpy((out), (lit), sizeof(lit) - 1), (int)(sizeof(lit) - 1))
+
+#define E19 10000000000000000000ULL /* the largest power of ten below 2^64 */
+
+/* v (below E19) as exactly 19 digits at out, leading zeros included. */
+static void put_u64_19(char *out, uint64_t v) {
+    for (int i = 18; i >= 0; i--) {
+        out[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+}
+
+/* The u128 at p (little-endian) in decimal into out (at least 40 bytes, NUL-terminated); its
+ * length. Cut into base-10^19 parts: the top one (2^128 / 10^38 is below 4) and the middle one
+ * plainly where nothing comes before them, the others with their leading zeros. */
 static int u128_text(const unsigned char *p, char *out) {
-    uint32_t limb[4]; /* most significant first */
-    for (int i = 0; i < 4; i++) limb[3 - i] = u32le(p + 4 * i);
-    char digits[40];
+    unsigned __int128 v = ((unsigned __int128)u64le(p + 8) << 64) | u64le(p);
+    uint64_t low = (uint64_t)(v % E19);
+    v /= E19;
+    uint64_t mid = (uint64_t)(v % E19), top = (uint64_t)(v / E19);
     int n = 0;
-    do {
-        uint64_t rem = 0;
-        for (int i = 0; i < 4; i++) {
-            uint64_t cur = (rem << 32) | limb[i];
-            limb[i] = (uint32_t)(cur / 10);
-            rem = cur % 10;
-        }
-        digits[n++] = (char)('0' + rem);
-    } while (limb[0] | limb[1] | limb[2] | limb[3]);
-    for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+    if (top) {
+        n = put_u64(out, top);
+        put_u64_19(out + n, mid);
+        n += 19;
+    } else if (mid) {
+        n = put_u64(out, mid);
+    }
+    if (n) {
+        put_u64_19(out + n, low);
+        n += 19;
+    } else {
+        n = put_u64(out, low);
+    }
     out[n] = 0;
     return n;
 }
@@ -105,8 +153,13 @@ static Py_ssize_t header_count(const unsigned char *p, Py_ssize_t n, int typed) 
     return count;
 }
 
-/* xxh3(bytes at p, n) == want: 1, 0, or -1 (an error set). */
-static int xxh3_matches(PyObject *xxh3, const unsigned char *p, Py_ssize_t n, uint64_t want) {
+/* XXH3_64bits(data, length) of the xxhash library, where the caller gives its address. */
+typedef uint64_t (*xxh3_fn)(const void *, size_t);
+
+/* The XXH3-64 of the bytes at p (n) == want: 1, 0, or -1 (an error set). `direct`, when set,
+ * is the library's function, called here; else `xxh3` is a Python callable taking a buffer. */
+static int xxh3_matches(xxh3_fn direct, PyObject *xxh3, const unsigned char *p, Py_ssize_t n, uint64_t want) {
+    if (direct) return direct(p, (size_t)n) == want;
     PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
     if (!view) return -1;
     PyObject *got = PyObject_CallOneArg(xxh3, view);
@@ -132,7 +185,57 @@ static PyObject *bool_or_none(int v) {
     return o;
 }
 
-enum { IDS, PAYLOADS, OFFSETS, OKS, TS_NS, DETAILS, SUMMARIES, HINDEX, HBLOBS, NCOLS };
+/* A column of strings or bytes as Arrow lays it out: int32 offsets (n + 1) and the values'
+ * bytes back to back. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int32_t *offs;
+    size_t n, ncap;
+} Strings;
+
+static int grow(void **p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = PyMem_Realloc(*p, c * size);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Append n bytes at v to the values' bytes: 0, or -1 (no memory, or past the 2 GiB that int32
+ * offsets reach). */
+static int bytes_add(Strings *s, const void *v, size_t n) {
+    if (s->len + n > INT32_MAX || grow((void **)&s->data, &s->cap, s->len + n, 1)) return -1;
+    memcpy(s->data + s->len, v, n);
+    s->len += n;
+    return 0;
+}
+
+/* Append one value of n bytes at v: 0, or -1. */
+static int strings_add(Strings *s, const void *v, size_t n) {
+    if (bytes_add(s, v, n) || grow((void **)&s->offs, &s->ncap, s->n + 2, sizeof(int32_t))) return -1;
+    s->offs[0] = 0;
+    s->offs[++s->n] = (int32_t)s->len;
+    return 0;
+}
+
+/* (offsets, data) as bytes: the buffers of an Arrow string or binary array of s->n values. */
+static PyObject *strings_out(const Strings *s) {
+    int32_t zero = 0;
+    return Py_BuildValue("(y#y#)", s->n ? (const char *)s->offs : (const char *)&zero,
+                         (Py_ssize_t)(sizeof(int32_t) * (s->n + 1)), s->data ? s->data : "", (Py_ssize_t)s->len);
+}
+
+static void strings_free(Strings *s) {
+    PyMem_Free(s->data);
+    PyMem_Free(s->offs);
+}
+
+enum { OFFSETS, OKS, TS_NS, HINDEX, HBLOBS, NCOLS };
+enum { IDS, PAYLOADS, DETAILS, NTEXT };
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     Py_buffer buf;
@@ -141,16 +244,30 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *xxh3;
     if (!PyArg_ParseTuple(args, "y*nnLO", &buf, &pos, &end, &count, &xxh3)) return NULL;
     PyObject *cols[NCOLS] = {0};
+    Strings text_cols[NTEXT] = {{0}}, sums_text = {0};
     PyObject *result = NULL;
     unsigned char *sums = NULL;
     const unsigned char *b = buf.buf;
-    if (xxh3 == Py_None) xxh3 = NULL;
+    xxh3_fn direct = NULL;
+    if (xxh3 == Py_None) {
+        xxh3 = NULL;
+    } else if (PyLong_Check(xxh3)) {
+        direct = (xxh3_fn)PyLong_AsVoidPtr(xxh3);
+        if (!direct) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null XXH3 function address");
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+    }
     if (pos < 0 || end > buf.len || pos > end || end - pos < BATCH_HEADER) goto not_plain;
     const unsigned char *h = b + pos;
     uint64_t pid = u64le(h), base_offset = u64le(h + 8), base_ts = u64le(h + 16), origin_ts = u64le(h + 24);
     uint64_t length = u64le(h + 32), checksum = u64le(h + 40);
     uint32_t n = u32le(h + COUNT_AT);
     if (length < BATCH_HEADER || length > (uint64_t)(end - pos)) goto not_plain;
+    /* the text columns' int32 offsets: a record's texts are under 4 x its bytes (a 48-byte frame
+     * header per message), so larger records (past 256 MiB) go to the Python reader */
+    if (length > INT32_MAX / 8) goto not_plain;
     for (int i = RESERVED_AT; i < BATCH_HEADER; i++)
         if (h[i]) goto not_plain;
     if (count >= 0 && (uint64_t)count != n) goto not_plain;
@@ -193,24 +310,43 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         uint64_t t = base_ts ? base_ts : origin_ts ? origin : 0;
         if (t > UINT64_MAX / 1000) goto not_plain;
         int ok = -1;
-        if (msum && xxh3 && (ok = xxh3_matches(xxh3, m + 8, mstop - p - 8, msum)) < 0) goto done;
+        if (msum && xxh3 && (ok = xxh3_matches(direct, xxh3, m + 8, mstop - p - 8, msum)) < 0) goto done;
         memcpy(sums + 44 + 8 * found, m, 8);
-        u128_text(m + 8, id);
+        int id_len = u128_text(m + 8, id);
         /* details: {"headers":[...],"origin_timestamp":..,"timestamp":..,"checksum":..,"header_size":48} */
-        int k = snprintf(text, sizeof text, "%s]", hlen ? "" : "{\"headers\":[");
-        if (origin_ts) k += snprintf(text + k, sizeof text - k, ",\"origin_timestamp\":%llu", (unsigned long long)origin);
-        if (base_ts) k += snprintf(text + k, sizeof text - k, ",\"timestamp\":%llu", (unsigned long long)base_ts);
-        k += snprintf(text + k, sizeof text - k, ",\"checksum\":%llu,\"header_size\":%d}", (unsigned long long)msum,
-                      FRAME_HEADER);
-        if (put(cols[DETAILS], PyUnicode_DecodeASCII(text, k, NULL))) goto done;
-        /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
-        k = snprintf(text, sizeof text, "{\"id\":\"%s\",\"payload_size\":%lu,\"headers\":%zd,\"offset\":%llu,\"checksum\":%llu",
-                     id, (unsigned long)plen, headers, (unsigned long long)offset, (unsigned long long)msum);
-        if (ok >= 0) k += snprintf(text + k, sizeof text - k, ",\"checksum_ok\":%s", ok ? "true" : "false");
+        int k = hlen ? PUT_LIT(text, "]") : PUT_LIT(text, "{\"headers\":[]");
+        if (origin_ts) {
+            k += PUT_LIT(text + k, ",\"origin_timestamp\":");
+            k += put_u64(text + k, origin);
+        }
+        if (base_ts) {
+            k += PUT_LIT(text + k, ",\"timestamp\":");
+            k += put_u64(text + k, base_ts);
+        }
+        k += PUT_LIT(text + k, ",\"checksum\":");
+        k += put_u64(text + k, msum);
+        k += PUT_LIT(text + k, ",\"header_size\":");
+        k += put_u64(text + k, FRAME_HEADER);
         text[k++] = '}';
-        if (put(cols[SUMMARIES], PyUnicode_DecodeASCII(text, k, NULL)) || put(cols[IDS], PyUnicode_FromString(id)) ||
-            put(cols[PAYLOADS], PyBytes_FromStringAndSize((const char *)b + body, plen)) ||
-            put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
+        if (strings_add(&text_cols[DETAILS], text, k)) goto no_memory;
+        /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
+        k = PUT_LIT(text, "{\"id\":\"");
+        memcpy(text + k, id, id_len);
+        k += id_len;
+        k += PUT_LIT(text + k, "\",\"payload_size\":");
+        k += put_u64(text + k, plen);
+        k += PUT_LIT(text + k, ",\"headers\":");
+        k += put_u64(text + k, (uint64_t)headers);
+        k += PUT_LIT(text + k, ",\"offset\":");
+        k += put_u64(text + k, offset);
+        k += PUT_LIT(text + k, ",\"checksum\":");
+        k += put_u64(text + k, msum);
+        if (ok >= 0) k += ok ? PUT_LIT(text + k, ",\"checksum_ok\":true") : PUT_LIT(text + k, ",\"checksum_ok\":false");
+        text[k++] = '}';
+        if ((found && bytes_add(&sums_text, ",", 1)) || bytes_add(&sums_text, text, k) ||
+            strings_add(&text_cols[IDS], id, id_len) || strings_add(&text_cols[PAYLOADS], b + body, plen))
+            goto no_memory;
+        if (put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
             put(cols[TS_NS], t ? PyLong_FromUnsignedLongLong(t * 1000) : (Py_INCREF(Py_None), Py_None)))
             goto done;
         if (hlen && (put(cols[HINDEX], PyLong_FromSsize_t(found)) ||
@@ -221,19 +357,31 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     if ((uint64_t)found != n) goto not_plain;
     int batch_ok = -1;
-    if (checksum && xxh3 && (batch_ok = xxh3_matches(xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
-    result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
-                           (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
-                           (unsigned long long)checksum, (unsigned int)n,
-                           batch_ok < 0 ? Py_None : batch_ok ? Py_True : Py_False, stop, cols[IDS], cols[PAYLOADS],
-                           cols[OFFSETS], cols[OKS], cols[TS_NS], cols[DETAILS], cols[SUMMARIES], cols[HINDEX],
-                           cols[HBLOBS]);
+    if (checksum && xxh3 && (batch_ok = xxh3_matches(direct, xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
+    PyObject *ids = strings_out(&text_cols[IDS]), *payloads = strings_out(&text_cols[PAYLOADS]);
+    PyObject *details = strings_out(&text_cols[DETAILS]);
+    PyObject *summaries = PyUnicode_DecodeASCII(sums_text.data ? sums_text.data : "", (Py_ssize_t)sums_text.len, NULL);
+    if (ids && payloads && details && summaries)
+        result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
+                               (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
+                               (unsigned long long)checksum, (unsigned int)n,
+                               batch_ok < 0 ? Py_None : batch_ok ? Py_True : Py_False, stop, ids, payloads,
+                               cols[OFFSETS], cols[OKS], cols[TS_NS], details, summaries, cols[HINDEX], cols[HBLOBS]);
+    Py_XDECREF(ids);
+    Py_XDECREF(payloads);
+    Py_XDECREF(details);
+    Py_XDECREF(summaries);
+    goto done;
+no_memory:
+    PyErr_NoMemory();
     goto done;
 not_plain:
     result = Py_None;
     Py_INCREF(result);
 done:
     for (int c = 0; c < NCOLS; c++) Py_XDECREF(cols[c]);
+    for (int c = 0; c < NTEXT; c++) strings_free(&text_cols[c]);
+    strings_free(&sums_text);
     PyMem_Free(sums);
     PyBuffer_Release(&buf);
     return result;

@@ -462,7 +462,10 @@ class IggyConversation(Conversation):
         (table, block), places = held
         if placed is not None:
             base_offset = placed["base_offset"]
-            block.cols["offset"] = [i64(base_offset + p) for p in places]
+            offsets = [base_offset + p for p in places]
+            if offsets and (i64(min(offsets)) is None or i64(max(offsets)) is None):
+                offsets = [i64(o) for o in offsets]  # past int64: null
+            block.cols["offset"] = offsets
             block.const["partition"] = i32(placed["partition_id"])
         return [(table, block)]
 

@@ -19,6 +19,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from ... import native
 from .. import base
 from .codes import MESSAGE_STATES
@@ -31,7 +33,9 @@ try:  # XXH3-64 checksums (of any bytes-like object); without the package the ch
     import xxhash
 
     xxh3_64 = xxhash.xxh3_64_intdigest
-    _XXH3 = xxh3_64  # what the compiled walk verifies checksums with
+    # what the compiled walk verifies checksums with: the library's own C function where its
+    # module exports it (a call without Python objects per message), else the Python function
+    _XXH3 = native.c_function(xxhash._xxhash, "XXH3_64bits") or xxh3_64
 
 except ImportError:  # pragma: no cover - xxhash is a pinned dependency
 
@@ -46,26 +50,36 @@ INDEX_SIZE = 16  # send-batch index entry: offset u32, position u32, timestamp u
 MAX_MESSAGES = 1_000_000
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Messages:
     """The messages of one frame as columns, one entry per message in wire order, with the two
     texts the rows keep of each: `details`, its messages row's (its user headers with kinds and
     typed values, then its timestamps, checksum, state and header size where known), and
     `summaries`, its entry in the frame's commands row (id, payload and headers sizes, offset,
-    checksum and its verdict, state). Made by the compiled walk (VSR batch records) or from the
-    message dicts of the other layouts (`of`)."""
+    checksum and its verdict, state). Made by the compiled walk (VSR batch records: ids, payloads
+    and details as Arrow arrays, summaries one text per record) or from the message dicts of the
+    other layouts (`of`: lists, a summary per message)."""
 
-    ids: list[str]  # decimal text of the u128 id
-    payloads: list[bytes]
+    ids: list[str] | pa.Array  # decimal text of the u128 id
+    payloads: list[bytes] | pa.Array
     headers: list[list[dict]] | None  # the headers column's values ({"key", "value"}); None: none has any
     offsets: list[int | None]
     checksum_ok: list[bool | None]
     ts_ns: list[int | None]  # the server's timestamp, else the origin one (µs), in ns
-    details: list[str]
-    summaries: list[str]
+    details: list[str] | pa.Array
+    summaries: list[str]  # entries, or runs of them joined by commas: ",".join gives them all
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.offsets)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Messages) and self.plain() == other.plain()
+
+    def plain(self) -> dict:
+        """Every column as a Python list (summaries as the one text they join to)."""
+        out = {f: _py(getattr(self, f)) for f in _COLUMNS if f != "summaries"}
+        out.update(headers=self.headers, summaries=",".join(self.summaries))
+        return out
 
     @classmethod
     def of(cls, msgs: list[dict]) -> Messages:
@@ -86,11 +100,30 @@ class Messages:
         """The messages of several batch records, in order."""
         if len(parts) == 1:
             return parts[0]
-        cols = {f: [x for p in parts for x in getattr(p, f)] for f in _COLUMNS}
+        cols = {f: _joined([getattr(p, f) for p in parts]) for f in _COLUMNS}
         headers = None
         if any(p.headers is not None for p in parts):
             headers = [x for p in parts for x in (p.headers if p.headers is not None else [[]] * len(p))]
         return cls(headers=headers, **cols)
+
+
+def _py(col: list | pa.Array) -> list:
+    return col.to_pylist() if isinstance(col, pa.Array) else col
+
+
+def _joined(cols: list[list | pa.Array]) -> list | pa.Array:
+    """Columns one after the other: one Arrow array where all are, else a list."""
+    if all(isinstance(c, pa.Array) for c in cols):
+        return pa.concat_arrays(cols)
+    return [x for c in cols for x in _py(c)]
+
+
+def _text_column(typ: pa.DataType, buffers: tuple[bytes, bytes]) -> pa.Array:
+    """An Arrow array of the walk's (offsets, data) buffers."""
+    offsets, data = buffers
+    return pa.Array.from_buffers(
+        typ, len(offsets) // 4 - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 _COLUMNS = ("ids", "payloads", "offsets", "checksum_ok", "ts_ns", "details", "summaries")  # not headers
@@ -534,14 +567,17 @@ def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[d
     pid, base_offset, base_ts, origin_ts, length, checksum, n, ok, nxt, *cols, hidx, hblobs = got
     ids, payloads, offsets, oks, ts_ns, details, summaries = cols
     headers = None
+    details = _text_column(pa.string(), details)
     if hidx:
-        headers = [[]] * len(ids)  # one empty list for every message without headers
+        headers = [[]] * len(offsets)  # one empty list for every message without headers
+        details = details.to_pylist()
         for i, blob in zip(hidx, hblobs):
             values, start = _blob(blob)
             headers[i] = values
             details[i] = start + details[i]  # the walk wrote what follows the headers
     batch = dict(zip(_BATCH_FIELDS, (pid, base_offset, base_ts, origin_ts, length, checksum, ok, n)))
-    msgs = Messages(ids, payloads, headers, offsets, oks, ts_ns, details, summaries)
+    ids, payloads = _text_column(pa.string(), ids), _text_column(pa.binary(), payloads)
+    msgs = Messages(ids, payloads, headers, offsets, oks, ts_ns, details, [summaries] if summaries else [])
     return batch, msgs, nxt
 
 

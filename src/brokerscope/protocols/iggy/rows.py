@@ -6,6 +6,7 @@ pairing.new_request, decoded fields and messages, timestamps in ns)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import tables
 from .. import base
@@ -167,7 +168,7 @@ def auto_commit_ack_row(req: dict, status: int, partition: int | None, msgs: Mes
             "topic": req["topic"],
             "partition": partition,
             "offset": msgs.offsets[-1],
-            "message_id": msgs.ids[-1],
+            "message_id": msgs.ids[-1].as_py() if isinstance(msgs.ids, pa.Array) else msgs.ids[-1],
             "consumer": consumer_label(req["details"]["consumer"]),
             "error_code": status,
             "correlation_id": req["corr"],
@@ -226,6 +227,10 @@ def message_block(
     else:
         const["headers"] = []
     values = msgs.payloads
-    cols.update(payload.value_columns(pa.array(values, pa.binary()), pa.array(map(len, values), pa.int64())))
+    if isinstance(values, pa.Array):
+        sizes = pc.binary_length(values).cast(pa.int64())
+    else:
+        values, sizes = pa.array(values, pa.binary()), pa.array(map(len, values), pa.int64())
+    cols.update(payload.value_columns(values, sizes))
     cols["details"] = msgs.details
     return ("messages", tables.Block(len(msgs), cols, const))
