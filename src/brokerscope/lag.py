@@ -2,7 +2,7 @@
 delivered offsets, from a run's committed rows.
 
 Computed on the driver after a run has committed the decoded tables, like the journeys (and with
-journeys.py's readers and group rules), over the rows of the run's capture ids only, as Arrow and
+the readers and group rules of derived.py), over the rows of the run's capture ids only, as Arrow and
 numpy columns. One row per (protocol, consumer, topic, partition, minute) in which a sample of
 any kind was seen; each offset is the latest one known at the end of that minute (carried over
 from earlier minutes), so a consumer that stopped keeps rows, with its lag growing, for as long
