@@ -45,26 +45,19 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from . import tables
 from .clocks import Clocks
+from .derived import (
+    GROUP_COMMANDS,
+    groups_of_connections,
+    ints,
+    nullable,
+    one_batch,
+    read_rows,
+    row_codes,
+)
 
-# commands whose requests name the client's consumer group (their details' GroupId; FindCoordinator's
-# Key, or its one CoordinatorKeys entry from v4 on, when its KeyType is a group's)
-GROUP_COMMANDS = (
-    "JoinGroup",
-    "SyncGroup",
-    "Heartbeat",
-    "LeaveGroup",
-    "OffsetCommit",
-    "OffsetFetch",
-    "ConsumerGroupHeartbeat",
-    "FindCoordinator",
-)
-COORDINATOR_KEY_GROUP = (
-    0  # FindCoordinator KeyType: 0 a consumer group, 1 a transactional id, 2 a share group
-)
 SHARE_ACK, SHARE_ACCEPT = "kafka_share_ack", "accept"  # a share group's acknowledgement, its accept type
 STATUSES = ("delivered", "delivered-not-committed", "not-delivered", "duplicate")
 
@@ -99,17 +92,6 @@ ACK_COLUMNS = (
 CMD_COLUMNS = ("command", "client_ip", "client_id", "conn_id", "ts_ns", "details")
 
 
-def _read(path: str, capture_ids: list[str], columns, where, where_columns) -> pa.RecordBatch:
-    """The rows of the Delta table at `path` of `capture_ids` matching `where` (which reads
-    `where_columns`), only `columns`. Only capture_id is filtered in the scan: delta-rs's dataset
-    takes a column the files' Delta statistics leave out (lake.STATS_COLUMNS) for all null, and
-    would skip every file for `where` on such a column; `where` is applied to the rows read."""
-    dset = DeltaTable(path).to_pyarrow_dataset()
-    names = [*columns, *(c for c in where_columns if c not in columns)]
-    t = dset.to_table(columns=names, filter=pc.field("capture_id").isin(capture_ids))
-    return _batch(t.filter(where).select(list(columns)))
-
-
 def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> pa.RecordBatch:
     """The journeys rows of the captures `capture_ids` from the lake at `root`; `clocks`: the
     run's vantage points (clocks.estimate): the rows of a connection's other copies left out,
@@ -124,17 +106,17 @@ def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> 
         | (fetched & pc.field("offset").is_valid())
     )
     on = ("protocol", "direction", "offset", "producer_id", "consumer")
-    msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer"), where, on)
+    msgs = read_rows(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer"), where, on)
     if _retries_collide(msgs):  # an idempotent producer's records: their values may tell apart
-        msgs = _read(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer", "value"), where, on)
-    acks = _read(
+        msgs = read_rows(f"{root}/messages", ids, (*MSG_COLUMNS, "consumer", "value"), where, on)
+    acks = read_rows(
         f"{root}/acks",
         ids,
         (*ACK_COLUMNS, "capture_id", "details"),
         kafka & pc.field("ack_type").isin(["kafka_produce", "kafka_offset_commit", "kafka_share_ack"]),
         ("protocol", "ack_type"),
     )
-    cmds = _read(
+    cmds = read_rows(
         f"{root}/commands",
         ids,
         (*CMD_COLUMNS, "capture_id"),
@@ -174,7 +156,7 @@ def _stored(root: str, ids: list[str]) -> pa.Table:
         & pc.field("offset").is_valid()
         & pc.field("ts_ns").is_valid()
     )
-    t = pa.table(_read(f"{root}/messages", ids, cols, where, ("direction",)))
+    t = pa.table(read_rows(f"{root}/messages", ids, cols, where, ("direction",)))
     kind = pc.if_else(
         pc.or_(
             pc.equal(t["protocol"], "iggy"),
@@ -221,7 +203,7 @@ def _on_one_clock(t: pa.RecordBatch, clocks: Clocks) -> pa.RecordBatch:
     ts = t["ts_ns"]
     moved = _valid(ts) & (shift != 0)
     i = t.schema.get_field_index("ts_ns")
-    t = t.set_column(i, "ts_ns", _opt(_np(ts) - shift, _valid(ts)))
+    t = t.set_column(i, "ts_ns", nullable(ints(ts) - shift, _valid(ts)))
     return t.append_column("moved", pa.array(moved))
 
 
@@ -242,48 +224,15 @@ def _journeys(msgs: list[dict], acks: list[dict], cmds: list[dict]) -> list[dict
     return block.rows()
 
 
-def _batch(t: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
-    """One batch of the table's rows (columns as single arrays)."""
-    if isinstance(t, pa.RecordBatch):
-        return t
-    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in t.columns], schema=t.schema)
-
-
-def _np(a: pa.Array, fill=0) -> np.ndarray:
-    """An integer column as numpy, nulls as `fill` (their validity is taken apart)."""
-    return (
-        pc.fill_null(a, fill).to_numpy(zero_copy_only=False)
-        if a.null_count
-        else a.to_numpy(zero_copy_only=False)
-    )
-
-
 def _moved(t: pa.Table | pa.RecordBatch) -> np.ndarray:
     """Each row's `moved` flag (_on_one_clock), all False without the column."""
     if "moved" not in t.column_names:
         return np.zeros(t.num_rows, bool)
-    return _np(t["moved"], False).astype(bool)
+    return ints(t["moved"], False).astype(bool)
 
 
 def _valid(a: pa.Array) -> np.ndarray:
     return a.is_valid().to_numpy(zero_copy_only=False)
-
-
-def _codes(*cols: pa.Array) -> np.ndarray:
-    """Dense int64 codes of the rows of equal-length columns: equal tuples of values (null equal
-    to null, as None is to None) get one code."""
-    code = None
-    for c in cols:
-        if isinstance(c, pa.ChunkedArray):
-            c = c.combine_chunks()
-        i = pc.dictionary_encode(c, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
-        i = i.astype(np.int64)
-        if code is None:
-            code = i
-        elif len(i):
-            combined = pa.array(code * (int(i.max()) + 1) + i)
-            code = pc.dictionary_encode(combined).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    return code if code is not None else np.zeros(0, np.int64)
 
 
 def _retry_codes(m: pa.Table, value: bool = True) -> np.ndarray:
@@ -292,7 +241,7 @@ def _retry_codes(m: pa.Table, value: bool = True) -> np.ndarray:
     for a producer without idempotence). Without `value` (or its column): the identity less the
     value itself (its hash and size stay)."""
     pid, seq = m["producer_id"], m["sequence"]
-    ok = (_valid(pid) & (_np(pid, -1) >= 0)) & (_valid(seq) & (_np(seq, -1) >= 0))
+    ok = (_valid(pid) & (ints(pid, -1) >= 0)) & (_valid(seq) & (ints(seq, -1) >= 0))
     names = [
         "topic",
         "partition",
@@ -308,7 +257,7 @@ def _retry_codes(m: pa.Table, value: bool = True) -> np.ndarray:
     out = np.full(m.num_rows, -1, np.int64)
     if ok.any():  # only the idempotent producers' rows
         sel = m.select(names).filter(pa.array(ok))
-        out[ok] = _codes(*sel.columns)
+        out[ok] = row_codes(*sel.columns)
     return out
 
 
@@ -321,93 +270,12 @@ def _retries_collide(m: pa.Table) -> bool:
     if not has.any():
         return False
     rows = np.bincount(r[has])
-    prod = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
+    prod = ints(pc.equal(m["direction"], "produce"), False).astype(bool)
     if ((rows > 1) & (np.bincount(r[has & prod], minlength=len(rows)) > 0)).any():
         return True
     offs = _valid(m["offset"]) & has
-    pairs = np.unique(np.stack([r[offs], _np(m["offset"])[offs]]), axis=1)
+    pairs = np.unique(np.stack([r[offs], ints(m["offset"])[offs]]), axis=1)
     return bool(pairs.shape[1] and np.bincount(pairs[0]).max() > 1)
-
-
-def _group_named(details: dict) -> object:
-    """The consumer group a request's details name: GroupId, else a FindCoordinator's group key
-    (Key up to v3; from v4 the CoordinatorKeys batch, when it holds one key), else None."""
-    if "GroupId" in details:
-        return details["GroupId"]
-    if details.get("KeyType", COORDINATOR_KEY_GROUP) != COORDINATOR_KEY_GROUP:
-        return None
-    keys = details.get("CoordinatorKeys")
-    if isinstance(keys, list):
-        return keys[0] if len(keys) == 1 else None
-    return details.get("Key")
-
-
-def _group_of_details(details: pa.Array) -> tuple[np.ndarray, list]:
-    """Each row's group code (-1: none; _group_named) and the names, each distinct details text
-    parsed once."""
-    enc = pc.dictionary_encode(details, null_encoding="encode")
-    names, code = [], []
-    for d in enc.dictionary.to_pylist():
-        try:
-            g = _group_named(json.loads(d or "{}"))
-        except (ValueError, AttributeError):
-            g = None
-        if isinstance(g, str) and g:
-            code.append(len(names))
-            names.append(g)
-        else:
-            code.append(-1)
-    idx = enc.indices.to_numpy(zero_copy_only=False)
-    return (np.asarray(code, np.int64)[idx] if len(idx) else np.zeros(0, np.int64)), names
-
-
-def _groups_of_connections(cmds: pa.Table) -> dict[str | None, str | None]:
-    """conn_id of each Fetch connection -> its client's group (None: not exactly one group).
-
-    A group named on the Fetch connection itself (the consumer's FindCoordinator, sent to the
-    broker it then fetches from) is its group: a connection is one client's. Without one, the
-    candidates are the groups named by connections of the same (client_ip, client_id) whose
-    commands' time span overlaps the Fetch connection's (librdkafka names every client `rdkafka`
-    and kafka-python every consumer `kafka-python-<version>` by default: two consumers of one
-    host meet only when they run at the same time). Computed per connection (the commands' rows
-    aggregated by Arrow and numpy), not per command."""
-    cmds = _batch(cmds)
-    n = cmds.num_rows
-    if not n:
-        return {}
-    conn = _codes(cmds["conn_id"])
-    k = int(conn.max()) + 1
-    first = np.full(k, n)
-    np.minimum.at(first, conn, np.arange(n))  # the connection's client: its first command's
-    ts = _np(cmds["ts_ns"])
-    lo, hi = np.full(k, np.iinfo(np.int64).max), np.full(k, np.iinfo(np.int64).min)
-    np.minimum.at(lo, conn, ts)
-    np.maximum.at(hi, conn, ts)
-    fetch = _np(pc.equal(cmds["command"], "Fetch"), False).astype(bool)
-    fetches = np.zeros(k, bool)
-    fetches[conn[fetch]] = True
-    gcode, gnames = _group_of_details(cmds["details"])
-    named = (~fetch) & (gcode >= 0)
-    groups: list[set] = [set() for _ in range(k)]
-    for c, g in np.unique(np.stack([conn[named], gcode[named]]), axis=1).T.tolist():
-        groups[c].add(gnames[g])
-    head = cmds.take(pa.array(first))
-    conn_ids = head["conn_id"].to_pylist()
-    clients = list(zip(head["client_ip"].to_pylist(), head["client_id"].to_pylist()))
-    by_client: dict[tuple, list] = {}
-    for c in range(k):
-        if groups[c]:
-            by_client.setdefault(clients[c], []).append(c)
-    out = {}
-    for c in np.nonzero(fetches)[0].tolist():
-        if groups[c]:  # named on the connection itself
-            out[conn_ids[c]] = next(iter(groups[c])) if len(groups[c]) == 1 else None
-            continue
-        found = {
-            g for o in by_client.get(clients[c], ()) if lo[o] <= hi[c] and lo[c] <= hi[o] for g in groups[o]
-        }
-        out[conn_ids[c]] = next(iter(found)) if len(found) == 1 else None
-    return out
 
 
 def _first(codes: np.ndarray, k: int, where: np.ndarray | None = None) -> np.ndarray:
@@ -420,14 +288,9 @@ def _first(codes: np.ndarray, k: int, where: np.ndarray | None = None) -> np.nda
     return out
 
 
-def _opt(values: np.ndarray, ok: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
-    """`values` where `ok`, else null (int64 unless `typ`)."""
-    return pa.array(values, type=typ or pa.int64(), mask=~ok)
-
-
 def _us(a: np.ndarray, a_ok: np.ndarray, b: np.ndarray, b_ok: np.ndarray) -> pa.Array:
     ok = a_ok & b_ok
-    return _opt(np.where(ok, b - a, 0) / 1000.0, ok, pa.float64())
+    return nullable(np.where(ok, b - a, 0) / 1000.0, ok, pa.float64())
 
 
 def _step_columns(
@@ -445,11 +308,11 @@ def _step_columns(
     whether it was seen) and their delivery counts: the times, `ts` (the first step), the
     latencies between them, deliveries and redeliveries."""
     return {
-        "ts_ns": _opt(np.where(p_ok, produced, delivered), p_ok | d_ok),
-        "produced_ts_ns": _opt(produced, p_ok),
-        "acked_ts_ns": _opt(acked, a_ok),
-        "delivered_ts_ns": _opt(delivered, d_ok),
-        "committed_ts_ns": _opt(committed, c_ok),
+        "ts_ns": nullable(np.where(p_ok, produced, delivered), p_ok | d_ok),
+        "produced_ts_ns": nullable(produced, p_ok),
+        "acked_ts_ns": nullable(acked, a_ok),
+        "delivered_ts_ns": nullable(delivered, d_ok),
+        "committed_ts_ns": nullable(committed, c_ok),
         "deliveries": pa.array(deliveries, pa.int64()),
         "redeliveries": pa.array(np.maximum(deliveries - 1, 0), pa.int64()),
         "produce_to_ack_us": _us(produced, p_ok, acked, a_ok),
@@ -478,14 +341,14 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     time order (a stable sort: ties in read order), codes for the identities (numpy), first
     sightings by position, counts and minima per code, then one row per message and group."""
     empty = tables.Block(0)
-    msgs, acks, cmds = _batch(msgs), _batch(acks), _batch(cmds)
+    msgs, acks, cmds = one_batch(msgs), one_batch(acks), one_batch(cmds)
     # the rows in time order (m: the columns needed by position; msgs.take(order[i]) the others)
-    order = np.argsort(_np(msgs["ts_ns"]), kind="stable")
+    order = np.argsort(ints(msgs["ts_ns"]), kind="stable")
     m = msgs.select(["direction", "topic", "partition", "offset", "ts_ns", "conn_id", "correlation_id"])
     m = m.take(pa.array(order))
-    ts = _np(m["ts_ns"])
+    ts = ints(m["ts_ns"])
     m_moved = _moved(msgs)[order]  # a time put on another capture's clock (_on_one_clock)
-    produce = _np(pc.equal(m["direction"], "produce"), False).astype(bool)
+    produce = ints(pc.equal(m["direction"], "produce"), False).astype(bool)
     retry = _retry_codes(msgs)[order]
     nr = int(retry.max(initial=-1)) + 2  # (one more: never empty)
     # an identity's produce rows, answered or not (its attempts), and its first unanswered one
@@ -497,9 +360,9 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     oi = np.nonzero(off_ok)[0]
     if not len(oi):
         return empty
-    off = _np(m["offset"])
+    off = ints(m["offset"])
     o = m.select(["topic", "partition", "offset", "conn_id"]).take(pa.array(oi))
-    ident = _codes(o["topic"], o["partition"], o["offset"])
+    ident = row_codes(o["topic"], o["partition"], o["offset"])
     ni = int(ident.max()) + 1
     i_first = _first(ident, ni)  # each message's first row among oi
     first = oi[i_first]  # its position in m
@@ -511,7 +374,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     np.minimum.at(original_of, r_oi[r_oi >= 0], off[oi][r_oi >= 0])
 
     # deliveries: each row's group from its connection
-    group_of = _groups_of_connections(cmds)
+    group_of = groups_of_connections(cmds)
     conn_keys = list(group_of)
     dl = ~produce[oi]
     g_name = pa.array([group_of[c] for c in conn_keys], pa.string()).take(
@@ -534,7 +397,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
         | set(pc.unique(accepts["consumer"]).to_pylist())
     )
     nn = len(names)  # code nn: no group (sorts last)
-    gcode = _np(pc.index_in(g_name, value_set=pa.array(names, pa.string())), nn)
+    gcode = ints(pc.index_in(g_name, value_set=pa.array(names, pa.string())), nn)
     pair = ident * (nn + 1) + gcode
     d_pairs, d_first, d_count = np.unique(pair[dl], return_index=True, return_counts=True)
     d_first = oi[np.nonzero(dl)[0][d_first]]
@@ -550,8 +413,8 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     named_dl = dl & (gcode < nn)
     for t, g in np.unique(np.stack([t_rows[named_dl], gcode[named_dl]]), axis=1).T.tolist():
         follows[t].add(g)
-    c_g = _np(pc.index_in(cm["consumer"], value_set=pa.array(names, pa.string())), nn)
-    a_g = _np(pc.index_in(accepts["consumer"], value_set=pa.array(names, pa.string())), nn)
+    c_g = ints(pc.index_in(cm["consumer"], value_set=pa.array(names, pa.string())), nn)
+    a_g = ints(pc.index_in(accepts["consumer"], value_set=pa.array(names, pa.string())), nn)
     for t, g in set(
         zip([*t_commits.tolist(), *tcode[len(oi) + cm.num_rows :].tolist()], [*c_g.tolist(), *a_g.tolist()])
     ):
@@ -571,7 +434,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     n_attempts = np.where(r_i >= 0, attempts[np.maximum(r_i, 0)], has_p.astype(np.int64))
     pa_ = m.select(["conn_id", "correlation_id", "topic", "partition"]).take(pa.array(np.maximum(p, 0)))
     pk = acks.filter(pc.and_(pc.equal(acks["ack_type"], "kafka_produce"), ok_err))
-    ack_codes = _codes(
+    ack_codes = row_codes(
         *(pa.concat_arrays([pa_[c], pk[c]]) for c in ("conn_id", "correlation_id", "topic", "partition"))
     )
     na = int(ack_codes.max()) + 1 if len(ack_codes) else 0
@@ -579,7 +442,7 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     last = len(pk_codes) - 1 - _first(pk_codes[::-1], na)  # a key's last ack wins (as in a dict)
     ack_ok = last < len(pk_codes)
     ack_ts = np.where(
-        ack_ok, _np(pk["ts_ns"])[np.minimum(last, max(len(pk_codes) - 1, 0))] if len(pk_codes) else 0, 0
+        ack_ok, ints(pk["ts_ns"])[np.minimum(last, max(len(pk_codes) - 1, 0))] if len(pk_codes) else 0, 0
     )
     acked_ok = has_p & ack_ok[ack_codes[:ni]]
     acked = np.where(acked_ok, ack_ts[ack_codes[:ni]], 0)
@@ -620,13 +483,13 @@ def _journeys_block(msgs: pa.Table, acks: pa.Table, cmds: pa.Table) -> tables.Bl
     committed_moved = np.zeros(nrow, bool)
     if cm.num_rows:
         part_i = o["partition"].take(pa.array(i_first))
-        keys = _codes(
+        keys = row_codes(
             pa.array(np.concatenate([c_g.astype(np.int64), rg])),
             pa.array(np.concatenate([t_commits, i_topic[ri]])),
             pa.concat_arrays([cm["partition"], part_i.take(pa.array(ri))]),
         )
         kc, kr = keys[: cm.num_rows], keys[cm.num_rows :]
-        c_off, c_ts, c_moved = _np(cm["offset"]), _np(cm["ts_ns"]), _moved(cm)
+        c_off, c_ts, c_moved = ints(cm["offset"]), ints(cm["ts_ns"]), _moved(cm)
         r_off = i_off[ri]
         rows_by_key = np.argsort(kr, kind="stable")
         bounds = np.searchsorted(kr[rows_by_key], np.unique(kc))
@@ -707,7 +570,7 @@ def _share_accepts(acks: pa.Table) -> pa.RecordBatch:
     acknowledging more offsets than the decoder writes rows for: `details.last_offset`) is one row
     per offset of the range. RELEASE (the record goes back to be delivered again), REJECT (archived
     unprocessed) and RENEW (the lock extended) are no commit."""
-    acks = _batch(acks)
+    acks = one_batch(acks)
     share = pc.fill_null(pc.equal(acks["ack_type"], SHARE_ACK), False)
     ok = pc.fill_null(pc.equal(acks["error_code"], 0), True)
     a = acks.filter(pc.and_(pc.and_(share, ok), pc.fill_null(pc.not_equal(acks["consumer"], ""), False)))
@@ -729,7 +592,7 @@ def _share_accepts(acks: pa.Table) -> pa.RecordBatch:
     keep = (np.asarray(kinds, bool)[idx] if len(idx) else np.zeros(0, bool)) & _valid(a["offset"])
     end = np.asarray(ends, np.int64)[idx][keep] if len(idx) else np.zeros(0, np.int64)
     a = a.filter(pa.array(keep))
-    off = _np(a["offset"])
+    off = ints(a["offset"])
     last = np.maximum(end, off)  # -1 (no range): the offset itself
     width = last - off + 1
     rows = np.repeat(np.arange(a.num_rows), width)  # a range: one row per offset
@@ -746,18 +609,18 @@ def _share_committed(
     `group`): the earliest accept (`_share_accepts`, their groups' codes `a_group`) of the group
     for that offset, whether there is one, and whether its time was moved."""
     na = accepts.num_rows
-    keys = _codes(
+    keys = row_codes(
         pa.array(np.concatenate([a_group, group]).astype(np.int64)),
         *(pa.concat_arrays([accepts[c].cast(msg[c].type), msg[c]]) for c in ("topic", "partition", "offset")),
     )
     ka, kr = keys[:na], keys[na:]
     nk = int(keys.max()) + 1
-    by_time = np.argsort(_np(accepts["ts_ns"]), kind="stable")
+    by_time = np.argsort(ints(accepts["ts_ns"]), kind="stable")
     first = _first(ka[by_time], nk)  # the earliest accept of each key
     hit = first[kr] >= 0
     at = by_time[np.maximum(first[kr], 0)]
-    ts = np.where(hit, _np(accepts["ts_ns"])[at], 0)
-    moved = hit & _np(accepts["moved"], False).astype(bool)[at]
+    ts = np.where(hit, ints(accepts["ts_ns"])[at], 0)
+    moved = hit & ints(accepts["moved"], False).astype(bool)[at]
     return ts, hit, moved
 
 
@@ -853,16 +716,18 @@ def _compute_others(
     clock (_on_one_clock). Also the connections whose times were moved."""
     others = pc.field("protocol").isin(list(_rules()))
     sent_or_got = pc.field("direction").isin(["produce", "deliver"])
-    msgs = _read(f"{root}/messages", ids, STEP_MSG_COLUMNS, others & sent_or_got, ("protocol", "direction"))
+    msgs = read_rows(
+        f"{root}/messages", ids, STEP_MSG_COLUMNS, others & sent_or_got, ("protocol", "direction")
+    )
     if _resends_collide(msgs):  # the values may tell apart rows of one retry identity
-        msgs = _read(
+        msgs = read_rows(
             f"{root}/messages",
             ids,
             (*STEP_MSG_COLUMNS, "value"),
             others & sent_or_got,
             ("protocol", "direction"),
         )
-    acks = _read(f"{root}/acks", ids, (*STEP_ACK_COLUMNS, "capture_id"), others, ("protocol",))
+    acks = read_rows(f"{root}/acks", ids, (*STEP_ACK_COLUMNS, "capture_id"), others, ("protocol",))
     moved: set[str] = set()
     if clocks is not None:
         msgs, acks = (_on_one_clock(t, clocks) for t in (msgs, acks))
@@ -887,8 +752,8 @@ def _resends_collide(msgs: pa.RecordBatch) -> bool:
         if has.sum() < 2:
             continue
         m = m.filter(pa.array(has))
-        r = _codes(*(m[c] for c in (*retry, *RECORD_COLUMNS)))
-        i = _codes(*(m[c] for c in rule.IDENTITY))
+        r = row_codes(*(m[c] for c in (*retry, *RECORD_COLUMNS)))
+        i = row_codes(*(m[c] for c in rule.IDENTITY))
         pairs = np.unique(np.stack([r, i]), axis=1)
         if np.bincount(pairs[0]).max() > 1:
             return True
@@ -928,17 +793,17 @@ def _offset_commits(
     offset is beyond the message's (`inclusive`: or at it). Per (consumer, topic, partition):
     its commits sorted by offset, the earliest time from each on (numpy), one search."""
     n = len(m_off)
-    tp = _codes(
+    tp = row_codes(
         pa.concat_arrays([m_topic, commits["topic"]]), pa.concat_arrays([m_part, commits["partition"]])
     )
     m_tp, c_tp = tp[:n], tp[n:]
     ok = _valid(m_off)
-    off = _np(m_off)
-    c_off, c_ts = _np(commits["offset"]), _np(commits["ts_ns"])
+    off = ints(m_off)
+    c_off, c_ts = ints(commits["offset"]), ints(commits["ts_ns"])
     consumers = commits["consumer"].to_pylist()
     side = "left" if inclusive else "right"
     pos, who, when = [], [], []
-    keys = _codes(commits["consumer"], pa.array(c_tp))
+    keys = row_codes(commits["consumer"], pa.array(c_tp))
     for k in np.unique(keys).tolist():
         sel = np.nonzero(keys == k)[0]
         co = np.argsort(c_off[sel], kind="stable")
@@ -964,7 +829,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     delivered, its earliest acknowledgement or covering commit committed."""
     prod = _typed(s.produced, (*STEP_COLUMNS, "acked_ns"))
     dlv = _typed(s.delivered, (*STEP_COLUMNS, "consumer"))
-    acked = _batch(s.acked) if s.acked is not None else dlv.select([*s.identity, "consumer", "ts_ns"])[:0]
+    acked = one_batch(s.acked) if s.acked is not None else dlv.select([*s.identity, "consumer", "ts_ns"])[:0]
     commits = _typed(
         s.commits if s.commits is not None else pa.table({c: [] for c in COMMIT_COLUMNS}), COMMIT_COLUMNS
     )
@@ -973,7 +838,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     if not np_ + nd:
         return tables.Block(0)
     # the messages: the identities produced or delivered, numbered 0..nm-1 (acks of others: -1)
-    code = _codes(*(pa.concat_arrays([prod[c], dlv[c], acked[c]]) for c in s.identity))
+    code = row_codes(*(pa.concat_arrays([prod[c], dlv[c], acked[c]]) for c in s.identity))
     seen = np.zeros(int(code.max()) + 1, bool)
     seen[code[: np_ + nd]] = True
     renum = np.full(len(seen), -1, np.int64)
@@ -981,8 +846,8 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     renum[seen] = np.arange(nm)
     code = renum[code]
     p_mid, d_mid, a_mid = code[:np_], code[np_ : np_ + nd], code[np_ + nd :]
-    both = _batch(pa.Table.from_batches([prod.select(STEP_COLUMNS), dlv.select(STEP_COLUMNS)]))
-    ts = _np(both["ts_ns"])
+    both = one_batch(pa.Table.from_batches([prod.select(STEP_COLUMNS), dlv.select(STEP_COLUMNS)]))
+    ts = ints(both["ts_ns"])
     # each message's first produce row by time, else its first delivery: its attributes
     is_dl = np.arange(np_ + nd) >= np_
     order = np.lexsort((ts, is_dl))
@@ -994,7 +859,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     produced_ns = np.where(has_p, ts[:np_][p_row], 0) if np_ else np.zeros(nm, np.int64)
     acked_arr = prod["acked_ns"].take(pa.array(p_row)) if np_ else pa.nulls(nm, pa.int64())
     acked_ok = has_p & _valid(acked_arr)
-    acked_ns = np.where(acked_ok, _np(acked_arr), 0)
+    acked_ns = np.where(acked_ok, ints(acked_arr), 0)
     attrs = both.select([*MESSAGE_COLUMNS, "capture_id", "key"]).take(pa.array(src))
     p_conn = prod["conn_id"].take(pa.array(p_row)) if np_ else pa.nulls(nm, pa.string())
     # resends: duplicates, their originals, attempts; an original whose answer was lost was
@@ -1004,7 +869,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     lost = ~has_p & (rs.lost_attempt >= 0)
     if lost.any():
         at = pa.array(np.maximum(rs.lost_attempt, 0))
-        produced_ns = np.where(lost, _np(rs.attempt_rows["ts_ns"].take(at)), produced_ns)
+        produced_ns = np.where(lost, ints(rs.attempt_rows["ts_ns"].take(at)), produced_ns)
         p_conn = pc.if_else(pa.array(lost), rs.attempt_rows["conn_id"].take(at), p_conn)
         has_p = has_p | lost
 
@@ -1019,7 +884,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     value_set = pa.array(names, pa.string())
 
     def ccode(a: pa.Array) -> np.ndarray:
-        return _np(pc.index_in(a, value_set=value_set), nc) if len(a) else np.zeros(0, np.int64)
+        return ints(pc.index_in(a, value_set=value_set), nc) if len(a) else np.zeros(0, np.int64)
 
     # deliveries per (message, consumer), in time order: first, count
     d_order = np.argsort(ts[np_:], kind="stable")
@@ -1029,7 +894,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
     # acknowledgements and covering commits per (message, consumer): the earliest
     a_ok = a_mid >= 0
     c_pair = [(a_mid * (nc + 1) + ccode(acked["consumer"]))[a_ok]]
-    c_ts = [_np(acked["ts_ns"])[a_ok]]
+    c_ts = [ints(acked["ts_ns"])[a_ok]]
     if commits.num_rows:
         at, who, when = _offset_commits(
             attrs["topic"], attrs["partition"], attrs["offset"], commits, s.inclusive
@@ -1043,7 +908,7 @@ def steps_block(protocol: str, s: Steps) -> tables.Block:
 
     # who follows each topic; rows: the topic's messages x its followers, and null-consumer
     # deliveries for those messages only
-    t_code = _codes(attrs["topic"])
+    t_code = row_codes(attrs["topic"])
     follow = np.concatenate([d_pairs, c_pairs])
     follow = follow[follow % (nc + 1) < nc]
     ft = np.unique(t_code[follow // (nc + 1)] * (nc + 1) + follow % (nc + 1))  # (topic, consumer)
@@ -1131,12 +996,12 @@ def _resends(s: Steps, mid: np.ndarray, nm: int, np_: int, src: np.ndarray) -> _
 
     def column(c: str, tabs) -> pa.Array:
         typ = sch.field(c).type if c in sch.names else None
-        arrays = [_batch(pa.table(t).select([c]))[c] for t in tabs]
+        arrays = [one_batch(pa.table(t).select([c]))[c] for t in tabs]
         return pa.concat_arrays([a.cast(typ) if typ is not None else a for a in arrays])
 
     none = np.full(nm, -1, np.int64)
     arows = (
-        _batch(pa.table(att).select(["ts_ns", "conn_id"]))
+        one_batch(pa.table(att).select(["ts_ns", "conn_id"]))
         if att is not None
         else pa.record_batch({"ts_ns": pa.array([], pa.int64()), "conn_id": pa.array([], pa.string())})
     )
@@ -1146,14 +1011,14 @@ def _resends(s: Steps, mid: np.ndarray, nm: int, np_: int, src: np.ndarray) -> _
     valid = np.ones(n, bool)
     for c in s.retry:
         valid &= _valid(column(c, parts))
-    code = np.where(valid, _codes(*(column(c, parts) for c in cols)), -1) if n else np.zeros(0, np.int64)
+    code = np.where(valid, row_codes(*(column(c, parts) for c in cols)), -1) if n else np.zeros(0, np.int64)
     nr = int(code.max(initial=-1)) + 1
     nrows = len(mid)
     retry = none.copy()
     sel = code[:nrows] >= 0
     np.maximum.at(retry, mid[sel], code[:nrows][sel])
     # the original: the first by rank among the messages of an identity
-    rank = [_np(column(c, parts[:2]).take(pa.array(src)), np.iinfo(np.int64).max) for c in s.rank]
+    rank = [ints(column(c, parts[:2]).take(pa.array(src)), np.iinfo(np.int64).max) for c in s.rank]
     order = np.lexsort((np.arange(nm), *reversed(rank), retry))
     pos = _first(retry[order], max(nr, 1), retry[order] >= 0)
     original_of = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
@@ -1169,7 +1034,7 @@ def _resends(s: Steps, mid: np.ndarray, nm: int, np_: int, src: np.ndarray) -> _
     lost = none.copy()
     if att is not None and att.num_rows:
         a_code = code[nrows:]
-        a_order = np.argsort(_np(arows["ts_ns"]), kind="stable")
+        a_order = np.argsort(ints(arows["ts_ns"]), kind="stable")
         first = _first(a_code[a_order], max(nr, 1), a_code[a_order] >= 0)
         first = np.where(first >= 0, a_order[np.maximum(first, 0)], -1)
         lost = np.where(has & (original == np.arange(nm)), first[np.maximum(retry, 0)], -1)
@@ -1180,7 +1045,7 @@ def _typed(t: pa.Table, columns) -> pa.RecordBatch:
     """`columns` of a step table, each as the type of its messages column (acked_ns: int64)."""
     sch = tables.schema("messages")
     types = [pa.int64() if c == "acked_ns" else sch.field(c).type for c in columns]
-    return _batch(pa.table([pc.cast(t[c], typ) for c, typ in zip(columns, types)], names=list(columns)))
+    return one_batch(pa.table([pc.cast(t[c], typ) for c, typ in zip(columns, types)], names=list(columns)))
 
 
 def _lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,7 @@
 delivered offsets, from a run's committed rows.
 
 Computed on the driver after a run has committed the decoded tables, like the journeys (and with
-journeys.py's readers and group rules), over the rows of the run's capture ids only, as Arrow and
+the readers and group rules of derived.py), over the rows of the run's capture ids only, as Arrow and
 numpy columns. One row per (protocol, consumer, topic, partition, minute) in which a sample of
 any kind was seen; each offset is the latest one known at the end of that minute (carried over
 from earlier minutes), so a consumer that stopped keeps rows, with its lag growing, for as long
@@ -20,7 +20,7 @@ messages 0-4 are done):
   the capture began; not counted in `commits`); Iggy `iggy_offset` acks (stored offsets,
   explicit or a poll's auto-commit) + 1;
 - delivered: the latest delivered message + 1: Kafka Fetch `deliver` rows, attributed to their
-  consumer group as journeys attribute them (journeys._groups_of_connections; deliveries no group
+  consumer group as journeys attribute them (derived.groups_of_connections; deliveries no group
   rule names are left out); Iggy deliver rows, whose `consumer` the poll named.
 
 Pulsar has no offsets (its message ids are ledger:entry positions), but a subscription's backlog
@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import tables
-from .journeys import GROUP_COMMANDS, _batch, _codes, _groups_of_connections, _np, _opt, _read
+from .derived import GROUP_COMMANDS, groups_of_connections, ints, nullable, one_batch, read_rows, row_codes
 
 MINUTE_NS = 60 * 1_000_000_000
 # sample kinds; READ_BACK: a Kafka group's committed offset read back (OffsetFetch responses)
@@ -114,7 +114,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     kafka, iggy = pc.field("protocol") == "kafka", pc.field("protocol") == "iggy"
     pulsar = pc.field("protocol") == "pulsar"
     s2c = (pc.field("direction") == "s2c") & (pc.field("decode_status") == "ok")
-    cmds = _read(
+    cmds = read_rows(
         f"{root}/commands",
         ids,
         CMD_COLUMNS,
@@ -129,7 +129,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
         ),
         ("protocol", "direction", "command", "decode_status", "client_id"),
     )
-    acks = _read(
+    acks = read_rows(
         f"{root}/acks",
         ids,
         ACK_COLUMNS,
@@ -138,7 +138,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
     )
     # deliveries with an offset: Kafka Fetch's (a named consumer: ShareFetch, share groups, left
     # out), Iggy's (the consumer the poll named)
-    msgs = _read(
+    msgs = read_rows(
         f"{root}/messages",
         ids,
         MSG_COLUMNS,
@@ -157,7 +157,7 @@ def compute(root: str, capture_ids: list[str]) -> pa.RecordBatch:
             _backlogs(cmds),
         ]
     )
-    return tables.conform("lag", [_lag_block(_batch(samples.combine_chunks()))])
+    return tables.conform("lag", [_lag_block(one_batch(samples.combine_chunks()))])
 
 
 def _samples(kind: int, n: int, **cols) -> pa.Table:
@@ -267,7 +267,7 @@ def _deliveries(msgs: pa.RecordBatch, cmds: pa.RecordBatch) -> pa.Table:
     """The delivered offset samples (offset + 1): Kafka deliveries with the group of their
     connection (journeys' rule; none: left out), Iggy deliveries with the consumer of their poll."""
     requests = cmds.filter(pc.and_(pc.equal(cmds["direction"], "c2s"), cmds["client_id"].is_valid()))
-    group_of = _groups_of_connections(requests)
+    group_of = groups_of_connections(requests)
     conns = list(group_of)
     group = pa.array([group_of[c] for c in conns], pa.string()).take(
         pc.index_in(msgs["conn_id"], value_set=pa.array(conns, pa.string()))
@@ -340,15 +340,15 @@ def _lag_block(s: pa.RecordBatch) -> tables.Block:
     """The lag rows of the samples `s` as one Block: each consumer's samples (its commits and
     deliveries, and its partition's high watermarks from its first minute on) in time order, the
     latest of each kind at the end of each minute with samples, counts per minute."""
-    kind = _np(s["kind"]).astype(np.int8)
+    kind = ints(s["kind"]).astype(np.int8)
     own = np.nonzero(kind != HWM)[0]
     if not len(own):
         return tables.Block(0)
-    ts, value = _np(s["ts_ns"]), _np(s["value"])
+    ts, value = ints(s["ts_ns"]), ints(s["value"])
     minute = ts // MINUTE_NS
-    part = _codes(s["protocol"], s["topic"], s["partition"])
+    part = row_codes(s["protocol"], s["topic"], s["partition"])
     o = s.take(pa.array(own))
-    pair_own = _codes(o["protocol"], o["consumer"], o["topic"], o["partition"])
+    pair_own = row_codes(o["protocol"], o["consumer"], o["topic"], o["partition"])
     npairs = int(pair_own.max()) + 1
     rep = np.full(npairs, -1, np.int64)  # each pair's first sample (its identity columns)
     rep[pair_own[::-1]] = own[::-1]
@@ -406,14 +406,14 @@ def _lag_block(s: pa.RecordBatch) -> tables.Block:
         "partition": ident["partition"],
         "minute_ns": pa.array(mins[ends] * MINUTE_NS, pa.int64()),
         "ts_ns": pa.array(ts[src[ends]], pa.int64()),
-        "high_watermark": _opt(hwm, h_ok),
+        "high_watermark": nullable(hwm, h_ok),
         "log_start_offset": pc.if_else(pa.array(h_ok), log_start, pa.nulls(len(ends), pa.int64())),
-        "committed_offset": _opt(committed, c_ok),
-        "committed_ts_ns": _opt(ts[c], c_ok),
-        "delivered_offset": _opt(delivered, d_ok),
-        "delivered_ts_ns": _opt(ts[d], d_ok),
-        "lag_committed": _opt(np.where(b_ok, value[b], hwm - committed), b_ok | (h_ok & c_ok)),
-        "lag_delivered": _opt(hwm - delivered, h_ok & d_ok),
+        "committed_offset": nullable(committed, c_ok),
+        "committed_ts_ns": nullable(ts[c], c_ok),
+        "delivered_offset": nullable(delivered, d_ok),
+        "delivered_ts_ns": nullable(ts[d], d_ok),
+        "lag_committed": nullable(np.where(b_ok, value[b], hwm - committed), b_ok | (h_ok & c_ok)),
+        "lag_delivered": nullable(hwm - delivered, h_ok & d_ok),
         "hwm_samples": pc.add(count(HWM), count(BACKLOG)),
         # Pulsar: its acks and deliveries are not counted (no offsets to place them by)
         "commits": pc.if_else(pulsar, pa.nulls(len(ends), pa.int64()), count(COMMIT)),
