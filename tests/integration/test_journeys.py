@@ -461,7 +461,6 @@ def _record_kafka_python(tmp: Path) -> dict:
         # one consumer after the other, both fetching while the late one joins and reads
         for g in (KPY_EARLY, KPY_LATE):
             consumers[g] = KafkaConsumer(
-                KPY_TOPIC,
                 bootstrap_servers=bootstrap,
                 group_id=g,
                 auto_offset_reset="earliest",
@@ -469,6 +468,11 @@ def _record_kafka_python(tmp: Path) -> dict:
                 fetch_max_wait_ms=100,
                 api_version=KPY_API,
             )
+            # the topic's partitions known before the group forms: a leader that assigns without
+            # them ("No partition metadata") gives its member nothing until a metadata refresh,
+            # minutes later (seen on a loaded machine)
+            assert {0, 1} <= consumers[g].partitions_for_topic(KPY_TOPIC)
+            consumers[g].subscribe([KPY_TOPIC])
             client_ids.add(consumers[g].config["client_id"])
             _kpy_poll(consumers, got, {g: PER_BATCH})
         commit(KPY_EARLY, {q: max(o for pp, o in got[KPY_EARLY] if pp == q) + 1 for q in (0, 1)})
