@@ -21,8 +21,9 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
-- tubemq_rpc: a config byte (bit0: a frame's blocks, else an RPC envelope), then bytes read by the
-  compiled TubeMQ reader (_rpc.c) and by the plain-Python one.
+- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits2-7 which
+  of the built-in messages; else an RPC envelope), then bytes read by the compiled TubeMQ reader
+  (_rpc.c) and by the plain-Python one (protobuf).
 """
 
 from __future__ import annotations
@@ -369,9 +370,33 @@ def tubemq_envelope_both(body: bytes) -> tuple:
     return out[0], out[1], rpc._rpc.envelope(body)
 
 
+def tubemq_body_both(entry: int, body: bytes) -> tuple:
+    """A method's body read as built-in message `entry` (rpc.BUILTIN) by the compiled reader
+    (_rpc.body: its dict or None) and by protobuf (rpc.plain of the message, or the error's
+    text)."""
+    from google.protobuf.message import DecodeError
+
+    from brokerscope.protocols.tubemq import rpc
+
+    name = sorted(rpc.BUILTIN.index)[entry % len(rpc.BUILTIN.index)]
+    cls = next(
+        c
+        for m in rpc.METHODS.values()
+        for c in (m.request, m.response)
+        if c and c.DESCRIPTOR.full_name == name
+    )
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+        want = rpc.plain(msg)
+    except DecodeError as e:
+        want = str(e)
+    return rpc._rpc.body(body, rpc.BUILTIN.table, rpc.BUILTIN.index[name]), want
+
+
 def fuzz_tubemq_rpc(data: bytes) -> None:
-    """The compiled TubeMQ frame and envelope readers give what the Python ones give, and leave
-    to them every input those reject."""
+    """The compiled TubeMQ frame, envelope and body readers give what the Python ones give, and
+    leave to them every input those reject."""
     from brokerscope.protocols.tubemq import framing
 
     cfg, buf = (data[0], data[1:]) if data else (0, b"")
@@ -379,6 +404,11 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got = framing._rpc.frame(buf)
         if got is not None:
             check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        return
+    if cfg & 2:
+        got, want = tubemq_body_both(cfg >> 2, buf)
+        if got is not None:
+            check(repr(got) == repr(want), "body differs", f"{got!r:.300} != {want!r:.300}")
         return
     got, want, walked = tubemq_envelope_both(buf)
     check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")

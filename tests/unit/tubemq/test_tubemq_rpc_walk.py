@@ -9,9 +9,10 @@ import struct
 
 import pytest
 
-from brokerscope.protocols.tubemq import framing
+from brokerscope.protocols.tubemq import framing, rpc
+from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
-from tests.fuzz.targets import tubemq_envelope_both
+from tests.fuzz.targets import tubemq_body_both, tubemq_envelope_both
 from tests.support.damage import damage
 
 from .kit import delimited, frame
@@ -120,3 +121,113 @@ def test_a_tag_of_six_bytes_is_left_to_protobuf():
     body = bytes.fromhex("0608413202616200") + bytes.fromhex("0b088006f880ff808000ff01")
     got, want, walked = tubemq_envelope_both(body)
     assert walked is None and got == want and "RequestBody" in want
+
+
+# ---------------------------------------------------------------------------------------------
+# method bodies: the compiled reader (_rpc.body) against protobuf (rpc.plain)
+
+BODY_NAMES = sorted(rpc.BUILTIN.index)
+TEXTS = ["", "demo", "prod-1", "héllo", "a,b=c"]
+
+
+def _fill(msg, rng: random.Random, depth: int = 0) -> None:
+    """Random values in a random subset of `msg`'s fields (nested messages and lists too)."""
+    for fd in msg.DESCRIPTOR.fields:
+        if rng.random() < 0.4:
+            continue
+        n = rng.randrange(0, 4) if fd.is_repeated else 1
+        for _ in range(n):
+            if fd.message_type is not None:
+                if depth > 2:
+                    break
+                sub = getattr(msg, fd.name).add() if fd.is_repeated else getattr(msg, fd.name)
+                sub.SetInParent()
+                _fill(sub, rng, depth + 1)
+                continue
+            v = {
+                fd.TYPE_INT32: lambda: rng.choice(INT32),
+                fd.TYPE_INT64: lambda: rng.choice(INT64),
+                fd.TYPE_BOOL: lambda: rng.random() < 0.5,
+                fd.TYPE_STRING: lambda: rng.choice(TEXTS),
+                fd.TYPE_BYTES: lambda: rng.randbytes(rng.randrange(0, 30)),
+            }[fd.type]()
+            if fd.is_repeated:
+                getattr(msg, fd.name).append(v)
+            else:
+                setattr(msg, fd.name, v)
+
+
+def random_body(rng: random.Random) -> tuple[int, bytes, bool]:
+    """(entry for tubemq_body_both, bytes, whether they were made irregular) of a random built-in
+    message, at times with a field of another wire type, the fields sent twice or a string that
+    is not UTF-8."""
+    entry = rng.randrange(len(BODY_NAMES))
+    cls = next(
+        c
+        for m in rpc.METHODS.values()
+        for c in (m.request, m.response)
+        if c is not None and c.DESCRIPTOR.full_name == BODY_NAMES[entry]
+    )
+    msg = cls()
+    _fill(msg, rng)
+    out = msg.SerializeToString()
+    irregular = False
+    if rng.random() < 0.3:
+        out += rng.choice(UNKNOWN) if rng.random() < 0.5 else out
+        irregular = True
+    if rng.random() < 0.2:  # a string field of the message that is not UTF-8
+        strings = [fd.number for fd in cls.DESCRIPTOR.fields if fd.type == fd.TYPE_STRING]
+        if strings:
+            out += bytes([rng.choice(strings) << 3 | 2, 2]) + b"\xc3\x28"
+            irregular = True
+    return entry, out, irregular
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_bodies_read_as_protobuf_reads_them(seed):
+    rng = random.Random(9000 + seed)
+    entry, body, irregular = random_body(rng)
+    got, want = tubemq_body_both(entry, body)
+    if got is None:  # left to protobuf: only bytes made irregular
+        assert irregular, body.hex()
+    else:
+        assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_damaged_bodies_give_what_protobuf_gives_or_are_left_to_it(seed):
+    rng = random.Random(12000 + seed)
+    entry, body, _ = random_body(rng)
+    got, want = tubemq_body_both(entry, damage(rng, body))
+    assert got is None or repr(got) == repr(want)
+
+
+def test_a_body_keeps_payloads_whole_and_redacts_secrets():
+    body = brk.SendMessageRequestP2B(
+        clientId="p", data=b"\x00\x01payload", authInfo=brk.AuthorizedInfo(visitAuthorizedToken=123456789)
+    ).SerializeToString()
+    got, want = tubemq_body_both(BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B"), body)
+    assert (
+        got
+        == want
+        == {
+            "clientId": "p",
+            "data": b"\x00\x01payload",
+            "authInfo": {"visitAuthorizedToken": "<redacted 9 bytes>"},
+        }
+    )
+    assert rpc.decode_body(13, True, body)[1]["data"] == {"size": 9}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x52\x00\x52\x00",  # authInfo (a message) sent twice: protobuf merges the two
+        b"\x18\x80\x80\x80\x80\x10",  # partitionId 2^32: past int32
+        b"\x0a\x02\xc3\x28",  # clientId not UTF-8: protobuf hands it over as bytes
+        b"\x1a\x01\x61",  # partitionId (int32) as a length-delimited field
+    ],
+)
+def test_what_the_body_reader_leaves_to_protobuf(body):
+    got, _want = tubemq_body_both(BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B"), body)
+    assert got is None

@@ -201,9 +201,241 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * body(data, schema, index): a method's message read by a table of its fields (schema(spec), made
+ * once by rpc.py from the generated descriptors of protos/tubemq, the declaration of every field).
+ *
+ * spec: a list of messages, each a list of (field number, name, kind) sorted by field number;
+ * kind = K_INT32 | K_INT64 | K_BOOL | K_STRING | K_BYTES | K_MESSAGE + 8 x (nested message's
+ * index), plus F_REPEATED (strings and messages only) and F_SECRET (a credential: its value
+ * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it).
+ *
+ * -> {name: value} of the fields set, in field-number order, as rpc.message_to_dict gives them but
+ * with bytes kept whole (rpc.py turns payload fields into their size for `details`): int32 and
+ * int64 as int, bool, string as str, bytes, a nested message as such a dict, repeated fields as
+ * lists. None wherever protobuf would read the bytes another way, or fail, and then reads them:
+ * a cut or malformed tag, varint or length, a group, a known field with another wire type, an
+ * int32 beyond 32 bits, a string that is not UTF-8, a singular message sent twice (protobuf
+ * merges them), field number 0, messages nested deeper than MAX_DEPTH. */
+
+enum { K_INT32, K_INT64, K_BOOL, K_STRING, K_BYTES, K_MESSAGE };
+#define K_MASK 7
+#define F_REPEATED 0x10000
+#define F_SECRET 0x20000
+#define K_SUB(kind) (((kind) & 0xFFFF) >> 3)
+#define MAX_DEPTH 16
+#define NOT_PLAIN (-1) /* left to protobuf */
+#define PY_ERROR (-2)  /* a Python exception is set */
+
+typedef struct {
+    uint32_t number;
+    int kind;
+    PyObject *name;
+} FieldSpec;
+
+typedef struct {
+    Py_ssize_t n;
+    FieldSpec *fields;
+} MsgSpec;
+
+typedef struct {
+    Py_ssize_t n;
+    MsgSpec *msgs;
+} Schema;
+
+static void schema_free(PyObject *capsule) {
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) return;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) Py_XDECREF(s->msgs[i].fields[j].name);
+        PyMem_Free(s->msgs[i].fields);
+    }
+    PyMem_Free(s->msgs);
+    PyMem_Free(s);
+}
+
+static PyObject *schema(PyObject *self, PyObject *spec) {
+    if (!PyList_Check(spec)) return PyErr_Format(PyExc_TypeError, "schema: a list of messages");
+    Schema *s = PyMem_Calloc(1, sizeof(Schema));
+    if (!s) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(s, "tubemq.schema", schema_free);
+    if (!capsule) {
+        PyMem_Free(s);
+        return NULL;
+    }
+    Py_ssize_t nm = PyList_GET_SIZE(spec);
+    if (!(s->msgs = PyMem_Calloc(nm ? nm : 1, sizeof(MsgSpec)))) goto nomem;
+    s->n = nm;
+    for (Py_ssize_t i = 0; i < nm; i++) {
+        PyObject *fields = PyList_GET_ITEM(spec, i);
+        if (!PyList_Check(fields)) goto bad;
+        Py_ssize_t nf = PyList_GET_SIZE(fields);
+        if (!(s->msgs[i].fields = PyMem_Calloc(nf ? nf : 1, sizeof(FieldSpec)))) goto nomem;
+        s->msgs[i].n = nf;
+        for (Py_ssize_t j = 0; j < nf; j++) {
+            FieldSpec *f = &s->msgs[i].fields[j];
+            unsigned long number;
+            int kind;
+            PyObject *name;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, j), "kUi", &number, &name, &kind)) goto fail;
+            if ((kind & K_MASK) == K_MESSAGE && K_SUB(kind) >= nm) goto bad;
+            f->number = (uint32_t)number;
+            f->kind = kind;
+            Py_INCREF(name);
+            f->name = name;
+        }
+    }
+    return capsule;
+nomem:
+    PyErr_NoMemory();
+    goto fail;
+bad:
+    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind)");
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+/* A secret's replacement: the length of its text (characters of a string, digits of a number). */
+static PyObject *redacted(Py_ssize_t n) { return PyUnicode_FromFormat("<redacted %zd bytes>", n); }
+
+static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
+                        int depth, PyObject **out);
+
+/* One field's value at *p (its tag read): a new reference in *v, or NOT_PLAIN / PY_ERROR. */
+static int field_value(const Schema *s, const FieldSpec *f, int wt, const unsigned char **p,
+                       const unsigned char *end, int depth, PyObject **v) {
+    int kind = f->kind & K_MASK;
+    uint64_t x;
+    *v = NULL;
+    if (kind == K_INT32 || kind == K_INT64 || kind == K_BOOL) {
+        if (wt != 0 || varint(p, end, &x)) return NOT_PLAIN;
+        int64_t i = (int64_t)x;
+        if (kind == K_INT32 && (i < INT32_MIN || i > INT32_MAX)) return NOT_PLAIN;
+        if (kind == K_BOOL) {
+            *v = PyBool_FromLong(x != 0);
+        } else if (f->kind & F_SECRET) {
+            char digits[24];
+            *v = redacted(snprintf(digits, sizeof digits, "%lld", (long long)i));
+        } else {
+            *v = PyLong_FromLongLong(i);
+        }
+        return *v ? 0 : PY_ERROR;
+    }
+    if (wt != 2 || varint32(p, end, &x) || x > (uint64_t)(end - *p)) return NOT_PLAIN;
+    const unsigned char *at = *p;
+    *p += x;
+    if (kind == K_MESSAGE) return read_message(s, K_SUB(f->kind), at, at + x, depth + 1, v);
+    if (kind == K_BYTES) {
+        *v = (f->kind & F_SECRET) ? redacted((Py_ssize_t)x) : PyBytes_FromStringAndSize((const char *)at, x);
+        return *v ? 0 : PY_ERROR;
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)at, (Py_ssize_t)x, NULL);
+    if (!str) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return PY_ERROR;
+        PyErr_Clear();
+        return NOT_PLAIN; /* protobuf hands it over as bytes */
+    }
+    if (f->kind & F_SECRET) {
+        *v = redacted(PyUnicode_GET_LENGTH(str));
+        Py_DECREF(str);
+        return *v ? 0 : PY_ERROR;
+    }
+    *v = str;
+    return 0;
+}
+
+#define MAX_MSG_FIELDS 64
+
+/* The message of schema entry `index` at [p, end) as a dict in *out, or NOT_PLAIN / PY_ERROR. */
+static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
+                        int depth, PyObject **out) {
+    const MsgSpec *m = &s->msgs[index];
+    PyObject *slot[MAX_MSG_FIELDS] = {0};
+    int rc = 0;
+    *out = NULL;
+    if (depth > MAX_DEPTH || m->n > MAX_MSG_FIELDS) return NOT_PLAIN;
+    while (p < end) {
+        uint64_t tag;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0) {
+            rc = NOT_PLAIN;
+            goto done;
+        }
+        uint32_t number = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        Py_ssize_t j = 0;
+        while (j < m->n && m->fields[j].number != number) j++;
+        if (j == m->n) { /* not in the table: an unknown field, which protobuf keeps apart */
+            if (skip(&p, end, wt)) {
+                rc = NOT_PLAIN;
+                goto done;
+            }
+            continue;
+        }
+        const FieldSpec *f = &m->fields[j];
+        PyObject *v;
+        if ((rc = field_value(s, f, wt, &p, end, depth, &v))) goto done;
+        if (f->kind & F_REPEATED) {
+            if (!slot[j] && !(slot[j] = PyList_New(0))) {
+                Py_DECREF(v);
+                rc = PY_ERROR;
+                goto done;
+            }
+            rc = PyList_Append(slot[j], v) ? PY_ERROR : 0;
+            Py_DECREF(v);
+            if (rc) goto done;
+        } else {
+            if (slot[j] && (f->kind & K_MASK) == K_MESSAGE) { /* sent twice: protobuf merges */
+                Py_DECREF(v);
+                rc = NOT_PLAIN;
+                goto done;
+            }
+            Py_XSETREF(slot[j], v); /* a scalar sent twice: the last wins */
+        }
+    }
+    if (!(*out = PyDict_New())) {
+        rc = PY_ERROR;
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < m->n; j++) {
+        if (slot[j] && PyDict_SetItem(*out, m->fields[j].name, slot[j])) {
+            Py_CLEAR(*out);
+            rc = PY_ERROR;
+            goto done;
+        }
+    }
+done:
+    for (Py_ssize_t j = 0; j < m->n && j < MAX_MSG_FIELDS; j++) Py_XDECREF(slot[j]);
+    return rc;
+}
+
+static PyObject *body(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *out = NULL;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "y*On", &buf, &capsule, &index)) return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) goto error;
+    if (index < 0 || index >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "body: no such message in the schema");
+        goto error;
+    }
+    const unsigned char *b = buf.buf;
+    int rc = read_message(s, index, b, b + buf.len, 0, &out);
+    PyBuffer_Release(&buf);
+    if (rc == PY_ERROR) return NULL;
+    if (rc == NOT_PLAIN) Py_RETURN_NONE;
+    return out;
+error:
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
+    {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
+    {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

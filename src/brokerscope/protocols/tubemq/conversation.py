@@ -36,7 +36,7 @@ from . import rows as build
 from . import rpc
 from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
 from .framing import TubeFrame, TubeRules, header_info, read_frame
-from .rows import M_COMMIT, Pending, field, fields, strings
+from .rows import M_COMMIT, Pending
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
@@ -202,22 +202,23 @@ class TubeMQConversation(Conversation):
         self._body_status(row, meth, mid, err, f)
         topic = partition = client_id = group = None
         if msg is not None:
-            get = fields(msg).get
+            get = msg.get
             topic = get("topicName")
             partition = get("partitionId")
             client_id = get("clientId") or get("brokerId")
             group = get("groupName")
-            topics = strings(msg, "topicList")
+            topics = get("topicList")
             if topics:
                 row["topics"] = topics
             if mid == M_CONSUMER_REGISTER_B:
-                details["op"] = rpc.OP_TYPES.get(msg.opType, str(msg.opType))
-            subs = list(getattr(msg, "subscribeInfo", []) or [])
+                op = get("opType", 0)  # protobuf's default when it is not set
+                details["op"] = rpc.OP_TYPES.get(op, str(op))
+            subs = get("subscribeInfo")
             if subs:
                 details["subscriptions"] = [parse_subscribe_info(s) for s in subs]
             event = get("event")
             if event is not None:
-                details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
+                details["event_status"] = _event_status(event)
         row.update(topic=topic, partition=partition, client_id=client_id, details=to_json(details))
         rows.append(("commands", row))
         # pairing
@@ -231,12 +232,10 @@ class TubeMQConversation(Conversation):
             rows.extend(build.unanswered(s, p))
         if msg is not None and mid == M_SEND:
             rows.append(build.produce(msg, f, self.ctx.payload, self.conn.frame_range(C2S, f.offset, f.size)))
-        if msg is not None and mid == M_GET and field(msg, "lastPackConsumed"):
+        if msg is not None and mid == M_GET and msg.get("lastPackConsumed"):
             rows.append(
                 build.confirm_ack(
-                    msg,
-                    f,
-                    *self._since_delivery(field(msg, "topicName"), field(msg, "partitionId"), f.ts_last),
+                    msg, f, *self._since_delivery(msg.get("topicName"), msg.get("partitionId"), f.ts_last)
                 )
             )
         return rows
@@ -271,7 +270,7 @@ class TubeMQConversation(Conversation):
             details["response"] = body
             self._body_status(row, meth, mid, err, f)
             if msg is not None:
-                get = fields(msg).get
+                get = msg.get
                 success = get("success")
                 code = get("errCode")
                 if success is False or (success is None and code is not None and code != rpc.ERR_SUCCESS):
@@ -329,26 +328,25 @@ class TubeMQConversation(Conversation):
             row["decode_error"] = err
             row["raw"] = self.ctx.raw(f.wire, typed=not meth.carries_auth)
 
-    def _metadata(self, msg, details: dict) -> None:
+    def _metadata(self, msg: dict, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""
-        brokers = list(getattr(msg, "brokerInfos", []) or [])
-        parsed = [parse_broker_info(b) for b in brokers]
+        parsed = [parse_broker_info(b) for b in msg.get("brokerInfos") or ()]
         if parsed:
             details["brokers"] = parsed
-        topic_infos = list(getattr(msg, "topicInfos", []) or [])  # HeartResponseM2P only
+        topic_infos = msg.get("topicInfos")  # HeartResponseM2P only
         if topic_infos:
             by_id = {b["broker_id"]: b for b in parsed if "broker_id" in b}
             details["topic_infos"] = [parse_topic_info(t, by_id) for t in topic_infos]
-        event = field(msg, "event")
+        event = msg.get("event")
         if event is not None:
-            details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
-            details["assigned"] = [parse_subscribe_info(s) for s in event.subscribeInfo]
+            details["event_status"] = _event_status(event)
+            details["assigned"] = [parse_subscribe_info(s) for s in event.get("subscribeInfo") or ()]
 
     def _deliver(self, msg, f: TubeFrame, pend: Pending | None) -> list[Row]:
         """Delivered messages; the pack's time and offset are kept for the ack that confirms it."""
         rows = build.deliver(msg, f, pend, self.ctx.payload, self.conn.frame_range(S2C, f.offset, f.size))
         key = (pend.topic if pend else None, pend.partition if pend else None)
-        self.deliveries[key] = (f.ts_first, field(msg, "currOffset"))
+        self.deliveries[key] = (f.ts_first, msg.get("currOffset"))
         if len(self.deliveries) > MAX_PENDING:
             self.deliveries.pop(next(iter(self.deliveries)))
         return rows
@@ -359,3 +357,9 @@ class TubeMQConversation(Conversation):
         if d is None:
             return None, None
         return (ts - d[0]) / 1000.0, d[1]
+
+
+def _event_status(event: dict) -> str:
+    """An EventProto's status by TubeMQ's name (0, TODO, when it is not set)."""
+    status = event.get("status", 0)
+    return rpc.EVENT_STATUS.get(status, str(status))

@@ -11,10 +11,9 @@ import pyarrow as pa
 
 from ...tables import Block
 from .. import base
-from ..base import MALFORMED, OK, PayloadPolicy, Row, text, to_json
+from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
 from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
 from .framing import TubeFrame
-from .rpc import values as fields_of
 
 M_COMMIT = 18  # consumerCommitC2B
 
@@ -66,10 +65,11 @@ def unanswered(serial: int, p: Pending) -> list[Row]:
     return rows
 
 
-def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
-    """sendMessageP2B: the message a producer sent (`frames`: its frame's first_frame / last_frame)."""
-    data = bytes(msg.data)
-    get = fields(msg).get
+def produce(msg: dict, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
+    """sendMessageP2B (its fields, rpc.decode_body): the message a producer sent (`frames`: its
+    frame's first_frame / last_frame)."""
+    get = msg.get
+    data = get("data") or b""
     flag = get("flag")
     attr, payload, err = split_payload(data, flag)
     headers = parse_attributes(attr)
@@ -105,12 +105,12 @@ def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None
 
 
 def deliver(
-    msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
+    msg: dict, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
 ) -> list[Row]:
     """getMessagesC2B's response: a row per message delivered to the consumer group, one block
     (tables.Block) for the pack (`frames`: the response frame's first_frame / last_frame)."""
-    tms = msg.messages
-    if not len(tms):
+    tms = msg.get("messages")
+    if not tms:
         return []
     req_part = pend.partition if pend else None
     const = {
@@ -122,13 +122,13 @@ def deliver(
         "correlation_id": f.serial,
         **(frames or {}),
     }
-    curr = base.json_value(field(msg, "currOffset"))
+    curr = base.json_value(msg.get("currOffset"))
     jv = base.json_value
     cols: dict[str, list] = {k: [] for k in _DELIVER_COLUMNS}
     values = []
     for tm in tms:
-        data = bytes(tm.payLoadData)
-        get = fields_of(tm).get
+        get = tm.get
+        data = get("payLoadData") or b""
         flag = get("flag")
         attr, payload, err = split_payload(data, flag)
         headers = parse_attributes(attr)
@@ -161,10 +161,11 @@ _DELIVER_COLUMNS = (
 )  # fmt: skip
 
 
-def confirm_ack(msg, f: TubeFrame, lat: float | None, off: int | None) -> Row:
+def confirm_ack(msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> Row:
     """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
     (`lat`, `off`: since that pack's delivery, and its offset)."""
-    topic, part = field(msg, "topicName"), field(msg, "partitionId")
+    get = msg.get
+    topic, part = get("topicName"), get("partitionId")
     return (
         "acks",
         {
@@ -173,15 +174,17 @@ def confirm_ack(msg, f: TubeFrame, lat: float | None, off: int | None) -> Row:
             "topic": topic,
             "partition": part,
             "offset": off,
-            "consumer": field(msg, "groupName"),
+            "consumer": get("groupName"),
             "ack_latency_us": lat,
             "correlation_id": f.serial,
-            "details": to_json({"via": "getMessagesC2B", "client_id": field(msg, "clientId")}),
+            "details": to_json({"via": "getMessagesC2B", "client_id": get("clientId")}),
         },
     )
 
 
-def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, lat: float | None) -> Row:
+def commit_ack(
+    msg: dict | None, f: TubeFrame, pend: Pending | None, error_code: int | None, lat: float | None
+) -> Row:
     """consumerCommitC2B's response (`lat`: from the last delivery to the commit request)."""
     topic = pend.topic if pend else None
     part = pend.partition if pend else None
@@ -192,7 +195,7 @@ def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, 
             "ack_type": "tubemq_commit",
             "topic": topic,
             "partition": part,
-            "offset": field(msg, "currOffset") if msg is not None else None,
+            "offset": msg.get("currOffset") if msg is not None else None,
             "consumer": pend.group if pend else None,
             "error_code": error_code,
             "ack_latency_us": lat,
@@ -200,7 +203,7 @@ def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, 
             "details": to_json(
                 {
                     "via": "consumerCommitC2B",
-                    "max_offset": field(msg, "maxOffset") if msg is not None else None,
+                    "max_offset": msg.get("maxOffset") if msg is not None else None,
                     "client_id": pend.client_id if pend else None,
                 }
             ),
@@ -208,9 +211,9 @@ def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, 
     )
 
 
-def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
+def produce_ack(msg: dict, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
     """sendMessageP2B's response: the broker's message id and append offset."""
-    get = fields(msg).get
+    get = msg.get
     mid = get("messageId")
     return (
         "acks",
@@ -227,29 +230,6 @@ def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None)
             "details": to_json({"append_time_ms": get("appendTime")}),
         },
     )
-
-
-def field(msg, name: str):
-    """msg.name if the message has that field and it is set, else None; a string field as text
-    even when its bytes are not UTF-8 (content.text)."""
-    return fields(msg).get(name)
-
-
-def fields(msg) -> dict:
-    """rpc.values of `msg`, read once for the message asked last (the conversation and these
-    rows ask for many of one message's fields)."""
-    global _LAST
-    if _LAST[0] is not msg:  # the message is held with its values: its id names no other
-        _LAST = (msg, fields_of(msg))
-    return _LAST[1]
-
-
-_LAST: tuple = (None, {})
-
-
-def strings(msg, name: str) -> list[str]:
-    """A repeated string field as text (content.text), [] when the message has no such field."""
-    return [text(v) for v in getattr(msg, name, None) or ()]
 
 
 def ipv4(v: int | None) -> str | None:
