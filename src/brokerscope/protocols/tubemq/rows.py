@@ -17,6 +17,70 @@ from .framing import TubeFrame
 
 M_COMMIT = 18  # consumerCommitC2B
 
+# The rows a connection makes one or more of per frame, gathered across frames (`Gathered`) as
+# tuples of these columns, in this order; CONST: what every gathered row of the table has.
+COMMANDS = (
+    "ts_ns", "ts_end_ns", "direction", "correlation_id", "size", "stream_offset", "decode_status",
+    "decode_error", "api_version", "command", "command_code", "topic", "partition", "client_id",
+    "topics", "error_code", "details", "raw", "first_frame", "last_frame",
+)  # fmt: skip
+LATENCIES = (
+    "ts_ns", "request_command", "response_command", "api_version", "correlation_id", "request_ts_ns",
+    "response_ts_ns", "latency_us", "error_code", "topic", "partition",
+)  # fmt: skip
+ACKS = (
+    "ts_ns", "ack_type", "topic", "partition", "offset", "consumer", "message_id", "error_code",
+    "ack_latency_us", "correlation_id", "details",
+)  # fmt: skip
+PRODUCED = (  # messages rows of sendMessageP2B requests
+    "ts_ns", "topic", "partition", "headers", "producer_name", "checksum_ok", "correlation_id",
+    "message_ts_ns", "decode_status", "decode_error", "details", "value", "value_size", "value_hash",
+    "first_frame", "last_frame",
+)  # fmt: skip
+COLUMNS = {"commands": COMMANDS, "latencies": LATENCIES, "acks": ACKS, "messages": PRODUCED}
+CONST = {"messages": {"direction": "produce", "source": "capture"}}
+BLOCK_ROWS = 1024  # gathered rows a connection holds before handing them over
+
+
+class Gathered:
+    """A connection's rows as it hands them over: the rows of COLUMNS' tables gathered as tuples
+    (`add`) into one tables.Block per stretch of them; a row given whole (`put`: a dict row, a
+    block of delivered messages) first ends its table's stretch, so each table's rows keep the
+    order they were made in."""
+
+    __slots__ = ("out", "pending", "held")
+
+    def __init__(self) -> None:
+        self.out: list[Row] = []
+        self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.held = 0
+
+    def add(self, table: str, values: tuple) -> None:
+        self.pending[table].append(values)
+        self.held += 1
+
+    def put(self, table: str, row) -> None:
+        if table in self.pending:
+            self._end(table)
+        self.out.append((table, row))
+
+    def _end(self, table: str) -> None:
+        rows = self.pending[table]
+        if rows:
+            cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
+            self.out.append((table, Block(len(rows), cols, dict(CONST.get(table, ())))))
+            self.pending[table] = []
+
+    def take(self, everything: bool = False) -> list[Row]:
+        """The rows made so far, with the gathered ones once BLOCK_ROWS are held (`everything`:
+        all of them, the connection's end)."""
+        if everything or self.held >= BLOCK_ROWS:
+            for t in COLUMNS:
+                self._end(t)
+            self.held = 0
+        out, self.out = self.out, []
+        return out
+
 
 @dataclass
 class Pending:
@@ -30,88 +94,73 @@ class Pending:
     api_version: int | None
 
 
-def unanswered(serial: int, p: Pending) -> list[Row]:
+def unanswered(out: Gathered, serial: int, p: Pending) -> None:
     """A request that got no response: its latency row with null response columns (and a
     commit's ack, marked as having no response)."""
-    rows: list[Row] = [
-        (
-            "latencies",
-            {
-                "ts_ns": p.ts_end,
-                "request_command": p.name,
-                "api_version": p.api_version,
-                "correlation_id": serial,
-                "request_ts_ns": p.ts_end,
-                "topic": p.topic,
-                "partition": p.partition,
-            },
-        )
-    ]
+    out.add(
+        "latencies",
+        (p.ts_end, p.name, None, p.api_version, serial, p.ts_end, None, None, None, p.topic, p.partition),
+    )
     if p.method_id == M_COMMIT:
-        rows.append(
+        details = to_json({"via": "consumerCommitC2B", "response": "missing"})
+        out.add(
+            "acks",
             (
-                "acks",
-                {
-                    "ts_ns": p.ts_end,
-                    "ack_type": "tubemq_commit",
-                    "topic": p.topic,
-                    "partition": p.partition,
-                    "consumer": p.group,
-                    "correlation_id": serial,
-                    "details": to_json({"via": "consumerCommitC2B", "response": "missing"}),
-                },
-            )
+                p.ts_end,
+                "tubemq_commit",
+                p.topic,
+                p.partition,
+                None,
+                p.group,
+                None,
+                None,
+                None,
+                serial,
+                details,
+            ),
         )
-    return rows
 
 
-def produce(msg: dict, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
+def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frames: tuple) -> None:
     """sendMessageP2B (its fields, rpc.decode_body): the message a producer sent (`frames`: its
-    frame's first_frame / last_frame)."""
+    frame's first_frame, last_frame)."""
     get = msg.get
     data = get("data") or b""
     flag = get("flag")
     attr, payload, err = split_payload(data, flag)
     headers = parse_attributes(attr)
     check_sum, msg_time = get("checkSum"), get("msgTime")
-    row: dict = {
-        "ts_ns": f.ts_first,
-        "direction": "produce",
-        "source": "capture",
-        "topic": get("topicName"),
-        "partition": get("partitionId"),
-        "headers": headers,
-        "producer_name": get("clientId"),
-        "checksum_ok": checksum_ok(check_sum, data),
-        "correlation_id": f.serial,
-        "message_ts_ns": parse_msg_time(msg_time or attr_value(headers, "$msgTime$")),
-        "decode_status": MALFORMED if err else OK,
-        "decode_error": err,
-        "details": to_json(
-            {
-                "flag": flag,
-                "msg_type": get("msgType"),
-                "msg_time": msg_time,
-                "attributes": attr,
-                "check_sum": check_sum,
-                "sent_addr": ipv4(get("sentAddr")),
-                "data_size": len(data),
-            }
+    details = to_json(
+        {
+            "flag": flag,
+            "msg_type": get("msgType"),
+            "msg_time": msg_time,
+            "attributes": attr,
+            "check_sum": check_sum,
+            "sent_addr": ipv4(get("sentAddr")),
+            "data_size": len(data),
+        }
+    )
+    value = policy.value(payload)
+    out.add(
+        "messages",
+        (
+            f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"),
+            checksum_ok(check_sum, data), f.serial,
+            parse_msg_time(msg_time or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
+            details, value["value"], value["value_size"], value.get("value_hash"), *frames,
         ),
-    }
-    row.update(policy.value(payload))
-    row.update(frames or {})
-    return ("messages", row)
+    )  # fmt: skip
 
 
 def deliver(
-    msg: dict, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
-) -> list[Row]:
+    msg: dict, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: tuple
+) -> Block | None:
     """getMessagesC2B's response: a row per message delivered to the consumer group, one block
-    (tables.Block) for the pack (`frames`: the response frame's first_frame / last_frame)."""
+    (tables.Block) for the pack (`frames`: the response frame's first_frame, last_frame)."""
     tms = msg.get("messages")
     if not tms:
-        return []
+        return None
     req_part = pend.partition if pend else None
     const = {
         "ts_ns": f.ts_first,
@@ -120,7 +169,8 @@ def deliver(
         "topic": pend.topic if pend else None,
         "consumer": pend.group if pend else None,  # the consumer group that fetched it
         "correlation_id": f.serial,
-        **(frames or {}),
+        "first_frame": frames[0],
+        "last_frame": frames[1],
     }
     curr = base.json_value(msg.get("currOffset"))
     jv = base.json_value
@@ -153,7 +203,7 @@ def deliver(
         values.append(payload)
     sizes = pa.array([len(v) for v in values], pa.int64())
     cols.update(policy.value_columns(pa.array(values, pa.binary()), sizes))
-    return [("messages", Block(len(values), cols, const))]
+    return Block(len(values), cols, const)
 
 
 _DELIVER_COLUMNS = (
@@ -161,75 +211,71 @@ _DELIVER_COLUMNS = (
 )  # fmt: skip
 
 
-def confirm_ack(msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> Row:
+def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> None:
     """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
     (`lat`, `off`: since that pack's delivery, and its offset)."""
     get = msg.get
-    topic, part = get("topicName"), get("partitionId")
-    return (
+    details = to_json({"via": "getMessagesC2B", "client_id": get("clientId")})
+    out.add(
         "acks",
-        {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_commit",
-            "topic": topic,
-            "partition": part,
-            "offset": off,
-            "consumer": get("groupName"),
-            "ack_latency_us": lat,
-            "correlation_id": f.serial,
-            "details": to_json({"via": "getMessagesC2B", "client_id": get("clientId")}),
-        },
-    )
+        (
+            f.ts_first, "tubemq_commit", get("topicName"), get("partitionId"), off, get("groupName"),
+            None, None, lat, f.serial, details,
+        ),
+    )  # fmt: skip
 
 
 def commit_ack(
-    msg: dict | None, f: TubeFrame, pend: Pending | None, error_code: int | None, lat: float | None
-) -> Row:
+    out: Gathered,
+    msg: dict | None,
+    f: TubeFrame,
+    pend: Pending | None,
+    error_code: int | None,
+    lat: float | None,
+) -> None:
     """consumerCommitC2B's response (`lat`: from the last delivery to the commit request)."""
-    topic = pend.topic if pend else None
-    part = pend.partition if pend else None
-    return (
-        "acks",
+    get = (msg or {}).get
+    details = to_json(
         {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_commit",
-            "topic": topic,
-            "partition": part,
-            "offset": msg.get("currOffset") if msg is not None else None,
-            "consumer": pend.group if pend else None,
-            "error_code": error_code,
-            "ack_latency_us": lat,
-            "correlation_id": f.serial,
-            "details": to_json(
-                {
-                    "via": "consumerCommitC2B",
-                    "max_offset": msg.get("maxOffset") if msg is not None else None,
-                    "client_id": pend.client_id if pend else None,
-                }
-            ),
-        },
+            "via": "consumerCommitC2B",
+            "max_offset": get("maxOffset"),
+            "client_id": pend.client_id if pend else None,
+        }
+    )
+    topic, part, group = (pend.topic, pend.partition, pend.group) if pend else (None, None, None)
+    out.add(
+        "acks",
+        (
+            f.ts_first,
+            "tubemq_commit",
+            topic,
+            part,
+            get("currOffset"),
+            group,
+            None,
+            error_code,
+            lat,
+            f.serial,
+            details,
+        ),
     )
 
 
-def produce_ack(msg: dict, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
+def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, error_code: int | None) -> None:
     """sendMessageP2B's response: the broker's message id and append offset."""
     get = msg.get
     mid = get("messageId")
-    return (
-        "acks",
-        {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_produce",
-            "topic": pend.topic if pend else None,
-            "partition": pend.partition if pend else None,
-            "offset": get("appendOffset"),
-            "message_id": str(mid) if mid is not None else None,
-            "error_code": error_code,
-            "ack_latency_us": (f.ts_first - pend.ts_end) / 1000.0 if pend else None,
-            "correlation_id": f.serial,
-            "details": to_json({"append_time_ms": get("appendTime")}),
-        },
+    topic, part, lat = (
+        (pend.topic, pend.partition, (f.ts_first - pend.ts_end) / 1000.0) if pend else (None, None, None)
     )
+    out.add(
+        "acks",
+        (
+            f.ts_first, "tubemq_produce", topic, part, get("appendOffset"), None,
+            str(mid) if mid is not None else None, error_code, lat, f.serial,
+            to_json({"append_time_ms": get("appendTime")}),
+        ),
+    )  # fmt: skip
 
 
 def ipv4(v: int | None) -> str | None:
