@@ -283,7 +283,9 @@ def tubemq_rpc_seeds() -> Iterator[bytes]:
         yield b"\0" + body
         yield b"\1" + trw.frame(rng.randrange(2**32), body, rng.choice([3, 64, 8192]))
         entry, body, _ = trw.random_body(rng)
-        yield bytes([2 | (entry << 2) & 0xFF]) + body
+        yield bytes([2 | (entry << 3) & 0xFF]) + body
+        attr = ",".join(f"k{i}={rng.randrange(99)}" for i in range(rng.randrange(4))).encode()
+        yield bytes([2 | 4 | 1 << 3]) + len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(9))
 
 
 SEEDS = {

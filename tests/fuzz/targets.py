@@ -21,9 +21,10 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
-- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits2-7 which
-  of the built-in messages; else an RPC envelope), then bytes read by the compiled TubeMQ reader
-  (_rpc.c) and by the plain-Python one (protobuf).
+- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits3-7 which
+  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else an RPC
+  envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one
+  (protobuf, content.py).
 """
 
 from __future__ import annotations
@@ -394,6 +395,15 @@ def tubemq_body_both(entry: int, body: bytes) -> tuple:
     return rpc._rpc.body(body, rpc.BUILTIN.table, rpc.BUILTIN.index[name]), want
 
 
+def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
+    """A message's data split and its attributes read by the compiled content.message_parts and
+    by content.split_payload and parse_attributes."""
+    from brokerscope.protocols.tubemq import content
+
+    attr, payload, err = content.split_payload(data, flag)
+    return content.message_parts(data, flag), (attr, payload, err, content.parse_attributes(attr))
+
+
 def fuzz_tubemq_rpc(data: bytes) -> None:
     """The compiled TubeMQ frame, envelope and body readers give what the Python ones give, and
     leave to them every input those reject."""
@@ -405,8 +415,12 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         if got is not None:
             check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
         return
+    if cfg & 2 and cfg & 4:
+        got, want = tubemq_message_both(buf, cfg >> 3 or None)
+        check(got == want, "message parts differ", f"{got!r:.300} != {want!r:.300}")
+        return
     if cfg & 2:
-        got, want = tubemq_body_both(cfg >> 2, buf)
+        got, want = tubemq_body_both(cfg >> 3, buf)
         if got is not None:
             check(repr(got) == repr(want), "body differs", f"{got!r:.300} != {want!r:.300}")
         return

@@ -12,7 +12,7 @@ import pytest
 from brokerscope.protocols.tubemq import framing, rpc
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
-from tests.fuzz.targets import tubemq_body_both, tubemq_envelope_both
+from tests.fuzz.targets import tubemq_body_both, tubemq_envelope_both, tubemq_message_both
 from tests.support.damage import damage
 
 from .kit import delimited, frame
@@ -231,3 +231,34 @@ def test_a_body_keeps_payloads_whole_and_redacts_secrets():
 def test_what_the_body_reader_leaves_to_protobuf(body):
     got, _want = tubemq_body_both(BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B"), body)
     assert got is None
+
+
+# ---------------------------------------------------------------------------------------------
+# a message's data: the compiled content.message_parts against split_payload + parse_attributes
+
+
+@pytest.mark.parametrize(
+    ("data", "flag"),
+    [
+        (b"", None),
+        (b"abc", 0),
+        (b"ab", 1),
+        (b"\x00\x00\x00\x05k=v,xpayload", 1),
+        (b"\x00\x00\x00\x0ek=v,,a=b=c,x\xffpay", 1),  # empty item, `=` in a value, bad UTF-8
+        (b"\xff\xff\xff\xffab", 1),  # a negative attribute length
+        (b"\x00\x00\x00\x09abc", 3),  # past the data
+        (b"\x00\x00\x00\x00pl", -1),  # every flag bit set
+    ],
+)
+def test_message_parts_as_split_payload_and_parse_attributes(data, flag):
+    got, want = tubemq_message_both(data, flag)
+    assert got == want
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_damaged_message_data_split_as_python_splits_it(seed):
+    rng = random.Random(15000 + seed)
+    attr = ",".join(f"k{i}={rng.choice(['', 'v', 'é', 'a=b'])}" for i in range(rng.randrange(5))).encode()
+    data = damage(rng, len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(20)))
+    got, want = tubemq_message_both(data, rng.choice([1, 3, None, 0]))
+    assert got == want

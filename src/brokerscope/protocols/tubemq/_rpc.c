@@ -431,14 +431,104 @@ error:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * message(data, flag): a message's data (SendMessageRequestP2B.data, TransferedMessage.payLoadData)
+ * split as content.split_payload splits it and its attributes read as content.parse_attributes
+ * reads them. When flag bit 0 (FLAG_HAS_ATTRIBUTE) is set the data is
+ *
+ *   attribute length i32 (big-endian) | attribute text (UTF-8, `k1=v1,k2=v2`) | payload
+ *
+ * -> (attribute text or None, payload, error or None, [{"key": k, "value": v as UTF-8 bytes}]):
+ * the text decoded with bad bytes escaped (backslashreplace), empty items skipped, an item
+ * without `=` a key with an empty value. */
+
+#define FLAG_HAS_ATTRIBUTE 0x01
+
+static PyObject *header_key, *header_value, *comma; /* "key", "value", "," */
+
+static PyObject *headers_of(PyObject *attr) {
+    PyObject *items = PyUnicode_Split(attr, comma, -1), *out = NULL;
+    if (!items || !(out = PyList_New(0))) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i), *k = NULL, *v = NULL, *h = NULL;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(item);
+        if (!n) continue;
+        Py_ssize_t eq = PyUnicode_FindChar(item, '=', 0, n, 1);
+        if (eq == -2) goto fail;
+        if (eq < 0) {
+            k = Py_NewRef(item);
+            v = PyBytes_FromStringAndSize("", 0);
+        } else {
+            PyObject *rest = PyUnicode_Substring(item, eq + 1, n);
+            k = PyUnicode_Substring(item, 0, eq);
+            v = rest ? PyUnicode_AsUTF8String(rest) : NULL;
+            Py_XDECREF(rest);
+        }
+        int bad = !k || !v || !(h = PyDict_New()) || PyDict_SetItem(h, header_key, k) ||
+                  PyDict_SetItem(h, header_value, v) || PyList_Append(out, h);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(h);
+        if (bad) goto fail;
+    }
+    Py_DECREF(items);
+    return out;
+fail:
+    Py_XDECREF(items);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *message_parts(PyObject *self, PyObject *args) {
+    PyObject *data, *flag;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "OO", &data, &flag)) return NULL;
+    if (flag == Py_None) return Py_BuildValue("(OOO[])", Py_None, data, Py_None);
+    unsigned long long f = PyLong_AsUnsignedLongLongMask(flag); /* the low bits, as `flag & 1` reads them */
+    if (f == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (!(f & FLAG_HAS_ATTRIBUTE)) return Py_BuildValue("(OOO[])", Py_None, data, Py_None);
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t len = buf.len;
+    PyObject *result = NULL;
+    if (len < 4) {
+        result = Py_BuildValue("(OON[])", Py_None, data,
+                               PyUnicode_FromFormat("flag says attributes follow but data is only %zd bytes", len));
+    } else {
+        int32_t n = (int32_t)u32be(b);
+        if (n < 0 || n > len - 4) {
+            result = Py_BuildValue("(OON[])", Py_None, data,
+                                   PyUnicode_FromFormat("attribute length %d outside 0..%zd", (int)n, len - 4));
+        } else {
+            PyObject *attr = PyUnicode_DecodeUTF8((const char *)b + 4, n, "backslashreplace");
+            PyObject *headers = attr ? headers_of(attr) : NULL;
+            PyObject *payload = PyBytes_FromStringAndSize((const char *)b + 4 + n, len - 4 - n);
+            if (attr && headers && payload) result = Py_BuildValue("(NNON)", attr, payload, Py_None, headers);
+            else {
+                Py_XDECREF(attr);
+                Py_XDECREF(headers);
+                Py_XDECREF(payload);
+            }
+        }
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames and RPC envelopes.", -1, methods};
 
-PyMODINIT_FUNC PyInit__rpc(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rpc(void) {
+    if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
+        !(comma = PyUnicode_InternFromString(",")))
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -12,7 +12,7 @@ import pyarrow as pa
 from ...tables import Block
 from .. import base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
-from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
+from .content import attr_value, checksum_ok, message_parts, parse_msg_time
 from .framing import TubeFrame
 
 M_COMMIT = 18  # consumerCommitC2B
@@ -127,8 +127,7 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
     get = msg.get
     data = get("data") or b""
     flag = get("flag")
-    attr, payload, err = split_payload(data, flag)
-    headers = parse_attributes(attr)
+    attr, payload, err, headers = message_parts(data, flag)
     check_sum, msg_time = get("checkSum"), get("msgTime")
     details = to_json(
         {
@@ -180,8 +179,7 @@ def deliver(
         get = tm.get
         data = get("payLoadData") or b""
         flag = get("flag")
-        attr, payload, err = split_payload(data, flag)
-        headers = parse_attributes(attr)
+        attr, payload, err, headers = message_parts(data, flag)
         part = get("partitionId")
         recv_ms = get("recvTimeInMs")
         cs = get("checkSum")
