@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 import struct
+
+import pytest
 
 from brokerscope import tables
 from brokerscope.protocols.base import C2S, S2C
+from brokerscope.protocols.framer import Framer
+from brokerscope.protocols.tubemq.framing import TubeRules
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
+from tests.support.damage import damage
 
 from .kit import flat, frame, new_conv, request, response, run
 
@@ -321,3 +327,44 @@ def test_duplicate_serial_closes_the_older_request():
     lats = out["latencies"]
     assert len(lats) == 2
     assert lats[0].get("response_ts_ns") is None and lats[1]["response_ts_ns"] is not None
+
+
+def _items(fr: Framer, chunks, whole: bool) -> list:
+    """Every Frame and Junk of `chunks` ((data, ts) or (None, gap size)) through `fr`, its fast
+    path (feed_whole) or push and next alone."""
+    out = []
+    for data, ts in chunks:
+        if data is None:
+            out += fr.gap(ts, 0)[0]
+        elif whole:
+            out += fr.feed_whole(data, ts)
+        else:
+            fr.push(data, ts)
+        while (item := fr.next()) is not None:
+            out.append(item)
+    return out + fr.close()
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_whole_frames_taken_at_once_are_the_frames_next_gives(seed):
+    """Framer.feed_whole (the compiled _rpc.split) gives the frames, junk, offsets and times that
+    push and next give, over frames, damage, garbage, oversize frames and gaps in any cuts."""
+    rng = random.Random(seed)
+    stream = b""
+    for _ in range(rng.randrange(1, 12)):
+        f = frame(rng.randrange(2**32), rng.randbytes(rng.randrange(0, 200)), rng.choice([7, 64, 8192]))
+        stream += damage(rng, f) if rng.random() < 0.2 else f
+        if rng.random() < 0.1:
+            stream += rng.randbytes(rng.randrange(1, 9))
+    chunks, at, ts = [], 0, 0
+    while at < len(stream):
+        n = rng.choice([1, 5, 40, 300, len(stream), len(stream), len(stream)])
+        chunks.append((stream[at : at + n], ts))
+        at += n
+        ts += rng.choice([0, 1000])
+        if rng.random() < 0.05:
+            chunks.append((None, rng.randrange(1, 30)))
+    max_frame = rng.choice([100, 1000, 1 << 20])
+    fast = _items(Framer(TubeRules(max_frame), max_frame), chunks, True)
+    slow = _items(Framer(TubeRules(max_frame), max_frame), chunks, False)
+    assert fast == slow

@@ -515,11 +515,57 @@ static PyObject *message_parts(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * split(data, max_frame, max_list): the sizes of the whole frames `data` starts with, as
+ * framing.TubeRules.size sizes them (header above), stopping before the first frame that is
+ * not whole or that the rules would not pass as it is: another token, a list size outside
+ * 1..max_list, a block length outside 0..MAX_BLOCK, a frame past max_frame bytes. The framer
+ * reads what is left. */
+
+#define TOKEN 0xFF7FF4FEu
+#define MAX_BLOCK 8192
+
+static PyObject *split(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t max_frame, max_list;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &max_frame, &max_list)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t n = buf.len, at = 0;
+    PyObject *out = PyList_New(0);
+    while (out && n - at >= HEADER_LEN && u32be(b + at) == TOKEN) {
+        int32_t list_size = (int32_t)u32be(b + at + 8);
+        if (list_size <= 0 || list_size > max_list) break;
+        Py_ssize_t pos = HEADER_LEN, left = list_size;
+        int whole = 1;
+        while (left > 0) {
+            if (n - at - pos < 4) {
+                whole = 0;
+                break;
+            }
+            int32_t len = (int32_t)u32be(b + at + pos);
+            if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) {
+                whole = 0;
+                break;
+            }
+            pos += 4 + len;
+            left--;
+        }
+        if (!whole) break;
+        PyObject *size = PyLong_FromSsize_t(pos);
+        if (!size || PyList_Append(out, size)) Py_CLEAR(out);
+        Py_XDECREF(size);
+        at += pos;
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},
 };

@@ -69,7 +69,8 @@ class TubeMQConversation(Conversation):
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         if not data:
             return []
-        self.framer[direction].push(data, ts_ns)
+        for item in self.framer[direction].feed_whole(data, ts_ns):
+            self._take(direction, item)
         self._drain(direction)
         return self.out.take()
 
@@ -116,12 +117,16 @@ class TubeMQConversation(Conversation):
             if isinstance(item, Junk):
                 self._junk_row(direction, item)
                 continue
-            f = read_frame(item)
-            try:
-                self._frame(direction, f)
-            except Exception as e:
-                err = f"internal error: {e!r}"
-                self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
+            self._take(direction, item)
+
+    def _take(self, direction: str, item) -> None:
+        """A whole frame's rows; a decoder bug is an error row for the frame."""
+        f = read_frame(item)
+        try:
+            self._frame(direction, f)
+        except Exception as e:
+            err = f"internal error: {e!r}"
+            self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
 
     def _error_row(self, direction, offset, size, ts, err, ts_end=None, serial=None) -> None:
         self.out.put(
