@@ -286,6 +286,7 @@ def tubemq_rpc_seeds() -> Iterator[bytes]:
         yield bytes([2 | (entry << 3) & 0xFF]) + body
         attr = ",".join(f"k{i}={rng.randrange(99)}" for i in range(rng.randrange(4))).encode()
         yield bytes([2 | 4 | 1 << 3]) + len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(9))
+        yield bytes([4 | 8]) + trw.random_pack(rng)
 
 
 SEEDS = {

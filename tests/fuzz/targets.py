@@ -22,9 +22,10 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
 - tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits3-7 which
-  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else an RPC
-  envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one
-  (protobuf, content.py).
+  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else bit2: the
+  messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
+  an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
+  plain-Python one (protobuf, content.py).
 """
 
 from __future__ import annotations
@@ -404,6 +405,43 @@ def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
     return content.message_parts(data, flag), (attr, payload, err, content.parse_attributes(attr))
 
 
+def tubemq_columns_both(body: bytes, deliver: bool) -> tuple | None:
+    """A getMessagesC2B response's messages (`deliver`) or a sendMessageP2B request read from
+    `body` by protobuf (rpc.plain), then their columns by the compiled rows.message_columns and
+    by content.split_payload, parse_attributes, checksum_ok and base.json_value; None when
+    protobuf rejects `body`."""
+    import socket
+
+    from google.protobuf.message import DecodeError
+
+    from brokerscope.protocols.tubemq import content, rows, rpc
+
+    cls = rpc.METHODS[17].response if deliver else rpc.METHODS[13].request
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+    except DecodeError:
+        return None
+    got = rpc.plain(msg)
+    msgs = got.get("messages", []) if deliver else [got]
+    payload, spec = ("payLoadData", rows.DELIVER_DETAILS) if deliver else ("data", rows.PRODUCE_DETAILS)
+    tail = ',"curr_offset":5}' if deliver else "}"
+    want: tuple = ([], [], [], [], [], [])
+    for m in msgs:
+        data = m.get(payload) or b""
+        attr, value, err = content.split_payload(data, m.get("flag"))
+        text = ""
+        for key, name, kind in spec:
+            v = attr if kind == 2 else len(data) if kind == 3 else m.get(name)
+            if kind == 1 and v is not None:  # a dotted IPv4 address
+                v = socket.inet_ntoa(struct.pack(">I", v & 0xFFFFFFFF))
+            text += key + base.json_value(v)
+        row = (value, err, content.parse_attributes(attr), content.checksum_ok(m.get("checkSum"), data))
+        for col, v in zip(want, (*row, text + tail, len(value))):
+            col.append(v)
+    return rows.message_columns(msgs, payload, spec, tail), want
+
+
 def fuzz_tubemq_rpc(data: bytes) -> None:
     """The compiled TubeMQ frame, envelope and body readers give what the Python ones give, and
     leave to them every input those reject."""
@@ -418,6 +456,11 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
     if cfg & 2 and cfg & 4:
         got, want = tubemq_message_both(buf, cfg >> 3 or None)
         check(got == want, "message parts differ", f"{got!r:.300} != {want!r:.300}")
+        return
+    if cfg & 4:
+        both = tubemq_columns_both(buf, bool(cfg & 8))
+        if both is not None:
+            check(repr(both[0]) == repr(both[1]), "message columns differ", f"{both!r:.600}")
         return
     if cfg & 2:
         got, want = tubemq_body_both(cfg >> 3, buf)

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 
 import pytest
 
 from brokerscope.protocols.tubemq import framing, rpc
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
-from tests.fuzz.targets import tubemq_body_both, tubemq_envelope_both, tubemq_message_both
+from tests.fuzz.targets import (
+    tubemq_body_both,
+    tubemq_columns_both,
+    tubemq_envelope_both,
+    tubemq_message_both,
+)
 from tests.support.damage import damage
 
 from .kit import delimited, frame
@@ -262,3 +268,61 @@ def test_damaged_message_data_split_as_python_splits_it(seed):
     data = damage(rng, len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(20)))
     got, want = tubemq_message_both(data, rng.choice([1, 3, None, 0]))
     assert got == want
+
+
+# ---------------------------------------------------------------------------------------------
+# many messages' columns: the compiled rows.message_columns against the Python readers
+
+
+def _data(rng: random.Random) -> tuple[bytes, int | None]:
+    """A message's data and flag: attributes first (flag bit 0) or not, at times damaged."""
+    payload = rng.randbytes(rng.randrange(0, 40))
+    attr = ",".join(f"k{i}={rng.choice(['', 'v', 'é', '$msgTime$'])}" for i in range(rng.randrange(4)))
+    if rng.random() < 0.3:
+        attr += ",$msgTime$=202401020304"
+    raw = attr.encode()
+    data = len(raw).to_bytes(4, "big") + raw + payload if rng.random() < 0.7 else payload
+    if rng.random() < 0.1:
+        data = damage(rng, data)
+    return data, rng.choice([1, 1, 0, 3, None, -1])
+
+
+def random_pack(rng: random.Random) -> bytes:
+    """A getMessagesC2B response of random messages (checksums right, wrong, -1 or absent)."""
+    rsp = brk.GetMessageResponseB2C(success=True, errCode=200, currOffset=rng.choice(INT64))
+    for _ in range(rng.randrange(0, 6)):
+        tm = rsp.messages.add()
+        data, flag = _data(rng)
+        tm.payLoadData = data
+        if flag is not None:
+            tm.flag = flag
+        cs = rng.choice([None, -1, zlib.crc32(data) & 0x7FFFFFFF, 12345])
+        if cs is not None:
+            tm.checkSum = cs
+        for name, choices in (("messageId", INT64), ("partitionId", INT32), ("reportAddr", INT32)):
+            if rng.random() < 0.7:
+                setattr(tm, name, rng.choice(choices))
+        if rng.random() < 0.7:
+            tm.recvTimeInMs = rng.choice([0, 1_700_000_000_000])
+    return rsp.SerializeToString()
+
+
+def random_send(rng: random.Random) -> bytes:
+    data, flag = _data(rng)
+    req = brk.SendMessageRequestP2B(clientId="p", topicName="t", data=data, sentAddr=rng.choice(INT32))
+    if flag is not None:
+        req.flag = flag
+    if rng.random() < 0.5:
+        req.checkSum = rng.choice([-1, zlib.crc32(data) & 0x7FFFFFFF, 7])
+    if rng.random() < 0.5:
+        req.msgTime = rng.choice(["202401020304", "", "x"])
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_message_columns_as_the_python_readers_give_them(seed):
+    rng = random.Random(18000 + seed)
+    deliver = seed % 2 == 0
+    body = random_pack(rng) if deliver else random_send(rng)
+    got, want = tubemq_columns_both(body, deliver)
+    assert repr(got) == repr(want)

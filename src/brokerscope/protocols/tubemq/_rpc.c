@@ -479,10 +479,8 @@ fail:
     return NULL;
 }
 
-static PyObject *message_parts(PyObject *self, PyObject *args) {
-    PyObject *data, *flag;
+static PyObject *parts_of(PyObject *data, PyObject *flag) {
     Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "OO", &data, &flag)) return NULL;
     if (flag == Py_None) return Py_BuildValue("(OOO[])", Py_None, data, Py_None);
     unsigned long long f = PyLong_AsUnsignedLongLongMask(flag); /* the low bits, as `flag & 1` reads them */
     if (f == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
@@ -512,6 +510,165 @@ static PyObject *message_parts(PyObject *self, PyObject *args) {
         }
     }
     PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyObject *message_parts(PyObject *self, PyObject *args) {
+    PyObject *data, *flag;
+    if (!PyArg_ParseTuple(args, "OO", &data, &flag)) return NULL;
+    return parts_of(data, flag);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * columns(messages, payload, flag, checksum, spec, tail, crc32, json_value): the columns of many
+ * messages (dicts of rpc.decode_body: SendMessageRequestP2B, TransferedMessage) that rows.py
+ * takes alike: each one's data (field `payload`, b"" when unset) split by message(), its
+ * checksum_ok (content.checksum_ok: None for no checksum or -1, else whether it equals
+ * crc32(data) & 0x7FFFFFFF) and its `details` JSON text: for each (key text, field, kind) of
+ * `spec` the key text then the value, then `tail` (the keys hold the JSON around the values: the
+ * first `{"name":`, the next `,"name":`, the tail the closing `}`), a value as base.json_value writes it
+ * (None, bool, int and str here, anything else by `json_value`), of kind J_VALUE the field's
+ * value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
+ * reportAddr), J_ATTRIBUTES the attribute
+ * text, J_SIZE the data's size.
+ * -> (payloads, errors, headers, checksum_ok, details, sizes) lists. */
+
+enum { J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE };
+
+static PyObject *json_of(PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return PyUnicode_FromString("null");
+    if (v == Py_True) return PyUnicode_FromString("true");
+    if (v == Py_False) return PyUnicode_FromString("false");
+    if (PyLong_CheckExact(v)) return PyObject_Str(v);
+    return PyObject_CallOneArg(json_value, v);
+}
+
+static PyObject *ipv4_json(PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return PyUnicode_FromString("null");
+    unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromFormat("\"%u.%u.%u.%u\"", (unsigned)(x >> 24) & 255, (unsigned)(x >> 16) & 255,
+                                (unsigned)(x >> 8) & 255, (unsigned)x & 255);
+}
+
+static PyObject *columns(PyObject *self, PyObject *args) {
+    PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
+    if (!PyArg_ParseTuple(args, "O!UUUO!UOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name,
+                          &PyTuple_Type, &spec, &tail, &crc32, &json_value))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec);
+    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0), *nothing = PyUnicode_FromString("");
+    PyObject *minus_one = PyLong_FromLong(-1), *result = NULL, *pieces = NULL;
+    if (!empty || !nothing || !minus_one) goto done;
+    for (int c = 0; c < 6; c++)
+        if (!(cols[c] = PyList_New(n))) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (!PyDict_Check(m)) {
+            PyErr_SetString(PyExc_TypeError, "columns: a message is not a dict");
+            goto done;
+        }
+        PyObject *data = PyDict_GetItemWithError(m, payload_name);
+        if (!data && PyErr_Occurred()) goto done;
+        int truth = data ? PyObject_IsTrue(data) : 0;
+        if (truth < 0) goto done;
+        if (!truth) data = empty;
+        PyObject *flag = PyDict_GetItemWithError(m, flag_name);
+        if (!flag && PyErr_Occurred()) goto done;
+        PyObject *parts = parts_of(data, flag ? flag : Py_None); /* (attr, payload, error, headers) */
+        if (!parts) goto done;
+        PyObject *attr = PyTuple_GET_ITEM(parts, 0);
+        Py_ssize_t size = PyObject_Length(data);
+        if (size < 0) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        PyList_SET_ITEM(cols[0], i, Py_NewRef(PyTuple_GET_ITEM(parts, 1)));
+        PyList_SET_ITEM(cols[1], i, Py_NewRef(PyTuple_GET_ITEM(parts, 2)));
+        PyList_SET_ITEM(cols[2], i, Py_NewRef(PyTuple_GET_ITEM(parts, 3)));
+        PyObject *sz = PyLong_FromSsize_t(PyObject_Length(PyTuple_GET_ITEM(parts, 1)));
+        if (!sz) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        PyList_SET_ITEM(cols[5], i, sz);
+        /* checksum_ok */
+        PyObject *cs = PyDict_GetItemWithError(m, checksum_name), *ok = NULL;
+        if (!cs && PyErr_Occurred()) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        int none = !cs || cs == Py_None;
+        if (!none) {
+            none = PyObject_RichCompareBool(cs, minus_one, Py_EQ);
+            if (none < 0) {
+                Py_DECREF(parts);
+                goto done;
+            }
+        }
+        if (none) {
+            ok = Py_NewRef(Py_None);
+        } else {
+            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL, *mask = PyLong_FromLong(0x7FFFFFFF);
+            if (crc && mask) masked = PyNumber_And(crc, mask);
+            Py_XDECREF(crc);
+            Py_XDECREF(mask);
+            if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
+            Py_XDECREF(masked);
+            if (!ok) {
+                Py_DECREF(parts);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(cols[3], i, ok);
+        /* details */
+        if (!(pieces = PyList_New(0))) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        int bad = 0;
+        for (Py_ssize_t j = 0; j < ns && !bad; j++) {
+            PyObject *entry = PyTuple_GET_ITEM(spec, j), *key, *field, *v = NULL;
+            int kind;
+            if (!PyArg_ParseTuple(entry, "UOi", &key, &field, &kind) || PyList_Append(pieces, key)) {
+                bad = 1;
+                break;
+            }
+            PyObject *fv = NULL;
+            if (kind == J_VALUE || kind == J_IPV4) {
+                fv = PyDict_GetItemWithError(m, field);
+                if (!fv && PyErr_Occurred()) {
+                    bad = 1;
+                    break;
+                }
+                if (!fv) fv = Py_None;
+            }
+            if (kind == J_VALUE) v = json_of(fv, json_value);
+            else if (kind == J_IPV4) v = ipv4_json(fv, json_value);
+            else if (kind == J_ATTRIBUTES) v = json_of(attr, json_value);
+            else v = PyUnicode_FromFormat("%zd", size);
+            if (!v || PyList_Append(pieces, v)) bad = 1;
+            Py_XDECREF(v);
+        }
+        Py_DECREF(parts);
+        if (bad || PyList_Append(pieces, tail)) goto done;
+        PyObject *text = PyUnicode_Join(nothing, pieces);
+        Py_CLEAR(pieces);
+        if (!text) goto done;
+        PyList_SET_ITEM(cols[4], i, text);
+    }
+    result = PyTuple_New(6);
+    if (result)
+        for (int c = 0; c < 6; c++) {
+            PyTuple_SET_ITEM(result, c, cols[c]);
+            cols[c] = NULL;
+        }
+done:
+    for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
+    Py_XDECREF(pieces);
+    Py_XDECREF(empty);
+    Py_XDECREF(nothing);
+    Py_XDECREF(minus_one);
     return result;
 }
 
@@ -566,6 +723,7 @@ static PyMethodDef methods[] = {
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
+    {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},
 };

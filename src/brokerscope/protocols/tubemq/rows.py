@@ -3,17 +3,19 @@ state (the conversation pairs requests and responses and hands over what it know
 
 from __future__ import annotations
 
-import socket
-import struct
+import zlib
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ... import native
 from ...tables import Block
 from .. import base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
-from .content import attr_value, checksum_ok, message_parts, parse_msg_time
+from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
+
+_rpc = native.load(__package__, "_rpc")  # compiled from _rpc.c: many messages' columns
 
 M_COMMIT = 18  # consumerCommitC2B
 
@@ -125,28 +127,15 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
     """sendMessageP2B (its fields, rpc.decode_body): the message a producer sent (`frames`: its
     frame's first_frame, last_frame)."""
     get = msg.get
-    data = get("data") or b""
-    flag = get("flag")
-    attr, payload, err, headers = message_parts(data, flag)
-    check_sum, msg_time = get("checkSum"), get("msgTime")
-    details = to_json(
-        {
-            "flag": flag,
-            "msg_type": get("msgType"),
-            "msg_time": msg_time,
-            "attributes": attr,
-            "check_sum": check_sum,
-            "sent_addr": ipv4(get("sentAddr")),
-            "data_size": len(data),
-        }
+    (payload,), (err,), (headers,), (ok,), (details,), _ = message_columns(
+        [msg], "data", PRODUCE_DETAILS, "}"
     )
     value = policy.value(payload)
     out.add(
         "messages",
         (
-            f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"),
-            checksum_ok(check_sum, data), f.serial,
-            parse_msg_time(msg_time or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
+            f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
+            parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
             details, value["value"], value["value_size"], value.get("value_hash"), *frames,
         ),
     )  # fmt: skip
@@ -171,42 +160,56 @@ def deliver(
         "first_frame": frames[0],
         "last_frame": frames[1],
     }
-    curr = base.json_value(msg.get("currOffset"))
-    jv = base.json_value
-    cols: dict[str, list] = {k: [] for k in _DELIVER_COLUMNS}
-    values = []
-    for tm in tms:
-        get = tm.get
-        data = get("payLoadData") or b""
-        flag = get("flag")
-        attr, payload, err, headers = message_parts(data, flag)
-        part = get("partitionId")
-        recv_ms = get("recvTimeInMs")
-        cs = get("checkSum")
-        mid = get("messageId")
-        cols["partition"].append(part if part is not None else req_part)
-        cols["message_id"].append(str(mid) if mid is not None else None)
-        cols["headers"].append(headers)
-        cols["checksum_ok"].append(checksum_ok(cs, data))
-        cols["message_ts_ns"].append(
-            recv_ms * 1_000_000 if recv_ms else parse_msg_time(attr_value(headers, "$msgTime$"))
-        )
-        cols["decode_status"].append(MALFORMED if err else OK)
-        cols["decode_error"].append(err)
-        cols["details"].append(
-            f'{{"flag":{jv(flag)},"attributes":{jv(attr)},"check_sum":{jv(cs)},'
-            f'"index_key_code":{jv(get("indexKeyCode"))},"report_addr":{jv(ipv4(get("reportAddr")))},'
-            f'"recv_time_ms":{jv(recv_ms)},"data_size":{len(data)},"curr_offset":{curr}}}'
-        )
-        values.append(payload)
-    sizes = pa.array([len(v) for v in values], pa.int64())
-    cols.update(policy.value_columns(pa.array(values, pa.binary()), sizes))
+    tail = f',"curr_offset":{base.json_value(msg.get("currOffset"))}}}'
+    values, errors, headers, oks, details, sizes = message_columns(tms, "payLoadData", DELIVER_DETAILS, tail)
+    parts = [tm.get("partitionId") for tm in tms]
+    ids = [tm.get("messageId") for tm in tms]
+    recv = [tm.get("recvTimeInMs") for tm in tms]
+    cols: dict = {
+        "partition": [req_part if p is None else p for p in parts],
+        "message_id": [None if m is None else str(m) for m in ids],
+        "headers": headers,
+        "checksum_ok": oks,
+        "message_ts_ns": [
+            r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)
+        ],
+        "decode_status": [MALFORMED if e else OK for e in errors],
+        "decode_error": errors,
+        "details": details,
+    }
+    cols.update(policy.value_columns(pa.array(values, pa.binary()), pa.array(sizes, pa.int64())))
     return Block(len(values), cols, const)
 
 
-_DELIVER_COLUMNS = (
-    "partition", "message_id", "headers", "checksum_ok", "message_ts_ns", "decode_status", "decode_error", "details",
-)  # fmt: skip
+# the `details` of a delivered message and of a produced one (message_columns' spec: JSON key,
+# field, what the value is)
+_VALUE, _IPV4, _ATTRIBUTES, _SIZE = range(4)  # _rpc.c's J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE
+DELIVER_DETAILS = (
+    ('{"flag":', "flag", _VALUE),
+    (',"attributes":', None, _ATTRIBUTES),
+    (',"check_sum":', "checkSum", _VALUE),
+    (',"index_key_code":', "indexKeyCode", _VALUE),
+    (',"report_addr":', "reportAddr", _IPV4),
+    (',"recv_time_ms":', "recvTimeInMs", _VALUE),
+    (',"data_size":', None, _SIZE),
+)
+PRODUCE_DETAILS = (
+    ('{"flag":', "flag", _VALUE),
+    (',"msg_type":', "msgType", _VALUE),
+    (',"msg_time":', "msgTime", _VALUE),
+    (',"attributes":', None, _ATTRIBUTES),
+    (',"check_sum":', "checkSum", _VALUE),
+    (',"sent_addr":', "sentAddr", _IPV4),
+    (',"data_size":', None, _SIZE),
+)
+
+
+def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
+    """(payloads, errors, headers, checksum_ok, details, payload sizes) of messages' fields: each
+    one's data (`payload`) split by content.message_parts, its checksum checked as
+    content.checksum_ok checks it, its details JSON by `spec` then `tail` (compiled:
+    _rpc.columns)."""
+    return _rpc.columns(msgs, payload, "flag", "checkSum", spec, tail, zlib.crc32, base.json_value)
 
 
 def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> None:
@@ -274,13 +277,3 @@ def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, er
             to_json({"append_time_ms": get("appendTime")}),
         ),
     )  # fmt: skip
-
-
-def ipv4(v: int | None) -> str | None:
-    """A 32-bit number (TubeMQ's sentAddr, reportAddr) as a dotted IPv4 address."""
-    if v is None:
-        return None
-    return socket.inet_ntoa(_U32.pack(v & 0xFFFFFFFF))
-
-
-_U32 = struct.Struct(">I")
