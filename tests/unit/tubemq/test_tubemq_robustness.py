@@ -99,7 +99,7 @@ def test_random_bytes_are_malformed_rows():
 def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
     c2s, _ = _stream(3)
     calls = {"n": 0}
-    real = rpc_mod.decode_envelope
+    real = rpc_mod.envelope_of  # what each frame's compiled read goes through
 
     def flaky(data):
         calls["n"] += 1
@@ -107,7 +107,7 @@ def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
             raise RuntimeError("boom")
         return real(data)
 
-    monkeypatch.setattr(rpc_mod, "decode_envelope", flaky)
+    monkeypatch.setattr(rpc_mod, "envelope_of", flaky)
     out = run(new_conv(), [(C2S, c2s)])
     st = [(r["decode_status"], r.get("decode_error")) for r in out["commands"]]
     assert st[0][0] == "ok" and st[2][0] == "ok"

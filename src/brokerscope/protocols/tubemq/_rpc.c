@@ -717,11 +717,64 @@ static PyObject *split(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * read(data, schema, requests, responses): frame(), envelope() and body() of one whole frame in
+ * one call. `requests` and `responses` map a method id to the schema entry of its message.
+ * -> None where frame() gives None; else (serial, block lengths, joined data, envelope() or None,
+ * the body's dict or None): None where envelope() or body() leave the bytes to protobuf, where
+ * the method has no entry, and for an error response or an envelope without a body. */
+
+static PyObject *read_frame(PyObject *self, PyObject *args) {
+    PyObject *data, *capsule, *requests, *responses, *one, *fr, *env = NULL, *fields = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
+        return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s || !(one = PyTuple_Pack(1, data))) return NULL;
+    fr = frame(self, one);
+    Py_DECREF(one);
+    if (!fr || fr == Py_None) return fr;
+    PyObject *joined = PyTuple_GET_ITEM(fr, 2);
+    if (!(one = PyTuple_Pack(1, joined))) goto fail;
+    env = envelope(self, one);
+    Py_DECREF(one);
+    if (!env) goto fail;
+    if (env != Py_None) {
+        PyObject *flag = PyTuple_GET_ITEM(env, 0), *mid = PyTuple_GET_ITEM(env, 4);
+        PyObject *status = PyTuple_GET_ITEM(env, 6), *body = PyTuple_GET_ITEM(env, 7);
+        int is_request = !(PyLong_CheckExact(flag) && PyLong_AsLong(flag) == FLAG_RESPONSE);
+        int ok = status == Py_None || (PyLong_CheckExact(status) && PyLong_AsLong(status) == 0);
+        if (ok && body != Py_None && mid != Py_None) {
+            PyObject *entry = PyDict_GetItemWithError(is_request ? requests : responses, mid);
+            if (!entry && PyErr_Occurred()) goto fail;
+            Py_ssize_t index = entry ? PyLong_AsSsize_t(entry) : -1;
+            if (index == -1 && PyErr_Occurred()) goto fail;
+            if (index >= 0 && index < s->n) {
+                const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
+                PyObject *got;
+                int rc = read_message(s, index, b, b + PyBytes_GET_SIZE(body), 0, &got);
+                if (rc == PY_ERROR) goto fail;
+                if (rc == 0) fields = got;
+            }
+        }
+    }
+    PyObject *result = PyTuple_Pack(5, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields);
+    Py_DECREF(fr);
+    Py_DECREF(env);
+    if (fields != Py_None) Py_DECREF(fields);
+    return result;
+fail:
+    Py_XDECREF(fr);
+    Py_XDECREF(env);
+    if (fields != Py_None) Py_DECREF(fields);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},

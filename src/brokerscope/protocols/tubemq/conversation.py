@@ -34,12 +34,12 @@ from ..base import (
     Row,
     to_json,
 )
-from ..framer import Framer, Junk
+from ..framer import Frame, Framer, Junk
 from ..schema import MessagePool
 from . import rows as build
 from . import rpc
 from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
-from .framing import TubeFrame, TubeRules, header_info, read_frame
+from .framing import TubeFrame, TubeRules, _rpc, header_info, read_frame
 from .rows import M_COMMIT, Gathered, Pending
 
 MAX_PENDING = 100_000
@@ -63,6 +63,8 @@ class TubeMQConversation(Conversation):
         # last delivery per (topic, partition): (ts of the response's first byte, currOffset)
         self.deliveries: dict[tuple, tuple[int, int | None]] = {}
         self.out = Gathered()
+        # the compiled frame reader's arguments: the body table and each method's entries in it
+        self.reader = (rpc.BUILTIN.table, *rpc.body_entries(self.schema))
 
     # -- contract -----------------------------------------------------------------------------
 
@@ -119,11 +121,21 @@ class TubeMQConversation(Conversation):
                 continue
             self._take(direction, item)
 
-    def _take(self, direction: str, item) -> None:
-        """A whole frame's rows; a decoder bug is an error row for the frame."""
-        f = read_frame(item)
+    def _take(self, direction: str, item: Frame) -> None:
+        """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
+        and body are read by the compiled _rpc.read, and what that leaves by the Python readers
+        (_frame, _body)."""
+        got = _rpc.read(item.data, *self.reader)
+        if got is None:
+            f, env, fields = read_frame(item), None, None
+        else:
+            serial, sizes, body, env, fields = got
+            data = item.data
+            f = TubeFrame(item.offset, len(data), serial, sizes, body, data, item.ts_first, item.ts_last)
+            if env is None:
+                env = False  # left to protobuf
         try:
-            self._frame(direction, f)
+            self._frame(direction, f, env, fields)
         except Exception as e:
             err = f"internal error: {e!r}"
             self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
@@ -169,13 +181,18 @@ class TubeMQConversation(Conversation):
         frames = self.conn.frames
         return (None, None) if frames is None else frames(direction, f.offset, f.size)
 
-    def _frame(self, direction: str, f: TubeFrame) -> None:
-        """A frame's rows. Its commands row is the tuple rows.COMMANDS names; its fields are
-        worked out here and in _request / _response, then added once the frame is read."""
+    def _frame(self, direction: str, f: TubeFrame, env, fields: dict | None) -> None:
+        """A frame's rows (`env`: what _rpc.read gave of its envelope, None when it was not read,
+        False when protobuf is to read it; `fields`: its body's when read). Its commands row is
+        the tuple rows.COMMANDS names; its fields are worked out here and in _request /
+        _response, then added once the frame is read."""
         details: dict = {"serial": f.serial, "blocks": f.block_sizes}
         frames = self._frames(direction, f)
         try:
-            env = rpc.decode_envelope(f.body)
+            if env:
+                env = rpc.envelope_of(env)
+            else:
+                env = rpc.decode_envelope(f.body) if env is None else rpc.read_envelope(f.body)
         except ValueError as e:
             self.out.add(
                 "commands",
@@ -197,9 +214,9 @@ class TubeMQConversation(Conversation):
             details["trailing_bytes"] = env.trailing
         cmd = _Command()
         if env.is_request:
-            self._request(cmd, details, env, f, direction, frames)
+            self._request(cmd, details, env, f, direction, frames, fields)
         else:
-            self._response(cmd, details, env, f, direction, frames)
+            self._response(cmd, details, env, f, direction, frames, fields)
 
     def _add_command(
         self, direction: str, f: TubeFrame, env: rpc.Envelope, c: _Command, frames: tuple
@@ -214,7 +231,14 @@ class TubeMQConversation(Conversation):
         )  # fmt: skip
 
     def _request(
-        self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame, direction: str, frames: tuple
+        self,
+        c: _Command,
+        details: dict,
+        env: rpc.Envelope,
+        f: TubeFrame,
+        direction: str,
+        frames: tuple,
+        fields,
     ) -> None:
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
@@ -224,7 +248,7 @@ class TubeMQConversation(Conversation):
             details["timeout_ms"] = env.timeout
         if meth is not None and env.service_type is not None and env.service_type not in meth.services:
             details["service_mismatch"] = True
-        msg, body, err = rpc.decode_body(mid, True, env.body, self.schema)
+        msg, body, err = self._body(mid, True, env.body, fields)
         details["request"] = body
         self._body_status(c, meth, mid, err, f)
         group = None
@@ -264,7 +288,14 @@ class TubeMQConversation(Conversation):
             build.confirm_ack(self.out, msg, f, lat, off)
 
     def _response(
-        self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame, direction: str, frames: tuple
+        self,
+        c: _Command,
+        details: dict,
+        env: rpc.Envelope,
+        f: TubeFrame,
+        direction: str,
+        frames: tuple,
+        fields,
     ) -> None:
         pend = self.pending.pop(f.serial, None)
         mid = env.method_id if env.method_id is not None else (pend.method_id if pend else None)
@@ -288,7 +319,7 @@ class TubeMQConversation(Conversation):
             c.command = rpc.method_name(mid)
             c.code = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
-            msg, body, err = rpc.decode_body(mid, False, env.body, self.schema)
+            msg, body, err = self._body(mid, False, env.body, fields)
             details["response"] = body
             self._body_status(c, meth, mid, err, f)
             if msg is not None:
@@ -321,6 +352,14 @@ class TubeMQConversation(Conversation):
             build.commit_ack(self.out, msg, f, pend, error_code, lat)
         if msg is not None and mid == M_SEND:
             build.produce_ack(self.out, msg, f, pend, error_code)
+
+    def _body(self, mid: int | None, is_request: bool, body: bytes | None, fields: dict | None):
+        """rpc.decode_body's (fields, details, error) of a method's body; `fields`: what _rpc.read
+        read of it already (by the entry body_entries gave the method)."""
+        if fields is not None:
+            entry = self.reader[1 if is_request else 2][mid]
+            return fields, rpc.sized(fields, rpc.BUILTIN, entry), None
+        return rpc.decode_body(mid, is_request, body, self.schema)
 
     def _body_status(self, c: _Command, meth, mid, err: str | None, f: TubeFrame) -> None:
         """An unknown method id or a body that does not parse: the row's status and error; raw

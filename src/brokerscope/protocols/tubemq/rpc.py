@@ -177,13 +177,7 @@ def decode_envelope(data: bytes) -> Envelope:
     The compiled _rpc.envelope reads it; what it leaves (damage, an error response) is read
     here with protobuf."""
     got = _rpc.envelope(data)
-    if got is not None:
-        flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
-        return Envelope(
-            flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
-            body=body, trailing=trailing, conn_header=conn,
-        )  # fmt: skip
-    return read_envelope(data)
+    return envelope_of(got) if got is not None else read_envelope(data)
 
 
 def read_envelope(data: bytes) -> Envelope:
@@ -404,6 +398,31 @@ def sized(values: dict, schema: BodySchema, i: int) -> dict:
 
 
 BUILTIN = body_schema([c for m in METHODS.values() for c in (m.request, m.response) if c is not None])
+
+
+def body_entries(schema: MessagePool | None = None) -> tuple[dict[int, int], dict[int, int]]:
+    """BUILTIN's entry of each method's request and of its response (method id -> entry), for
+    _rpc.read; a message of the same name in `schema` (the user's schema_file) has none."""
+    out: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    for m in METHODS.values():
+        for is_request, entries in ((True, out[0]), (False, out[1])):
+            name = m.message_name(is_request)
+            if name is None or (schema is not None and schema.get(name) is not None):
+                continue
+            cls = m.request if is_request else m.response
+            i = BUILTIN.index.get(cls.DESCRIPTOR.full_name)
+            if i is not None:
+                entries[m.id] = i
+    return out
+
+
+def envelope_of(got: tuple) -> Envelope:
+    """The Envelope of a tuple _rpc.envelope (or _rpc.read) gave."""
+    flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
+    return Envelope(
+        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
+        body=body, trailing=trailing, conn_header=conn,
+    )  # fmt: skip
 
 
 def decode_body(
