@@ -212,34 +212,23 @@ class TubeMQConversation(Conversation):
             details["protocol_ver"] = env.protocol_ver
         if env.trailing:
             details["trailing_bytes"] = env.trailing
-        cmd = _Command()
+        cmd = _Command(direction, frames, fields)
         if env.is_request:
-            self._request(cmd, details, env, f, direction, frames, fields)
+            self._request(cmd, details, env, f)
         else:
-            self._response(cmd, details, env, f, direction, frames, fields)
+            self._response(cmd, details, env, f)
 
-    def _add_command(
-        self, direction: str, f: TubeFrame, env: rpc.Envelope, c: _Command, frames: tuple
-    ) -> None:
+    def _add_command(self, f: TubeFrame, env: rpc.Envelope, c: _Command) -> None:
         self.out.add(
             "commands",
             (
-                f.ts_first, f.ts_last, direction, f.serial, f.size, f.offset, c.status, c.error,
+                f.ts_first, f.ts_last, c.direction, f.serial, f.size, f.offset, c.status, c.error,
                 env.protocol_ver, c.command, c.code, c.topic, c.partition, c.client_id, c.topics,
-                c.error_code, c.details, c.raw, *frames,
+                c.error_code, c.details, c.raw, *c.frames,
             ),
         )  # fmt: skip
 
-    def _request(
-        self,
-        c: _Command,
-        details: dict,
-        env: rpc.Envelope,
-        f: TubeFrame,
-        direction: str,
-        frames: tuple,
-        fields,
-    ) -> None:
+    def _request(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
         c.command = rpc.method_name(mid)
@@ -248,7 +237,7 @@ class TubeMQConversation(Conversation):
             details["timeout_ms"] = env.timeout
         if meth is not None and env.service_type is not None and env.service_type not in meth.services:
             details["service_mismatch"] = True
-        msg, body, err = self._body(mid, True, env.body, fields)
+        msg, body, err = self._body(mid, True, env.body, c.fields)
         details["request"] = body
         self._body_status(c, meth, mid, err, f)
         group = None
@@ -269,7 +258,7 @@ class TubeMQConversation(Conversation):
             if event is not None:
                 details["event_status"] = _event_status(event)
         c.details = to_json(details)
-        self._add_command(direction, f, env, c, frames)
+        self._add_command(f, env, c)
         # pairing
         if f.serial in self.pending:
             build.unanswered(self.out, f.serial, self.pending.pop(f.serial))
@@ -281,22 +270,13 @@ class TubeMQConversation(Conversation):
             build.unanswered(self.out, s, p)
         if msg is not None and mid == M_SEND:
             # the message's frames are counted in the producer's direction (the request's)
-            produced = frames if direction == C2S else self._frames(C2S, f)
+            produced = c.frames if c.direction == C2S else self._frames(C2S, f)
             build.produce(self.out, msg, f, self.ctx.payload, produced)
         if msg is not None and mid == M_GET and msg.get("lastPackConsumed"):
             lat, off = self._since_delivery(msg.get("topicName"), msg.get("partitionId"), f.ts_last)
             build.confirm_ack(self.out, msg, f, lat, off)
 
-    def _response(
-        self,
-        c: _Command,
-        details: dict,
-        env: rpc.Envelope,
-        f: TubeFrame,
-        direction: str,
-        frames: tuple,
-        fields,
-    ) -> None:
+    def _response(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
         pend = self.pending.pop(f.serial, None)
         mid = env.method_id if env.method_id is not None else (pend.method_id if pend else None)
         if pend is not None and env.method_id is not None and pend.method_id != env.method_id:
@@ -319,7 +299,7 @@ class TubeMQConversation(Conversation):
             c.command = rpc.method_name(mid)
             c.code = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
-            msg, body, err = self._body(mid, False, env.body, fields)
+            msg, body, err = self._body(mid, False, env.body, c.fields)
             details["response"] = body
             self._body_status(c, meth, mid, err, f)
             if msg is not None:
@@ -336,7 +316,7 @@ class TubeMQConversation(Conversation):
             c.topic, c.partition, c.client_id = pend.topic, pend.partition, pend.client_id
         c.error_code = error_code
         c.details = to_json(details)
-        self._add_command(direction, f, env, c, frames)
+        self._add_command(f, env, c)
         if pend is not None:
             self.out.add(
                 "latencies",
@@ -346,7 +326,7 @@ class TubeMQConversation(Conversation):
                 ),
             )  # fmt: skip
         if msg is not None and mid == M_GET:
-            self._deliver(msg, f, pend, frames if direction == S2C else self._frames(S2C, f))
+            self._deliver(msg, f, pend, c.frames if c.direction == S2C else self._frames(S2C, f))
         if mid == M_COMMIT and (msg is not None or env.status != 0):
             lat = self._since_delivery(pend.topic, pend.partition, pend.ts_end)[0] if pend else None
             build.commit_ack(self.out, msg, f, pend, error_code, lat)
@@ -411,15 +391,17 @@ def _event_status(event: dict) -> str:
 
 
 class _Command:
-    """The fields of a frame's commands row that its method decides (the rest come from the
-    frame itself: TubeMQConversation._add_command)."""
+    """A frame's commands row as it is worked out: the fields its method decides (the rest come
+    from the frame itself: TubeMQConversation._add_command), with the frame's direction, frame
+    numbers and its body's fields as _rpc.read gave them (None: not read)."""
 
     __slots__ = (
-        "status", "error", "command", "code", "topic", "partition", "client_id", "topics", "error_code",
-        "details", "raw",
+        "direction", "frames", "fields", "status", "error", "command", "code", "topic", "partition",
+        "client_id", "topics", "error_code", "details", "raw",
     )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, direction: str, frames: tuple, fields: dict | None) -> None:
+        self.direction, self.frames, self.fields = direction, frames, fields
         self.status = OK
         self.error = self.command = self.code = self.topic = self.partition = None
         self.client_id = self.topics = self.error_code = self.details = self.raw = None
