@@ -146,7 +146,8 @@ class Framer:
             self._in_step, self._found = True, False
             self.rules.reset()
             b.advance(at, ts_ns)
-        b.append(data[at:] if at else data, ts_ns)
+        if at < len(data):
+            b.append(data[at:] if at else data, ts_ns)
         return frames
 
     def next(self) -> Frame | Junk | None:
