@@ -1,5 +1,7 @@
-/* TubeMQ's per-frame work that is the same for every frame: the blocks of a frame joined, and
- * the RPC envelope around the method's message (the decoder's per-frame loop).
+/* TubeMQ's per-frame work: the blocks of a frame joined, the RPC envelope around the method's
+ * message, the message itself (body, by a table of its fields), the sizes of the whole frames a
+ * chunk starts with (split), all three of a frame in one call (read), and what the rows take of
+ * produced and delivered messages (message, columns). Each is described above its function.
  *
  * frame(data): a whole frame (framing.py, big-endian)
  *
@@ -781,7 +783,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames and RPC envelopes.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames, RPC envelopes, method bodies and messages.", -1, methods};
 
 PyMODINIT_FUNC PyInit__rpc(void) {
     if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
