@@ -337,7 +337,7 @@ class _Conn:
             row["first_frame"], row["last_frame"] = self._frames_of(row)
         if isinstance(row, tables.Block):
             row.const.update(self.shared)
-            if "ts_ns" in row.cols:
+            if "ts_ns" in row.cols and len(self.files) > 1:  # else every row is the first file's
                 row.cols["capture_id"] = [self._capture_at(t) for t in row.column("ts_ns")]
             else:
                 row.const["capture_id"] = self._capture_at(row.const.get("ts_ns"))

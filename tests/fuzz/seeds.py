@@ -14,8 +14,8 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
 - tls_capture: the TLS captures of tests/data/tls/ (tls.pcap cut at MAX_SEED).
 - iggy_batch: random Iggy batch records (user headers of both
   layouts, checksums, timestamps, several records back to back).
-- tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields)
-  and the frames holding them.
+- tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields),
+  the frames holding them, and random method bodies.
 """
 
 from __future__ import annotations
@@ -282,6 +282,11 @@ def tubemq_rpc_seeds() -> Iterator[bytes]:
         body = trw.random_envelope(rng)
         yield b"\0" + body
         yield b"\1" + trw.frame(rng.randrange(2**32), body, rng.choice([3, 64, 8192]))
+        entry, body, _ = trw.random_body(rng)
+        yield bytes([2 | (entry << 3) & 0xFF]) + body
+        attr = ",".join(f"k{i}={rng.randrange(99)}" for i in range(rng.randrange(4))).encode()
+        yield bytes([2 | 4 | 1 << 3]) + len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(9))
+        yield bytes([4 | 8]) + trw.random_pack(rng)
 
 
 SEEDS = {

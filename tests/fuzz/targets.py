@@ -21,8 +21,11 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
-- tubemq_rpc: a config byte (bit0: a frame's blocks, else an RPC envelope), then bytes read by the
-  compiled TubeMQ reader (_rpc.c) and by the plain-Python one.
+- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits3-7 which
+  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else bit2: the
+  messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
+  an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
+  plain-Python one (protobuf, content.py).
 """
 
 from __future__ import annotations
@@ -369,9 +372,79 @@ def tubemq_envelope_both(body: bytes) -> tuple:
     return out[0], out[1], rpc._rpc.envelope(body)
 
 
+def tubemq_body_both(entry: int, body: bytes) -> tuple:
+    """A method's body read as built-in message `entry` (rpc.BUILTIN) by the compiled reader
+    (_rpc.body: its dict or None) and by protobuf (rpc.plain of the message, or the error's
+    text)."""
+    from google.protobuf.message import DecodeError
+
+    from brokerscope.protocols.tubemq import rpc
+
+    name = sorted(rpc.BUILTIN.index)[entry % len(rpc.BUILTIN.index)]
+    cls = next(
+        c
+        for m in rpc.METHODS.values()
+        for c in (m.request, m.response)
+        if c and c.DESCRIPTOR.full_name == name
+    )
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+        want = rpc.plain(msg)
+    except DecodeError as e:
+        want = str(e)
+    return rpc._rpc.body(body, rpc.BUILTIN.table, rpc.BUILTIN.index[name]), want
+
+
+def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
+    """A message's data split and its attributes read by the compiled content.message_parts and
+    by content.split_payload and parse_attributes."""
+    from brokerscope.protocols.tubemq import content
+
+    attr, payload, err = content.split_payload(data, flag)
+    return content.message_parts(data, flag), (attr, payload, err, content.parse_attributes(attr))
+
+
+def tubemq_columns_both(body: bytes, deliver: bool) -> tuple | None:
+    """A getMessagesC2B response's messages (`deliver`) or a sendMessageP2B request read from
+    `body` by protobuf (rpc.plain), then their columns by the compiled rows.message_columns and
+    by content.split_payload, parse_attributes, checksum_ok and base.json_value; None when
+    protobuf rejects `body`."""
+    import socket
+
+    from google.protobuf.message import DecodeError
+
+    from brokerscope.protocols.tubemq import content, rows, rpc
+
+    cls = rpc.METHODS[17].response if deliver else rpc.METHODS[13].request
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+    except DecodeError:
+        return None
+    got = rpc.plain(msg)
+    msgs = got.get("messages", []) if deliver else [got]
+    payload, spec = ("payLoadData", rows.DELIVER_DETAILS) if deliver else ("data", rows.PRODUCE_DETAILS)
+    tail = ',"curr_offset":5}' if deliver else "}"
+    want: tuple = ([], [], [], [], [], [])
+    for m in msgs:
+        data = m.get(payload) or b""
+        attr, value, err = content.split_payload(data, m.get("flag"))
+        text = ""
+        for key, name, kind in spec:
+            v = attr if kind == 2 else len(data) if kind == 3 else m.get(name)
+            if kind == 1 and v is not None:  # a dotted IPv4 address
+                v = socket.inet_ntoa(struct.pack(">I", v & 0xFFFFFFFF))
+            text += key + base.json_value(v)
+        row = (value, err, content.parse_attributes(attr), content.checksum_ok(m.get("checkSum"), data))
+        for col, v in zip(want, (*row, text + tail, len(value))):
+            col.append(v)
+    return rows.message_columns(msgs, payload, spec, tail), want
+
+
 def fuzz_tubemq_rpc(data: bytes) -> None:
-    """The compiled TubeMQ frame and envelope readers give what the Python ones give, and leave
-    to them every input those reject."""
+    """The compiled TubeMQ frame, envelope and body readers give what the Python ones give, and
+    leave to them every input those reject."""
     from brokerscope.protocols.tubemq import framing
 
     cfg, buf = (data[0], data[1:]) if data else (0, b"")
@@ -379,6 +452,20 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got = framing._rpc.frame(buf)
         if got is not None:
             check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        return
+    if cfg & 2 and cfg & 4:
+        got, want = tubemq_message_both(buf, cfg >> 3 or None)
+        check(got == want, "message parts differ", f"{got!r:.300} != {want!r:.300}")
+        return
+    if cfg & 4:
+        both = tubemq_columns_both(buf, bool(cfg & 8))
+        if both is not None:
+            check(repr(both[0]) == repr(both[1]), "message columns differ", f"{both!r:.600}")
+        return
+    if cfg & 2:
+        got, want = tubemq_body_both(cfg >> 3, buf)
+        if got is not None:
+            check(repr(got) == repr(want), "body differs", f"{got!r:.300} != {want!r:.300}")
         return
     got, want, walked = tubemq_envelope_both(buf)
     check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")

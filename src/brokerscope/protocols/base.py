@@ -313,6 +313,12 @@ class StreamBuffer:
                 return
             self._start = 0
 
+    def advance(self, nbytes: int, ts_ns: int) -> None:
+        """With nothing pending: `nbytes` bytes that came at `ts_ns` were taken without being
+        appended (Framer.feed_whole's whole frames)."""
+        self.offset += nbytes
+        self.last_ts = ts_ns
+
     def skip(self, nbytes: int) -> None:
         """Advance the stream offset past bytes that never arrived (a gap); pending bytes are dropped."""
         self.consume(len(self))

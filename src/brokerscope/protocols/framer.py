@@ -87,6 +87,10 @@ class Rules:
         """A resync candidate at `i`: base.CONFIRMED, TENTATIVE or NOT_A_FRAME (see FrameHunt)."""
         raise NotImplementedError
 
+    def reset(self) -> None:
+        """Forget any walk of the frame at the head of the buffer (Framer.feed_whole passed the
+        bytes it would have started at)."""
+
     def credible(self, head: memoryview, size: int) -> bool | None:
         """Does this header of an oversize frame start a real frame (True: recorded and skipped;
         False: not a frame start, resync; None: more bytes needed to tell)?"""
@@ -95,6 +99,11 @@ class Rules:
     def jump(self, buf: StreamBuffer, i: int) -> int | None:
         """The next index at or after `i` worth judging in a resync, or None to judge every one."""
         return None
+
+    # split(data, max_frame) -> the sizes of the whole frames `data` starts with, each one that
+    # `size` would pass as it is (not oversize), stopping at anything else: Framer.feed_whole's
+    # fast path (a compiled walk); None: the rules have none
+    split = None
 
 
 class Framer:
@@ -118,6 +127,28 @@ class Framer:
 
     def push(self, data: bytes, ts_ns: int) -> None:
         self.buf.append(data, ts_ns)
+
+    def feed_whole(self, data: bytes, ts_ns: int) -> list[Frame]:
+        """`push`, and the whole frames `data` starts with when the direction is in step with
+        nothing pending (cut by the rules' `split`, as `next` would give them: every byte of them
+        came at `ts_ns`); the bytes after them stay for `next`."""
+        b = self.buf
+        split = self.rules.split
+        if split is None or self.skip or self.resync or len(b) or self._garbage is not None:
+            b.append(data, ts_ns)
+            return []
+        frames, at, in_step, prefix = [], 0, self._in_step, self.rules.prefix_len
+        for size in split(data, self.max_frame):
+            frames.append(Frame(b.offset + at, data[at + prefix : at + size], ts_ns, ts_ns, in_step))
+            at += size
+            in_step = True
+        if frames:
+            self._in_step, self._found = True, False
+            self.rules.reset()
+            b.advance(at, ts_ns)
+        if at < len(data):
+            b.append(data[at:] if at else data, ts_ns)
+        return frames
 
     def next(self) -> Frame | Junk | None:
         """The next whole frame or junk record, or None when more bytes are needed."""

@@ -6,6 +6,7 @@ import struct
 
 from google.protobuf.internal.encoder import _VarintBytes
 
+from brokerscope import tables
 from brokerscope.protocols.base import ConnInfo, Context
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as rpc
 from tests.support.drive import Drive
@@ -70,3 +71,9 @@ def new_conv(**ctx):
     from brokerscope.protocols.tubemq import PROTOCOL
 
     return PROTOCOL.conversation(CONN, Context(**ctx))
+
+
+def flat(rows) -> list[tuple[str, dict]]:
+    """(table, row) pairs a conversation returned, its blocks (the rows it gathers across frames:
+    rows.Gathered) as dict rows."""
+    return [(t, x) for t, r in rows for x in (r.rows() if isinstance(r, tables.Block) else [r])]

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import random
 import struct
+
+import pytest
 
 from brokerscope import tables
 from brokerscope.protocols.base import C2S, S2C
+from brokerscope.protocols.framer import Framer
+from brokerscope.protocols.tubemq.framing import TubeRules
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
+from tests.support.damage import damage
 
-from .kit import frame, new_conv, request, response, run
+from .kit import flat, frame, new_conv, request, response, run
 
 # consumerCommitC2B request, serial 7, written out byte by byte:
 #   ff7ff4fe            begin token
@@ -226,7 +232,7 @@ def test_gap_inside_a_frame_of_known_size_is_one_row_and_the_next_frame_follows(
     rows += conv.gap(C2S, 24, 2)
     rows += conv.feed(C2S, COMMIT_REQ, 3)
     rows += conv.close()
-    cmds = [r for t, r in rows if t == "commands"]
+    cmds = [r for t, r in flat(rows) if t == "commands"]
     assert [(r["decode_status"], r["size"], r["stream_offset"]) for r in cmds] == [
         ("gap", 44, 0),
         ("ok", len(COMMIT_REQ), 44),
@@ -238,7 +244,8 @@ def test_gap_inside_a_frame_and_bytes_before_the_next_token_join_the_gap_row():
     rows = list(conv.feed(C2S, COMMIT_REQ[:10], 1))
     rows += conv.gap(C2S, 10, 2)
     rows += conv.feed(C2S, COMMIT_REQ[20:] + COMMIT_REQ, 3)
-    cmds = [r for t, r in rows if t == "commands"]
+    rows += conv.close()  # the rows of whole frames are handed over in blocks, at the latest here
+    cmds = [r for t, r in flat(rows) if t == "commands"]
     assert [(r["decode_status"], r["size"]) for r in cmds] == [
         ("gap", len(COMMIT_REQ)),
         ("ok", len(COMMIT_REQ)),
@@ -320,3 +327,44 @@ def test_duplicate_serial_closes_the_older_request():
     lats = out["latencies"]
     assert len(lats) == 2
     assert lats[0].get("response_ts_ns") is None and lats[1]["response_ts_ns"] is not None
+
+
+def _items(fr: Framer, chunks, whole: bool) -> list:
+    """Every Frame and Junk of `chunks` ((data, ts) or (None, gap size)) through `fr`, its fast
+    path (feed_whole) or push and next alone."""
+    out = []
+    for data, ts in chunks:
+        if data is None:
+            out += fr.gap(ts, 0)[0]
+        elif whole:
+            out += fr.feed_whole(data, ts)
+        else:
+            fr.push(data, ts)
+        while (item := fr.next()) is not None:
+            out.append(item)
+    return out + fr.close()
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_whole_frames_taken_at_once_are_the_frames_next_gives(seed):
+    """Framer.feed_whole (the compiled _rpc.split) gives the frames, junk, offsets and times that
+    push and next give, over frames, damage, garbage, oversize frames and gaps in any cuts."""
+    rng = random.Random(seed)
+    stream = b""
+    for _ in range(rng.randrange(1, 12)):
+        f = frame(rng.randrange(2**32), rng.randbytes(rng.randrange(0, 200)), rng.choice([7, 64, 8192]))
+        stream += damage(rng, f) if rng.random() < 0.2 else f
+        if rng.random() < 0.1:
+            stream += rng.randbytes(rng.randrange(1, 9))
+    chunks, at, ts = [], 0, 0
+    while at < len(stream):
+        n = rng.choice([1, 5, 40, 300, len(stream), len(stream), len(stream)])
+        chunks.append((stream[at : at + n], ts))
+        at += n
+        ts += rng.choice([0, 1000])
+        if rng.random() < 0.05:
+            chunks.append((None, rng.randrange(1, 30)))
+    max_frame = rng.choice([100, 1000, 1 << 20])
+    fast = _items(Framer(TubeRules(max_frame), max_frame), chunks, True)
+    slow = _items(Framer(TubeRules(max_frame), max_frame), chunks, False)
+    assert fast == slow

@@ -10,7 +10,7 @@ from brokerscope.protocols.base import C2S, S2C
 from brokerscope.protocols.tubemq import rpc as rpc_mod
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 
-from .kit import new_conv, request, response, run
+from .kit import flat, new_conv, request, response, run
 
 
 def _stream(n: int = 40) -> tuple[bytes, bytes]:
@@ -99,7 +99,7 @@ def test_random_bytes_are_malformed_rows():
 def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
     c2s, _ = _stream(3)
     calls = {"n": 0}
-    real = rpc_mod.decode_envelope
+    real = rpc_mod.envelope_of  # what each frame's compiled read goes through
 
     def flaky(data):
         calls["n"] += 1
@@ -107,7 +107,7 @@ def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
             raise RuntimeError("boom")
         return real(data)
 
-    monkeypatch.setattr(rpc_mod, "decode_envelope", flaky)
+    monkeypatch.setattr(rpc_mod, "envelope_of", flaky)
     out = run(new_conv(), [(C2S, c2s)])
     st = [(r["decode_status"], r.get("decode_error")) for r in out["commands"]]
     assert st[0][0] == "ok" and st[2][0] == "ok"
@@ -116,11 +116,13 @@ def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
 
 def test_pending_requests_are_bounded(monkeypatch):
     from brokerscope.protocols.tubemq import conversation
+    from brokerscope.protocols.tubemq import rows as rows_module
 
     monkeypatch.setattr(conversation, "MAX_PENDING", 5)
+    monkeypatch.setattr(rows_module, "BLOCK_ROWS", 1)  # gathered rows handed over after each feed
     c2s, _ = _stream(12)
     conv = new_conv()
-    rows = list(conv.feed(C2S, c2s, 1))
+    rows = flat(conv.feed(C2S, c2s, 1))
     assert len(conv.pending) == 5
     lats = [r for t, r in rows if t == "latencies"]
     assert len(lats) == 7 and all(r.get("response_ts_ns") is None for r in lats)

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 
 import pytest
 
-from brokerscope.protocols.tubemq import framing
+from brokerscope.protocols.tubemq import framing, rpc
+from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
-from tests.fuzz.targets import tubemq_envelope_both
+from tests.fuzz.targets import (
+    tubemq_body_both,
+    tubemq_columns_both,
+    tubemq_envelope_both,
+    tubemq_message_both,
+)
 from tests.support.damage import damage
 
 from .kit import delimited, frame
@@ -120,3 +127,202 @@ def test_a_tag_of_six_bytes_is_left_to_protobuf():
     body = bytes.fromhex("0608413202616200") + bytes.fromhex("0b088006f880ff808000ff01")
     got, want, walked = tubemq_envelope_both(body)
     assert walked is None and got == want and "RequestBody" in want
+
+
+# ---------------------------------------------------------------------------------------------
+# method bodies: the compiled reader (_rpc.body) against protobuf (rpc.plain)
+
+BODY_NAMES = sorted(rpc.BUILTIN.index)
+TEXTS = ["", "demo", "prod-1", "héllo", "a,b=c"]
+
+
+def _fill(msg, rng: random.Random, depth: int = 0) -> None:
+    """Random values in a random subset of `msg`'s fields (nested messages and lists too)."""
+    for fd in msg.DESCRIPTOR.fields:
+        if rng.random() < 0.4:
+            continue
+        n = rng.randrange(0, 4) if fd.is_repeated else 1
+        for _ in range(n):
+            if fd.message_type is not None:
+                if depth > 2:
+                    break
+                sub = getattr(msg, fd.name).add() if fd.is_repeated else getattr(msg, fd.name)
+                sub.SetInParent()
+                _fill(sub, rng, depth + 1)
+                continue
+            v = {
+                fd.TYPE_INT32: lambda: rng.choice(INT32),
+                fd.TYPE_INT64: lambda: rng.choice(INT64),
+                fd.TYPE_BOOL: lambda: rng.random() < 0.5,
+                fd.TYPE_STRING: lambda: rng.choice(TEXTS),
+                fd.TYPE_BYTES: lambda: rng.randbytes(rng.randrange(0, 30)),
+            }[fd.type]()
+            if fd.is_repeated:
+                getattr(msg, fd.name).append(v)
+            else:
+                setattr(msg, fd.name, v)
+
+
+def random_body(rng: random.Random) -> tuple[int, bytes, bool]:
+    """(entry for tubemq_body_both, bytes, whether they were made irregular) of a random built-in
+    message, at times with a field of another wire type, the fields sent twice or a string that
+    is not UTF-8."""
+    entry = rng.randrange(len(BODY_NAMES))
+    cls = next(
+        c
+        for m in rpc.METHODS.values()
+        for c in (m.request, m.response)
+        if c is not None and c.DESCRIPTOR.full_name == BODY_NAMES[entry]
+    )
+    msg = cls()
+    _fill(msg, rng)
+    out = msg.SerializeToString()
+    irregular = False
+    if rng.random() < 0.3:
+        out += rng.choice(UNKNOWN) if rng.random() < 0.5 else out
+        irregular = True
+    if rng.random() < 0.2:  # a string field of the message that is not UTF-8
+        strings = [fd.number for fd in cls.DESCRIPTOR.fields if fd.type == fd.TYPE_STRING]
+        if strings:
+            out += bytes([rng.choice(strings) << 3 | 2, 2]) + b"\xc3\x28"
+            irregular = True
+    return entry, out, irregular
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_bodies_read_as_protobuf_reads_them(seed):
+    rng = random.Random(9000 + seed)
+    entry, body, irregular = random_body(rng)
+    got, want = tubemq_body_both(entry, body)
+    if got is None:  # left to protobuf: only bytes made irregular
+        assert irregular, body.hex()
+    else:
+        assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_damaged_bodies_give_what_protobuf_gives_or_are_left_to_it(seed):
+    rng = random.Random(12000 + seed)
+    entry, body, _ = random_body(rng)
+    got, want = tubemq_body_both(entry, damage(rng, body))
+    assert got is None or repr(got) == repr(want)
+
+
+def test_a_body_keeps_payloads_whole_and_redacts_secrets():
+    body = brk.SendMessageRequestP2B(
+        clientId="p", data=b"\x00\x01payload", authInfo=brk.AuthorizedInfo(visitAuthorizedToken=123456789)
+    ).SerializeToString()
+    got, want = tubemq_body_both(BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B"), body)
+    assert (
+        got
+        == want
+        == {
+            "clientId": "p",
+            "data": b"\x00\x01payload",
+            "authInfo": {"visitAuthorizedToken": "<redacted 9 bytes>"},
+        }
+    )
+    assert rpc.decode_body(13, True, body)[1]["data"] == {"size": 9}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x52\x00\x52\x00",  # authInfo (a message) sent twice: protobuf merges the two
+        b"\x18\x80\x80\x80\x80\x10",  # partitionId 2^32: past int32
+        b"\x0a\x02\xc3\x28",  # clientId not UTF-8: protobuf hands it over as bytes
+        b"\x1a\x01\x61",  # partitionId (int32) as a length-delimited field
+    ],
+)
+def test_what_the_body_reader_leaves_to_protobuf(body):
+    got, _want = tubemq_body_both(BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B"), body)
+    assert got is None
+
+
+# ---------------------------------------------------------------------------------------------
+# a message's data: the compiled content.message_parts against split_payload + parse_attributes
+
+
+@pytest.mark.parametrize(
+    ("data", "flag"),
+    [
+        (b"", None),
+        (b"abc", 0),
+        (b"ab", 1),
+        (b"\x00\x00\x00\x05k=v,xpayload", 1),
+        (b"\x00\x00\x00\x0ek=v,,a=b=c,x\xffpay", 1),  # empty item, `=` in a value, bad UTF-8
+        (b"\xff\xff\xff\xffab", 1),  # a negative attribute length
+        (b"\x00\x00\x00\x09abc", 3),  # past the data
+        (b"\x00\x00\x00\x00pl", -1),  # every flag bit set
+    ],
+)
+def test_message_parts_as_split_payload_and_parse_attributes(data, flag):
+    got, want = tubemq_message_both(data, flag)
+    assert got == want
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_damaged_message_data_split_as_python_splits_it(seed):
+    rng = random.Random(15000 + seed)
+    attr = ",".join(f"k{i}={rng.choice(['', 'v', 'é', 'a=b'])}" for i in range(rng.randrange(5))).encode()
+    data = damage(rng, len(attr).to_bytes(4, "big") + attr + rng.randbytes(rng.randrange(20)))
+    got, want = tubemq_message_both(data, rng.choice([1, 3, None, 0]))
+    assert got == want
+
+
+# ---------------------------------------------------------------------------------------------
+# many messages' columns: the compiled rows.message_columns against the Python readers
+
+
+def _data(rng: random.Random) -> tuple[bytes, int | None]:
+    """A message's data and flag: attributes first (flag bit 0) or not, at times damaged."""
+    payload = rng.randbytes(rng.randrange(0, 40))
+    attr = ",".join(f"k{i}={rng.choice(['', 'v', 'é', '$msgTime$'])}" for i in range(rng.randrange(4)))
+    if rng.random() < 0.3:
+        attr += ",$msgTime$=202401020304"
+    raw = attr.encode()
+    data = len(raw).to_bytes(4, "big") + raw + payload if rng.random() < 0.7 else payload
+    if rng.random() < 0.1:
+        data = damage(rng, data)
+    return data, rng.choice([1, 1, 0, 3, None, -1])
+
+
+def random_pack(rng: random.Random) -> bytes:
+    """A getMessagesC2B response of random messages (checksums right, wrong, -1 or absent)."""
+    rsp = brk.GetMessageResponseB2C(success=True, errCode=200, currOffset=rng.choice(INT64))
+    for _ in range(rng.randrange(0, 6)):
+        tm = rsp.messages.add()
+        data, flag = _data(rng)
+        tm.payLoadData = data
+        if flag is not None:
+            tm.flag = flag
+        cs = rng.choice([None, -1, zlib.crc32(data) & 0x7FFFFFFF, 12345])
+        if cs is not None:
+            tm.checkSum = cs
+        for name, choices in (("messageId", INT64), ("partitionId", INT32), ("reportAddr", INT32)):
+            if rng.random() < 0.7:
+                setattr(tm, name, rng.choice(choices))
+        if rng.random() < 0.7:
+            tm.recvTimeInMs = rng.choice([0, 1_700_000_000_000])
+    return rsp.SerializeToString()
+
+
+def random_send(rng: random.Random) -> bytes:
+    data, flag = _data(rng)
+    req = brk.SendMessageRequestP2B(clientId="p", topicName="t", data=data, sentAddr=rng.choice(INT32))
+    if flag is not None:
+        req.flag = flag
+    if rng.random() < 0.5:
+        req.checkSum = rng.choice([-1, zlib.crc32(data) & 0x7FFFFFFF, 7])
+    if rng.random() < 0.5:
+        req.msgTime = rng.choice(["202401020304", "", "x"])
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_message_columns_as_the_python_readers_give_them(seed):
+    rng = random.Random(18000 + seed)
+    deliver = seed % 2 == 0
+    body = random_pack(rng) if deliver else random_send(rng)
+    got, want = tubemq_columns_both(body, deliver)
+    assert repr(got) == repr(want)

@@ -1,5 +1,7 @@
-/* TubeMQ's per-frame work that is the same for every frame: the blocks of a frame joined, and
- * the RPC envelope around the method's message (the decoder's per-frame loop).
+/* TubeMQ's per-frame work: the blocks of a frame joined, the RPC envelope around the method's
+ * message, the message itself (body, by a table of its fields), the sizes of the whole frames a
+ * chunk starts with (split), all three of a frame in one call (read), and what the rows take of
+ * produced and delivered messages (message, columns). Each is described above its function.
  *
  * frame(data): a whole frame (framing.py, big-endian)
  *
@@ -201,12 +203,591 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * body(data, schema, index): a method's message read by a table of its fields (schema(spec), made
+ * once by rpc.py from the generated descriptors of protos/tubemq, the declaration of every field).
+ *
+ * spec: a list of messages, each a list of (field number, name, kind) sorted by field number;
+ * kind = K_INT32 | K_INT64 | K_BOOL | K_STRING | K_BYTES | K_MESSAGE + 8 x (nested message's
+ * index), plus F_REPEATED (strings and messages only) and F_SECRET (a credential: its value
+ * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it).
+ *
+ * -> {name: value} of the fields set, in field-number order, as rpc.message_to_dict gives them but
+ * with bytes kept whole (rpc.py turns payload fields into their size for `details`): int32 and
+ * int64 as int, bool, string as str, bytes, a nested message as such a dict, repeated fields as
+ * lists. None wherever protobuf would read the bytes another way, or fail, and then reads them:
+ * a cut or malformed tag, varint or length, a group, a known field with another wire type, an
+ * int32 beyond 32 bits, a string that is not UTF-8, a singular message sent twice (protobuf
+ * merges them), field number 0, messages nested deeper than MAX_DEPTH. */
+
+enum { K_INT32, K_INT64, K_BOOL, K_STRING, K_BYTES, K_MESSAGE };
+#define K_MASK 7
+#define F_REPEATED 0x10000
+#define F_SECRET 0x20000
+#define K_SUB(kind) (((kind) & 0xFFFF) >> 3)
+#define MAX_DEPTH 16
+#define NOT_PLAIN (-1) /* left to protobuf */
+#define PY_ERROR (-2)  /* a Python exception is set */
+
+typedef struct {
+    uint32_t number;
+    int kind;
+    PyObject *name;
+} FieldSpec;
+
+typedef struct {
+    Py_ssize_t n;
+    FieldSpec *fields;
+} MsgSpec;
+
+typedef struct {
+    Py_ssize_t n;
+    MsgSpec *msgs;
+} Schema;
+
+static void schema_free(PyObject *capsule) {
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) return;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) Py_XDECREF(s->msgs[i].fields[j].name);
+        PyMem_Free(s->msgs[i].fields);
+    }
+    PyMem_Free(s->msgs);
+    PyMem_Free(s);
+}
+
+static PyObject *schema(PyObject *self, PyObject *spec) {
+    if (!PyList_Check(spec)) return PyErr_Format(PyExc_TypeError, "schema: a list of messages");
+    Schema *s = PyMem_Calloc(1, sizeof(Schema));
+    if (!s) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(s, "tubemq.schema", schema_free);
+    if (!capsule) {
+        PyMem_Free(s);
+        return NULL;
+    }
+    Py_ssize_t nm = PyList_GET_SIZE(spec);
+    if (!(s->msgs = PyMem_Calloc(nm ? nm : 1, sizeof(MsgSpec)))) goto nomem;
+    s->n = nm;
+    for (Py_ssize_t i = 0; i < nm; i++) {
+        PyObject *fields = PyList_GET_ITEM(spec, i);
+        if (!PyList_Check(fields)) goto bad;
+        Py_ssize_t nf = PyList_GET_SIZE(fields);
+        if (!(s->msgs[i].fields = PyMem_Calloc(nf ? nf : 1, sizeof(FieldSpec)))) goto nomem;
+        s->msgs[i].n = nf;
+        for (Py_ssize_t j = 0; j < nf; j++) {
+            FieldSpec *f = &s->msgs[i].fields[j];
+            unsigned long number;
+            int kind;
+            PyObject *name;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, j), "kUi", &number, &name, &kind)) goto fail;
+            if ((kind & K_MASK) == K_MESSAGE && K_SUB(kind) >= nm) goto bad;
+            f->number = (uint32_t)number;
+            f->kind = kind;
+            Py_INCREF(name);
+            f->name = name;
+        }
+    }
+    return capsule;
+nomem:
+    PyErr_NoMemory();
+    goto fail;
+bad:
+    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind)");
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+/* A secret's replacement: the length of its text (characters of a string, digits of a number). */
+static PyObject *redacted(Py_ssize_t n) { return PyUnicode_FromFormat("<redacted %zd bytes>", n); }
+
+static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
+                        int depth, PyObject **out);
+
+/* One field's value at *p (its tag read): a new reference in *v, or NOT_PLAIN / PY_ERROR. */
+static int field_value(const Schema *s, const FieldSpec *f, int wt, const unsigned char **p,
+                       const unsigned char *end, int depth, PyObject **v) {
+    int kind = f->kind & K_MASK;
+    uint64_t x;
+    *v = NULL;
+    if (kind == K_INT32 || kind == K_INT64 || kind == K_BOOL) {
+        if (wt != 0 || varint(p, end, &x)) return NOT_PLAIN;
+        int64_t i = (int64_t)x;
+        if (kind == K_INT32 && (i < INT32_MIN || i > INT32_MAX)) return NOT_PLAIN;
+        if (kind == K_BOOL) {
+            *v = PyBool_FromLong(x != 0);
+        } else if (f->kind & F_SECRET) {
+            char digits[24];
+            *v = redacted(snprintf(digits, sizeof digits, "%lld", (long long)i));
+        } else {
+            *v = PyLong_FromLongLong(i);
+        }
+        return *v ? 0 : PY_ERROR;
+    }
+    if (wt != 2 || varint32(p, end, &x) || x > (uint64_t)(end - *p)) return NOT_PLAIN;
+    const unsigned char *at = *p;
+    *p += x;
+    if (kind == K_MESSAGE) return read_message(s, K_SUB(f->kind), at, at + x, depth + 1, v);
+    if (kind == K_BYTES) {
+        *v = (f->kind & F_SECRET) ? redacted((Py_ssize_t)x) : PyBytes_FromStringAndSize((const char *)at, x);
+        return *v ? 0 : PY_ERROR;
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)at, (Py_ssize_t)x, NULL);
+    if (!str) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return PY_ERROR;
+        PyErr_Clear();
+        return NOT_PLAIN; /* protobuf hands it over as bytes */
+    }
+    if (f->kind & F_SECRET) {
+        *v = redacted(PyUnicode_GET_LENGTH(str));
+        Py_DECREF(str);
+        return *v ? 0 : PY_ERROR;
+    }
+    *v = str;
+    return 0;
+}
+
+#define MAX_MSG_FIELDS 64
+
+/* The message of schema entry `index` at [p, end) as a dict in *out, or NOT_PLAIN / PY_ERROR. */
+static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
+                        int depth, PyObject **out) {
+    const MsgSpec *m = &s->msgs[index];
+    PyObject *slot[MAX_MSG_FIELDS] = {0};
+    int rc = 0;
+    *out = NULL;
+    if (depth > MAX_DEPTH || m->n > MAX_MSG_FIELDS) return NOT_PLAIN;
+    while (p < end) {
+        uint64_t tag;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0) {
+            rc = NOT_PLAIN;
+            goto done;
+        }
+        uint32_t number = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        Py_ssize_t j = 0;
+        while (j < m->n && m->fields[j].number != number) j++;
+        if (j == m->n) { /* not in the table: an unknown field, which protobuf keeps apart */
+            if (skip(&p, end, wt)) {
+                rc = NOT_PLAIN;
+                goto done;
+            }
+            continue;
+        }
+        const FieldSpec *f = &m->fields[j];
+        PyObject *v;
+        if ((rc = field_value(s, f, wt, &p, end, depth, &v))) goto done;
+        if (f->kind & F_REPEATED) {
+            if (!slot[j] && !(slot[j] = PyList_New(0))) {
+                Py_DECREF(v);
+                rc = PY_ERROR;
+                goto done;
+            }
+            rc = PyList_Append(slot[j], v) ? PY_ERROR : 0;
+            Py_DECREF(v);
+            if (rc) goto done;
+        } else {
+            if (slot[j] && (f->kind & K_MASK) == K_MESSAGE) { /* sent twice: protobuf merges */
+                Py_DECREF(v);
+                rc = NOT_PLAIN;
+                goto done;
+            }
+            Py_XSETREF(slot[j], v); /* a scalar sent twice: the last wins */
+        }
+    }
+    if (!(*out = PyDict_New())) {
+        rc = PY_ERROR;
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < m->n; j++) {
+        if (slot[j] && PyDict_SetItem(*out, m->fields[j].name, slot[j])) {
+            Py_CLEAR(*out);
+            rc = PY_ERROR;
+            goto done;
+        }
+    }
+done:
+    for (Py_ssize_t j = 0; j < m->n && j < MAX_MSG_FIELDS; j++) Py_XDECREF(slot[j]);
+    return rc;
+}
+
+static PyObject *body(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *out = NULL;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "y*On", &buf, &capsule, &index)) return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) goto error;
+    if (index < 0 || index >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "body: no such message in the schema");
+        goto error;
+    }
+    const unsigned char *b = buf.buf;
+    int rc = read_message(s, index, b, b + buf.len, 0, &out);
+    PyBuffer_Release(&buf);
+    if (rc == PY_ERROR) return NULL;
+    if (rc == NOT_PLAIN) Py_RETURN_NONE;
+    return out;
+error:
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * message(data, flag): a message's data (SendMessageRequestP2B.data, TransferedMessage.payLoadData)
+ * split as content.split_payload splits it and its attributes read as content.parse_attributes
+ * reads them. When flag bit 0 (FLAG_HAS_ATTRIBUTE) is set the data is
+ *
+ *   attribute length i32 (big-endian) | attribute text (UTF-8, `k1=v1,k2=v2`) | payload
+ *
+ * -> (attribute text or None, payload, error or None, [{"key": k, "value": v as UTF-8 bytes}]):
+ * the text decoded with bad bytes escaped (backslashreplace), empty items skipped, an item
+ * without `=` a key with an empty value. */
+
+#define FLAG_HAS_ATTRIBUTE 0x01
+
+static PyObject *header_key, *header_value, *comma; /* "key", "value", "," */
+
+static PyObject *headers_of(PyObject *attr) {
+    PyObject *items = PyUnicode_Split(attr, comma, -1), *out = NULL;
+    if (!items || !(out = PyList_New(0))) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i), *k = NULL, *v = NULL, *h = NULL;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(item);
+        if (!n) continue;
+        Py_ssize_t eq = PyUnicode_FindChar(item, '=', 0, n, 1);
+        if (eq == -2) goto fail;
+        if (eq < 0) {
+            k = Py_NewRef(item);
+            v = PyBytes_FromStringAndSize("", 0);
+        } else {
+            PyObject *rest = PyUnicode_Substring(item, eq + 1, n);
+            k = PyUnicode_Substring(item, 0, eq);
+            v = rest ? PyUnicode_AsUTF8String(rest) : NULL;
+            Py_XDECREF(rest);
+        }
+        int bad = !k || !v || !(h = PyDict_New()) || PyDict_SetItem(h, header_key, k) ||
+                  PyDict_SetItem(h, header_value, v) || PyList_Append(out, h);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(h);
+        if (bad) goto fail;
+    }
+    Py_DECREF(items);
+    return out;
+fail:
+    Py_XDECREF(items);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *parts_of(PyObject *data, PyObject *flag) {
+    Py_buffer buf;
+    if (flag == Py_None) return Py_BuildValue("(OOO[])", Py_None, data, Py_None);
+    unsigned long long f = PyLong_AsUnsignedLongLongMask(flag); /* the low bits, as `flag & 1` reads them */
+    if (f == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (!(f & FLAG_HAS_ATTRIBUTE)) return Py_BuildValue("(OOO[])", Py_None, data, Py_None);
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t len = buf.len;
+    PyObject *result = NULL;
+    if (len < 4) {
+        result = Py_BuildValue("(OON[])", Py_None, data,
+                               PyUnicode_FromFormat("flag says attributes follow but data is only %zd bytes", len));
+    } else {
+        int32_t n = (int32_t)u32be(b);
+        if (n < 0 || n > len - 4) {
+            result = Py_BuildValue("(OON[])", Py_None, data,
+                                   PyUnicode_FromFormat("attribute length %d outside 0..%zd", (int)n, len - 4));
+        } else {
+            PyObject *attr = PyUnicode_DecodeUTF8((const char *)b + 4, n, "backslashreplace");
+            PyObject *headers = attr ? headers_of(attr) : NULL;
+            PyObject *payload = PyBytes_FromStringAndSize((const char *)b + 4 + n, len - 4 - n);
+            if (attr && headers && payload) result = Py_BuildValue("(NNON)", attr, payload, Py_None, headers);
+            else {
+                Py_XDECREF(attr);
+                Py_XDECREF(headers);
+                Py_XDECREF(payload);
+            }
+        }
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyObject *message_parts(PyObject *self, PyObject *args) {
+    PyObject *data, *flag;
+    if (!PyArg_ParseTuple(args, "OO", &data, &flag)) return NULL;
+    return parts_of(data, flag);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * columns(messages, payload, flag, checksum, spec, tail, crc32, json_value): the columns of many
+ * messages (dicts of rpc.decode_body: SendMessageRequestP2B, TransferedMessage) that rows.py
+ * takes alike: each one's data (field `payload`, b"" when unset) split by message(), its
+ * checksum_ok (content.checksum_ok: None for no checksum or -1, else whether it equals
+ * crc32(data) & 0x7FFFFFFF) and its `details` JSON text: for each (key text, field, kind) of
+ * `spec` the key text then the value, then `tail` (the keys hold the JSON around the values: the
+ * first `{"name":`, the next `,"name":`, the tail the closing `}`), a value as base.json_value writes it
+ * (None, bool, int and str here, anything else by `json_value`), of kind J_VALUE the field's
+ * value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
+ * reportAddr), J_ATTRIBUTES the attribute
+ * text, J_SIZE the data's size.
+ * -> (payloads, errors, headers, checksum_ok, details, sizes) lists. */
+
+enum { J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE };
+
+static PyObject *json_of(PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return PyUnicode_FromString("null");
+    if (v == Py_True) return PyUnicode_FromString("true");
+    if (v == Py_False) return PyUnicode_FromString("false");
+    if (PyLong_CheckExact(v)) return PyObject_Str(v);
+    return PyObject_CallOneArg(json_value, v);
+}
+
+static PyObject *ipv4_json(PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return PyUnicode_FromString("null");
+    unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromFormat("\"%u.%u.%u.%u\"", (unsigned)(x >> 24) & 255, (unsigned)(x >> 16) & 255,
+                                (unsigned)(x >> 8) & 255, (unsigned)x & 255);
+}
+
+static PyObject *columns(PyObject *self, PyObject *args) {
+    PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
+    if (!PyArg_ParseTuple(args, "O!UUUO!UOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name,
+                          &PyTuple_Type, &spec, &tail, &crc32, &json_value))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec);
+    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0), *nothing = PyUnicode_FromString("");
+    PyObject *minus_one = PyLong_FromLong(-1), *result = NULL, *pieces = NULL;
+    if (!empty || !nothing || !minus_one) goto done;
+    for (int c = 0; c < 6; c++)
+        if (!(cols[c] = PyList_New(n))) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (!PyDict_Check(m)) {
+            PyErr_SetString(PyExc_TypeError, "columns: a message is not a dict");
+            goto done;
+        }
+        PyObject *data = PyDict_GetItemWithError(m, payload_name);
+        if (!data && PyErr_Occurred()) goto done;
+        int truth = data ? PyObject_IsTrue(data) : 0;
+        if (truth < 0) goto done;
+        if (!truth) data = empty;
+        PyObject *flag = PyDict_GetItemWithError(m, flag_name);
+        if (!flag && PyErr_Occurred()) goto done;
+        PyObject *parts = parts_of(data, flag ? flag : Py_None); /* (attr, payload, error, headers) */
+        if (!parts) goto done;
+        PyObject *attr = PyTuple_GET_ITEM(parts, 0);
+        Py_ssize_t size = PyObject_Length(data);
+        if (size < 0) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        PyList_SET_ITEM(cols[0], i, Py_NewRef(PyTuple_GET_ITEM(parts, 1)));
+        PyList_SET_ITEM(cols[1], i, Py_NewRef(PyTuple_GET_ITEM(parts, 2)));
+        PyList_SET_ITEM(cols[2], i, Py_NewRef(PyTuple_GET_ITEM(parts, 3)));
+        PyObject *sz = PyLong_FromSsize_t(PyObject_Length(PyTuple_GET_ITEM(parts, 1)));
+        if (!sz) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        PyList_SET_ITEM(cols[5], i, sz);
+        /* checksum_ok */
+        PyObject *cs = PyDict_GetItemWithError(m, checksum_name), *ok = NULL;
+        if (!cs && PyErr_Occurred()) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        int none = !cs || cs == Py_None;
+        if (!none) {
+            none = PyObject_RichCompareBool(cs, minus_one, Py_EQ);
+            if (none < 0) {
+                Py_DECREF(parts);
+                goto done;
+            }
+        }
+        if (none) {
+            ok = Py_NewRef(Py_None);
+        } else {
+            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL, *mask = PyLong_FromLong(0x7FFFFFFF);
+            if (crc && mask) masked = PyNumber_And(crc, mask);
+            Py_XDECREF(crc);
+            Py_XDECREF(mask);
+            if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
+            Py_XDECREF(masked);
+            if (!ok) {
+                Py_DECREF(parts);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(cols[3], i, ok);
+        /* details */
+        if (!(pieces = PyList_New(0))) {
+            Py_DECREF(parts);
+            goto done;
+        }
+        int bad = 0;
+        for (Py_ssize_t j = 0; j < ns && !bad; j++) {
+            PyObject *entry = PyTuple_GET_ITEM(spec, j), *key, *field, *v = NULL;
+            int kind;
+            if (!PyArg_ParseTuple(entry, "UOi", &key, &field, &kind) || PyList_Append(pieces, key)) {
+                bad = 1;
+                break;
+            }
+            PyObject *fv = NULL;
+            if (kind == J_VALUE || kind == J_IPV4) {
+                fv = PyDict_GetItemWithError(m, field);
+                if (!fv && PyErr_Occurred()) {
+                    bad = 1;
+                    break;
+                }
+                if (!fv) fv = Py_None;
+            }
+            if (kind == J_VALUE) v = json_of(fv, json_value);
+            else if (kind == J_IPV4) v = ipv4_json(fv, json_value);
+            else if (kind == J_ATTRIBUTES) v = json_of(attr, json_value);
+            else v = PyUnicode_FromFormat("%zd", size);
+            if (!v || PyList_Append(pieces, v)) bad = 1;
+            Py_XDECREF(v);
+        }
+        Py_DECREF(parts);
+        if (bad || PyList_Append(pieces, tail)) goto done;
+        PyObject *text = PyUnicode_Join(nothing, pieces);
+        Py_CLEAR(pieces);
+        if (!text) goto done;
+        PyList_SET_ITEM(cols[4], i, text);
+    }
+    result = PyTuple_New(6);
+    if (result)
+        for (int c = 0; c < 6; c++) {
+            PyTuple_SET_ITEM(result, c, cols[c]);
+            cols[c] = NULL;
+        }
+done:
+    for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
+    Py_XDECREF(pieces);
+    Py_XDECREF(empty);
+    Py_XDECREF(nothing);
+    Py_XDECREF(minus_one);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * split(data, max_frame, max_list): the sizes of the whole frames `data` starts with, as
+ * framing.TubeRules.size sizes them (header above), stopping before the first frame that is
+ * not whole or that the rules would not pass as it is: another token, a list size outside
+ * 1..max_list, a block length outside 0..MAX_BLOCK, a frame past max_frame bytes. The framer
+ * reads what is left. */
+
+#define TOKEN 0xFF7FF4FEu
+#define MAX_BLOCK 8192
+
+static PyObject *split(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t max_frame, max_list;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &max_frame, &max_list)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t n = buf.len, at = 0;
+    PyObject *out = PyList_New(0);
+    while (out && n - at >= HEADER_LEN && u32be(b + at) == TOKEN) {
+        int32_t list_size = (int32_t)u32be(b + at + 8);
+        if (list_size <= 0 || list_size > max_list) break;
+        Py_ssize_t pos = HEADER_LEN, left = list_size;
+        int whole = 1;
+        while (left > 0) {
+            if (n - at - pos < 4) {
+                whole = 0;
+                break;
+            }
+            int32_t len = (int32_t)u32be(b + at + pos);
+            if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) {
+                whole = 0;
+                break;
+            }
+            pos += 4 + len;
+            left--;
+        }
+        if (!whole) break;
+        PyObject *size = PyLong_FromSsize_t(pos);
+        if (!size || PyList_Append(out, size)) Py_CLEAR(out);
+        Py_XDECREF(size);
+        at += pos;
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * read(data, schema, requests, responses): frame(), envelope() and body() of one whole frame in
+ * one call. `requests` and `responses` map a method id to the schema entry of its message.
+ * -> None where frame() gives None; else (serial, block lengths, joined data, envelope() or None,
+ * the body's dict or None): None where envelope() or body() leave the bytes to protobuf, where
+ * the method has no entry, and for an error response or an envelope without a body. */
+
+static PyObject *read_frame(PyObject *self, PyObject *args) {
+    PyObject *data, *capsule, *requests, *responses, *one, *fr, *env = NULL, *fields = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
+        return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s || !(one = PyTuple_Pack(1, data))) return NULL;
+    fr = frame(self, one);
+    Py_DECREF(one);
+    if (!fr || fr == Py_None) return fr;
+    PyObject *joined = PyTuple_GET_ITEM(fr, 2);
+    if (!(one = PyTuple_Pack(1, joined))) goto fail;
+    env = envelope(self, one);
+    Py_DECREF(one);
+    if (!env) goto fail;
+    if (env != Py_None) {
+        PyObject *flag = PyTuple_GET_ITEM(env, 0), *mid = PyTuple_GET_ITEM(env, 4);
+        PyObject *status = PyTuple_GET_ITEM(env, 6), *body = PyTuple_GET_ITEM(env, 7);
+        int is_request = !(PyLong_CheckExact(flag) && PyLong_AsLong(flag) == FLAG_RESPONSE);
+        int ok = status == Py_None || (PyLong_CheckExact(status) && PyLong_AsLong(status) == 0);
+        if (ok && body != Py_None && mid != Py_None) {
+            PyObject *entry = PyDict_GetItemWithError(is_request ? requests : responses, mid);
+            if (!entry && PyErr_Occurred()) goto fail;
+            Py_ssize_t index = entry ? PyLong_AsSsize_t(entry) : -1;
+            if (index == -1 && PyErr_Occurred()) goto fail;
+            if (index >= 0 && index < s->n) {
+                const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
+                PyObject *got;
+                int rc = read_message(s, index, b, b + PyBytes_GET_SIZE(body), 0, &got);
+                if (rc == PY_ERROR) goto fail;
+                if (rc == 0) fields = got;
+            }
+        }
+    }
+    PyObject *result = PyTuple_Pack(5, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields);
+    Py_DECREF(fr);
+    Py_DECREF(env);
+    if (fields != Py_None) Py_DECREF(fields);
+    return result;
+fail:
+    Py_XDECREF(fr);
+    Py_XDECREF(env);
+    if (fields != Py_None) Py_DECREF(fields);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
+    {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
+    {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
+    {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
+    {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
+    {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames and RPC envelopes.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rpc", "TubeMQ frames, RPC envelopes, method bodies and messages.", -1, methods};
 
-PyMODINIT_FUNC PyInit__rpc(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rpc(void) {
+    if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
+        !(comma = PyUnicode_InternFromString(",")))
+        return NULL;
+    return PyModule_Create(&module);
+}

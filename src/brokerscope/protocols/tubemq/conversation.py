@@ -10,6 +10,10 @@ Requests and responses are paired by serialNo. What each frame becomes:
 - sendMessageP2B response: an `acks` row of type `tubemq_produce` (the broker's message id and
   append offset);
 - each request: one `latencies` row (null response columns when no response came).
+
+The commands, latencies and acks rows and the produced messages are gathered across frames as
+column values (rows.Gathered) and handed over as tables.Block runs: a frame costs a tuple per
+row, not a dict that the driver and tables.conform read key by key.
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ from ..base import (
     Row,
     to_json,
 )
-from ..framer import Framer, Junk
+from ..framer import Frame, Framer, Junk
 from ..schema import MessagePool
 from . import rows as build
 from . import rpc
 from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
-from .framing import TubeFrame, TubeRules, header_info, read_frame
-from .rows import M_COMMIT, Pending, field, fields, strings
+from .framing import TubeFrame, TubeRules, _rpc, header_info, read_frame
+from .rows import M_COMMIT, Gathered, Pending
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
@@ -58,68 +62,86 @@ class TubeMQConversation(Conversation):
         self.schema = MessagePool.from_bytes(fds) if fds else None
         # last delivery per (topic, partition): (ts of the response's first byte, currOffset)
         self.deliveries: dict[tuple, tuple[int, int | None]] = {}
+        self.out = Gathered()
+        # the compiled frame reader's arguments: the body table and each method's entries in it
+        self.reader = (rpc.BUILTIN.table, *rpc.body_entries(self.schema))
 
     # -- contract -----------------------------------------------------------------------------
 
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         if not data:
             return []
-        self.framer[direction].push(data, ts_ns)
-        return self._drain(direction)
+        for item in self.framer[direction].feed_whole(data, ts_ns):
+            self._take(direction, item)
+        self._drain(direction)
+        return self.out.take()
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         fr = self.framer[direction]
         try:
             junk, _ = fr.gap(nbytes, ts_ns)
         except Exception as e:  # never raise out of the decoder
-            return [self._error_row(direction, fr.buf.offset, 0, ts_ns, f"internal error on gap: {e!r}")]
-        return [self._junk_row(direction, j) for j in junk] + self._drain(direction)
+            self._error_row(direction, fr.buf.offset, 0, ts_ns, f"internal error on gap: {e!r}")
+            return self.out.take()
+        for j in junk:
+            self._junk_row(direction, j)
+        self._drain(direction)
+        return self.out.take()
 
     def close(self) -> list[Row]:
-        rows: list[Row] = []
         for direction, fr in self.framer.items():
-            rows.extend(self._drain(direction))
+            self._drain(direction)
             try:
                 junk = fr.close()
             except Exception as e:
-                rows.append(
-                    self._error_row(direction, fr.buf.offset, 0, fr.buf.last_ts, f"internal error: {e!r}")
-                )
+                self._error_row(direction, fr.buf.offset, 0, fr.buf.last_ts, f"internal error: {e!r}")
                 continue
-            rows.extend(self._junk_row(direction, j) for j in junk)
+            for j in junk:
+                self._junk_row(direction, j)
         while self.pending:
             serial, p = self.pending.popitem(last=False)
-            rows.extend(build.unanswered(serial, p))
-        return rows
+            build.unanswered(self.out, serial, p)
+        return self.out.take(everything=True)
 
     # -- framing ------------------------------------------------------------------------------
 
-    def _drain(self, direction: str) -> list[Row]:
+    def _drain(self, direction: str) -> None:
         fr = self.framer[direction]
-        rows: list[Row] = []
         while True:
             try:
                 item = fr.next()
             except Exception as e:  # a bug must not stop the connection: drop what is buffered
                 off, n, ts = fr.drop_all()
-                rows.append(self._error_row(direction, off, n, ts, f"internal framing error: {e!r}"))
+                self._error_row(direction, off, n, ts, f"internal framing error: {e!r}")
                 continue
             if item is None:
-                return rows
+                return
             if isinstance(item, Junk):
-                rows.append(self._junk_row(direction, item))
+                self._junk_row(direction, item)
                 continue
-            f = read_frame(item)
-            try:
-                rows.extend(self._frame(direction, f))
-            except Exception as e:
-                err = f"internal error: {e!r}"
-                rows.append(
-                    self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
-                )
+            self._take(direction, item)
 
-    def _error_row(self, direction, offset, size, ts, err, ts_end=None, serial=None) -> Row:
-        return (
+    def _take(self, direction: str, item: Frame) -> None:
+        """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
+        and body are read by the compiled _rpc.read, and what that leaves by the Python readers
+        (_frame, _body)."""
+        got = _rpc.read(item.data, *self.reader)
+        if got is None:
+            f, env, fields = read_frame(item), None, None
+        else:
+            serial, sizes, body, env, fields = got
+            data = item.data
+            f = TubeFrame(item.offset, len(data), serial, sizes, body, data, item.ts_first, item.ts_last)
+            if env is None:
+                env = False  # left to protobuf
+        try:
+            self._frame(direction, f, env, fields)
+        except Exception as e:
+            err = f"internal error: {e!r}"
+            self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
+
+    def _error_row(self, direction, offset, size, ts, err, ts_end=None, serial=None) -> None:
+        self.out.put(
             "commands",
             {
                 "ts_ns": ts,
@@ -133,10 +155,10 @@ class TubeMQConversation(Conversation):
             },
         )
 
-    def _junk_row(self, direction: str, j: Junk) -> Row:
+    def _junk_row(self, direction: str, j: Junk) -> None:
         """Bytes that are not a whole frame; what its header told, if the rules read one."""
         info = j.info or (header_info(j.head) if j.status == TRUNCATED else None)
-        return (
+        self.out.put(
             "commands",
             {
                 "ts_ns": j.ts_first,
@@ -153,26 +175,34 @@ class TubeMQConversation(Conversation):
 
     # -- frames -------------------------------------------------------------------------------
 
-    def _frame(self, direction: str, f: TubeFrame) -> list[Row]:
-        row: dict = {
-            "ts_ns": f.ts_first,
-            "ts_end_ns": f.ts_last,
-            "direction": direction,
-            "correlation_id": f.serial,
-            "size": f.size,
-            "stream_offset": f.offset,
-            "decode_status": OK,
-        }
+    def _frames(self, direction: str, f: TubeFrame) -> tuple[int | None, int | None]:
+        """The first and last frame numbers of the packets of `direction` that carried the bytes
+        of `f` (None, None where frames are not numbered)."""
+        frames = self.conn.frames
+        return (None, None) if frames is None else frames(direction, f.offset, f.size)
+
+    def _frame(self, direction: str, f: TubeFrame, env, fields: dict | None) -> None:
+        """A frame's rows (`env`: what _rpc.read gave of its envelope, None when it was not read,
+        False when protobuf is to read it; `fields`: its body's when read). Its commands row is
+        the tuple rows.COMMANDS names; its fields are worked out here and in _request /
+        _response, then added once the frame is read."""
         details: dict = {"serial": f.serial, "blocks": f.block_sizes}
+        frames = self._frames(direction, f)
         try:
-            env = rpc.decode_envelope(f.body)
+            if env:
+                env = rpc.envelope_of(env)
+            else:
+                env = rpc.decode_envelope(f.body) if env is None else rpc.read_envelope(f.body)
         except ValueError as e:
-            row.update(
-                decode_status=MALFORMED,
-                decode_error=f"RPC envelope: {e}",
-                details=to_json(details),
-            )
-            return [("commands", row)]
+            self.out.add(
+                "commands",
+                (
+                    f.ts_first, f.ts_last, direction, f.serial, f.size, f.offset, MALFORMED,
+                    f"RPC envelope: {e}", None, None, None, None, None, None, None, None,
+                    to_json(details), None, *frames,
+                ),
+            )  # fmt: skip
+            return
         details["flag"] = env.flag
         details["rpc_header"] = env.conn_header
         if env.service_type is not None:
@@ -182,67 +212,71 @@ class TubeMQConversation(Conversation):
             details["protocol_ver"] = env.protocol_ver
         if env.trailing:
             details["trailing_bytes"] = env.trailing
-        row["api_version"] = env.protocol_ver
+        cmd = _Command(direction, frames, fields)
         if env.is_request:
-            return self._request(row, details, env, f)
-        return self._response(row, details, env, f)
+            self._request(cmd, details, env, f)
+        else:
+            self._response(cmd, details, env, f)
 
-    def _request(self, row: dict, details: dict, env: rpc.Envelope, f: TubeFrame) -> list[Row]:
-        rows: list[Row] = []
+    def _add_command(self, f: TubeFrame, env: rpc.Envelope, c: _Command) -> None:
+        self.out.add(
+            "commands",
+            (
+                f.ts_first, f.ts_last, c.direction, f.serial, f.size, f.offset, c.status, c.error,
+                env.protocol_ver, c.command, c.code, c.topic, c.partition, c.client_id, c.topics,
+                c.error_code, c.details, c.raw, *c.frames,
+            ),
+        )  # fmt: skip
+
+    def _request(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
-        row["command"] = rpc.method_name(mid)
-        row["command_code"] = mid
+        c.command = rpc.method_name(mid)
+        c.code = mid
         if env.timeout is not None:
             details["timeout_ms"] = env.timeout
         if meth is not None and env.service_type is not None and env.service_type not in meth.services:
             details["service_mismatch"] = True
-        msg, body, err = rpc.decode_body(mid, True, env.body, self.schema)
+        msg, body, err = self._body(mid, True, env.body, c.fields)
         details["request"] = body
-        self._body_status(row, meth, mid, err, f)
-        topic = partition = client_id = group = None
+        self._body_status(c, meth, mid, err, f)
+        group = None
         if msg is not None:
-            get = fields(msg).get
-            topic = get("topicName")
-            partition = get("partitionId")
-            client_id = get("clientId") or get("brokerId")
+            get = msg.get
+            c.topic = get("topicName")
+            c.partition = get("partitionId")
+            c.client_id = get("clientId") or get("brokerId")
             group = get("groupName")
-            topics = strings(msg, "topicList")
-            if topics:
-                row["topics"] = topics
+            c.topics = get("topicList") or None
             if mid == M_CONSUMER_REGISTER_B:
-                details["op"] = rpc.OP_TYPES.get(msg.opType, str(msg.opType))
-            subs = list(getattr(msg, "subscribeInfo", []) or [])
+                op = get("opType", 0)  # protobuf's default when it is not set
+                details["op"] = rpc.OP_TYPES.get(op, str(op))
+            subs = get("subscribeInfo")
             if subs:
                 details["subscriptions"] = [parse_subscribe_info(s) for s in subs]
             event = get("event")
             if event is not None:
-                details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
-        row.update(topic=topic, partition=partition, client_id=client_id, details=to_json(details))
-        rows.append(("commands", row))
+                details["event_status"] = _event_status(event)
+        c.details = to_json(details)
+        self._add_command(f, env, c)
         # pairing
         if f.serial in self.pending:
-            rows.extend(build.unanswered(f.serial, self.pending.pop(f.serial)))
+            build.unanswered(self.out, f.serial, self.pending.pop(f.serial))
         self.pending[f.serial] = Pending(
-            mid, row["command"], f.ts_last, topic, partition, client_id, group, env.protocol_ver
+            mid, c.command, f.ts_last, c.topic, c.partition, c.client_id, group, env.protocol_ver
         )
         while len(self.pending) > MAX_PENDING:
             s, p = self.pending.popitem(last=False)
-            rows.extend(build.unanswered(s, p))
+            build.unanswered(self.out, s, p)
         if msg is not None and mid == M_SEND:
-            rows.append(build.produce(msg, f, self.ctx.payload, self.conn.frame_range(C2S, f.offset, f.size)))
-        if msg is not None and mid == M_GET and field(msg, "lastPackConsumed"):
-            rows.append(
-                build.confirm_ack(
-                    msg,
-                    f,
-                    *self._since_delivery(field(msg, "topicName"), field(msg, "partitionId"), f.ts_last),
-                )
-            )
-        return rows
+            # the message's frames are counted in the producer's direction (the request's)
+            produced = c.frames if c.direction == C2S else self._frames(C2S, f)
+            build.produce(self.out, msg, f, self.ctx.payload, produced)
+        if msg is not None and mid == M_GET and msg.get("lastPackConsumed"):
+            lat, off = self._since_delivery(msg.get("topicName"), msg.get("partitionId"), f.ts_last)
+            build.confirm_ack(self.out, msg, f, lat, off)
 
-    def _response(self, row: dict, details: dict, env: rpc.Envelope, f: TubeFrame) -> list[Row]:
-        rows: list[Row] = []
+    def _response(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
         pend = self.pending.pop(f.serial, None)
         mid = env.method_id if env.method_id is not None else (pend.method_id if pend else None)
         if pend is not None and env.method_id is not None and pend.method_id != env.method_id:
@@ -252,26 +286,24 @@ class TubeMQConversation(Conversation):
         msg = None
         if env.status != 0:
             error_code = env.status
-            row["command"] = rpc.method_name(mid) if mid is not None else "exception"
-            row["command_code"] = mid
+            c.command = rpc.method_name(mid) if mid is not None else "exception"
+            c.code = mid
             stack = env.stack_trace or ""
             details["exception"] = env.exception_name
             details["stack_trace"] = stack[:MAX_STACK_CHARS]
             first = stack.strip().splitlines()[0] if stack.strip() else ""
-            row["decode_error"] = (
-                f"{env.exception_name}: {first}" if first else (env.exception_name or "exception")
-            )
+            c.error = f"{env.exception_name}: {first}" if first else (env.exception_name or "exception")
             if pend is None:
-                row["decode_status"] = REQUEST_MISSING
+                c.status = REQUEST_MISSING
         else:
-            row["command"] = rpc.method_name(mid)
-            row["command_code"] = mid
+            c.command = rpc.method_name(mid)
+            c.code = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
-            msg, body, err = rpc.decode_body(mid, False, env.body, self.schema)
+            msg, body, err = self._body(mid, False, env.body, c.fields)
             details["response"] = body
-            self._body_status(row, meth, mid, err, f)
+            self._body_status(c, meth, mid, err, f)
             if msg is not None:
-                get = fields(msg).get
+                get = msg.get
                 success = get("success")
                 code = get("errCode")
                 if success is False or (success is None and code is not None and code != rpc.ERR_SUCCESS):
@@ -280,78 +312,69 @@ class TubeMQConversation(Conversation):
                 elif success is True or code is not None:
                     error_code = 0
                 self._metadata(msg, details)
-        topic = pend.topic if pend else None
-        partition = pend.partition if pend else None
-        row.update(
-            topic=topic,
-            partition=partition,
-            client_id=pend.client_id if pend else None,
-            error_code=error_code,
-            details=to_json(details),
-        )
-        rows.append(("commands", row))
         if pend is not None:
-            rows.append(
+            c.topic, c.partition, c.client_id = pend.topic, pend.partition, pend.client_id
+        c.error_code = error_code
+        c.details = to_json(details)
+        self._add_command(f, env, c)
+        if pend is not None:
+            self.out.add(
+                "latencies",
                 (
-                    "latencies",
-                    {
-                        "ts_ns": pend.ts_end,
-                        "request_command": pend.name,
-                        "response_command": row["command"],
-                        "api_version": pend.api_version,
-                        "correlation_id": f.serial,
-                        "request_ts_ns": pend.ts_end,
-                        "response_ts_ns": f.ts_first,
-                        "latency_us": (f.ts_first - pend.ts_end) / 1000.0,
-                        "error_code": error_code,
-                        "topic": topic,
-                        "partition": partition,
-                    },
-                )
-            )
+                    pend.ts_end, pend.name, c.command, pend.api_version, f.serial, pend.ts_end, f.ts_first,
+                    (f.ts_first - pend.ts_end) / 1000.0, error_code, c.topic, c.partition,
+                ),
+            )  # fmt: skip
         if msg is not None and mid == M_GET:
-            rows.extend(self._deliver(msg, f, pend))
+            self._deliver(msg, f, pend, c.frames if c.direction == S2C else self._frames(S2C, f))
         if mid == M_COMMIT and (msg is not None or env.status != 0):
             lat = self._since_delivery(pend.topic, pend.partition, pend.ts_end)[0] if pend else None
-            rows.append(build.commit_ack(msg, f, pend, error_code, lat))
+            build.commit_ack(self.out, msg, f, pend, error_code, lat)
         if msg is not None and mid == M_SEND:
-            rows.append(build.produce_ack(msg, f, pend, error_code))
-        return rows
+            build.produce_ack(self.out, msg, f, pend, error_code)
 
-    def _body_status(self, row: dict, meth, mid, err: str | None, f: TubeFrame) -> None:
+    def _body(self, mid: int | None, is_request: bool, body: bytes | None, fields: dict | None):
+        """rpc.decode_body's (fields, details, error) of a method's body; `fields`: what _rpc.read
+        read of it already (by the entry body_entries gave the method)."""
+        if fields is not None:
+            entry = self.reader[1 if is_request else 2][mid]
+            return fields, rpc.sized(fields, rpc.BUILTIN, entry), None
+        return rpc.decode_body(mid, is_request, body, self.schema)
+
+    def _body_status(self, c: _Command, meth, mid, err: str | None, f: TubeFrame) -> None:
         """An unknown method id or a body that does not parse: the row's status and error; raw
         bytes only for methods that carry no credentials."""
         if meth is None:
-            row["decode_status"] = UNKNOWN_COMMAND
-            row["decode_error"] = f"unknown TubeMQ method id {mid}"
+            c.status = UNKNOWN_COMMAND
+            c.error = f"unknown TubeMQ method id {mid}"
         elif err:
-            row["decode_status"] = MALFORMED
-            row["decode_error"] = err
-            row["raw"] = self.ctx.raw(f.wire, typed=not meth.carries_auth)
+            c.status = MALFORMED
+            c.error = err
+            c.raw = self.ctx.raw(f.wire, typed=not meth.carries_auth)
 
-    def _metadata(self, msg, details: dict) -> None:
+    def _metadata(self, msg: dict, details: dict) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details`."""
-        brokers = list(getattr(msg, "brokerInfos", []) or [])
-        parsed = [parse_broker_info(b) for b in brokers]
+        parsed = [parse_broker_info(b) for b in msg.get("brokerInfos") or ()]
         if parsed:
             details["brokers"] = parsed
-        topic_infos = list(getattr(msg, "topicInfos", []) or [])  # HeartResponseM2P only
+        topic_infos = msg.get("topicInfos")  # HeartResponseM2P only
         if topic_infos:
             by_id = {b["broker_id"]: b for b in parsed if "broker_id" in b}
             details["topic_infos"] = [parse_topic_info(t, by_id) for t in topic_infos]
-        event = field(msg, "event")
+        event = msg.get("event")
         if event is not None:
-            details["event_status"] = rpc.EVENT_STATUS.get(event.status, str(event.status))
-            details["assigned"] = [parse_subscribe_info(s) for s in event.subscribeInfo]
+            details["event_status"] = _event_status(event)
+            details["assigned"] = [parse_subscribe_info(s) for s in event.get("subscribeInfo") or ()]
 
-    def _deliver(self, msg, f: TubeFrame, pend: Pending | None) -> list[Row]:
+    def _deliver(self, msg: dict, f: TubeFrame, pend: Pending | None, frames: tuple) -> None:
         """Delivered messages; the pack's time and offset are kept for the ack that confirms it."""
-        rows = build.deliver(msg, f, pend, self.ctx.payload, self.conn.frame_range(S2C, f.offset, f.size))
+        block = build.deliver(msg, f, pend, self.ctx.payload, frames)
+        if block is not None:
+            self.out.put("messages", block)
         key = (pend.topic if pend else None, pend.partition if pend else None)
-        self.deliveries[key] = (f.ts_first, field(msg, "currOffset"))
+        self.deliveries[key] = (f.ts_first, msg.get("currOffset"))
         if len(self.deliveries) > MAX_PENDING:
             self.deliveries.pop(next(iter(self.deliveries)))
-        return rows
 
     def _since_delivery(self, topic, partition, ts: int) -> tuple[float | None, int | None]:
         """Microseconds from the last delivery of (topic, partition) to `ts`, and its offset."""
@@ -359,3 +382,26 @@ class TubeMQConversation(Conversation):
         if d is None:
             return None, None
         return (ts - d[0]) / 1000.0, d[1]
+
+
+def _event_status(event: dict) -> str:
+    """An EventProto's status by TubeMQ's name (0, TODO, when it is not set)."""
+    status = event.get("status", 0)
+    return rpc.EVENT_STATUS.get(status, str(status))
+
+
+class _Command:
+    """A frame's commands row as it is worked out: the fields its method decides (the rest come
+    from the frame itself: TubeMQConversation._add_command), with the frame's direction, frame
+    numbers and its body's fields as _rpc.read gave them (None: not read)."""
+
+    __slots__ = (
+        "direction", "frames", "fields", "status", "error", "command", "code", "topic", "partition",
+        "client_id", "topics", "error_code", "details", "raw",
+    )  # fmt: skip
+
+    def __init__(self, direction: str, frames: tuple, fields: dict | None) -> None:
+        self.direction, self.frames, self.fields = direction, frames, fields
+        self.status = OK
+        self.error = self.command = self.code = self.topic = self.partition = None
+        self.client_id = self.topics = self.error_code = self.details = self.raw = None

@@ -139,6 +139,13 @@ class TubeRules(Rules):
         self._pos, self._left = pos, left
         return MORE
 
+    def split(self, data: bytes, max_frame: int) -> list[int]:
+        """The sizes of the whole frames `data` starts with that `size` passes (_rpc.split)."""
+        return _rpc.split(data, min(max_frame, self.max_frame), self.max_list)
+
+    def reset(self) -> None:
+        self._at = -1
+
     def _bad(self, status: str, reason: str, **info) -> NotAFrame:
         """The frame walked so far is not one to take: pass over its token and resync."""
         self._at = -1

@@ -3,20 +3,85 @@ state (the conversation pairs requests and responses and hands over what it know
 
 from __future__ import annotations
 
-import socket
-import struct
+import zlib
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ... import native
 from ...tables import Block
 from .. import base
-from ..base import MALFORMED, OK, PayloadPolicy, Row, text, to_json
-from .content import attr_value, checksum_ok, parse_attributes, parse_msg_time, split_payload
+from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
+from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
-from .rpc import values as fields_of
+
+_rpc = native.load(__package__, "_rpc")  # compiled from _rpc.c: many messages' columns
 
 M_COMMIT = 18  # consumerCommitC2B
+
+# The rows a connection makes one or more of per frame, gathered across frames (`Gathered`) as
+# tuples of these columns, in this order; CONST: what every gathered row of the table has.
+COMMANDS = (
+    "ts_ns", "ts_end_ns", "direction", "correlation_id", "size", "stream_offset", "decode_status",
+    "decode_error", "api_version", "command", "command_code", "topic", "partition", "client_id",
+    "topics", "error_code", "details", "raw", "first_frame", "last_frame",
+)  # fmt: skip
+LATENCIES = (
+    "ts_ns", "request_command", "response_command", "api_version", "correlation_id", "request_ts_ns",
+    "response_ts_ns", "latency_us", "error_code", "topic", "partition",
+)  # fmt: skip
+ACKS = (
+    "ts_ns", "ack_type", "topic", "partition", "offset", "consumer", "message_id", "error_code",
+    "ack_latency_us", "correlation_id", "details",
+)  # fmt: skip
+PRODUCED = (  # messages rows of sendMessageP2B requests
+    "ts_ns", "topic", "partition", "headers", "producer_name", "checksum_ok", "correlation_id",
+    "message_ts_ns", "decode_status", "decode_error", "details", "value", "value_size", "value_hash",
+    "first_frame", "last_frame",
+)  # fmt: skip
+COLUMNS = {"commands": COMMANDS, "latencies": LATENCIES, "acks": ACKS, "messages": PRODUCED}
+CONST = {"messages": {"direction": "produce", "source": "capture"}}
+BLOCK_ROWS = 1024  # gathered rows a connection holds before handing them over
+
+
+class Gathered:
+    """A connection's rows as it hands them over: the rows of COLUMNS' tables gathered as tuples
+    (`add`) into one tables.Block per stretch of them; a row given whole (`put`: a dict row, a
+    block of delivered messages) first ends its table's stretch, so each table's rows keep the
+    order they were made in."""
+
+    __slots__ = ("out", "pending", "held")
+
+    def __init__(self) -> None:
+        self.out: list[Row] = []
+        self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.held = 0
+
+    def add(self, table: str, values: tuple) -> None:
+        self.pending[table].append(values)
+        self.held += 1
+
+    def put(self, table: str, row) -> None:
+        if table in self.pending:
+            self._end(table)
+        self.out.append((table, row))
+
+    def _end(self, table: str) -> None:
+        rows = self.pending[table]
+        if rows:
+            cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
+            self.out.append((table, Block(len(rows), cols, dict(CONST.get(table, ())))))
+            self.pending[table] = []
+
+    def take(self, everything: bool = False) -> list[Row]:
+        """The rows made so far, with the gathered ones once BLOCK_ROWS are held (`everything`:
+        all of them, the connection's end)."""
+        if everything or self.held >= BLOCK_ROWS:
+            for t in COLUMNS:
+                self._end(t)
+            self.held = 0
+        out, self.out = self.out, []
+        return out
 
 
 @dataclass
@@ -31,87 +96,59 @@ class Pending:
     api_version: int | None
 
 
-def unanswered(serial: int, p: Pending) -> list[Row]:
+def unanswered(out: Gathered, serial: int, p: Pending) -> None:
     """A request that got no response: its latency row with null response columns (and a
     commit's ack, marked as having no response)."""
-    rows: list[Row] = [
-        (
-            "latencies",
-            {
-                "ts_ns": p.ts_end,
-                "request_command": p.name,
-                "api_version": p.api_version,
-                "correlation_id": serial,
-                "request_ts_ns": p.ts_end,
-                "topic": p.topic,
-                "partition": p.partition,
-            },
-        )
-    ]
+    out.add(
+        "latencies",
+        (p.ts_end, p.name, None, p.api_version, serial, p.ts_end, None, None, None, p.topic, p.partition),
+    )
     if p.method_id == M_COMMIT:
-        rows.append(
+        details = to_json({"via": "consumerCommitC2B", "response": "missing"})
+        out.add(
+            "acks",
             (
-                "acks",
-                {
-                    "ts_ns": p.ts_end,
-                    "ack_type": "tubemq_commit",
-                    "topic": p.topic,
-                    "partition": p.partition,
-                    "consumer": p.group,
-                    "correlation_id": serial,
-                    "details": to_json({"via": "consumerCommitC2B", "response": "missing"}),
-                },
-            )
+                p.ts_end,
+                "tubemq_commit",
+                p.topic,
+                p.partition,
+                None,
+                p.group,
+                None,
+                None,
+                None,
+                serial,
+                details,
+            ),
         )
-    return rows
 
 
-def produce(msg, f: TubeFrame, policy: PayloadPolicy, frames: dict | None = None) -> Row:
-    """sendMessageP2B: the message a producer sent (`frames`: its frame's first_frame / last_frame)."""
-    data = bytes(msg.data)
-    get = fields(msg).get
-    flag = get("flag")
-    attr, payload, err = split_payload(data, flag)
-    headers = parse_attributes(attr)
-    check_sum, msg_time = get("checkSum"), get("msgTime")
-    row: dict = {
-        "ts_ns": f.ts_first,
-        "direction": "produce",
-        "source": "capture",
-        "topic": get("topicName"),
-        "partition": get("partitionId"),
-        "headers": headers,
-        "producer_name": get("clientId"),
-        "checksum_ok": checksum_ok(check_sum, data),
-        "correlation_id": f.serial,
-        "message_ts_ns": parse_msg_time(msg_time or attr_value(headers, "$msgTime$")),
-        "decode_status": MALFORMED if err else OK,
-        "decode_error": err,
-        "details": to_json(
-            {
-                "flag": flag,
-                "msg_type": get("msgType"),
-                "msg_time": msg_time,
-                "attributes": attr,
-                "check_sum": check_sum,
-                "sent_addr": ipv4(get("sentAddr")),
-                "data_size": len(data),
-            }
+def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frames: tuple) -> None:
+    """sendMessageP2B (its fields, rpc.decode_body): the message a producer sent (`frames`: its
+    frame's first_frame, last_frame)."""
+    get = msg.get
+    (payload,), (err,), (headers,), (ok,), (details,), _ = message_columns(
+        [msg], "data", PRODUCE_DETAILS, "}"
+    )
+    value = policy.value(payload)
+    out.add(
+        "messages",
+        (
+            f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
+            parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
+            details, value["value"], value["value_size"], value.get("value_hash"), *frames,
         ),
-    }
-    row.update(policy.value(payload))
-    row.update(frames or {})
-    return ("messages", row)
+    )  # fmt: skip
 
 
 def deliver(
-    msg, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: dict | None = None
-) -> list[Row]:
+    msg: dict, f: TubeFrame, pend: Pending | None, policy: PayloadPolicy, frames: tuple
+) -> Block | None:
     """getMessagesC2B's response: a row per message delivered to the consumer group, one block
-    (tables.Block) for the pack (`frames`: the response frame's first_frame / last_frame)."""
-    tms = msg.messages
-    if not len(tms):
-        return []
+    (tables.Block) for the pack (`frames`: the response frame's first_frame, last_frame)."""
+    tms = msg.get("messages")
+    if not tms:
+        return None
     req_part = pend.partition if pend else None
     const = {
         "ts_ns": f.ts_first,
@@ -120,143 +157,123 @@ def deliver(
         "topic": pend.topic if pend else None,
         "consumer": pend.group if pend else None,  # the consumer group that fetched it
         "correlation_id": f.serial,
-        **(frames or {}),
+        "first_frame": frames[0],
+        "last_frame": frames[1],
     }
-    curr = base.json_value(field(msg, "currOffset"))
-    jv = base.json_value
-    cols: dict[str, list] = {k: [] for k in _DELIVER_COLUMNS}
-    values = []
-    for tm in tms:
-        data = bytes(tm.payLoadData)
-        get = fields_of(tm).get
-        flag = get("flag")
-        attr, payload, err = split_payload(data, flag)
-        headers = parse_attributes(attr)
-        part = get("partitionId")
-        recv_ms = get("recvTimeInMs")
-        cs = get("checkSum")
-        mid = get("messageId")
-        cols["partition"].append(part if part is not None else req_part)
-        cols["message_id"].append(str(mid) if mid is not None else None)
-        cols["headers"].append(headers)
-        cols["checksum_ok"].append(checksum_ok(cs, data))
-        cols["message_ts_ns"].append(
-            recv_ms * 1_000_000 if recv_ms else parse_msg_time(attr_value(headers, "$msgTime$"))
-        )
-        cols["decode_status"].append(MALFORMED if err else OK)
-        cols["decode_error"].append(err)
-        cols["details"].append(
-            f'{{"flag":{jv(flag)},"attributes":{jv(attr)},"check_sum":{jv(cs)},'
-            f'"index_key_code":{jv(get("indexKeyCode"))},"report_addr":{jv(ipv4(get("reportAddr")))},'
-            f'"recv_time_ms":{jv(recv_ms)},"data_size":{len(data)},"curr_offset":{curr}}}'
-        )
-        values.append(payload)
-    sizes = pa.array([len(v) for v in values], pa.int64())
-    cols.update(policy.value_columns(pa.array(values, pa.binary()), sizes))
-    return [("messages", Block(len(values), cols, const))]
+    tail = f',"curr_offset":{base.json_value(msg.get("currOffset"))}}}'
+    values, errors, headers, oks, details, sizes = message_columns(tms, "payLoadData", DELIVER_DETAILS, tail)
+    parts = [tm.get("partitionId") for tm in tms]
+    ids = [tm.get("messageId") for tm in tms]
+    recv = [tm.get("recvTimeInMs") for tm in tms]
+    cols: dict = {
+        "partition": [req_part if p is None else p for p in parts],
+        "message_id": [None if m is None else str(m) for m in ids],
+        "headers": headers,
+        "checksum_ok": oks,
+        "message_ts_ns": [
+            r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)
+        ],
+        "decode_status": [MALFORMED if e else OK for e in errors],
+        "decode_error": errors,
+        "details": details,
+    }
+    cols.update(policy.value_columns(pa.array(values, pa.binary()), pa.array(sizes, pa.int64())))
+    return Block(len(values), cols, const)
 
 
-_DELIVER_COLUMNS = (
-    "partition", "message_id", "headers", "checksum_ok", "message_ts_ns", "decode_status", "decode_error", "details",
-)  # fmt: skip
+# the `details` of a delivered message and of a produced one (message_columns' spec: JSON key,
+# field, what the value is)
+_VALUE, _IPV4, _ATTRIBUTES, _SIZE = range(4)  # _rpc.c's J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE
+DELIVER_DETAILS = (
+    ('{"flag":', "flag", _VALUE),
+    (',"attributes":', None, _ATTRIBUTES),
+    (',"check_sum":', "checkSum", _VALUE),
+    (',"index_key_code":', "indexKeyCode", _VALUE),
+    (',"report_addr":', "reportAddr", _IPV4),
+    (',"recv_time_ms":', "recvTimeInMs", _VALUE),
+    (',"data_size":', None, _SIZE),
+)
+PRODUCE_DETAILS = (
+    ('{"flag":', "flag", _VALUE),
+    (',"msg_type":', "msgType", _VALUE),
+    (',"msg_time":', "msgTime", _VALUE),
+    (',"attributes":', None, _ATTRIBUTES),
+    (',"check_sum":', "checkSum", _VALUE),
+    (',"sent_addr":', "sentAddr", _IPV4),
+    (',"data_size":', None, _SIZE),
+)
 
 
-def confirm_ack(msg, f: TubeFrame, lat: float | None, off: int | None) -> Row:
+def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
+    """(payloads, errors, headers, checksum_ok, details, payload sizes) of messages' fields: each
+    one's data (`payload`) split by content.message_parts, its checksum checked as
+    content.checksum_ok checks it, its details JSON by `spec` then `tail` (compiled:
+    _rpc.columns)."""
+    return _rpc.columns(msgs, payload, "flag", "checkSum", spec, tail, zlib.crc32, base.json_value)
+
+
+def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> None:
     """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
     (`lat`, `off`: since that pack's delivery, and its offset)."""
-    topic, part = field(msg, "topicName"), field(msg, "partitionId")
-    return (
+    get = msg.get
+    details = to_json({"via": "getMessagesC2B", "client_id": get("clientId")})
+    out.add(
         "acks",
-        {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_commit",
-            "topic": topic,
-            "partition": part,
-            "offset": off,
-            "consumer": field(msg, "groupName"),
-            "ack_latency_us": lat,
-            "correlation_id": f.serial,
-            "details": to_json({"via": "getMessagesC2B", "client_id": field(msg, "clientId")}),
-        },
-    )
+        (
+            f.ts_first, "tubemq_commit", get("topicName"), get("partitionId"), off, get("groupName"),
+            None, None, lat, f.serial, details,
+        ),
+    )  # fmt: skip
 
 
-def commit_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None, lat: float | None) -> Row:
+def commit_ack(
+    out: Gathered,
+    msg: dict | None,
+    f: TubeFrame,
+    pend: Pending | None,
+    error_code: int | None,
+    lat: float | None,
+) -> None:
     """consumerCommitC2B's response (`lat`: from the last delivery to the commit request)."""
-    topic = pend.topic if pend else None
-    part = pend.partition if pend else None
-    return (
-        "acks",
+    get = (msg or {}).get
+    details = to_json(
         {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_commit",
-            "topic": topic,
-            "partition": part,
-            "offset": field(msg, "currOffset") if msg is not None else None,
-            "consumer": pend.group if pend else None,
-            "error_code": error_code,
-            "ack_latency_us": lat,
-            "correlation_id": f.serial,
-            "details": to_json(
-                {
-                    "via": "consumerCommitC2B",
-                    "max_offset": field(msg, "maxOffset") if msg is not None else None,
-                    "client_id": pend.client_id if pend else None,
-                }
-            ),
-        },
+            "via": "consumerCommitC2B",
+            "max_offset": get("maxOffset"),
+            "client_id": pend.client_id if pend else None,
+        }
+    )
+    topic, part, group = (pend.topic, pend.partition, pend.group) if pend else (None, None, None)
+    out.add(
+        "acks",
+        (
+            f.ts_first,
+            "tubemq_commit",
+            topic,
+            part,
+            get("currOffset"),
+            group,
+            None,
+            error_code,
+            lat,
+            f.serial,
+            details,
+        ),
     )
 
 
-def produce_ack(msg, f: TubeFrame, pend: Pending | None, error_code: int | None) -> Row:
+def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, error_code: int | None) -> None:
     """sendMessageP2B's response: the broker's message id and append offset."""
-    get = fields(msg).get
+    get = msg.get
     mid = get("messageId")
-    return (
-        "acks",
-        {
-            "ts_ns": f.ts_first,
-            "ack_type": "tubemq_produce",
-            "topic": pend.topic if pend else None,
-            "partition": pend.partition if pend else None,
-            "offset": get("appendOffset"),
-            "message_id": str(mid) if mid is not None else None,
-            "error_code": error_code,
-            "ack_latency_us": (f.ts_first - pend.ts_end) / 1000.0 if pend else None,
-            "correlation_id": f.serial,
-            "details": to_json({"append_time_ms": get("appendTime")}),
-        },
+    topic, part, lat = (
+        (pend.topic, pend.partition, (f.ts_first - pend.ts_end) / 1000.0) if pend else (None, None, None)
     )
-
-
-def field(msg, name: str):
-    """msg.name if the message has that field and it is set, else None; a string field as text
-    even when its bytes are not UTF-8 (content.text)."""
-    return fields(msg).get(name)
-
-
-def fields(msg) -> dict:
-    """rpc.values of `msg`, read once for the message asked last (the conversation and these
-    rows ask for many of one message's fields)."""
-    global _LAST
-    if _LAST[0] is not msg:  # the message is held with its values: its id names no other
-        _LAST = (msg, fields_of(msg))
-    return _LAST[1]
-
-
-_LAST: tuple = (None, {})
-
-
-def strings(msg, name: str) -> list[str]:
-    """A repeated string field as text (content.text), [] when the message has no such field."""
-    return [text(v) for v in getattr(msg, name, None) or ()]
-
-
-def ipv4(v: int | None) -> str | None:
-    """A 32-bit number (TubeMQ's sentAddr, reportAddr) as a dotted IPv4 address."""
-    if v is None:
-        return None
-    return socket.inet_ntoa(_U32.pack(v & 0xFFFFFFFF))
-
-
-_U32 = struct.Struct(">I")
+    out.add(
+        "acks",
+        (
+            f.ts_first, "tubemq_produce", topic, part, get("appendOffset"), None,
+            str(mid) if mid is not None else None, error_code, lat, f.serial,
+            to_json({"append_time_ms": get("appendTime")}),
+        ),
+    )  # fmt: skip

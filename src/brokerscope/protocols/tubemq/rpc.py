@@ -177,13 +177,7 @@ def decode_envelope(data: bytes) -> Envelope:
     The compiled _rpc.envelope reads it; what it leaves (damage, an error response) is read
     here with protobuf."""
     got = _rpc.envelope(data)
-    if got is not None:
-        flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
-        return Envelope(
-            flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
-            body=body, trailing=trailing, conn_header=conn,
-        )  # fmt: skip
-    return read_envelope(data)
+    return envelope_of(got) if got is not None else read_envelope(data)
 
 
 def read_envelope(data: bytes) -> Envelope:
@@ -236,7 +230,7 @@ def _secret(value) -> str | None:
     return base.redacted(str(value))
 
 
-# how message_to_dict and values read a field, by its descriptor: (name, kind, is a string,
+# how message_to_dict and plain read a field, by its descriptor: (name, kind, is a string,
 # has presence); descriptors of user schemas come and go with their pools, so the table is bounded
 _FIELDS: dict = {}
 _FIELDS_MAX = 4096
@@ -282,26 +276,163 @@ def message_to_dict(msg: Message) -> dict:
     return out
 
 
-def values(msg: Message) -> dict:
-    """The fields of `msg` that are set and not repeated, by name, as rows.field gives them: a
-    string field as text even when its bytes are not UTF-8 (base.text); a field without presence
-    (a user's proto3 scalar) left out."""
+def plain(msg: Message) -> dict:
+    """What _rpc.body gives for a message, read from a protobuf one (a user's schema, bytes the
+    compiled reader leaves): the set fields by name, strings as text (base.text), nested messages
+    as such dicts, repeated fields as lists, bytes whole, secrets as rpc._secret writes them."""
     out: dict = {}
     for fd, value in msg.ListFields():
         name, kind, is_str, presence = _FIELDS.get(fd) or _field(fd)
-        if kind == REPEATED or kind == MESSAGES or not presence:
-            continue
-        out[name] = text(value) if is_str and value.__class__ is bytes else value
+        if kind == SECRET:
+            out[name] = _secret(value)
+        elif kind == MESSAGE:
+            out[name] = plain(value)
+        elif kind == MESSAGES:
+            out[name] = [plain(v) for v in value]
+        elif kind == REPEATED:
+            out[name] = [text(v) for v in value] if is_str else list(value)
+        elif presence:  # a user's proto3 scalar has none: left out, as `values` leaves it
+            out[name] = text(value) if is_str and value.__class__ is bytes else value
     return out
+
+
+# The compiled reader's table (_rpc.body): every built-in message of METHODS and the messages
+# they hold, read from the generated descriptors (the declaration is protos/tubemq): per message,
+# (field number, name, kind) in field-number order. A message with a field of a type or label
+# the table has no kind for (none of TubeMQ's) is left to protobuf.
+_K_INT32, _K_INT64, _K_BOOL, _K_STRING, _K_BYTES, _K_MESSAGE = range(6)
+_F_REPEATED, _F_SECRET = 0x10000, 0x20000
+_KIND = {
+    FieldDescriptor.TYPE_INT32: _K_INT32,
+    FieldDescriptor.TYPE_INT64: _K_INT64,
+    FieldDescriptor.TYPE_BOOL: _K_BOOL,
+    FieldDescriptor.TYPE_STRING: _K_STRING,
+    FieldDescriptor.TYPE_BYTES: _K_BYTES,
+    FieldDescriptor.TYPE_MESSAGE: _K_MESSAGE,
+}
+
+
+@dataclass(frozen=True)
+class BodySchema:
+    """The compiled reader's table (`table`, from _rpc.schema), each message's entry by full name,
+    and per entry the fields `details` shows by size (PAYLOAD_FIELDS) or that hold such fields:
+    (name, entry of the nested message or None for the payload itself, repeated)."""
+
+    table: object
+    index: dict[str, int]
+    sized: tuple[tuple[tuple[str, int | None, bool], ...], ...]
+
+
+def body_schema(classes) -> BodySchema:
+    """The table of `classes`' messages and every message they hold (those it can read)."""
+    order: list = []
+    entry: dict[str, int] = {}
+
+    def add(desc) -> bool:
+        if desc.full_name in entry:
+            return True
+        entry[desc.full_name] = len(order)
+        order.append(desc)
+        for fd in desc.fields:
+            if fd.type not in _KIND or (fd.is_repeated and fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE)):
+                return False
+            if fd.name in SECRET_FIELDS and (fd.is_repeated or fd.type == fd.TYPE_MESSAGE):
+                return False
+            if fd.message_type is not None and not add(fd.message_type):
+                return False
+        return True
+
+    readable = set()
+    for cls in classes:
+        order_len, known = len(order), dict(entry)
+        if add(cls.DESCRIPTOR):
+            readable.add(cls.DESCRIPTOR.full_name)
+        else:  # drop what this message added
+            del order[order_len:]
+            entry.clear()
+            entry.update(known)
+    table, sized = [], []
+    for desc in order:
+        fields, shown = [], []
+        for fd in sorted(desc.fields, key=lambda f: f.number):
+            kind = _KIND[fd.type]
+            if kind == _K_MESSAGE:
+                kind += 8 * entry[fd.message_type.full_name]
+            kind |= (_F_REPEATED if fd.is_repeated else 0) | (_F_SECRET if fd.name in SECRET_FIELDS else 0)
+            fields.append((fd.number, fd.name, kind))
+            if fd.type == fd.TYPE_BYTES and fd.name in PAYLOAD_FIELDS and fd.name not in SECRET_FIELDS:
+                shown.append((fd.name, None, False))
+            elif fd.message_type is not None:
+                shown.append((fd.name, entry[fd.message_type.full_name], fd.is_repeated))
+        table.append(fields)
+        sized.append(tuple(shown))
+    # keep only the nested entries that lead to a payload
+    changed = True
+    leads = [any(sub is None for _n, sub, _r in s) for s in sized]
+    while changed:
+        changed = False
+        for i, s in enumerate(sized):
+            if not leads[i] and any(sub is not None and leads[sub] for _n, sub, _r in s):
+                leads[i] = changed = True
+    sized = [tuple(x for x in s if x[1] is None or leads[x[1]]) for s in sized]
+    index = {name: i for name, i in entry.items() if name in readable}
+    return BodySchema(_rpc.schema(table), index, tuple(sized))
+
+
+def sized(values: dict, schema: BodySchema, i: int) -> dict:
+    """`values` of entry `i` (_rpc.body) as `details` shows them: payload bytes by their size."""
+    out = values
+    for name, sub, many in schema.sized[i]:
+        v = values.get(name)
+        if v is None:
+            continue
+        if out is values:
+            out = dict(values)
+        if sub is None:
+            out[name] = {"size": len(v)}
+        elif many:
+            out[name] = [sized(x, schema, sub) for x in v]
+        else:
+            out[name] = sized(v, schema, sub)
+    return out
+
+
+BUILTIN = body_schema([c for m in METHODS.values() for c in (m.request, m.response) if c is not None])
+
+
+def body_entries(schema: MessagePool | None = None) -> tuple[dict[int, int], dict[int, int]]:
+    """BUILTIN's entry of each method's request and of its response (method id -> entry), for
+    _rpc.read; a message of the same name in `schema` (the user's schema_file) has none."""
+    out: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    for m in METHODS.values():
+        for is_request, entries in ((True, out[0]), (False, out[1])):
+            name = m.message_name(is_request)
+            if name is None or (schema is not None and schema.get(name) is not None):
+                continue
+            cls = m.request if is_request else m.response
+            i = BUILTIN.index.get(cls.DESCRIPTOR.full_name)
+            if i is not None:
+                entries[m.id] = i
+    return out
+
+
+def envelope_of(got: tuple) -> Envelope:
+    """The Envelope of a tuple _rpc.envelope (or _rpc.read) gave."""
+    flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
+    return Envelope(
+        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
+        body=body, trailing=trailing, conn_header=conn,
+    )  # fmt: skip
 
 
 def decode_body(
     method_id: int | None, is_request: bool, body: bytes | None, schema: MessagePool | None = None
-) -> tuple[Message | None, dict, str | None]:
-    """(message or None, details dict, error text or None) for a method's body.
+) -> tuple[dict | None, dict, str | None]:
+    """(the message's fields or None, details dict, error text or None) for a method's body.
 
-    A message of the same name in `schema` (the user's schema_file) replaces the built-in one;
-    the details then name the schema file that defined it (`schema`)."""
+    The fields as `plain` gives them, read by the compiled reader (_rpc.body) or, where it leaves
+    the bytes, by protobuf. A message of the same name in `schema` (the user's schema_file)
+    replaces the built-in one; the details then name the schema file that defined it (`schema`)."""
     if body is None:
         return None, {}, None
     m = METHODS.get(method_id) if method_id is not None else None
@@ -309,6 +440,12 @@ def decode_body(
     user = schema.get(m.message_name(is_request)) if schema is not None and m is not None else None
     if user is not None:
         cls = user
+    elif cls is not None:
+        i = BUILTIN.index.get(cls.DESCRIPTOR.full_name)
+        if i is not None:
+            got = _rpc.body(body, BUILTIN.table, i)
+            if got is not None:
+                return got, sized(got, BUILTIN, i), None
     if cls is None:
         fields, err = decode_wire(body)
         return None, {"fields": fields}, err
@@ -320,7 +457,7 @@ def decode_body(
     out = message_to_dict(msg)
     if user is not None:
         out["schema"] = user.DESCRIPTOR.file.name
-    return msg, out, None
+    return plain(msg), out, None
 
 
 def decode_wire(data: bytes, depth: int = 0) -> tuple[dict, str | None]:
