@@ -111,7 +111,54 @@ static void col_free(Col *c) {
     free(c->data.p);
 }
 
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len); }
+/* A buffer handed to Python without a copy: it owns the memory a Buf grew (Arrow wraps it with
+ * pa.py_buffer; memoryview reads it) and frees it when the last reference goes. */
+typedef struct {
+    PyObject_HEAD char *p;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *o) {
+    free(o->p);
+    PyObject_Free(o);
+}
+
+static int owned_getbuffer(Owned *o, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->p ? o->p : empty, o->len, 1, flags);
+}
+
+static Py_ssize_t owned_length(Owned *o) { return o->len; }
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+static PySequenceMethods owned_as_sequence = {.sq_length = (lenfunc)owned_length};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_records.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_sequence = &owned_as_sequence,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes the walk wrote, read through the buffer protocol.",
+};
+
+enum { SHRINK_ABOVE = 1 << 20 }; /* unused capacity worth giving back when a buffer is handed over */
+
+/* The Buf's bytes as an Owned (the Buf is left empty). */
+static PyObject *bytes_of(Buf *b) {
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (!o) return NULL;
+    if (b->cap - b->len > SHRINK_ABOVE) {
+        char *p = realloc(b->p, (size_t)(b->len ? b->len : 1));
+        if (p) b->p = p;
+    }
+    o->p = b->p;
+    o->len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 static PyObject *col_tuple(Col *c) {
     return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
@@ -499,7 +546,19 @@ static PyObject *v2_batch(Sets *s, const unsigned char *buf, Py_ssize_t pos, Py_
     crc_now = crc32c(h + V2_CRC_FROM, (size_t)(size - V2_CRC_FROM));
     Py_END_ALLOW_THREADS
     if (codec) {
-        PyObject *r = PyObject_CallFunction(s->decompress, "iy#n", codec, (const char *)body, blen, s->cap);
+        /* the compressed body as a read-only view of the caller's buffer, not a copy */
+        PyObject *view = PyMemoryView_FromMemory((char *)body, blen, PyBUF_READ);
+        if (!view) return NULL;
+        PyObject *r = PyObject_CallFunction(s->decompress, "iOn", codec, view, s->cap);
+        if (Py_REFCNT(view) > 1) { /* kept somewhere (a traceback): released, never left dangling */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *rel = PyObject_CallMethod(view, "release", NULL);
+            if (rel) Py_DECREF(rel);
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+        Py_DECREF(view);
         if (!r) return NULL;
         if (PyBytes_Check(r)) {
             raw = r;
@@ -764,6 +823,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__records(void) {
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
     crc_init();
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();

@@ -180,17 +180,55 @@ def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> p
     return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=nulls)
 
 
+_CHUNK_COLUMNS = (
+    "offset",
+    "delta",
+    "timestamp",
+    "ts_ns",
+    "sequence",
+    "key",
+    "value",
+    "value_size",
+    "headers",
+)
+
+
 class Chunk:
     """The records of the v2 batches one `record_sets` call walked (or a part of them, where a
-    binary column's 2 GiB ends it) as Arrow columns, built once for all its batches."""
+    binary column's 2 GiB ends it): each column an Arrow array over all its batches, built once,
+    when first asked for (`col`)."""
 
-    __slots__ = ("cols", "ts_delta", "header_offsets", "key_offsets", "value_offsets")
+    __slots__ = ("w", "n", "_arrays", "_cols", "header_offsets", "key_offsets", "value_offsets")
 
     def __init__(self, w: dict):
-        n = w["n"]
-        value = _binary(w["value"])
-        ts_valid, ts_data, ts_nulls = w["ts_ns"]
-        seq_valid, seq_data, seq_nulls = w["sequence"]
+        self.w = w
+        self.n = w["n"]
+        self._arrays: dict[str, pa.Array] = {}
+        self._cols: Columns | None = None
+        self.header_offsets = memoryview(w["header_offsets"]).cast("i")
+        self.key_offsets = memoryview(w["key"][1]).cast("i")
+        self.value_offsets = memoryview(w["value"][1]).cast("i")
+
+    def col(self, name: str) -> pa.Array:
+        """Column `name` of Columns (_CHUNK_COLUMNS) over all the chunk's records."""
+        a = self._arrays.get(name)
+        if a is None:
+            a = self._arrays[name] = self._build(name)
+        return a
+
+    def _build(self, name: str) -> pa.Array:
+        w, n = self.w, self.n
+        if name in ("offset", "delta", "timestamp"):
+            return _int64(n, w[name])
+        if name in ("ts_ns", "sequence"):  # null where negative (no time), no base sequence
+            valid, data, nulls = w[name]
+            return _int64(n, data, valid, nulls)
+        if name in ("key", "value"):
+            return _binary(w[name])
+        if name == "value_size":  # null where the value is
+            value = self.col("value")
+            bufs = [value.buffers()[0], pa.py_buffer(w["value_size"])]
+            return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=value.null_count)
         if w["header_keys_utf8"]:
             hk = _binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
@@ -199,27 +237,16 @@ class Chunk:
         entries = pa.Array.from_buffers(
             tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
         )
-        key = _binary(w["key"])
-        self.cols = Columns(
-            _int64(n, w["offset"]),
-            _int64(n, w["delta"]),
-            _int64(n, w["timestamp"]),
-            _int64(n, ts_data, ts_valid, ts_nulls),
-            _int64(n, seq_data, seq_valid, seq_nulls),
-            key,
-            value,
-            pa.Array.from_buffers(
-                pa.int64(),
-                n,
-                [value.buffers()[0], pa.py_buffer(w["value_size"])],
-                null_count=value.null_count,
-            ),
-            pa.Array.from_buffers(_HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]),
+        return pa.Array.from_buffers(
+            _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
         )
-        self.ts_delta = w["ts_delta"]
-        self.header_offsets = memoryview(w["header_offsets"]).cast("i")
-        self.key_offsets = memoryview(w["key"][1]).cast("i")
-        self.value_offsets = memoryview(w["value"][1]).cast("i")
+
+    @property
+    def cols(self) -> Columns:
+        """Every column (a batch's own Columns are slices of these)."""
+        if self._cols is None:
+            self._cols = Columns(*(self.col(k) for k in _CHUNK_COLUMNS))
+        return self._cols
 
     def has_headers(self, first: int, n: int) -> bool:
         return self.header_offsets[first + n] != self.header_offsets[first]
@@ -250,7 +277,7 @@ class Chunk:
         the tables expect them (they note the values that do not fit)."""
         c = self.columns(first, n, b, 0)
         deltas = c.delta.to_pylist()
-        ts = [b.base_timestamp + d for d in memoryview(self.ts_delta).cast("q")[first : first + n]]
+        ts = [b.base_timestamp + d for d in memoryview(self.w["ts_delta"]).cast("q")[first : first + n]]
         c.offset = [b.base_offset + d for d in deltas]
         c.timestamp = ts
         c.ts_ns = [None if t < 0 else t * 1_000_000 for t in ts]
@@ -495,6 +522,9 @@ def _unzstd(data: bytes, cap: int) -> bytes:
     return out
 
 
+_VIEW_CODECS = (1, 3, 4)  # gzip, lz4, zstd read a memoryview as they read bytes
+
+
 def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
     """Decompress a batch's records (v2) or a wrapper's value (v0/v1), at most `cap` bytes out."""
     try:
@@ -519,11 +549,11 @@ def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
 # v2
 
 
-def _decompress_v2(codec: int, data: bytes, cap: int) -> bytes | tuple[str, str]:
-    """What _records.record_sets calls for a compressed v2 body: its records' bytes, or
-    (error, status)."""
+def _decompress_v2(codec: int, data: memoryview, cap: int) -> bytes | tuple[str, str]:
+    """What _records.record_sets calls for a compressed v2 body (a view of the record set, valid
+    during the call): its records' bytes, or (error, status)."""
     try:
-        return decompress(codec, data, cap, 2)
+        return decompress(codec, data if codec in _VIEW_CODECS else bytes(data), cap, 2)
     except RecordError as e:
         return str(e), e.status
 

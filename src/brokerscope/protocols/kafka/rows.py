@@ -246,13 +246,13 @@ def message_blocks(
 def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_offset, frames) -> list[Row]:
     """One block of the records of batches `picks` (v2, of one chunk and topic, not control)."""
     chunk = picks[0][0].span[0]
-    c = chunk.cols
+    col = chunk.col
     parts: list[tuple] = []  # (batch, partition, first row, rows, kept rows: None = all)
     for b, _t, partition, _tid, min_offset in picks:
         _c, first, n, min_delta = b.span
         keep = None
         if n and min_offset is not None and b.base_offset + min_delta < min_offset:
-            offs = c.offset.slice(first, n).to_numpy(zero_copy_only=True)
+            offs = col("offset").slice(first, n).to_numpy(zero_copy_only=True)
             keep = first + np.flatnonzero(offs >= min_offset)
         k = n if keep is None else len(keep)
         if k:
@@ -283,10 +283,10 @@ def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_o
     topic, topic_id = picks[0][1], picks[0][3]
     unnamed = topic is None and topic_id is not None
     const = _block_const(ts_ns, direction, topic, corr, frames)
-    delta = pick(c.delta)
+    delta = pick(col("delta"))
     cols: dict = {
-        "key": pol.key_column(pick(c.key)),
-        "message_ts_ns": pick(c.ts_ns),
+        "key": pol.key_column(pick(col("key"))),
+        "message_ts_ns": pick(col("ts_ns")),
         # the batch-level fields, then each record's offset delta
         "details": _decimal_runs([_details_head(b) for b in batches], counts, delta, "}"),
     }
@@ -298,23 +298,23 @@ def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_o
     _per_batch(const, "decode_error", [b.error for b in batches], counts)
     _per_batch(const, "checksum_ok", [b.crc_ok for b in batches], counts)
     if any(chunk.has_headers(f, n) for _b, _p, f, n, _k in parts):
-        cols["headers"] = pick(c.headers)
+        cols["headers"] = pick(col("headers"))
     else:
         const["headers"] = []
     if all(b.base_sequence < 0 for b in batches):
         const["sequence"] = None
     else:
-        cols["sequence"] = pick(c.sequence)
+        cols["sequence"] = pick(col("sequence"))
     if unnamed:
         const["topic_id"] = topic_id
     if with_offset:
-        offset = pick(c.offset)
+        offset = pick(col("offset"))
         cols["offset"] = offset
         if unnamed:
             const["message_id"] = None
         else:
             cols["message_id"] = _decimal_runs([f"{topic}-{x[1]}@" for x in parts], counts, offset)
-    cols.update(pol.value_columns(pick(c.value), pick(c.value_size)))
+    cols.update(pol.value_columns(pick(col("value")), pick(col("value_size"))))
     who = [(topic, x[1], k) for x, k in zip(parts, counts)]
     return [("messages", MessageBlock(total, cols, const, who))]
 
