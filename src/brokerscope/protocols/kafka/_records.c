@@ -690,6 +690,20 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
         goto done;
     }
     if (!s.chunks || !sets) goto done;
+    /* room for the values up front, as much as the record sets hold (more only where a body
+     * decompresses larger): the column grows without copying itself over as it fills */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE)) goto done;
+        total += view.len;
+        PyBuffer_Release(&view);
+    }
+    if (total > INT32_MAX) total = INT32_MAX;
+    if (buf_reserve(&s.w.value.data, total)) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         Py_buffer view;
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE)) goto done;
