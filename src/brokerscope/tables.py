@@ -338,10 +338,32 @@ _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
 _NON_NEGATIVE = {"latencies": ("latency_us",), "acks": ("ack_latency_us",)}
 
 
+class PerRun:
+    """A `Block` constant that changes from one run of its rows to the next: `values[i]` for
+    `counts[i]` rows (the batch-level fields of a block of several Kafka batches). `conform`
+    repeats each value over its rows as it does a constant."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self, values: list, counts: list[int]):
+        self.values = values
+        self.counts = counts
+
+    def expand(self) -> list:
+        """One value per row."""
+        return [v for v, k in zip(self.values, self.counts) for _ in range(k)]
+
+
+def _const_rows(v, n: int) -> list:
+    """A block constant as one value per row (n rows)."""
+    return v.expand() if v.__class__ is PerRun else [v] * n
+
+
 class Block:
     """Rows of one table held as columns: the decoders' fast path for many rows at once (a Kafka
     record batch). `cols` maps a column (or an `X_ns` key) to `n` values, as a list or an Arrow
-    array; `const` maps one to the value every row has. `conform` takes blocks among dict rows."""
+    array; `const` maps one to the value every row has (or a `PerRun`: a value per run of rows).
+    `conform` takes blocks among dict rows."""
 
     __slots__ = ("n", "cols", "const")
 
@@ -358,7 +380,7 @@ class Block:
         if name in self.cols:
             v = self.cols[name]
             return v.to_pylist() if isinstance(v, pa.Array) else list(v)
-        return [self.const.get(name)] * self.n
+        return _const_rows(self.const.get(name), self.n)
 
     def rows(self) -> list[dict]:
         """The block as dict rows (tests, tools): every key it has, on every row."""
@@ -372,7 +394,12 @@ class Block:
             k: v.take(pa.array(idx, pa.int64())) if isinstance(v, pa.Array) else [v[i] for i in idx]
             for k, v in self.cols.items()
         }
-        return Block(len(idx), cols, dict(self.const))
+        const = {k: v for k, v in self.const.items() if v.__class__ is not PerRun}
+        for k, v in self.const.items():
+            if v.__class__ is PerRun:
+                rows = v.expand()
+                cols[k] = [rows[i] for i in idx]
+        return Block(len(idx), cols, const)
 
 
 def size(row: Mapping | Block) -> int:
@@ -454,11 +481,15 @@ class Runs(list):
         super().__init__(runs)
         self.given: set[str] = set()
         self.arrow: set[str] = set()
-        for _n, cols, _c in runs:
+        self.per_run: set[str] = set()  # constants some block gives as a PerRun
+        for _n, cols, const in runs:
             self.given.update(cols)
             for k, v in cols.items():
                 if isinstance(v, pa.Array):
                     self.arrow.add(k)
+            for k, v in const.items():
+                if v.__class__ is PerRun:
+                    self.per_run.add(k)
         self._ends: pa.Array | None = None
 
     def ends(self) -> pa.Array:
@@ -524,7 +555,7 @@ def _gather(runs: list[Run], name: str, convert=None) -> list:
     for n, cols, const in runs:
         v = cols.get(name)
         if v is None:
-            out.extend([const.get(name)] * n)
+            out.extend(_const_rows(const.get(name), n))
         elif isinstance(v, pa.Array):
             out.extend(v.to_pylist())
         else:
@@ -535,7 +566,7 @@ def _gather(runs: list[Run], name: str, convert=None) -> list:
 def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], convert=None) -> pa.Array:
     """Column `name` as an array of `typ`: Arrow columns of blocks as they are, every other stretch
     of runs converted in one step (value by value only where that fails)."""
-    if convert is None and len(runs) > 1 and name not in runs.given:
+    if convert is None and (len(runs) > 1 or name in runs.per_run) and name not in runs.given:
         return _repeated(runs, name, typ, bad)
     if name not in runs.arrow:
         return _values(_gather(runs, name, convert), name, typ, bad)
@@ -568,11 +599,27 @@ def _repeated(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]]
     kept = [const.get(name) for n, _cols, const in runs if n]
     if not kept:
         return pa.nulls(0, type=typ)
+    ends = runs.ends()
+    if name in runs.per_run:  # a PerRun: its values and the ends of its runs of rows
+        kept, at, end_list = [], 0, []
+        for n, _cols, const in runs:
+            v = const.get(name)
+            if v.__class__ is PerRun:
+                for value, k in zip(v.values, v.counts):
+                    if k:
+                        at += k
+                        kept.append(value)
+                        end_list.append(at)
+            elif n:
+                at += n
+                kept.append(v)
+                end_list.append(at)
+        ends = pa.array(end_list, type=pa.int32())
     try:
         values = pa.array(kept, type=typ)
     except _CONVERSION_ERRORS:  # value by value, each bad row noted
         return _values(_gather(runs, name), name, typ, bad)
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(runs.ends(), values))
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
 
 
 def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:

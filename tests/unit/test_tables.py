@@ -148,6 +148,39 @@ def test_constants_of_many_blocks_are_repeated_per_row_and_a_bad_one_is_its_rows
     assert {r["date"] for r in got} == {dt.date(2023, 11, 14)}
 
 
+def test_per_run_constants_are_the_rows_of_blocks_one_per_run():
+    """A block whose batch-level field changes from run to run (tables.PerRun: a Kafka block of
+    several partitions' batches) conforms to what a block per run gives, a value that does not
+    fit noted on its run's rows only, alone and among other blocks; take and rows expand it."""
+    import pyarrow as pa
+
+    per_run = {
+        "partition": tables.PerRun([0, 2**40, 5], [2, 1, 3]),
+        "compression": tables.PerRun(["lz4", None, "lz4"], [2, 1, 3]),
+    }
+    joined = tables.Block(6, {"offset": pa.array(range(6), pa.int64())}, {"topic": "t", **per_run})
+    split = [
+        tables.Block(
+            k,
+            {"offset": pa.array(range(a, a + k), pa.int64())},
+            {"topic": "t", "partition": p, "compression": c},
+        )
+        for a, k, p, c in ((0, 2, 0, "lz4"), (2, 1, 2**40, None), (3, 3, 5, "lz4"))
+    ]
+    other = tables.Block(1, {"offset": pa.array([9], pa.int64())}, {"topic": "u", "partition": 1})
+    for given in ([joined], [other, joined, other]):
+        want = [other, *split, other] if len(given) == 3 else split
+        assert tables.conform("messages", given).to_pylist() == tables.conform("messages", want).to_pylist()
+    got = tables.conform("messages", [joined]).to_pylist()
+    assert [r["partition"] for r in got] == [0, 0, None, 5, 5, 5]
+    assert [bool(r["anomalies"]) for r in got] == [False, False, True, False, False, False]
+    assert joined.column("partition") == [0, 0, 2**40, 5, 5, 5]
+    assert joined.take([5, 0]).rows() == [
+        {"offset": 5, "topic": "t", "partition": 5, "compression": "lz4"},
+        {"offset": 0, "topic": "t", "partition": 0, "compression": "lz4"},
+    ]
+
+
 def test_block_rows_and_take():
     import pyarrow as pa
 

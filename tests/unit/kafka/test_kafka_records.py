@@ -400,6 +400,92 @@ def test_message_rows_strings_match_per_record_formatting():
         assert [r["details"] for r in got] == [f"{head}{d}}}" for _o, d in want]
         assert [r["message_id"] for r in got] == [f"tópico-3@{o}" for o, _d in want]
     [(_t, blk)] = rows.message_rows(b, base.PayloadPolicy(), "produce", "t", None, 1, 5, False)
-    rows.with_offsets(blk, "t", None, 77)
+    rows.with_offsets(blk, {("t", None): (0, 77)}, {})
     got = tables.conform("messages", [blk]).to_pylist()
     assert [(r["offset"], r["message_id"]) for r in got] == [(77 + i, f"t-None@{77 + i}") for i in range(12)]
+
+
+def _frame_sets() -> list[bytes]:
+    """The records fields of a frame's partitions: batches that differ in every batch-level
+    field a messages row takes (codec, producer, headers or none, sequences or none, a CRC that
+    fails, records cut short), a v0 message set among them, and one record set of two batches."""
+    plain = [(f"k{i}".encode(), f"value {i} ".encode() * 40, []) for i in range(5)]
+    bad_crc = bytearray(records(plain, 2, 0, offset=30))
+    bad_crc[-1] ^= 0xFF  # the last value byte: the CRC fails, the records still read
+    cut = bytearray(records(MSGS, 2, 0, offset=50))
+    struct.pack_into(">i", cut, 57, 5)  # five records announced, three there: truncated
+    struct.pack_into(">I", cut, 17, crc32c.crc32c(bytes(cut[21:])))
+    return [
+        records(MSGS, 2, 3, offset=10),
+        records(plain, 2, 0, offset=20, producer_id=7, producer_epoch=2, base_sequence=4)
+        + records(plain, 2, 4, offset=25),
+        bytes(bad_crc),
+        records(plain, 0, 0, offset=40),
+        bytes(cut),
+        records(plain, 2, 1, offset=60),
+    ]
+
+
+@pytest.mark.parametrize("with_offset", [True, False])
+def test_message_blocks_are_the_rows_of_each_batch(with_offset):
+    """One walk over a frame's record sets and one block per run of batches give exactly the
+    rows message_rows gives batch by batch (conformed, every column), fetch offsets cutting
+    into batches included; the produce side gets each partition's offsets from with_offsets."""
+    from brokerscope import tables
+    from brokerscope.protocols import base
+    from brokerscope.protocols.kafka import rows
+
+    sets = _frame_sets()
+    pol = base.PayloadPolicy()
+    frames = {"first_frame": 3, "last_frame": 4}
+    together = R.read_record_sets(sets)
+    alone = [R.read_record_set(s) for s in sets]
+    min_off = {1: 22, 5: 52} if with_offset else {}
+    picks = [(b, "t", i % 3, None, min_off.get(i)) for i, rs in enumerate(together) for b in rs.batches]
+    blocks = rows.message_blocks(picks, pol, "deliver", 9, 5, with_offset, frames)
+    assert sum(isinstance(blk, rows.MessageBlock) and len(blk.parts) > 1 for _t, blk in blocks) >= 1
+    want = [
+        r
+        for i, rs in enumerate(alone)
+        for b in rs.batches
+        for r in rows.message_rows(
+            b, pol, "deliver", "t", i % 3, 9, 5, with_offset, min_off.get(i), None, frames
+        )
+    ]
+    if not with_offset:  # produced: offsets from the response, per partition; partition 1 failed
+        acked = {("t", 0): (0, 1000), ("t", 1): (6, -1), ("t", 2): (0, 2**63 - 3)}
+        for blocks_ in (blocks, want):
+            pos: dict = {}
+            for _t, blk in blocks_:
+                rows.with_offsets(blk, acked, pos)
+    got_rows = tables.conform("messages", [blk for _t, blk in blocks]).to_pylist()
+    want_rows = tables.conform("messages", [blk for _t, blk in want]).to_pylist()
+    assert got_rows == want_rows
+    assert len(got_rows) > 20 and {r["decode_status"] for r in got_rows} == {
+        "ok",
+        "checksum_mismatch",
+        "truncated",
+    }
+    assert {r["compression"] for r in got_rows} == {"lz4", "none", "zstd", "gzip"}
+    if not with_offset:
+        # partition 1 was not acknowledged; partition 2's offsets pass int64: noted, not lost
+        assert {r["partition"] for r in got_rows if r["offset"] is None} == {1, 2}
+        assert {r["partition"] for r in got_rows if r["anomalies"]} == {2}
+
+
+def test_record_sets_walk_equals_one_set_at_a_time():
+    """read_record_sets over many record sets reads each as read_record_set does: batches,
+    errors, partial tails and records."""
+    sets = [*_frame_sets(), b"\x00" * 5, records(MSGS, 2, 0, offset=70)[:-3], b"\x00" * 8 + b"\xff" * 9]
+    for together, s in zip(R.read_record_sets(sets), sets):
+        alone = R.read_record_set(s)
+        assert (together.partial_tail, together.error, together.status) == (
+            alone.partial_tail,
+            alone.error,
+            alone.status,
+        )
+        assert [b.summary() for b in together.batches] == [b.summary() for b in alone.batches]
+        assert [b.records for b in together.batches] == [b.records for b in alone.batches]
+        assert [b.payload_bytes for b in together.batches] == [
+            b.cols.payload_bytes if b.cols is not None else 0 for b in alone.batches
+        ]

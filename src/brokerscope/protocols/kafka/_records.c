@@ -1,31 +1,50 @@
-/* The records of a Kafka v2 record batch, read column-wise: the decoder's hot loop.
+/* Kafka record sets read column-wise: the decoder's hot loop.
  *
- * v2_records(body, count, base_offset, base_timestamp, base_sequence) walks `count` records of a
- * (decompressed) batch body and returns their columns as little-endian buffers ready for Arrow
- * (records.py builds the arrays):
+ * record_sets(buffers, cap, decompress) walks every batch of each buffer (a `records` field: a
+ * record set) and returns the records of all their v2 batches as one set of columns, little-endian
+ * buffers ready for Arrow (records.py builds the arrays once per call, not once per batch).
  *
+ *   batch framing: baseOffset int64, batchLength int32 (bytes after it), ..., magic int8 at 16;
+ *     fewer than 17 bytes left, or a batch longer than what is left: the partial tail; a length
+ *     below the magic's minimum (v2: 49, v0/v1: 14) or a magic above 2 stops the walk (malformed)
+ *   v2 header (61 bytes, big-endian): baseOffset int64 @0, batchLength int32 @8,
+ *     partitionLeaderEpoch int32 @12, magic int8 @16, crc uint32 @17 (CRC-32C of bytes 21..end),
+ *     attributes int16 @21 (bits 0-2 codec), lastOffsetDelta int32 @23, baseTimestamp int64 @27,
+ *     maxTimestamp int64 @35, producerId int64 @43, producerEpoch int16 @51,
+ *     baseSequence int32 @53, recordCount int32 @57, then the records (compressed unless codec 0)
  *   record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
  *           keyLength varint (-1 = null), key, valueLength varint (-1 = null), value,
  *           headerCount varint, headers (keyLength varint, key, valueLength varint, value)
  *   every varint zigzag encoded, at most 10 bytes and 64 bits
  *
- * Result: a dict. `n` records were read whole; `end` is where reading stopped and `error`,
- * `status` say why it stopped early (None when it did not). Numeric columns are n int64:
- * `delta` (offsetDelta), `ts_delta` (timestampDelta), `offset` (base_offset + delta), `timestamp` (base_timestamp +
- * timestampDelta, ms), `ts_ns` (the same in ns, null where negative: no timestamp),
- * `sequence` (base_sequence + delta; None when base_sequence is negative), `value_size`
- * (null where the value is). `overflow` is true when one of them did not fit int64 (the caller
- * then computes them with Python ints). `key`, `value`, `header_keys`, `header_values` are
- * binary columns as (validity bitmap, int32 offsets, data, null count); `header_offsets` the
- * n + 1 int32 list offsets of each record's headers; `header_keys_utf8` whether every header key
- * is UTF-8; `min_delta` the smallest offsetDelta. The error messages and statuses are the ones the
- * plain-Python reader had.
- * The walk runs without the GIL.
+ * A compressed body is handed to `decompress(codec, body, cap)` (Python: the codec libraries),
+ * which returns the records' bytes or (error, status).
+ *
+ * Result: a dict. `sets`: per buffer (partial tail bytes, error, status, batches), a batch being
+ * (pos, size, magic) for a v0/v1 message, which records.py reads, or for v2 (stored crc, chunk,
+ * first, n, min delta, overflow, error, status, then records.Batch's fields in its order from
+ * base_offset to record_count, the codec as its number): its records are rows first ..
+ * first + n - 1 of columns `chunk`
+ * (n = -1: the body was not walked: decompression failed or the count is impossible), `error`
+ * and `status` say why its walk stopped early or what else is wrong with its body (None when
+ * nothing is), `min delta` is its smallest offsetDelta, `overflow` true when one of its derived
+ * values did not fit int64 (the caller then computes them with Python ints).
+ * `chunks`: the columns, a new chunk only where one more batch could pass 2 GiB of a binary
+ * column's int32 offsets. Numeric columns are n int64: `delta` (offsetDelta), `ts_delta`
+ * (timestampDelta), `offset` (baseOffset + delta), `timestamp` (baseTimestamp + timestampDelta,
+ * ms), `ts_ns` (the same in ns, null where negative: no timestamp), `sequence` (baseSequence +
+ * delta, null where the batch's baseSequence is negative), `value_size` (null where the value
+ * is). `key`, `value`, `header_keys`, `header_values` are binary columns as (validity bitmap,
+ * int32 offsets, data, null count); `header_offsets` the n + 1 int32 list offsets of each
+ * record's headers; `header_keys_utf8` whether every header key is UTF-8. The error messages
+ * and statuses are the ones the plain-Python reader had. The CRC and the walks run without the
+ * GIL.
  *
  * decimals(prefix, values, offset, n, suffix) writes the strings prefix + str(v) + suffix for n
  * int64 values of `values` (a buffer of native int64, from element `offset`) as an Arrow string
- * column (int32 offsets, data): a batch's `details` (the batch-level JSON, then each record's
- * offset delta) and `message_id` (topic-partition@offset) without a Python string per record.
+ * column (int32 offsets, data): `details` (the batch-level JSON, then each record's offset delta)
+ * and `message_id` (topic-partition@offset) without a Python string per record. `prefix` is
+ * bytes, or (list of bytes, int32 run lengths): a prefix per run of values.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -92,7 +111,54 @@ static void col_free(Col *c) {
     free(c->data.p);
 }
 
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len); }
+/* A buffer handed to Python without a copy: it owns the memory a Buf grew (Arrow wraps it with
+ * pa.py_buffer; memoryview reads it) and frees it when the last reference goes. */
+typedef struct {
+    PyObject_HEAD char *p;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *o) {
+    free(o->p);
+    PyObject_Free(o);
+}
+
+static int owned_getbuffer(Owned *o, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->p ? o->p : empty, o->len, 1, flags);
+}
+
+static Py_ssize_t owned_length(Owned *o) { return o->len; }
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+static PySequenceMethods owned_as_sequence = {.sq_length = (lenfunc)owned_length};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_records.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_sequence = &owned_as_sequence,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes the walk wrote, read through the buffer protocol.",
+};
+
+enum { SHRINK_ABOVE = 1 << 20 }; /* unused capacity worth giving back when a buffer is handed over */
+
+/* The Buf's bytes as an Owned (the Buf is left empty). */
+static PyObject *bytes_of(Buf *b) {
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (!o) return NULL;
+    if (b->cap - b->len > SHRINK_ABOVE) {
+        char *p = realloc(b->p, (size_t)(b->len ? b->len : 1));
+        if (p) b->p = p;
+    }
+    o->p = b->p;
+    o->len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 static PyObject *col_tuple(Col *c) {
     return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
@@ -120,15 +186,12 @@ static int varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *p, int64_t *
 }
 
 typedef struct {
-    Py_ssize_t end, n;
-    int err;
+    Py_ssize_t end, n; /* where the last walk stopped (in its body); records in the chunk */
     int64_t err_value; /* the value an error message names */
     int header_keys_utf8;
-    Buf deltas, ts_deltas, hdr_offs, offsets, timestamps, ts_ns, ts_valid, sequences, value_sizes;
-    int overflow;
-    int64_t min_delta;
+    Buf deltas, ts_deltas, hdr_offs, offsets, timestamps, ts_ns, ts_valid, sequences, seq_valid, value_sizes;
     Col key, value, hkey, hvalue;
-    Py_ssize_t ts_nulls;
+    Py_ssize_t ts_nulls, seq_nulls;
 } Walk;
 
 static int utf8_ok(const unsigned char *s, int64_t n) {
@@ -173,14 +236,34 @@ static int header_field(Walk *w, const unsigned char *b, Py_ssize_t n, Py_ssize_
     return OK;
 }
 
+static int walk_init(Walk *w) {
+    int32_t zero = 0;
+    memset(w, 0, sizeof *w);
+    w->header_keys_utf8 = 1;
+    if (buf_put(&w->hdr_offs, &zero, 4) || col_init(&w->key, 0) || col_init(&w->value, 0) || col_init(&w->hkey, 0) ||
+        col_init(&w->hvalue, 0))
+        return E_MEMORY;
+    return OK;
+}
+
+static void walk_free(Walk *w) {
+    Buf *bufs[] = {&w->deltas,     &w->ts_deltas, &w->hdr_offs,  &w->offsets,   &w->timestamps,
+                   &w->ts_ns,      &w->ts_valid,  &w->sequences, &w->seq_valid, &w->value_sizes};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]->p);
+    col_free(&w->key);
+    col_free(&w->value);
+    col_free(&w->hkey);
+    col_free(&w->hvalue);
+    memset(w, 0, sizeof *w);
+}
+
+/* Append up to `count` records of a batch body to the columns; w->n counts the whole records. */
 static int walk(Walk *w, const unsigned char *b, Py_ssize_t n, Py_ssize_t count) {
     Py_ssize_t p = 0;
-    int32_t nh_total = 0;
+    int32_t nh_total = ((int32_t *)w->hdr_offs.p)[w->n];
     int e;
     if (buf_reserve(&w->deltas, count * 8) || buf_reserve(&w->ts_deltas, count * 8) ||
-        buf_reserve(&w->hdr_offs, (count + 1) * 4) || buf_put(&w->hdr_offs, &nh_total, 4) ||
-        col_init(&w->key, count) || col_init(&w->value, count) || col_init(&w->hkey, 0) ||
-        col_init(&w->hvalue, 0))
+        buf_reserve(&w->hdr_offs, count * 4))
         return E_MEMORY;
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t rlen, ts_delta, off_delta, klen, vlen, nh;
@@ -232,19 +315,22 @@ static int walk(Walk *w, const unsigned char *b, Py_ssize_t n, Py_ssize_t count)
     return OK;
 }
 
-/* A header that failed mid-record leaves entries of that record in the header columns: cut
- * them back to the last whole record. */
-static void trim_headers(Walk *w) {
-    int32_t keep = ((int32_t *)w->hdr_offs.p)[w->n];
-    Col *cs[2] = {&w->hkey, &w->hvalue};
-    for (int k = 0; k < 2; k++) {
-        Col *c = cs[k];
+/* A header that failed mid-record leaves entries of that record in the header columns (and a
+ * value that failed, its key): cut them back to the last whole record. */
+static void trim(Walk *w) {
+    int32_t keep_h = ((int32_t *)w->hdr_offs.p)[w->n];
+    struct {
+        Col *c;
+        Py_ssize_t keep;
+    } cs[4] = {{&w->hkey, keep_h}, {&w->hvalue, keep_h}, {&w->key, w->n}, {&w->value, w->n}};
+    for (int k = 0; k < 4; k++) {
+        Col *c = cs[k].c;
+        Py_ssize_t keep = cs[k].keep;
         if (c->n <= keep) continue;
-        Py_ssize_t nulls = 0;
-        for (Py_ssize_t i = 0; i < keep; i++)
-            if (!(c->valid.p[i / 8] & (1 << (i % 8)))) nulls++;
+        for (Py_ssize_t i = keep; i < c->n; i++)
+            if (!(c->valid.p[i / 8] & (1 << (i % 8)))) c->nulls--;
+        if (keep % 8) c->valid.p[keep / 8] &= (char)((1 << (keep % 8)) - 1); /* the next add sets its own bit */
         c->n = keep;
-        c->nulls = nulls;
         c->valid.len = (keep + 7) / 8;
         c->offs.len = (keep + 1) * 4;
         c->data.len = ((int32_t *)c->offs.p)[keep];
@@ -289,87 +375,358 @@ static PyObject *error_of(Walk *w, int e, PyObject **status) {
     }
 }
 
-/* The columns computed from the deltas, for the n records read. */
-static int derive(Walk *w, int64_t base_offset, int64_t base_ts, int64_t base_seq) {
-    Py_ssize_t n = w->n;
-    if (buf_reserve(&w->offsets, n * 8) || buf_reserve(&w->timestamps, n * 8) || buf_reserve(&w->ts_ns, n * 8) ||
-        buf_reserve(&w->ts_valid, n / 8 + 1) || buf_reserve(&w->sequences, n * 8) ||
-        buf_reserve(&w->value_sizes, n * 8))
+/* Grow a validity bitmap to cover `bits` bits, the new bytes zero. */
+static int bits_cover(Buf *b, Py_ssize_t bits) {
+    Py_ssize_t want = (bits + 7) / 8;
+    if (want <= b->len) return OK;
+    if (buf_reserve(b, want - b->len)) return E_MEMORY;
+    memset(b->p + b->len, 0, (size_t)(want - b->len));
+    b->len = want;
+    return OK;
+}
+
+/* The columns computed from the deltas, for the records `first` .. w->n - 1 of one batch. */
+static int derive(Walk *w, Py_ssize_t first, int64_t base_offset, int64_t base_ts, int64_t base_seq, int *overflow,
+                  int64_t *min_delta) {
+    Py_ssize_t n = w->n, k = n - first;
+    if (buf_reserve(&w->offsets, k * 8) || buf_reserve(&w->timestamps, k * 8) || buf_reserve(&w->ts_ns, k * 8) ||
+        buf_reserve(&w->sequences, k * 8) || buf_reserve(&w->value_sizes, k * 8) || bits_cover(&w->ts_valid, n) ||
+        bits_cover(&w->seq_valid, n))
         return E_MEMORY;
     const int64_t *d = (const int64_t *)w->deltas.p, *td = (const int64_t *)w->ts_deltas.p;
     const int32_t *vo = (const int32_t *)w->value.offs.p;
     int64_t *off = (int64_t *)w->offsets.p, *ts = (int64_t *)w->timestamps.p, *ns = (int64_t *)w->ts_ns.p;
     int64_t *seq = (int64_t *)w->sequences.p, *vs = (int64_t *)w->value_sizes.p;
-    unsigned char *valid = (unsigned char *)w->ts_valid.p;
-    memset(valid, 0, (size_t)(n / 8 + 1));
-    w->min_delta = n ? d[0] : 0;
-    w->ts_nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (d[i] < w->min_delta) w->min_delta = d[i];
-        w->overflow |= __builtin_add_overflow(base_offset, d[i], &off[i]);
-        w->overflow |= __builtin_add_overflow(base_ts, td[i], &ts[i]);
+    unsigned char *valid = (unsigned char *)w->ts_valid.p, *svalid = (unsigned char *)w->seq_valid.p;
+    int over = 0;
+    *min_delta = k ? d[first] : 0;
+    for (Py_ssize_t i = first; i < n; i++) {
+        if (d[i] < *min_delta) *min_delta = d[i];
+        over |= __builtin_add_overflow(base_offset, d[i], &off[i]);
+        over |= __builtin_add_overflow(base_ts, td[i], &ts[i]);
         if (ts[i] >= 0) {
-            w->overflow |= __builtin_mul_overflow(ts[i], (int64_t)1000000, &ns[i]);
+            over |= __builtin_mul_overflow(ts[i], (int64_t)1000000, &ns[i]);
             valid[i / 8] |= (unsigned char)(1 << (i % 8));
         } else {
             ns[i] = 0;
             w->ts_nulls++;
         }
-        if (base_seq >= 0) w->overflow |= __builtin_add_overflow(base_seq, d[i], &seq[i]);
+        if (base_seq >= 0) {
+            over |= __builtin_add_overflow(base_seq, d[i], &seq[i]);
+            svalid[i / 8] |= (unsigned char)(1 << (i % 8));
+        } else {
+            seq[i] = 0;
+            w->seq_nulls++;
+        }
         vs[i] = vo[i + 1] - vo[i];
     }
     w->offsets.len = w->timestamps.len = w->ts_ns.len = w->sequences.len = w->value_sizes.len = n * 8;
-    w->ts_valid.len = (n + 7) / 8;
+    *overflow = over;
     return OK;
 }
 
-static PyObject *v2_records(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer body;
-    Py_ssize_t count;
-    long long base_offset, base_ts, base_seq;
-    if (!PyArg_ParseTuple(args, "y*nLLL", &body, &count, &base_offset, &base_ts, &base_seq)) return NULL;
-    if (count < 0 || count > body.len) {
-        PyBuffer_Release(&body);
-        return PyErr_Format(PyExc_ValueError, "record count %zd impossible for %zd bytes", count, body.len);
+/* CRC-32C (Castagnoli, reflected 0x82F63B78): the SSE4.2 instruction where the CPU has it. */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
     }
+}
+
+static uint32_t crc32c_sw(uint32_t c, const unsigned char *p, size_t n) {
+    while (n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const unsigned char *p, size_t n) {
+    uint64_t c64 = c;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+static int crc_hw;
+#endif
+
+static uint32_t crc32c(const unsigned char *p, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (crc_hw) return ~crc32c_hw(0xFFFFFFFFu, p, n);
+#endif
+    return ~crc32c_sw(0xFFFFFFFFu, p, n);
+}
+
+static int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static int16_t be16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+enum {
+    BATCH_MIN_HEAD = 17,  /* baseOffset, batchLength, partitionLeaderEpoch, magic: enough to frame a batch */
+    LENGTH_AT = 8,        /* batchLength, bytes after this field */
+    LENGTH_END = 12,      /* a batch is 12 + batchLength bytes */
+    MAGIC_AT = 16,
+    V2_MIN_LENGTH = 49,   /* a v2 header after batchLength */
+    LEGACY_MIN_LENGTH = 14,
+    V2_CRC_AT = 17,
+    V2_CRC_FROM = 21,     /* the CRC covers attributes .. end */
+    V2_HEADER = 61,
+    TIMESTAMP_TYPE_BIT = 0x08, /* attributes: LogAppendTime */
+    TRANSACTIONAL_BIT = 0x10,
+    CONTROL_BIT = 0x20,
+};
+
+static PyObject *chunk_dict(Walk *w) {
+    return Py_BuildValue(
+        "{s:n,s:N,s:N,s:N,s:N,s:(NNn),s:(NNn),s:N,s:N,s:N,s:N,s:N,s:N,s:O}", "n", w->n, "delta",
+        bytes_of(&w->deltas), "ts_delta", bytes_of(&w->ts_deltas), "offset", bytes_of(&w->offsets), "timestamp",
+        bytes_of(&w->timestamps), "ts_ns", bytes_of(&w->ts_valid), bytes_of(&w->ts_ns), w->ts_nulls, "sequence",
+        bytes_of(&w->seq_valid), bytes_of(&w->sequences), w->seq_nulls, "value_size", bytes_of(&w->value_sizes),
+        "key", col_tuple(&w->key), "value", col_tuple(&w->value), "header_offsets", bytes_of(&w->hdr_offs),
+        "header_keys", col_tuple(&w->hkey), "header_values", col_tuple(&w->hvalue), "header_keys_utf8",
+        w->header_keys_utf8 ? Py_True : Py_False);
+}
+
+typedef struct {
     Walk w;
-    memset(&w, 0, sizeof w);
-    w.header_keys_utf8 = 1;
-    int e, d = OK;
-    Py_BEGIN_ALLOW_THREADS
-    e = walk(&w, (const unsigned char *)body.buf, body.len, count);
-    if (e != E_MEMORY) d = derive(&w, base_offset, base_ts, base_seq);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&body);
-    PyObject *res = NULL;
-    if (e == E_MEMORY || d == E_MEMORY) {
-        PyErr_NoMemory();
-    } else {
-        if (e) trim_headers(&w);
-        PyObject *status;
-        PyObject *err = error_of(&w, e, &status);
-        PyObject *seq = base_seq >= 0 ? bytes_of(&w.sequences) : (Py_INCREF(Py_None), Py_None);
-        res = Py_BuildValue(
-            "{s:n,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:(NNn),s:N,s:N,s:N,s:N,s:N,s:N,s:O,s:O,s:L}",
-            "end", w.end, "n", w.n, "error", err, "status", status,
-            "delta", bytes_of(&w.deltas), "ts_delta", bytes_of(&w.ts_deltas), "offset", bytes_of(&w.offsets),
-            "timestamp", bytes_of(&w.timestamps), "sequence", seq,
-            "ts_ns", bytes_of(&w.ts_valid), bytes_of(&w.ts_ns), w.ts_nulls,
-            "value_size", bytes_of(&w.value_sizes),
-            "key", col_tuple(&w.key), "value", col_tuple(&w.value),
-            "header_offsets", bytes_of(&w.hdr_offs), "header_keys", col_tuple(&w.hkey),
-            "header_values", col_tuple(&w.hvalue),
-            "header_keys_utf8", w.header_keys_utf8 ? Py_True : Py_False,
-            "overflow", w.overflow ? Py_True : Py_False, "min_delta", (long long)w.min_delta);
+    PyObject *chunks; /* list of the sealed chunks' dicts */
+    PyObject *decompress;
+    Py_ssize_t cap;
+} Sets;
+
+/* Seal the current chunk when one more body of `len` bytes could pass 2 GiB in a binary column. */
+static int maybe_seal(Sets *s, Py_ssize_t len) {
+    Walk *w = &s->w;
+    Py_ssize_t most = w->key.data.len;
+    if (w->value.data.len > most) most = w->value.data.len;
+    if (w->hkey.data.len > most) most = w->hkey.data.len;
+    if (w->hvalue.data.len > most) most = w->hvalue.data.len;
+    if (!w->n || most + len <= INT32_MAX) return 0;
+    PyObject *d = chunk_dict(w);
+    if (!d || PyList_Append(s->chunks, d)) {
+        Py_XDECREF(d);
+        return -1;
     }
-    Buf *bufs[] = {&w.deltas, &w.ts_deltas, &w.hdr_offs, &w.offsets, &w.timestamps, &w.ts_ns, &w.ts_valid,
-                   &w.sequences, &w.value_sizes};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]->p);
-    col_free(&w.key);
-    col_free(&w.value);
-    col_free(&w.hkey);
-    col_free(&w.hvalue);
+    Py_DECREF(d);
+    walk_free(w);
+    if (walk_init(w)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* One v2 batch at buf[pos:pos+size]: its tuple, or NULL with an exception set. */
+static PyObject *v2_batch(Sets *s, const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size) {
+    const unsigned char *h = buf + pos;
+    int64_t base_offset = be64(h), base_ts = be64(h + 27), max_ts = be64(h + 35), pid = be64(h + 43);
+    int32_t leader_epoch = be32(h + 12), last_delta = be32(h + 23), base_seq = be32(h + 53), count = be32(h + 57);
+    uint32_t crc = (uint32_t)be32(h + V2_CRC_AT);
+    int attributes = be16(h + 21), epoch = be16(h + 51), codec = attributes & 0x07;
+    const unsigned char *body = h + V2_HEADER;
+    Py_ssize_t blen = size - V2_HEADER;
+    PyObject *raw = NULL; /* the decompressed body */
+    PyObject *err = NULL, *status = NULL;
+    uint32_t crc_now;
+    Py_BEGIN_ALLOW_THREADS
+    crc_now = crc32c(h + V2_CRC_FROM, (size_t)(size - V2_CRC_FROM));
+    Py_END_ALLOW_THREADS
+    if (codec) {
+        /* the compressed body as a read-only view of the caller's buffer, not a copy */
+        PyObject *view = PyMemoryView_FromMemory((char *)body, blen, PyBUF_READ);
+        if (!view) return NULL;
+        PyObject *r = PyObject_CallFunction(s->decompress, "iOn", codec, view, s->cap);
+        if (Py_REFCNT(view) > 1) { /* kept somewhere (a traceback): released, never left dangling */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *rel = PyObject_CallMethod(view, "release", NULL);
+            if (rel) Py_DECREF(rel);
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+        Py_DECREF(view);
+        if (!r) return NULL;
+        if (PyBytes_Check(r)) {
+            raw = r;
+            body = (const unsigned char *)PyBytes_AS_STRING(r);
+            blen = PyBytes_GET_SIZE(r);
+        } else if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+            err = PyTuple_GET_ITEM(r, 0);
+            status = PyTuple_GET_ITEM(r, 1);
+            Py_INCREF(err);
+            Py_INCREF(status);
+            Py_DECREF(r);
+        } else {
+            Py_DECREF(r);
+            return PyErr_Format(PyExc_TypeError, "decompress returned neither bytes nor (error, status)");
+        }
+    }
+    Py_ssize_t first = 0, n = -1;
+    int64_t min_delta = 0;
+    int overflow = 0;
+    if (!err && (count < 0 || count > blen)) {
+        err = PyUnicode_FromFormat("record count %d impossible for %zd bytes", (int)count, blen);
+        status = PyUnicode_FromString("malformed");
+    } else if (!err) {
+        if (maybe_seal(s, blen)) {
+            Py_XDECREF(raw);
+            return NULL;
+        }
+        Walk *w = &s->w;
+        first = w->n;
+        int e, d = OK;
+        Py_BEGIN_ALLOW_THREADS
+        e = walk(w, body, blen, count);
+        if (e != E_MEMORY) {
+            if (e) trim(w);
+            d = derive(w, first, base_offset, base_ts, base_seq, &overflow, &min_delta);
+        }
+        Py_END_ALLOW_THREADS
+        if (e == E_MEMORY || d == E_MEMORY) {
+            Py_XDECREF(raw);
+            return PyErr_NoMemory();
+        }
+        n = w->n - first;
+        if (e) {
+            err = error_of(w, e, &status);
+        } else if (w->end != blen) {
+            err = PyUnicode_FromFormat("%zd bytes after the last record", blen - w->end);
+            status = PyUnicode_FromString("malformed");
+        } else {
+            err = Py_None;
+            status = Py_None;
+            Py_INCREF(err);
+            Py_INCREF(status);
+        }
+    }
+    Py_XDECREF(raw);
+    if (!err || !status) {
+        Py_XDECREF(err);
+        Py_XDECREF(status);
+        return NULL;
+    }
+    /* the walk's part, then Batch's fields in its order (records.py names the codec) */
+    return Py_BuildValue("(knnnLONN" "LinnOisiiLLLiiOOi)", (unsigned long)crc, PyList_GET_SIZE(s->chunks), first, n,
+                         (long long)min_delta, overflow ? Py_True : Py_False, err, status, (long long)base_offset, 2,
+                         size, (Py_ssize_t)codec, crc_now == crc ? Py_True : Py_False, attributes,
+                         attributes & TIMESTAMP_TYPE_BIT ? "log_append" : "create", (int)leader_epoch,
+                         (int)last_delta, (long long)base_ts, (long long)max_ts, (long long)pid, epoch, (int)base_seq,
+                         attributes & TRANSACTIONAL_BIT ? Py_True : Py_False,
+                         attributes & CONTROL_BIT ? Py_True : Py_False, (int)count);
+}
+
+/* The batches of one record set: (partial tail, error, status, batches). */
+static PyObject *one_set(Sets *s, const unsigned char *buf, Py_ssize_t len) {
+    PyObject *batches = PyList_New(0);
+    if (!batches) return NULL;
+    Py_ssize_t pos = 0, tail = 0;
+    PyObject *err = Py_None, *status = Py_None;
+    Py_INCREF(err);
+    Py_INCREF(status);
+    while (pos < len) {
+        if (len - pos < BATCH_MIN_HEAD) {
+            tail = len - pos;
+            break;
+        }
+        int32_t length = be32(buf + pos + LENGTH_AT);
+        int magic = buf[pos + MAGIC_AT];
+        if (length < (magic >= 2 ? V2_MIN_LENGTH : LEGACY_MIN_LENGTH) || magic > 2) {
+            Py_DECREF(err);
+            Py_DECREF(status);
+            err = PyUnicode_FromFormat("bad batch header at byte %zd: length %d, magic %d", pos, (int)length, magic);
+            status = PyUnicode_FromString("malformed");
+            if (!err || !status) goto fail;
+            break;
+        }
+        Py_ssize_t size = LENGTH_END + (Py_ssize_t)length;
+        if (size > len - pos) {
+            tail = len - pos;
+            break;
+        }
+        PyObject *b = magic == 2 ? v2_batch(s, buf, pos, size) : Py_BuildValue("(nni)", pos, size, magic);
+        if (!b || PyList_Append(batches, b)) {
+            Py_XDECREF(b);
+            goto fail;
+        }
+        Py_DECREF(b);
+        pos += size;
+    }
+    return Py_BuildValue("(nNNN)", tail, err, status, batches);
+fail:
+    Py_XDECREF(err);
+    Py_XDECREF(status);
+    Py_DECREF(batches);
+    return NULL;
+}
+
+static PyObject *record_sets(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bufs, *decompress;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "OnO", &bufs, &cap, &decompress)) return NULL;
+    PyObject *seq = PySequence_Fast(bufs, "buffers must be a sequence");
+    if (!seq) return NULL;
+    Sets s;
+    s.decompress = decompress;
+    s.cap = cap;
+    s.chunks = PyList_New(0);
+    PyObject *sets = PyList_New(0), *res = NULL;
+    if (walk_init(&s.w)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!s.chunks || !sets) goto done;
+    /* room for the values up front, as much as the record sets hold (more only where a body
+     * decompresses larger): the column grows without copying itself over as it fills */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE)) goto done;
+        total += view.len;
+        PyBuffer_Release(&view);
+    }
+    if (total > INT32_MAX) total = INT32_MAX;
+    if (buf_reserve(&s.w.value.data, total)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE)) goto done;
+        PyObject *one = one_set(&s, (const unsigned char *)view.buf, view.len);
+        PyBuffer_Release(&view);
+        if (!one || PyList_Append(sets, one)) {
+            Py_XDECREF(one);
+            goto done;
+        }
+        Py_DECREF(one);
+    }
+    PyObject *last = chunk_dict(&s.w);
+    if (!last || PyList_Append(s.chunks, last)) {
+        Py_XDECREF(last);
+        goto done;
+    }
+    Py_DECREF(last);
+    res = Py_BuildValue("{s:O,s:O}", "sets", sets, "chunks", s.chunks);
+done:
+    walk_free(&s.w);
+    Py_XDECREF(s.chunks);
+    Py_XDECREF(sets);
+    Py_DECREF(seq);
     return res;
 }
 
@@ -390,16 +747,48 @@ static Py_ssize_t put_decimal(char *out, int64_t v) {
 
 static PyObject *decimals(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer prefix, values, suffix;
+    PyObject *prefix_arg;
+    Py_buffer values, suffix, runs = {0};
     Py_ssize_t offset, n;
-    if (!PyArg_ParseTuple(args, "y*y*nny*", &prefix, &values, &offset, &n, &suffix)) return NULL;
-    PyObject *res = NULL;
+    if (!PyArg_ParseTuple(args, "Oy*nny*", &prefix_arg, &values, &offset, &n, &suffix)) return NULL;
+    PyObject *res = NULL, *prefixes = NULL;
     Buf offs = {0}, data = {0};
-    if (offset < 0 || n < 0 || (offset + n) > values.len / 8) {
-        PyErr_SetString(PyExc_ValueError, "values shorter than offset + n");
+    int32_t one_run[1];
+    const int32_t *counts = one_run;
+    Py_ssize_t nruns = 1, longest = 0;
+    if (PyTuple_Check(prefix_arg)) { /* (list of bytes, int32 run lengths): a prefix per run */
+        PyObject *list;
+        if (!PyArg_ParseTuple(prefix_arg, "Oy*", &list, &runs)) goto done;
+        if (!(prefixes = PySequence_Fast(list, "prefixes must be a sequence"))) goto done;
+        nruns = PySequence_Fast_GET_SIZE(prefixes);
+        counts = (const int32_t *)runs.buf;
+        if (runs.len != nruns * 4) {
+            PyErr_SetString(PyExc_ValueError, "one run length per prefix");
+            goto done;
+        }
+    } else {
+        if (!(prefixes = PyTuple_Pack(1, prefix_arg))) goto done;
+        one_run[0] = (int32_t)n;
+        if (n > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
+            goto done;
+        }
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t r = 0; r < nruns; r++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(prefixes, r);
+        if (!PyBytes_Check(p) || counts[r] < 0) {
+            PyErr_SetString(PyExc_TypeError, "prefixes are bytes, run lengths non-negative");
+            goto done;
+        }
+        if (PyBytes_GET_SIZE(p) > longest) longest = PyBytes_GET_SIZE(p);
+        total += counts[r];
+    }
+    if (offset < 0 || n < 0 || total != n || (offset + n) > values.len / 8) {
+        PyErr_SetString(PyExc_ValueError, "values shorter than offset + n, or runs that do not add up to n");
         goto done;
     }
-    Py_ssize_t each = prefix.len + 21 + suffix.len; /* 21: sign and 20 digits at the most */
+    Py_ssize_t each = longest + 21 + suffix.len; /* 21: sign and 20 digits at the most */
     if (n && each > (INT32_MAX - 1) / n) {
         PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
         goto done;
@@ -411,15 +800,20 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
     const int64_t *v = (const int64_t *)values.buf + offset;
     int32_t *o = (int32_t *)offs.p;
     char *d = data.p;
-    Py_ssize_t at = 0;
+    Py_ssize_t at = 0, i = 0;
     o[0] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(d + at, prefix.buf, (size_t)prefix.len);
-        at += prefix.len;
-        at += put_decimal(d + at, v[i]);
-        memcpy(d + at, suffix.buf, (size_t)suffix.len);
-        at += suffix.len;
-        o[i + 1] = (int32_t)at;
+    for (Py_ssize_t r = 0; r < nruns; r++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(prefixes, r);
+        const char *pre = PyBytes_AS_STRING(p);
+        size_t plen = (size_t)PyBytes_GET_SIZE(p);
+        for (int32_t k = 0; k < counts[r]; k++, i++) {
+            memcpy(d + at, pre, plen);
+            at += (Py_ssize_t)plen;
+            at += put_decimal(d + at, v[i]);
+            memcpy(d + at, suffix.buf, (size_t)suffix.len);
+            at += suffix.len;
+            o[i + 1] = (int32_t)at;
+        }
     }
     offs.len = (n + 1) * 4;
     data.len = at;
@@ -427,18 +821,27 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
 done:
     free(offs.p);
     free(data.p);
-    PyBuffer_Release(&prefix);
+    Py_XDECREF(prefixes);
+    if (runs.obj) PyBuffer_Release(&runs);
     PyBuffer_Release(&values);
     PyBuffer_Release(&suffix);
     return res;
 }
 
 static PyMethodDef methods[] = {
-    {"v2_records", v2_records, METH_VARARGS, "Read the records of a v2 batch body column-wise."},
+    {"record_sets", record_sets, METH_VARARGS, "Read the batches of record sets, their records column-wise."},
     {"decimals", decimals, METH_VARARGS, "prefix + str(v) + suffix for int64 values, as an Arrow string column."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__records(void) {
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
+    crc_init();
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+    return PyModule_Create(&module);
+}

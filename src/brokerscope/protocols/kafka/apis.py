@@ -61,29 +61,30 @@ def decode_response(frame: bytes, p: Pending, plan: schema.Plan):
 def produce_request(conv: KafkaConversation, body, h: RequestHeader, pend: Pending, ts0: int):
     """The produced messages, held in the pending request until the response gives their offsets."""
     status, err = base.OK, None
-    cap = conv.ctx.max_decompressed_bytes
-    pol = conv.ctx.payload
-    for t in body.get("TopicData") or ():
-        tname = conv.resolve_topic(t.get("Name"), t.get("TopicId"))
-        for part in t.get("PartitionData") or ():
-            pidx = part.get("Index")
-            raw = part.get("Records")
-            if raw is None:
-                continue
-            rs = rec.read_record_set(raw, cap)
-            part["Records"] = R.records_summary(rs)
-            if rs.error and status == base.OK:
-                status, err = rs.status, f"{tname}-{pidx}: {rs.error}"
-            if rs.partial_tail and status == base.OK:
-                status, err = base.TRUNCATED, f"{tname}-{pidx}: incomplete batch in a produce request"
-            for b in rs.batches:
-                if b.status != base.OK and status == base.OK:
-                    status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
-                rows = R.message_rows(
-                    b, pol, "produce", tname, pidx, h.correlation_id, ts0, False, frames=pend.frames
-                )
-                pend.held_bytes += b.cols.payload_bytes if b.cols is not None else 0
-                pend.produce.append((tname, pidx, b, rows))
+    parts = [
+        (conv.resolve_topic(t.get("Name"), t.get("TopicId")), part)
+        for t in body.get("TopicData") or ()
+        for part in t.get("PartitionData") or ()
+        if part.get("Records") is not None
+    ]
+    sets = rec.read_record_sets([part["Records"] for _t, part in parts], conv.ctx.max_decompressed_bytes)
+    picks: list[R.Pick] = []
+    for (tname, part), rs in zip(parts, sets):
+        pidx = part.get("Index")
+        part["Records"] = R.records_summary(rs)
+        if rs.error and status == base.OK:
+            status, err = rs.status, f"{tname}-{pidx}: {rs.error}"
+        if rs.partial_tail and status == base.OK:
+            status, err = base.TRUNCATED, f"{tname}-{pidx}: incomplete batch in a produce request"
+        for b in rs.batches:
+            if b.status != base.OK and status == base.OK:
+                status, err = b.status, f"{tname}-{pidx} batch at {b.base_offset}: {b.error}"
+            pend.held_bytes += b.payload_bytes
+            pend.produce.append((tname, pidx, b))
+            picks.append((b, tname, pidx, None, None))
+    pend.produced = R.message_blocks(
+        picks, conv.ctx.payload, "produce", h.correlation_id, ts0, False, pend.frames
+    )
     return status, err
 
 
@@ -156,66 +157,57 @@ def produce_response(conv: KafkaConversation, body, p: Pending, corr, ts0, laten
             bo = part.get("BaseOffset")
             acked[(tname, pidx)] = (ec, bo)
             pid = seq = None
-            for tt, pp, b, _rows in p.produce:
+            for tt, pp, b in p.produce:
                 if tt == tname and pp == pidx and b.magic >= 2:
                     pid, seq = b.producer_id, b.base_sequence
                     break
             extra.append(R.produce_ack(ts0, tname, pidx, part, ec, bo, pid, seq, corr, latency_us))
     pos_in_part: dict[tuple, int] = {}
-    for tt, pp, _b, rows in p.produce:
-        ec, bo = acked.get((tt, pp), (None, None))
-        for _tbl, blk in rows:
-            n = pos_in_part.get((tt, pp), 0)
-            pos_in_part[(tt, pp)] = n + blk.n
-            if ec == 0 and bo is not None and bo >= 0:
-                R.with_offsets(blk, tt, pp, bo + n)
-            extra.append(("messages", blk))
+    for _tbl, blk in p.produced:
+        R.with_offsets(blk, acked, pos_in_part)
+        extra.append(("messages", blk))
 
 
 def fetch_response(conv: KafkaConversation, body, p: Pending, corr, ts0, latency_us, extra):
     """The records delivered (from the offset asked for; under read_committed, without those of
     aborted transactions) and the transaction markers among them."""
     status, err = base.OK, None
-    cap = conv.ctx.max_decompressed_bytes
-    pol = conv.ctx.payload
+    parts = []
     for t in body.get("Responses") or ():
         tk = t.get("Topic") or t.get("TopicId")
         tname = conv.resolve_topic(t.get("Topic"), t.get("TopicId"))
         for part in t.get("Partitions") or ():
-            pidx = part.get("PartitionIndex")
             raw = part.get("Records")
-            if not raw:
-                if raw is not None:
-                    part["Records"] = R.records_summary(rec.RecordSet([]))
-                continue
-            rs = rec.read_record_set(raw, cap)
-            part["Records"] = R.records_summary(rs)
-            if status == base.OK:
-                status, err = R.first_error(rs, f"{tname}-{pidx}")
-            min_off = p.fetch_offsets.get((tk, pidx))
-            # read_committed: records of aborted transactions are dropped by the consumer
-            # (AbortedTransactions lists producer id and first offset; the ABORT marker ends it)
-            aborted = {
-                a.get("ProducerId"): a.get("FirstOffset") for a in part.get("AbortedTransactions") or ()
-            }
-            aborting: set = set()
-            for b in rs.batches:
-                if p.read_committed and b.transactional and b.producer_id in aborted:
-                    if b.control:
-                        aborting.discard(b.producer_id)
-                        aborted.pop(b.producer_id, None)
-                    elif b.base_offset >= aborted[b.producer_id]:
-                        aborting.add(b.producer_id)
+            if raw:
+                parts.append((t, tk, tname, part))
+            elif raw is not None:
+                part["Records"] = R.records_summary(rec.RecordSet([]))
+    sets = rec.read_record_sets([part["Records"] for *_x, part in parts], conv.ctx.max_decompressed_bytes)
+    picks: list[R.Pick] = []
+    for (t, tk, tname, part), rs in zip(parts, sets):
+        pidx = part.get("PartitionIndex")
+        part["Records"] = R.records_summary(rs)
+        if status == base.OK:
+            status, err = R.first_error(rs, f"{tname}-{pidx}")
+        min_off = p.fetch_offsets.get((tk, pidx))
+        # read_committed: records of aborted transactions are dropped by the consumer
+        # (AbortedTransactions lists producer id and first offset; the ABORT marker ends it)
+        aborted = {a.get("ProducerId"): a.get("FirstOffset") for a in part.get("AbortedTransactions") or ()}
+        aborting: set = set()
+        for b in rs.batches:
+            if p.read_committed and b.transactional and b.producer_id in aborted:
                 if b.control:
-                    extra.append(R.txn_marker_ack(ts0, tname, t.get("TopicId"), pidx, b, corr))
-                    continue
-                if b.producer_id in aborting:
-                    continue
-                extra.extend(
-                    R.message_rows(
-                        b, pol, "deliver", tname, pidx, corr, ts0, True, min_off, t.get("TopicId"), p.frames
-                    )
-                )
+                    aborting.discard(b.producer_id)
+                    aborted.pop(b.producer_id, None)
+                elif b.base_offset >= aborted[b.producer_id]:
+                    aborting.add(b.producer_id)
+            if b.control:
+                extra.append(R.txn_marker_ack(ts0, tname, t.get("TopicId"), pidx, b, corr))
+                continue
+            if b.producer_id in aborting:
+                continue
+            picks.append((b, tname, pidx, t.get("TopicId"), min_off))
+    extra.extend(R.message_blocks(picks, conv.ctx.payload, "deliver", corr, ts0, True, p.frames))
     return status, err
 
 

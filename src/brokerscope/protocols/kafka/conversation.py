@@ -46,7 +46,8 @@ class Pending:
     topic: str | None
     partition: int | None
     client_id: str | None
-    produce: list = field(default_factory=list)  # [(topic, partition, Batch, [message rows])]
+    produce: list = field(default_factory=list)  # [(topic, partition, Batch)]
+    produced: list = field(default_factory=list)  # their messages rows (rows.MessageBlock)
     commits: list = field(default_factory=list)  # [(topic, partition, offset)]
     group: str | None = None
     producer_id: int | None = None
@@ -326,8 +327,7 @@ class KafkaConversation(Conversation):
         out.append(("commands", row))
         acks0 = key == ApiKey.Produce and body.get("Acks") == 0
         if acks0:
-            for _t, _p, _b, mrows in pend.produce:
-                out.extend(mrows)
+            out.extend(pend.produced)
         else:
             self._add_pending(h.correlation_id, pend, out)
 
@@ -415,8 +415,7 @@ class KafkaConversation(Conversation):
             row.update(decode_status=status, decode_error=why)
             row["raw"] = self.ctx.raw(frame, typed=self._typed(S2C, p.api_key))
             out.extend([("commands", row), ("latencies", lat)])
-            for _t, _p, _b, mrows in p.produce:
-                out.extend(mrows)
+            out.extend(p.produced)
             return
         if p.api_key == ApiKey.ApiVersions and body.get("_answered_in_v0"):
             plan = schema.plan(ApiKey.ApiVersions, 0, "response")

@@ -30,23 +30,20 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-import crc32c as _crc32c
 import pyarrow as pa
 
 from ... import native, tables
 from .. import base
 
-_records = native.load(__package__, "_records")  # compiled from _records.c: the v2 record walk
+_records = native.load(__package__, "_records")  # compiled from _records.c: the record set walk
 
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
-_V2_HEADER = struct.Struct(">qiiBIhiqqqhii")  # baseOffset .. recordCount, 61 bytes
-V2_HEADER_SIZE = _V2_HEADER.size
 _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 bytes)
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
 _HEADERS = pa.list_(tables.HEADER)
 
 
@@ -173,7 +170,7 @@ def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> p
 
 def int64_range(first: int, n: int) -> pa.Array | list[int]:
     """first, first + 1, ... (n values) as an int64 array; a list where they pass int64."""
-    if first + n - 1 > _INT64_MAX or first < -_INT64_MAX - 1:
+    if first + n - 1 > INT64_MAX or first < -INT64_MAX - 1:
         return list(range(first, first + n))
     return _int64(n, array.array("q", range(first, first + n)))
 
@@ -183,30 +180,55 @@ def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> p
     return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=nulls)
 
 
-def _v2_columns(
-    body: bytes, count: int, base_offset: int, base_ts: int, base_seq: int
-) -> tuple[Columns, int, str | None, str]:
-    """The records of a v2 batch body (the compiled walk, _records.c), the position it stopped at
-    and, when it stopped early, the error and status."""
-    w = _records.v2_records(body, count, base_offset, base_ts, base_seq)
-    n = w["n"]
-    delta = _int64(n, w["delta"])
-    value = _binary(w["value"])
-    ts_valid, ts_data, ts_nulls = w["ts_ns"]
-    if w["overflow"]:  # a delta past int64: Python ints, as the tables expect them
-        deltas = delta.to_pylist()
-        ts = [base_ts + d for d in _int64(n, w["ts_delta"]).to_pylist()]
-        offset: pa.Array | list = [base_offset + d for d in deltas]
-        timestamp: pa.Array | list = ts
-        ts_ns: pa.Array | list = [None if t < 0 else t * 1_000_000 for t in ts]
-        sequence = None if base_seq < 0 else [base_seq + d for d in deltas]
-    else:
-        offset = _int64(n, w["offset"])
-        timestamp = _int64(n, w["timestamp"])
-        ts_ns = _int64(n, ts_data, ts_valid, ts_nulls)
-        sequence = None if w["sequence"] is None else _int64(n, w["sequence"])
-    headers = None
-    if len(w["header_offsets"]) > 4 and w["header_offsets"][-4:] != b"\0\0\0\0":
+_CHUNK_COLUMNS = (
+    "offset",
+    "delta",
+    "timestamp",
+    "ts_ns",
+    "sequence",
+    "key",
+    "value",
+    "value_size",
+    "headers",
+)
+
+
+class Chunk:
+    """The records of the v2 batches one `record_sets` call walked (or a part of them, where a
+    binary column's 2 GiB ends it): each column an Arrow array over all its batches, built once,
+    when first asked for (`col`)."""
+
+    __slots__ = ("w", "n", "_arrays", "_cols", "header_offsets", "key_offsets", "value_offsets")
+
+    def __init__(self, w: dict):
+        self.w = w
+        self.n = w["n"]
+        self._arrays: dict[str, pa.Array] = {}
+        self._cols: Columns | None = None
+        self.header_offsets = memoryview(w["header_offsets"]).cast("i")
+        self.key_offsets = memoryview(w["key"][1]).cast("i")
+        self.value_offsets = memoryview(w["value"][1]).cast("i")
+
+    def col(self, name: str) -> pa.Array:
+        """Column `name` of Columns (_CHUNK_COLUMNS) over all the chunk's records."""
+        a = self._arrays.get(name)
+        if a is None:
+            a = self._arrays[name] = self._build(name)
+        return a
+
+    def _build(self, name: str) -> pa.Array:
+        w, n = self.w, self.n
+        if name in ("offset", "delta", "timestamp"):
+            return _int64(n, w[name])
+        if name in ("ts_ns", "sequence"):  # null where negative (no time), no base sequence
+            valid, data, nulls = w[name]
+            return _int64(n, data, valid, nulls)
+        if name in ("key", "value"):
+            return _binary(w[name])
+        if name == "value_size":  # null where the value is
+            value = self.col("value")
+            bufs = [value.buffers()[0], pa.py_buffer(w["value_size"])]
+            return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=value.null_count)
         if w["header_keys_utf8"]:
             hk = _binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
@@ -215,25 +237,53 @@ def _v2_columns(
         entries = pa.Array.from_buffers(
             tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
         )
-        headers = pa.Array.from_buffers(
+        return pa.Array.from_buffers(
             _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
         )
-    value_size = pa.Array.from_buffers(
-        pa.int64(), n, [value.buffers()[0], pa.py_buffer(w["value_size"])], null_count=value.null_count
-    )
-    cols = Columns(
-        offset,
-        delta,
-        timestamp,
-        ts_ns,
-        sequence,
-        _binary(w["key"]),
-        value,
-        value_size,
-        headers,
-        min_offset=base_offset + w["min_delta"] if n else None,
-    )
-    return cols, w["end"], w["error"], w["status"]
+
+    @property
+    def cols(self) -> Columns:
+        """Every column (a batch's own Columns are slices of these)."""
+        if self._cols is None:
+            self._cols = Columns(*(self.col(k) for k in _CHUNK_COLUMNS))
+        return self._cols
+
+    def has_headers(self, first: int, n: int) -> bool:
+        return self.header_offsets[first + n] != self.header_offsets[first]
+
+    def payload_bytes(self, first: int, n: int) -> int:
+        """Bytes of the keys and values of records first .. first + n - 1."""
+        k, v = self.key_offsets, self.value_offsets
+        return k[first + n] - k[first] + v[first + n] - v[first]
+
+    def columns(self, first: int, n: int, b: Batch, min_delta: int) -> Columns:
+        """Records first .. first + n - 1 (those of batch `b`) as the batch's own Columns."""
+        c = self.cols
+        return Columns(
+            c.offset.slice(first, n),
+            c.delta.slice(first, n),
+            c.timestamp.slice(first, n),
+            c.ts_ns.slice(first, n),
+            c.sequence.slice(first, n) if b.base_sequence >= 0 else None,
+            c.key.slice(first, n),
+            c.value.slice(first, n),
+            c.value_size.slice(first, n),
+            c.headers.slice(first, n) if self.has_headers(first, n) else None,
+            min_offset=b.base_offset + min_delta if n else None,
+        )
+
+    def overflowed(self, first: int, n: int, b: Batch) -> Columns:
+        """The Columns of a batch whose offsets, times or sequences pass int64: Python ints, as
+        the tables expect them (they note the values that do not fit)."""
+        c = self.columns(first, n, b, 0)
+        deltas = c.delta.to_pylist()
+        ts = [b.base_timestamp + d for d in memoryview(self.w["ts_delta"]).cast("q")[first : first + n]]
+        c.offset = [b.base_offset + d for d in deltas]
+        c.timestamp = ts
+        c.ts_ns = [None if t < 0 else t * 1_000_000 for t in ts]
+        c.sequence = None if b.base_sequence < 0 else [b.base_sequence + d for d in deltas]
+        c.min_offset = b.base_offset + min(deltas) if n else None
+        return c
 
 
 @dataclass
@@ -257,11 +307,33 @@ class Batch:
     transactional: bool = False
     control: bool = False
     record_count: int = 0
-    cols: Columns | None = None  # the records read (all of them, or those before an error)
+    own: Columns | None = None  # its records as Columns of its own (`cols`)
     control_type: str | None = None  # ABORT | COMMIT for control batches
     coordinator_epoch: int | None = None
     error: str | None = None  # set when the batch could not be fully read
     status: str = "ok"  # decode_status of the batch
+    # v2: where its records are, (Chunk, first row, rows, smallest offset delta); the tables
+    # take the rows of consecutive batches from the chunk at once (rows.message_blocks)
+    span: tuple[Chunk, int, int, int] | None = None
+
+    @property
+    def cols(self) -> Columns | None:
+        """The records read (all of them, or those before an error); None when none could be."""
+        if self.own is None and self.span is not None:
+            chunk, first, n, min_delta = self.span
+            self.own = chunk.columns(first, n, self, min_delta)
+        return self.own
+
+    @cols.setter
+    def cols(self, value: Columns | None) -> None:
+        self.own = value
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of its records' keys and values."""
+        if self.own is None and self.span is not None:
+            return self.span[0].payload_bytes(self.span[1], self.span[2])
+        return self.own.payload_bytes if self.own is not None else 0
 
     @property
     def records(self) -> list[Record]:
@@ -450,6 +522,9 @@ def _unzstd(data: bytes, cap: int) -> bytes:
     return out
 
 
+_VIEW_CODECS = (1, 3, 4)  # gzip, lz4, zstd read a memoryview as they read bytes
+
+
 def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
     """Decompress a batch's records (v2) or a wrapper's value (v0/v1), at most `cap` bytes out."""
     try:
@@ -474,61 +549,32 @@ def decompress(codec: int, data: bytes, cap: int, magic: int = 2) -> bytes:
 # v2
 
 
-def _read_v2(buf: bytes, pos: int, size: int, cap: int, verify_crc: bool = True) -> Batch:
-    (
-        base_offset,
-        _length,
-        leader_epoch,
-        magic,
-        crc,
-        attributes,
-        last_delta,
-        base_ts,
-        max_ts,
-        pid,
-        epoch,
-        base_seq,
-        count,
-    ) = _V2_HEADER.unpack_from(buf, pos)
-    end = pos + size
-    codec_id = attributes & 0x07
-    b = Batch(
-        base_offset=base_offset,
-        magic=magic,
-        size=size,
-        codec=CODECS.get(codec_id, f"codec{codec_id}"),
-        attributes=attributes,
-        timestamp_type="log_append" if attributes & 0x08 else "create",
-        partition_leader_epoch=leader_epoch,
-        last_offset_delta=last_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=base_seq,
-        transactional=bool(attributes & 0x10),
-        control=bool(attributes & 0x20),
-        record_count=count,
-    )
-    if verify_crc:
-        b.crc_ok = _crc32c.crc32c(buf[pos + 21 : end]) == crc
-        if not b.crc_ok:
-            b.status, b.error = "checksum_mismatch", f"CRC-32C mismatch (stored {crc:#010x})"
-    body = buf[pos + V2_HEADER_SIZE : end]
+def _decompress_v2(codec: int, data: memoryview, cap: int) -> bytes | tuple[str, str]:
+    """What _records.record_sets calls for a compressed v2 body (a view of the record set, valid
+    during the call): its records' bytes, or (error, status)."""
     try:
-        if codec_id:
-            body = decompress(codec_id, bytes(body), cap, magic)
-        if count < 0 or count > len(body):
-            raise RecordError(f"record count {count} impossible for {len(body)} bytes")
-        b.cols, p, error, status = _v2_columns(body, count, base_offset, base_ts, base_seq)
-        if error:
-            raise RecordError(error, status)
-        if p != len(body):
-            raise RecordError(f"{len(body) - p} bytes after the last record")
+        return decompress(codec, data if codec in _VIEW_CODECS else bytes(data), cap, 2)
     except RecordError as e:
+        return str(e), e.status
+
+
+def _v2_batch(t: tuple, chunks: list[Chunk]) -> Batch:
+    """A v2 batch from the walk's tuple (_records.c says what it holds)."""
+    crc, chunk, first, n, min_delta, overflow, error, status = t[:8]
+    b = Batch(*t[8:])
+    b.codec = CODECS.get(b.codec) or f"codec{b.codec}"
+    crc_ok = b.crc_ok
+    if not crc_ok:
+        b.status, b.error = "checksum_mismatch", f"CRC-32C mismatch (stored {crc:#010x})"
+    if error is not None:
         if b.status == "ok":
-            b.status = e.status
-        b.error = (b.error + "; " if b.error else "") + str(e)
+            b.status = status
+        b.error = (b.error + "; " if b.error else "") + error
+    if n >= 0:
+        if overflow:
+            b.own = chunks[chunk].overflowed(first, n, b)
+        else:
+            b.span = (chunks[chunk], first, n, min_delta)
     if b.control and b.records:
         r = b.records[0]
         if r.key and len(r.key) >= 4:
@@ -628,29 +674,26 @@ def read_record_set(data: bytes | memoryview, cap: int = 64 * 1024 * 1024, _dept
     """Every batch in a `records` field. An incomplete last batch is counted in `partial_tail`
     (brokers cut Fetch responses at a size limit); a batch that fails keeps its header info and
     `status`/`error`, and the walk continues with the next one."""
-    buf = data
-    n = len(buf)
-    pos = 0
-    rs = RecordSet([])
-    while pos < n:
-        if pos + 17 > n:
-            rs.partial_tail = n - pos
-            break
-        length = _I32.unpack_from(buf, pos + 8)[0]
-        magic = buf[pos + 16]
-        size = 12 + length
-        min_len = 49 if magic >= 2 else 14
-        if length < min_len or magic > 2:
-            rs.error = f"bad batch header at byte {pos}: length {length}, magic {magic}"
-            rs.status = "malformed"
-            break
-        if pos + size > n:
-            rs.partial_tail = n - pos
-            break
-        if magic == 2:
-            b = _read_v2(buf, pos, size, cap)
-        else:
-            b = _read_legacy(buf, pos, size, cap, _depth)
-        rs.batches.append(b)
-        pos += size
-    return rs
+    return read_record_sets([data], cap, _depth)[0]
+
+
+def read_record_sets(datas: list, cap: int = 64 * 1024 * 1024, _depth: int = 0) -> list[RecordSet]:
+    """`read_record_set` of each of `datas` (a frame's partitions), walked by one compiled call:
+    the records of all their v2 batches are rows of the same chunks of columns."""
+    w = _records.record_sets(datas, cap, _decompress_v2)
+    chunks = [Chunk(c) for c in w["chunks"]] if _has_v2(w) else []
+    out = []
+    for data, (tail, error, status, batches) in zip(datas, w["sets"]):
+        rs = RecordSet([], tail, error, status or "ok")
+        for t in batches:
+            if len(t) == 3:  # v0/v1: (pos, size, magic)
+                rs.batches.append(_read_legacy(data, t[0], t[1], cap, _depth))
+            else:
+                rs.batches.append(_v2_batch(t, chunks))
+        out.append(rs)
+    return out
+
+
+def _has_v2(w: dict) -> bool:
+    """Whether the walk read a v2 batch's records (even none): its batches need the chunks."""
+    return any(len(t) > 3 and t[3] >= 0 for _tail, _e, _s, batches in w["sets"] for t in batches)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from ... import tables
@@ -121,6 +122,9 @@ def records_summary(rs: rec.RecordSet) -> dict:
     return d
 
 
+_SCALARS = frozenset({int, str, bool, float, type(None)})  # values clean passes on as they are
+
+
 def clean(o, records: frozenset = frozenset(), cap: int = 0):
     """Copy a decoded body for details, redacting secret fields and sensitive config values and
     summarizing record sets (fields named in `records` that still hold bytes)."""
@@ -131,6 +135,8 @@ def clean(o, records: frozenset = frozenset(), cap: int = 0):
         for k, v in o.items():
             if k in SECRET_FIELDS and isinstance(v, bytes | str):
                 out[k] = base.redacted(v)
+            elif v.__class__ in _SCALARS:
+                out[k] = v
             elif k in records and isinstance(v, bytes):
                 out[k] = records_summary(rec.read_record_set(v, cap))
             else:
@@ -140,7 +146,7 @@ def clean(o, records: frozenset = frozenset(), cap: int = 0):
                 out["Value"] = base.redacted(out["Value"])
         return out
     if isinstance(o, list):
-        return [clean(v, records, cap) for v in o]
+        return [v if v.__class__ in _SCALARS else clean(v, records, cap) for v in o]
     return o
 
 
@@ -178,12 +184,171 @@ def unanswered(p: Pending, corr: int) -> list[Row]:
             },
         )
     ]
-    for _t, _p, _b, mrows in p.produce:
-        rows.extend(mrows)
+    rows.extend(p.produced)
     return rows
 
 
 # -- messages -------------------------------------------------------------------------------------
+class MessageBlock(tables.Block):
+    """`messages` rows of consecutive batches: `parts` lists whose rows they are, in order, as
+    (topic, partition, rows): a produce response gives each partition's offsets (with_offsets)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, n: int, cols: dict, const: dict, parts: list[tuple]):
+        super().__init__(n, cols, const)
+        self.parts = parts
+
+
+# a pick: a batch whose records become messages rows, (batch, topic, partition, topic id, the
+# smallest offset delivered or None)
+Pick = tuple[rec.Batch, str | None, int | None, str | None, int | None]
+
+
+def message_blocks(
+    picks: list[Pick], pol: PayloadPolicy, direction: str, corr, ts_ns, with_offset: bool, frames: dict
+) -> list[Row]:
+    """The `messages` rows of a frame's batches, in order: consecutive v2 batches of one topic
+    whose records one walk read (`Batch.span`) as one block, each other batch as message_rows
+    makes it. The rows are those message_rows gives batch by batch."""
+    out: list[Row] = []
+    i = 0
+    while i < len(picks):
+        b, topic, _p, topic_id, _m = picks[i]
+        j = i
+        if b.span is not None and not b.control:
+            chunk = b.span[0]
+            while j < len(picks):
+                bj, tj, _pj, tid_j, _mj = picks[j]
+                if (
+                    bj.span is None
+                    or bj.span[0] is not chunk
+                    or bj.control
+                    or tj != topic
+                    or tid_j != topic_id
+                ):
+                    break
+                j += 1
+        if j - i > 1:
+            out.extend(_block(picks[i:j], pol, direction, corr, ts_ns, with_offset, frames))
+            i = j
+            continue
+        b, topic, partition, topic_id, min_offset = picks[i]
+        out.extend(
+            message_rows(
+                b, pol, direction, topic, partition, corr, ts_ns, with_offset, min_offset, topic_id, frames
+            )
+        )
+        i += 1
+    return out
+
+
+def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_offset, frames) -> list[Row]:
+    """One block of the records of batches `picks` (v2, of one chunk and topic, not control)."""
+    chunk = picks[0][0].span[0]
+    col = chunk.col
+    parts: list[tuple] = []  # (batch, partition, first row, rows, kept rows: None = all)
+    for b, _t, partition, _tid, min_offset in picks:
+        _c, first, n, min_delta = b.span
+        keep = None
+        if n and min_offset is not None and b.base_offset + min_delta < min_offset:
+            offs = col("offset").slice(first, n).to_numpy(zero_copy_only=True)
+            keep = first + np.flatnonzero(offs >= min_offset)
+        k = n if keep is None else len(keep)
+        if k:
+            parts.append((b, partition, first, n, keep))
+    if not parts:
+        return []
+    contiguous = all(keep is None for *_x, keep in parts) and all(
+        parts[x][2] + parts[x][3] == parts[x + 1][2] for x in range(len(parts) - 1)
+    )
+    if contiguous:
+        start = parts[0][2]
+        total = parts[-1][2] + parts[-1][3] - start
+
+        def pick(col: pa.Array) -> pa.Array:
+            return col.slice(start, total)
+    else:
+        idx = pa.array(
+            np.concatenate([np.arange(f, f + n) if keep is None else keep for _b, _p, f, n, keep in parts]),
+            pa.int64(),
+        )
+        total = len(idx)
+
+        def pick(col: pa.Array) -> pa.Array:
+            return col.take(idx)
+
+    counts = [n if keep is None else len(keep) for _b, _p, _f, n, keep in parts]
+    batches = [x[0] for x in parts]
+    topic, topic_id = picks[0][1], picks[0][3]
+    unnamed = topic is None and topic_id is not None
+    const = _block_const(ts_ns, direction, topic, corr, frames)
+    delta = pick(col("delta"))
+    cols: dict = {
+        "key": pol.key_column(pick(col("key"))),
+        "message_ts_ns": pick(col("ts_ns")),
+        # the batch-level fields, then each record's offset delta
+        "details": _decimal_runs([_details_head(b) for b in batches], counts, delta, "}"),
+    }
+    _per_batch(const, "partition", [x[1] for x in parts], counts)
+    _per_batch(const, "producer_id", [b.producer_id for b in batches], counts)
+    _per_batch(const, "producer_epoch", [b.producer_epoch for b in batches], counts)
+    _per_batch(const, "compression", [b.codec for b in batches], counts)
+    _per_batch(const, "decode_status", [b.status for b in batches], counts)
+    _per_batch(const, "decode_error", [b.error for b in batches], counts)
+    _per_batch(const, "checksum_ok", [b.crc_ok for b in batches], counts)
+    if any(chunk.has_headers(f, n) for _b, _p, f, n, _k in parts):
+        cols["headers"] = pick(col("headers"))
+    else:
+        const["headers"] = []
+    if all(b.base_sequence < 0 for b in batches):
+        const["sequence"] = None
+    else:
+        cols["sequence"] = pick(col("sequence"))
+    if unnamed:
+        const["topic_id"] = topic_id
+    if with_offset:
+        offset = pick(col("offset"))
+        cols["offset"] = offset
+        if unnamed:
+            const["message_id"] = None
+        else:
+            cols["message_id"] = _decimal_runs([f"{topic}-{x[1]}@" for x in parts], counts, offset)
+    cols.update(pol.value_columns(pick(col("value")), pick(col("value_size"))))
+    who = [(topic, x[1], k) for x, k in zip(parts, counts)]
+    return [("messages", MessageBlock(total, cols, const, who))]
+
+
+def _per_batch(const: dict, name: str, values: list, counts: list[int]) -> None:
+    """A batch-level field of a block's rows: a constant where every batch has the same value,
+    else each batch's value over its rows (tables.PerRun)."""
+    if values.count(values[0]) == len(values):  # one type per field: 1 == True cannot mix
+        const[name] = values[0]
+    else:
+        const[name] = tables.PerRun(values, counts)
+
+
+def _decimal_runs(
+    prefixes: list[str], counts: list[int], values: pa.Array, suffix: str = ""
+) -> pa.Array | list:
+    """`prefix + str(v) + suffix` for each value, the prefix of each run of `counts` values."""
+    if len(prefixes) == 1:
+        return rec.decimal_strings(prefixes[0], values, suffix)
+    try:
+        heads = [p.encode() for p in prefixes]
+        tail = suffix.encode()
+    except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
+        heads = None
+    if heads is None or values.null_count or values.type != pa.int64():
+        pre = [p for p, k in zip(prefixes, counts) for _ in range(k)]
+        return [f"{p}{v}{suffix}" for p, v in zip(pre, values.to_pylist())]
+    runs = np.asarray(counts, np.int32).tobytes()
+    offsets, data = rec._records.decimals(
+        (heads, runs), values.buffers()[1], values.offset, len(values), tail
+    )
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def message_rows(
     b: rec.Batch,
     pol: PayloadPolicy,
@@ -197,7 +362,7 @@ def message_rows(
     topic_id: str | None = None,
     frames: dict | None = None,
 ) -> list[Row]:
-    """The `messages` rows of a (non-control) batch's records, as one block (tables.Block), key
+    """The `messages` rows of a (non-control) batch's records, as one block (MessageBlock), key
     and value under the payload policy `pol`; none before `min_offset`. `frames`: the carrying
     frame's first_frame / last_frame (ConnInfo.frame_range), constants of the block."""
     c = b.cols
@@ -210,20 +375,15 @@ def message_rows(
     # a topic known only by id on this connection: the pipeline names it from the Metadata
     # responses of the whole capture set (topics.resolve_topic_ids), message_id with it
     unnamed = topic is None and topic_id is not None
-    const = {
-        "ts_ns": ts_ns,
-        "direction": direction,
-        "source": "capture",
-        "topic": topic,
-        "partition": partition,
-        "producer_id": b.producer_id if b.magic >= 2 else None,
-        "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
-        "compression": b.codec,
-        "correlation_id": corr,
-        "decode_status": b.status,
-        "decode_error": b.error,
-        **(frames or {}),
-    }
+    const = _block_const(ts_ns, direction, topic, corr, frames)
+    const.update(
+        partition=partition,
+        producer_id=b.producer_id if b.magic >= 2 else None,
+        producer_epoch=b.producer_epoch if b.magic >= 2 else None,
+        compression=b.codec,
+        decode_status=b.status,
+        decode_error=b.error,
+    )
     cols: dict = {
         "key": pol.key_column(c.key),
         "message_ts_ns": c.ts_ns,
@@ -251,19 +411,30 @@ def message_rows(
         else:
             cols["message_id"] = _message_ids(topic, partition, c.offset)
     cols.update(pol.value_columns(c.value, c.value_size))
-    return [("messages", tables.Block(len(c), cols, const))]
+    return [("messages", MessageBlock(len(c), cols, const, [(topic, partition, len(c))]))]
+
+
+def _block_const(ts_ns, direction: str, topic, corr, frames: dict | None) -> dict:
+    """The constants of every messages block of a frame."""
+    const = {
+        "ts_ns": ts_ns,
+        "direction": direction,
+        "source": "capture",
+        "topic": topic,
+        "correlation_id": corr,
+    }
+    const.update(frames or {})
+    return const
 
 
 def _details_head(b: rec.Batch) -> str:
-    head = base.to_json(
-        {
-            "batch_base_offset": b.base_offset,
-            "magic": b.magic,
-            "transactional": b.transactional,
-            "timestamp_type": b.timestamp_type,
-        }
+    """The batch-level start of a message's `details` (what to_json writes for these fields),
+    open for its offset delta."""
+    return (
+        f'{{"batch_base_offset":{base.json_value(b.base_offset)},"magic":{b.magic},'
+        f'"transactional":{base.json_value(b.transactional)},'
+        f'"timestamp_type":{base.json_value(b.timestamp_type)},"offset_delta":'
     )
-    return head[:-1] + ',"offset_delta":'
 
 
 def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list[str]:
@@ -271,12 +442,45 @@ def _message_ids(topic, partition, offsets: pa.Array | list) -> pa.Array | list[
     return rec.decimal_strings(f"{topic}-{partition}@", offsets)
 
 
-def with_offsets(block: tables.Block, topic, partition, first: int) -> None:
-    """Give produced messages their offsets: `first` and on, in order (the produce response's
-    base offset plus their position in the request)."""
-    offsets = rec.int64_range(first, block.n)
-    block.cols["offset"] = offsets
-    block.cols["message_id"] = _message_ids(topic, partition, offsets)
+def with_offsets(block: MessageBlock, acked: dict, pos: dict) -> None:
+    """Give produced messages their offsets: each partition's (`block.parts`) from the produce
+    response's base offset (`acked`: (error code, base offset) by (topic, partition)) plus their
+    position in the request (`pos`: rows of the partition before this block, updated). Rows of
+    a partition not acknowledged keep none."""
+    starts = []
+    for t, p, k in block.parts:
+        n = pos.get((t, p), 0)
+        pos[(t, p)] = n + k
+        ec, bo = acked.get((t, p), (None, None))
+        starts.append(bo + n if ec == 0 and bo is not None and bo >= 0 else None)
+    if all(s is None for s in starts):
+        return
+    if len(starts) == 1:
+        (t, p, k), first = block.parts[0], starts[0]
+        offsets = rec.int64_range(first, k)
+        block.cols["offset"] = offsets
+        block.cols["message_id"] = _message_ids(t, p, offsets)
+        return
+    counts = [k for _t, _p, k in block.parts]
+    if None not in starts and all(s + k - 1 <= rec.INT64_MAX for s, k in zip(starts, counts)):
+        offsets = pa.array(
+            np.concatenate([np.arange(s, s + k, dtype=np.int64) for s, k in zip(starts, counts)])
+        )
+        block.cols["offset"] = offsets
+        block.cols["message_id"] = _decimal_runs([f"{t}-{p}@" for t, p, _k in block.parts], counts, offsets)
+        return
+    # a partition without offsets, or offsets past int64: values as Python ints, None where none
+    offs: list = []
+    ids: list = []
+    for (t, p, k), s in zip(block.parts, starts):
+        if s is None:
+            offs += [None] * k
+            ids += [None] * k
+        else:
+            offs += range(s, s + k)
+            ids += [f"{t}-{p}@{o}" for o in range(s, s + k)]
+    block.cols["offset"] = offs
+    block.cols["message_id"] = ids
 
 
 # -- acks -----------------------------------------------------------------------------------------
