@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pyarrow as pa
 import pytest
 
 from brokerscope.protocols.base import to_json
@@ -125,7 +126,9 @@ def test_properties_unknown_fields_and_last_value_wins():
     cols = walk_columns(md, data)
     assert cols == want
     assert (
-        cols.key_raw == ["second"] and cols.headers == [[{"key": "k", "value": b""}]] and cols.sequence == [7]
+        cols.key.to_pylist() == [b"second"]
+        and cols.headers.to_pylist() == [[{"key": "k", "value": b""}]]
+        and cols.sequence.to_pylist() == [7]
     )
 
 
@@ -148,16 +151,16 @@ def test_details_say_what_each_message_has(seed):
     cols = walk_columns(md, data)
     common = {"producer_name": "p", "num_messages_in_batch": n}
     got = prows._details(cols, common)
-    for i in range(n):
+    got = got.to_pylist() if isinstance(got, pa.Array) else got
+    for i, s in enumerate(split_batch(md, data)):  # what protobuf reads, message by message
         want = {**common, "batch_index": i}
-        if cols.event_time[i]:
-            want["event_time_ms"] = cols.event_time[i]
-        if cols.ordering_key[i] is not None:
-            want["ordering_key"] = cols.ordering_key[i]
-        if cols.null_value[i]:
+        if s.event_time:
+            want["event_time_ms"] = s.event_time
+        if s.ordering_key is not None:
+            want["ordering_key"] = s.ordering_key
+        if s.null_value:
             want["null_value"] = True
-        raw, key = cols.key_raw[i], cols.key[i]
-        if isinstance(raw, str) and key is not None and raw.encode() != key:
-            want["partition_key_b64"] = raw
-        want.update(cols.extra[i] or {})
+        if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
+            want["partition_key_b64"] = s.key_raw
+        want.update(s.extra)
         assert got[i] == to_json(want)

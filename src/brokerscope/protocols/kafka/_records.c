@@ -33,70 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
-    char *p = realloc(b->p, (size_t)cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (buf_reserve(b, n)) return -1;
-    if (n) memcpy(b->p + b->len, src, (size_t)n);
-    b->len += n;
-    return 0;
-}
-
-/* A binary column: validity bitmap, int32 offsets, data. */
-typedef struct {
-    Buf valid, offs, data;
-    Py_ssize_t n, nulls;
-} Col;
-
-static int col_init(Col *c, Py_ssize_t rows) {
-    memset(c, 0, sizeof *c);
-    int32_t zero = 0;
-    if (buf_reserve(&c->valid, rows / 8 + 1) || buf_reserve(&c->offs, (rows + 1) * 4)) return -1;
-    return buf_put(&c->offs, &zero, 4);
-}
-
-static int col_add(Col *c, const unsigned char *src, int64_t n) { /* n < 0: null */
-    Py_ssize_t i = c->n;
-    if (buf_reserve(&c->valid, i / 8 + 1)) return -1;
-    if (i % 8 == 0) c->valid.p[i / 8] = 0;
-    if (n >= 0) {
-        c->valid.p[i / 8] |= (char)(1 << (i % 8));
-        if (c->data.len + n > INT32_MAX) return -2;
-        if (buf_put(&c->data, src, (Py_ssize_t)n)) return -1;
-    } else {
-        c->nulls++;
-    }
-    c->valid.len = i / 8 + 1;
-    int32_t end = (int32_t)c->data.len;
-    c->n++;
-    return buf_put(&c->offs, &end, 4);
-}
-
-static void col_free(Col *c) {
-    free(c->valid.p);
-    free(c->offs.p);
-    free(c->data.p);
-}
-
-static PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len); }
-
-static PyObject *col_tuple(Col *c) {
-    return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
-}
+#include "../arrowbuf.h" /* Buf, Col, decimal_column */
 
 enum { OK = 0, E_PAST_BATCH, E_VARINT_PAST, E_VARINT_LONG, E_VARINT_WIDE, E_FIELDS_PAST, E_HEADER_COUNT, E_FIELD_PAST,
        E_LENGTH, E_MEMORY, E_TOO_BIG };
@@ -373,60 +310,18 @@ static PyObject *v2_records(PyObject *self, PyObject *args) {
     return res;
 }
 
-/* The decimal digits of v at out (at least 20 bytes); their number. */
-static Py_ssize_t put_decimal(char *out, int64_t v) {
-    char tmp[20];
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int k = 0;
-    do {
-        tmp[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    Py_ssize_t n = 0;
-    if (v < 0) out[n++] = '-';
-    while (k) out[n++] = tmp[--k];
-    return n;
-}
-
 static PyObject *decimals(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer prefix, values, suffix;
     Py_ssize_t offset, n;
     if (!PyArg_ParseTuple(args, "y*y*nny*", &prefix, &values, &offset, &n, &suffix)) return NULL;
     PyObject *res = NULL;
-    Buf offs = {0}, data = {0};
     if (offset < 0 || n < 0 || (offset + n) > values.len / 8) {
         PyErr_SetString(PyExc_ValueError, "values shorter than offset + n");
         goto done;
     }
-    Py_ssize_t each = prefix.len + 21 + suffix.len; /* 21: sign and 20 digits at the most */
-    if (n && each > (INT32_MAX - 1) / n) {
-        PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
-        goto done;
-    }
-    if (buf_reserve(&offs, (n + 1) * 4) || buf_reserve(&data, n * each)) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const int64_t *v = (const int64_t *)values.buf + offset;
-    int32_t *o = (int32_t *)offs.p;
-    char *d = data.p;
-    Py_ssize_t at = 0;
-    o[0] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(d + at, prefix.buf, (size_t)prefix.len);
-        at += prefix.len;
-        at += put_decimal(d + at, v[i]);
-        memcpy(d + at, suffix.buf, (size_t)suffix.len);
-        at += suffix.len;
-        o[i + 1] = (int32_t)at;
-    }
-    offs.len = (n + 1) * 4;
-    data.len = at;
-    res = Py_BuildValue("(NN)", bytes_of(&offs), bytes_of(&data));
+    res = decimal_column(&prefix, (const int64_t *)values.buf + offset, 0, n, &suffix);
 done:
-    free(offs.p);
-    free(data.p);
     PyBuffer_Release(&prefix);
     PyBuffer_Release(&values);
     PyBuffer_Release(&suffix);

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import crc32c as _crc32c
 import pyarrow as pa
 
-from ... import native, tables
-from .. import base
+from ... import native
+from .. import arrowcols, base
 
 _records = native.load(__package__, "_records")  # compiled from _records.c: the v2 record walk
 
@@ -47,7 +47,6 @@ _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 b
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _INT64_MAX = 2**63 - 1
-_HEADERS = pa.list_(tables.HEADER)
 
 
 class RecordError(base.DecodeError):
@@ -106,7 +105,7 @@ class Columns:
             pa.array([r.key for r in recs], pa.binary()),
             pa.array(values, pa.binary()),
             pa.array([None if v is None else len(v) for v in values], pa.int64()),
-            pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in recs], pa.list_(tables.HEADER)),
+            pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in recs], arrowcols.HEADERS),
             pa.array([r.crc_ok for r in recs], pa.bool_()),
             min((r.offset for r in recs), default=None),
         )
@@ -149,14 +148,6 @@ def _data_size(col: pa.Array) -> int:
     return o[col.offset + len(col)] - o[col.offset]
 
 
-def _binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
-    """An Arrow column from _records' (validity, offsets, data, null count)."""
-    valid, offsets, data, nulls = col
-    n = len(offsets) // 4 - 1
-    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
-
-
 def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> pa.Array | list[str]:
     """`prefix + str(v) + suffix` for each value: an Arrow string column written by the compiled
     module for an int64 array without nulls (no Python string per value), else a list."""
@@ -166,8 +157,7 @@ def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> p
         except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
             return [f"{prefix}{v}{suffix}" for v in values.to_pylist()]
         n = len(values)
-        offsets, data = _records.decimals(head, values.buffers()[1], values.offset, n, tail)
-        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return arrowcols.text(*_records.decimals(head, values.buffers()[1], values.offset, n, tail))
     return [f"{prefix}{v}{suffix}" for v in _py(values)]
 
 
@@ -191,7 +181,7 @@ def _v2_columns(
     w = _records.v2_records(body, count, base_offset, base_ts, base_seq)
     n = w["n"]
     delta = _int64(n, w["delta"])
-    value = _binary(w["value"])
+    value = arrowcols.binary(w["value"])
     ts_valid, ts_data, ts_nulls = w["ts_ns"]
     if w["overflow"]:  # a delta past int64: Python ints, as the tables expect them
         deltas = delta.to_pylist()
@@ -208,16 +198,11 @@ def _v2_columns(
     headers = None
     if len(w["header_offsets"]) > 4 and w["header_offsets"][-4:] != b"\0\0\0\0":
         if w["header_keys_utf8"]:
-            hk = _binary(w["header_keys"], pa.string())
+            hk = arrowcols.binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
-            hk = pa.array([base.text(k) for k in _binary(w["header_keys"]).to_pylist()], pa.string())
+            hk = pa.array([base.text(k) for k in arrowcols.binary(w["header_keys"]).to_pylist()], pa.string())
         # built from the walk's buffers as they are (its list offsets end at the entries it kept)
-        entries = pa.Array.from_buffers(
-            tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
-        )
-        headers = pa.Array.from_buffers(
-            _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
-        )
+        headers = arrowcols.headers(n, w["header_offsets"], hk, arrowcols.binary(w["header_values"]))
     value_size = pa.Array.from_buffers(
         pa.int64(), n, [value.buffers()[0], pa.py_buffer(w["value_size"])], null_count=value.null_count
     )
@@ -227,7 +212,7 @@ def _v2_columns(
         timestamp,
         ts_ns,
         sequence,
-        _binary(w["key"]),
+        arrowcols.binary(w["key"]),
         value,
         value_size,
         headers,

@@ -38,7 +38,17 @@ from .rows import (
     payload_details,
     receipt_acks,
 )
-from .values import SECRET_TYPES, bit_set, mid_str, partition_of, sanitize, scrub, to_dict, to_json
+from .values import (
+    SECRET_TYPES,
+    bit_set,
+    mid_str,
+    mid_strs,
+    partition_of,
+    sanitize,
+    scrub,
+    to_dict,
+    to_json,
+)
 
 T = pb.BaseCommand
 _U32 = struct.Struct(">I")
@@ -378,9 +388,8 @@ class PulsarConversation(Conversation):
         msgs = self._messages(ev, ("produce", pid), base_row, {}, None)
         # the rows wait for the receipt, which names their message id
         seqs = [
-            (bi, seq)
+            (b.cols["_batch_index"], b.cols["sequence"] if "sequence" in b.cols else b.column("sequence"))
             for b in msgs
-            for bi, seq in zip(b.column("_batch_index"), b.column("sequence"), strict=True)
         ]
         held = sum(held_bytes(b) for b in msgs)
         self.sends.add((pid, ev.body.sequence_id), PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk))
@@ -471,7 +480,7 @@ class PulsarConversation(Conversation):
             self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
         for b in msgs:
             bis = b.cols["_batch_index"]
-            b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in bis]  # mid_str
+            b.cols["message_id"] = mid_strs(L, E, bis)
             if ack_set and any(bi >= 0 and not bit_set(ack_set, bi) for bi in bis):
                 details = b.column("details")
                 b.cols["details"] = [

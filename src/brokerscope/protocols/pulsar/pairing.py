@@ -8,6 +8,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import repeat
 
+import pyarrow as pa
+
 from ...tables import Block
 from .values import bit_set, highest_bit
 
@@ -46,7 +48,8 @@ class PendingSend:
     topic: str | None
     rows: list[Block]  # produce rows waiting for the message id (message_rows' blocks)
     held: int  # payload bytes held by `rows`
-    sequences: list[tuple[int, int | None]]  # (batch_index, sequence) of every message
+    # per block of `rows`: its batch indexes and its sequence column (int64, or ints past it)
+    sequences: list[tuple[range, pa.Array | list[int]]]
     chunk: dict | None = None
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import re
 
+import pyarrow as pa
+
 from ...tables import Block
 from .. import base
 from ..base import Row, text
 from .gen import pulsar_api_pb2 as pb
+from .messages import numbered
 
 T = pb.BaseCommand
 SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
@@ -85,6 +88,11 @@ def partition_of(topic: str | None) -> int | None:
 def mid_str(ledger: int, entry: int, batch_index: int) -> str:
     """The message_id column: ledger:entry:batch_index (-1 for a message not in a batch)."""
     return f"{ledger}:{entry}:{batch_index}"
+
+
+def mid_strs(ledger: int, entry: int, bis: range) -> pa.Array | list[str]:
+    """The message_id column of the messages `bis` of entry (ledger, entry), as mid_str writes it."""
+    return numbered(f"{ledger}:{entry}:", bis)
 
 
 def bit_set(ack_set, i: int) -> bool:
