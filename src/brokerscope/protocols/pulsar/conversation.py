@@ -477,7 +477,7 @@ class PulsarConversation(Conversation):
         dl = self.deliveries.of(cid)
         if is_chunk(md):
             # every chunk's id is acknowledged by the consumer: remember each delivery
-            self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
+            self.deliveries.add_chunk(dl, L, E, ev.ts_end)
         for b in msgs:
             bis = b.cols["_batch_index"]
             b.cols["message_id"] = mid_strs(L, E, bis)
@@ -487,7 +487,7 @@ class PulsarConversation(Conversation):
                     d[:-1] + ',"already_acked":true}' if bi >= 0 and not bit_set(ack_set, bi) else d
                     for d, bi in zip(details, bis, strict=True)
                 ]
-            self.deliveries.add_all(dl, [(L, E, bi) for bi in bis], ev.ts_end)
+            self.deliveries.add_all(dl, L, E, bis, ev.ts_end)
             ev.rows.append(("messages", finish(b)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
             self.deliveries.set_batch_size(cid, L, E, md.num_messages_in_batch)
@@ -509,7 +509,7 @@ class PulsarConversation(Conversation):
             extra["validation_error"] = pb.CommandAck.ValidationError.Name(ev.body.validation_error)
         if ev.body.txnid_most_bits or ev.body.txnid_least_bits:
             extra["txnid"] = [ev.body.txnid_most_bits, ev.body.txnid_least_bits]
-        seen: set[tuple[int, int, int]] = set()
+        seen: dict[tuple[int, int], set[int]] = {}  # the ids this ACK acknowledged, by entry
         for mid in ev.body.message_id:
             L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
             part = mid.partition if mid.partition >= 0 else partition_of(topic)

@@ -32,7 +32,7 @@ from .messages import (
     key_bytes,
     numbered,
 )
-from .pairing import PendingSend
+from .pairing import AckedIds, PendingSend
 from .values import mid_strs, partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
@@ -427,11 +427,11 @@ def ack_rows(
     consumer: str,
     rid: int | None,
     details: str,
-    acked: list[tuple[tuple[int, int, int], int | None, bool]],
+    acked: AckedIds,
 ) -> list[Row]:
     """The acks rows of one message id of an ACK, one block: a row per id it acknowledges
-    (`acked`: the id, its delivery time if seen, whether it was acked before)."""
-    if not acked:
+    (`acked`: the ids, their delivery times where seen, whether each was acked before)."""
+    if not acked.n:
         return []
     const = {
         "ts_ns": ts,
@@ -441,16 +441,18 @@ def ack_rows(
         "consumer": consumer,
         "correlation_id": rid,
     }
-    cols = {
-        "message_id": [f"{L}:{E}:{bi}" for (L, E, bi), _ts, _again in acked],  # mid_str
-        "ack_latency_us": [None if t is None else (ts - t) / 1000.0 for _key, t, _again in acked],
-    }
-    if any(again for _key, _ts, again in acked):
+    cols: dict = {"message_id": acked.message_id}
+    t = acked.delivered
+    if t.__class__ is list:
+        cols["ack_latency_us"] = [None if d is None else (ts - d) / 1000.0 for d in t]
+    else:
+        const["ack_latency_us"] = None if t is None else (ts - t) / 1000.0
+    if acked.again.__class__ is list and True in acked.again:
         again_details = details[:-1] + ',"already_acked":true}'
-        cols["details"] = [again_details if again else details for _key, _ts, again in acked]
+        cols["details"] = [again_details if again else details for again in acked.again]
     else:
         const["details"] = details
-    return [("acks", Block(len(acked), cols, const))]
+    return [("acks", Block(acked.n, cols, const))]
 
 
 def ack_response_row(ts: int, topic, consumer: str, body, latency_us: float | None, details: dict) -> Row:
