@@ -34,6 +34,7 @@ COMPRESSION_NAMES = {v.number: v.name for v in pb.CompressionType.DESCRIPTOR.val
 MAX_CHUNKED = 10_000  # chunked messages reassembled at once, per connection
 _U32 = struct.Struct(">I")
 _INT64_MAX = 2**63 - 1
+NUMBERED_MIN = 8  # numbered strings written as an Arrow column from this many on
 
 
 class PayloadError(base.DecodeError):
@@ -308,8 +309,11 @@ def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
 
 def numbered(prefix: str, bis: range, suffix: str = "") -> pa.Array | list[str]:
     """`prefix + str(i) + suffix` for each i of `bis`: an Arrow string column written by the
-    compiled module (no Python string per message), or a list for text Arrow cannot take (lone
-    surrogates: the tables say which value)."""
+    compiled module (no Python string per message), or a list where that costs more (fewer
+    than NUMBERED_MIN strings: an Arrow array costs microseconds to make) or for text Arrow
+    cannot take (lone surrogates: the tables say which value)."""
+    if len(bis) < NUMBERED_MIN:
+        return [f"{prefix}{i}{suffix}" for i in bis]
     try:
         head, tail = prefix.encode(), suffix.encode()
     except UnicodeEncodeError:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...tables import Block
-from .values import bit_set, highest_bit, mid_str, mid_strs
+from .values import bit_set, highest_bit, joined, mid_str, mid_strs
 
 MAX_PENDING = 100_000  # entries per pairing map
 HOLD_BYTES = 16 * 1024 * 1024  # produce rows held until their receipt names the message id
@@ -300,55 +300,132 @@ class Deliveries:
         index i in `indexes` and, `cumulative`, every earlier delivery waiting. Each comes with its
         delivery time (None if not captured) and whether it was acked before; their deliveries are
         no longer waiting. `seen`: the ids this ACK acknowledged already, (ledger, entry) -> batch
-        indexes (listed twice is once)."""
+        indexes (listed twice is once). A run of deliveries, or an entry's indexes, that no key
+        by key rule could tell apart from a whole (none seen, none acked before, all waiting with
+        one time or none waiting) is taken at once; the rest key by key."""
         e = (ledger, entry)
         dl = self.waiting.get(cid) or KeyRuns()
-        acked = self.acked
-        ak = (cid, ledger, entry)
-        if (
-            not cumulative
-            and indexes.__class__ is range
-            and e not in seen
-            and ak not in acked.by_entry
-            and len(indexes) <= MAX_PENDING
-        ):  # a batch acknowledged whole, the common case: its run taken at once
-            r = dl.only(e, indexes)
-            if r is not None or e not in dl.by_entry:
-                seen[e] = set(indexes)
-                if r is not None:
-                    dl.drop(r)
-                    self.count -= len(indexes)
-                acked.add_run(ak, indexes, True)
-                while acked.n > MAX_PENDING:
-                    acked.pop_oldest()
-                ids = mid_strs(ledger, entry, indexes)
-                return AckedIds(len(indexes), ids, None if r is None else r.value, False)
-        return self._acknowledge_each(cid, dl, e, indexes, cumulative, seen)
+        if not cumulative:
+            return self._take_entry(cid, dl, e, indexes, seen) or self._each(
+                cid, dl, [(e, i) for i in indexes], False, e, seen
+            )
+        parts: list[AckedIds] = []
+        if cumulative:  # every earlier delivery waiting, in the order they were delivered
+            for r in [r for r in dl.runs.values() if r.entry < e]:
+                got = self._take_run(cid, dl, r, seen)
+                if got is None:
+                    waiting = [(r.entry, bi) for bi in r.bis if r.gone is None or bi not in r.gone]
+                    got = self._each(cid, dl, waiting, True, e, seen)
+                parts.append(got)
+        got = self._take_entry(cid, dl, e, indexes, seen)
+        parts.append(got or self._each(cid, dl, [(e, i) for i in indexes], True, e, seen))
+        if len(parts) == 1:
+            return parts[0]
+        return AckedIds(
+            sum(p.n for p in parts),
+            joined([p.message_id for p in parts]),
+            [
+                t
+                for p in parts
+                for t in (p.delivered if p.delivered.__class__ is list else [p.delivered] * p.n)
+            ],
+            [a for p in parts for a in (p.again if p.again.__class__ is list else [p.again] * p.n)],
+        )
 
-    def _acknowledge_each(
-        self, cid: int, dl: KeyRuns, e: tuple, indexes, cumulative: bool, seen: dict
-    ) -> AckedIds:
-        """acknowledge, key by key."""
-        targets = [(e, i) for i in indexes]
-        if cumulative:
-            targets = [(r.entry, bi) for r, bi in dl.keys() if r.entry < e] + targets
+    def _acked_add(self, ak: tuple, bis: range | list[int]) -> None:
+        """Ids (ak, i) for i in `bis`, none acked yet, remembered as acked (the oldest dropped past
+        MAX_PENDING; `bis` no longer than that, so none of its own)."""
+        acked = self.acked
+        if len(bis) == 1:
+            acked.append(ak, bis[0], True)
+        else:
+            acked.add_run(ak, bis if bis.__class__ is range else dict.fromkeys(bis), True)
+        while acked.n > MAX_PENDING:
+            acked.pop_oldest()
+
+    def _take_run(self, cid: int, dl: KeyRuns, r: _Run, seen: dict) -> AckedIds | None:
+        """A cumulative ACK's earlier run `r` taken whole, if it can be: every key waiting with one
+        time, none seen by this ACK, none of its entry acked before."""
+        ak = (cid, *r.entry)
+        if not (
+            r.gone is None
+            and r.values is None
+            and r.entry not in seen
+            and ak not in self.acked.by_entry
+            and r.left <= MAX_PENDING
+        ):
+            return None
+        bis = r.bis if r.bis.__class__ is range else list(r.bis)
+        seen[r.entry] = set(bis)
+        dl.drop(r)
+        self.count -= len(bis)
+        self._acked_add(ak, bis)
+        return AckedIds(len(bis), _ids(r.entry, bis), r.value, False)
+
+    def _take_entry(self, cid: int, dl: KeyRuns, e: tuple, indexes, seen: dict) -> AckedIds | None:
+        """The indexes of entry `e` an ACK's message id names taken at once, if they can be: none
+        seen by this ACK, none acked before, increasing, and either none of the entry waiting or
+        all of them in its only run, with one time."""
+        n = len(indexes)
+        if not n or n > MAX_PENDING or e in seen:
+            return None
+        if indexes.__class__ is not range and any(a >= b for a, b in zip(indexes, indexes[1:])):
+            return None
+        ak = (cid, *e)
+        if ak in self.acked.by_entry and (n > 8 or any(self.acked.find(ak, i) for i in indexes)):
+            return None
+        runs = dl.by_entry.get(e)
+        delivered = None
+        if runs:
+            r = runs[0]
+            if (
+                len(runs) > 1
+                or r.values is not None
+                or r.bis.__class__ is not range
+                or indexes[0] < r.bis.start
+                or indexes[-1] >= r.bis.stop
+                or (r.gone is not None and not r.gone.isdisjoint(indexes))
+            ):
+                return None
+            delivered = r.value
+            if r.gone is None and n == r.left:
+                dl.drop(r)
+            else:
+                if r.gone is None:
+                    r.gone = set()
+                r.gone.update(indexes)
+                r.left -= n
+                dl.n -= n
+                if not r.left:
+                    dl.drop(r)
+            self.count -= n
+        seen[e] = set(indexes)
+        self._acked_add(ak, indexes)
+        return AckedIds(n, _ids(e, indexes), delivered, False)
+
+    def _each(self, cid: int, dl: KeyRuns, targets: list, cumulative: bool, e: tuple, seen: dict) -> AckedIds:
+        """acknowledge, key by key, for `targets` ((ledger, entry), batch index)."""
         ids, delivered, again_col = [], [], []
         acked, waited = self.acked, 0
+        find, acked_find = dl.find, acked.find
         for k, bi in targets:
-            s = seen.setdefault(k, set())
-            if bi in s:
+            s = seen.get(k)
+            if s is None:
+                s = seen[k] = set()
+            elif bi in s:
                 continue
             s.add(bi)
-            r = dl.find(k, bi)
-            ts = None
+            r = find(k, bi)
             if r is not None:
-                ts = dl.value(r, bi)
+                ts = r.value if r.values is None else r.values.get(bi, r.value)
                 dl.remove(r, bi)
                 waited += 1
             elif cumulative and k != e:
                 continue
+            else:
+                ts = None
             ak = (cid, *k)
-            again = acked.find(ak, bi) is not None
+            again = acked_find(ak, bi) is not None
             if not again:
                 acked.append(ak, bi, True)
                 while acked.n > MAX_PENDING:
@@ -358,6 +435,13 @@ class Deliveries:
             again_col.append(again)
         self.count -= waited
         return AckedIds(len(ids), ids, delivered, again_col)
+
+
+def _ids(e: tuple, bis: range | list[int]) -> pa.Array | list[str]:
+    """The message_id strings of entry e's batch indexes `bis`."""
+    if bis.__class__ is range:
+        return mid_strs(e[0], e[1], bis)
+    return [mid_str(e[0], e[1], bi) for bi in bis]
 
 
 def acked_indexes(

@@ -33,7 +33,7 @@ from .messages import (
     numbered,
 )
 from .pairing import AckedIds, PendingSend
-from .values import mid_strs, partition_of, scrub, to_dict, to_json
+from .values import joined, mid_strs, partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
 CHUNK_INCOMPLETE = "chunk_incomplete"
@@ -401,22 +401,13 @@ def receipt_acks(ts: int, body, error: int | None, topic, mid, ps: PendingSend |
         sequences = ps.sequences  # the batch indexes and sequences of each block of messages
     common["ack_type"] = "pulsar_receipt" if error is None else "pulsar_send_error"
     common["details"] = to_json(extra)
-    cols: dict = {"sequence": _joined([sequence for _bis, sequence in sequences])}
+    cols: dict = {"sequence": joined([sequence for _bis, sequence in sequences])}
     if mid is not None:
         L, E = mid.ledger_id, mid.entry_id
-        cols["message_id"] = _joined([mid_strs(L, E, bis) for bis, _sequence in sequences])
+        cols["message_id"] = joined([mid_strs(L, E, bis) for bis, _sequence in sequences])
     else:
         common["message_id"] = None
     return [("acks", Block(sum(len(bis) for bis, _sequence in sequences), cols, common))]
-
-
-def _joined(parts: list[pa.Array | list]) -> pa.Array | list:
-    """Columns of consecutive blocks as one column (Arrow where every part is)."""
-    if len(parts) == 1:
-        return parts[0]
-    if all(isinstance(p, pa.Array) for p in parts):
-        return pa.concat_arrays(parts)
-    return [v for p in parts for v in (p.to_pylist() if isinstance(p, pa.Array) else p)]
 
 
 def ack_rows(

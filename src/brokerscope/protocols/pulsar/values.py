@@ -104,3 +104,12 @@ def bit_set(ack_set, i: int) -> bool:
 def highest_bit(ack_set) -> int:
     """One past the highest bit set in an ack set."""
     return max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
+
+
+def joined(parts: list[pa.Array | list]) -> pa.Array | list:
+    """Columns of consecutive blocks as one column (Arrow where every part is)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, pa.Array) for p in parts):
+        return pa.concat_arrays(parts)
+    return [v for p in parts for v in (p.to_pylist() if isinstance(p, pa.Array) else p)]
