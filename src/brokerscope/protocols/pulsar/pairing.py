@@ -11,6 +11,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...tables import Block
+from .messages import NUMBERED_MIN
 from .values import bit_set, highest_bit, joined, mid_str, mid_strs
 
 MAX_PENDING = 100_000  # entries per pairing map
@@ -101,9 +102,9 @@ class HeldSends:
 class _Run:
     """Batch indexes of one entry added to `KeyRuns` together, in their order."""
 
-    __slots__ = ("id", "entry", "bis", "value", "values", "gone", "left", "open")
+    __slots__ = ("id", "entry", "bis", "value", "values", "gone", "left")
 
-    def __init__(self, rid: int, entry: tuple, bis: range | dict, value, is_open: bool):
+    def __init__(self, rid: int, entry: tuple, bis: range | dict, value):
         self.id = rid  # its key in KeyRuns.runs
         self.entry = entry  # the key's prefix: (ledger, entry), or (consumer_id, ledger, entry)
         self.bis = bis  # the batch indexes: a range, or a dict's keys (a run keys are appended to)
@@ -111,7 +112,6 @@ class _Run:
         self.values: dict | None = None  # ... but these (batch index -> value), set later
         self.gone: set[int] | None = None  # the indexes no longer here
         self.left = len(bis)
-        self.open = is_open  # keys may be appended (the last run, made key by key)
 
 
 class KeyRuns:
@@ -126,6 +126,7 @@ class KeyRuns:
         self.by_entry: dict[tuple, list[_Run]] = {}
         self.n = 0  # keys held
         self._ids = 0
+        self._open: _Run | None = None  # the last run, if made key by key: keys are appended to it
 
     def __len__(self) -> int:
         return self.n
@@ -137,15 +138,6 @@ class KeyRuns:
                 return r
         return None
 
-    def only(self, entry: tuple, bis: range) -> _Run | None:
-        """The run of `entry` if it is its only one and holds exactly `bis`, each with its value."""
-        runs = self.by_entry.get(entry)
-        if runs and len(runs) == 1:
-            r = runs[0]
-            if r.bis == bis and r.gone is None and r.values is None and r.bis.__class__ is range:
-                return r
-        return None
-
     @staticmethod
     def value(r: _Run, bi: int):
         return r.value if r.values is None else r.values.get(bi, r.value)
@@ -154,20 +146,28 @@ class KeyRuns:
         """Keys (entry, i) for i in `bis`, none of them here, added last with `value`."""
         if not len(bis):
             return
-        last = next(reversed(self.runs.values()), None)
-        if last is not None:
-            last.open = False
         self._ids += 1
-        r = _Run(self._ids, entry, bis, value, is_open)
+        r = _Run(self._ids, entry, bis, value)
         self.runs[r.id] = r
-        self.by_entry.setdefault(entry, []).append(r)
+        runs = self.by_entry.get(entry)
+        if runs is None:
+            self.by_entry[entry] = [r]
+        else:
+            runs.append(r)
         self.n += r.left
+        self._open = r if is_open else None
 
     def append(self, entry: tuple, bi: int, value) -> None:
         """Key (entry, bi), not here, added last with `value`."""
-        last = next(reversed(self.runs.values()), None)
-        if last is not None and last.open and last.entry == entry and bi not in last.bis:
-            last.bis[bi] = None
+        last = self._open
+        if last is not None and last.entry == entry and bi not in last.bis:
+            if last.bis.__class__ is not range:
+                last.bis[bi] = None
+            elif bi == last.bis.stop:  # the next index: still a range
+                last.bis = range(last.bis.start, bi + 1)
+            else:
+                last.bis = dict.fromkeys(last.bis)
+                last.bis[bi] = None
             if last.value != value:
                 if last.values is None:
                     last.values = {}
@@ -175,7 +175,7 @@ class KeyRuns:
             last.left += 1
             self.n += 1
         else:
-            self.add_run(entry, {bi: None}, value, is_open=True)
+            self.add_run(entry, range(bi, bi + 1), value, is_open=True)
 
     def set_value(self, r: _Run, bi: int, value) -> None:
         """The value of key (r.entry, bi), which `r` holds; its place is kept."""
@@ -198,6 +198,8 @@ class KeyRuns:
         """Every key run `r` still holds, removed."""
         self.n -= r.left
         r.left = 0
+        if r is self._open:
+            self._open = None
         del self.runs[r.id]
         runs = self.by_entry[r.entry]
         runs.remove(r)
@@ -304,7 +306,9 @@ class Deliveries:
         by key rule could tell apart from a whole (none seen, none acked before, all waiting with
         one time or none waiting) is taken at once; the rest key by key."""
         e = (ledger, entry)
-        dl = self.waiting.get(cid) or KeyRuns()
+        dl = self.waiting.get(cid)
+        if dl is None:
+            dl = KeyRuns()
         if not cumulative:
             return self._take_entry(cid, dl, e, indexes, seen) or self._each(
                 cid, dl, [(e, i) for i in indexes], False, e, seen
@@ -439,7 +443,7 @@ class Deliveries:
 
 def _ids(e: tuple, bis: range | list[int]) -> pa.Array | list[str]:
     """The message_id strings of entry e's batch indexes `bis`."""
-    if bis.__class__ is range:
+    if bis.__class__ is range and len(bis) >= NUMBERED_MIN:
         return mid_strs(e[0], e[1], bis)
     return [mid_str(e[0], e[1], bi) for bi in bis]
 
