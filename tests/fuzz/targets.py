@@ -361,9 +361,9 @@ PULSAR_BASE_SEQUENCES = (0, 5, 2**63 - 1, 2**64 - 1)  # a batch's sequence_id, b
 
 
 def pulsar_batch_both(buf: bytes, count: int, base_sequence: int) -> tuple:
-    """An uncompressed Pulsar batch payload of `count` entries read by expand_columns (the
-    compiled walk, or split_batch where the walk leaves it) and by split_batch alone: each the
-    Columns or the PayloadError's (status, text); then what the walk itself returned."""
+    """An uncompressed Pulsar batch payload of `count` entries read by the compiled walk (or
+    split_batch where the walk leaves it) and by split_batch alone: each the Columns as lists or
+    the PayloadError's (status, text); then what the walk itself returned."""
     from brokerscope.protocols.pulsar import messages as pm
     from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
 
@@ -371,11 +371,11 @@ def pulsar_batch_both(buf: bytes, count: int, base_sequence: int) -> tuple:
     md.num_messages_in_batch = count
     out = []
     for read in (
-        lambda: pm.expand_columns(md, buf, 1 << 30),
+        lambda: pm.walk(md, buf) or pm.columns(pm.split_batch(md, buf)),
         lambda: pm.columns(pm.split_batch(md, buf)),
     ):
         try:
-            out.append(read())
+            out.append(read().pylists())
         except pm.PayloadError as e:
             out.append((e.status, str(e)))
     return out[0], out[1], pm._batch.split(buf, count, base_sequence)

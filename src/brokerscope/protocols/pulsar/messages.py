@@ -35,6 +35,7 @@ MAX_CHUNKED = 10_000  # chunked messages reassembled at once, per connection
 _U32 = struct.Struct(">I")
 _INT64_MAX = 2**63 - 1
 NUMBERED_MIN = 8  # numbered strings written as an Arrow column from this many on
+WALK_MIN = 8  # batches of this many messages on are read by the compiled walk, as Arrow columns
 
 
 class PayloadError(base.DecodeError):
@@ -210,23 +211,29 @@ def expand(md: pb.MessageMetadata, payload: bytes, cap: int) -> list[Single]:
 
 class Columns(NamedTuple):
     """The messages of one payload as columns, one entry per message: Arrow arrays (the compiled
-    walk's buffers, or Single's fields converted once) and, for the few messages that have
+    walk's buffers) or lists (Single's fields: a few messages, for which Arrow arrays cost more
+    than conform's conversion of a whole batch of rows) and, for the few messages that have
     fields of their own, those fields."""
 
     batch_index: range  # -1 for a message not in a batch, else 0 .. n - 1
-    value: pa.Array  # binary, null where null_value
-    key: pa.Array  # binary: the partition key (decoded where it is base64)
-    headers: pa.Array  # list<tables.HEADER>, from the properties
-    sequence: pa.Array | list[int]  # int64, or ints where one is past int64
+    value: pa.Array | list[bytes | None]  # binary, null where null_value
+    key: pa.Array | list[bytes | None]  # binary: the partition key (decoded where it is base64)
+    headers: pa.Array | list[list[dict]]  # list<tables.HEADER>, from the properties
+    sequence: pa.Array | list[int]  # int64 (ints where one is past int64)
     # per message (index) with fields of its own, those fields in the order its details write
     # them: event_time_ms (not 0), ordering_key, null_value, partition_key_b64 (the key's text
     # where it was base64 and decodes to other bytes), compacted_out, trailing_bytes
     own: dict[int, dict]
 
-
-def _sequences(values: list[int]) -> pa.Array | list[int]:
-    """Sequences as int64, or as the ints they are when one does not fit (conform says so)."""
-    return values if any(v > _INT64_MAX for v in values) else pa.array(values, pa.int64())
+    def pylists(self) -> Columns:
+        """The same columns as Python lists (to compare the two readers)."""
+        return self._replace(
+            **{
+                f: getattr(self, f).to_pylist()
+                for f in ("value", "key", "headers", "sequence")
+                if isinstance(getattr(self, f), pa.Array)
+            }
+        )
 
 
 def _own_fields(s: Single) -> dict:
@@ -245,40 +252,46 @@ def _own_fields(s: Single) -> dict:
 
 
 def columns(singles: list[Single]) -> Columns:
-    """Messages as columns."""
+    """Messages as columns (lists)."""
     own = {i: f for i, s in enumerate(singles) if (f := _own_fields(s))}
     first = singles[0].batch_index if singles else 0
     return Columns(
         range(first, first + len(singles)),
-        pa.array([s.value for s in singles], pa.binary()),
-        pa.array([s.key for s in singles], pa.binary()),
-        pa.array(
+        [s.value for s in singles],
+        [s.key for s in singles],
+        [
             [
-                [
-                    {
-                        "key": k if k.__class__ is str else base.text(k),
-                        "value": v.encode("utf-8", "surrogateescape") if v.__class__ is str else v,
-                    }
-                    for k, v in s.properties
-                ]
-                for s in singles
-            ],
-            arrowcols.HEADERS,
-        ),
-        _sequences([s.sequence for s in singles]),
+                {
+                    "key": k if k.__class__ is str else base.text(k),
+                    "value": v.encode("utf-8", "surrogateescape") if v.__class__ is str else v,
+                }
+                for k, v in s.properties
+            ]
+            for s in singles
+        ],
+        [s.sequence for s in singles],
         own,
     )
 
 
 def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
-    """`expand`, as columns: a batch's entries read by the compiled walk (_batch.c), or by
-    split_batch where the walk does not take them as they are (it then says what is wrong)."""
+    """`expand`, as columns: a batch's entries read by the compiled walk (`walk`: from WALK_MIN
+    messages on), or by split_batch where the walk does not take them as they are (it then says
+    what is wrong)."""
     data = decompress(md.compression, payload, md.uncompressed_size, cap)
     if not is_batch(md):
         return columns([single_of(md, data)])
+    if md.num_messages_in_batch >= WALK_MIN and (got := walk(md, data)) is not None:
+        return got
+    return columns(split_batch(md, data))
+
+
+def walk(md: pb.MessageMetadata, data: bytes) -> Columns | None:
+    """The messages of an uncompressed batch payload read by the compiled walk (_batch.c) as Arrow
+    columns, or None where it leaves them to split_batch."""
     got = _batch.split(data, md.num_messages_in_batch, md.sequence_id)
     if got is None:
-        return columns(split_batch(md, data))
+        return None
     n, value, key, hoffsets, hkeys, hvalues, sequence, own, end = got
     key = arrowcols.binary(key)
     own = own or {}

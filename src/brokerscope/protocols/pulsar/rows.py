@@ -253,12 +253,18 @@ def message_block(
     const["decode_error"] = error
     cols: dict = {
         "_batch_index": m.batch_index,
-        "key": pol.key_column(m.key),
         "headers": m.headers,
         "sequence": m.sequence,
         "details": _details(m, common),
     }
-    cols.update(pol.value_columns(m.value, pc.binary_length(m.value).cast(pa.int64())))
+    if m.value.__class__ is list:  # a few messages: lists, for conform to convert with the rest
+        keyed = pol.apply_to_keys and pol.mode != "keep"
+        cols["key"] = [pol.key(k) for k in m.key] if keyed else m.key
+        sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+        cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
+    else:
+        cols["key"] = pol.key_column(m.key)
+        cols.update(pol.value_columns(m.value, pc.binary_length(m.value).cast(pa.int64())))
     return Block(len(m.batch_index), cols, const)
 
 
