@@ -27,12 +27,13 @@ setup(
         Extension(
             "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
             ["src/brokerscope/protocols/kafka/_records.c"],
+            depends=["src/brokerscope/protocols/arrowbuf.h"],
             extra_compile_args=["-O2"],
         ),
         Extension(
             "brokerscope.protocols.pulsar._batch",  # Pulsar's batch entries (SingleMessageMetadata)
             ["src/brokerscope/protocols/pulsar/_batch.c"],
-            depends=["src/brokerscope/protocols/pbwire.h"],
+            depends=["src/brokerscope/protocols/pbwire.h", "src/brokerscope/protocols/arrowbuf.h"],
             extra_compile_args=["-O2"],
         ),
         Extension(

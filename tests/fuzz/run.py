@@ -42,6 +42,7 @@ TARGET_NAMES = (
     "tls_capture",
     "iggy_batch",
     "tubemq_rpc",
+    "pulsar_batch",
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too

@@ -16,6 +16,8 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
   layouts, checksums, timestamps, several records back to back).
 - tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields),
   the frames holding them, and random method bodies.
+- pulsar_batch: random Pulsar batch payloads (properties, keys plain and base64, event times,
+  sequences, ordering keys, null values, compacted messages, trailing bytes).
 """
 
 from __future__ import annotations
@@ -289,6 +291,20 @@ def tubemq_rpc_seeds() -> Iterator[bytes]:
         yield bytes([4 | 8]) + trw.random_pack(rng)
 
 
+def pulsar_batch_seeds() -> Iterator[bytes]:
+    import random
+
+    from tests.unit.pulsar import test_pulsar_batch_walk as pbw
+
+    rng = random.Random(13)
+    for i in range(40):
+        n = rng.randrange(1, 40)
+        payload = pbw.random_batch(rng, n)
+        if i % 5 == 0:
+            payload += rng.randbytes(rng.randrange(1, 9))  # trailing bytes
+        yield bytes([(i % 4) << 6 | n]) + payload
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -302,6 +318,7 @@ SEEDS = {
     "tls_capture": tls_capture_seeds,
     "iggy_batch": iggy_batch_seeds,
     "tubemq_rpc": tubemq_rpc_seeds,
+    "pulsar_batch": pulsar_batch_seeds,
 }
 
 

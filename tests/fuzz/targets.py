@@ -26,6 +26,9 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
   an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
   plain-Python one (protobuf, content.py).
+- pulsar_batch: a config byte (bits0-5 num_messages_in_batch, bits6-7 the batch's sequence_id,
+  PULSAR_BASE_SEQUENCES), then an uncompressed batch payload read by the compiled walk (_batch.c)
+  and by the plain-Python one (split_batch).
 """
 
 from __future__ import annotations
@@ -355,6 +358,40 @@ def fuzz_iggy_batch(data: bytes) -> None:
     check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
     if len(want) == 2:  # (status, error): the Python reader rejects it
         check(walked is None, "walk takes a record the reader rejects")
+
+
+PULSAR_BASE_SEQUENCES = (0, 5, 2**63 - 1, 2**64 - 1)  # a batch's sequence_id, by the config's bits 6-7
+
+
+def pulsar_batch_both(buf: bytes, count: int, base_sequence: int) -> tuple:
+    """An uncompressed Pulsar batch payload of `count` entries read by the compiled walk (or
+    split_batch where the walk leaves it) and by split_batch alone: each the Columns as lists or
+    the PayloadError's (status, text); then what the walk itself returned."""
+    from brokerscope.protocols.pulsar import messages as pm
+    from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=base_sequence, publish_time=1)
+    md.num_messages_in_batch = count
+    out = []
+    for read in (
+        lambda: pm.walk(md, buf) or pm.columns(pm.split_batch(md, buf)),
+        lambda: pm.columns(pm.split_batch(md, buf)),
+    ):
+        try:
+            out.append(read().pylists())
+        except pm.PayloadError as e:
+            out.append((e.status, str(e)))
+    return out[0], out[1], pm._batch.split(buf, count, base_sequence)
+
+
+def fuzz_pulsar_batch(data: bytes) -> None:
+    """The compiled Pulsar batch walk gives the columns split_batch gives (values, keys, headers,
+    sequences, the messages' own fields), and leaves to it every payload split_batch rejects."""
+    cfg, buf = (data[0], data[1:]) if data else (0, b"")
+    got, want, walked = pulsar_batch_both(buf, cfg & 0x3F, PULSAR_BASE_SEQUENCES[cfg >> 6])
+    check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
+    if isinstance(want, tuple) and len(want) == 2:  # (status, error): split_batch rejects it
+        check(walked is None, "walk takes a payload split_batch rejects")
 
 
 def tubemq_envelope_both(body: bytes) -> tuple:
@@ -898,4 +935,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tls_capture": fuzz_tls_capture,
     "iggy_batch": fuzz_iggy_batch,
     "tubemq_rpc": fuzz_tubemq_rpc,
+    "pulsar_batch": fuzz_pulsar_batch,
 }

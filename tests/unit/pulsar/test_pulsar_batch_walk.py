@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pyarrow as pa
 import pytest
 
 from brokerscope.protocols.base import to_json
@@ -44,18 +45,31 @@ def random_batch(rnd: random.Random, n: int) -> bytes:
 
 
 def both(md: pb.MessageMetadata, data: bytes):
-    """(what the compiled walk gives, or None; what split_batch gives, as columns or its error)."""
+    """(what the compiled walk gives, or None; what split_batch gives, as lists or its error)."""
     got = messages._batch.split(data, md.num_messages_in_batch, md.sequence_id)
     try:
-        want = columns(split_batch(md, data))
+        want = columns(split_batch(md, data)).pylists()
     except PayloadError as e:
         want = e
     return got, want
 
 
 def walk_columns(md, data):
-    """The columns expand_columns makes from the walk (decompression left out)."""
-    return messages.expand_columns(md, data, cap=1 << 30)
+    """The columns the walk makes (split_batch's where it leaves the batch to it), as lists."""
+    return (messages.walk(md, data) or columns(split_batch(md, data))).pylists()
+
+
+def test_small_batches_and_single_messages_are_lists_for_conform_large_ones_arrow():
+    """A batch under WALK_MIN messages goes the Python way (lists: conform converts them with
+    the rest of the rows), from WALK_MIN on the compiled walk gives Arrow columns."""
+    for n, arrow in ((messages.WALK_MIN - 1, False), (messages.WALK_MIN, True)):
+        data = b"".join(
+            entry(pb.SingleMessageMetadata(payload_size=1, partition_key="k"), b"v") for _ in range(n)
+        )
+        md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=n)
+        cols = messages.expand_columns(md, data, cap=1 << 20)
+        assert isinstance(cols.value, pa.Array) is arrow and isinstance(cols.headers, pa.Array) is arrow
+        assert cols.pylists() == columns(split_batch(md, data)).pylists()
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -124,9 +138,7 @@ def test_properties_unknown_fields_and_last_value_wins():
     assert got is not None
     cols = walk_columns(md, data)
     assert cols == want
-    assert (
-        cols.key_raw == ["second"] and cols.headers == [[{"key": "k", "value": b""}]] and cols.sequence == [7]
-    )
+    assert cols.key == [b"second"] and cols.headers == [[{"key": "k", "value": b""}]] and cols.sequence == [7]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -145,19 +157,19 @@ def test_details_say_what_each_message_has(seed):
     else:
         data = random_batch(rnd, n)
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=n)
-    cols = walk_columns(md, data)
+    cols = messages.walk(md, data) or columns(split_batch(md, data))
     common = {"producer_name": "p", "num_messages_in_batch": n}
     got = prows._details(cols, common)
-    for i in range(n):
+    got = got.to_pylist() if isinstance(got, pa.Array) else got
+    for i, s in enumerate(split_batch(md, data)):  # what protobuf reads, message by message
         want = {**common, "batch_index": i}
-        if cols.event_time[i]:
-            want["event_time_ms"] = cols.event_time[i]
-        if cols.ordering_key[i] is not None:
-            want["ordering_key"] = cols.ordering_key[i]
-        if cols.null_value[i]:
+        if s.event_time:
+            want["event_time_ms"] = s.event_time
+        if s.ordering_key is not None:
+            want["ordering_key"] = s.ordering_key
+        if s.null_value:
             want["null_value"] = True
-        raw, key = cols.key_raw[i], cols.key[i]
-        if isinstance(raw, str) and key is not None and raw.encode() != key:
-            want["partition_key_b64"] = raw
-        want.update(cols.extra[i] or {})
+        if isinstance(s.key_raw, str) and s.key is not None and s.key_raw.encode() != s.key:
+            want["partition_key_b64"] = s.key_raw
+        want.update(s.extra)
         assert got[i] == to_json(want)

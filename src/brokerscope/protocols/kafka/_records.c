@@ -52,64 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
-    char *p = realloc(b->p, (size_t)cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (buf_reserve(b, n)) return -1;
-    if (n) memcpy(b->p + b->len, src, (size_t)n);
-    b->len += n;
-    return 0;
-}
-
-/* A binary column: validity bitmap, int32 offsets, data. */
-typedef struct {
-    Buf valid, offs, data;
-    Py_ssize_t n, nulls;
-} Col;
-
-static int col_init(Col *c, Py_ssize_t rows) {
-    memset(c, 0, sizeof *c);
-    int32_t zero = 0;
-    if (buf_reserve(&c->valid, rows / 8 + 1) || buf_reserve(&c->offs, (rows + 1) * 4)) return -1;
-    return buf_put(&c->offs, &zero, 4);
-}
-
-static int col_add(Col *c, const unsigned char *src, int64_t n) { /* n < 0: null */
-    Py_ssize_t i = c->n;
-    if (buf_reserve(&c->valid, i / 8 + 1)) return -1;
-    if (i % 8 == 0) c->valid.p[i / 8] = 0;
-    if (n >= 0) {
-        c->valid.p[i / 8] |= (char)(1 << (i % 8));
-        if (c->data.len + n > INT32_MAX) return -2;
-        if (buf_put(&c->data, src, (Py_ssize_t)n)) return -1;
-    } else {
-        c->nulls++;
-    }
-    c->valid.len = i / 8 + 1;
-    int32_t end = (int32_t)c->data.len;
-    c->n++;
-    return buf_put(&c->offs, &end, 4);
-}
-
-static void col_free(Col *c) {
-    free(c->valid.p);
-    free(c->offs.p);
-    free(c->data.p);
-}
+#include "../arrowbuf.h" /* Buf, Col (owned_of, owned_col: handed over without a copy) */
 
 /* A buffer handed to Python without a copy: it owns the memory a Buf grew (Arrow wraps it with
  * pa.py_buffer; memoryview reads it) and frees it when the last reference goes. */
@@ -145,8 +88,8 @@ static PyTypeObject OwnedType = {
 
 enum { SHRINK_ABOVE = 1 << 20 }; /* unused capacity worth giving back when a buffer is handed over */
 
-/* The Buf's bytes as an Owned (the Buf is left empty). */
-static PyObject *bytes_of(Buf *b) {
+/* The Buf's bytes as an Owned (the Buf is left empty): arrowbuf.h's bytes_of without the copy. */
+static PyObject *owned_of(Buf *b) {
     Owned *o = PyObject_New(Owned, &OwnedType);
     if (!o) return NULL;
     if (b->cap - b->len > SHRINK_ABOVE) {
@@ -160,8 +103,8 @@ static PyObject *bytes_of(Buf *b) {
     return (PyObject *)o;
 }
 
-static PyObject *col_tuple(Col *c) {
-    return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
+static PyObject *owned_col(Col *c) {
+    return Py_BuildValue("(NNNn)", owned_of(&c->valid), owned_of(&c->offs), owned_of(&c->data), c->nulls);
 }
 
 enum { OK = 0, E_PAST_BATCH, E_VARINT_PAST, E_VARINT_LONG, E_VARINT_WIDE, E_FIELDS_PAST, E_HEADER_COUNT, E_FIELD_PAST,
@@ -493,11 +436,11 @@ enum {
 static PyObject *chunk_dict(Walk *w) {
     return Py_BuildValue(
         "{s:n,s:N,s:N,s:N,s:N,s:(NNn),s:(NNn),s:N,s:N,s:N,s:N,s:N,s:N,s:O}", "n", w->n, "delta",
-        bytes_of(&w->deltas), "ts_delta", bytes_of(&w->ts_deltas), "offset", bytes_of(&w->offsets), "timestamp",
-        bytes_of(&w->timestamps), "ts_ns", bytes_of(&w->ts_valid), bytes_of(&w->ts_ns), w->ts_nulls, "sequence",
-        bytes_of(&w->seq_valid), bytes_of(&w->sequences), w->seq_nulls, "value_size", bytes_of(&w->value_sizes),
-        "key", col_tuple(&w->key), "value", col_tuple(&w->value), "header_offsets", bytes_of(&w->hdr_offs),
-        "header_keys", col_tuple(&w->hkey), "header_values", col_tuple(&w->hvalue), "header_keys_utf8",
+        owned_of(&w->deltas), "ts_delta", owned_of(&w->ts_deltas), "offset", owned_of(&w->offsets), "timestamp",
+        owned_of(&w->timestamps), "ts_ns", owned_of(&w->ts_valid), owned_of(&w->ts_ns), w->ts_nulls, "sequence",
+        owned_of(&w->seq_valid), owned_of(&w->sequences), w->seq_nulls, "value_size", owned_of(&w->value_sizes),
+        "key", owned_col(&w->key), "value", owned_col(&w->value), "header_offsets", owned_of(&w->hdr_offs),
+        "header_keys", owned_col(&w->hkey), "header_values", owned_col(&w->hvalue), "header_keys_utf8",
         w->header_keys_utf8 ? Py_True : Py_False);
 }
 
@@ -730,21 +673,6 @@ done:
     return res;
 }
 
-/* The decimal digits of v at out (at least 20 bytes); their number. */
-static Py_ssize_t put_decimal(char *out, int64_t v) {
-    char tmp[20];
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int k = 0;
-    do {
-        tmp[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    Py_ssize_t n = 0;
-    if (v < 0) out[n++] = '-';
-    while (k) out[n++] = tmp[--k];
-    return n;
-}
-
 static PyObject *decimals(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *prefix_arg;
@@ -817,7 +745,7 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
     }
     offs.len = (n + 1) * 4;
     data.len = at;
-    res = Py_BuildValue("(NN)", bytes_of(&offs), bytes_of(&data));
+    res = Py_BuildValue("(NN)", owned_of(&offs), owned_of(&data));
 done:
     free(offs.p);
     free(data.p);

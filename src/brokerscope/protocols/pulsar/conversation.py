@@ -38,7 +38,17 @@ from .rows import (
     payload_details,
     receipt_acks,
 )
-from .values import SECRET_TYPES, bit_set, mid_str, partition_of, sanitize, scrub, to_dict, to_json
+from .values import (
+    SECRET_TYPES,
+    bit_set,
+    mid_str,
+    mid_strs,
+    partition_of,
+    sanitize,
+    scrub,
+    to_dict,
+    to_json,
+)
 
 T = pb.BaseCommand
 _U32 = struct.Struct(">I")
@@ -378,9 +388,8 @@ class PulsarConversation(Conversation):
         msgs = self._messages(ev, ("produce", pid), base_row, {}, None)
         # the rows wait for the receipt, which names their message id
         seqs = [
-            (bi, seq)
+            (b.cols["_batch_index"], b.cols["sequence"] if "sequence" in b.cols else b.column("sequence"))
             for b in msgs
-            for bi, seq in zip(b.column("_batch_index"), b.column("sequence"), strict=True)
         ]
         held = sum(held_bytes(b) for b in msgs)
         self.sends.add((pid, ev.body.sequence_id), PendingSend(ev.ts_end, topic, msgs, held, seqs, chunk))
@@ -468,17 +477,17 @@ class PulsarConversation(Conversation):
         dl = self.deliveries.of(cid)
         if is_chunk(md):
             # every chunk's id is acknowledged by the consumer: remember each delivery
-            self.deliveries.add_chunk(dl, (L, E, -1), ev.ts_end)
+            self.deliveries.add_chunk(dl, L, E, ev.ts_end)
         for b in msgs:
             bis = b.cols["_batch_index"]
-            b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in bis]  # mid_str
+            b.cols["message_id"] = mid_strs(L, E, bis)
             if ack_set and any(bi >= 0 and not bit_set(ack_set, bi) for bi in bis):
                 details = b.column("details")
                 b.cols["details"] = [
                     d[:-1] + ',"already_acked":true}' if bi >= 0 and not bit_set(ack_set, bi) else d
                     for d, bi in zip(details, bis, strict=True)
                 ]
-            self.deliveries.add_all(dl, [(L, E, bi) for bi in bis], ev.ts_end)
+            self.deliveries.add_all(dl, L, E, bis, ev.ts_end)
             ev.rows.append(("messages", finish(b)))
         if msgs and is_batch(md) and not len(md.encryption_keys):
             self.deliveries.set_batch_size(cid, L, E, md.num_messages_in_batch)
@@ -500,7 +509,7 @@ class PulsarConversation(Conversation):
             extra["validation_error"] = pb.CommandAck.ValidationError.Name(ev.body.validation_error)
         if ev.body.txnid_most_bits or ev.body.txnid_least_bits:
             extra["txnid"] = [ev.body.txnid_most_bits, ev.body.txnid_least_bits]
-        seen: set[tuple[int, int, int]] = set()
+        seen: dict[tuple[int, int], set[int]] = {}  # the ids this ACK acknowledged, by entry
         for mid in ev.body.message_id:
             L, E, B = mid.ledger_id, mid.entry_id, mid.batch_index
             part = mid.partition if mid.partition >= 0 else partition_of(topic)

@@ -20,11 +20,12 @@ from typing import NamedTuple
 
 import cramjam
 import lz4.block
+import pyarrow as pa
 import zstandard
 from google.protobuf.message import DecodeError
 
 from ... import native
-from .. import base
+from .. import arrowcols, base
 from .gen import pulsar_api_pb2 as pb
 
 _batch = native.load(__package__, "_batch")  # compiled from _batch.c: a batch payload's entries
@@ -32,6 +33,9 @@ _batch = native.load(__package__, "_batch")  # compiled from _batch.c: a batch p
 COMPRESSION_NAMES = {v.number: v.name for v in pb.CompressionType.DESCRIPTOR.values}
 MAX_CHUNKED = 10_000  # chunked messages reassembled at once, per connection
 _U32 = struct.Struct(">I")
+_INT64_MAX = 2**63 - 1
+NUMBERED_MIN = 8  # numbered strings written as an Arrow column from this many on
+WALK_MIN = 8  # batches of this many messages on are read by the compiled walk, as Arrow columns
 
 
 class PayloadError(base.DecodeError):
@@ -206,34 +210,55 @@ def expand(md: pb.MessageMetadata, payload: bytes, cap: int) -> list[Single]:
 
 
 class Columns(NamedTuple):
-    """The messages of one payload as columns, one entry per message (Single's fields, and the
-    headers column's values made from the properties)."""
+    """The messages of one payload as columns, one entry per message: Arrow arrays (the compiled
+    walk's buffers) or lists (Single's fields: a few messages, for which Arrow arrays cost more
+    than conform's conversion of a whole batch of rows) and, for the few messages that have
+    fields of their own, those fields."""
 
-    batch_index: list[int]
-    value: list[bytes | None]
-    key: list[bytes | None]
-    key_raw: list[str | None]
-    headers: list[list[dict]]  # {"key": text, "value": bytes} per property
-    sequence: list[int | None]
-    event_time: list[int | None]
-    ordering_key: list[bytes | None]
-    null_value: list[bool]
-    extra: list[dict | None]  # a message's fields for its details beyond the others
-    plain_keys: bool  # every key is its partition key's UTF-8 (none base64, none a stray bytes)
+    batch_index: range  # -1 for a message not in a batch, else 0 .. n - 1
+    value: pa.Array | list[bytes | None]  # binary, null where null_value
+    key: pa.Array | list[bytes | None]  # binary: the partition key (decoded where it is base64)
+    headers: pa.Array | list[list[dict]]  # list<tables.HEADER>, from the properties
+    sequence: pa.Array | list[int]  # int64 (ints where one is past int64)
+    # per message (index) with fields of its own, those fields in the order its details write
+    # them: event_time_ms (not 0), ordering_key, null_value, partition_key_b64 (the key's text
+    # where it was base64 and decodes to other bytes), compacted_out, trailing_bytes
+    own: dict[int, dict]
+
+    def pylists(self) -> Columns:
+        """The same columns as Python lists (to compare the two readers)."""
+        return self._replace(
+            **{
+                f: getattr(self, f).to_pylist()
+                for f in ("value", "key", "headers", "sequence")
+                if isinstance(getattr(self, f), pa.Array)
+            }
+        )
 
 
-def _plain_keys(key_raw: list, key: list) -> bool:
-    """Columns.plain_keys of these keys."""
-    return all(r.__class__ is not str or k is None or r.encode() == k for r, k in zip(key_raw, key))
+def _own_fields(s: Single) -> dict:
+    """A message's fields of its own (Columns.own) from its Single."""
+    out: dict = {}
+    if s.event_time:
+        out["event_time_ms"] = s.event_time
+    if s.ordering_key is not None:
+        out["ordering_key"] = s.ordering_key
+    if s.null_value:
+        out["null_value"] = True
+    if s.key_raw.__class__ is str and s.key is not None and s.key_raw.encode() != s.key:
+        out["partition_key_b64"] = s.key_raw
+    out.update(s.extra)
+    return out
 
 
 def columns(singles: list[Single]) -> Columns:
-    """Messages as columns."""
+    """Messages as columns (lists)."""
+    own = {i: f for i, s in enumerate(singles) if (f := _own_fields(s))}
+    first = singles[0].batch_index if singles else 0
     return Columns(
-        [s.batch_index for s in singles],
+        range(first, first + len(singles)),
         [s.value for s in singles],
         [s.key for s in singles],
-        [s.key_raw for s in singles],
         [
             [
                 {
@@ -245,48 +270,68 @@ def columns(singles: list[Single]) -> Columns:
             for s in singles
         ],
         [s.sequence for s in singles],
-        [s.event_time for s in singles],
-        [s.ordering_key for s in singles],
-        [s.null_value for s in singles],
-        [s.extra or None for s in singles],
-        _plain_keys([s.key_raw for s in singles], [s.key for s in singles]),
+        own,
     )
 
 
 def expand_columns(md: pb.MessageMetadata, payload: bytes, cap: int) -> Columns:
-    """`expand`, as columns: a batch's entries read by the compiled walk (_batch.c), or by
-    split_batch where the walk does not take them as they are (it then says what is wrong)."""
+    """`expand`, as columns: a batch's entries read by the compiled walk (`walk`: from WALK_MIN
+    messages on), or by split_batch where the walk does not take them as they are (it then says
+    what is wrong)."""
     data = decompress(md.compression, payload, md.uncompressed_size, cap)
     if not is_batch(md):
         return columns([single_of(md, data)])
+    if md.num_messages_in_batch >= WALK_MIN and (got := walk(md, data)) is not None:
+        return got
+    return columns(split_batch(md, data))
+
+
+def walk(md: pb.MessageMetadata, data: bytes) -> Columns | None:
+    """The messages of an uncompressed batch payload read by the compiled walk (_batch.c) as Arrow
+    columns, or None where it leaves them to split_batch."""
     got = _batch.split(data, md.num_messages_in_batch, md.sequence_id)
     if got is None:
-        return columns(split_batch(md, data))
-    value, key_raw, key, b64, headers, sequence, event_time, ordering_key, null_value, compacted, end = got
-    for i in b64:
-        key[i] = key_bytes(key_raw[i], True)
-    # the walk's keys are their text's UTF-8 but for the base64 ones
-    plain = not b64 or _plain_keys([key_raw[i] for i in b64], [key[i] for i in b64])
-    extra = (
-        [{"compacted_out": True} if c else None for c in compacted]
-        if True in compacted
-        else [None] * len(value)
-    )
+        return None
+    n, value, key, hoffsets, hkeys, hvalues, sequence, own, end = got
+    key = arrowcols.binary(key)
+    own = own or {}
+    b64 = [i for i, f in own.items() if "partition_key_b64" in f]
+    if b64:  # base64 keys: the key column holds their decoded bytes, the details their text
+        keys = key.to_pylist()
+        for i in b64:
+            raw = own[i]["partition_key_b64"]
+            keys[i] = key_bytes(raw, True)
+            if keys[i] == raw.encode():
+                del own[i]["partition_key_b64"]
+                if not own[i]:
+                    del own[i]
+        key = pa.array(keys, pa.binary())
     if end != len(data):  # bytes after the last message: keep going, but say so
-        extra[-1] = {**(extra[-1] or {}), "trailing_bytes": len(data) - end}
+        own.setdefault(n - 1, {})["trailing_bytes"] = len(data) - end
     return Columns(
-        list(range(len(value))),
-        value,
+        range(n),
+        arrowcols.binary(value),
         key,
-        key_raw,
-        headers,
-        sequence,
-        event_time,
-        ordering_key,
-        null_value,
-        extra,
-        plain,
+        arrowcols.headers(n, hoffsets, arrowcols.binary(hkeys, pa.string()), arrowcols.binary(hvalues)),
+        sequence
+        if sequence.__class__ is list
+        else pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(sequence)]),
+        own,
     )
+
+
+def numbered(prefix: str, bis: range, suffix: str = "") -> pa.Array | list[str]:
+    """`prefix + str(i) + suffix` for each i of `bis`: an Arrow string column written by the
+    compiled module (no Python string per message), or a list where that costs more (fewer
+    than NUMBERED_MIN strings: an Arrow array costs microseconds to make) or for text Arrow
+    cannot take (lone surrogates: the tables say which value)."""
+    if len(bis) < NUMBERED_MIN:
+        return [f"{prefix}{i}{suffix}" for i in bis]
+    try:
+        head, tail = prefix.encode(), suffix.encode()
+    except UnicodeEncodeError:
+        return [f"{prefix}{i}{suffix}" for i in bis]
+    return arrowcols.text(*_batch.numbered(head, bis.start, len(bis), tail))
 
 
 def is_chunk(md: pb.MessageMetadata) -> bool:

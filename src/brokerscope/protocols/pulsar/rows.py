@@ -30,9 +30,10 @@ from .messages import (
     expand_columns,
     is_batch,
     key_bytes,
+    numbered,
 )
-from .pairing import PendingSend
-from .values import partition_of, scrub, to_dict, to_json
+from .pairing import AckedIds, PendingSend
+from .values import joined, mid_strs, partition_of, scrub, to_dict, to_json
 
 T = pb.BaseCommand
 CHUNK_INCOMPLETE = "chunk_incomplete"
@@ -218,7 +219,7 @@ def message_rows(
                 "details": to_json({**common_details, "payload_size": len(payload)}),
             }
         )
-        return Block(1, {"_batch_index": [-1]}, const)
+        return Block(1, {"_batch_index": range(-1, 0)}, const)
     return message_block(ctx, base_row, msgs, status, None, common_details)
 
 
@@ -252,50 +253,35 @@ def message_block(
     const["decode_error"] = error
     cols: dict = {
         "_batch_index": m.batch_index,
-        "key": [pol.key(k) for k in m.key] if pol.apply_to_keys and pol.mode != "keep" else m.key,
         "headers": m.headers,
         "sequence": m.sequence,
         "details": _details(m, common),
     }
-    if None in m.value:
+    if m.value.__class__ is list:  # a few messages: lists, for conform to convert with the rest
+        keyed = pol.apply_to_keys and pol.mode != "keep"
+        cols["key"] = [pol.key(k) for k in m.key] if keyed else m.key
         sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
+        cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
     else:
-        sizes = pa.array(map(len, m.value), pa.int64())
-    cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
-    return Block(len(m.value), cols, const)
+        cols["key"] = pol.key_column(m.key)
+        cols.update(pol.value_columns(m.value, pc.binary_length(m.value).cast(pa.int64())))
+    return Block(len(m.batch_index), cols, const)
 
 
-def _details(m: Columns, common: dict) -> list[str]:
-    """Each message's details: `common`, then its batch index, event time, ordering key, null
-    value flag, base64 partition key and extra fields where it has them (as to_json would write
-    the dict, written piece by piece)."""
+def _details(m: Columns, common: dict) -> pa.Array | list[str]:
+    """Each message's details: `common`, then its batch index and the fields it has of its own
+    (Columns.own), as to_json would write the dict, written piece by piece (in one compiled call
+    when no message has fields of its own)."""
     head = to_json(common)[:-1]
     head += ',"batch_index":' if len(head) > 1 else '"batch_index":'
-    if (
-        m.plain_keys
-        and not any(m.event_time)
-        and m.ordering_key.count(None) == len(m.ordering_key)
-        and True not in m.null_value
-        and not any(m.extra)
-    ):  # no message has fields of its own beyond its batch index
-        return [f"{head}{bi}}}" for bi in m.batch_index]
+    if not m.own:
+        return numbered(head, m.batch_index, "}")
     jv = base.json_value
     out = []
-    for bi, et, ok, null, raw, key, extra in zip(
-        m.batch_index, m.event_time, m.ordering_key, m.null_value, m.key_raw, m.key, m.extra, strict=True
-    ):
+    for i, bi in enumerate(m.batch_index):
         t = f"{head}{bi}"
-        if et:
-            t += f',"event_time_ms":{jv(et)}'
-        if ok is not None:
-            t += f',"ordering_key":{jv(ok)}'
-        if null:
-            t += ',"null_value":true'
-        if raw.__class__ is str and key is not None and raw.encode() != key:
-            t += f',"partition_key_b64":{jv(raw)}'
-        if extra:
-            for k, v in extra.items():
-                t += f",{jv(k)}:{jv(v)}"
+        for k, v in m.own.get(i, {}).items():
+            t += f",{jv(k)}:{jv(v)}"
         out.append(t + "}")
     return out
 
@@ -374,14 +360,15 @@ def held_bytes(b: Block) -> int:
 def answered(b: Block, mid, error: int | None) -> Block:
     """A SEND's produce rows once it is answered: the receipt's message id, or the send error."""
     if mid is not None:
-        L, E = mid.ledger_id, mid.entry_id
-        b.cols["message_id"] = [f"{L}:{E}:{bi}" for bi in b.cols["_batch_index"]]  # mid_str
+        b.cols["message_id"] = mid_strs(mid.ledger_id, mid.entry_id, b.cols["_batch_index"])
         if mid.partition >= 0:
             b.const["partition"] = mid.partition
     if error is not None:
         tail = f'"send_error":{int(error)}}}'
         if "details" in b.cols:
-            b.cols["details"] = [(d[:-1] + "," if d and d != "{}" else "{") + tail for d in b.cols["details"]]
+            b.cols["details"] = [
+                (d[:-1] + "," if d and d != "{}" else "{") + tail for d in b.column("details")
+            ]
         else:
             d = b.const.get("details")
             b.const["details"] = (d[:-1] + "," if d and d != "{}" else "{") + tail
@@ -414,18 +401,19 @@ def receipt_acks(ts: int, body, error: int | None, topic, mid, ps: PendingSend |
     elif ps.chunk is not None:
         extra["chunk"] = ps.chunk
     if ps is None or not ps.sequences:
-        sequences = [(mid.batch_index if mid is not None else -1, seq)]
+        bi = mid.batch_index if mid is not None else -1
+        sequences = [(range(bi, bi + 1), [seq])]
     else:
-        sequences = ps.sequences  # (batch_index, sequence) of each message
+        sequences = ps.sequences  # the batch indexes and sequences of each block of messages
     common["ack_type"] = "pulsar_receipt" if error is None else "pulsar_send_error"
     common["details"] = to_json(extra)
-    cols: dict = {"sequence": [sequence for _bi, sequence in sequences]}
+    cols: dict = {"sequence": joined([sequence for _bis, sequence in sequences])}
     if mid is not None:
         L, E = mid.ledger_id, mid.entry_id
-        cols["message_id"] = [f"{L}:{E}:{bi}" for bi, _sequence in sequences]  # mid_str
+        cols["message_id"] = joined([mid_strs(L, E, bis) for bis, _sequence in sequences])
     else:
         common["message_id"] = None
-    return [("acks", Block(len(sequences), cols, common))]
+    return [("acks", Block(sum(len(bis) for bis, _sequence in sequences), cols, common))]
 
 
 def ack_rows(
@@ -436,11 +424,11 @@ def ack_rows(
     consumer: str,
     rid: int | None,
     details: str,
-    acked: list[tuple[tuple[int, int, int], int | None, bool]],
+    acked: AckedIds,
 ) -> list[Row]:
     """The acks rows of one message id of an ACK, one block: a row per id it acknowledges
-    (`acked`: the id, its delivery time if seen, whether it was acked before)."""
-    if not acked:
+    (`acked`: the ids, their delivery times where seen, whether each was acked before)."""
+    if not acked.n:
         return []
     const = {
         "ts_ns": ts,
@@ -450,16 +438,18 @@ def ack_rows(
         "consumer": consumer,
         "correlation_id": rid,
     }
-    cols = {
-        "message_id": [f"{L}:{E}:{bi}" for (L, E, bi), _ts, _again in acked],  # mid_str
-        "ack_latency_us": [None if t is None else (ts - t) / 1000.0 for _key, t, _again in acked],
-    }
-    if any(again for _key, _ts, again in acked):
+    cols: dict = {"message_id": acked.message_id}
+    t = acked.delivered
+    if t.__class__ is list:
+        cols["ack_latency_us"] = [None if d is None else (ts - d) / 1000.0 for d in t]
+    else:
+        const["ack_latency_us"] = None if t is None else (ts - t) / 1000.0
+    if acked.again.__class__ is list and True in acked.again:
         again_details = details[:-1] + ',"already_acked":true}'
-        cols["details"] = [again_details if again else details for _key, _ts, again in acked]
+        cols["details"] = [again_details if again else details for again in acked.again]
     else:
         const["details"] = details
-    return [("acks", Block(len(acked), cols, const))]
+    return [("acks", Block(acked.n, cols, const))]
 
 
 def ack_response_row(ts: int, topic, consumer: str, body, latency_us: float | None, details: dict) -> Row:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import re
 
+import pyarrow as pa
+
 from ...tables import Block
 from .. import base
 from ..base import Row, text
 from .gen import pulsar_api_pb2 as pb
+from .messages import numbered
 
 T = pb.BaseCommand
 SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
@@ -87,6 +90,11 @@ def mid_str(ledger: int, entry: int, batch_index: int) -> str:
     return f"{ledger}:{entry}:{batch_index}"
 
 
+def mid_strs(ledger: int, entry: int, bis: range) -> pa.Array | list[str]:
+    """The message_id column of the messages `bis` of entry (ledger, entry), as mid_str writes it."""
+    return numbered(f"{ledger}:{entry}:", bis)
+
+
 def bit_set(ack_set, i: int) -> bool:
     """Bit `i` of an ack set (int64 words, least significant bit first)."""
     w = i // 64
@@ -96,3 +104,12 @@ def bit_set(ack_set, i: int) -> bool:
 def highest_bit(ack_set) -> int:
     """One past the highest bit set in an ack set."""
     return max((w & _MASK64).bit_length() + 64 * k for k, w in enumerate(ack_set))
+
+
+def joined(parts: list[pa.Array | list]) -> pa.Array | list:
+    """Columns of consecutive blocks as one column (Arrow where every part is)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, pa.Array) for p in parts):
+        return pa.concat_arrays(parts)
+    return [v for p in parts for v in (p.to_pylist() if isinstance(p, pa.Array) else p)]

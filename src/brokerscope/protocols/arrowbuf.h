@@ -1,0 +1,131 @@
+/* Growable byte buffers and Arrow binary / string columns (validity bitmap, int32 offsets, data)
+ * written by the compiled walks (kafka/_records.c, pulsar/_batch.c) and handed to Python as bytes,
+ * which pyarrow wraps with Array.from_buffers; and the text column prefix + decimal + suffix.
+ * Static inline: each module gets its own copy. */
+#ifndef BROKERSCOPE_ARROWBUF_H
+#define BROKERSCOPE_ARROWBUF_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = realloc(b->p, (size_t)cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->p + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static inline PyObject *bytes_of(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len); }
+
+/* A binary column: validity bitmap, int32 offsets, data. */
+typedef struct {
+    Buf valid, offs, data;
+    Py_ssize_t n, nulls;
+} Col;
+
+static inline int col_init(Col *c, Py_ssize_t rows) {
+    memset(c, 0, sizeof *c);
+    int32_t zero = 0;
+    if (buf_reserve(&c->valid, rows / 8 + 1) || buf_reserve(&c->offs, (rows + 1) * 4)) return -1;
+    return buf_put(&c->offs, &zero, 4);
+}
+
+/* One value of n bytes at src (n < 0: null): 0, -1 (no memory) or -2 (past 2 GiB of data). */
+static inline int col_add(Col *c, const unsigned char *src, int64_t n) {
+    Py_ssize_t i = c->n;
+    if (buf_reserve(&c->valid, i / 8 + 1)) return -1;
+    if (i % 8 == 0) c->valid.p[i / 8] = 0;
+    if (n >= 0) {
+        c->valid.p[i / 8] |= (char)(1 << (i % 8));
+        if (c->data.len + n > INT32_MAX) return -2;
+        if (buf_put(&c->data, src, (Py_ssize_t)n)) return -1;
+    } else {
+        c->nulls++;
+    }
+    c->valid.len = i / 8 + 1;
+    int32_t end = (int32_t)c->data.len;
+    c->n++;
+    return buf_put(&c->offs, &end, 4);
+}
+
+static inline void col_free(Col *c) {
+    free(c->valid.p);
+    free(c->offs.p);
+    free(c->data.p);
+}
+
+/* (validity, offsets, data, null count): what Python's from_buffers wrappers take. */
+static inline PyObject *col_tuple(Col *c) {
+    return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
+}
+
+/* The decimal digits of v at out (at least 20 bytes); their number. */
+static inline Py_ssize_t put_decimal(char *out, int64_t v) {
+    char tmp[20];
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    int k = 0;
+    do {
+        tmp[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    Py_ssize_t n = 0;
+    if (v < 0) out[n++] = '-';
+    while (k) out[n++] = tmp[--k];
+    return n;
+}
+
+/* The strings prefix + str(v) + suffix for n values as an Arrow string column, (offsets, data)
+ * bytes: v = values[i], or first + i when values is NULL (the caller keeps first + n in int64). */
+static inline PyObject *decimal_column(const Py_buffer *prefix, const int64_t *values, int64_t first, Py_ssize_t n,
+                                       const Py_buffer *suffix) {
+    Buf offs = {0}, data = {0};
+    PyObject *res = NULL;
+    Py_ssize_t each = prefix->len + 21 + suffix->len; /* 21: sign and 20 digits at the most */
+    if (n < 0 || (n && each > (INT32_MAX - 1) / n)) {
+        PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
+        return NULL;
+    }
+    if (buf_reserve(&offs, (n + 1) * 4) || buf_reserve(&data, n * each)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *o = (int32_t *)offs.p;
+    char *d = data.p;
+    Py_ssize_t at = 0;
+    o[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(d + at, prefix->buf, (size_t)prefix->len);
+        at += prefix->len;
+        at += put_decimal(d + at, values ? values[i] : first + (int64_t)i);
+        memcpy(d + at, suffix->buf, (size_t)suffix->len);
+        at += suffix->len;
+        o[i + 1] = (int32_t)at;
+    }
+    offs.len = (n + 1) * 4;
+    data.len = at;
+    res = Py_BuildValue("(NN)", bytes_of(&offs), bytes_of(&data));
+done:
+    free(offs.p);
+    free(data.p);
+    return res;
+}
+
+#endif
