@@ -92,37 +92,62 @@ static inline Py_ssize_t put_decimal(char *out, int64_t v) {
     return n;
 }
 
-/* The strings prefix + str(v) + suffix for n values as an Arrow string column, (offsets, data)
- * bytes: v = values[i], or first + i when values is NULL (the caller keeps first + n in int64). */
+/* A prefix of the text column `decimal_runs` writes: `len` bytes at `p`, for the next `count` values. */
+typedef struct {
+    const char *p;
+    Py_ssize_t len;
+    int32_t count;
+} Prefix;
+
+/* The strings prefix + str(v) + suffix for n values into the empty buffers offs (int32 offsets,
+ * n + 1 of them) and data of an Arrow string column, each run of values with its own prefix (the
+ * runs' counts add up to n): v = values[i], or first + i when values is NULL (the caller keeps
+ * first + n in int64). 0, or -1 with an error set (the buffers then hold nothing to use). */
+static inline int decimal_runs(Buf *offs, Buf *data, const Prefix *runs, Py_ssize_t nruns, const int64_t *values,
+                               int64_t first, Py_ssize_t n, const char *suffix, Py_ssize_t suffix_len) {
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t r = 0; r < nruns; r++)
+        if (runs[r].len > longest) longest = runs[r].len;
+    Py_ssize_t each = longest + 21 + suffix_len; /* 21: sign and 20 digits at the most */
+    if (n < 0 || (n && each > (INT32_MAX - 1) / n)) {
+        PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
+        return -1;
+    }
+    if (buf_reserve(offs, (n + 1) * 4) || buf_reserve(data, n * each)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t *o = (int32_t *)offs->p;
+    char *d = data->p;
+    Py_ssize_t at = 0, i = 0;
+    o[0] = 0;
+    for (Py_ssize_t r = 0; r < nruns; r++) {
+        for (int32_t k = 0; k < runs[r].count; k++, i++) {
+            memcpy(d + at, runs[r].p, (size_t)runs[r].len);
+            at += runs[r].len;
+            at += put_decimal(d + at, values ? values[i] : first + (int64_t)i);
+            memcpy(d + at, suffix, (size_t)suffix_len);
+            at += suffix_len;
+            o[i + 1] = (int32_t)at;
+        }
+    }
+    offs->len = (n + 1) * 4;
+    data->len = at;
+    return 0;
+}
+
+/* decimal_runs with one prefix for all n values, as (offsets, data) bytes. */
 static inline PyObject *decimal_column(const Py_buffer *prefix, const int64_t *values, int64_t first, Py_ssize_t n,
                                        const Py_buffer *suffix) {
     Buf offs = {0}, data = {0};
     PyObject *res = NULL;
-    Py_ssize_t each = prefix->len + 21 + suffix->len; /* 21: sign and 20 digits at the most */
-    if (n < 0 || (n && each > (INT32_MAX - 1) / n)) {
+    Prefix run = {prefix->buf, prefix->len, (int32_t)n};
+    if (n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
         return NULL;
     }
-    if (buf_reserve(&offs, (n + 1) * 4) || buf_reserve(&data, n * each)) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int32_t *o = (int32_t *)offs.p;
-    char *d = data.p;
-    Py_ssize_t at = 0;
-    o[0] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(d + at, prefix->buf, (size_t)prefix->len);
-        at += prefix->len;
-        at += put_decimal(d + at, values ? values[i] : first + (int64_t)i);
-        memcpy(d + at, suffix->buf, (size_t)suffix->len);
-        at += suffix->len;
-        o[i + 1] = (int32_t)at;
-    }
-    offs.len = (n + 1) * 4;
-    data.len = at;
-    res = Py_BuildValue("(NN)", bytes_of(&offs), bytes_of(&data));
-done:
+    if (!decimal_runs(&offs, &data, &run, 1, values, first, n, suffix->buf, suffix->len))
+        res = Py_BuildValue("(NN)", bytes_of(&offs), bytes_of(&data));
     free(offs.p);
     free(data.p);
     return res;

@@ -52,7 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../arrowbuf.h" /* Buf, Col (owned_of, owned_col: handed over without a copy) */
+#include "../arrowbuf.h" /* Buf, Col, decimal_runs (owned_of, owned_col: handed over without a copy) */
 
 /* A buffer handed to Python without a copy: it owns the memory a Buf grew (Arrow wraps it with
  * pa.py_buffer; memoryview reads it) and frees it when the last reference goes. */
@@ -681,9 +681,10 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*nny*", &prefix_arg, &values, &offset, &n, &suffix)) return NULL;
     PyObject *res = NULL, *prefixes = NULL;
     Buf offs = {0}, data = {0};
+    Prefix *pre = NULL;
     int32_t one_run[1];
     const int32_t *counts = one_run;
-    Py_ssize_t nruns = 1, longest = 0;
+    Py_ssize_t nruns = 1;
     if (PyTuple_Check(prefix_arg)) { /* (list of bytes, int32 run lengths): a prefix per run */
         PyObject *list;
         if (!PyArg_ParseTuple(prefix_arg, "Oy*", &list, &runs)) goto done;
@@ -702,6 +703,10 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
             goto done;
         }
     }
+    if (!(pre = malloc(sizeof(Prefix) * (size_t)(nruns ? nruns : 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_ssize_t total = 0;
     for (Py_ssize_t r = 0; r < nruns; r++) {
         PyObject *p = PySequence_Fast_GET_ITEM(prefixes, r);
@@ -709,44 +714,17 @@ static PyObject *decimals(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "prefixes are bytes, run lengths non-negative");
             goto done;
         }
-        if (PyBytes_GET_SIZE(p) > longest) longest = PyBytes_GET_SIZE(p);
+        pre[r] = (Prefix){PyBytes_AS_STRING(p), PyBytes_GET_SIZE(p), counts[r]};
         total += counts[r];
     }
     if (offset < 0 || n < 0 || total != n || (offset + n) > values.len / 8) {
         PyErr_SetString(PyExc_ValueError, "values shorter than offset + n, or runs that do not add up to n");
         goto done;
     }
-    Py_ssize_t each = longest + 21 + suffix.len; /* 21: sign and 20 digits at the most */
-    if (n && each > (INT32_MAX - 1) / n) {
-        PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
-        goto done;
-    }
-    if (buf_reserve(&offs, (n + 1) * 4) || buf_reserve(&data, n * each)) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const int64_t *v = (const int64_t *)values.buf + offset;
-    int32_t *o = (int32_t *)offs.p;
-    char *d = data.p;
-    Py_ssize_t at = 0, i = 0;
-    o[0] = 0;
-    for (Py_ssize_t r = 0; r < nruns; r++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(prefixes, r);
-        const char *pre = PyBytes_AS_STRING(p);
-        size_t plen = (size_t)PyBytes_GET_SIZE(p);
-        for (int32_t k = 0; k < counts[r]; k++, i++) {
-            memcpy(d + at, pre, plen);
-            at += (Py_ssize_t)plen;
-            at += put_decimal(d + at, v[i]);
-            memcpy(d + at, suffix.buf, (size_t)suffix.len);
-            at += suffix.len;
-            o[i + 1] = (int32_t)at;
-        }
-    }
-    offs.len = (n + 1) * 4;
-    data.len = at;
-    res = Py_BuildValue("(NN)", owned_of(&offs), owned_of(&data));
+    if (!decimal_runs(&offs, &data, pre, nruns, (const int64_t *)values.buf + offset, 0, n, suffix.buf, suffix.len))
+        res = Py_BuildValue("(NN)", owned_of(&offs), owned_of(&data));
 done:
+    free(pre);
     free(offs.p);
     free(data.p);
     Py_XDECREF(prefixes);
