@@ -39,6 +39,7 @@ setup(
         Extension(
             "brokerscope.protocols.iggy._batch",  # Iggy's batch records (the VSR generation's messages)
             ["src/brokerscope/protocols/iggy/_batch.c"],
+            depends=["src/brokerscope/protocols/arrowbuf.h"],
             extra_compile_args=["-O2"],
         ),
         Extension(

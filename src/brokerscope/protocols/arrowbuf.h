@@ -1,6 +1,7 @@
 /* Growable byte buffers and Arrow binary / string columns (validity bitmap, int32 offsets, data)
- * written by the compiled walks (kafka/_records.c, pulsar/_batch.c) and handed to Python as bytes,
- * which pyarrow wraps with Array.from_buffers; and the text column prefix + decimal + suffix.
+ * written by the compiled walks (kafka/_records.c, pulsar/_batch.c, iggy/_batch.c) and handed to
+ * Python as bytes, which pyarrow wraps with Array.from_buffers; decimal text (two digits per
+ * division) and the text column prefix + decimal + suffix.
  * Static inline: each module gets its own copy. */
 #ifndef BROKERSCOPE_ARROWBUF_H
 #define BROKERSCOPE_ARROWBUF_H
@@ -77,19 +78,37 @@ static inline PyObject *col_tuple(Col *c) {
     return Py_BuildValue("(NNNn)", bytes_of(&c->valid), bytes_of(&c->offs), bytes_of(&c->data), c->nulls);
 }
 
+/* "00" .. "99": two decimal digits per division */
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 /* The decimal digits of v at out (at least 20 bytes); their number. */
+static inline int put_u64(char *out, uint64_t v) {
+    char digits[20];
+    int at = 20;
+    while (v >= 100) {
+        unsigned pair = (unsigned)(v % 100) * 2;
+        v /= 100;
+        digits[--at] = DIGIT_PAIRS[pair + 1];
+        digits[--at] = DIGIT_PAIRS[pair];
+    }
+    if (v >= 10) {
+        digits[--at] = DIGIT_PAIRS[v * 2 + 1];
+        digits[--at] = DIGIT_PAIRS[v * 2];
+    } else {
+        digits[--at] = (char)('0' + v);
+    }
+    memcpy(out, digits + at, 20 - at);
+    return 20 - at;
+}
+
+/* The decimal digits of v at out (at least 20 bytes, a sign and 19 digits); their number. */
 static inline Py_ssize_t put_decimal(char *out, int64_t v) {
-    char tmp[20];
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int k = 0;
-    do {
-        tmp[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    Py_ssize_t n = 0;
-    if (v < 0) out[n++] = '-';
-    while (k) out[n++] = tmp[--k];
-    return n;
+    if (v >= 0) return put_u64(out, (uint64_t)v);
+    out[0] = '-';
+    return 1 + put_u64(out + 1, (uint64_t)0 - (uint64_t)v);
 }
 
 /* A prefix of the text column `decimal_runs` writes: `len` bytes at `p`, for the next `count` values. */

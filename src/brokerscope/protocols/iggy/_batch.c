@@ -41,6 +41,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../arrowbuf.h" /* Buf, Col, put_u64 */
+
 #define BATCH_HEADER 256
 #define FRAME_HEADER 48
 #define COUNT_AT 48
@@ -60,32 +62,6 @@ static uint32_t u32le(const unsigned char *p) {
 
 static void put64le(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* "00" .. "99": two decimal digits per division */
-static const char PAIRS[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-/* The decimal digits of v at out (at least 20 bytes); their number. */
-static int put_u64(char *out, uint64_t v) {
-    char digits[20];
-    int at = 20;
-    while (v >= 100) {
-        unsigned pair = (unsigned)(v % 100) * 2;
-        v /= 100;
-        digits[--at] = PAIRS[pair + 1];
-        digits[--at] = PAIRS[pair];
-    }
-    if (v >= 10) {
-        digits[--at] = PAIRS[v * 2 + 1];
-        digits[--at] = PAIRS[v * 2];
-    } else {
-        digits[--at] = (char)('0' + v);
-    }
-    memcpy(out, digits + at, 20 - at);
-    return 20 - at;
 }
 
 /* `lit` (a string literal) at out; its length. */
@@ -185,55 +161,6 @@ static PyObject *bool_or_none(int v) {
     return o;
 }
 
-/* A column of strings or bytes as Arrow lays it out: int32 offsets (n + 1) and the values'
- * bytes back to back. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-    int32_t *offs;
-    size_t n, ncap;
-} Strings;
-
-static int grow(void **p, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = PyMem_Realloc(*p, c * size);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-/* Append n bytes at v to the values' bytes: 0, or -1 (no memory, or past the 2 GiB that int32
- * offsets reach). */
-static int bytes_add(Strings *s, const void *v, size_t n) {
-    if (s->len + n > INT32_MAX || grow((void **)&s->data, &s->cap, s->len + n, 1)) return -1;
-    memcpy(s->data + s->len, v, n);
-    s->len += n;
-    return 0;
-}
-
-/* Append one value of n bytes at v: 0, or -1. */
-static int strings_add(Strings *s, const void *v, size_t n) {
-    if (bytes_add(s, v, n) || grow((void **)&s->offs, &s->ncap, s->n + 2, sizeof(int32_t))) return -1;
-    s->offs[0] = 0;
-    s->offs[++s->n] = (int32_t)s->len;
-    return 0;
-}
-
-/* (offsets, data) as bytes: the buffers of an Arrow string or binary array of s->n values. */
-static PyObject *strings_out(const Strings *s) {
-    int32_t zero = 0;
-    return Py_BuildValue("(y#y#)", s->n ? (const char *)s->offs : (const char *)&zero,
-                         (Py_ssize_t)(sizeof(int32_t) * (s->n + 1)), s->data ? s->data : "", (Py_ssize_t)s->len);
-}
-
-static void strings_free(Strings *s) {
-    PyMem_Free(s->data);
-    PyMem_Free(s->offs);
-}
-
 enum { OFFSETS, OKS, TS_NS, HINDEX, HBLOBS, NCOLS };
 enum { IDS, PAYLOADS, DETAILS, NTEXT };
 
@@ -244,7 +171,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *xxh3;
     if (!PyArg_ParseTuple(args, "y*nnLO", &buf, &pos, &end, &count, &xxh3)) return NULL;
     PyObject *cols[NCOLS] = {0};
-    Strings text_cols[NTEXT] = {{0}}, sums_text = {0};
+    Col text_cols[NTEXT] = {{{0}}};
+    Buf sums_text = {0}; /* the summaries joined by commas */
     PyObject *result = NULL;
     unsigned char *sums = NULL;
     const unsigned char *b = buf.buf;
@@ -286,6 +214,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     memcpy(sums + 40, h + COUNT_AT, 4);
     for (int c = 0; c < NCOLS; c++)
         if (!(cols[c] = PyList_New(0))) goto done;
+    for (int c = 0; c < NTEXT; c++)
+        /* room for as many messages as the record's bytes can hold, whatever its count says */
+        if (col_init(&text_cols[c], (Py_ssize_t)((length - BATCH_HEADER) / FRAME_HEADER))) goto no_memory;
     Py_ssize_t p = pos + BATCH_HEADER, found = 0;
     char text[512], id[41];
     while (p < stop) {
@@ -328,7 +259,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         k += PUT_LIT(text + k, ",\"header_size\":");
         k += put_u64(text + k, FRAME_HEADER);
         text[k++] = '}';
-        if (strings_add(&text_cols[DETAILS], text, k)) goto no_memory;
+        if (col_add(&text_cols[DETAILS], (const unsigned char *)text, k)) goto no_memory;
         /* summary: {"id":"..","payload_size":..,"headers":..,"offset":..,"checksum":..[,"checksum_ok":..]} */
         k = PUT_LIT(text, "{\"id\":\"");
         memcpy(text + k, id, id_len);
@@ -343,8 +274,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         k += put_u64(text + k, msum);
         if (ok >= 0) k += ok ? PUT_LIT(text + k, ",\"checksum_ok\":true") : PUT_LIT(text + k, ",\"checksum_ok\":false");
         text[k++] = '}';
-        if ((found && bytes_add(&sums_text, ",", 1)) || bytes_add(&sums_text, text, k) ||
-            strings_add(&text_cols[IDS], id, id_len) || strings_add(&text_cols[PAYLOADS], b + body, plen))
+        if ((found && buf_put(&sums_text, ",", 1)) || buf_put(&sums_text, text, k) ||
+            col_add(&text_cols[IDS], (const unsigned char *)id, id_len) || col_add(&text_cols[PAYLOADS], b + body, plen))
             goto no_memory;
         if (put(cols[OFFSETS], PyLong_FromUnsignedLongLong(offset)) || put(cols[OKS], bool_or_none(ok)) ||
             put(cols[TS_NS], t ? PyLong_FromUnsignedLongLong(t * 1000) : (Py_INCREF(Py_None), Py_None)))
@@ -358,9 +289,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     if ((uint64_t)found != n) goto not_plain;
     int batch_ok = -1;
     if (checksum && xxh3 && (batch_ok = xxh3_matches(direct, xxh3, sums, 44 + 8 * found, checksum)) < 0) goto done;
-    PyObject *ids = strings_out(&text_cols[IDS]), *payloads = strings_out(&text_cols[PAYLOADS]);
-    PyObject *details = strings_out(&text_cols[DETAILS]);
-    PyObject *summaries = PyUnicode_DecodeASCII(sums_text.data ? sums_text.data : "", (Py_ssize_t)sums_text.len, NULL);
+    PyObject *ids = col_tuple(&text_cols[IDS]), *payloads = col_tuple(&text_cols[PAYLOADS]);
+    PyObject *details = col_tuple(&text_cols[DETAILS]);
+    PyObject *summaries = PyUnicode_DecodeASCII(sums_text.p ? sums_text.p : "", sums_text.len, NULL);
     if (ids && payloads && details && summaries)
         result = Py_BuildValue("(KKKKKKIOnOOOOOOOOO)", (unsigned long long)pid, (unsigned long long)base_offset,
                                (unsigned long long)base_ts, (unsigned long long)origin_ts, (unsigned long long)length,
@@ -380,8 +311,8 @@ not_plain:
     Py_INCREF(result);
 done:
     for (int c = 0; c < NCOLS; c++) Py_XDECREF(cols[c]);
-    for (int c = 0; c < NTEXT; c++) strings_free(&text_cols[c]);
-    strings_free(&sums_text);
+    for (int c = 0; c < NTEXT; c++) col_free(&text_cols[c]);
+    free(sums_text.p);
     PyMem_Free(sums);
     PyBuffer_Release(&buf);
     return result;

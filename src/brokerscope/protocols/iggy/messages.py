@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ... import native
-from .. import base
+from .. import arrowcols, base
 from .codes import MESSAGE_STATES
 from .wire import DecodeError, Reader, identifier, partitioning, user_headers
 
@@ -116,14 +116,6 @@ def _joined(cols: list[list | pa.Array]) -> list | pa.Array:
     if all(isinstance(c, pa.Array) for c in cols):
         return pa.concat_arrays(cols)
     return [x for c in cols for x in _py(c)]
-
-
-def _text_column(typ: pa.DataType, buffers: tuple[bytes, bytes]) -> pa.Array:
-    """An Arrow array of the walk's (offsets, data) buffers."""
-    offsets, data = buffers
-    return pa.Array.from_buffers(
-        typ, len(offsets) // 4 - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
 
 
 _COLUMNS = ("ids", "payloads", "offsets", "checksum_ok", "ts_ns", "details", "summaries")  # not headers
@@ -567,7 +559,7 @@ def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[d
     pid, base_offset, base_ts, origin_ts, length, checksum, n, ok, nxt, *cols, hidx, hblobs = got
     ids, payloads, offsets, oks, ts_ns, details, summaries = cols
     headers = None
-    details = _text_column(pa.string(), details)
+    details = arrowcols.binary(details, pa.string())
     if hidx:
         headers = [[]] * len(offsets)  # one empty list for every message without headers
         details = details.to_pylist()
@@ -576,7 +568,7 @@ def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[d
             headers[i] = values
             details[i] = start + details[i]  # the walk wrote what follows the headers
     batch = dict(zip(_BATCH_FIELDS, (pid, base_offset, base_ts, origin_ts, length, checksum, ok, n)))
-    ids, payloads = _text_column(pa.string(), ids), _text_column(pa.binary(), payloads)
+    ids, payloads = arrowcols.binary(ids, pa.string()), arrowcols.binary(payloads)
     msgs = Messages(ids, payloads, headers, offsets, oks, ts_ns, details, [summaries] if summaries else [])
     return batch, msgs, nxt
 
