@@ -230,6 +230,38 @@ def _packs_of(batches: Iterator[pa.RecordBatch], packs: list[list[dict]]) -> Ite
             yield packs[i]
 
 
+class _NoPandas:
+    """An import hook that refuses pandas (used once, by keep_pandas_out)."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name == "pandas":
+            raise ImportError("brokerscope's Spark tasks do not use pandas")
+        return None
+
+
+def keep_pandas_out() -> None:
+    """Keep pandas out of this Python worker. pyarrow imports pandas, when it is installed (PySpark
+    needs it on the driver), the first time it converts Python values: its Python side to know
+    pandas types, its C++ side for pandas' null markers. That is about 800 M instructions (0.2 CPU
+    s) in every worker, before its first task's rows; the tasks hand pyarrow no pandas object.
+    pyarrow's pandas probe is settled as "no pandas" with the import refused once, and the C++
+    side finds `None` in sys.modules: a failed import without a file system search. Called at the
+    start of each task function; nothing is done where pandas is already loaded."""
+    if "pandas" in sys.modules:
+        return
+    probe = getattr(getattr(pa, "lib", None), "_pandas_api", None)
+    if probe is None:  # a pyarrow without the shim this knows: leave it be
+        return
+    hook = _NoPandas()
+    sys.meta_path.insert(0, hook)
+    try:
+        settled = probe.have_pandas  # the probe's one import attempt, refused
+    finally:
+        sys.meta_path.remove(hook)
+    if not settled:
+        sys.modules["pandas"] = None  # type: ignore[assignment]
+
+
 def _read_splits_fn(
     settings: Settings,
     run: RunDir,
@@ -247,6 +279,7 @@ def _read_splits_fn(
     flt = settings.packet_filter
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_pandas_out()
         for pack in _packs_of(batches, packs):
             for r in pack:
                 sp = capture.Split(
@@ -354,6 +387,7 @@ def _decode_fn(
     of packets that give their offset."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_pandas_out()
         cpu0, wall0 = time.process_time(), time.time()
         # every read task of the capture set finished before this stage began: all ids are known,
         # and every Decryption Secrets Block was read
@@ -443,6 +477,7 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
     row; the second read comes from the page cache), then decode its splits in order."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_pandas_out()
         splits = [inputs.SegmentSplit(**r) for pack in _packs_of(batches, packs) for r in pack]
         stats: list[dict] = []
 

@@ -1,0 +1,43 @@
+"""Spark tasks keep pandas out of their Python worker (pipeline.keep_pandas_out), and decode the
+same rows without it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = [
+    str(ROOT / "sample_data" / "kafka" / "lz4.pcap"),
+    str(ROOT / "sample_data" / "pulsar"),
+    str(ROOT / "sample_data" / "tubemq"),
+]
+
+# In a fresh interpreter, as a Python worker runs a task: the rows of the captures, and whether
+# pandas got loaded on the way.
+SCRIPT = """
+import hashlib, json, sys
+from brokerscope import pipeline, streams
+if sys.argv[1] == "keep-out":
+    pipeline.keep_pandas_out()
+rows = streams.decode_files(sys.argv[2:])
+digest = {
+    t: [len(v), hashlib.sha256(json.dumps(v, sort_keys=True, default=repr).encode()).hexdigest()]
+    for t, v in rows.items() if not t.startswith("_")
+}
+print(json.dumps({"pandas": sys.modules.get("pandas") is not None, "rows": digest}))
+"""
+
+
+def _run(mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode, *CAPTURES], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_tasks_decode_the_same_rows_without_pandas():
+    kept_out, usual = _run("keep-out"), _run("usual")
+    assert not kept_out["pandas"]
+    assert kept_out["rows"] == usual["rows"]
+    assert usual["rows"]["messages"][0] > 0 and usual["rows"]["commands"][0] > 0
