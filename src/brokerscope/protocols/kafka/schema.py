@@ -6,9 +6,13 @@ installed package (located with importlib, see `spec_dir`) and never copied into
 APIs kafka-python lacks are rebuilt in the same form from the `kio` package (kio_specs.py), and
 the ZooKeeper-era inter-broker APIs 4-7, in neither package, from interbroker_specs.py.
 
-For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
-of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
-is then a walk of closures with precompiled `struct.Struct`s, not an interpretation of the JSON.
+For every (api_key, version, request|response) a decode plan is compiled once per process: the
+spec's fields at that version become shapes (StructShape, FieldShape: each field's wire form),
+and the shapes two readers, `reader(buf, pos) -> (value, new_pos)`: the compiled one (`_body.c`,
+given a table of the shapes: Plan.read, what decoding uses) and a tree of small closures, one per
+field, with precompiled `struct.Struct`s (Plan.read_py: the reference the tests and the
+`kafka_body` fuzz target hold the compiled one to, and where it hands a body back, a varint past
+64 bits, the reader). Neither interprets the JSON per message.
 
 Wire rules implemented (Kafka protocol guide, KIP-482 for flexible versions):
 - int8/int16/int32/int64/uint16/uint32/float64 big-endian, bool one byte, uuid 16 bytes;
@@ -35,9 +39,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ... import native
 from .. import base
 from ..base import DecodeError, Truncated
 from . import interbroker_specs, kio_specs
+
+_body = native.load(__package__, "_body")  # compiled from _body.c: message bodies by a field table
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 log = logging.getLogger(__name__)
@@ -319,10 +326,11 @@ class Plan:
     kind: str  # request | response
     name: str
     flexible: bool
-    read: Reader
+    read: Reader  # the compiled reader (_body.c)
     below_baseline: bool  # version older than the spec's validVersions (decoded from field ranges)
     records_fields: tuple[str, ...]
     meta: Callable[[dict, dict, int], None]  # collects topics, partition and error codes
+    read_py: Reader  # the Python reader `read` equals: the reference, and its fallback
 
     def summarize(self, d: dict) -> dict:
         """topics (names in order), topic_ids, partition (first), error_code (top-level, else the
@@ -347,26 +355,87 @@ class Plan:
         return out
 
 
-def _compile_struct(
-    fields: list[dict], version: int, flexible: bool, structs: dict[str, list], records: set
-) -> Reader:
-    regular: list[tuple[str, Reader]] = []
-    tagged: dict[int, tuple[str, Reader]] = {}
+# A plan is compiled in two steps: the spec's fields at one version become shapes (what each
+# field is on the wire: FieldShape, StructShape), then the shapes become a reader. Both readers
+# are built from the same shapes: the Python closures below (the reference, and the fallback the
+# compiled reader hands rare inputs to) and the compiled one's field table (_body_table).
+
+
+@dataclass(frozen=True)
+class StructShape:
+    """A struct at one version: its fields in wire order, and its tagged fields by tag."""
+
+    flexible: bool  # ends with a tagged-field section
+    regular: tuple[tuple[str, FieldShape], ...]
+    tagged: tuple[tuple[int, str, FieldShape], ...]
+
+
+@dataclass(frozen=True)
+class FieldShape:
+    """One field's wire form: `kind` a primitive of _PRIMITIVES, "string", "bytes" (records too)
+    or "struct"; an array's elements have this form, never null, with the array's encoding."""
+
+    kind: str
+    compact: bool  # varint lengths and counts (flexible versions)
+    nullable: bool  # of the array itself for an array
+    array: bool = False
+    struct: StructShape | None = None
+
+
+def _shape_struct(
+    fields: list[dict], version: int, flexible: bool, structs: dict, records: set
+) -> StructShape:
+    regular: list[tuple[str, FieldShape]] = []
+    tagged: list[tuple[int, str, FieldShape]] = []
     for f in fields:
         if version not in Versions.parse(f["versions"]):
             continue
         fflex = flexible
         if "flexibleVersions" in f:
             fflex = version in Versions.parse(f["flexibleVersions"])
-        reader = _compile_field(f, version, fflex, flexible, structs, records)
+        shape = _shape_field(f, version, fflex, flexible, structs, records)
         if flexible and "tag" in f and version in Versions.parse(f.get("taggedVersions", f["versions"])):
-            tagged[int(f["tag"])] = (f["name"], reader)
+            tagged.append((int(f["tag"]), f["name"], shape))
         else:
-            regular.append((f["name"], reader))
+            regular.append((f["name"], shape))
+    return StructShape(flexible, tuple(regular), tuple(tagged))
 
-    regular_t = tuple(regular)
 
-    if not flexible:
+def _shape_field(
+    f: dict, version: int, compact: bool, flexible: bool, structs: dict, records: set
+) -> FieldShape:
+    """The shape of field `f` at `version`; `compact` = compact encoding for this field."""
+    t: str = f["type"]
+    nullable = version in Versions.parse(f.get("nullableVersions"))
+    if t.startswith("[]"):
+        inner_t = t[2:]
+        if inner_t in _PRIMITIVES or inner_t in ("string", "bytes"):
+            return FieldShape(inner_t, compact, nullable, array=True)
+        sub = f.get("fields") or structs.get(inner_t)
+        if sub is None:
+            raise ValueError(f"unknown struct type {inner_t}")
+        return FieldShape(
+            "struct", compact, nullable, True, _shape_struct(sub, version, flexible, structs, records)
+        )
+    if t in _PRIMITIVES or t in ("string", "bytes"):
+        return FieldShape(t, compact, nullable)
+    if t == "records":
+        records.add(f["name"])
+        return FieldShape("bytes", compact, nullable)
+    # a single (non-array) struct
+    sub = f.get("fields") or structs.get(t)
+    if sub is None:
+        raise ValueError(f"unknown type {t}")
+    return FieldShape(
+        "struct", compact, nullable, False, _shape_struct(sub, version, flexible, structs, records)
+    )
+
+
+def _struct_reader(shape: StructShape) -> Reader:
+    regular_t = tuple((name, _field_reader(f)) for name, f in shape.regular)
+    tagged = {tag: (name, _field_reader(f)) for tag, name, f in shape.tagged}
+
+    if not shape.flexible:
 
         def read_struct(buf: bytes, pos: int):
             d = {}
@@ -408,29 +477,11 @@ def _compile_struct(
     return read_flex
 
 
-def _compile_field(
-    f: dict, version: int, compact: bool, flexible: bool, structs: dict, records: set
-) -> Reader:
-    """A reader for field `f` at `version`; `compact` = compact encoding for this field."""
-    t: str = f["type"]
-    nullable = version in Versions.parse(f.get("nullableVersions"))
-    if t.startswith("[]"):
-        inner_t = t[2:]
-        if inner_t in _PRIMITIVES or inner_t in ("string", "bytes"):
-            elem = _compile_field(
-                {**f, "type": inner_t, "nullableVersions": "none"},
-                version,
-                compact,
-                flexible,
-                structs,
-                records,
-            )
-        else:
-            sub = f.get("fields") or structs.get(inner_t)
-            if sub is None:
-                raise ValueError(f"unknown struct type {inner_t}")
-            elem = _compile_struct(sub, version, flexible, structs, records)
-        length = _len_compact if compact else _len_classic32
+def _field_reader(shape: FieldShape) -> Reader:
+    if shape.array:
+        elem = _field_reader(FieldShape(shape.kind, shape.compact, False, False, shape.struct))
+        length = _len_compact if shape.compact else _len_classic32
+        nullable = shape.nullable
 
         def read_array(buf: bytes, pos: int):
             n, pos = length(buf, pos)
@@ -450,21 +501,14 @@ def _compile_field(
             return out, pos
 
         return read_array
-    if t in _PRIMITIVES:
-        return _PRIMITIVES[t]
-    if t == "string":
-        return _blob_reader(_len_compact if compact else _len_classic16, nullable, True)
-    if t == "bytes":
-        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
-    if t == "records":
-        records.add(f["name"])
-        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
-    # a single (non-array) struct
-    sub = f.get("fields") or structs.get(t)
-    if sub is None:
-        raise ValueError(f"unknown type {t}")
-    inner = _compile_struct(sub, version, flexible, structs, records)
-    if not nullable:
+    if shape.kind in _PRIMITIVES:
+        return _PRIMITIVES[shape.kind]
+    if shape.kind == "string":
+        return _blob_reader(_len_compact if shape.compact else _len_classic16, shape.nullable, True)
+    if shape.kind == "bytes":
+        return _blob_reader(_len_compact if shape.compact else _len_classic32, shape.nullable, False)
+    inner = _struct_reader(shape.struct)
+    if not shape.nullable:
         return inner
 
     def read_nullable_struct(buf: bytes, pos: int):
@@ -476,6 +520,65 @@ def _compile_field(
         return inner(buf, pos + 1)
 
     return read_nullable_struct
+
+
+# The compiled reader's field table (_body.table): every struct of a plan as (flexible, regular
+# fields as (name, type), tagged fields as (tag, name, type)), the plan's own struct first; a type
+# is an int: the kind in the low bits, the flags, and a struct kind's entry above TYPE_STRUCT_SHIFT.
+_BODY_KINDS = {  # _body.c's KIND_* in order
+    k: i
+    for i, k in enumerate(
+        "int8 int16 int32 int64 uint16 uint32 float64 bool uuid string bytes struct".split()
+    )
+}
+TYPE_COMPACT, TYPE_NULLABLE, TYPE_ARRAY = 0x20, 0x40, 0x80
+TYPE_STRUCT_SHIFT = 8
+
+
+def _body_table(root: StructShape):
+    """The compiled reader's table of `root` and every struct it holds (equal structs share one
+    entry)."""
+    entries: list[tuple] = []
+    index: dict[StructShape, int] = {}
+
+    def add(s: StructShape) -> int:
+        i = index.get(s)
+        if i is None:
+            i = index[s] = len(entries)
+            entries.append(())
+            entries[i] = (
+                s.flexible,
+                [(name, type_of(f)) for name, f in s.regular],
+                [(tag, name, type_of(f)) for tag, name, f in s.tagged],
+            )
+        return i
+
+    def type_of(f: FieldShape) -> int:
+        t = _BODY_KINDS[f.kind]
+        t |= (
+            (TYPE_COMPACT if f.compact else 0)
+            | (TYPE_NULLABLE if f.nullable else 0)
+            | (TYPE_ARRAY if f.array else 0)
+        )
+        if f.struct is not None:
+            t |= add(f.struct) << TYPE_STRUCT_SHIFT
+        return t
+
+    add(root)
+    return _body.table(entries, DecodeError, Truncated)
+
+
+def _compiled_reader(root: StructShape, fallback: Reader) -> Reader:
+    """The compiled reader of `root` (_body.read); what it leaves to Python (a varint past 64
+    bits) goes to `fallback`, the closures' reader."""
+    table = _body_table(root)
+    read = _body.read
+
+    def r(buf: bytes, pos: int):
+        got = read(table, buf, pos)
+        return fallback(buf, pos) if got is None else got
+
+    return r
 
 
 _plans: dict[tuple[int, int, str], Plan | None] = {}
@@ -500,10 +603,20 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
     structs = s.request_structs if kind == "request" else s.response_structs
     flexible = version in s.flexible
     records: set = set()
-    reader = _compile_struct(msg.get("fields", []), version, flexible, structs, records)
+    shape = _shape_struct(msg.get("fields", []), version, flexible, structs, records)
+    read_py = _struct_reader(shape)
     meta = _compile_meta(msg.get("fields", []), version, structs)
     p = Plan(
-        api_key, version, kind, s.name, flexible, reader, version < s.valid.lo, tuple(sorted(records)), meta
+        api_key,
+        version,
+        kind,
+        s.name,
+        flexible,
+        _compiled_reader(shape, read_py),
+        version < s.valid.lo,
+        tuple(sorted(records)),
+        meta,
+        read_py,
     )
     _plans[k] = p
     return p
@@ -627,7 +740,7 @@ def read_request_header(buf: bytes, pos: int = 0) -> RequestHeader:
 
 
 _CLIENT_ID = _blob_reader(_len_classic16, True, True)
-_EMPTY_FLEX = _compile_struct([], 0, True, {}, set())
+_EMPTY_FLEX = _struct_reader(StructShape(True, (), ()))
 
 
 def read_response_header(
