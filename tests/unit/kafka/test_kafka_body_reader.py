@@ -259,3 +259,68 @@ def test_every_plan_builds_a_table():
                     assert c == py, f"{p.name} v{v} {kind}"
                 n += 1
     assert n > 500
+
+
+# -- the details copy (rows.clean) ----------------------------------------------------------------
+def _clean_both(body, records=frozenset(), cap=1 << 20) -> tuple[str, str]:
+    from brokerscope.protocols.kafka import rows
+
+    got, want = rows.clean(body, records, cap), rows.clean_py(body, records, cap)
+    assert got is not body
+    return repr(got), repr(want)
+
+
+def test_clean_real_bodies_alike(bodies):
+    """The details copy of every decoded body of the captures, record sets (still bytes here:
+    no api handler ran) summarized, is clean_py's; the body is left as it was."""
+    n = 0
+    for got in bodies.values():
+        for p, frame, pos in got:
+            try:
+                body = p.read(frame, pos)[0]
+            except DecodeError:
+                continue
+            before = repr(body)
+            c, py = _clean_both(body, frozenset(p.records_fields))
+            assert c == py, f"{p.name} v{p.version} {p.kind}"
+            assert repr(body) == before
+            n += "'batches'" in c
+    assert n > 100  # record sets summarized
+
+
+def test_clean_redacts_secrets_and_sensitive_configs():
+    from brokerscope.protocols.kafka import rows
+
+    summary = rows.Summary(batches=[])
+    body = {
+        "AuthBytes": b"secret!",
+        "Password": "pw",
+        "Salt": 5,  # not bytes or text: kept
+        "Configs": [
+            {"Name": "ssl.key.password", "Value": "x" * 9},
+            {"Name": "retention.ms", "Value": "100", "IsSensitive": True},
+            {"Name": "retention.ms", "Value": "100", "IsSensitive": False},
+            {"Name": "sasl.jaas.config", "Value": None},
+            {"Name": 3, "Value": "token"},
+        ],
+        "Records": b"\x00" * 3,
+        "Other": b"\x01",  # bytes, not a record set
+        "Done": summary,
+        "Nested": [[1, {"Password": b"abc"}], 2.5, None, True],
+    }
+    c, py = _clean_both(body, frozenset({"Records"}))
+    assert c == py
+    got = rows.clean(body, frozenset({"Records"}), 1 << 20)
+    assert got["AuthBytes"] == "<redacted 7 bytes>" and got["Password"] == "<redacted 2 bytes>"
+    assert got["Salt"] == 5
+    assert [e["Value"] for e in got["Configs"]] == [
+        "<redacted 9 bytes>",
+        "<redacted 3 bytes>",
+        "100",
+        None,
+        "token",
+    ]
+    assert got["Records"] == {"batches": [], "partial_tail_bytes": 3} and got["Other"] == b"\x01"
+    assert got["Done"] is summary
+    assert got["Nested"][0][1] == {"Password": "<redacted 3 bytes>"}
+    assert body["AuthBytes"] == b"secret!" and body["Configs"][0]["Value"] == "x" * 9

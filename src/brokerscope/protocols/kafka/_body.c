@@ -1,4 +1,5 @@
-/* Kafka message bodies read by a table of their fields: the compiled twin of schema.py's readers.
+/* Kafka message bodies read by a table of their fields: the compiled twin of schema.py's readers;
+ * and their details copy (cleaner, clean: rows.clean, described above them).
  *
  * table(structs, DecodeError, Truncated): the field table of one plan (schema._body_table), made
  * once per plan. `structs` is a list of (flexible, [(name, type)], [(tag, name, type)]), the
@@ -525,9 +526,150 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The details copy of a decoded body (rows.clean): dicts and lists copied, scalars passed on,
+ * a secret field's bytes or text (`secret_fields`) replaced by redacted(value), a record set (a
+ * field of `records` holding bytes) by summarize(value, cap), a record set summary (`summary`,
+ * a dict subclass) kept as it is, and a config entry's Value replaced by redacted(Value) where
+ * IsSensitive is true or sensitive(Name) matches. The callbacks are Python's (base.redacted,
+ * records.read_record_set, the config pattern's search): rare, and their rules stay there.
+ */
+typedef struct {
+    PyObject *secret_fields, *summary, *redacted, *summarize, *sensitive;
+} Cleaner;
+
+static void cleaner_free(PyObject *capsule) {
+    Cleaner *c = PyCapsule_GetPointer(capsule, "kafka.cleaner");
+    if (!c) return;
+    Py_XDECREF(c->secret_fields);
+    Py_XDECREF(c->summary);
+    Py_XDECREF(c->redacted);
+    Py_XDECREF(c->summarize);
+    Py_XDECREF(c->sensitive);
+    PyMem_Free(c);
+}
+
+static PyObject *cleaner(PyObject *self, PyObject *args) {
+    Cleaner got;
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyFrozenSet_Type, &got.secret_fields, &PyType_Type, &got.summary,
+                          &got.redacted, &got.summarize, &got.sensitive))
+        return NULL;
+    Cleaner *c = PyMem_Malloc(sizeof(Cleaner));
+    if (!c) return PyErr_NoMemory();
+    *c = got;
+    Py_INCREF(c->secret_fields);
+    Py_INCREF(c->summary);
+    Py_INCREF(c->redacted);
+    Py_INCREF(c->summarize);
+    Py_INCREF(c->sensitive);
+    PyObject *capsule = PyCapsule_New(c, "kafka.cleaner", cleaner_free);
+    if (!capsule) { /* the destructor is not set: free by hand */
+        Py_DECREF(c->secret_fields);
+        Py_DECREF(c->summary);
+        Py_DECREF(c->redacted);
+        Py_DECREF(c->summarize);
+        Py_DECREF(c->sensitive);
+        PyMem_Free(c);
+    }
+    return capsule;
+}
+
+/* The values rows.clean passes on as they are: exactly int, str, bool, float, None. */
+static int plain_scalar(PyObject *v) {
+    return PyLong_CheckExact(v) || PyUnicode_CheckExact(v) || PyBool_Check(v) || PyFloat_CheckExact(v) ||
+           v == Py_None;
+}
+
+static PyObject *S_VALUE, *S_NAME, *S_IS_SENSITIVE; /* "Value", "Name", "IsSensitive" */
+
+static PyObject *clean_value(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap);
+
+/* A config entry ({"Name": str, "Value": str, ...}) whose value is a credential: redacted. */
+static int redact_config(const Cleaner *c, PyObject *out) {
+    PyObject *value = PyDict_GetItemWithError(out, S_VALUE), *name;
+    if (!value) return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_Check(value)) return 0;
+    if (!(name = PyDict_GetItemWithError(out, S_NAME))) return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_Check(name)) return 0;
+    int hide = PyDict_GetItemWithError(out, S_IS_SENSITIVE) == Py_True;
+    if (!hide) {
+        if (PyErr_Occurred()) return -1;
+        PyObject *m = PyObject_CallOneArg(c->sensitive, name);
+        if (!m) return -1;
+        hide = PyObject_IsTrue(m);
+        Py_DECREF(m);
+        if (hide < 0) return -1;
+    }
+    if (!hide) return 0;
+    PyObject *r = PyObject_CallOneArg(c->redacted, value);
+    if (!r) return -1;
+    int rc = PyDict_SetItem(out, S_VALUE, r);
+    Py_DECREF(r);
+    return rc;
+}
+
+static PyObject *clean_dict(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap) {
+    PyObject *out = _PyDict_NewPresized(PyDict_GET_SIZE(o)), *k, *v;
+    Py_ssize_t i = 0;
+    if (!out) return NULL;
+    while (PyDict_Next(o, &i, &k, &v)) {
+        PyObject *x;
+        int secret = PySet_Contains(c->secret_fields, k), rec = 0;
+        if (secret < 0) goto fail;
+        if (secret && (PyBytes_Check(v) || PyUnicode_Check(v))) {
+            x = PyObject_CallOneArg(c->redacted, v);
+        } else if (plain_scalar(v)) {
+            x = Py_NewRef(v);
+        } else if (PyBytes_Check(v) && (rec = PySet_Contains(records, k))) {
+            x = rec < 0 ? NULL : PyObject_CallFunctionObjArgs(c->summarize, v, cap, NULL);
+        } else {
+            x = clean_value(c, v, records, cap);
+        }
+        if (!x) goto fail;
+        int rc = PyDict_SetItem(out, k, x);
+        Py_DECREF(x);
+        if (rc) goto fail;
+    }
+    if (redact_config(c, out)) goto fail;
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *clean_value(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap) {
+    if (PyObject_TypeCheck(o, (PyTypeObject *)c->summary)) return Py_NewRef(o);
+    if (!PyDict_Check(o) && !PyList_Check(o)) return Py_NewRef(o);
+    if (Py_EnterRecursiveCall(" in clean")) return NULL;
+    PyObject *out;
+    if (PyDict_Check(o)) {
+        out = clean_dict(c, o, records, cap);
+    } else {
+        Py_ssize_t n = PyList_GET_SIZE(o);
+        out = PyList_New(n);
+        for (Py_ssize_t i = 0; out && i < n && i < PyList_GET_SIZE(o); i++) {
+            PyObject *v = PyList_GET_ITEM(o, i);
+            PyObject *x = plain_scalar(v) ? Py_NewRef(v) : clean_value(c, v, records, cap);
+            if (!x) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, i, x);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return out;
+}
+
+static PyObject *clean(PyObject *self, PyObject *args) {
+    PyObject *capsule, *o, *records, *cap;
+    if (!PyArg_ParseTuple(args, "OOO!O", &capsule, &o, &PyFrozenSet_Type, &records, &cap)) return NULL;
+    Cleaner *c = PyCapsule_GetPointer(capsule, "kafka.cleaner");
+    return c ? clean_value(c, o, records, cap) : NULL;
+}
+
 static PyMethodDef methods[] = {
     {"table", table, METH_VARARGS, "The field table of one plan's structs (see the module)."},
     {"read", read_body, METH_VARARGS, "A body read by a table: (dict, end), or None for the Python reader."},
+    {"cleaner", cleaner, METH_VARARGS, "What clean() redacts and summarizes, and how (see clean)."},
+    {"clean", clean, METH_VARARGS, "The details copy of a decoded body (rows.clean)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -536,6 +678,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_body", NULL, -1, me
 PyMODINIT_FUNC PyInit__body(void) {
     S_BASE64 = PyUnicode_InternFromString("base64");
     S_UNKNOWN = PyUnicode_InternFromString("_unknown_tagged_fields");
-    if (!S_BASE64 || !S_UNKNOWN) return NULL;
+    S_VALUE = PyUnicode_InternFromString("Value");
+    S_NAME = PyUnicode_InternFromString("Name");
+    S_IS_SENSITIVE = PyUnicode_InternFromString("IsSensitive");
+    if (!S_BASE64 || !S_UNKNOWN || !S_VALUE || !S_NAME || !S_IS_SENSITIVE) return NULL;
     return PyModule_Create(&module);
 }
