@@ -537,12 +537,25 @@ def kafka_body_plan(cfg: bytes):
 
 def fuzz_kafka_body(data: bytes) -> None:
     """The compiled Kafka body reader gives what the Python reader gives: the same fields in the
-    same order, or the same error (class, status, text)."""
+    same order, or the same error (class, status, text); and of a body that decodes, the compiled
+    summary (topics, partition, error codes) and details copy are the Python ones."""
+    from brokerscope.protocols.kafka import rows
+
     plan = kafka_body_plan(data[:4])
     if plan is None:
         return
+    what = f"{plan.name} v{plan.version} {plan.kind}"
     got, want = kafka_body_both(plan, data[4:], 0)
-    check(got == want, "body differs", f"{plan.name} v{plan.version} {plan.kind}: {got:.300} != {want:.300}")
+    check(got == want, "body differs", f"{what}: {got:.300} != {want:.300}")
+    try:
+        body = plan.read_py(data[4:], 0)[0]
+    except base.DecodeError:
+        return
+    got, want = repr(plan.summarize(body)), repr(plan.summarize_py(body))
+    check(got == want, "summary differs", f"{what}: {got:.300} != {want:.300}")
+    records, cap = frozenset(plan.records_fields), 1 << 16
+    got, want = repr(rows.clean(body, records, cap)), repr(rows.clean_py(body, records, cap))
+    check(got == want, "details differ", f"{what}: {got:.300} != {want:.300}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,6 +261,16 @@ def test_every_plan_builds_a_table():
     assert n > 500
 
 
+def _decoded(bodies: dict[str, list]):
+    """(plan, decoded body) of each body of the captures that decodes."""
+    for got in bodies.values():
+        for p, frame, pos in got:
+            try:
+                yield p, p.read(frame, pos)[0]
+            except DecodeError:
+                continue
+
+
 # -- the details copy (rows.clean) ----------------------------------------------------------------
 def _clean_both(body, records=frozenset(), cap=1 << 20) -> tuple[str, str]:
     from brokerscope.protocols.kafka import rows
@@ -274,17 +284,12 @@ def test_clean_real_bodies_alike(bodies):
     """The details copy of every decoded body of the captures, record sets (still bytes here:
     no api handler ran) summarized, is clean_py's; the body is left as it was."""
     n = 0
-    for got in bodies.values():
-        for p, frame, pos in got:
-            try:
-                body = p.read(frame, pos)[0]
-            except DecodeError:
-                continue
-            before = repr(body)
-            c, py = _clean_both(body, frozenset(p.records_fields))
-            assert c == py, f"{p.name} v{p.version} {p.kind}"
-            assert repr(body) == before
-            n += "'batches'" in c
+    for p, body in _decoded(bodies):
+        before = repr(body)
+        c, py = _clean_both(body, frozenset(p.records_fields))
+        assert c == py, f"{p.name} v{p.version} {p.kind}"
+        assert repr(body) == before
+        n += "'batches'" in c
     assert n > 100  # record sets summarized
 
 
@@ -324,3 +329,38 @@ def test_clean_redacts_secrets_and_sensitive_configs():
     assert got["Done"] is summary
     assert got["Nested"][0][1] == {"Password": "<redacted 3 bytes>"}
     assert body["AuthBytes"] == b"secret!" and body["Configs"][0]["Value"] == "x" * 9
+
+
+# -- what the commands row names (Plan.summarize) ---------------------------------------------------
+def test_summary_of_real_bodies_alike(bodies):
+    """Topics, topic ids, partition and error codes of every decoded body of the captures: the
+    compiled walk (_body.summary) gives what the Python walk gives."""
+    named = 0
+    for p, body in _decoded(bodies):
+        c, py = p.summarize(body), p.summarize_py(body)
+        assert repr(c) == repr(py), f"{p.name} v{p.version} {p.kind}"
+        named += bool(c["topics"])
+    assert named > 100
+
+
+def test_summary_rules():
+    """The first partition of a struct that names a topic, topic names once each in order, empty
+    ones left out, and the error codes: top-level, else the first non-zero nested, else 0."""
+    p = schema.plan(0, 9, "response")  # Responses: [Name, PartitionResponses: [Index, ErrorCode..]]
+    parts = [{"Index": 7, "ErrorCode": 0}, {"Index": 8, "ErrorCode": 6}, {"Index": 9, "ErrorCode": 3}]
+    body = {
+        "Responses": [{"Name": "a", "PartitionResponses": parts}, {"Name": ""}, {"Name": "a"}, {"Name": "b"}]
+    }
+    for summarize in (p.summarize, p.summarize_py):
+        got = summarize(body)
+        assert (got["topics"], got["partition"], got["error_code"]) == (["a", "b"], 7, 6)
+    body = {"Responses": [{"Name": "a", "PartitionResponses": parts[:1]}], "ThrottleTimeMs": 0}
+    assert p.summarize(body)["error_code"] == p.summarize_py(body)["error_code"] == 0
+    top = schema.plan(10, 1, "response")  # FindCoordinator v1: a top-level ErrorCode
+    for body in ({"ErrorCode": 15}, {"ErrorCode": None}, {}):
+        assert repr(top.summarize(body)) == repr(top.summarize_py(body))
+    topic_ids = schema.plan(1, 13, "response")  # Fetch v13: topics by id
+    body = {"Responses": [{"TopicId": "x", "Partitions": [{"PartitionIndex": 2, "ErrorCode": 0}]}]}
+    got = topic_ids.summarize(body)
+    assert (got["topic_ids"], got["partition"]) == (["x"], 2)
+    assert repr(got) == repr(topic_ids.summarize_py(body))

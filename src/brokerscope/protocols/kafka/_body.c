@@ -1,5 +1,6 @@
 /* Kafka message bodies read by a table of their fields: the compiled twin of schema.py's readers;
- * and their details copy (cleaner, clean: rows.clean, described above them).
+ * their details copy (cleaner, clean: rows.clean) and what their commands row names (meta, summary:
+ * schema.Plan.summarize), each described above its functions.
  *
  * table(structs, DecodeError, Truncated): the field table of one plan (schema._body_table), made
  * once per plan. `structs` is a list of (flexible, [(name, type)], [(tag, name, type)]), the
@@ -665,11 +666,226 @@ static PyObject *clean(PyObject *self, PyObject *args) {
     return c ? clean_value(c, o, records, cap) : NULL;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * What a decoded body's commands row names (schema.Plan.summarize, the walk schema._meta_walker
+ * is the reference of): meta(entries) makes the table of a plan's structs (schema._meta_table:
+ * per struct the names of its topic, topics, topic id and partition fields or None, whether it
+ * has an ErrorCode, and the structs it holds as (name, entry, is an array)), the plan's own
+ * struct first; summary(table, body) walks a body by it and returns (topics, topic ids,
+ * partition, top-level error, first non-zero nested error, any nested error):
+ *   topic names and ids in order of appearance, once each, empty ones left out;
+ *   the partition of the first struct that names a topic or topic id, or is nested two deep,
+ *   and has a partition field that is not None;
+ *   the body's own ErrorCode, and of the nested ones whether any is there and the first non-zero.
+ */
+typedef struct {
+    PyObject *name;
+    Py_ssize_t entry;
+    int is_array;
+} MetaChild;
+
+typedef struct {
+    PyObject *topic, *topics, *topic_id, *partition; /* field names, or NULL */
+    int error;
+    Py_ssize_t n_children;
+    MetaChild *children;
+} MetaStruct;
+
+typedef struct {
+    Py_ssize_t n;
+    MetaStruct *structs;
+} MetaTable;
+
+static PyObject *S_ERROR_CODE; /* "ErrorCode" */
+
+static void meta_free(PyObject *capsule) {
+    MetaTable *t = PyCapsule_GetPointer(capsule, "kafka.meta_table");
+    if (!t) return;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        MetaStruct *m = &t->structs[i];
+        Py_XDECREF(m->topic);
+        Py_XDECREF(m->topics);
+        Py_XDECREF(m->topic_id);
+        Py_XDECREF(m->partition);
+        for (Py_ssize_t j = 0; j < m->n_children; j++) Py_XDECREF(m->children[j].name);
+        PyMem_Free(m->children);
+    }
+    PyMem_Free(t->structs);
+    PyMem_Free(t);
+}
+
+/* A field name or None as a new interned reference or NULL (for None). */
+static PyObject *name_or_null(PyObject *v) {
+    if (v == Py_None) return NULL;
+    Py_INCREF(v);
+    PyUnicode_InternInPlace(&v);
+    return v;
+}
+
+static PyObject *meta(PyObject *self, PyObject *entries) {
+    if (!PyList_Check(entries) || PyList_GET_SIZE(entries) == 0)
+        return PyErr_Format(PyExc_TypeError, "meta: a non-empty list of structs");
+    MetaTable *t = PyMem_Calloc(1, sizeof(MetaTable));
+    if (!t) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(t, "kafka.meta_table", meta_free);
+    if (!capsule) {
+        PyMem_Free(t);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    if (!(t->structs = PyMem_Calloc(n, sizeof(MetaStruct)))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    t->n = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *topic, *topics, *topic_id, *partition, *kids;
+        int error;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, i), "OOOOpO!", &topic, &topics, &topic_id, &partition, &error,
+                              &PyList_Type, &kids))
+            goto fail;
+        MetaStruct *m = &t->structs[i];
+        if ((topic != Py_None && !PyUnicode_Check(topic)) || (topics != Py_None && !PyUnicode_Check(topics)) ||
+            (topic_id != Py_None && !PyUnicode_Check(topic_id)) ||
+            (partition != Py_None && !PyUnicode_Check(partition))) {
+            PyErr_SetString(PyExc_TypeError, "meta: field names are str or None");
+            goto fail;
+        }
+        m->topic = name_or_null(topic);
+        m->topics = name_or_null(topics);
+        m->topic_id = name_or_null(topic_id);
+        m->partition = name_or_null(partition);
+        m->error = error;
+        m->n_children = PyList_GET_SIZE(kids);
+        if (!(m->children = PyMem_Calloc(m->n_children ? m->n_children : 1, sizeof(MetaChild)))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < m->n_children; j++) {
+            MetaChild *c = &m->children[j];
+            PyObject *name;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(kids, j), "Unp", &name, &c->entry, &c->is_array)) goto fail;
+            if (c->entry < 0 || c->entry >= n) {
+                PyErr_SetString(PyExc_ValueError, "meta: a child entry out of range");
+                goto fail;
+            }
+            c->name = name_or_null(name);
+        }
+    }
+    return capsule;
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+typedef struct {
+    PyObject *topics, *topic_ids, *partition, *top_error, *nested_error; /* partition..: borrowed */
+    int any_error;
+} Summary;
+
+/* v appended to `list` when v is true and not in it yet. */
+static int add_new(PyObject *list, PyObject *v) {
+    int t = PyObject_IsTrue(v);
+    if (t <= 0) return t;
+    int in = PySequence_Contains(list, v);
+    if (in) return in < 0 ? -1 : 0;
+    return PyList_Append(list, v);
+}
+
+/* d.get(name) as a borrowed reference, NULL when absent (or an error: check PyErr_Occurred). */
+static PyObject *get(PyObject *d, PyObject *name) { return name ? PyDict_GetItemWithError(d, name) : NULL; }
+
+static int walk(const MetaTable *t, Py_ssize_t index, PyObject *d, Summary *out, int depth) {
+    const MetaStruct *m = &t->structs[index];
+    PyObject *v;
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "summary: a struct that is not a dict (%.50s)", Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    if (m->topic && (v = get(d, m->topic)) && add_new(out->topics, v)) return -1;
+    if (m->topics && (v = get(d, m->topics))) {
+        int truth = PyObject_IsTrue(v);
+        if (truth < 0) return -1;
+        if (truth) {
+            PyObject *seq = PySequence_Fast(v, "summary: topic names are not a list");
+            if (!seq) return -1;
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+                if (add_new(out->topics, PySequence_Fast_GET_ITEM(seq, i))) {
+                    Py_DECREF(seq);
+                    return -1;
+                }
+            Py_DECREF(seq);
+        }
+    }
+    if (m->topic_id && (v = get(d, m->topic_id)) && add_new(out->topic_ids, v)) return -1;
+    if (m->partition && out->partition == Py_None && (m->topic || m->topic_id || depth > 1) &&
+        (v = get(d, m->partition)))
+        out->partition = v;
+    if (m->error && (v = get(d, S_ERROR_CODE)) && v != Py_None) {
+        if (depth == 0) {
+            out->top_error = v;
+        } else {
+            out->any_error = 1;
+            if (out->nested_error == Py_None) {
+                PyObject *zero = PyLong_FromLong(0);
+                int nz = zero ? PyObject_RichCompareBool(v, zero, Py_NE) : -1;
+                Py_XDECREF(zero);
+                if (nz < 0) return -1;
+                if (nz) out->nested_error = v;
+            }
+        }
+    }
+    if (PyErr_Occurred()) return -1;
+    for (Py_ssize_t j = 0; j < m->n_children; j++) {
+        const MetaChild *c = &m->children[j];
+        if (!(v = get(d, c->name))) {
+            if (PyErr_Occurred()) return -1;
+            continue;
+        }
+        int truth = PyObject_IsTrue(v);
+        if (truth <= 0) {
+            if (truth < 0) return -1;
+            continue;
+        }
+        if (!c->is_array) {
+            if (walk(t, c->entry, v, out, depth + 1)) return -1;
+            continue;
+        }
+        PyObject *seq = PySequence_Fast(v, "summary: an array that is not a list");
+        if (!seq) return -1;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+            if (walk(t, c->entry, PySequence_Fast_GET_ITEM(seq, i), out, depth + 1)) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        Py_DECREF(seq);
+    }
+    return 0;
+}
+
+static PyObject *summary(PyObject *self, PyObject *args) {
+    PyObject *capsule, *d;
+    if (!PyArg_ParseTuple(args, "OO", &capsule, &d)) return NULL;
+    MetaTable *t = PyCapsule_GetPointer(capsule, "kafka.meta_table");
+    if (!t) return NULL;
+    Summary out = {PyList_New(0), PyList_New(0), Py_None, Py_None, Py_None, 0};
+    PyObject *r = NULL;
+    if (out.topics && out.topic_ids && !walk(t, 0, d, &out, 0))
+        /* partition and the errors are borrowed from d, which outlives this call */
+        r = Py_BuildValue("(OOOOOO)", out.topics, out.topic_ids, out.partition, out.top_error, out.nested_error,
+                          out.any_error ? Py_True : Py_False);
+    Py_XDECREF(out.topics);
+    Py_XDECREF(out.topic_ids);
+    return r;
+}
+
 static PyMethodDef methods[] = {
     {"table", table, METH_VARARGS, "The field table of one plan's structs (see the module)."},
     {"read", read_body, METH_VARARGS, "A body read by a table: (dict, end), or None for the Python reader."},
     {"cleaner", cleaner, METH_VARARGS, "What clean() redacts and summarizes, and how (see clean)."},
     {"clean", clean, METH_VARARGS, "The details copy of a decoded body (rows.clean)."},
+    {"meta", meta, METH_O, "What summary() collects of a plan's structs (see summary)."},
+    {"summary", summary, METH_VARARGS, "A decoded body's topics, partition and error codes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -681,6 +897,7 @@ PyMODINIT_FUNC PyInit__body(void) {
     S_VALUE = PyUnicode_InternFromString("Value");
     S_NAME = PyUnicode_InternFromString("Name");
     S_IS_SENSITIVE = PyUnicode_InternFromString("IsSensitive");
-    if (!S_BASE64 || !S_UNKNOWN || !S_VALUE || !S_NAME || !S_IS_SENSITIVE) return NULL;
+    S_ERROR_CODE = PyUnicode_InternFromString("ErrorCode");
+    if (!S_BASE64 || !S_UNKNOWN || !S_VALUE || !S_NAME || !S_IS_SENSITIVE || !S_ERROR_CODE) return NULL;
     return PyModule_Create(&module);
 }

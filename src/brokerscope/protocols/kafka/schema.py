@@ -329,30 +329,36 @@ class Plan:
     read: Reader  # the compiled reader (_body.c)
     below_baseline: bool  # version older than the spec's validVersions (decoded from field ranges)
     records_fields: tuple[str, ...]
-    meta: Callable[[dict, dict, int], None]  # collects topics, partition and error codes
+    meta: object  # the compiled summary's table (_body.meta): topics, partition, error codes
     read_py: Reader  # the Python reader `read` equals: the reference, and its fallback
+    meta_py: Callable[[dict, dict, int], None]  # the walk _body.summary equals: the reference
 
     def summarize(self, d: dict) -> dict:
         """topics (names in order), topic_ids, partition (first), error_code (top-level, else the
         first non-zero nested one, else 0 when the message has any error code)."""
-        out: dict = {
-            "topics": [],
-            "topic_ids": [],
-            "partition": None,
-            "top_error": None,
-            "nested_error": None,
-            "any_error": False,
-        }
-        self.meta(d, out, 0)
-        err = out["top_error"]
-        if err is None:
-            err = (
-                out["nested_error"] if out["nested_error"] is not None else (0 if out["any_error"] else None)
-            )
-        elif err == 0 and out["nested_error"] is not None:
-            err = out["nested_error"]
-        out["error_code"] = err
-        return out
+        return _error_code(dict(zip(_SUMMARY_KEYS, _body.summary(self.meta, d))))
+
+    def summarize_py(self, d: dict) -> dict:
+        """summarize by the Python walk (meta_py): the reference."""
+        out: dict = {k: None for k in _SUMMARY_KEYS}
+        out.update(topics=[], topic_ids=[], any_error=False)
+        self.meta_py(d, out, 0)
+        return _error_code(out)
+
+
+_SUMMARY_KEYS = ("topics", "topic_ids", "partition", "top_error", "nested_error", "any_error")
+
+
+def _error_code(out: dict) -> dict:
+    """`out` with its error_code: the top-level one, unless it is 0 and a nested one is not;
+    else the first non-zero nested one, else 0 when the message has any error code."""
+    err = out["top_error"]
+    if err is None:
+        err = out["nested_error"] if out["nested_error"] is not None else (0 if out["any_error"] else None)
+    elif err == 0 and out["nested_error"] is not None:
+        err = out["nested_error"]
+    out["error_code"] = err
+    return out
 
 
 # A plan is compiled in two steps: the spec's fields at one version become shapes (what each
@@ -605,7 +611,7 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
     records: set = set()
     shape = _shape_struct(msg.get("fields", []), version, flexible, structs, records)
     read_py = _struct_reader(shape)
-    meta = _compile_meta(msg.get("fields", []), version, structs)
+    meta = _meta_shape(msg.get("fields", []), version, structs)
     p = Plan(
         api_key,
         version,
@@ -615,8 +621,9 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
         _compiled_reader(shape, read_py),
         version < s.valid.lo,
         tuple(sorted(records)),
-        meta,
+        _meta_table(meta),
         read_py,
+        _meta_walker(meta),
     )
     _plans[k] = p
     return p
@@ -625,12 +632,25 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
 _PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 
 
-def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[dict, dict, int], None]:
-    """A walker over a decoded struct that collects what the commands row names: topics (fields
-    whose entityType is topicName), topic ids, the first partition and the error codes."""
+@dataclass(frozen=True)
+class MetaShape:
+    """What the commands row takes from a struct at one version (its fields' names): a topic name
+    (a string field whose entityType is topicName), topic names (such a []string), a topic id, the
+    first of the partition fields, whether it has an ErrorCode, and the structs it holds as
+    (name, shape, is an array)."""
+
+    topic: str | None
+    topics: str | None
+    topic_id: str | None
+    partition: str | None
+    error: bool
+    children: tuple[tuple[str, MetaShape, bool], ...]
+
+
+def _meta_shape(fields: list[dict], version: int, structs: dict) -> MetaShape:
     topic_key = topics_key = topic_id_key = part_key = None
     has_error = False
-    children: list[tuple[str, Callable, bool]] = []
+    children: list[tuple[str, MetaShape, bool]] = []
     for f in fields:
         if version not in Versions.parse(f["versions"]):
             continue
@@ -647,9 +667,18 @@ def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[
         elif t == "int16" and name == "ErrorCode":
             has_error = True
         elif t.startswith("[]") and (f.get("fields") or t[2:] in structs):
-            children.append((name, _compile_meta(f.get("fields") or structs[t[2:]], version, structs), True))
+            children.append((name, _meta_shape(f.get("fields") or structs[t[2:]], version, structs), True))
         elif t[:1].isupper() and (f.get("fields") or t in structs):
-            children.append((name, _compile_meta(f.get("fields") or structs[t], version, structs), False))
+            children.append((name, _meta_shape(f.get("fields") or structs[t], version, structs), False))
+    return MetaShape(topic_key, topics_key, topic_id_key, part_key, has_error, tuple(children))
+
+
+def _meta_walker(shape: MetaShape) -> Callable[[dict, dict, int], None]:
+    """A walker over a decoded struct that collects what the commands row names: topics, topic
+    ids, the first partition and the error codes (the reference of the compiled _body.summary)."""
+    topic_key, topics_key, topic_id_key, part_key = shape.topic, shape.topics, shape.topic_id, shape.partition
+    has_error = shape.error
+    children = [(name, _meta_walker(sub), is_array) for name, sub, is_array in shape.children]
 
     def walk(d: dict, out: dict, depth: int) -> None:
         if topic_key is not None:
@@ -686,6 +715,25 @@ def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[
                 sub(v, out, depth + 1)
 
     return walk
+
+
+def _meta_table(root: MetaShape):
+    """The compiled summary's table (_body.meta): every struct of `root` as (topic, topics,
+    topic_id, partition, error, [(name, entry, is an array)]), `root` first."""
+    entries: list[tuple] = []
+    index: dict[MetaShape, int] = {}
+
+    def add(m: MetaShape) -> int:
+        i = index.get(m)
+        if i is None:
+            i = index[m] = len(entries)
+            entries.append(())
+            kids = [(name, add(sub), is_array) for name, sub, is_array in m.children]
+            entries[i] = (m.topic, m.topics, m.topic_id, m.partition, m.error, kids)
+        return i
+
+    add(root)
+    return _body.meta(entries)
 
 
 MAX_TRAILING = 64
