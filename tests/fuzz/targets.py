@@ -29,6 +29,10 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - pulsar_batch: a config byte (bits0-5 num_messages_in_batch, bits6-7 the batch's sequence_id,
   PULSAR_BASE_SEQUENCES), then an uncompressed batch payload read by the compiled walk (_batch.c)
   and by the plain-Python one (split_batch).
+- kafka_body: 4 bytes naming a decode plan (api key u16 BE modulo 128, version, bit0 of the
+  fourth: a response), then a message body read by the compiled reader (_body.c) and by
+  schema.py's closures; of a body that decodes, the compiled summary and details copy against
+  the Python ones (kafka_body_plan).
 """
 
 from __future__ import annotations
