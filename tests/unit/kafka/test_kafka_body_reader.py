@@ -329,6 +329,18 @@ def test_clean_redacts_secrets_and_sensitive_configs():
     assert got["Done"] is summary
     assert got["Nested"][0][1] == {"Password": "<redacted 3 bytes>"}
     assert body["AuthBytes"] == b"secret!" and body["Configs"][0]["Value"] == "x" * 9
+    assert body["Nested"][0][1] == {"Password": b"abc"}  # the path to a change is copied
+    assert got["Configs"][2] is body["Configs"][2]  # what does not change is the body's own
+
+
+def test_clean_copies_the_top_level():
+    """The caller adds `_header` to the copy: its top level is never the body's."""
+    from brokerscope.protocols.kafka import rows
+
+    body = {"A": [{"B": 1}], "C": "x"}
+    got = rows.clean(body)
+    got["_header"] = {"version": 2}
+    assert body == {"A": [{"B": 1}], "C": "x"} and got["A"] is body["A"]
 
 
 # -- what the commands row names (Plan.summarize) ---------------------------------------------------

@@ -528,7 +528,9 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The details copy of a decoded body (rows.clean): dicts and lists copied, scalars passed on,
+ * The details copy of a decoded body (rows.clean): the body's top-level dict copied, and below
+ * it a dict or list copied only where a value in it changes (the rest is the body's own, which
+ * the caller serializes at once and never changes), scalars passed on,
  * a secret field's bytes or text (`secret_fields`) replaced by redacted(value), a record set (a
  * field of `records` holding bytes) by summarize(value, cap), a record set summary (`summary`,
  * a dict subclass) kept as it is, and a config entry's Value replaced by redacted(Value) where
@@ -585,14 +587,16 @@ static PyObject *S_VALUE, *S_NAME, *S_IS_SENSITIVE; /* "Value", "Name", "IsSensi
 
 static PyObject *clean_value(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap);
 
-/* A config entry ({"Name": str, "Value": str, ...}) whose value is a credential: redacted. */
-static int redact_config(const Cleaner *c, PyObject *out) {
-    PyObject *value = PyDict_GetItemWithError(out, S_VALUE), *name;
+/* A config entry ({"Name": str, "Value": str, ...}) whose value is a credential: its Value
+ * redacted, in *out (made a copy of `o` first where it is still NULL). */
+static int redact_config(const Cleaner *c, PyObject *o, PyObject **out) {
+    PyObject *d = *out ? *out : o;
+    PyObject *value = PyDict_GetItemWithError(d, S_VALUE), *name;
     if (!value) return PyErr_Occurred() ? -1 : 0;
     if (!PyUnicode_Check(value)) return 0;
-    if (!(name = PyDict_GetItemWithError(out, S_NAME))) return PyErr_Occurred() ? -1 : 0;
+    if (!(name = PyDict_GetItemWithError(d, S_NAME))) return PyErr_Occurred() ? -1 : 0;
     if (!PyUnicode_Check(name)) return 0;
-    int hide = PyDict_GetItemWithError(out, S_IS_SENSITIVE) == Py_True;
+    int hide = PyDict_GetItemWithError(d, S_IS_SENSITIVE) == Py_True;
     if (!hide) {
         if (PyErr_Occurred()) return -1;
         PyObject *m = PyObject_CallOneArg(c->sensitive, name);
@@ -604,15 +608,20 @@ static int redact_config(const Cleaner *c, PyObject *out) {
     if (!hide) return 0;
     PyObject *r = PyObject_CallOneArg(c->redacted, value);
     if (!r) return -1;
-    int rc = PyDict_SetItem(out, S_VALUE, r);
+    if (!*out && !(*out = PyDict_Copy(o))) {
+        Py_DECREF(r);
+        return -1;
+    }
+    int rc = PyDict_SetItem(*out, S_VALUE, r);
     Py_DECREF(r);
     return rc;
 }
 
+/* Copy on write: a dict or list none of whose values changes is returned as it is (a new
+ * reference); the first change copies it. */
 static PyObject *clean_dict(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap) {
-    PyObject *out = _PyDict_NewPresized(PyDict_GET_SIZE(o)), *k, *v;
+    PyObject *out = NULL, *k, *v;
     Py_ssize_t i = 0;
-    if (!out) return NULL;
     while (PyDict_Next(o, &i, &k, &v)) {
         PyObject *x;
         int secret = PySet_Contains(c->secret_fields, k), rec = 0;
@@ -620,21 +629,52 @@ static PyObject *clean_dict(const Cleaner *c, PyObject *o, PyObject *records, Py
         if (secret && (PyBytes_Check(v) || PyUnicode_Check(v))) {
             x = PyObject_CallOneArg(c->redacted, v);
         } else if (plain_scalar(v)) {
-            x = Py_NewRef(v);
+            continue;
         } else if (PyBytes_Check(v) && (rec = PySet_Contains(records, k))) {
             x = rec < 0 ? NULL : PyObject_CallFunctionObjArgs(c->summarize, v, cap, NULL);
         } else {
             x = clean_value(c, v, records, cap);
         }
         if (!x) goto fail;
+        if (x == v) {
+            Py_DECREF(x);
+            continue;
+        }
+        if (!out && !(out = PyDict_Copy(o))) {
+            Py_DECREF(x);
+            goto fail;
+        }
         int rc = PyDict_SetItem(out, k, x);
         Py_DECREF(x);
         if (rc) goto fail;
     }
-    if (redact_config(c, out)) goto fail;
-    return out;
+    if (redact_config(c, o, &out)) goto fail;
+    return out ? out : Py_NewRef(o);
 fail:
-    Py_DECREF(out);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *clean_list(const Cleaner *c, PyObject *o, PyObject *records, PyObject *cap) {
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(o); i++) {
+        PyObject *v = PyList_GET_ITEM(o, i);
+        if (plain_scalar(v)) continue;
+        PyObject *x = clean_value(c, v, records, cap);
+        if (!x) goto fail;
+        if (x == v) {
+            Py_DECREF(x);
+            continue;
+        }
+        if (!out && !(out = PyList_GetSlice(o, 0, PyList_GET_SIZE(o)))) {
+            Py_DECREF(x);
+            goto fail;
+        }
+        PyList_SetItem(out, i, x); /* steals x */
+    }
+    return out ? out : Py_NewRef(o);
+fail:
+    Py_XDECREF(out);
     return NULL;
 }
 
@@ -642,19 +682,7 @@ static PyObject *clean_value(const Cleaner *c, PyObject *o, PyObject *records, P
     if (PyObject_TypeCheck(o, (PyTypeObject *)c->summary)) return Py_NewRef(o);
     if (!PyDict_Check(o) && !PyList_Check(o)) return Py_NewRef(o);
     if (Py_EnterRecursiveCall(" in clean")) return NULL;
-    PyObject *out;
-    if (PyDict_Check(o)) {
-        out = clean_dict(c, o, records, cap);
-    } else {
-        Py_ssize_t n = PyList_GET_SIZE(o);
-        out = PyList_New(n);
-        for (Py_ssize_t i = 0; out && i < n && i < PyList_GET_SIZE(o); i++) {
-            PyObject *v = PyList_GET_ITEM(o, i);
-            PyObject *x = plain_scalar(v) ? Py_NewRef(v) : clean_value(c, v, records, cap);
-            if (!x) Py_CLEAR(out);
-            else PyList_SET_ITEM(out, i, x);
-        }
-    }
+    PyObject *out = PyDict_Check(o) ? clean_dict(c, o, records, cap) : clean_list(c, o, records, cap);
     Py_LeaveRecursiveCall();
     return out;
 }
@@ -663,7 +691,12 @@ static PyObject *clean(PyObject *self, PyObject *args) {
     PyObject *capsule, *o, *records, *cap;
     if (!PyArg_ParseTuple(args, "OOO!O", &capsule, &o, &PyFrozenSet_Type, &records, &cap)) return NULL;
     Cleaner *c = PyCapsule_GetPointer(capsule, "kafka.cleaner");
-    return c ? clean_value(c, o, records, cap) : NULL;
+    PyObject *out = c ? clean_value(c, o, records, cap) : NULL;
+    if (out == o && !PyObject_TypeCheck(o, (PyTypeObject *)c->summary) && (PyDict_Check(o) || PyList_Check(o))) {
+        /* the copy's own top level: the caller adds to it */
+        Py_SETREF(out, PyDict_Check(o) ? PyDict_Copy(o) : PyList_GetSlice(o, 0, PyList_GET_SIZE(o)));
+    }
+    return out;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -136,8 +136,10 @@ _CLEANER = _body.cleaner(SECRET_FIELDS, Summary, base.redacted, _summarize, SENS
 
 def clean(o, records: frozenset = frozenset(), cap: int = 0):
     """Copy a decoded body for details, redacting secret fields and sensitive config values and
-    summarizing record sets (fields named in `records` that still hold bytes): clean_py's
-    copy, made by the compiled _body.clean."""
+    summarizing record sets (fields named in `records` that still hold bytes): equal to clean_py's
+    copy, made by the compiled _body.clean, which copies the top level and below it only the dicts
+    and lists where something changes (the rest is the body's own: serialize the copy before the
+    body changes)."""
     return _body.clean(_CLEANER, o, records, cap)
 
 
