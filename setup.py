@@ -31,6 +31,11 @@ setup(
             extra_compile_args=["-O2"],
         ),
         Extension(
+            "brokerscope.protocols.kafka._body",  # Kafka's message bodies by a table of their fields
+            ["src/brokerscope/protocols/kafka/_body.c"],
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
             "brokerscope.protocols.pulsar._batch",  # Pulsar's batch entries (SingleMessageMetadata)
             ["src/brokerscope/protocols/pulsar/_batch.c"],
             depends=["src/brokerscope/protocols/pbwire.h", "src/brokerscope/protocols/arrowbuf.h"],

@@ -43,6 +43,7 @@ TARGET_NAMES = (
     "iggy_batch",
     "tubemq_rpc",
     "pulsar_batch",
+    "kafka_body",
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too

@@ -16,6 +16,8 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
   layouts, checksums, timestamps, several records back to back).
 - tubemq_rpc: random TubeMQ RPC envelopes (requests, responses, error responses, unknown fields),
   the frames holding them, and random method bodies.
+- kafka_body: the request and response bodies of the Kafka sample captures, each after the api
+  key, version and kind that name its plan.
 - pulsar_batch: random Pulsar batch payloads (properties, keys plain and base64, event times,
   sequences, ordering keys, null values, compacted messages, trailing bytes).
 """
@@ -305,6 +307,17 @@ def pulsar_batch_seeds() -> Iterator[bytes]:
         yield bytes([(i % 4) << 6 | n]) + payload
 
 
+def kafka_body_seeds() -> Iterator[bytes]:
+    from tests.unit.kafka.kit import capture_bodies
+
+    for path in captures():
+        if _protocol_of(path) != "kafka":
+            continue
+        for p, frame, pos in capture_bodies(path):
+            head = p.api_key.to_bytes(2, "big") + bytes([p.version, p.kind == "response"])
+            yield (head + frame[pos:])[:MAX_SEED]
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -319,6 +332,7 @@ SEEDS = {
     "iggy_batch": iggy_batch_seeds,
     "tubemq_rpc": tubemq_rpc_seeds,
     "pulsar_batch": pulsar_batch_seeds,
+    "kafka_body": kafka_body_seeds,
 }
 
 

@@ -29,6 +29,10 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - pulsar_batch: a config byte (bits0-5 num_messages_in_batch, bits6-7 the batch's sequence_id,
   PULSAR_BASE_SEQUENCES), then an uncompressed batch payload read by the compiled walk (_batch.c)
   and by the plain-Python one (split_batch).
+- kafka_body: 4 bytes naming a decode plan (api key u16 BE modulo 128, version, bit0 of the
+  fourth: a response), then a message body read by the compiled reader (_body.c) and by
+  schema.py's closures; of a body that decodes, the compiled summary and details copy against
+  the Python ones (kafka_body_plan).
 """
 
 from __future__ import annotations
@@ -510,6 +514,54 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         check(walked is None, "compiled reader takes an envelope protobuf rejects")
 
 
+def kafka_body_both(plan, buf: bytes, pos: int) -> tuple[str, str]:
+    """A Kafka message body read under `plan` by the compiled reader (plan.read: _body.c, or the
+    Python reader where it leaves the body) and by the Python reader alone (plan.read_py): each
+    the repr of (fields, end) or the error's class, status and text; reprs, so key order, bool
+    against int and str against bytes count."""
+    out = []
+    for read in (plan.read, plan.read_py):
+        try:
+            out.append(repr(read(buf, pos)))
+        except base.DecodeError as e:
+            out.append(repr((type(e).__name__, e.status, str(e))))
+    return out[0], out[1]
+
+
+def kafka_body_plan(cfg: bytes):
+    """The plan a kafka_body input names in its first 4 bytes: api key (big-endian, modulo 128),
+    version, and request (even) or response (odd); None when there is none."""
+    from brokerscope.protocols.kafka import schema
+
+    key, version, kind = (
+        (int.from_bytes(cfg[:2], "big") % 128, cfg[2], cfg[3]) if len(cfg) == 4 else (0, 0, 0)
+    )
+    return schema.plan(key, version, "response" if kind & 1 else "request")
+
+
+def fuzz_kafka_body(data: bytes) -> None:
+    """The compiled Kafka body reader gives what the Python reader gives: the same fields in the
+    same order, or the same error (class, status, text); and of a body that decodes, the compiled
+    summary (topics, partition, error codes) and details copy are the Python ones."""
+    from brokerscope.protocols.kafka import rows
+
+    plan = kafka_body_plan(data[:4])
+    if plan is None:
+        return
+    what = f"{plan.name} v{plan.version} {plan.kind}"
+    got, want = kafka_body_both(plan, data[4:], 0)
+    check(got == want, "body differs", f"{what}: {got:.300} != {want:.300}")
+    try:
+        body = plan.read_py(data[4:], 0)[0]
+    except base.DecodeError:
+        return
+    got, want = repr(plan.summarize(body)), repr(plan.summarize_py(body))
+    check(got == want, "summary differs", f"{what}: {got:.300} != {want:.300}")
+    records, cap = frozenset(plan.records_fields), 1 << 16
+    got, want = repr(rows.clean(body, records, cap)), repr(rows.clean_py(body, records, cap))
+    check(got == want, "details differ", f"{what}: {got:.300} != {want:.300}")
+
+
 # ---------------------------------------------------------------------------------------------
 # capture reader
 
@@ -936,4 +988,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "iggy_batch": fuzz_iggy_batch,
     "tubemq_rpc": fuzz_tubemq_rpc,
     "pulsar_batch": fuzz_pulsar_batch,
+    "kafka_body": fuzz_kafka_body,
 }

@@ -9,7 +9,7 @@ import warnings
 from dataclasses import astuple
 
 from brokerscope.protocols import base
-from brokerscope.protocols.kafka import KafkaConversation
+from brokerscope.protocols.kafka import KafkaConversation, schema
 from tests.support.drive import Drive
 
 with warnings.catch_warnings():
@@ -164,3 +164,74 @@ def v2_batch_header_crc_offset() -> int:
 
 def i32(n: int) -> bytes:
     return struct.pack(">i", n)
+
+
+# -- message bodies of real captures ------------------------------------------------------------
+SIZE = struct.Struct(">i")
+MAX_BODY_FRAME = 64 << 20  # a size past it ends a direction's frames (not Kafka, or damage)
+
+
+def _frames(chunks) -> list[bytes]:
+    """The whole size-prefixed frames (without their size) of a direction's data events, up to
+    its first gap or implausible size."""
+    buf = bytearray()
+    out = []
+    for kind, data in chunks:
+        if kind != "data":
+            break
+        buf += data
+        while len(buf) >= 4:
+            size = SIZE.unpack_from(buf)[0]
+            if not 0 <= size <= MAX_BODY_FRAME:
+                return out
+            if len(buf) < 4 + size:
+                break
+            out.append(bytes(buf[4 : 4 + size]))
+            del buf[: 4 + size]
+    return out
+
+
+def _requests(frames: list[bytes]) -> list[tuple]:
+    """(plan, frame, body offset, (api key, version), correlation id) of frames read as requests,
+    each whose header reads and whose api and version have a plan."""
+    out = []
+    for f in frames:
+        try:
+            h = schema.read_request_header(f)
+        except base.DecodeError:
+            continue
+        p = schema.plan(h.api_key, h.api_version, "request")
+        if p is not None:
+            out.append((p, f, h.body_offset, (h.api_key, h.api_version), h.correlation_id))
+    return out
+
+
+def capture_bodies(path) -> list[tuple[schema.Plan, bytes, int]]:
+    """(plan, frame, body offset) of every request and response of the Kafka connections of a
+    capture, read with the project's capture reader and TCP reassembly (tests.fuzz.seeds), framed
+    by size, responses paired with their requests by correlation id. A direction whose frames
+    read as requests is the client's; frames after a gap are left out."""
+    from pathlib import Path
+
+    from brokerscope.tcp import TcpConnection
+    from tests.fuzz.seeds import connections
+
+    out: list[tuple[schema.Plan, bytes, int]] = []
+    for _lo, _hi, pkts in connections(Path(path)):
+        tcp = TcpConnection(pkts[0])
+        events = [ev for p in pkts for ev in tcp.add(p)] + tcp.finish()
+        sides = {side: _frames((k, v) for k, fl, v, *_ in events if fl == side) for side in (True, False)}
+        reqs = {side: _requests(fr) for side, fr in sides.items()}
+        client = max(reqs, key=lambda s: len(reqs[s]) - len(sides[s]))
+        asked = {corr: kv for *_, kv, corr in reqs[client]}
+        out.extend((p, f, pos) for p, f, pos, *_ in reqs[client])
+        for f in sides[not client]:
+            kv = asked.get(SIZE.unpack_from(f)[0]) if len(f) >= 4 else None
+            p = kv and schema.plan(kv[0], kv[1], "response")
+            if p:
+                try:
+                    pos = schema.read_response_header(f, kv[0], kv[1])[2]
+                except base.DecodeError:
+                    continue
+                out.append((p, f, pos))
+    return out

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ... import tables
+from ... import native, tables
 from .. import base
 from ..base import Context, PayloadPolicy, Row
 from . import records as rec
@@ -20,6 +20,8 @@ from .names import EXTRA_API_NAMES, SECRET_FIELDS, SENSITIVE_CONFIG
 
 if TYPE_CHECKING:
     from .conversation import Pending
+
+_body = native.load(__package__, "_body")  # compiled from _body.c: clean, the details copy
 
 # KIP-932 AcknowledgeTypes ("0:Gap,1:Accept,2:Release,3:Reject,4:Renew" in the request specs);
 # a gap marks an offset without a record, not an acknowledgement
@@ -125,9 +127,24 @@ def records_summary(rs: rec.RecordSet) -> dict:
 _SCALARS = frozenset({int, str, bool, float, type(None)})  # values clean passes on as they are
 
 
+def _summarize(v: bytes, cap: int) -> Summary:
+    return records_summary(rec.read_record_set(v, cap))
+
+
+_CLEANER = _body.cleaner(SECRET_FIELDS, Summary, base.redacted, _summarize, SENSITIVE_CONFIG.search)
+
+
 def clean(o, records: frozenset = frozenset(), cap: int = 0):
     """Copy a decoded body for details, redacting secret fields and sensitive config values and
-    summarizing record sets (fields named in `records` that still hold bytes)."""
+    summarizing record sets (fields named in `records` that still hold bytes): equal to clean_py's
+    copy, made by the compiled _body.clean, which copies the top level and below it only the dicts
+    and lists where something changes (the rest is the body's own: serialize the copy before the
+    body changes)."""
+    return _body.clean(_CLEANER, o, records, cap)
+
+
+def clean_py(o, records: frozenset = frozenset(), cap: int = 0):
+    """clean in Python: the reference the compiled one is tested against."""
     if isinstance(o, Summary):
         return o
     if isinstance(o, dict):
@@ -138,15 +155,15 @@ def clean(o, records: frozenset = frozenset(), cap: int = 0):
             elif v.__class__ in _SCALARS:
                 out[k] = v
             elif k in records and isinstance(v, bytes):
-                out[k] = records_summary(rec.read_record_set(v, cap))
+                out[k] = _summarize(v, cap)
             else:
-                out[k] = clean(v, records, cap)
+                out[k] = clean_py(v, records, cap)
         if isinstance(out.get("Value"), str) and isinstance(out.get("Name"), str):
             if out.get("IsSensitive") is True or SENSITIVE_CONFIG.search(out["Name"]):
                 out["Value"] = base.redacted(out["Value"])
         return out
     if isinstance(o, list):
-        return [v if v.__class__ in _SCALARS else clean(v, records, cap) for v in o]
+        return [v if v.__class__ in _SCALARS else clean_py(v, records, cap) for v in o]
     return o
 
 

@@ -6,9 +6,13 @@ installed package (located with importlib, see `spec_dir`) and never copied into
 APIs kafka-python lacks are rebuilt in the same form from the `kio` package (kio_specs.py), and
 the ZooKeeper-era inter-broker APIs 4-7, in neither package, from interbroker_specs.py.
 
-For every (api_key, version, request|response) a decode plan is compiled once per process: a tree
-of small closures, one per field, each `reader(buf, pos) -> (value, new_pos)`. Decoding a message
-is then a walk of closures with precompiled `struct.Struct`s, not an interpretation of the JSON.
+For every (api_key, version, request|response) a decode plan is compiled once per process: the
+spec's fields at that version become shapes (StructShape, FieldShape: each field's wire form),
+and the shapes two readers, `reader(buf, pos) -> (value, new_pos)`: the compiled one (`_body.c`,
+given a table of the shapes: Plan.read, what decoding uses) and a tree of small closures, one per
+field, with precompiled `struct.Struct`s (Plan.read_py: the reference the tests and the
+`kafka_body` fuzz target hold the compiled one to, and where it hands a body back, a varint past
+64 bits, the reader). Neither interprets the JSON per message.
 
 Wire rules implemented (Kafka protocol guide, KIP-482 for flexible versions):
 - int8/int16/int32/int64/uint16/uint32/float64 big-endian, bool one byte, uuid 16 bytes;
@@ -35,9 +39,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ... import native
 from .. import base
 from ..base import DecodeError, Truncated
 from . import interbroker_specs, kio_specs
+
+_body = native.load(__package__, "_body")  # compiled from _body.c: message bodies by a field table
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
 log = logging.getLogger(__name__)
@@ -319,54 +326,122 @@ class Plan:
     kind: str  # request | response
     name: str
     flexible: bool
-    read: Reader
+    read: Reader  # the compiled reader (_body.c)
     below_baseline: bool  # version older than the spec's validVersions (decoded from field ranges)
     records_fields: tuple[str, ...]
-    meta: Callable[[dict, dict, int], None]  # collects topics, partition and error codes
+    meta: object  # the compiled summary's table (_body.meta): topics, partition, error codes
+    read_py: Reader  # the Python reader `read` equals: the reference, and its fallback
+    meta_py: Callable[[dict, dict, int], None]  # the walk _body.summary equals: the reference
 
     def summarize(self, d: dict) -> dict:
         """topics (names in order), topic_ids, partition (first), error_code (top-level, else the
         first non-zero nested one, else 0 when the message has any error code)."""
-        out: dict = {
-            "topics": [],
-            "topic_ids": [],
-            "partition": None,
-            "top_error": None,
-            "nested_error": None,
-            "any_error": False,
-        }
-        self.meta(d, out, 0)
-        err = out["top_error"]
-        if err is None:
-            err = (
-                out["nested_error"] if out["nested_error"] is not None else (0 if out["any_error"] else None)
-            )
-        elif err == 0 and out["nested_error"] is not None:
-            err = out["nested_error"]
-        out["error_code"] = err
-        return out
+        return _error_code(dict(zip(_SUMMARY_KEYS, _body.summary(self.meta, d))))
+
+    def summarize_py(self, d: dict) -> dict:
+        """summarize by the Python walk (meta_py): the reference."""
+        out: dict = {k: None for k in _SUMMARY_KEYS}
+        out.update(topics=[], topic_ids=[], any_error=False)
+        self.meta_py(d, out, 0)
+        return _error_code(out)
 
 
-def _compile_struct(
-    fields: list[dict], version: int, flexible: bool, structs: dict[str, list], records: set
-) -> Reader:
-    regular: list[tuple[str, Reader]] = []
-    tagged: dict[int, tuple[str, Reader]] = {}
+_SUMMARY_KEYS = ("topics", "topic_ids", "partition", "top_error", "nested_error", "any_error")
+
+
+def _error_code(out: dict) -> dict:
+    """`out` with its error_code: the top-level one, unless it is 0 and a nested one is not;
+    else the first non-zero nested one, else 0 when the message has any error code."""
+    err = out["top_error"]
+    if err is None:
+        err = out["nested_error"] if out["nested_error"] is not None else (0 if out["any_error"] else None)
+    elif err == 0 and out["nested_error"] is not None:
+        err = out["nested_error"]
+    out["error_code"] = err
+    return out
+
+
+# A plan is compiled in two steps: the spec's fields at one version become shapes (what each
+# field is on the wire: FieldShape, StructShape), then the shapes become a reader. Both readers
+# are built from the same shapes: the Python closures below (the reference, and the fallback the
+# compiled reader hands rare inputs to) and the compiled one's field table (_body_table).
+
+
+@dataclass(frozen=True)
+class StructShape:
+    """A struct at one version: its fields in wire order, and its tagged fields by tag."""
+
+    flexible: bool  # ends with a tagged-field section
+    regular: tuple[tuple[str, FieldShape], ...]
+    tagged: tuple[tuple[int, str, FieldShape], ...]
+
+
+@dataclass(frozen=True)
+class FieldShape:
+    """One field's wire form: `kind` a primitive of _PRIMITIVES, "string", "bytes" (records too)
+    or "struct"; an array's elements have this form, never null, with the array's encoding."""
+
+    kind: str
+    compact: bool  # varint lengths and counts (flexible versions)
+    nullable: bool  # of the array itself for an array
+    array: bool = False
+    struct: StructShape | None = None
+
+
+def _shape_struct(
+    fields: list[dict], version: int, flexible: bool, structs: dict, records: set
+) -> StructShape:
+    regular: list[tuple[str, FieldShape]] = []
+    tagged: list[tuple[int, str, FieldShape]] = []
     for f in fields:
         if version not in Versions.parse(f["versions"]):
             continue
         fflex = flexible
         if "flexibleVersions" in f:
             fflex = version in Versions.parse(f["flexibleVersions"])
-        reader = _compile_field(f, version, fflex, flexible, structs, records)
+        shape = _shape_field(f, version, fflex, flexible, structs, records)
         if flexible and "tag" in f and version in Versions.parse(f.get("taggedVersions", f["versions"])):
-            tagged[int(f["tag"])] = (f["name"], reader)
+            tagged.append((int(f["tag"]), f["name"], shape))
         else:
-            regular.append((f["name"], reader))
+            regular.append((f["name"], shape))
+    return StructShape(flexible, tuple(regular), tuple(tagged))
 
-    regular_t = tuple(regular)
 
-    if not flexible:
+def _shape_field(
+    f: dict, version: int, compact: bool, flexible: bool, structs: dict, records: set
+) -> FieldShape:
+    """The shape of field `f` at `version`; `compact` = compact encoding for this field."""
+    t: str = f["type"]
+    nullable = version in Versions.parse(f.get("nullableVersions"))
+    if t.startswith("[]"):
+        inner_t = t[2:]
+        if inner_t in _PRIMITIVES or inner_t in ("string", "bytes"):
+            return FieldShape(inner_t, compact, nullable, array=True)
+        sub = f.get("fields") or structs.get(inner_t)
+        if sub is None:
+            raise ValueError(f"unknown struct type {inner_t}")
+        return FieldShape(
+            "struct", compact, nullable, True, _shape_struct(sub, version, flexible, structs, records)
+        )
+    if t in _PRIMITIVES or t in ("string", "bytes"):
+        return FieldShape(t, compact, nullable)
+    if t == "records":
+        records.add(f["name"])
+        return FieldShape("bytes", compact, nullable)
+    # a single (non-array) struct
+    sub = f.get("fields") or structs.get(t)
+    if sub is None:
+        raise ValueError(f"unknown type {t}")
+    return FieldShape(
+        "struct", compact, nullable, False, _shape_struct(sub, version, flexible, structs, records)
+    )
+
+
+def _struct_reader(shape: StructShape) -> Reader:
+    regular_t = tuple((name, _field_reader(f)) for name, f in shape.regular)
+    tagged = {tag: (name, _field_reader(f)) for tag, name, f in shape.tagged}
+
+    if not shape.flexible:
 
         def read_struct(buf: bytes, pos: int):
             d = {}
@@ -408,29 +483,11 @@ def _compile_struct(
     return read_flex
 
 
-def _compile_field(
-    f: dict, version: int, compact: bool, flexible: bool, structs: dict, records: set
-) -> Reader:
-    """A reader for field `f` at `version`; `compact` = compact encoding for this field."""
-    t: str = f["type"]
-    nullable = version in Versions.parse(f.get("nullableVersions"))
-    if t.startswith("[]"):
-        inner_t = t[2:]
-        if inner_t in _PRIMITIVES or inner_t in ("string", "bytes"):
-            elem = _compile_field(
-                {**f, "type": inner_t, "nullableVersions": "none"},
-                version,
-                compact,
-                flexible,
-                structs,
-                records,
-            )
-        else:
-            sub = f.get("fields") or structs.get(inner_t)
-            if sub is None:
-                raise ValueError(f"unknown struct type {inner_t}")
-            elem = _compile_struct(sub, version, flexible, structs, records)
-        length = _len_compact if compact else _len_classic32
+def _field_reader(shape: FieldShape) -> Reader:
+    if shape.array:
+        elem = _field_reader(FieldShape(shape.kind, shape.compact, False, False, shape.struct))
+        length = _len_compact if shape.compact else _len_classic32
+        nullable = shape.nullable
 
         def read_array(buf: bytes, pos: int):
             n, pos = length(buf, pos)
@@ -450,21 +507,14 @@ def _compile_field(
             return out, pos
 
         return read_array
-    if t in _PRIMITIVES:
-        return _PRIMITIVES[t]
-    if t == "string":
-        return _blob_reader(_len_compact if compact else _len_classic16, nullable, True)
-    if t == "bytes":
-        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
-    if t == "records":
-        records.add(f["name"])
-        return _blob_reader(_len_compact if compact else _len_classic32, nullable, False)
-    # a single (non-array) struct
-    sub = f.get("fields") or structs.get(t)
-    if sub is None:
-        raise ValueError(f"unknown type {t}")
-    inner = _compile_struct(sub, version, flexible, structs, records)
-    if not nullable:
+    if shape.kind in _PRIMITIVES:
+        return _PRIMITIVES[shape.kind]
+    if shape.kind == "string":
+        return _blob_reader(_len_compact if shape.compact else _len_classic16, shape.nullable, True)
+    if shape.kind == "bytes":
+        return _blob_reader(_len_compact if shape.compact else _len_classic32, shape.nullable, False)
+    inner = _struct_reader(shape.struct)
+    if not shape.nullable:
         return inner
 
     def read_nullable_struct(buf: bytes, pos: int):
@@ -476,6 +526,65 @@ def _compile_field(
         return inner(buf, pos + 1)
 
     return read_nullable_struct
+
+
+# The compiled reader's field table (_body.table): every struct of a plan as (flexible, regular
+# fields as (name, type), tagged fields as (tag, name, type)), the plan's own struct first; a type
+# is an int: the kind in the low bits, the flags, and a struct kind's entry above TYPE_STRUCT_SHIFT.
+_BODY_KINDS = {  # _body.c's KIND_* in order
+    k: i
+    for i, k in enumerate(
+        "int8 int16 int32 int64 uint16 uint32 float64 bool uuid string bytes struct".split()
+    )
+}
+TYPE_COMPACT, TYPE_NULLABLE, TYPE_ARRAY = 0x20, 0x40, 0x80
+TYPE_STRUCT_SHIFT = 8
+
+
+def _body_table(root: StructShape):
+    """The compiled reader's table of `root` and every struct it holds (equal structs share one
+    entry)."""
+    entries: list[tuple] = []
+    index: dict[StructShape, int] = {}
+
+    def add(s: StructShape) -> int:
+        i = index.get(s)
+        if i is None:
+            i = index[s] = len(entries)
+            entries.append(())
+            entries[i] = (
+                s.flexible,
+                [(name, type_of(f)) for name, f in s.regular],
+                [(tag, name, type_of(f)) for tag, name, f in s.tagged],
+            )
+        return i
+
+    def type_of(f: FieldShape) -> int:
+        t = _BODY_KINDS[f.kind]
+        t |= (
+            (TYPE_COMPACT if f.compact else 0)
+            | (TYPE_NULLABLE if f.nullable else 0)
+            | (TYPE_ARRAY if f.array else 0)
+        )
+        if f.struct is not None:
+            t |= add(f.struct) << TYPE_STRUCT_SHIFT
+        return t
+
+    add(root)
+    return _body.table(entries, DecodeError, Truncated)
+
+
+def _compiled_reader(root: StructShape, fallback: Reader) -> Reader:
+    """The compiled reader of `root` (_body.read); what it leaves to Python (a varint past 64
+    bits) goes to `fallback`, the closures' reader."""
+    table = _body_table(root)
+    read = _body.read
+
+    def r(buf: bytes, pos: int):
+        got = read(table, buf, pos)
+        return fallback(buf, pos) if got is None else got
+
+    return r
 
 
 _plans: dict[tuple[int, int, str], Plan | None] = {}
@@ -500,10 +609,21 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
     structs = s.request_structs if kind == "request" else s.response_structs
     flexible = version in s.flexible
     records: set = set()
-    reader = _compile_struct(msg.get("fields", []), version, flexible, structs, records)
-    meta = _compile_meta(msg.get("fields", []), version, structs)
+    shape = _shape_struct(msg.get("fields", []), version, flexible, structs, records)
+    read_py = _struct_reader(shape)
+    meta = _meta_shape(msg.get("fields", []), version, structs)
     p = Plan(
-        api_key, version, kind, s.name, flexible, reader, version < s.valid.lo, tuple(sorted(records)), meta
+        api_key,
+        version,
+        kind,
+        s.name,
+        flexible,
+        _compiled_reader(shape, read_py),
+        version < s.valid.lo,
+        tuple(sorted(records)),
+        _meta_table(meta),
+        read_py,
+        _meta_walker(meta),
     )
     _plans[k] = p
     return p
@@ -512,12 +632,25 @@ def plan(api_key: int, version: int, kind: str) -> Plan | None:
 _PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 
 
-def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[dict, dict, int], None]:
-    """A walker over a decoded struct that collects what the commands row names: topics (fields
-    whose entityType is topicName), topic ids, the first partition and the error codes."""
+@dataclass(frozen=True)
+class MetaShape:
+    """What the commands row takes from a struct at one version (its fields' names): a topic name
+    (a string field whose entityType is topicName), topic names (such a []string), a topic id, the
+    first of the partition fields, whether it has an ErrorCode, and the structs it holds as
+    (name, shape, is an array)."""
+
+    topic: str | None
+    topics: str | None
+    topic_id: str | None
+    partition: str | None
+    error: bool
+    children: tuple[tuple[str, MetaShape, bool], ...]
+
+
+def _meta_shape(fields: list[dict], version: int, structs: dict) -> MetaShape:
     topic_key = topics_key = topic_id_key = part_key = None
     has_error = False
-    children: list[tuple[str, Callable, bool]] = []
+    children: list[tuple[str, MetaShape, bool]] = []
     for f in fields:
         if version not in Versions.parse(f["versions"]):
             continue
@@ -534,9 +667,18 @@ def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[
         elif t == "int16" and name == "ErrorCode":
             has_error = True
         elif t.startswith("[]") and (f.get("fields") or t[2:] in structs):
-            children.append((name, _compile_meta(f.get("fields") or structs[t[2:]], version, structs), True))
+            children.append((name, _meta_shape(f.get("fields") or structs[t[2:]], version, structs), True))
         elif t[:1].isupper() and (f.get("fields") or t in structs):
-            children.append((name, _compile_meta(f.get("fields") or structs[t], version, structs), False))
+            children.append((name, _meta_shape(f.get("fields") or structs[t], version, structs), False))
+    return MetaShape(topic_key, topics_key, topic_id_key, part_key, has_error, tuple(children))
+
+
+def _meta_walker(shape: MetaShape) -> Callable[[dict, dict, int], None]:
+    """A walker over a decoded struct that collects what the commands row names: topics, topic
+    ids, the first partition and the error codes (the reference of the compiled _body.summary)."""
+    topic_key, topics_key, topic_id_key, part_key = shape.topic, shape.topics, shape.topic_id, shape.partition
+    has_error = shape.error
+    children = [(name, _meta_walker(sub), is_array) for name, sub, is_array in shape.children]
 
     def walk(d: dict, out: dict, depth: int) -> None:
         if topic_key is not None:
@@ -573,6 +715,25 @@ def _compile_meta(fields: list[dict], version: int, structs: dict) -> Callable[[
                 sub(v, out, depth + 1)
 
     return walk
+
+
+def _meta_table(root: MetaShape):
+    """The compiled summary's table (_body.meta): every struct of `root` as (topic, topics,
+    topic_id, partition, error, [(name, entry, is an array)]), `root` first."""
+    entries: list[tuple] = []
+    index: dict[MetaShape, int] = {}
+
+    def add(m: MetaShape) -> int:
+        i = index.get(m)
+        if i is None:
+            i = index[m] = len(entries)
+            entries.append(())
+            kids = [(name, add(sub), is_array) for name, sub, is_array in m.children]
+            entries[i] = (m.topic, m.topics, m.topic_id, m.partition, m.error, kids)
+        return i
+
+    add(root)
+    return _body.meta(entries)
 
 
 MAX_TRAILING = 64
@@ -627,7 +788,7 @@ def read_request_header(buf: bytes, pos: int = 0) -> RequestHeader:
 
 
 _CLIENT_ID = _blob_reader(_len_classic16, True, True)
-_EMPTY_FLEX = _compile_struct([], 0, True, {}, set())
+_EMPTY_FLEX = _struct_reader(StructShape(True, (), ()))
 
 
 def read_response_header(
