@@ -205,13 +205,26 @@ static PyObject *bitmap(Buf *b, Py_ssize_t n) {
 /* ---------------------------------------------------------------------------------------------- */
 /* names and the filter */
 
+/* "0." .. "255.": each byte value's decimal text and a dot, made by PyInit__walk */
+static char octets[256][4];
+static unsigned char octet_len[256];
+
+static void init_octets(void) {
+    for (int v = 0; v < 256; v++) {
+        int n = put_u64(octets[v], (uint64_t)v);
+        octets[v][n] = '.';
+        octet_len[v] = (unsigned char)(n + 1);
+    }
+}
+
+/* The dotted quad of the 4 bytes at a into out (16 bytes at least); its length. */
 static int name4(const unsigned char *a, char *out) {
     int n = 0;
     for (int i = 0; i < 4; i++) {
-        if (i) out[n++] = '.';
-        n += put_u64(out + n, a[i]);
+        memcpy(out + n, octets[a[i]], 4);
+        n += octet_len[a[i]];
     }
-    return n;
+    return n - 1; /* no dot after the last */
 }
 
 /* The IPv6 name of the 16 bytes at a (from the cache, else from v6name): its Name6, or NULL with
@@ -843,6 +856,7 @@ static PyTypeObject PacketsType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", "The read stage's record walk, compiled.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__walk(void) {
+    init_octets();
     if (PyType_Ready(&PacketsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

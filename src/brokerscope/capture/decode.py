@@ -675,6 +675,9 @@ class PacketDecoder:
 
     def flush(self) -> pa.RecordBatch:
         """The accumulated rows as one PACKETS batch (and a fresh row list)."""
+        if len(self._ip4names) + len(self._ip6names) > 200_000:  # a scan of many addresses
+            self._ip4names.clear()
+            self._ip6names.clear()
         if self.native is not None:
             return self._flush_native()
         rows = self.rows
@@ -682,9 +685,6 @@ class PacketDecoder:
         self._append = self.rows.append
         n = len(rows)
         self._flushed += n
-        if len(self._ip4names) + len(self._ip6names) > 200_000:  # a scan of many addresses
-            self._ip4names.clear()
-            self._ip6names.clear()
         if n == 0:
             return _empty_batch()
         (
