@@ -25,6 +25,12 @@ setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
+            "brokerscope.capture._walk",  # the read stage's record walk: pcap / pcapng EPB to TCP
+            ["src/brokerscope/capture/_walk.c"],
+            depends=["src/brokerscope/protocols/arrowbuf.h"],
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
             "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
             ["src/brokerscope/protocols/kafka/_records.c"],
             depends=["src/brokerscope/protocols/arrowbuf.h"],

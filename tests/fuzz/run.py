@@ -37,6 +37,7 @@ TARGET_NAMES = (
     "kafka_segment",
     "iggy_segment",
     "capture",
+    "capture_compiled",
     "tcp",
     "tls",
     "tls_capture",

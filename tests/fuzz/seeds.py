@@ -6,6 +6,9 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
 - kafka_segment: sample_data/kafka/segments with and without its index files;
 - iggy_segment: the segments the Iggy segment tests write (three layouts);
 - capture: the small sample captures (one also gzip-compressed);
+- capture_compiled: the small sample captures under each config (split size, payload offsets,
+  batch size, filter), as they are and with bytes of their records' link, IP and TCP headers
+  changed (lengths, offsets, versions, protocols: the cases the compiled walk hands back);
 - tcp: the sample captures' connections with absolute sequence numbers, and a few scenarios.
 - tls: each TLS connection of tests/data/tls/ (real OpenSSL, kafka-python, pulsar-client and
   apache-iggy connections whose keys are in the key logs there) as the session's byte streams:
@@ -148,6 +151,29 @@ def capture_seeds() -> Iterator[bytes]:
     if small:
         yield b"\x01" + small[0].read_bytes()  # gzip-compressed by the target
         yield bytes([3 << 1]) + small[-1].read_bytes()  # split every 500 bytes
+
+
+def capture_compiled_seeds() -> Iterator[bytes]:
+    import random
+
+    rng = random.Random(13)
+    small = [p for p in captures() if p.stat().st_size <= 24 * 1024]
+    for i, p in enumerate(small):
+        data = p.read_bytes()
+        yield bytes([(i % 4) << 5 | (i % 2) << 3 | (i % 3) << 1]) + data
+        yield bytes([rng.randrange(256) & ~1]) + _mutate_headers(data, rng)
+
+
+def _mutate_headers(data: bytes, rng) -> bytes:
+    """The capture with a few bytes changed where link, IP and TCP headers lie: the 64 bytes
+    after a pcap record header (or into a pcapng block), so the fuzzer starts at the edges."""
+    out = bytearray(data)
+    for _ in range(rng.randrange(1, 12)):
+        at = 24 + rng.randrange(max(1, len(out) - 24))
+        at = min(len(out) - 1, at - at % 64 + rng.choice((16, 28, 30, 32, 34, 36, 38, 40, 46, 56, 62)))
+        if at > 24:
+            out[at] = rng.choice((0, 0x45, 0x46, 0x60, 6, 17, 0xFF, out[at] ^ 0xF0, 0x50))
+    return bytes(out)
 
 
 def tcp_seeds() -> Iterator[bytes]:
@@ -326,6 +352,7 @@ SEEDS = {
     "kafka_segment": kafka_segment_seeds,
     "iggy_segment": iggy_segment_seeds,
     "capture": capture_seeds,
+    "capture_compiled": capture_compiled_seeds,
     "tcp": tcp_seeds,
     "tls": tls_seeds,
     "tls_capture": tls_capture_seeds,

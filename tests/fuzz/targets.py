@@ -26,6 +26,10 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
   an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
   plain-Python one (protobuf, content.py).
+- capture_compiled: a config byte (bit0 gzip, bits1-2 split size, bit3 payload offsets, bit4 one
+  row per batch, bits5-6 the ingest filter: none, broker ports, loopback hosts, a time window from
+  the capture's middle), then a pcap / pcapng file read by the compiled record walk
+  (capture/_walk.c) and by the Python reader alone: every batch equal.
 - pulsar_batch: a config byte (bits0-5 num_messages_in_batch, bits6-7 the batch's sequence_id,
   PULSAR_BASE_SEQUENCES), then an uncompressed batch payload read by the compiled walk (_batch.c)
   and by the plain-Python one (split_batch).
@@ -569,9 +573,10 @@ CAPTURE_SPLITS = (0, 24, 97, 500, 4096, 1 << 20, 7, 64)
 _ROW_COLS = ["lo_ip", "lo_port", "hi_port", "payload_len", "payload", "snap_truncated", "wire_len"]
 
 
-def fuzz_capture(data: bytes) -> None:
-    """A pcap / pcapng file (gzip-compressed when cfg bit0), read split by split as tasks do."""
-    from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+def _capture_file(data: bytes) -> tuple[int, str, str] | None:
+    """(cfg, path, kind) of the capture file a capture input holds (gzip-compressed when cfg
+    bit0), or None when discovery would skip it."""
+    from brokerscope.capture import identify
     from brokerscope.capture.files import KINDS
 
     cfg = data[0] if data else 0
@@ -582,8 +587,17 @@ def fuzz_capture(data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(body)
     kind = identify(path)
-    if kind not in KINDS:
+    return (cfg, path, kind) if kind in KINDS else None
+
+
+def fuzz_capture(data: bytes) -> None:
+    """A pcap / pcapng file (gzip-compressed when cfg bit0), read split by split as tasks do."""
+    from brokerscope.capture import capture_id, parse_stats, plan_splits, read_split
+
+    got = _capture_file(data)
+    if got is None:
         return  # discovery skips it
+    cfg, path, kind = got
     cid = capture_id(path)
     for sp in plan_splits(path, 0, cid, kind, CAPTURE_SPLITS[(cfg >> 1) & 7]):
         batches = list(
@@ -609,6 +623,48 @@ def fuzz_capture(data: bytes) -> None:
                     len(pl) == r["payload_len"] or r["snap_truncated"],
                     "short payload not marked snap_truncated",
                     repr(r)[:200],
+                )
+
+
+COMPILED_SPLITS = (0, 300, 1000, 4096)  # whole files and splits starting mid-file
+BROKER_PORTS = (9092, 6650, 8090, 8715)  # Kafka, Pulsar, Iggy, TubeMQ
+
+
+def fuzz_capture_compiled(data: bytes) -> None:
+    """The compiled record walk against the Python reader: equal batches, counters included."""
+    from brokerscope.capture import capture_id, plan_splits, read_split
+    from brokerscope.capture.filter import PacketFilter
+
+    got = _capture_file(data)
+    if got is None:
+        return
+    cfg, path, kind = got
+    splits = plan_splits(path, 0, capture_id(path), kind, COMPILED_SPLITS[(cfg >> 1) & 3])
+    which = (cfg >> 5) & 3
+    flt = None
+    if which == 1:
+        flt = PacketFilter.parse(ports=BROKER_PORTS)
+    elif which == 2:
+        flt = PacketFilter.parse(hosts=["127.0.0.0/8", "::1"])
+    elif which == 3:  # from the middle of the first split's packet times to an hour later
+        times = sorted(
+            t for b in list(read_split(splits[0], compiled=False))[:-1] for t in b.column("ts_ns").to_pylist()
+        )
+        mid = times[len(times) // 2] if times else T0
+        flt = PacketFilter.parse(since=str(mid // 10**9), until=str(mid // 10**9 + 3600))
+    kw = {"batch_packets": 1 if cfg & 16 else 8192, "payload_refs": bool(cfg & 8), "flt": flt}
+    for sp in splits:
+        compiled = list(read_split(sp, compiled=True, **kw))
+        python = list(read_split(sp, compiled=False, **kw))
+        check(
+            len(compiled) == len(python), "compiled walk gives another number of batches", f"split {sp.start}"
+        )
+        for i, (c, p) in enumerate(zip(compiled, python, strict=True)):
+            for name in p.schema.names:
+                check(
+                    c.column(name).equals(p.column(name)),
+                    "compiled walk's batch differs",
+                    f"split {sp.start} batch {i} column {name}: {c.column(name)!s:.200} != {p.column(name)!s:.200}",
                 )
 
 
@@ -982,6 +1038,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "kafka_segment": fuzz_kafka_segment,
     "iggy_segment": fuzz_iggy_segment,
     "capture": fuzz_capture,
+    "capture_compiled": fuzz_capture_compiled,
     "tcp": fuzz_tcp,
     "tls": fuzz_tls,
     "tls_capture": fuzz_tls_capture,

@@ -4,12 +4,19 @@ Everything here works on a buffer (`bytes` or `mmap`) plus offsets, with precomp
 objects: no per-packet object model. A `PacketDecoder` owns the per-split state (counters, IPv4/IPv6
 fragment table, IP string cache) and accumulates rows as tuples that `flush()` turns into one Arrow
 batch of schema `brokerscope.tables.PACKETS`.
+
+With `compiled` (the default: `compiled_default`), the rows go to a `_walk.Packets` instead, the
+compiled batch whose walks (capture/_walk.c) take the common records before these handlers see
+them: the handlers read only the records the walks hand back, appending their rows to the same
+batch in record order. The handlers stay the reference: BROKERSCOPE_READ_PYTHON=1 reads every
+record with them, and the differential tests compare the two.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import struct
 from array import array
@@ -18,8 +25,27 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from .. import native
+from ..protocols import arrowcols
 from ..tables import PACKETS
 from .filter import PacketFilter
+
+READ_PYTHON_ENV = "BROKERSCOPE_READ_PYTHON"  # set to 1: every record read by the Python handlers
+
+
+def compiled_default() -> bool:
+    """Do the compiled walks read the common records (unless READ_PYTHON_ENV is 1)?"""
+    return os.environ.get(READ_PYTHON_ENV, "") != "1"
+
+
+def _walk_module():
+    return native.load("brokerscope.capture", "_walk")
+
+
+def ip6_name(addr: bytes) -> str:
+    """An IPv6 address's text, as its rows carry it (the compiled walk asks here too)."""
+    return str(ipaddress.IPv6Address(bytes(addr)))
+
 
 # --- link types (LINKTYPE_* numbers as they appear in pcap/pcapng headers) -------------------------
 LT_NULL = 0  # BSD loopback: 4-byte address family in the writer's host byte order
@@ -107,11 +133,17 @@ class PacketDecoder:
         file_index: int,
         max_pending_fragments: int = 4096,
         flt: PacketFilter | None = None,
+        compiled: bool = False,
     ) -> None:
         self.capture_id = capture_id
         self.file_index = file_index
         self.max_pending = max(1, int(max_pending_fragments))
         self.rows: list[tuple] = []
+        # the compiled batch (capture/_walk.c), when `compiled`: rows, then, go there
+        self.native = None
+        if compiled:
+            spec = flt.endpoint_spec() if flt is not None and flt.by_endpoint else None
+            self.native = self.rows = _walk_module().Packets(ip6_name, spec)
         # the file's own bytes (a mapped plain file), when payloads travel as offsets into it: a
         # row of a whole payload in `ref_buf` then holds its offset, and its batch has payload
         # null and payload_at set (pipeline's shuffle carries no payload bytes)
@@ -607,10 +639,10 @@ class PacketDecoder:
         names = self._ip6names
         s = names.get(src)
         if s is None:
-            s = names[src] = str(ipaddress.IPv6Address(bytes(src)))
+            s = names[src] = ip6_name(src)
         d = names.get(dst)
         if d is None:
-            d = names[dst] = str(ipaddress.IPv6Address(bytes(dst)))
+            d = names[dst] = ip6_name(dst)
         plen = ip_end - p
         if p < cap_end:
             payload = p if buf is self.ref_buf and cap_end == ip_end else buf[p:cap_end]
@@ -630,16 +662,29 @@ class PacketDecoder:
             )
 
     # -- output ---------------------------------------------------------------------------------
+    def take_counts(self) -> tuple[int | None, int | None]:
+        """Add the compiled walks' counters to this decoder's; their first and last record
+        times (None, None without any)."""
+        filtered, snap, over_orig, over_snap, empty, tmin, tmax = self.native.counts()
+        self.filtered += filtered
+        self.snap_truncated += snap
+        self.caplen_over_origlen += over_orig
+        self.caplen_over_snaplen += over_snap
+        self.empty_records += empty
+        return tmin, tmax
+
     def flush(self) -> pa.RecordBatch:
         """The accumulated rows as one PACKETS batch (and a fresh row list)."""
+        if len(self._ip4names) + len(self._ip6names) > 200_000:  # a scan of many addresses
+            self._ip4names.clear()
+            self._ip6names.clear()
+        if self.native is not None:
+            return self._flush_native()
         rows = self.rows
         self.rows = []
         self._append = self.rows.append
         n = len(rows)
         self._flushed += n
-        if len(self._ip4names) + len(self._ip6names) > 200_000:  # a scan of many addresses
-            self._ip4names.clear()
-            self._ip6names.clear()
         if n == 0:
             return _empty_batch()
         (
@@ -661,8 +706,7 @@ class PacketDecoder:
             payload,
         ) = zip(*rows, strict=True)
         arrays = [
-            pa.repeat(pa.scalar(self.capture_id, pa.string()), n),
-            pa.repeat(pa.scalar(self.file_index, pa.int32()), n),
+            *self._split_columns(n),
             _i64(rec),
             _i64(no),
             _i64(ts),
@@ -682,6 +726,21 @@ class PacketDecoder:
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=PACKETS)
 
+    def _flush_native(self) -> pa.RecordBatch:
+        """The compiled batch's columns, wrapped as they are (`_walk.Packets.take`: one buffer,
+        or buffers, per column of PACKETS after capture_id and file_index)."""
+        n, *buffers = self.native.take()
+        self._flushed += n
+        cols = [_native_column(f.type, n, b) for f, b in zip(_AFTER_SPLIT_COLUMNS, buffers, strict=True)]
+        return pa.RecordBatch.from_arrays(self._split_columns(n) + cols, schema=PACKETS)
+
+    def _split_columns(self, n: int) -> list[pa.Array]:
+        """capture_id and file_index, the same in every row."""
+        return [
+            pa.repeat(pa.scalar(self.capture_id, pa.string()), n),
+            pa.repeat(pa.scalar(self.file_index, pa.int32()), n),
+        ]
+
     def stats_batch(self) -> pa.RecordBatch:
         """The closing batch: one row, lo_ip null, payload = UTF-8 JSON of the counters."""
         cols = {f.name: pa.nulls(1, f.type) for f in PACKETS}
@@ -699,6 +758,25 @@ def _payload_columns(payload: tuple, refs: bool) -> tuple[pa.Array, pa.Array]:
         pa.array([None if v.__class__ is int else v for v in payload], pa.binary()),
         pa.array([v if v.__class__ is int else None for v in payload], pa.int64()),
     )
+
+
+_AFTER_SPLIT_COLUMNS = tuple(PACKETS)[2:]  # the fields after capture_id and file_index
+
+
+def _native_column(typ: pa.DataType, n: int, bufs) -> pa.Array:
+    """A column of n values from the compiled batch's buffers: a string column's (offsets, data),
+    a binary column's (validity, offsets, data, nulls), a nullable number's (validity, values,
+    nulls), else the values (a bitmap for booleans)."""
+    if typ == pa.string():
+        return arrowcols.text(*bufs)
+    if typ == pa.binary():
+        return arrowcols.binary(bufs)
+    if isinstance(bufs, tuple):
+        valid, values, nulls = bufs
+        return pa.Array.from_buffers(
+            typ, n, [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)], null_count=nulls
+        )
+    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(bufs)])
 
 
 def _empty_batch() -> pa.RecordBatch:

@@ -146,6 +146,16 @@ class PacketFilter:
             self._v6, self._portset, int.from_bytes(src, "big"), int.from_bytes(dst, "big"), sport, dport
         )
 
+    def endpoint_spec(self) -> tuple[tuple[int, ...], tuple | None, tuple | None]:
+        """The hosts and ports as the compiled walk (capture/_walk.c) checks them, as _keep does:
+        (ports, IPv4 (net, mask) ints or None, IPv6 (net, mask) as 16 bytes each or None)."""
+        v6 = (
+            None
+            if self._v6 is None
+            else tuple((n.to_bytes(16, "big"), m.to_bytes(16, "big")) for n, m in self._v6)
+        )
+        return tuple(sorted(self._portset)), self._v4, v6
+
     # -- what is recorded -----------------------------------------------------------------------
     def text(self) -> str:
         """The canonical text recorded in `inputs.filter`: `since=...;until=...;host=...;port=...`,

@@ -12,6 +12,11 @@ validates. The same resync recovers from garbage in the middle of a file.
 
 The final batch of every split is a stats row (lo_ip null, payload = JSON counters); see
 `decode.PacketDecoder.stats`.
+
+The record loops below hand the common records to the compiled walks (capture/_walk.c: pcap
+records and well-framed pcapng EPBs down to a whole TCP header) when the decoder has them
+(`compiled`); a walk returns at the first record it does not take, which the loop then reads
+here, as it reads every record without them.
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pyarrow as pa
 
-from .decode import PacketDecoder
+from .decode import PacketDecoder, compiled_default
 from .files import PCAP_MAGICS, PCAPNG_BOM, Split
 from .filter import NEVER_AFTER, NEVER_BEFORE, PacketFilter
 
@@ -180,6 +185,7 @@ def read_split(
     payload_refs: bool = False,
     flt: PacketFilter | None = None,
     tls_key_logs: list[bytes] | None = None,
+    compiled: bool | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """PACKETS batches for the records of `split`, then exactly one stats batch. A batch holds
     at most `batch_packets` rows and ends once `batch_bytes` of records were read for it (the
@@ -190,11 +196,15 @@ def read_split(
     segments of other hosts or ports on theirs (PacketDecoder), and both counted (`filtered`).
     `tls_key_logs`: the key log text of each pcapng Decryption Secrets Block (TLSK) of the split is
     appended to it, for the caller to keep apart from every row (they are secrets).
+    `compiled`: the compiled walks take the common records (None: decode.compiled_default());
+    False reads every record in Python (the reference the tests compare them with).
 
     Bad bytes inside the file never raise: they are counted, noted in `errors`, and the reader
     resyncs or stops. Only an unreadable file raises (OSError).
     """
-    dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments, flt)
+    if compiled is None:
+        compiled = compiled_default()
+    dec = PacketDecoder(split.capture_id, split.file_index, max_pending_fragments, flt, compiled)
     window = flt.window() if flt is not None else (NEVER_BEFORE, NEVER_AFTER)
     bp = max(1, int(batch_packets))
     bb = max(1, int(batch_bytes))
@@ -238,6 +248,15 @@ def _gc_resume(was_on: bool) -> bool:
     return was_on
 
 
+def _hand_out(dec: PacketDecoder, gc_on: bool) -> Generator[pa.RecordBatch, None, bool]:
+    """Yield the batch being built, the cyclic GC resumed while the consumer runs (`gc_on`: what
+    _gc_pause returned); paused again after, returning what _gc_pause returns then."""
+    batch = dec.flush()
+    _gc_resume(gc_on)
+    yield batch
+    return _gc_pause()
+
+
 def _unsynced(dec: PacketDecoder, rec: int, stop: int) -> None:
     """No valid record header chain from `rec` to the end of the data: all of it is skipped.
 
@@ -247,6 +266,16 @@ def _unsynced(dec: PacketDecoder, rec: int, stop: int) -> None:
     if stop > rec:
         dec.damaged += stop - rec
         dec.error(f"no valid record from offset {rec} on ({stop - rec} bytes skipped)")
+
+
+def _loop_done(dec: PacketDecoder, records: int, nbytes: int, filtered: int, tmin, tmax) -> None:
+    """A record loop's counters (and the compiled walks') into the decoder."""
+    dec.records += records
+    dec.bytes += nbytes
+    dec.filtered += filtered
+    _note_ts(dec, tmin, tmax)
+    if dec.native is not None:
+        _note_ts(dec, *dec.take_counts())
 
 
 def _note_ts(dec: PacketDecoder, tmin: int | None, tmax: int | None) -> None:
@@ -393,6 +422,11 @@ def _read_pcap(
     eth = linktype & 0xFFFF == 1
     ip4 = dec.ip4
     rows = dec.rows
+    walk = None  # the compiled walk of this file's records
+    if dec.native is not None:
+        walk = dec.native.pcap
+        refs = dec.ref_buf is not None  # buf is the file's own bytes: whole payloads as offsets
+        dec.native.pcap_file(order == ">", mult, fmax, seq_lim, snaplen, linktype, *window, refs)
 
     records = 0
     nbytes = 0
@@ -411,6 +445,15 @@ def _read_pcap(
     gc_on = _gc_pause()
     try:
         while True:
+            if walk is not None and L - p >= 16:
+                p, records, nbytes, full, s = walk(buf, p, base, end, records, nbytes, cut, bp)
+                if s is not None:
+                    last_s = s
+                if full:
+                    cut = nbytes + bb
+                    gc_on = yield from _hand_out(dec, gc_on)
+                    continue
+            # the record at p: the walk's first record it does not take, or every record
             if L - p < 16:
                 if not eof:
                     p = win.more(p, 16)
@@ -476,18 +519,12 @@ def _read_pcap(
                 dec.error(f"undecodable record at offset {rec}: {e}")
             p = q
             if len(rows) >= bp or nbytes >= cut:
-                batch = dec.flush()
-                rows = dec.rows
                 cut = nbytes + bb
-                gc_on = _gc_resume(gc_on)
-                yield batch
-                gc_on = _gc_pause()
+                gc_on = yield from _hand_out(dec, gc_on)
+                rows = dec.rows
     finally:
         _gc_resume(gc_on)
-        dec.records += records
-        dec.bytes += nbytes
-        dec.filtered += filtered
-        _note_ts(dec, tmin, tmax)
+        _loop_done(dec, records, nbytes, filtered, tmin, tmax)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -745,9 +782,24 @@ def _read_pcapng(
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
     bh, epbu, u32 = od.bh, od.epb, od.u32
     ip4 = dec.ip4
+    walk = dec.native.epb if dec.native is not None else None  # the compiled walk of EPBs
+    told: tuple = (None, None)  # the byte order and interfaces the walk was given last
     gc_on = _gc_pause()
     try:
         while True:
+            if walk is not None and L - p >= 12:
+                if told[0] is not od or told[1] != tuple(ifaces):
+                    told = (od, tuple(ifaces))
+                    specs = [(f.linktype, f.snaplen, f.mul, f.shift, f.div, f.off_ns) for f in ifaces]
+                    dec.native.ifaces(od is _BE, specs, lo, hi, dec.ref_buf is not None)
+                p, records, nbytes, full, t = walk(buf, p, base, end, records, nbytes, cut, bp)
+                if t is not None:
+                    last_ts = t
+                if full:
+                    cut = nbytes + bb
+                    gc_on = yield from _hand_out(dec, gc_on)
+                    continue
+            # the block at p: the walk's first block it does not take, or every block
             if L - p < 12:
                 if not eof:
                     p = win.more(p, 12)
@@ -792,12 +844,9 @@ def _read_pcapng(
                             dec.error(f"undecodable record at offset {rec}: {e}")
                     p += n
                     if len(rows) >= bp or nbytes >= cut:
-                        batch = dec.flush()
-                        rows = dec.rows
                         cut = nbytes + bb
-                        gc_on = _gc_resume(gc_on)
-                        yield batch
-                        gc_on = _gc_pause()
+                        gc_on = yield from _hand_out(dec, gc_on)
+                        rows = dec.rows
                     continue
             bad = None
             if t == SHB:
@@ -876,12 +925,9 @@ def _read_pcapng(
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp or nbytes >= cut:
-                        batch = dec.flush()
-                        rows = dec.rows
                         cut = nbytes + bb
-                        gc_on = _gc_resume(gc_on)
-                        yield batch
-                        gc_on = _gc_pause()
+                        gc_on = yield from _hand_out(dec, gc_on)
+                        rows = dec.rows
             elif t == SPB:
                 if not ifaces and not complete and win.random_access:
                     od, ifaces = _ng_walk(buf, rec, dec)
@@ -912,12 +958,9 @@ def _read_pcapng(
                             dec.malformed += 1
                             dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp or nbytes >= cut:
-                        batch = dec.flush()
-                        rows = dec.rows
                         cut = nbytes + bb
-                        gc_on = _gc_resume(gc_on)
-                        yield batch
-                        gc_on = _gc_pause()
+                        gc_on = yield from _hand_out(dec, gc_on)
+                        rows = dec.rows
             elif t == IDB:
                 if not complete and win.random_access:
                     # IDBs before this one may be unknown to this split: collect them first
@@ -940,7 +983,4 @@ def _read_pcapng(
             p += n
     finally:
         _gc_resume(gc_on)
-        dec.records += records
-        dec.bytes += nbytes
-        dec.filtered += filtered
-        _note_ts(dec, tmin, tmax)
+        _loop_done(dec, records, nbytes, filtered, tmin, tmax)
