@@ -21,11 +21,12 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
-- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits3-7 which
-  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else bit2: the
-  messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
-  an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
-  plain-Python one (protobuf, content.py).
+- tubemq_rpc: a config byte (bit0: a frame's blocks and the details JSON _rpc.read writes of it;
+  else bit1: a method's body and its details JSON, bits3-7 which of the built-in messages, or
+  with bit2 a message's data, bits3-7 its flag; else bit2: the messages of a getMessagesC2B
+  response (bit3) or a sendMessageP2B request, their columns; else an RPC envelope), then bytes
+  read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one (protobuf, content.py,
+  to_json).
 - pulsar_batch: a config byte (bits0-5 num_messages_in_batch, bits6-7 the batch's sequence_id,
   PULSAR_BASE_SEQUENCES), then an uncompressed batch payload read by the compiled walk (_batch.c)
   and by the plain-Python one (split_batch).
@@ -433,6 +434,34 @@ def tubemq_body_both(entry: int, body: bytes) -> tuple:
     return rpc._rpc.body(body, rpc.BUILTIN.table, rpc.BUILTIN.index[name]), want
 
 
+def tubemq_body_json_both(entry: int, fields: dict) -> tuple:
+    """A body's `details` JSON as the compiled reader writes it (_rpc.body_json of what _rpc.body
+    gave for built-in message `entry`) and as to_json writes rpc.sized of it."""
+    from brokerscope.protocols.tubemq import rpc
+
+    i = rpc.BUILTIN.index[sorted(rpc.BUILTIN.index)[entry % len(rpc.BUILTIN.index)]]
+    return rpc._rpc.body_json(fields, rpc.BUILTIN.table, i), base.to_json(rpc.sized(fields, rpc.BUILTIN, i))
+
+
+def tubemq_read_json_both(data: bytes) -> tuple | None:
+    """What _rpc.read wrote of a frame's `details` (the open head, the body's JSON) and what
+    to_json writes of what it read (the head's four keys; rpc.sized of the body's dict); None
+    where it read no envelope."""
+    from brokerscope.protocols.tubemq import rpc
+
+    reader = (rpc.BUILTIN.table, *rpc.body_entries())
+    got = rpc._rpc.read(data, *reader)
+    if got is None or got[3] is None:
+        return None
+    serial, sizes, _joined, env, fields, head, body = got
+    want_head = base.to_json({"serial": serial, "blocks": sizes, "flag": env[0], "rpc_header": env[1]})[:-1]
+    want_body = None
+    if fields is not None:
+        entry = reader[2 if env[0] == rpc.FLAG_RESPONSE else 1][env[4]]
+        want_body = base.to_json(rpc.sized(fields, rpc.BUILTIN, entry))
+    return (head, body), (want_head, want_body)
+
+
 def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
     """A message's data split and its attributes read by the compiled content.message_parts and
     by content.split_payload and parse_attributes."""
@@ -489,6 +518,9 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got = framing._rpc.frame(buf)
         if got is not None:
             check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        both = tubemq_read_json_both(buf)
+        if both is not None:
+            check(both[0] == both[1], "details JSON differs", f"{both!r:.600}")
         return
     if cfg & 2 and cfg & 4:
         got, want = tubemq_message_both(buf, cfg >> 3 or None)
@@ -503,6 +535,8 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got, want = tubemq_body_both(cfg >> 3, buf)
         if got is not None:
             check(repr(got) == repr(want), "body differs", f"{got!r:.300} != {want!r:.300}")
+            text, want_text = tubemq_body_json_both(cfg >> 3, got)
+            check(text == want_text, "body JSON differs", f"{text!r:.300} != {want_text!r:.300}")
         return
     got, want, walked = tubemq_envelope_both(buf)
     check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")

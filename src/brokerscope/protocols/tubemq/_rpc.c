@@ -38,7 +38,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../pbwire.h" /* varint, varint32, skip */
+#include "../arrowbuf.h" /* Buf, put_decimal */
+#include "../pbwire.h"   /* varint, varint32, skip */
 
 #define HEADER_LEN 12 /* msgToken, serialNo, listSize */
 #define FLAG_RESPONSE 1
@@ -209,8 +210,9 @@ done:
  *
  * spec: a list of messages, each a list of (field number, name, kind) sorted by field number;
  * kind = K_INT32 | K_INT64 | K_BOOL | K_STRING | K_BYTES | K_MESSAGE + 8 x (nested message's
- * index), plus F_REPEATED (strings and messages only) and F_SECRET (a credential: its value
- * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it).
+ * index), plus F_REPEATED (strings and messages only), F_SECRET (a credential: its value
+ * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it) and F_SIZED
+ * (a payload: kept whole here, shown by its size in `details`: json_body).
  *
  * -> {name: value} of the fields set, in field-number order, as rpc.message_to_dict gives them but
  * with bytes kept whole (rpc.py turns payload fields into their size for `details`): int32 and
@@ -224,6 +226,7 @@ enum { K_INT32, K_INT64, K_BOOL, K_STRING, K_BYTES, K_MESSAGE };
 #define K_MASK 7
 #define F_REPEATED 0x10000
 #define F_SECRET 0x20000
+#define F_SIZED 0x40000 /* a payload field (rpc.PAYLOAD_FIELDS): `details` shows its size (rpc.sized) */
 #define K_SUB(kind) (((kind) & 0xFFFF) >> 3)
 #define MAX_DEPTH 16
 #define NOT_PLAIN (-1) /* left to protobuf */
@@ -411,6 +414,149 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * `details` JSON as base.to_json writes it (json's C encoder: ensure_ascii off, separators "," and
+ * ":"), for read(): a frame's head and its body written here once, not a dict per frame encoded in
+ * Python.
+ *
+ *   head: {"serial":S,"blocks":[n,...],"flag":F,"rpc_header":{"flag":..,"traceId":..}   (left open)
+ *   body: the body's dict (read_message) as rpc.sized shows it: payload bytes (F_SIZED) as
+ *         {"size":N}, nested messages as objects, repeated fields as arrays
+ *
+ * Strings are escaped as json.encoder.encode_basestring escapes them: '"' and '\\', \b \f \n \r \t,
+ * any other byte below 0x20 as \u00XX (lower-case hex), everything else as its UTF-8 bytes. A value
+ * of another type (bytes that are not a payload) gives NOT_PLAIN: to_json writes that body. */
+
+#define JSON_NOMEM (-3) /* no memory: the caller raises MemoryError */
+
+static int put_text(Buf *b, const char *s) { return buf_put(b, s, (Py_ssize_t)strlen(s)) ? JSON_NOMEM : 0; }
+
+static int json_str(Buf *b, PyObject *s) {
+    static const char hex[] = "0123456789abcdef";
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!u) {
+        PyErr_Clear(); /* a lone surrogate: not from read_message's strict UTF-8, left to to_json */
+        return NOT_PLAIN;
+    }
+    if (buf_reserve(b, 6 * n + 2)) return JSON_NOMEM;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)u[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    b->len = o - b->p;
+    return 0;
+}
+
+static int json_long(Buf *b, PyObject *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return PY_ERROR;
+    if (overflow) return NOT_PLAIN; /* not an int64: none of read_message's */
+    if (buf_reserve(b, 21)) return JSON_NOMEM;
+    b->len += put_decimal(b->p + b->len, x);
+    return 0;
+}
+
+static int json_body(const Schema *s, Py_ssize_t index, PyObject *dict, Buf *b, int depth);
+
+/* One value of field `f` as read_message gave it. */
+static int json_field(const Schema *s, const FieldSpec *f, PyObject *v, Buf *b, int depth) {
+    if (PyUnicode_CheckExact(v)) return json_str(b, v);
+    if (PyBool_Check(v)) return put_text(b, v == Py_True ? "true" : "false");
+    if (PyLong_CheckExact(v)) return json_long(b, v);
+    if (PyDict_CheckExact(v) && (f->kind & K_MASK) == K_MESSAGE) return json_body(s, K_SUB(f->kind), v, b, depth + 1);
+    if (PyBytes_CheckExact(v) && (f->kind & F_SIZED)) {
+        int rc = put_text(b, "{\"size\":");
+        if (rc || buf_reserve(b, 22)) return JSON_NOMEM;
+        b->len += put_decimal(b->p + b->len, PyBytes_GET_SIZE(v));
+        b->p[b->len++] = '}';
+        return 0;
+    }
+    return NOT_PLAIN;
+}
+
+/* The dict of schema entry `index` (read_message's: its keys in field-number order). */
+static int json_body(const Schema *s, Py_ssize_t index, PyObject *dict, Buf *b, int depth) {
+    const MsgSpec *m = &s->msgs[index];
+    int rc, first = 1;
+    if (depth > MAX_DEPTH) return NOT_PLAIN;
+    if ((rc = put_text(b, "{"))) return rc;
+    for (Py_ssize_t j = 0; j < m->n; j++) {
+        const FieldSpec *f = &m->fields[j];
+        PyObject *v = PyDict_GetItemWithError(dict, f->name);
+        if (!v) {
+            if (PyErr_Occurred()) return PY_ERROR;
+            continue;
+        }
+        if ((!first && (rc = put_text(b, ","))) || (rc = json_str(b, f->name)) || (rc = put_text(b, ":"))) return rc;
+        first = 0;
+        if (!(f->kind & F_REPEATED)) {
+            if ((rc = json_field(s, f, v, b, depth))) return rc;
+            continue;
+        }
+        if (!PyList_CheckExact(v)) return NOT_PLAIN;
+        if ((rc = put_text(b, "["))) return rc;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++)
+            if ((i && (rc = put_text(b, ","))) || (rc = json_field(s, f, PyList_GET_ITEM(v, i), b, depth))) return rc;
+        if ((rc = put_text(b, "]"))) return rc;
+    }
+    return put_text(b, "}");
+}
+
+/* The head: the frame's serial and block lengths, the RpcConnHeader's flag and fields (ints). */
+static int json_head(Buf *b, PyObject *serial, PyObject *sizes, PyObject *flag, PyObject *conn) {
+    int rc;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    if ((rc = put_text(b, "{\"serial\":")) || (rc = json_long(b, serial)) || (rc = put_text(b, ",\"blocks\":[")))
+        return rc;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sizes); i++)
+        if ((i && (rc = put_text(b, ","))) || (rc = json_long(b, PyList_GET_ITEM(sizes, i)))) return rc;
+    if ((rc = put_text(b, "],\"flag\":")) || (rc = flag == Py_None ? put_text(b, "null") : json_long(b, flag)) ||
+        (rc = put_text(b, ",\"rpc_header\":{")))
+        return rc;
+    for (int first = 1; PyDict_Next(conn, &pos, &k, &v); first = 0)
+        if ((!first && (rc = put_text(b, ","))) || (rc = json_str(b, k)) || (rc = put_text(b, ":")) ||
+            (rc = json_long(b, v)))
+            return rc;
+    return put_text(b, "}");
+}
+
+/* The text of what a writer wrote (rc 0), None (NOT_PLAIN) or NULL with an exception set. */
+static PyObject *json_text(Buf *b, int rc) {
+    PyObject *out = NULL;
+    if (rc == 0) out = PyUnicode_DecodeUTF8(b->p, b->len, NULL);
+    else if (rc == NOT_PLAIN) out = Py_NewRef(Py_None);
+    else if (rc == JSON_NOMEM) PyErr_NoMemory();
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return out;
+}
+
 static PyObject *body(PyObject *self, PyObject *args) {
     Py_buffer buf;
     PyObject *capsule, *out = NULL;
@@ -431,6 +577,19 @@ static PyObject *body(PyObject *self, PyObject *args) {
 error:
     PyBuffer_Release(&buf);
     return NULL;
+}
+
+/* body_json(values, schema, index): the `details` JSON of a body's dict as body() gives it (what
+ * read() writes; to_json(rpc.sized(values, ...)) gives the same text), or None (see json_body). */
+static PyObject *body_json(PyObject *self, PyObject *args) {
+    PyObject *dict, *capsule;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "O!On", &PyDict_Type, &dict, &capsule, &index)) return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) return NULL;
+    if (index < 0 || index >= s->n) return PyErr_Format(PyExc_IndexError, "body_json: no such message in the schema");
+    Buf b = {0};
+    return json_text(&b, json_body(s, index, dict, &b, 0));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -721,13 +880,18 @@ static PyObject *split(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------------------------------------
  * read(data, schema, requests, responses): frame(), envelope() and body() of one whole frame in
- * one call. `requests` and `responses` map a method id to the schema entry of its message.
+ * one call, and the `details` JSON of what they read. `requests` and `responses` map a method id to
+ * the schema entry of its message.
  * -> None where frame() gives None; else (serial, block lengths, joined data, envelope() or None,
- * the body's dict or None): None where envelope() or body() leave the bytes to protobuf, where
- * the method has no entry, and for an error response or an envelope without a body. */
+ * the body's dict or None, head JSON or None, body JSON or None): the body's dict None where
+ * envelope() or body() leave the bytes to protobuf, where the method has no entry, and for an
+ * error response or an envelope without a body; the head (json_head, left open) wherever the
+ * envelope was read, the body JSON (json_body) wherever its dict was and the writer takes it. */
 
 static PyObject *read_frame(PyObject *self, PyObject *args) {
     PyObject *data, *capsule, *requests, *responses, *one, *fr, *env = NULL, *fields = Py_None;
+    PyObject *head = NULL, *text = NULL;
+    Py_ssize_t index = -1;
     if (!PyArg_ParseTuple(args, "OOO!O!", &data, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
         return NULL;
     Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
@@ -748,7 +912,7 @@ static PyObject *read_frame(PyObject *self, PyObject *args) {
         if (ok && body != Py_None && mid != Py_None) {
             PyObject *entry = PyDict_GetItemWithError(is_request ? requests : responses, mid);
             if (!entry && PyErr_Occurred()) goto fail;
-            Py_ssize_t index = entry ? PyLong_AsSsize_t(entry) : -1;
+            index = entry ? PyLong_AsSsize_t(entry) : -1;
             if (index == -1 && PyErr_Occurred()) goto fail;
             if (index >= 0 && index < s->n) {
                 const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
@@ -759,14 +923,29 @@ static PyObject *read_frame(PyObject *self, PyObject *args) {
             }
         }
     }
-    PyObject *result = PyTuple_Pack(5, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields);
+    if (env != Py_None) {
+        Buf b = {0};
+        int rc = json_head(&b, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), PyTuple_GET_ITEM(env, 0),
+                           PyTuple_GET_ITEM(env, 1));
+        if (!(head = json_text(&b, rc))) goto fail;
+    }
+    if (fields != Py_None) {
+        Buf b = {0};
+        if (!(text = json_text(&b, json_body(s, index, fields, &b, 0)))) goto fail;
+    }
+    PyObject *result = PyTuple_Pack(7, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields,
+                                    head ? head : Py_None, text ? text : Py_None);
     Py_DECREF(fr);
     Py_DECREF(env);
+    Py_XDECREF(head);
+    Py_XDECREF(text);
     if (fields != Py_None) Py_DECREF(fields);
     return result;
 fail:
     Py_XDECREF(fr);
     Py_XDECREF(env);
+    Py_XDECREF(head);
+    Py_XDECREF(text);
     if (fields != Py_None) Py_DECREF(fields);
     return NULL;
 }
@@ -776,6 +955,7 @@ static PyMethodDef methods[] = {
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ... import native
 from ...tables import Block
 from .. import base
-from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
+from ..base import MALFORMED, OK, PayloadPolicy, Row, json_value, to_json
 from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
 
@@ -216,7 +216,7 @@ def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: 
     """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
     (`lat`, `off`: since that pack's delivery, and its offset)."""
     get = msg.get
-    details = to_json({"via": "getMessagesC2B", "client_id": get("clientId")})
+    details = '{"via":"getMessagesC2B","client_id":' + json_value(get("clientId")) + "}"
     out.add(
         "acks",
         (
@@ -274,6 +274,6 @@ def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, er
         (
             f.ts_first, "tubemq_produce", topic, part, get("appendOffset"), None,
             str(mid) if mid is not None else None, error_code, lat, f.serial,
-            to_json({"append_time_ms": get("appendTime")}),
+            '{"append_time_ms":' + json_value(get("appendTime")) + "}",
         ),
     )  # fmt: skip
