@@ -688,39 +688,80 @@ static PyObject *message_parts(PyObject *self, PyObject *args) {
  * crc32(data) & 0x7FFFFFFF) and its `details` JSON text: for each (key text, field, kind) of
  * `spec` the key text then the value, then `tail` (the keys hold the JSON around the values: the
  * first `{"name":`, the next `,"name":`, the tail the closing `}`), a value as base.json_value writes it
- * (None, bool, int and str here, anything else by `json_value`), of kind J_VALUE the field's
- * value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
- * reportAddr), J_ATTRIBUTES the attribute
- * text, J_SIZE the data's size.
+ * (None, bool, an int64 and str here: json_any, anything else by `json_value`), of kind J_VALUE the
+ * field's value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
+ * reportAddr), J_ATTRIBUTES the attribute text, J_SIZE the data's size; one message's text is
+ * written into one buffer and made a str once.
  * -> (payloads, errors, headers, checksum_ok, details, sizes) lists. */
 
 enum { J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE };
 
-static PyObject *json_of(PyObject *v, PyObject *json_value) {
-    if (v == Py_None) return PyUnicode_FromString("null");
-    if (v == Py_True) return PyUnicode_FromString("true");
-    if (v == Py_False) return PyUnicode_FromString("false");
-    if (PyLong_CheckExact(v)) return PyObject_Str(v);
-    return PyObject_CallOneArg(json_value, v);
+/* A value as base.json_value writes it: None, bool, an int64, str here, anything else by calling
+ * `json_value`. */
+static int json_any(Buf *b, PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return put_text(b, "null");
+    if (v == Py_True) return put_text(b, "true");
+    if (v == Py_False) return put_text(b, "false");
+    if (PyUnicode_CheckExact(v)) {
+        int rc = json_str(b, v);
+        if (rc != NOT_PLAIN) return rc;
+    } else if (PyLong_CheckExact(v)) {
+        int rc = json_long(b, v);
+        if (rc != NOT_PLAIN) return rc;
+    }
+    PyObject *text = PyObject_CallOneArg(json_value, v), *raw;
+    if (!text || !(raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass"))) {
+        Py_XDECREF(text);
+        return PY_ERROR;
+    }
+    int rc = buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) ? JSON_NOMEM : 0;
+    Py_DECREF(text);
+    Py_DECREF(raw);
+    return rc;
 }
 
-static PyObject *ipv4_json(PyObject *v, PyObject *json_value) {
-    if (v == Py_None) return PyUnicode_FromString("null");
+/* A field's low 32 bits as a dotted IPv4 address in quotes (None: null). */
+static int ipv4_json(Buf *b, PyObject *v) {
+    if (v == Py_None) return put_text(b, "null");
     unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    return PyUnicode_FromFormat("\"%u.%u.%u.%u\"", (unsigned)(x >> 24) & 255, (unsigned)(x >> 16) & 255,
-                                (unsigned)(x >> 8) & 255, (unsigned)x & 255);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return PY_ERROR;
+    if (buf_reserve(b, 17)) return JSON_NOMEM;
+    b->p[b->len++] = '"';
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        b->len += put_u64(b->p + b->len, (x >> shift) & 255);
+        b->p[b->len++] = shift ? '.' : '"';
+    }
+    return 0;
 }
+
+typedef struct {
+    const char *key; /* the JSON before the value, UTF-8 */
+    Py_ssize_t key_len;
+    PyObject *field; /* borrowed from the spec */
+    int kind;
+} DetailSpec;
+
+#define MAX_SPEC 32
 
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
     if (!PyArg_ParseTuple(args, "O!UUUO!UOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name,
                           &PyTuple_Type, &spec, &tail, &crc32, &json_value))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec);
-    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0), *nothing = PyUnicode_FromString("");
-    PyObject *minus_one = PyLong_FromLong(-1), *result = NULL, *pieces = NULL;
-    if (!empty || !nothing || !minus_one) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec), tail_len;
+    DetailSpec ds[MAX_SPEC];
+    if (ns > MAX_SPEC) return PyErr_Format(PyExc_ValueError, "columns: more than %d details entries", MAX_SPEC);
+    for (Py_ssize_t j = 0; j < ns; j++) { /* the spec read once: (key text, field, kind) */
+        PyObject *key;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "UOi", &key, &ds[j].field, &ds[j].kind)) return NULL;
+        if (!(ds[j].key = PyUnicode_AsUTF8AndSize(key, &ds[j].key_len))) return NULL;
+    }
+    const char *tail_text = PyUnicode_AsUTF8AndSize(tail, &tail_len);
+    if (!tail_text) return NULL;
+    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0);
+    PyObject *minus_one = PyLong_FromLong(-1), *mask = PyLong_FromLong(0x7FFFFFFF), *result = NULL;
+    Buf text = {0};
+    if (!empty || !minus_one || !mask) goto done;
     for (int c = 0; c < 6; c++)
         if (!(cols[c] = PyList_New(n))) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -770,10 +811,9 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         if (none) {
             ok = Py_NewRef(Py_None);
         } else {
-            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL, *mask = PyLong_FromLong(0x7FFFFFFF);
-            if (crc && mask) masked = PyNumber_And(crc, mask);
+            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL;
+            if (crc) masked = PyNumber_And(crc, mask);
             Py_XDECREF(crc);
-            Py_XDECREF(mask);
             if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
             Py_XDECREF(masked);
             if (!ok) {
@@ -782,41 +822,37 @@ static PyObject *columns(PyObject *self, PyObject *args) {
             }
         }
         PyList_SET_ITEM(cols[3], i, ok);
-        /* details */
-        if (!(pieces = PyList_New(0))) {
-            Py_DECREF(parts);
-            goto done;
-        }
-        int bad = 0;
-        for (Py_ssize_t j = 0; j < ns && !bad; j++) {
-            PyObject *entry = PyTuple_GET_ITEM(spec, j), *key, *field, *v = NULL;
-            int kind;
-            if (!PyArg_ParseTuple(entry, "UOi", &key, &field, &kind) || PyList_Append(pieces, key)) {
-                bad = 1;
+        /* details: key text, value, ..., tail */
+        int rc = 0;
+        text.len = 0;
+        for (Py_ssize_t j = 0; j < ns && !rc; j++) {
+            const DetailSpec *d = &ds[j];
+            if (buf_put(&text, d->key, d->key_len)) {
+                rc = JSON_NOMEM;
                 break;
             }
-            PyObject *fv = NULL;
-            if (kind == J_VALUE || kind == J_IPV4) {
-                fv = PyDict_GetItemWithError(m, field);
+            PyObject *fv = Py_None;
+            if (d->kind == J_VALUE || d->kind == J_IPV4) {
+                fv = PyDict_GetItemWithError(m, d->field);
                 if (!fv && PyErr_Occurred()) {
-                    bad = 1;
+                    rc = PY_ERROR;
                     break;
                 }
                 if (!fv) fv = Py_None;
             }
-            if (kind == J_VALUE) v = json_of(fv, json_value);
-            else if (kind == J_IPV4) v = ipv4_json(fv, json_value);
-            else if (kind == J_ATTRIBUTES) v = json_of(attr, json_value);
-            else v = PyUnicode_FromFormat("%zd", size);
-            if (!v || PyList_Append(pieces, v)) bad = 1;
-            Py_XDECREF(v);
+            if (d->kind == J_VALUE) rc = json_any(&text, fv, json_value);
+            else if (d->kind == J_IPV4) rc = ipv4_json(&text, fv);
+            else if (d->kind == J_ATTRIBUTES) rc = json_any(&text, attr, json_value);
+            else if (buf_reserve(&text, 21)) rc = JSON_NOMEM;
+            else text.len += put_decimal(text.p + text.len, size);
         }
         Py_DECREF(parts);
-        if (bad || PyList_Append(pieces, tail)) goto done;
-        PyObject *text = PyUnicode_Join(nothing, pieces);
-        Py_CLEAR(pieces);
-        if (!text) goto done;
-        PyList_SET_ITEM(cols[4], i, text);
+        if (!rc && buf_put(&text, tail_text, tail_len)) rc = JSON_NOMEM;
+        if (rc == JSON_NOMEM) PyErr_NoMemory();
+        if (rc) goto done;
+        PyObject *details = PyUnicode_DecodeUTF8(text.p, text.len, "surrogatepass"); /* as json_value wrote it */
+        if (!details) goto done;
+        PyList_SET_ITEM(cols[4], i, details);
     }
     result = PyTuple_New(6);
     if (result)
@@ -826,10 +862,10 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         }
 done:
     for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
-    Py_XDECREF(pieces);
+    free(text.p);
     Py_XDECREF(empty);
-    Py_XDECREF(nothing);
     Py_XDECREF(minus_one);
+    Py_XDECREF(mask);
     return result;
 }
 
