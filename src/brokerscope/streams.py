@@ -291,10 +291,17 @@ class _Conn:
                     if len(fr.starts) > fr.limit:
                         fr.prune(conv.low_water(direction))
                 fr.end += len(ev[2])
-                yield from self._guard(conv.feed, direction, ev[2], ev[3])
+                call = conv.feed
             else:
                 fr.end += ev[2]
-                yield from self._guard(conv.gap, direction, ev[2], ev[3])
+                call = conv.gap
+            # _guard's work inline (this runs per packet): most calls give no rows
+            try:
+                out = list(call(direction, ev[2], ev[3]) or ())
+            except Exception as e:
+                out = self._retire(e)
+            if out:
+                yield from self._rows(out)
             if self.conv is None:  # the decoder failed and was retired
                 return
 
@@ -303,19 +310,27 @@ class _Conn:
         try:
             out = list(fn(*args) or ())
         except Exception as e:
-            log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
-            self.conv = None
-            out = [
-                (
-                    "commands",
-                    {
-                        "ts_ns": self.tcp.last_ts,
-                        "ts_end_ns": self.tcp.last_ts,
-                        "decode_status": base.DECODER_ERROR,
-                        "decode_error": f"{type(e).__name__}: {e}"[:500],
-                    },
-                )
-            ]
+            out = self._retire(e)
+        yield from self._rows(out)
+
+    def _retire(self, e: Exception) -> list[base.Row]:
+        """The decoder raised `e`: it is retired for this connection, and this is its error row."""
+        log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
+        self.conv = None
+        return [
+            (
+                "commands",
+                {
+                    "ts_ns": self.tcp.last_ts,
+                    "ts_end_ns": self.tcp.last_ts,
+                    "decode_status": base.DECODER_ERROR,
+                    "decode_error": f"{type(e).__name__}: {e}"[:500],
+                },
+            )
+        ]
+
+    def _rows(self, out: list) -> Iterator[base.Row]:
+        """A decoder call's rows, counted and given the connection's columns."""
         for table, row in out:
             if table == base.TOPIC_NAMES:
                 self.drv.topic_names[row["topic_id"]] = row["topic"]

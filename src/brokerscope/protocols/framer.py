@@ -150,6 +150,11 @@ class Framer:
             b.append(data[at:] if at else data, ts_ns)
         return frames
 
+    def idle(self) -> bool:
+        """Nothing buffered, skipped or hunted for: `next` would give None (a conversation that
+        took the frames of `feed_whole` need not ask it)."""
+        return not (self.skip or self.resync or self._garbage is not None or len(self.buf))
+
     def next(self) -> Frame | Junk | None:
         """The next whole frame or junk record, or None when more bytes are needed."""
         b = self.buf

@@ -76,9 +76,11 @@ class TubeMQConversation(Conversation):
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         if not data:
             return []
-        for item in self.framer[direction].feed_whole(data, ts_ns):
+        fr = self.framer[direction]
+        for item in fr.feed_whole(data, ts_ns):
             self._take(direction, item)
-        self._drain(direction)
+        if not fr.idle():
+            self._drain(direction)
         return self.out.take()
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
@@ -244,7 +246,7 @@ class TubeMQConversation(Conversation):
     def _request(self, c: _Command, env: rpc.Envelope, f: TubeFrame, body_json: str | None) -> None:
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
-        c.command = rpc.method_name(mid)
+        c.command = meth.name if meth is not None else rpc.method_name(mid)
         c.code = mid
         put = c.details.append
         if env.timeout is not None:

@@ -84,7 +84,7 @@ class Gathered:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     method_id: int | None
     name: str

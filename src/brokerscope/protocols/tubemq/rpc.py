@@ -154,7 +154,7 @@ def read_delimited(buf: bytes, pos: int, cls: type[Message]) -> tuple[Message, i
 # envelope
 
 
-@dataclass
+@dataclass(slots=True)
 class Envelope:
     """The decoded envelope of one frame (request or response)."""
 
@@ -421,8 +421,8 @@ def envelope_of(got: tuple) -> Envelope:
     """The Envelope of a tuple _rpc.envelope (or _rpc.read) gave."""
     flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
     return Envelope(
-        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
-        body=body, trailing=trailing, conn_header=conn,
+        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status, None, None,
+        body, trailing, conn,
     )  # fmt: skip
 
 
