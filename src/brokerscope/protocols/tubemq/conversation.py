@@ -197,7 +197,8 @@ class TubeMQConversation(Conversation):
         fields are worked out here and in _request / _response, then added once the frame is
         read. Its `details` are JSON text written piece by piece in to_json's form, key after
         key (`_Command.details`, a list joined at the end): no dict encoded per frame."""
-        frames = self._frames(direction, f)
+        numbers = self.conn.frames  # _frames, inline
+        frames = (None, None) if numbers is None else numbers(direction, f.offset, f.size)
         try:
             if env:
                 env = rpc.envelope_of(env)
@@ -234,13 +235,12 @@ class TubeMQConversation(Conversation):
             self._response(cmd, env, f, body_json)
 
     def _add_command(self, f: TubeFrame, env: rpc.Envelope, c: _Command) -> None:
-        self.out.add(
-            "commands",
+        self.out.commands(
             (
                 f.ts_first, f.ts_last, c.direction, f.serial, f.size, f.offset, c.status, c.error,
                 env.protocol_ver, c.command, c.code, c.topic, c.partition, c.client_id, c.topics,
                 c.error_code, "".join(c.details) + "}", c.raw, *c.frames,
-            ),
+            )
         )  # fmt: skip
 
     def _request(self, c: _Command, env: rpc.Envelope, f: TubeFrame, body_json: str | None) -> None:
@@ -313,9 +313,9 @@ class TubeMQConversation(Conversation):
             if pend is None:
                 c.status = REQUEST_MISSING
         else:
-            c.command = rpc.method_name(mid)
-            c.code = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
+            c.command = meth.name if meth is not None else rpc.method_name(mid)
+            c.code = mid
             msg, body, err = self._body(mid, False, env.body, c.fields, body_json)
             put(',"response":')
             put(body)
@@ -335,12 +335,11 @@ class TubeMQConversation(Conversation):
         c.error_code = error_code
         self._add_command(f, env, c)
         if pend is not None:
-            self.out.add(
-                "latencies",
+            self.out.latencies(
                 (
                     pend.ts_end, pend.name, c.command, pend.api_version, f.serial, pend.ts_end, f.ts_first,
                     (f.ts_first - pend.ts_end) / 1000.0, error_code, c.topic, c.partition,
-                ),
+                )
             )  # fmt: skip
         if msg is not None and mid == M_GET:
             self._deliver(msg, f, pend, c.frames if c.direction == S2C else self._frames(S2C, f))
@@ -383,7 +382,8 @@ class TubeMQConversation(Conversation):
     def _metadata(self, msg: dict, put) -> None:
         """Broker lists, topic metadata and partition assignments, parsed for `details` (`put`:
         its next JSON piece)."""
-        parsed = [parse_broker_info(b) for b in msg.get("brokerInfos") or ()]
+        infos = msg.get("brokerInfos")
+        parsed = [parse_broker_info(b) for b in infos] if infos else []
         if parsed:
             put(',"brokers":' + to_json(parsed))
         topic_infos = msg.get("topicInfos")  # HeartResponseM2P only

@@ -48,38 +48,42 @@ class Gathered:
     """A connection's rows as it hands them over: the rows of COLUMNS' tables gathered as tuples
     (`add`) into one tables.Block per stretch of them; a row given whole (`put`: a dict row, a
     block of delivered messages) first ends its table's stretch, so each table's rows keep the
-    order they were made in."""
+    order they were made in. `commands`, `latencies`, `acks` and `messages` add a row's tuple to
+    their table (the per-frame rows: a call less than `add`)."""
 
-    __slots__ = ("out", "pending", "held")
+    __slots__ = ("out", "pending", "ended", "commands", "latencies", "acks", "messages")
 
     def __init__(self) -> None:
         self.out: list[Row] = []
         self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
-        self.held = 0
+        self.ended = 0  # rows gathered since the last take of everything that `put` handed over
+        self.commands, self.latencies, self.acks, self.messages = (self.pending[t].append for t in COLUMNS)
 
     def add(self, table: str, values: tuple) -> None:
         self.pending[table].append(values)
-        self.held += 1
 
     def put(self, table: str, row) -> None:
         if table in self.pending:
-            self._end(table)
+            self.ended += self._end(table)
         self.out.append((table, row))
 
-    def _end(self, table: str) -> None:
+    def _end(self, table: str) -> int:
+        """Hand over the table's gathered rows as a block; how many."""
         rows = self.pending[table]
-        if rows:
+        n = len(rows)
+        if n:
             cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
-            self.out.append((table, Block(len(rows), cols, dict(CONST.get(table, ())))))
-            self.pending[table] = []
+            self.out.append((table, Block(n, cols, dict(CONST.get(table, ())))))
+            rows.clear()  # the list stays: its append is bound above
+        return n
 
     def take(self, everything: bool = False) -> list[Row]:
-        """The rows made so far, with the gathered ones once BLOCK_ROWS are held (`everything`:
-        all of them, the connection's end)."""
-        if everything or self.held >= BLOCK_ROWS:
+        """The rows made so far, with the gathered ones once BLOCK_ROWS were gathered since the
+        last time (`everything`: all of them, the connection's end)."""
+        if everything or self.ended + sum(map(len, self.pending.values())) >= BLOCK_ROWS:
             for t in COLUMNS:
                 self._end(t)
-            self.held = 0
+            self.ended = 0
         out, self.out = self.out, []
         return out
 
@@ -131,13 +135,12 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
         [msg], "data", PRODUCE_DETAILS, "}"
     )
     value = policy.value(payload)
-    out.add(
-        "messages",
+    out.messages(
         (
             f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
             parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
             details, value["value"], value["value_size"], value.get("value_hash"), *frames,
-        ),
+        )
     )  # fmt: skip
 
 
@@ -269,11 +272,10 @@ def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, er
     topic, part, lat = (
         (pend.topic, pend.partition, (f.ts_first - pend.ts_end) / 1000.0) if pend else (None, None, None)
     )
-    out.add(
-        "acks",
+    out.acks(
         (
             f.ts_first, "tubemq_produce", topic, part, get("appendOffset"), None,
             str(mid) if mid is not None else None, error_code, lat, f.serial,
             '{"append_time_ms":' + json_value(get("appendTime")) + "}",
-        ),
+        )
     )  # fmt: skip
