@@ -462,6 +462,19 @@ def tubemq_read_json_both(data: bytes) -> tuple | None:
     return (head, body), (want_head, want_body)
 
 
+def tubemq_read_all_both(data: bytes, limits: tuple[int, int] = (1 << 20, 64)) -> tuple:
+    """A chunk's whole frames read by one _rpc.read_all call, and by _rpc.split then _rpc.read
+    of each frame: (sizes, reads) both."""
+    from brokerscope.protocols.tubemq import rpc
+
+    reader = (rpc.BUILTIN.table, *rpc.body_entries())
+    sizes, at, reads = rpc._rpc.split(data, *limits), 0, []
+    for size in sizes:
+        reads.append(rpc._rpc.read(data[at : at + size], *reader))
+        at += size
+    return rpc._rpc.read_all(data, *limits, *reader), (sizes, reads)
+
+
 def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
     """A message's data split and its attributes read by the compiled content.message_parts and
     by content.split_payload and parse_attributes."""
@@ -521,6 +534,8 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         both = tubemq_read_json_both(buf)
         if both is not None:
             check(both[0] == both[1], "details JSON differs", f"{both!r:.600}")
+        got, want = tubemq_read_all_both(buf)
+        check(repr(got) == repr(want), "read_all differs", f"{got!r:.300} != {want!r:.300}")
         return
     if cfg & 2 and cfg & 4:
         got, want = tubemq_message_both(buf, cfg >> 3 or None)

@@ -20,6 +20,7 @@ from tests.fuzz.targets import (
     tubemq_columns_both,
     tubemq_envelope_both,
     tubemq_message_both,
+    tubemq_read_all_both,
     tubemq_read_json_both,
 )
 from tests.support.damage import damage
@@ -274,6 +275,29 @@ def test_read_writes_the_details_json_to_json_writes(seed):
     both = tubemq_read_json_both(data)
     if both is not None:
         assert both[0] == both[1]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_read_all_reads_a_chunks_frames_as_split_and_read_do(seed):
+    """Several frames back to back (random envelopes around random bodies), at times cut short or
+    damaged, at times under a smaller frame limit: the frames read_all takes are split's, each
+    read as read reads it."""
+    rng = random.Random(27000 + seed)
+    chunk, n = b"", rng.randrange(1, 5)
+    for i in range(n):
+        entry, body, _ = random_body(rng)
+        env = delimited(pb.RpcConnHeader(flag=0)) + delimited(pb.RequestHeader(serviceType=3))
+        env += delimited(pb.RequestBody(method=rng.choice([13, 17, 5, 99]), request=body))
+        chunk += frame(i, env if rng.random() < 0.8 else random_envelope(rng), rng.choice([7, 8192]))
+    if seed % 3 == 0:
+        chunk = damage(rng, chunk)
+    if seed % 4 == 0:
+        chunk = chunk[: rng.randrange(len(chunk) + 1)]
+    limits = rng.choice([(1 << 20, 4096), (64, 4096), (1 << 20, 1)])
+    got, want = tubemq_read_all_both(chunk, limits)
+    assert repr(got) == repr(want)
+    if seed % 3 and seed % 4 and limits == (1 << 20, 4096):  # whole and in limits: every frame
+        assert len(got[0]) == len(got[1]) == n and sum(got[0]) == len(chunk)
 
 
 def test_a_body_keeps_payloads_whole_and_redacts_secrets():

@@ -1,6 +1,7 @@
 /* TubeMQ's per-frame work: the blocks of a frame joined, the RPC envelope around the method's
  * message, the message itself (body, by a table of its fields), the sizes of the whole frames a
- * chunk starts with (split), all three of a frame in one call (read), and what the rows take of
+ * chunk starts with (split), all three of a frame in one call (read), split and read of a chunk's
+ * whole frames together (read_all), and what the rows take of
  * produced and delivered messages (message, columns). Each is described above its function.
  *
  * frame(data): a whole frame (framing.py, big-endian)
@@ -114,16 +115,14 @@ static PyObject *bytes_or_none(const Msg *m, int field) {
     return PyBytes_FromStringAndSize((const char *)m->s[field], m->n[field]);
 }
 
-static PyObject *envelope(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    const unsigned char *b = buf.buf;
+/* envelope() of the n bytes at b. */
+static PyObject *envelope_at(const unsigned char *b, Py_ssize_t n) {
     Py_ssize_t pos = 0;
     PyObject *result = NULL, *conn = NULL;
     static const char *conn_names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
     Msg head = {.kind = {ABSENT, INT32, INT64, INT64, INT64}};
     Msg rh = {0}, rb = {0};
-    if (delimited(b, buf.len, &pos, &head)) goto not_plain;
+    if (delimited(b, n, &pos, &head)) goto not_plain;
     int is_request = !(head.seen[1] && head.value[1] == FLAG_RESPONSE);
     if (is_request) {
         rh = (Msg){.kind = {ABSENT, INT32, INT32}};
@@ -132,10 +131,10 @@ static PyObject *envelope(PyObject *self, PyObject *args) {
         rh = (Msg){.kind = {ABSENT, ENUM, INT32, INT32}};
         rb = (Msg){.kind = {ABSENT, INT32, BYTES}};
     }
-    if (delimited(b, buf.len, &pos, &rh)) goto not_plain;
+    if (delimited(b, n, &pos, &rh)) goto not_plain;
     int status = is_request || !rh.seen[1] ? 0 : (int)rh.value[1];
     if (status != 0) goto not_plain; /* an exception body: rpc.decode_envelope reads its strings */
-    if (delimited(b, buf.len, &pos, &rb)) goto not_plain;
+    if (delimited(b, n, &pos, &rb)) goto not_plain;
     if (!(conn = PyDict_New())) goto done;
     for (int f = 1; f <= 4; f++) {
         if (!head.seen[f]) continue;
@@ -152,22 +151,27 @@ static PyObject *envelope(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(NONNNNNNn)", int_or_none(&head, 1), conn, int_or_none(&rh, st), int_or_none(&rh, pv),
                            int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : (Py_INCREF(Py_None), Py_None),
                            is_request ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(status),
-                           bytes_or_none(&rb, body), buf.len - pos);
+                           bytes_or_none(&rb, body), n - pos);
     goto done;
 not_plain:
     result = Py_None;
     Py_INCREF(result);
 done:
     Py_XDECREF(conn);
+    return result;
+}
+
+static PyObject *envelope(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *result = envelope_at(buf.buf, buf.len);
     PyBuffer_Release(&buf);
     return result;
 }
 
-static PyObject *frame(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    const unsigned char *b = buf.buf;
-    Py_ssize_t n = buf.len, pos = HEADER_LEN, total = 0, count = 0;
+/* frame() of the n bytes at b. */
+static PyObject *frame_at(const unsigned char *b, Py_ssize_t n) {
+    Py_ssize_t pos = HEADER_LEN, total = 0, count = 0;
     PyObject *result = NULL, *sizes = NULL, *body = NULL;
     if (n < HEADER_LEN) goto not_plain;
     int32_t list_size = (int32_t)u32be(b + 8);
@@ -200,6 +204,13 @@ not_plain:
 done:
     Py_XDECREF(sizes);
     Py_XDECREF(body);
+    return result;
+}
+
+static PyObject *frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *result = frame_at(buf.buf, buf.len);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -879,36 +890,32 @@ done:
 #define TOKEN 0xFF7FF4FEu
 #define MAX_BLOCK 8192
 
+/* The size of the whole frame at b[at..n) split() would pass, or 0. */
+static Py_ssize_t whole_frame(const unsigned char *b, Py_ssize_t n, Py_ssize_t at, Py_ssize_t max_frame,
+                              Py_ssize_t max_list) {
+    if (n - at < HEADER_LEN || u32be(b + at) != TOKEN) return 0;
+    int32_t list_size = (int32_t)u32be(b + at + 8);
+    if (list_size <= 0 || list_size > max_list) return 0;
+    Py_ssize_t pos = HEADER_LEN;
+    for (int32_t left = list_size; left > 0; left--) {
+        if (n - at - pos < 4) return 0;
+        int32_t len = (int32_t)u32be(b + at + pos);
+        if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) return 0;
+        pos += 4 + len;
+    }
+    return pos;
+}
+
 static PyObject *split(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t max_frame, max_list;
+    Py_ssize_t max_frame, max_list, at = 0, size;
     if (!PyArg_ParseTuple(args, "y*nn", &buf, &max_frame, &max_list)) return NULL;
-    const unsigned char *b = buf.buf;
-    Py_ssize_t n = buf.len, at = 0;
     PyObject *out = PyList_New(0);
-    while (out && n - at >= HEADER_LEN && u32be(b + at) == TOKEN) {
-        int32_t list_size = (int32_t)u32be(b + at + 8);
-        if (list_size <= 0 || list_size > max_list) break;
-        Py_ssize_t pos = HEADER_LEN, left = list_size;
-        int whole = 1;
-        while (left > 0) {
-            if (n - at - pos < 4) {
-                whole = 0;
-                break;
-            }
-            int32_t len = (int32_t)u32be(b + at + pos);
-            if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) {
-                whole = 0;
-                break;
-            }
-            pos += 4 + len;
-            left--;
-        }
-        if (!whole) break;
-        PyObject *size = PyLong_FromSsize_t(pos);
-        if (!size || PyList_Append(out, size)) Py_CLEAR(out);
-        Py_XDECREF(size);
-        at += pos;
+    while (out && (size = whole_frame(buf.buf, buf.len, at, max_frame, max_list))) {
+        PyObject *v = PyLong_FromSsize_t(size);
+        if (!v || PyList_Append(out, v)) Py_CLEAR(out);
+        Py_XDECREF(v);
+        at += size;
     }
     PyBuffer_Release(&buf);
     return out;
@@ -924,21 +931,15 @@ static PyObject *split(PyObject *self, PyObject *args) {
  * error response or an envelope without a body; the head (json_head, left open) wherever the
  * envelope was read, the body JSON (json_body) wherever its dict was and the writer takes it. */
 
-static PyObject *read_frame(PyObject *self, PyObject *args) {
-    PyObject *data, *capsule, *requests, *responses, *one, *fr, *env = NULL, *fields = Py_None;
-    PyObject *head = NULL, *text = NULL;
+/* read() of the n bytes at b. */
+static PyObject *read_at(const unsigned char *data, Py_ssize_t n, const Schema *s, PyObject *requests,
+                         PyObject *responses) {
+    PyObject *fr, *env = NULL, *fields = Py_None, *head = NULL, *text = NULL;
     Py_ssize_t index = -1;
-    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
-        return NULL;
-    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
-    if (!s || !(one = PyTuple_Pack(1, data))) return NULL;
-    fr = frame(self, one);
-    Py_DECREF(one);
+    fr = frame_at(data, n);
     if (!fr || fr == Py_None) return fr;
     PyObject *joined = PyTuple_GET_ITEM(fr, 2);
-    if (!(one = PyTuple_Pack(1, joined))) goto fail;
-    env = envelope(self, one);
-    Py_DECREF(one);
+    env = envelope_at((const unsigned char *)PyBytes_AS_STRING(joined), PyBytes_GET_SIZE(joined));
     if (!env) goto fail;
     if (env != Py_None) {
         PyObject *flag = PyTuple_GET_ITEM(env, 0), *mid = PyTuple_GET_ITEM(env, 4);
@@ -986,6 +987,47 @@ fail:
     return NULL;
 }
 
+static PyObject *read_frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *requests, *responses;
+    if (!PyArg_ParseTuple(args, "y*OO!O!", &buf, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
+        return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    PyObject *result = s ? read_at(buf.buf, buf.len, s, requests, responses) : NULL;
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * read_all(data, max_frame, max_list, schema, requests, responses): split() and read() of the
+ * whole frames `data` starts with, in one call: (sizes, [read() of each]). */
+
+static PyObject *read_all(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *requests, *responses, *sizes = NULL, *frames = NULL, *result = NULL;
+    Py_ssize_t max_frame, max_list, at = 0, size;
+    if (!PyArg_ParseTuple(args, "y*nnOO!O!", &buf, &max_frame, &max_list, &capsule, &PyDict_Type, &requests,
+                          &PyDict_Type, &responses))
+        return NULL;
+    const unsigned char *b = buf.buf;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s || !(sizes = PyList_New(0)) || !(frames = PyList_New(0))) goto done;
+    while ((size = whole_frame(b, buf.len, at, max_frame, max_list))) {
+        PyObject *v = PyLong_FromSsize_t(size), *got = v ? read_at(b + at, size, s, requests, responses) : NULL;
+        int bad = !got || PyList_Append(sizes, v) || PyList_Append(frames, got);
+        Py_XDECREF(v);
+        Py_XDECREF(got);
+        if (bad) goto done;
+        at += size;
+    }
+    result = PyTuple_Pack(2, sizes, frames);
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(frames);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
@@ -993,6 +1035,7 @@ static PyMethodDef methods[] = {
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
     {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
+    {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
