@@ -105,6 +105,9 @@ static int delimited(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, Msg 
     return 0;
 }
 
+/* RpcConnHeader's field names by number, interned once (PyInit__rpc) */
+static PyObject *conn_names[5];
+
 static PyObject *int_or_none(const Msg *m, int field) {
     if (!m->seen[field]) Py_RETURN_NONE;
     return PyLong_FromLongLong(m->value[field]);
@@ -119,7 +122,6 @@ static PyObject *bytes_or_none(const Msg *m, int field) {
 static PyObject *envelope_at(const unsigned char *b, Py_ssize_t n) {
     Py_ssize_t pos = 0;
     PyObject *result = NULL, *conn = NULL;
-    static const char *conn_names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
     Msg head = {.kind = {ABSENT, INT32, INT64, INT64, INT64}};
     Msg rh = {0}, rb = {0};
     if (delimited(b, n, &pos, &head)) goto not_plain;
@@ -139,7 +141,7 @@ static PyObject *envelope_at(const unsigned char *b, Py_ssize_t n) {
     for (int f = 1; f <= 4; f++) {
         if (!head.seen[f]) continue;
         PyObject *v = PyLong_FromLongLong(head.value[f]);
-        if (!v || PyDict_SetItemString(conn, conn_names[f], v)) {
+        if (!v || PyDict_SetItem(conn, conn_names[f], v)) {
             Py_XDECREF(v);
             goto done;
         }
@@ -148,10 +150,16 @@ static PyObject *envelope_at(const unsigned char *b, Py_ssize_t n) {
     /* request: serviceType @1, protocolVer @2; timeout @2, body @3. response: @2, @3; body @2 */
     int st = is_request ? 1 : 2, pv = is_request ? 2 : 3, body = is_request ? 3 : 2;
     /* a request has no status (None); a response's is 0 here */
-    result = Py_BuildValue("(NONNNNNNn)", int_or_none(&head, 1), conn, int_or_none(&rh, st), int_or_none(&rh, pv),
-                           int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : (Py_INCREF(Py_None), Py_None),
-                           is_request ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(status),
-                           bytes_or_none(&rb, body), n - pos);
+    PyObject *items[9] = {int_or_none(&head, 1), Py_NewRef(conn), int_or_none(&rh, st), int_or_none(&rh, pv),
+                          int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : Py_NewRef(Py_None),
+                          is_request ? Py_NewRef(Py_None) : PyLong_FromLong(status), bytes_or_none(&rb, body),
+                          PyLong_FromSsize_t(n - pos)};
+    int ok = 1;
+    for (int i = 0; i < 9; i++) ok &= items[i] != NULL;
+    if (ok && (result = PyTuple_New(9)))
+        for (int i = 0; i < 9; i++) PyTuple_SET_ITEM(result, i, items[i]);
+    else
+        for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
     goto done;
 not_plain:
     result = Py_None;
@@ -247,6 +255,8 @@ typedef struct {
     uint32_t number;
     int kind;
     PyObject *name;
+    char *key; /* `"name":`, the field's key in `details` JSON (json_body) */
+    Py_ssize_t key_len;
 } FieldSpec;
 
 typedef struct {
@@ -263,7 +273,10 @@ static void schema_free(PyObject *capsule) {
     Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
     if (!s) return;
     for (Py_ssize_t i = 0; i < s->n; i++) {
-        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) Py_XDECREF(s->msgs[i].fields[j].name);
+        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) {
+            Py_XDECREF(s->msgs[i].fields[j].name);
+            PyMem_Free(s->msgs[i].fields[j].key);
+        }
         PyMem_Free(s->msgs[i].fields);
     }
     PyMem_Free(s->msgs);
@@ -299,6 +312,18 @@ static PyObject *schema(PyObject *self, PyObject *spec) {
             f->kind = kind;
             Py_INCREF(name);
             f->name = name;
+            Py_ssize_t n;
+            const char *u = PyUnicode_AsUTF8AndSize(name, &n);
+            if (!u) goto fail;
+            for (Py_ssize_t c = 0; c < n; c++) /* a protobuf field name: letters, digits, '_' */
+                if (!(u[c] == '_' || (u[c] >= '0' && u[c] <= '9') || ((u[c] | 0x20) >= 'a' && (u[c] | 0x20) <= 'z')))
+                    goto bad;
+            if (!(f->key = PyMem_Malloc(n + 3))) goto nomem;
+            f->key[0] = '"';
+            memcpy(f->key + 1, u, n);
+            f->key[n + 1] = '"';
+            f->key[n + 2] = ':';
+            f->key_len = n + 3;
         }
     }
     return capsule;
@@ -306,7 +331,7 @@ nomem:
     PyErr_NoMemory();
     goto fail;
 bad:
-    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind)");
+    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind) with a protobuf field name");
 fail:
     Py_DECREF(capsule);
     return NULL;
@@ -522,7 +547,8 @@ static int json_body(const Schema *s, Py_ssize_t index, PyObject *dict, Buf *b, 
             if (PyErr_Occurred()) return PY_ERROR;
             continue;
         }
-        if ((!first && (rc = put_text(b, ","))) || (rc = json_str(b, f->name)) || (rc = put_text(b, ":"))) return rc;
+        if (!first && (rc = put_text(b, ","))) return rc;
+        if (buf_put(b, f->key, f->key_len)) return JSON_NOMEM;
         first = 0;
         if (!(f->kind & F_REPEATED)) {
             if ((rc = json_field(s, f, v, b, depth))) return rc;
@@ -1048,5 +1074,8 @@ PyMODINIT_FUNC PyInit__rpc(void) {
     if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
         !(comma = PyUnicode_InternFromString(",")))
         return NULL;
+    static const char *names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
+    for (int f = 1; f <= 4; f++)
+        if (!(conn_names[f] = PyUnicode_InternFromString(names[f]))) return NULL;
     return PyModule_Create(&module);
 }

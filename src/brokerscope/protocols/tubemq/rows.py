@@ -80,7 +80,9 @@ class Gathered:
     def take(self, everything: bool = False) -> list[Row]:
         """The rows made so far, with the gathered ones once BLOCK_ROWS were gathered since the
         last time (`everything`: all of them, the connection's end)."""
-        if everything or self.ended + sum(map(len, self.pending.values())) >= BLOCK_ROWS:
+        p = self.pending
+        held = self.ended + len(p["commands"]) + len(p["latencies"]) + len(p["acks"]) + len(p["messages"])
+        if everything or held >= BLOCK_ROWS:
             for t in COLUMNS:
                 self._end(t)
             self.ended = 0
