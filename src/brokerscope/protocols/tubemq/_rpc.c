@@ -723,7 +723,8 @@ static PyObject *message_parts(PyObject *self, PyObject *args) {
  * takes alike: each one's data (field `payload`, b"" when unset) split by message(), its
  * checksum_ok (content.checksum_ok: None for no checksum or -1, else whether it equals
  * crc32(data) & 0x7FFFFFFF) and its `details` JSON text: for each (key text, field, kind) of
- * `spec` the key text then the value, then `tail` (the keys hold the JSON around the values: the
+ * `spec` (a tuple of them, read once by details_spec) the key text then the value, then `tail`
+ * (the keys hold the JSON around the values: the
  * first `{"name":`, the next `,"name":`, the tail the closing `}`), a value as base.json_value writes it
  * (None, bool, an int64 and str here: json_any, anything else by `json_value`), of kind J_VALUE the
  * field's value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
@@ -772,27 +773,74 @@ static int ipv4_json(Buf *b, PyObject *v) {
 }
 
 typedef struct {
-    const char *key; /* the JSON before the value, UTF-8 */
+    char *key; /* the JSON before the value, UTF-8 */
     Py_ssize_t key_len;
-    PyObject *field; /* borrowed from the spec */
+    PyObject *field; /* the field's name, or None */
     int kind;
 } DetailSpec;
 
 #define MAX_SPEC 32
 
+typedef struct {
+    Py_ssize_t n;
+    DetailSpec e[MAX_SPEC];
+} Details;
+
+static void details_free(PyObject *capsule) {
+    Details *d = PyCapsule_GetPointer(capsule, "tubemq.details");
+    if (!d) return;
+    for (Py_ssize_t j = 0; j < d->n; j++) {
+        PyMem_Free(d->e[j].key);
+        Py_XDECREF(d->e[j].field);
+    }
+    PyMem_Free(d);
+}
+
+/* details_spec(spec): a details spec of columns() (a tuple of (key text, field, kind)) read once,
+ * as columns() takes it. */
+static PyObject *details_spec(PyObject *self, PyObject *spec) {
+    if (!PyTuple_Check(spec)) return PyErr_Format(PyExc_TypeError, "details_spec: a tuple of entries");
+    Py_ssize_t ns = PyTuple_GET_SIZE(spec);
+    if (ns > MAX_SPEC) return PyErr_Format(PyExc_ValueError, "details_spec: more than %d entries", MAX_SPEC);
+    Details *d = PyMem_Calloc(1, sizeof(Details));
+    if (!d) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(d, "tubemq.details", details_free);
+    if (!capsule) {
+        PyMem_Free(d);
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < ns; j++) {
+        PyObject *key, *field;
+        int kind;
+        Py_ssize_t n;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "UOi", &key, &field, &kind)) goto fail;
+        const char *u = PyUnicode_AsUTF8AndSize(key, &n);
+        if (!u) goto fail;
+        if (!(d->e[j].key = PyMem_Malloc(n ? n : 1))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        memcpy(d->e[j].key, u, n);
+        d->e[j].key_len = n;
+        d->e[j].field = Py_NewRef(field);
+        d->e[j].kind = kind;
+        d->n = j + 1;
+    }
+    return capsule;
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
-    if (!PyArg_ParseTuple(args, "O!UUUO!UOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name,
-                          &PyTuple_Type, &spec, &tail, &crc32, &json_value))
+    if (!PyArg_ParseTuple(args, "O!UUUOUOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name, &spec,
+                          &tail, &crc32, &json_value))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec), tail_len;
-    DetailSpec ds[MAX_SPEC];
-    if (ns > MAX_SPEC) return PyErr_Format(PyExc_ValueError, "columns: more than %d details entries", MAX_SPEC);
-    for (Py_ssize_t j = 0; j < ns; j++) { /* the spec read once: (key text, field, kind) */
-        PyObject *key;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "UOi", &key, &ds[j].field, &ds[j].kind)) return NULL;
-        if (!(ds[j].key = PyUnicode_AsUTF8AndSize(key, &ds[j].key_len))) return NULL;
-    }
+    const Details *dspec = PyCapsule_GetPointer(spec, "tubemq.details");
+    if (!dspec) return NULL;
+    const DetailSpec *ds = dspec->e;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = dspec->n, tail_len;
     const char *tail_text = PyUnicode_AsUTF8AndSize(tail, &tail_len);
     if (!tail_text) return NULL;
     PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0);
@@ -1063,6 +1111,7 @@ static PyMethodDef methods[] = {
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
+    {"details_spec", details_spec, METH_O, "A details spec of columns() read once (see columns)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},

@@ -209,12 +209,17 @@ PRODUCE_DETAILS = (
 )
 
 
+# the specs as _rpc.columns takes them, read once (by the id of the constant)
+_SPECS = {id(spec): _rpc.details_spec(spec) for spec in (DELIVER_DETAILS, PRODUCE_DETAILS)}
+
+
 def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
     """(payloads, errors, headers, checksum_ok, details, payload sizes) of messages' fields: each
     one's data (`payload`) split by content.message_parts, its checksum checked as
     content.checksum_ok checks it, its details JSON by `spec` then `tail` (compiled:
     _rpc.columns)."""
-    return _rpc.columns(msgs, payload, "flag", "checkSum", spec, tail, zlib.crc32, base.json_value)
+    compiled = _SPECS.get(id(spec)) or _rpc.details_spec(spec)
+    return _rpc.columns(msgs, payload, "flag", "checkSum", compiled, tail, zlib.crc32, base.json_value)
 
 
 def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> None:
