@@ -80,13 +80,20 @@ class _Frames:
         self.floor = 0  # offsets below this were pruned: unknown
         self.limit = PRUNE_AT
 
-    def frame_at(self, off: int) -> int | None:
-        """The frame of the packet holding byte `off`; a byte never captured (a gap) takes the
-        nearest packet before it (after it, at the head of the stream); None when pruned."""
-        if off < self.floor or not self.starts:
-            return None
-        i = bisect_right(self.starts, off) - 1
-        return self.frames[i if i > 0 else 0] or None
+    def span(self, first: int, last: int) -> tuple[int | None, int | None]:
+        """The frames of the packets holding bytes `first` and `last`; a byte never captured (a
+        gap) takes the nearest packet before it (after it, at the head of the stream); None where
+        pruned. Both in one call: the driver asks per commands row."""
+        starts = self.starts
+        if not starts:
+            return None, None
+        frames, floor = self.frames, self.floor
+        i = bisect_right(starts, first) - 1
+        j = bisect_right(starts, last) - 1
+        return (
+            None if first < floor else frames[i if i > 0 else 0] or None,
+            None if last < floor else frames[j if j > 0 else 0] or None,
+        )
 
     def prune(self, low: int | None) -> None:
         if low is not None:
@@ -372,7 +379,7 @@ class _Conn:
 
     def _frame_range(self, direction: str, off: int, size: int | None) -> tuple[int | None, int | None]:
         fr = self.offsets[(direction == base.C2S) == self.client_is_lo]
-        return fr.frame_at(off), fr.frame_at(off + size - 1 if size else off)
+        return fr.span(off, off + size - 1 if size else off)
 
     def _capture_at(self, ts_ns: int | None) -> str:
         if ts_ns is None or len(self.files) == 1:

@@ -283,15 +283,20 @@ static void schema_free(PyObject *capsule) {
     PyMem_Free(s);
 }
 
+/* A capsule named `name` owning `size` zeroed bytes (*out), freed by `destructor`; NULL on error. */
+static PyObject *owned_capsule(size_t size, const char *name, PyCapsule_Destructor destructor, void **out) {
+    void *p = *out = PyMem_Calloc(1, size);
+    if (!p) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(p, name, destructor);
+    if (!capsule) PyMem_Free(p);
+    return capsule;
+}
+
 static PyObject *schema(PyObject *self, PyObject *spec) {
     if (!PyList_Check(spec)) return PyErr_Format(PyExc_TypeError, "schema: a list of messages");
-    Schema *s = PyMem_Calloc(1, sizeof(Schema));
-    if (!s) return PyErr_NoMemory();
-    PyObject *capsule = PyCapsule_New(s, "tubemq.schema", schema_free);
-    if (!capsule) {
-        PyMem_Free(s);
-        return NULL;
-    }
+    Schema *s = NULL;
+    PyObject *capsule = owned_capsule(sizeof(Schema), "tubemq.schema", schema_free, (void **)&s);
+    if (!capsule) return NULL;
     Py_ssize_t nm = PyList_GET_SIZE(spec);
     if (!(s->msgs = PyMem_Calloc(nm ? nm : 1, sizeof(MsgSpec)))) goto nomem;
     s->n = nm;
@@ -802,13 +807,9 @@ static PyObject *details_spec(PyObject *self, PyObject *spec) {
     if (!PyTuple_Check(spec)) return PyErr_Format(PyExc_TypeError, "details_spec: a tuple of entries");
     Py_ssize_t ns = PyTuple_GET_SIZE(spec);
     if (ns > MAX_SPEC) return PyErr_Format(PyExc_ValueError, "details_spec: more than %d entries", MAX_SPEC);
-    Details *d = PyMem_Calloc(1, sizeof(Details));
-    if (!d) return PyErr_NoMemory();
-    PyObject *capsule = PyCapsule_New(d, "tubemq.details", details_free);
-    if (!capsule) {
-        PyMem_Free(d);
-        return NULL;
-    }
+    Details *d = NULL;
+    PyObject *capsule = owned_capsule(sizeof(Details), "tubemq.details", details_free, (void **)&d);
+    if (!capsule) return NULL;
     for (Py_ssize_t j = 0; j < ns; j++) {
         PyObject *key, *field;
         int kind;
