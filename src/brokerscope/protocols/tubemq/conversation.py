@@ -84,15 +84,16 @@ class TubeMQConversation(Conversation):
             # in one compiled call (what Framer.feed_whole and _take do frame by frame), each
             # frame's bytes all came at ts_ns; the rest goes to the framer
             sizes, got = _rpc.read_all(data, *self.limits, *self.reader)
-            at, start = 0, fr.buf.offset
-            fr.took(data, sum(sizes), ts_ns)
+            at, start, taken = 0, fr.buf.offset, sum(sizes)
+            fr.took(data, taken, ts_ns)
             for size, one in zip(sizes, got):
                 self._read(direction, start + at, data[at : at + size], ts_ns, ts_ns, one)
                 at += size
+            if taken == len(data):  # all of it: the framer holds nothing (idle)
+                return self.out.take()
         else:
             fr.push(data, ts_ns)
-        if not fr.idle():
-            self._drain(direction)
+        self._drain(direction)
         return self.out.take()
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
@@ -150,13 +151,8 @@ class TubeMQConversation(Conversation):
         and body are read by the compiled _rpc.read (`got`), and what that leaves by the Python
         readers (_frame, _body)."""
         if got is None:
-            f, env, fields, head, body_json = (
-                read_frame(Frame(offset, data, ts_first, ts_last)),
-                None,
-                None,
-                None,
-                None,
-            )
+            f = read_frame(Frame(offset, data, ts_first, ts_last))
+            env = fields = head = body_json = None
         else:
             serial, sizes, body, env, fields, head, body_json = got
             f = TubeFrame(offset, len(data), serial, sizes, body, data, ts_first, ts_last)
