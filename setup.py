@@ -56,7 +56,7 @@ setup(
         Extension(
             "brokerscope.protocols.tubemq._rpc",  # TubeMQ's frame blocks and RPC envelope
             ["src/brokerscope/protocols/tubemq/_rpc.c"],
-            depends=["src/brokerscope/protocols/pbwire.h"],
+            depends=["src/brokerscope/protocols/pbwire.h", "src/brokerscope/protocols/arrowbuf.h"],
             extra_compile_args=["-O2"],
         ),
     ],

@@ -80,13 +80,20 @@ class _Frames:
         self.floor = 0  # offsets below this were pruned: unknown
         self.limit = PRUNE_AT
 
-    def frame_at(self, off: int) -> int | None:
-        """The frame of the packet holding byte `off`; a byte never captured (a gap) takes the
-        nearest packet before it (after it, at the head of the stream); None when pruned."""
-        if off < self.floor or not self.starts:
-            return None
-        i = bisect_right(self.starts, off) - 1
-        return self.frames[i if i > 0 else 0] or None
+    def span(self, first: int, last: int) -> tuple[int | None, int | None]:
+        """The frames of the packets holding bytes `first` and `last`; a byte never captured (a
+        gap) takes the nearest packet before it (after it, at the head of the stream); None where
+        pruned. Both in one call: the driver asks per commands row."""
+        starts = self.starts
+        if not starts:
+            return None, None
+        frames, floor = self.frames, self.floor
+        i = bisect_right(starts, first) - 1
+        j = bisect_right(starts, last) - 1
+        return (
+            None if first < floor else frames[i if i > 0 else 0] or None,
+            None if last < floor else frames[j if j > 0 else 0] or None,
+        )
 
     def prune(self, low: int | None) -> None:
         if low is not None:
@@ -291,10 +298,17 @@ class _Conn:
                     if len(fr.starts) > fr.limit:
                         fr.prune(conv.low_water(direction))
                 fr.end += len(ev[2])
-                yield from self._guard(conv.feed, direction, ev[2], ev[3])
+                call = conv.feed
             else:
                 fr.end += ev[2]
-                yield from self._guard(conv.gap, direction, ev[2], ev[3])
+                call = conv.gap
+            # _guard's work inline (this runs per packet): most calls give no rows
+            try:
+                out = list(call(direction, ev[2], ev[3]) or ())
+            except Exception as e:
+                out = self._retire(e)
+            if out:
+                yield from self._rows(out)
             if self.conv is None:  # the decoder failed and was retired
                 return
 
@@ -303,19 +317,27 @@ class _Conn:
         try:
             out = list(fn(*args) or ())
         except Exception as e:
-            log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
-            self.conv = None
-            out = [
-                (
-                    "commands",
-                    {
-                        "ts_ns": self.tcp.last_ts,
-                        "ts_end_ns": self.tcp.last_ts,
-                        "decode_status": base.DECODER_ERROR,
-                        "decode_error": f"{type(e).__name__}: {e}"[:500],
-                    },
-                )
-            ]
+            out = self._retire(e)
+        yield from self._rows(out)
+
+    def _retire(self, e: Exception) -> list[base.Row]:
+        """The decoder raised `e`: it is retired for this connection, and this is its error row."""
+        log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
+        self.conv = None
+        return [
+            (
+                "commands",
+                {
+                    "ts_ns": self.tcp.last_ts,
+                    "ts_end_ns": self.tcp.last_ts,
+                    "decode_status": base.DECODER_ERROR,
+                    "decode_error": f"{type(e).__name__}: {e}"[:500],
+                },
+            )
+        ]
+
+    def _rows(self, out: list) -> Iterator[base.Row]:
+        """A decoder call's rows, counted and given the connection's columns."""
         for table, row in out:
             if table == base.TOPIC_NAMES:
                 self.drv.topic_names[row["topic_id"]] = row["topic"]
@@ -357,7 +379,7 @@ class _Conn:
 
     def _frame_range(self, direction: str, off: int, size: int | None) -> tuple[int | None, int | None]:
         fr = self.offsets[(direction == base.C2S) == self.client_is_lo]
-        return fr.frame_at(off), fr.frame_at(off + size - 1 if size else off)
+        return fr.span(off, off + size - 1 if size else off)
 
     def _capture_at(self, ts_ns: int | None) -> str:
         if ts_ns is None or len(self.files) == 1:

@@ -21,11 +21,12 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
 - iggy_batch: a config byte (bits0-2 bytes before the batch record, bit3 no expected count, bits4-7
   the expected count), then bytes read as an Iggy batch record by the compiled walk (_batch.c)
   and by the plain-Python reader.
-- tubemq_rpc: a config byte (bit0: a frame's blocks; else bit1: a method's body, bits3-7 which
-  of the built-in messages, or with bit2 a message's data, bits3-7 its flag; else bit2: the
-  messages of a getMessagesC2B response (bit3) or a sendMessageP2B request, their columns; else
-  an RPC envelope), then bytes read by the compiled TubeMQ reader (_rpc.c) and by the
-  plain-Python one (protobuf, content.py).
+- tubemq_rpc: a config byte (bit0: a frame's blocks and the details JSON _rpc.read writes of it;
+  else bit1: a method's body and its details JSON, bits3-7 which of the built-in messages, or
+  with bit2 a message's data, bits3-7 its flag; else bit2: the messages of a getMessagesC2B
+  response (bit3) or a sendMessageP2B request, their columns; else an RPC envelope), then bytes
+  read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one (protobuf, content.py,
+  to_json).
 - capture_compiled: a config byte (bit0 gzip, bits1-2 split size, bit3 payload offsets, bit4 one
   row per batch, bits5-6 the ingest filter: none, broker ports, loopback hosts, a time window from
   the capture's middle), then a pcap / pcapng file read by the compiled record walk
@@ -441,6 +442,47 @@ def tubemq_body_both(entry: int, body: bytes) -> tuple:
     return rpc._rpc.body(body, rpc.BUILTIN.table, rpc.BUILTIN.index[name]), want
 
 
+def tubemq_body_json_both(entry: int, fields: dict) -> tuple:
+    """A body's `details` JSON as the compiled reader writes it (_rpc.body_json of what _rpc.body
+    gave for built-in message `entry`) and as to_json writes rpc.sized of it."""
+    from brokerscope.protocols.tubemq import rpc
+
+    i = rpc.BUILTIN.index[sorted(rpc.BUILTIN.index)[entry % len(rpc.BUILTIN.index)]]
+    return rpc._rpc.body_json(fields, rpc.BUILTIN.table, i), base.to_json(rpc.sized(fields, rpc.BUILTIN, i))
+
+
+def tubemq_read_json_both(data: bytes) -> tuple | None:
+    """What _rpc.read wrote of a frame's `details` (the open head, the body's JSON) and what
+    to_json writes of what it read (the head's four keys; rpc.sized of the body's dict); None
+    where it read no envelope."""
+    from brokerscope.protocols.tubemq import rpc
+
+    reader = (rpc.BUILTIN.table, *rpc.body_entries())
+    got = rpc._rpc.read(data, *reader)
+    if got is None or got[3] is None:
+        return None
+    serial, sizes, _joined, env, fields, head, body = got
+    want_head = base.to_json({"serial": serial, "blocks": sizes, "flag": env[0], "rpc_header": env[1]})[:-1]
+    want_body = None
+    if fields is not None:
+        entry = reader[2 if env[0] == rpc.FLAG_RESPONSE else 1][env[4]]
+        want_body = base.to_json(rpc.sized(fields, rpc.BUILTIN, entry))
+    return (head, body), (want_head, want_body)
+
+
+def tubemq_read_all_both(data: bytes, limits: tuple[int, int] = (1 << 20, 64)) -> tuple:
+    """A chunk's whole frames read by one _rpc.read_all call, and by _rpc.split then _rpc.read
+    of each frame: (sizes, reads) both."""
+    from brokerscope.protocols.tubemq import rpc
+
+    reader = (rpc.BUILTIN.table, *rpc.body_entries())
+    sizes, at, reads = rpc._rpc.split(data, *limits), 0, []
+    for size in sizes:
+        reads.append(rpc._rpc.read(data[at : at + size], *reader))
+        at += size
+    return rpc._rpc.read_all(data, *limits, *reader), (sizes, reads)
+
+
 def tubemq_message_both(data: bytes, flag: int | None) -> tuple:
     """A message's data split and its attributes read by the compiled content.message_parts and
     by content.split_payload and parse_attributes."""
@@ -497,6 +539,11 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got = framing._rpc.frame(buf)
         if got is not None:
             check(got == framing.join_blocks(buf), "frame differs", f"{got!r:.300}")
+        both = tubemq_read_json_both(buf)
+        if both is not None:
+            check(both[0] == both[1], "details JSON differs", f"{both!r:.600}")
+        got, want = tubemq_read_all_both(buf)
+        check(repr(got) == repr(want), "read_all differs", f"{got!r:.300} != {want!r:.300}")
         return
     if cfg & 2 and cfg & 4:
         got, want = tubemq_message_both(buf, cfg >> 3 or None)
@@ -511,6 +558,8 @@ def fuzz_tubemq_rpc(data: bytes) -> None:
         got, want = tubemq_body_both(cfg >> 3, buf)
         if got is not None:
             check(repr(got) == repr(want), "body differs", f"{got!r:.300} != {want!r:.300}")
+            text, want_text = tubemq_body_json_both(cfg >> 3, got)
+            check(text == want_text, "body JSON differs", f"{text!r:.300} != {want_text!r:.300}")
         return
     got, want, walked = tubemq_envelope_both(buf)
     check(got == want, "envelope differs", f"{got!r:.300} != {want!r:.300}")

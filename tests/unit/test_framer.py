@@ -152,3 +152,24 @@ def test_close_keeps_a_held_credible_start_as_an_unfinished_frame():
     junk = fr.close()
     assert [(j.status, j.offset, j.size) for j in junk] == [("malformed", 0, 2), ("truncated", 2, 5)]
     assert isinstance(junk[1], Junk) and junk[1].head == frame(9)[:5]
+
+
+def test_idle_exactly_when_next_gives_nothing():
+    """idle() is True only where next() would give None and nothing is left to give: after whole
+    frames, never with bytes buffered, a skip under way or a resync's record open."""
+    stream = frame(3) + frame(20) + b"junk" + frame(1) + frame(2)
+    for cut in range(1, 9):
+        fr = Framer(Toy(), 10)
+        for i in range(0, len(stream), cut):
+            fr.push(stream[i : i + cut], i)
+            before = fr.idle()
+            got = drain(fr)
+            if before:
+                assert got == [] and fr.buf.offset == i + len(stream[i : i + cut])
+            assert fr.idle() == (len(fr.buf) == 0 and not fr.skip and not fr.resync)
+        assert not fr.idle() or fr.close() == []
+    fr = Framer(Toy(), 10)
+    fr.push(frame(30)[:12], 0)  # an oversize frame being skipped: not idle though nothing is buffered
+    assert drain(fr) == [("oversize", 0, 33, True)] and len(fr.buf) == 0 and not fr.idle()
+    fr.push(b"x" * 21 + frame(0), 12)
+    assert drain(fr) == [("frame", 33, 3)] and fr.idle()

@@ -1,7 +1,8 @@
 /* Growable byte buffers and Arrow binary / string columns (validity bitmap, int32 offsets, data)
  * written by the compiled walks (kafka/_records.c, pulsar/_batch.c, iggy/_batch.c) and handed to
  * Python as bytes, which pyarrow wraps with Array.from_buffers; decimal text (two digits per
- * division) and the text column prefix + decimal + suffix.
+ * division) and the text column prefix + decimal + suffix. tubemq/_rpc.c writes its JSON text
+ * into a Buf with put_decimal.
  * Static inline: each module gets its own copy. */
 #ifndef BROKERSCOPE_ARROWBUF_H
 #define BROKERSCOPE_ARROWBUF_H

@@ -134,7 +134,7 @@ class Framer:
         came at `ts_ns`); the bytes after them stay for `next`."""
         b = self.buf
         split = self.rules.split
-        if split is None or self.skip or self.resync or len(b) or self._garbage is not None:
+        if split is None or not self.idle():
             b.append(data, ts_ns)
             return []
         frames, at, in_step, prefix = [], 0, self._in_step, self.rules.prefix_len
@@ -142,13 +142,25 @@ class Framer:
             frames.append(Frame(b.offset + at, data[at + prefix : at + size], ts_ns, ts_ns, in_step))
             at += size
             in_step = True
-        if frames:
+        self.took(data, at, ts_ns)
+        return frames
+
+    def took(self, data: bytes, at: int, ts_ns: int) -> None:
+        """With the framer idle: the caller took the first `at` bytes of `data` as whole frames
+        (as `feed_whole` does, or the rules' own compiled reader of a chunk's frames); the rest
+        is pushed for `next`."""
+        b = self.buf
+        if at:
             self._in_step, self._found = True, False
             self.rules.reset()
             b.advance(at, ts_ns)
         if at < len(data):
             b.append(data[at:] if at else data, ts_ns)
-        return frames
+
+    def idle(self) -> bool:
+        """Nothing buffered, skipped or hunted for: `next` would give None (a conversation that
+        took the frames of `feed_whole` need not ask it)."""
+        return not (self.skip or self.resync or self._garbage is not None or len(self.buf))
 
     def next(self) -> Frame | Junk | None:
         """The next whole frame or junk record, or None when more bytes are needed."""

@@ -128,6 +128,32 @@ def test_pending_requests_are_bounded(monkeypatch):
     assert len(lats) == 7 and all(r.get("response_ts_ns") is None for r in lats)
 
 
+def test_gathered_rows_hand_over_after_block_rows_counting_those_put_ended(monkeypatch):
+    """Gathered: a table's rows stay in order across blocks; a row given whole (`put`) ends its
+    table's stretch first, and those rows count toward BLOCK_ROWS; the per-table appends still
+    gather after a hand-over."""
+    from brokerscope.protocols.tubemq import rows as rows_module
+
+    monkeypatch.setattr(rows_module, "BLOCK_ROWS", 4)
+    g = rows_module.Gathered()
+    g.acks((1,) * len(rows_module.ACKS))
+    g.acks((2,) * len(rows_module.ACKS))
+    g.put("messages", {"ts_ns": 0})
+    g.put("acks", {"ts_ns": 3})  # ends the acks' stretch: a block of 2, ahead of this row
+    assert [(t, r.n if isinstance(r, tables.Block) else r) for t, r in g.take()] == [
+        ("messages", {"ts_ns": 0}),
+        ("acks", 2),
+        ("acks", {"ts_ns": 3}),
+    ]
+    g.commands((5,) * len(rows_module.COMMANDS))
+    assert g.take() == []  # 3 gathered since the last hand-over of everything: held
+    g.add("latencies", (6,) * len(rows_module.LATENCIES))
+    got = g.take()  # 4: everything handed over
+    assert [(t, r.n, r.column("ts_ns")) for t, r in got] == [("commands", 1, [5]), ("latencies", 1, [6])]
+    g.commands((7,) * len(rows_module.COMMANDS))
+    assert [(t, r.column("ts_ns")) for t, r in g.take(everything=True)] == [("commands", [7])]
+
+
 class _Raw:
     """A message given as its wire bytes (for bytes python's protobuf would not write)."""
 

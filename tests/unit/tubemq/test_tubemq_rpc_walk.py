@@ -4,6 +4,7 @@ or left to it, so its error is the one the frame gets."""
 
 from __future__ import annotations
 
+import json
 import random
 import struct
 import zlib
@@ -15,9 +16,12 @@ from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from brokerscope.protocols.tubemq.gen import tubemq_rpc_pb2 as pb
 from tests.fuzz.targets import (
     tubemq_body_both,
+    tubemq_body_json_both,
     tubemq_columns_both,
     tubemq_envelope_both,
     tubemq_message_both,
+    tubemq_read_all_both,
+    tubemq_read_json_both,
 )
 from tests.support.damage import damage
 
@@ -133,7 +137,8 @@ def test_a_tag_of_six_bytes_is_left_to_protobuf():
 # method bodies: the compiled reader (_rpc.body) against protobuf (rpc.plain)
 
 BODY_NAMES = sorted(rpc.BUILTIN.index)
-TEXTS = ["", "demo", "prod-1", "héllo", "a,b=c"]
+# JSON's escapes among them: a quote, a backslash, control bytes, text past the BMP
+TEXTS = ["", "demo", "prod-1", "héllo", "a,b=c", 'q"b\\s', "\n\t\x01\x1f\x7f", "\U0001f600\u2028"]
 
 
 def _fill(msg, rng: random.Random, depth: int = 0) -> None:
@@ -206,6 +211,93 @@ def test_damaged_bodies_give_what_protobuf_gives_or_are_left_to_it(seed):
     entry, body, _ = random_body(rng)
     got, want = tubemq_body_both(entry, damage(rng, body))
     assert got is None or repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_body_json_as_to_json_writes_the_sized_body(seed):
+    """The details JSON the compiled reader writes of a body is to_json's text of rpc.sized of it:
+    payloads by their size, secrets redacted, nested and repeated messages, escaped strings."""
+    rng = random.Random(21000 + seed)
+    entry, body, _ = random_body(rng)
+    got, _want = tubemq_body_both(entry, body)
+    if got is not None:
+        text, want = tubemq_body_json_both(entry, got)
+        assert text == want
+        assert json.loads(text) == json.loads(want)
+
+
+def test_body_json_of_a_send_with_escapes_and_secrets():
+    body = brk.SendMessageRequestP2B(
+        clientId='p"\\\n\x00é', data=b"\x00\x01payload", authInfo=brk.AuthorizedInfo(visitAuthorizedToken=7)
+    ).SerializeToString()
+    entry = BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B")
+    got, _want = tubemq_body_both(entry, body)
+    text, want = tubemq_body_json_both(entry, got)
+    assert text == want
+    assert text == (
+        '{"clientId":"p\\"\\\\\\n\\u0000é","data":{"size":9},"authInfo":{"visitAuthorizedToken":"<redacted 1 bytes>"}}'
+    )
+
+
+def test_body_json_leaves_a_value_it_does_not_write_to_to_json():
+    """Bytes that are not a payload (none of the built-in messages has such a field): None."""
+    entry = BODY_NAMES.index("brokerscope.tubemq.broker.SendMessageRequestP2B")
+    i = rpc.BUILTIN.index[BODY_NAMES[entry]]
+    assert rpc._rpc.body_json({"clientId": b"raw"}, rpc.BUILTIN.table, i) is None
+    assert rpc._rpc.body_json({"clientId": "a"}, rpc.BUILTIN.table, i) == '{"clientId":"a"}'
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_read_writes_the_details_json_to_json_writes(seed):
+    """_rpc.read's head (serial, blocks, flag, rpc_header) and body JSON against to_json of what it
+    read, over random envelopes around random bodies, cut into blocks, at times damaged."""
+    rng = random.Random(24000 + seed)
+    entry, body, _ = random_body(rng)
+    cls = next(
+        c
+        for m in rpc.METHODS.values()
+        for c in (m.request, m.response)
+        if c is not None and c.DESCRIPTOR.full_name == BODY_NAMES[entry]
+    )
+    mid, is_request = next(
+        (m.id, c is m.request) for m in rpc.METHODS.values() for c in (m.request, m.response) if c is cls
+    )
+    ids = {"traceId": INT64, "spanId": INT64, "parentId": INT64}
+    if is_request:
+        env = _with(pb.RpcConnHeader(flag=0), ids, rng) + delimited(pb.RequestHeader(serviceType=2))
+        env += delimited(pb.RequestBody(method=mid, timeout=5, request=body))
+    else:
+        env = _with(pb.RpcConnHeader(flag=1), ids, rng) + delimited(pb.ResponseHeader(status=0))
+        env += delimited(pb.RspResponseBody(method=mid, data=body))
+    data = frame(rng.randrange(2**32), env, rng.choice([1, 7, 64, 8192]))
+    if seed % 4 == 0:
+        data = damage(rng, data)
+    both = tubemq_read_json_both(data)
+    if both is not None:
+        assert both[0] == both[1]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_read_all_reads_a_chunks_frames_as_split_and_read_do(seed):
+    """Several frames back to back (random envelopes around random bodies), at times cut short or
+    damaged, at times under a smaller frame limit: the frames read_all takes are split's, each
+    read as read reads it."""
+    rng = random.Random(27000 + seed)
+    chunk, n = b"", rng.randrange(1, 5)
+    for i in range(n):
+        entry, body, _ = random_body(rng)
+        env = delimited(pb.RpcConnHeader(flag=0)) + delimited(pb.RequestHeader(serviceType=3))
+        env += delimited(pb.RequestBody(method=rng.choice([13, 17, 5, 99]), request=body))
+        chunk += frame(i, env if rng.random() < 0.8 else random_envelope(rng), rng.choice([7, 8192]))
+    if seed % 3 == 0:
+        chunk = damage(rng, chunk)
+    if seed % 4 == 0:
+        chunk = chunk[: rng.randrange(len(chunk) + 1)]
+    limits = rng.choice([(1 << 20, 4096), (64, 4096), (1 << 20, 1)])
+    got, want = tubemq_read_all_both(chunk, limits)
+    assert repr(got) == repr(want)
+    if seed % 3 and seed % 4 and limits == (1 << 20, 4096):  # whole and in limits: every frame
+        assert len(got[0]) == len(got[1]) == n and sum(got[0]) == len(chunk)
 
 
 def test_a_body_keeps_payloads_whole_and_redacts_secrets():

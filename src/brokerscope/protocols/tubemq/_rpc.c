@@ -1,6 +1,7 @@
 /* TubeMQ's per-frame work: the blocks of a frame joined, the RPC envelope around the method's
  * message, the message itself (body, by a table of its fields), the sizes of the whole frames a
- * chunk starts with (split), all three of a frame in one call (read), and what the rows take of
+ * chunk starts with (split), all three of a frame in one call (read), split and read of a chunk's
+ * whole frames together (read_all), and what the rows take of
  * produced and delivered messages (message, columns). Each is described above its function.
  *
  * frame(data): a whole frame (framing.py, big-endian)
@@ -38,7 +39,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../pbwire.h" /* varint, varint32, skip */
+#include "../arrowbuf.h" /* Buf, put_decimal */
+#include "../pbwire.h"   /* varint, varint32, skip */
 
 #define HEADER_LEN 12 /* msgToken, serialNo, listSize */
 #define FLAG_RESPONSE 1
@@ -103,6 +105,9 @@ static int delimited(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, Msg 
     return 0;
 }
 
+/* RpcConnHeader's field names by number, interned once (PyInit__rpc) */
+static PyObject *conn_names[5];
+
 static PyObject *int_or_none(const Msg *m, int field) {
     if (!m->seen[field]) Py_RETURN_NONE;
     return PyLong_FromLongLong(m->value[field]);
@@ -113,16 +118,13 @@ static PyObject *bytes_or_none(const Msg *m, int field) {
     return PyBytes_FromStringAndSize((const char *)m->s[field], m->n[field]);
 }
 
-static PyObject *envelope(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    const unsigned char *b = buf.buf;
+/* envelope() of the n bytes at b. */
+static PyObject *envelope_at(const unsigned char *b, Py_ssize_t n) {
     Py_ssize_t pos = 0;
     PyObject *result = NULL, *conn = NULL;
-    static const char *conn_names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
     Msg head = {.kind = {ABSENT, INT32, INT64, INT64, INT64}};
     Msg rh = {0}, rb = {0};
-    if (delimited(b, buf.len, &pos, &head)) goto not_plain;
+    if (delimited(b, n, &pos, &head)) goto not_plain;
     int is_request = !(head.seen[1] && head.value[1] == FLAG_RESPONSE);
     if (is_request) {
         rh = (Msg){.kind = {ABSENT, INT32, INT32}};
@@ -131,15 +133,15 @@ static PyObject *envelope(PyObject *self, PyObject *args) {
         rh = (Msg){.kind = {ABSENT, ENUM, INT32, INT32}};
         rb = (Msg){.kind = {ABSENT, INT32, BYTES}};
     }
-    if (delimited(b, buf.len, &pos, &rh)) goto not_plain;
+    if (delimited(b, n, &pos, &rh)) goto not_plain;
     int status = is_request || !rh.seen[1] ? 0 : (int)rh.value[1];
     if (status != 0) goto not_plain; /* an exception body: rpc.decode_envelope reads its strings */
-    if (delimited(b, buf.len, &pos, &rb)) goto not_plain;
+    if (delimited(b, n, &pos, &rb)) goto not_plain;
     if (!(conn = PyDict_New())) goto done;
     for (int f = 1; f <= 4; f++) {
         if (!head.seen[f]) continue;
         PyObject *v = PyLong_FromLongLong(head.value[f]);
-        if (!v || PyDict_SetItemString(conn, conn_names[f], v)) {
+        if (!v || PyDict_SetItem(conn, conn_names[f], v)) {
             Py_XDECREF(v);
             goto done;
         }
@@ -148,25 +150,36 @@ static PyObject *envelope(PyObject *self, PyObject *args) {
     /* request: serviceType @1, protocolVer @2; timeout @2, body @3. response: @2, @3; body @2 */
     int st = is_request ? 1 : 2, pv = is_request ? 2 : 3, body = is_request ? 3 : 2;
     /* a request has no status (None); a response's is 0 here */
-    result = Py_BuildValue("(NONNNNNNn)", int_or_none(&head, 1), conn, int_or_none(&rh, st), int_or_none(&rh, pv),
-                           int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : (Py_INCREF(Py_None), Py_None),
-                           is_request ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(status),
-                           bytes_or_none(&rb, body), buf.len - pos);
+    PyObject *items[9] = {int_or_none(&head, 1), Py_NewRef(conn), int_or_none(&rh, st), int_or_none(&rh, pv),
+                          int_or_none(&rb, 1), is_request ? int_or_none(&rb, 2) : Py_NewRef(Py_None),
+                          is_request ? Py_NewRef(Py_None) : PyLong_FromLong(status), bytes_or_none(&rb, body),
+                          PyLong_FromSsize_t(n - pos)};
+    int ok = 1;
+    for (int i = 0; i < 9; i++) ok &= items[i] != NULL;
+    if (ok && (result = PyTuple_New(9)))
+        for (int i = 0; i < 9; i++) PyTuple_SET_ITEM(result, i, items[i]);
+    else
+        for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
     goto done;
 not_plain:
     result = Py_None;
     Py_INCREF(result);
 done:
     Py_XDECREF(conn);
+    return result;
+}
+
+static PyObject *envelope(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *result = envelope_at(buf.buf, buf.len);
     PyBuffer_Release(&buf);
     return result;
 }
 
-static PyObject *frame(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    const unsigned char *b = buf.buf;
-    Py_ssize_t n = buf.len, pos = HEADER_LEN, total = 0, count = 0;
+/* frame() of the n bytes at b. */
+static PyObject *frame_at(const unsigned char *b, Py_ssize_t n) {
+    Py_ssize_t pos = HEADER_LEN, total = 0, count = 0;
     PyObject *result = NULL, *sizes = NULL, *body = NULL;
     if (n < HEADER_LEN) goto not_plain;
     int32_t list_size = (int32_t)u32be(b + 8);
@@ -199,6 +212,13 @@ not_plain:
 done:
     Py_XDECREF(sizes);
     Py_XDECREF(body);
+    return result;
+}
+
+static PyObject *frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *result = frame_at(buf.buf, buf.len);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -209,8 +229,9 @@ done:
  *
  * spec: a list of messages, each a list of (field number, name, kind) sorted by field number;
  * kind = K_INT32 | K_INT64 | K_BOOL | K_STRING | K_BYTES | K_MESSAGE + 8 x (nested message's
- * index), plus F_REPEATED (strings and messages only) and F_SECRET (a credential: its value
- * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it).
+ * index), plus F_REPEATED (strings and messages only), F_SECRET (a credential: its value
+ * becomes "<redacted N bytes>", N the length of its text, as rpc._secret writes it) and F_SIZED
+ * (a payload: kept whole here, shown by its size in `details`: json_body).
  *
  * -> {name: value} of the fields set, in field-number order, as rpc.message_to_dict gives them but
  * with bytes kept whole (rpc.py turns payload fields into their size for `details`): int32 and
@@ -224,6 +245,7 @@ enum { K_INT32, K_INT64, K_BOOL, K_STRING, K_BYTES, K_MESSAGE };
 #define K_MASK 7
 #define F_REPEATED 0x10000
 #define F_SECRET 0x20000
+#define F_SIZED 0x40000 /* a payload field (rpc.PAYLOAD_FIELDS): `details` shows its size (rpc.sized) */
 #define K_SUB(kind) (((kind) & 0xFFFF) >> 3)
 #define MAX_DEPTH 16
 #define NOT_PLAIN (-1) /* left to protobuf */
@@ -233,6 +255,8 @@ typedef struct {
     uint32_t number;
     int kind;
     PyObject *name;
+    char *key; /* `"name":`, the field's key in `details` JSON (json_body) */
+    Py_ssize_t key_len;
 } FieldSpec;
 
 typedef struct {
@@ -249,22 +273,30 @@ static void schema_free(PyObject *capsule) {
     Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
     if (!s) return;
     for (Py_ssize_t i = 0; i < s->n; i++) {
-        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) Py_XDECREF(s->msgs[i].fields[j].name);
+        for (Py_ssize_t j = 0; j < s->msgs[i].n; j++) {
+            Py_XDECREF(s->msgs[i].fields[j].name);
+            PyMem_Free(s->msgs[i].fields[j].key);
+        }
         PyMem_Free(s->msgs[i].fields);
     }
     PyMem_Free(s->msgs);
     PyMem_Free(s);
 }
 
+/* A capsule named `name` owning `size` zeroed bytes (*out), freed by `destructor`; NULL on error. */
+static PyObject *owned_capsule(size_t size, const char *name, PyCapsule_Destructor destructor, void **out) {
+    void *p = *out = PyMem_Calloc(1, size);
+    if (!p) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(p, name, destructor);
+    if (!capsule) PyMem_Free(p);
+    return capsule;
+}
+
 static PyObject *schema(PyObject *self, PyObject *spec) {
     if (!PyList_Check(spec)) return PyErr_Format(PyExc_TypeError, "schema: a list of messages");
-    Schema *s = PyMem_Calloc(1, sizeof(Schema));
-    if (!s) return PyErr_NoMemory();
-    PyObject *capsule = PyCapsule_New(s, "tubemq.schema", schema_free);
-    if (!capsule) {
-        PyMem_Free(s);
-        return NULL;
-    }
+    Schema *s = NULL;
+    PyObject *capsule = owned_capsule(sizeof(Schema), "tubemq.schema", schema_free, (void **)&s);
+    if (!capsule) return NULL;
     Py_ssize_t nm = PyList_GET_SIZE(spec);
     if (!(s->msgs = PyMem_Calloc(nm ? nm : 1, sizeof(MsgSpec)))) goto nomem;
     s->n = nm;
@@ -285,6 +317,18 @@ static PyObject *schema(PyObject *self, PyObject *spec) {
             f->kind = kind;
             Py_INCREF(name);
             f->name = name;
+            Py_ssize_t n;
+            const char *u = PyUnicode_AsUTF8AndSize(name, &n);
+            if (!u) goto fail;
+            for (Py_ssize_t c = 0; c < n; c++) /* a protobuf field name: letters, digits, '_' */
+                if (!(u[c] == '_' || (u[c] >= '0' && u[c] <= '9') || ((u[c] | 0x20) >= 'a' && (u[c] | 0x20) <= 'z')))
+                    goto bad;
+            if (!(f->key = PyMem_Malloc(n + 3))) goto nomem;
+            f->key[0] = '"';
+            memcpy(f->key + 1, u, n);
+            f->key[n + 1] = '"';
+            f->key[n + 2] = ':';
+            f->key_len = n + 3;
         }
     }
     return capsule;
@@ -292,7 +336,7 @@ nomem:
     PyErr_NoMemory();
     goto fail;
 bad:
-    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind)");
+    PyErr_SetString(PyExc_ValueError, "schema: a message entry is not a list of (number, name, kind) with a protobuf field name");
 fail:
     Py_DECREF(capsule);
     return NULL;
@@ -411,6 +455,150 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * `details` JSON as base.to_json writes it (json's C encoder: ensure_ascii off, separators "," and
+ * ":"), for read(): a frame's head and its body written here once, not a dict per frame encoded in
+ * Python.
+ *
+ *   head: {"serial":S,"blocks":[n,...],"flag":F,"rpc_header":{"flag":..,"traceId":..}   (left open)
+ *   body: the body's dict (read_message) as rpc.sized shows it: payload bytes (F_SIZED) as
+ *         {"size":N}, nested messages as objects, repeated fields as arrays
+ *
+ * Strings are escaped as json.encoder.encode_basestring escapes them: '"' and '\\', \b \f \n \r \t,
+ * any other byte below 0x20 as \u00XX (lower-case hex), everything else as its UTF-8 bytes. A value
+ * of another type (bytes that are not a payload) gives NOT_PLAIN: to_json writes that body. */
+
+#define JSON_NOMEM (-3) /* no memory: the caller raises MemoryError */
+
+static int put_text(Buf *b, const char *s) { return buf_put(b, s, (Py_ssize_t)strlen(s)) ? JSON_NOMEM : 0; }
+
+static int json_str(Buf *b, PyObject *s) {
+    static const char hex[] = "0123456789abcdef";
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!u) {
+        PyErr_Clear(); /* a lone surrogate: not from read_message's strict UTF-8, left to to_json */
+        return NOT_PLAIN;
+    }
+    if (buf_reserve(b, 6 * n + 2)) return JSON_NOMEM;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)u[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    b->len = o - b->p;
+    return 0;
+}
+
+static int json_long(Buf *b, PyObject *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return PY_ERROR;
+    if (overflow) return NOT_PLAIN; /* not an int64: none of read_message's */
+    if (buf_reserve(b, 21)) return JSON_NOMEM;
+    b->len += put_decimal(b->p + b->len, x);
+    return 0;
+}
+
+static int json_body(const Schema *s, Py_ssize_t index, PyObject *dict, Buf *b, int depth);
+
+/* One value of field `f` as read_message gave it. */
+static int json_field(const Schema *s, const FieldSpec *f, PyObject *v, Buf *b, int depth) {
+    if (PyUnicode_CheckExact(v)) return json_str(b, v);
+    if (PyBool_Check(v)) return put_text(b, v == Py_True ? "true" : "false");
+    if (PyLong_CheckExact(v)) return json_long(b, v);
+    if (PyDict_CheckExact(v) && (f->kind & K_MASK) == K_MESSAGE) return json_body(s, K_SUB(f->kind), v, b, depth + 1);
+    if (PyBytes_CheckExact(v) && (f->kind & F_SIZED)) {
+        int rc = put_text(b, "{\"size\":");
+        if (rc || buf_reserve(b, 22)) return JSON_NOMEM;
+        b->len += put_decimal(b->p + b->len, PyBytes_GET_SIZE(v));
+        b->p[b->len++] = '}';
+        return 0;
+    }
+    return NOT_PLAIN;
+}
+
+/* The dict of schema entry `index` (read_message's: its keys in field-number order). */
+static int json_body(const Schema *s, Py_ssize_t index, PyObject *dict, Buf *b, int depth) {
+    const MsgSpec *m = &s->msgs[index];
+    int rc, first = 1;
+    if (depth > MAX_DEPTH) return NOT_PLAIN;
+    if ((rc = put_text(b, "{"))) return rc;
+    for (Py_ssize_t j = 0; j < m->n; j++) {
+        const FieldSpec *f = &m->fields[j];
+        PyObject *v = PyDict_GetItemWithError(dict, f->name);
+        if (!v) {
+            if (PyErr_Occurred()) return PY_ERROR;
+            continue;
+        }
+        if (!first && (rc = put_text(b, ","))) return rc;
+        if (buf_put(b, f->key, f->key_len)) return JSON_NOMEM;
+        first = 0;
+        if (!(f->kind & F_REPEATED)) {
+            if ((rc = json_field(s, f, v, b, depth))) return rc;
+            continue;
+        }
+        if (!PyList_CheckExact(v)) return NOT_PLAIN;
+        if ((rc = put_text(b, "["))) return rc;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++)
+            if ((i && (rc = put_text(b, ","))) || (rc = json_field(s, f, PyList_GET_ITEM(v, i), b, depth))) return rc;
+        if ((rc = put_text(b, "]"))) return rc;
+    }
+    return put_text(b, "}");
+}
+
+/* The head: the frame's serial and block lengths, the RpcConnHeader's flag and fields (ints). */
+static int json_head(Buf *b, PyObject *serial, PyObject *sizes, PyObject *flag, PyObject *conn) {
+    int rc;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    if ((rc = put_text(b, "{\"serial\":")) || (rc = json_long(b, serial)) || (rc = put_text(b, ",\"blocks\":[")))
+        return rc;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sizes); i++)
+        if ((i && (rc = put_text(b, ","))) || (rc = json_long(b, PyList_GET_ITEM(sizes, i)))) return rc;
+    if ((rc = put_text(b, "],\"flag\":")) || (rc = flag == Py_None ? put_text(b, "null") : json_long(b, flag)) ||
+        (rc = put_text(b, ",\"rpc_header\":{")))
+        return rc;
+    for (int first = 1; PyDict_Next(conn, &pos, &k, &v); first = 0)
+        if ((!first && (rc = put_text(b, ","))) || (rc = json_str(b, k)) || (rc = put_text(b, ":")) ||
+            (rc = json_long(b, v)))
+            return rc;
+    return put_text(b, "}");
+}
+
+/* The text of what a writer wrote (rc 0), None (NOT_PLAIN) or NULL with an exception set. */
+static PyObject *json_text(Buf *b, int rc) {
+    PyObject *out = NULL;
+    if (rc == 0) out = PyUnicode_DecodeUTF8(b->p, b->len, NULL);
+    else if (rc == NOT_PLAIN) out = Py_NewRef(Py_None);
+    else if (rc == JSON_NOMEM) PyErr_NoMemory();
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return out;
+}
+
 static PyObject *body(PyObject *self, PyObject *args) {
     Py_buffer buf;
     PyObject *capsule, *out = NULL;
@@ -431,6 +619,19 @@ static PyObject *body(PyObject *self, PyObject *args) {
 error:
     PyBuffer_Release(&buf);
     return NULL;
+}
+
+/* body_json(values, schema, index): the `details` JSON of a body's dict as body() gives it (what
+ * read() writes; to_json(rpc.sized(values, ...)) gives the same text), or None (see json_body). */
+static PyObject *body_json(PyObject *self, PyObject *args) {
+    PyObject *dict, *capsule;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "O!On", &PyDict_Type, &dict, &capsule, &index)) return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s) return NULL;
+    if (index < 0 || index >= s->n) return PyErr_Format(PyExc_IndexError, "body_json: no such message in the schema");
+    Buf b = {0};
+    return json_text(&b, json_body(s, index, dict, &b, 0));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -527,41 +728,126 @@ static PyObject *message_parts(PyObject *self, PyObject *args) {
  * takes alike: each one's data (field `payload`, b"" when unset) split by message(), its
  * checksum_ok (content.checksum_ok: None for no checksum or -1, else whether it equals
  * crc32(data) & 0x7FFFFFFF) and its `details` JSON text: for each (key text, field, kind) of
- * `spec` the key text then the value, then `tail` (the keys hold the JSON around the values: the
+ * `spec` (a tuple of them, read once by details_spec) the key text then the value, then `tail`
+ * (the keys hold the JSON around the values: the
  * first `{"name":`, the next `,"name":`, the tail the closing `}`), a value as base.json_value writes it
- * (None, bool, int and str here, anything else by `json_value`), of kind J_VALUE the field's
- * value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
- * reportAddr), J_ATTRIBUTES the attribute
- * text, J_SIZE the data's size.
+ * (None, bool, an int64 and str here: json_any, anything else by `json_value`), of kind J_VALUE the
+ * field's value, J_IPV4 the field's low 32 bits as a dotted IPv4 address (TubeMQ's sentAddr,
+ * reportAddr), J_ATTRIBUTES the attribute text, J_SIZE the data's size; one message's text is
+ * written into one buffer and made a str once.
  * -> (payloads, errors, headers, checksum_ok, details, sizes) lists. */
 
 enum { J_VALUE, J_IPV4, J_ATTRIBUTES, J_SIZE };
 
-static PyObject *json_of(PyObject *v, PyObject *json_value) {
-    if (v == Py_None) return PyUnicode_FromString("null");
-    if (v == Py_True) return PyUnicode_FromString("true");
-    if (v == Py_False) return PyUnicode_FromString("false");
-    if (PyLong_CheckExact(v)) return PyObject_Str(v);
-    return PyObject_CallOneArg(json_value, v);
+/* A value as base.json_value writes it: None, bool, an int64, str here, anything else by calling
+ * `json_value`. */
+static int json_any(Buf *b, PyObject *v, PyObject *json_value) {
+    if (v == Py_None) return put_text(b, "null");
+    if (v == Py_True) return put_text(b, "true");
+    if (v == Py_False) return put_text(b, "false");
+    if (PyUnicode_CheckExact(v)) {
+        int rc = json_str(b, v);
+        if (rc != NOT_PLAIN) return rc;
+    } else if (PyLong_CheckExact(v)) {
+        int rc = json_long(b, v);
+        if (rc != NOT_PLAIN) return rc;
+    }
+    PyObject *text = PyObject_CallOneArg(json_value, v), *raw;
+    if (!text || !(raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass"))) {
+        Py_XDECREF(text);
+        return PY_ERROR;
+    }
+    int rc = buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)) ? JSON_NOMEM : 0;
+    Py_DECREF(text);
+    Py_DECREF(raw);
+    return rc;
 }
 
-static PyObject *ipv4_json(PyObject *v, PyObject *json_value) {
-    if (v == Py_None) return PyUnicode_FromString("null");
+/* A field's low 32 bits as a dotted IPv4 address in quotes (None: null). */
+static int ipv4_json(Buf *b, PyObject *v) {
+    if (v == Py_None) return put_text(b, "null");
     unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    return PyUnicode_FromFormat("\"%u.%u.%u.%u\"", (unsigned)(x >> 24) & 255, (unsigned)(x >> 16) & 255,
-                                (unsigned)(x >> 8) & 255, (unsigned)x & 255);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return PY_ERROR;
+    if (buf_reserve(b, 17)) return JSON_NOMEM;
+    b->p[b->len++] = '"';
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        b->len += put_u64(b->p + b->len, (x >> shift) & 255);
+        b->p[b->len++] = shift ? '.' : '"';
+    }
+    return 0;
+}
+
+typedef struct {
+    char *key; /* the JSON before the value, UTF-8 */
+    Py_ssize_t key_len;
+    PyObject *field; /* the field's name, or None */
+    int kind;
+} DetailSpec;
+
+#define MAX_SPEC 32
+
+typedef struct {
+    Py_ssize_t n;
+    DetailSpec e[MAX_SPEC];
+} Details;
+
+static void details_free(PyObject *capsule) {
+    Details *d = PyCapsule_GetPointer(capsule, "tubemq.details");
+    if (!d) return;
+    for (Py_ssize_t j = 0; j < d->n; j++) {
+        PyMem_Free(d->e[j].key);
+        Py_XDECREF(d->e[j].field);
+    }
+    PyMem_Free(d);
+}
+
+/* details_spec(spec): a details spec of columns() (a tuple of (key text, field, kind)) read once,
+ * as columns() takes it. */
+static PyObject *details_spec(PyObject *self, PyObject *spec) {
+    if (!PyTuple_Check(spec)) return PyErr_Format(PyExc_TypeError, "details_spec: a tuple of entries");
+    Py_ssize_t ns = PyTuple_GET_SIZE(spec);
+    if (ns > MAX_SPEC) return PyErr_Format(PyExc_ValueError, "details_spec: more than %d entries", MAX_SPEC);
+    Details *d = NULL;
+    PyObject *capsule = owned_capsule(sizeof(Details), "tubemq.details", details_free, (void **)&d);
+    if (!capsule) return NULL;
+    for (Py_ssize_t j = 0; j < ns; j++) {
+        PyObject *key, *field;
+        int kind;
+        Py_ssize_t n;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "UOi", &key, &field, &kind)) goto fail;
+        const char *u = PyUnicode_AsUTF8AndSize(key, &n);
+        if (!u) goto fail;
+        if (!(d->e[j].key = PyMem_Malloc(n ? n : 1))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        memcpy(d->e[j].key, u, n);
+        d->e[j].key_len = n;
+        d->e[j].field = Py_NewRef(field);
+        d->e[j].kind = kind;
+        d->n = j + 1;
+    }
+    return capsule;
+fail:
+    Py_DECREF(capsule);
+    return NULL;
 }
 
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
-    if (!PyArg_ParseTuple(args, "O!UUUO!UOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name,
-                          &PyTuple_Type, &spec, &tail, &crc32, &json_value))
+    if (!PyArg_ParseTuple(args, "O!UUUOUOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name, &spec,
+                          &tail, &crc32, &json_value))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = PyTuple_GET_SIZE(spec);
-    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0), *nothing = PyUnicode_FromString("");
-    PyObject *minus_one = PyLong_FromLong(-1), *result = NULL, *pieces = NULL;
-    if (!empty || !nothing || !minus_one) goto done;
+    const Details *dspec = PyCapsule_GetPointer(spec, "tubemq.details");
+    if (!dspec) return NULL;
+    const DetailSpec *ds = dspec->e;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = dspec->n, tail_len;
+    const char *tail_text = PyUnicode_AsUTF8AndSize(tail, &tail_len);
+    if (!tail_text) return NULL;
+    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0);
+    PyObject *minus_one = PyLong_FromLong(-1), *mask = PyLong_FromLong(0x7FFFFFFF), *result = NULL;
+    Buf text = {0};
+    if (!empty || !minus_one || !mask) goto done;
     for (int c = 0; c < 6; c++)
         if (!(cols[c] = PyList_New(n))) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -611,10 +897,9 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         if (none) {
             ok = Py_NewRef(Py_None);
         } else {
-            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL, *mask = PyLong_FromLong(0x7FFFFFFF);
-            if (crc && mask) masked = PyNumber_And(crc, mask);
+            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL;
+            if (crc) masked = PyNumber_And(crc, mask);
             Py_XDECREF(crc);
-            Py_XDECREF(mask);
             if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
             Py_XDECREF(masked);
             if (!ok) {
@@ -623,41 +908,37 @@ static PyObject *columns(PyObject *self, PyObject *args) {
             }
         }
         PyList_SET_ITEM(cols[3], i, ok);
-        /* details */
-        if (!(pieces = PyList_New(0))) {
-            Py_DECREF(parts);
-            goto done;
-        }
-        int bad = 0;
-        for (Py_ssize_t j = 0; j < ns && !bad; j++) {
-            PyObject *entry = PyTuple_GET_ITEM(spec, j), *key, *field, *v = NULL;
-            int kind;
-            if (!PyArg_ParseTuple(entry, "UOi", &key, &field, &kind) || PyList_Append(pieces, key)) {
-                bad = 1;
+        /* details: key text, value, ..., tail */
+        int rc = 0;
+        text.len = 0;
+        for (Py_ssize_t j = 0; j < ns && !rc; j++) {
+            const DetailSpec *d = &ds[j];
+            if (buf_put(&text, d->key, d->key_len)) {
+                rc = JSON_NOMEM;
                 break;
             }
-            PyObject *fv = NULL;
-            if (kind == J_VALUE || kind == J_IPV4) {
-                fv = PyDict_GetItemWithError(m, field);
+            PyObject *fv = Py_None;
+            if (d->kind == J_VALUE || d->kind == J_IPV4) {
+                fv = PyDict_GetItemWithError(m, d->field);
                 if (!fv && PyErr_Occurred()) {
-                    bad = 1;
+                    rc = PY_ERROR;
                     break;
                 }
                 if (!fv) fv = Py_None;
             }
-            if (kind == J_VALUE) v = json_of(fv, json_value);
-            else if (kind == J_IPV4) v = ipv4_json(fv, json_value);
-            else if (kind == J_ATTRIBUTES) v = json_of(attr, json_value);
-            else v = PyUnicode_FromFormat("%zd", size);
-            if (!v || PyList_Append(pieces, v)) bad = 1;
-            Py_XDECREF(v);
+            if (d->kind == J_VALUE) rc = json_any(&text, fv, json_value);
+            else if (d->kind == J_IPV4) rc = ipv4_json(&text, fv);
+            else if (d->kind == J_ATTRIBUTES) rc = json_any(&text, attr, json_value);
+            else if (buf_reserve(&text, 21)) rc = JSON_NOMEM;
+            else text.len += put_decimal(text.p + text.len, size);
         }
         Py_DECREF(parts);
-        if (bad || PyList_Append(pieces, tail)) goto done;
-        PyObject *text = PyUnicode_Join(nothing, pieces);
-        Py_CLEAR(pieces);
-        if (!text) goto done;
-        PyList_SET_ITEM(cols[4], i, text);
+        if (!rc && buf_put(&text, tail_text, tail_len)) rc = JSON_NOMEM;
+        if (rc == JSON_NOMEM) PyErr_NoMemory();
+        if (rc) goto done;
+        PyObject *details = PyUnicode_DecodeUTF8(text.p, text.len, "surrogatepass"); /* as json_value wrote it */
+        if (!details) goto done;
+        PyList_SET_ITEM(cols[4], i, details);
     }
     result = PyTuple_New(6);
     if (result)
@@ -667,10 +948,10 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         }
 done:
     for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
-    Py_XDECREF(pieces);
+    free(text.p);
     Py_XDECREF(empty);
-    Py_XDECREF(nothing);
     Py_XDECREF(minus_one);
+    Py_XDECREF(mask);
     return result;
 }
 
@@ -684,36 +965,32 @@ done:
 #define TOKEN 0xFF7FF4FEu
 #define MAX_BLOCK 8192
 
+/* The size of the whole frame at b[at..n) split() would pass, or 0. */
+static Py_ssize_t whole_frame(const unsigned char *b, Py_ssize_t n, Py_ssize_t at, Py_ssize_t max_frame,
+                              Py_ssize_t max_list) {
+    if (n - at < HEADER_LEN || u32be(b + at) != TOKEN) return 0;
+    int32_t list_size = (int32_t)u32be(b + at + 8);
+    if (list_size <= 0 || list_size > max_list) return 0;
+    Py_ssize_t pos = HEADER_LEN;
+    for (int32_t left = list_size; left > 0; left--) {
+        if (n - at - pos < 4) return 0;
+        int32_t len = (int32_t)u32be(b + at + pos);
+        if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) return 0;
+        pos += 4 + len;
+    }
+    return pos;
+}
+
 static PyObject *split(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t max_frame, max_list;
+    Py_ssize_t max_frame, max_list, at = 0, size;
     if (!PyArg_ParseTuple(args, "y*nn", &buf, &max_frame, &max_list)) return NULL;
-    const unsigned char *b = buf.buf;
-    Py_ssize_t n = buf.len, at = 0;
     PyObject *out = PyList_New(0);
-    while (out && n - at >= HEADER_LEN && u32be(b + at) == TOKEN) {
-        int32_t list_size = (int32_t)u32be(b + at + 8);
-        if (list_size <= 0 || list_size > max_list) break;
-        Py_ssize_t pos = HEADER_LEN, left = list_size;
-        int whole = 1;
-        while (left > 0) {
-            if (n - at - pos < 4) {
-                whole = 0;
-                break;
-            }
-            int32_t len = (int32_t)u32be(b + at + pos);
-            if (len < 0 || len > MAX_BLOCK || pos + 4 + len > max_frame || n - at - pos - 4 < len) {
-                whole = 0;
-                break;
-            }
-            pos += 4 + len;
-            left--;
-        }
-        if (!whole) break;
-        PyObject *size = PyLong_FromSsize_t(pos);
-        if (!size || PyList_Append(out, size)) Py_CLEAR(out);
-        Py_XDECREF(size);
-        at += pos;
+    while (out && (size = whole_frame(buf.buf, buf.len, at, max_frame, max_list))) {
+        PyObject *v = PyLong_FromSsize_t(size);
+        if (!v || PyList_Append(out, v)) Py_CLEAR(out);
+        Py_XDECREF(v);
+        at += size;
     }
     PyBuffer_Release(&buf);
     return out;
@@ -721,24 +998,23 @@ static PyObject *split(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------------------------------------
  * read(data, schema, requests, responses): frame(), envelope() and body() of one whole frame in
- * one call. `requests` and `responses` map a method id to the schema entry of its message.
+ * one call, and the `details` JSON of what they read. `requests` and `responses` map a method id to
+ * the schema entry of its message.
  * -> None where frame() gives None; else (serial, block lengths, joined data, envelope() or None,
- * the body's dict or None): None where envelope() or body() leave the bytes to protobuf, where
- * the method has no entry, and for an error response or an envelope without a body. */
+ * the body's dict or None, head JSON or None, body JSON or None): the body's dict None where
+ * envelope() or body() leave the bytes to protobuf, where the method has no entry, and for an
+ * error response or an envelope without a body; the head (json_head, left open) wherever the
+ * envelope was read, the body JSON (json_body) wherever its dict was and the writer takes it. */
 
-static PyObject *read_frame(PyObject *self, PyObject *args) {
-    PyObject *data, *capsule, *requests, *responses, *one, *fr, *env = NULL, *fields = Py_None;
-    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
-        return NULL;
-    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
-    if (!s || !(one = PyTuple_Pack(1, data))) return NULL;
-    fr = frame(self, one);
-    Py_DECREF(one);
+/* read() of the n bytes at b. */
+static PyObject *read_at(const unsigned char *data, Py_ssize_t n, const Schema *s, PyObject *requests,
+                         PyObject *responses) {
+    PyObject *fr, *env = NULL, *fields = Py_None, *head = NULL, *text = NULL;
+    Py_ssize_t index = -1;
+    fr = frame_at(data, n);
     if (!fr || fr == Py_None) return fr;
     PyObject *joined = PyTuple_GET_ITEM(fr, 2);
-    if (!(one = PyTuple_Pack(1, joined))) goto fail;
-    env = envelope(self, one);
-    Py_DECREF(one);
+    env = envelope_at((const unsigned char *)PyBytes_AS_STRING(joined), PyBytes_GET_SIZE(joined));
     if (!env) goto fail;
     if (env != Py_None) {
         PyObject *flag = PyTuple_GET_ITEM(env, 0), *mid = PyTuple_GET_ITEM(env, 4);
@@ -748,7 +1024,7 @@ static PyObject *read_frame(PyObject *self, PyObject *args) {
         if (ok && body != Py_None && mid != Py_None) {
             PyObject *entry = PyDict_GetItemWithError(is_request ? requests : responses, mid);
             if (!entry && PyErr_Occurred()) goto fail;
-            Py_ssize_t index = entry ? PyLong_AsSsize_t(entry) : -1;
+            index = entry ? PyLong_AsSsize_t(entry) : -1;
             if (index == -1 && PyErr_Occurred()) goto fail;
             if (index >= 0 && index < s->n) {
                 const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
@@ -759,16 +1035,72 @@ static PyObject *read_frame(PyObject *self, PyObject *args) {
             }
         }
     }
-    PyObject *result = PyTuple_Pack(5, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields);
+    if (env != Py_None) {
+        Buf b = {0};
+        int rc = json_head(&b, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), PyTuple_GET_ITEM(env, 0),
+                           PyTuple_GET_ITEM(env, 1));
+        if (!(head = json_text(&b, rc))) goto fail;
+    }
+    if (fields != Py_None) {
+        Buf b = {0};
+        if (!(text = json_text(&b, json_body(s, index, fields, &b, 0)))) goto fail;
+    }
+    PyObject *result = PyTuple_Pack(7, PyTuple_GET_ITEM(fr, 0), PyTuple_GET_ITEM(fr, 1), joined, env, fields,
+                                    head ? head : Py_None, text ? text : Py_None);
     Py_DECREF(fr);
     Py_DECREF(env);
+    Py_XDECREF(head);
+    Py_XDECREF(text);
     if (fields != Py_None) Py_DECREF(fields);
     return result;
 fail:
     Py_XDECREF(fr);
     Py_XDECREF(env);
+    Py_XDECREF(head);
+    Py_XDECREF(text);
     if (fields != Py_None) Py_DECREF(fields);
     return NULL;
+}
+
+static PyObject *read_frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *requests, *responses;
+    if (!PyArg_ParseTuple(args, "y*OO!O!", &buf, &capsule, &PyDict_Type, &requests, &PyDict_Type, &responses))
+        return NULL;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    PyObject *result = s ? read_at(buf.buf, buf.len, s, requests, responses) : NULL;
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * read_all(data, max_frame, max_list, schema, requests, responses): split() and read() of the
+ * whole frames `data` starts with, in one call: (sizes, [read() of each]). */
+
+static PyObject *read_all(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *capsule, *requests, *responses, *sizes = NULL, *frames = NULL, *result = NULL;
+    Py_ssize_t max_frame, max_list, at = 0, size;
+    if (!PyArg_ParseTuple(args, "y*nnOO!O!", &buf, &max_frame, &max_list, &capsule, &PyDict_Type, &requests,
+                          &PyDict_Type, &responses))
+        return NULL;
+    const unsigned char *b = buf.buf;
+    Schema *s = PyCapsule_GetPointer(capsule, "tubemq.schema");
+    if (!s || !(sizes = PyList_New(0)) || !(frames = PyList_New(0))) goto done;
+    while ((size = whole_frame(b, buf.len, at, max_frame, max_list))) {
+        PyObject *v = PyLong_FromSsize_t(size), *got = v ? read_at(b + at, size, s, requests, responses) : NULL;
+        int bad = !got || PyList_Append(sizes, v) || PyList_Append(frames, got);
+        Py_XDECREF(v);
+        Py_XDECREF(got);
+        if (bad) goto done;
+        at += size;
+    }
+    result = PyTuple_Pack(2, sizes, frames);
+done:
+    Py_XDECREF(sizes);
+    Py_XDECREF(frames);
+    PyBuffer_Release(&buf);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -776,8 +1108,11 @@ static PyMethodDef methods[] = {
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
     {"schema", schema, METH_O, "A table of messages' fields for body(), made once (see body)."},
     {"body", body, METH_VARARGS, "A method's message as a dict by a schema() table, or None (see the module)."},
+    {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
+    {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
+    {"details_spec", details_spec, METH_O, "A details spec of columns() read once (see columns)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
     {"message", message_parts, METH_VARARGS, "A message's attributes, payload, error and headers (see the module)."},
     {NULL, NULL, 0, NULL},
@@ -789,5 +1124,8 @@ PyMODINIT_FUNC PyInit__rpc(void) {
     if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
         !(comma = PyUnicode_InternFromString(",")))
         return NULL;
+    static const char *names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
+    for (int f = 1; f <= 4; f++)
+        if (!(conn_names[f] = PyUnicode_InternFromString(names[f]))) return NULL;
     return PyModule_Create(&module);
 }

@@ -32,6 +32,7 @@ from ..base import (
     Context,
     Conversation,
     Row,
+    json_value,
     to_json,
 )
 from ..framer import Frame, Framer, Junk
@@ -49,6 +50,10 @@ M_SEND = 13
 M_GET = 17
 M_CONSUMER_REGISTER_B = 15
 
+# `details` pieces of the envelope's service type and a response's status, as to_json writes them
+_SERVICE_JSON = {t: f',"service_type":{t},"service":{json_value(n)}' for t, n in rpc.SERVICES.items()}
+_STATUS_JSON = {s: f',"status":{json_value(n)}' for s, n in rpc.STATUS.items()}
+
 
 class TubeMQConversation(Conversation):
     def __init__(self, conn: ConnInfo, ctx: Context):
@@ -65,14 +70,29 @@ class TubeMQConversation(Conversation):
         self.out = Gathered()
         # the compiled frame reader's arguments: the body table and each method's entries in it
         self.reader = (rpc.BUILTIN.table, *rpc.body_entries(self.schema))
+        fr = self.framer[C2S]
+        self.limits = fr.rules.limits(fr.max_frame)  # of the frames _rpc.read_all takes
 
     # -- contract -----------------------------------------------------------------------------
 
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         if not data:
             return []
-        for item in self.framer[direction].feed_whole(data, ts_ns):
-            self._take(direction, item)
+        fr = self.framer[direction]
+        if fr.idle():
+            # in step with nothing pending: the whole frames the chunk starts with, sized and read
+            # in one compiled call (what Framer.feed_whole and _take do frame by frame), each
+            # frame's bytes all came at ts_ns; the rest goes to the framer
+            sizes, got = _rpc.read_all(data, *self.limits, *self.reader)
+            at, start, taken = 0, fr.buf.offset, sum(sizes)
+            fr.took(data, taken, ts_ns)
+            for size, one in zip(sizes, got):
+                self._read(direction, start + at, data[at : at + size], ts_ns, ts_ns, one)
+                at += size
+            if taken == len(data):  # all of it: the framer holds nothing (idle)
+                return self.out.take()
+        else:
+            fr.push(data, ts_ns)
         self._drain(direction)
         return self.out.take()
 
@@ -122,20 +142,24 @@ class TubeMQConversation(Conversation):
             self._take(direction, item)
 
     def _take(self, direction: str, item: Frame) -> None:
-        """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
-        and body are read by the compiled _rpc.read, and what that leaves by the Python readers
-        (_frame, _body)."""
+        """A whole frame's rows (one the framer gave)."""
         got = _rpc.read(item.data, *self.reader)
+        self._read(direction, item.offset, item.data, item.ts_first, item.ts_last, got)
+
+    def _read(self, direction: str, offset: int, data: bytes, ts_first: int, ts_last: int, got) -> None:
+        """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
+        and body are read by the compiled _rpc.read (`got`), and what that leaves by the Python
+        readers (_frame, _body)."""
         if got is None:
-            f, env, fields = read_frame(item), None, None
+            f = read_frame(Frame(offset, data, ts_first, ts_last))
+            env = fields = head = body_json = None
         else:
-            serial, sizes, body, env, fields = got
-            data = item.data
-            f = TubeFrame(item.offset, len(data), serial, sizes, body, data, item.ts_first, item.ts_last)
+            serial, sizes, body, env, fields, head, body_json = got
+            f = TubeFrame(offset, len(data), serial, sizes, body, data, ts_first, ts_last)
             if env is None:
                 env = False  # left to protobuf
         try:
-            self._frame(direction, f, env, fields)
+            self._frame(direction, f, env, fields, head, body_json)
         except Exception as e:
             err = f"internal error: {e!r}"
             self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
@@ -181,19 +205,24 @@ class TubeMQConversation(Conversation):
         frames = self.conn.frames
         return (None, None) if frames is None else frames(direction, f.offset, f.size)
 
-    def _frame(self, direction: str, f: TubeFrame, env, fields: dict | None) -> None:
+    def _frame(
+        self, direction: str, f: TubeFrame, env, fields: dict | None, head: str | None, body_json: str | None
+    ) -> None:
         """A frame's rows (`env`: what _rpc.read gave of its envelope, None when it was not read,
-        False when protobuf is to read it; `fields`: its body's when read). Its commands row is
-        the tuple rows.COMMANDS names; its fields are worked out here and in _request /
-        _response, then added once the frame is read."""
-        details: dict = {"serial": f.serial, "blocks": f.block_sizes}
-        frames = self._frames(direction, f)
+        False when protobuf is to read it; `fields`: its body's when read; `head`, `body_json`:
+        the JSON _rpc.read wrote of them). Its commands row is the tuple rows.COMMANDS names; its
+        fields are worked out here and in _request / _response, then added once the frame is
+        read. Its `details` are JSON text written piece by piece in to_json's form, key after
+        key (`_Command.details`, a list joined at the end): no dict encoded per frame."""
+        numbers = self.conn.frames  # _frames, inline
+        frames = (None, None) if numbers is None else numbers(direction, f.offset, f.size)
         try:
             if env:
                 env = rpc.envelope_of(env)
             else:
                 env = rpc.decode_envelope(f.body) if env is None else rpc.read_envelope(f.body)
         except ValueError as e:
+            details = {"serial": f.serial, "blocks": f.block_sizes}
             self.out.add(
                 "commands",
                 (
@@ -203,42 +232,47 @@ class TubeMQConversation(Conversation):
                 ),
             )  # fmt: skip
             return
-        details["flag"] = env.flag
-        details["rpc_header"] = env.conn_header
-        if env.service_type is not None:
-            details["service_type"] = env.service_type
-            details["service"] = rpc.SERVICES.get(env.service_type, "unknown")
+        if head is None:  # the open object _rpc.read writes
+            head = to_json(
+                {"serial": f.serial, "blocks": f.block_sizes, "flag": env.flag, "rpc_header": env.conn_header}
+            )[:-1]
+        details = [head]
+        put = details.append
+        st = env.service_type
+        if st is not None:
+            put(_SERVICE_JSON.get(st) or f',"service_type":{st},"service":"unknown"')
         if env.protocol_ver is not None:
-            details["protocol_ver"] = env.protocol_ver
+            put(f',"protocol_ver":{env.protocol_ver}')
         if env.trailing:
-            details["trailing_bytes"] = env.trailing
-        cmd = _Command(direction, frames, fields)
+            put(f',"trailing_bytes":{env.trailing}')
+        cmd = _Command(direction, frames, fields, details)
         if env.is_request:
-            self._request(cmd, details, env, f)
+            self._request(cmd, env, f, body_json)
         else:
-            self._response(cmd, details, env, f)
+            self._response(cmd, env, f, body_json)
 
     def _add_command(self, f: TubeFrame, env: rpc.Envelope, c: _Command) -> None:
-        self.out.add(
-            "commands",
+        self.out.commands(
             (
                 f.ts_first, f.ts_last, c.direction, f.serial, f.size, f.offset, c.status, c.error,
                 env.protocol_ver, c.command, c.code, c.topic, c.partition, c.client_id, c.topics,
-                c.error_code, c.details, c.raw, *c.frames,
-            ),
+                c.error_code, "".join(c.details) + "}", c.raw, *c.frames,
+            )
         )  # fmt: skip
 
-    def _request(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
+    def _request(self, c: _Command, env: rpc.Envelope, f: TubeFrame, body_json: str | None) -> None:
         mid = env.method_id
         meth = rpc.METHODS.get(mid) if mid is not None else None
-        c.command = rpc.method_name(mid)
+        c.command = meth.name if meth is not None else rpc.method_name(mid)
         c.code = mid
+        put = c.details.append
         if env.timeout is not None:
-            details["timeout_ms"] = env.timeout
+            put(f',"timeout_ms":{env.timeout}')
         if meth is not None and env.service_type is not None and env.service_type not in meth.services:
-            details["service_mismatch"] = True
-        msg, body, err = self._body(mid, True, env.body, c.fields)
-        details["request"] = body
+            put(',"service_mismatch":true')
+        msg, body, err = self._body(mid, True, env.body, c.fields, body_json)
+        put(',"request":')
+        put(body)
         self._body_status(c, meth, mid, err, f)
         group = None
         if msg is not None:
@@ -250,14 +284,13 @@ class TubeMQConversation(Conversation):
             c.topics = get("topicList") or None
             if mid == M_CONSUMER_REGISTER_B:
                 op = get("opType", 0)  # protobuf's default when it is not set
-                details["op"] = rpc.OP_TYPES.get(op, str(op))
+                put(',"op":' + json_value(rpc.OP_TYPES.get(op, str(op))))
             subs = get("subscribeInfo")
             if subs:
-                details["subscriptions"] = [parse_subscribe_info(s) for s in subs]
+                put(',"subscriptions":' + to_json([parse_subscribe_info(s) for s in subs]))
             event = get("event")
             if event is not None:
-                details["event_status"] = _event_status(event)
-        c.details = to_json(details)
+                put(',"event_status":' + json_value(_event_status(event)))
         self._add_command(f, env, c)
         # pairing
         if f.serial in self.pending:
@@ -276,12 +309,13 @@ class TubeMQConversation(Conversation):
             lat, off = self._since_delivery(msg.get("topicName"), msg.get("partitionId"), f.ts_last)
             build.confirm_ack(self.out, msg, f, lat, off)
 
-    def _response(self, c: _Command, details: dict, env: rpc.Envelope, f: TubeFrame) -> None:
+    def _response(self, c: _Command, env: rpc.Envelope, f: TubeFrame, body_json: str | None) -> None:
         pend = self.pending.pop(f.serial, None)
         mid = env.method_id if env.method_id is not None else (pend.method_id if pend else None)
+        put = c.details.append
         if pend is not None and env.method_id is not None and pend.method_id != env.method_id:
-            details["request_method"] = pend.method_id
-        details["status"] = rpc.STATUS.get(env.status, str(env.status))
+            put(',"request_method":' + json_value(pend.method_id))
+        put(_STATUS_JSON.get(env.status) or ',"status":' + json_value(str(env.status)))
         error_code: int | None = None
         msg = None
         if env.status != 0:
@@ -289,18 +323,19 @@ class TubeMQConversation(Conversation):
             c.command = rpc.method_name(mid) if mid is not None else "exception"
             c.code = mid
             stack = env.stack_trace or ""
-            details["exception"] = env.exception_name
-            details["stack_trace"] = stack[:MAX_STACK_CHARS]
+            put(',"exception":' + json_value(env.exception_name))
+            put(',"stack_trace":' + json_value(stack[:MAX_STACK_CHARS]))
             first = stack.strip().splitlines()[0] if stack.strip() else ""
             c.error = f"{env.exception_name}: {first}" if first else (env.exception_name or "exception")
             if pend is None:
                 c.status = REQUEST_MISSING
         else:
-            c.command = rpc.method_name(mid)
-            c.code = mid
             meth = rpc.METHODS.get(mid) if mid is not None else None
-            msg, body, err = self._body(mid, False, env.body, c.fields)
-            details["response"] = body
+            c.command = meth.name if meth is not None else rpc.method_name(mid)
+            c.code = mid
+            msg, body, err = self._body(mid, False, env.body, c.fields, body_json)
+            put(',"response":')
+            put(body)
             self._body_status(c, meth, mid, err, f)
             if msg is not None:
                 get = msg.get
@@ -308,22 +343,20 @@ class TubeMQConversation(Conversation):
                 code = get("errCode")
                 if success is False or (success is None and code is not None and code != rpc.ERR_SUCCESS):
                     error_code = code if code is not None else -1
-                    details["error"] = get("errMsg")
+                    put(',"error":' + json_value(get("errMsg")))
                 elif success is True or code is not None:
                     error_code = 0
-                self._metadata(msg, details)
+                self._metadata(msg, put)
         if pend is not None:
             c.topic, c.partition, c.client_id = pend.topic, pend.partition, pend.client_id
         c.error_code = error_code
-        c.details = to_json(details)
         self._add_command(f, env, c)
         if pend is not None:
-            self.out.add(
-                "latencies",
+            self.out.latencies(
                 (
                     pend.ts_end, pend.name, c.command, pend.api_version, f.serial, pend.ts_end, f.ts_first,
                     (f.ts_first - pend.ts_end) / 1000.0, error_code, c.topic, c.partition,
-                ),
+                )
             )  # fmt: skip
         if msg is not None and mid == M_GET:
             self._deliver(msg, f, pend, c.frames if c.direction == S2C else self._frames(S2C, f))
@@ -333,13 +366,24 @@ class TubeMQConversation(Conversation):
         if msg is not None and mid == M_SEND:
             build.produce_ack(self.out, msg, f, pend, error_code)
 
-    def _body(self, mid: int | None, is_request: bool, body: bytes | None, fields: dict | None):
-        """rpc.decode_body's (fields, details, error) of a method's body; `fields`: what _rpc.read
-        read of it already (by the entry body_entries gave the method)."""
+    def _body(
+        self,
+        mid: int | None,
+        is_request: bool,
+        body: bytes | None,
+        fields: dict | None,
+        body_json: str | None,
+    ) -> tuple[dict | None, str, str | None]:
+        """rpc.decode_body's (fields, details, error) of a method's body, the details as JSON
+        text; `fields`, `body_json`: what _rpc.read read and wrote of it already (by the entry
+        body_entries gave the method)."""
         if fields is not None:
+            if body_json is not None:
+                return fields, body_json, None
             entry = self.reader[1 if is_request else 2][mid]
-            return fields, rpc.sized(fields, rpc.BUILTIN, entry), None
-        return rpc.decode_body(mid, is_request, body, self.schema)
+            return fields, to_json(rpc.sized(fields, rpc.BUILTIN, entry)), None
+        msg, details, err = rpc.decode_body(mid, is_request, body, self.schema)
+        return msg, to_json(details), err
 
     def _body_status(self, c: _Command, meth, mid, err: str | None, f: TubeFrame) -> None:
         """An unknown method id or a body that does not parse: the row's status and error; raw
@@ -352,19 +396,22 @@ class TubeMQConversation(Conversation):
             c.error = err
             c.raw = self.ctx.raw(f.wire, typed=not meth.carries_auth)
 
-    def _metadata(self, msg: dict, details: dict) -> None:
-        """Broker lists, topic metadata and partition assignments, parsed for `details`."""
-        parsed = [parse_broker_info(b) for b in msg.get("brokerInfos") or ()]
+    def _metadata(self, msg: dict, put) -> None:
+        """Broker lists, topic metadata and partition assignments, parsed for `details` (`put`:
+        its next JSON piece)."""
+        infos = msg.get("brokerInfos")
+        parsed = [parse_broker_info(b) for b in infos] if infos else []
         if parsed:
-            details["brokers"] = parsed
+            put(',"brokers":' + to_json(parsed))
         topic_infos = msg.get("topicInfos")  # HeartResponseM2P only
         if topic_infos:
             by_id = {b["broker_id"]: b for b in parsed if "broker_id" in b}
-            details["topic_infos"] = [parse_topic_info(t, by_id) for t in topic_infos]
+            put(',"topic_infos":' + to_json([parse_topic_info(t, by_id) for t in topic_infos]))
         event = msg.get("event")
         if event is not None:
-            details["event_status"] = _event_status(event)
-            details["assigned"] = [parse_subscribe_info(s) for s in event.get("subscribeInfo") or ()]
+            put(',"event_status":' + json_value(_event_status(event)))
+            assigned = [parse_subscribe_info(s) for s in event.get("subscribeInfo") or ()]
+            put(',"assigned":' + to_json(assigned))
 
     def _deliver(self, msg: dict, f: TubeFrame, pend: Pending | None, frames: tuple) -> None:
         """Delivered messages; the pack's time and offset are kept for the ack that confirms it."""
@@ -393,15 +440,16 @@ def _event_status(event: dict) -> str:
 class _Command:
     """A frame's commands row as it is worked out: the fields its method decides (the rest come
     from the frame itself: TubeMQConversation._add_command), with the frame's direction, frame
-    numbers and its body's fields as _rpc.read gave them (None: not read)."""
+    numbers, its body's fields as _rpc.read gave them (None: not read) and its `details` as JSON
+    pieces: the open object, then `,"key":value` per key, closed when the row is added."""
 
     __slots__ = (
         "direction", "frames", "fields", "status", "error", "command", "code", "topic", "partition",
         "client_id", "topics", "error_code", "details", "raw",
     )  # fmt: skip
 
-    def __init__(self, direction: str, frames: tuple, fields: dict | None) -> None:
-        self.direction, self.frames, self.fields = direction, frames, fields
+    def __init__(self, direction: str, frames: tuple, fields: dict | None, details: list[str]) -> None:
+        self.direction, self.frames, self.fields, self.details = direction, frames, fields, details
         self.status = OK
         self.error = self.command = self.code = self.topic = self.partition = None
-        self.client_id = self.topics = self.error_code = self.details = self.raw = None
+        self.client_id = self.topics = self.error_code = self.raw = None

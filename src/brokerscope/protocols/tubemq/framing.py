@@ -141,7 +141,12 @@ class TubeRules(Rules):
 
     def split(self, data: bytes, max_frame: int) -> list[int]:
         """The sizes of the whole frames `data` starts with that `size` passes (_rpc.split)."""
-        return _rpc.split(data, min(max_frame, self.max_frame), self.max_list)
+        return _rpc.split(data, *self.limits(max_frame))
+
+    def limits(self, max_frame: int) -> tuple[int, int]:
+        """(largest frame, largest list size) of a frame `split` passes, under a framer's
+        `max_frame` (_rpc.split's and _rpc.read_all's arguments)."""
+        return min(max_frame, self.max_frame), self.max_list
 
     def reset(self) -> None:
         self._at = -1

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ... import native
 from ...tables import Block
 from .. import base
-from ..base import MALFORMED, OK, PayloadPolicy, Row, to_json
+from ..base import MALFORMED, OK, PayloadPolicy, Row, json_value, to_json
 from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
 
@@ -48,43 +48,49 @@ class Gathered:
     """A connection's rows as it hands them over: the rows of COLUMNS' tables gathered as tuples
     (`add`) into one tables.Block per stretch of them; a row given whole (`put`: a dict row, a
     block of delivered messages) first ends its table's stretch, so each table's rows keep the
-    order they were made in."""
+    order they were made in. `commands`, `latencies`, `acks` and `messages` add a row's tuple to
+    their table (the per-frame rows: a call less than `add`)."""
 
-    __slots__ = ("out", "pending", "held")
+    __slots__ = ("out", "pending", "ended", "commands", "latencies", "acks", "messages")
 
     def __init__(self) -> None:
         self.out: list[Row] = []
         self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
-        self.held = 0
+        self.ended = 0  # rows gathered since the last take of everything that `put` handed over
+        self.commands, self.latencies, self.acks, self.messages = (self.pending[t].append for t in COLUMNS)
 
     def add(self, table: str, values: tuple) -> None:
         self.pending[table].append(values)
-        self.held += 1
 
     def put(self, table: str, row) -> None:
         if table in self.pending:
-            self._end(table)
+            self.ended += self._end(table)
         self.out.append((table, row))
 
-    def _end(self, table: str) -> None:
+    def _end(self, table: str) -> int:
+        """Hand over the table's gathered rows as a block; how many."""
         rows = self.pending[table]
-        if rows:
+        n = len(rows)
+        if n:
             cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
-            self.out.append((table, Block(len(rows), cols, dict(CONST.get(table, ())))))
-            self.pending[table] = []
+            self.out.append((table, Block(n, cols, dict(CONST.get(table, ())))))
+            rows.clear()  # the list stays: its append is bound above
+        return n
 
     def take(self, everything: bool = False) -> list[Row]:
-        """The rows made so far, with the gathered ones once BLOCK_ROWS are held (`everything`:
-        all of them, the connection's end)."""
-        if everything or self.held >= BLOCK_ROWS:
+        """The rows made so far, with the gathered ones once BLOCK_ROWS were gathered since the
+        last time (`everything`: all of them, the connection's end)."""
+        p = self.pending
+        held = self.ended + len(p["commands"]) + len(p["latencies"]) + len(p["acks"]) + len(p["messages"])
+        if everything or held >= BLOCK_ROWS:
             for t in COLUMNS:
                 self._end(t)
-            self.held = 0
+            self.ended = 0
         out, self.out = self.out, []
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     method_id: int | None
     name: str
@@ -131,13 +137,12 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
         [msg], "data", PRODUCE_DETAILS, "}"
     )
     value = policy.value(payload)
-    out.add(
-        "messages",
+    out.messages(
         (
             f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
             parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
             details, value["value"], value["value_size"], value.get("value_hash"), *frames,
-        ),
+        )
     )  # fmt: skip
 
 
@@ -204,19 +209,24 @@ PRODUCE_DETAILS = (
 )
 
 
+# the specs as _rpc.columns takes them, read once (by the id of the constant)
+_SPECS = {id(spec): _rpc.details_spec(spec) for spec in (DELIVER_DETAILS, PRODUCE_DETAILS)}
+
+
 def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
     """(payloads, errors, headers, checksum_ok, details, payload sizes) of messages' fields: each
     one's data (`payload`) split by content.message_parts, its checksum checked as
     content.checksum_ok checks it, its details JSON by `spec` then `tail` (compiled:
     _rpc.columns)."""
-    return _rpc.columns(msgs, payload, "flag", "checkSum", spec, tail, zlib.crc32, base.json_value)
+    compiled = _SPECS.get(id(spec)) or _rpc.details_spec(spec)
+    return _rpc.columns(msgs, payload, "flag", "checkSum", compiled, tail, zlib.crc32, base.json_value)
 
 
 def confirm_ack(out: Gathered, msg: dict, f: TubeFrame, lat: float | None, off: int | None) -> None:
     """getMessagesC2B with lastPackConsumed=true confirms the previous pack of the partition
     (`lat`, `off`: since that pack's delivery, and its offset)."""
     get = msg.get
-    details = to_json({"via": "getMessagesC2B", "client_id": get("clientId")})
+    details = '{"via":"getMessagesC2B","client_id":' + json_value(get("clientId")) + "}"
     out.add(
         "acks",
         (
@@ -269,11 +279,10 @@ def produce_ack(out: Gathered, msg: dict, f: TubeFrame, pend: Pending | None, er
     topic, part, lat = (
         (pend.topic, pend.partition, (f.ts_first - pend.ts_end) / 1000.0) if pend else (None, None, None)
     )
-    out.add(
-        "acks",
+    out.acks(
         (
             f.ts_first, "tubemq_produce", topic, part, get("appendOffset"), None,
             str(mid) if mid is not None else None, error_code, lat, f.serial,
-            to_json({"append_time_ms": get("appendTime")}),
-        ),
+            '{"append_time_ms":' + json_value(get("appendTime")) + "}",
+        )
     )  # fmt: skip

@@ -154,7 +154,7 @@ def read_delimited(buf: bytes, pos: int, cls: type[Message]) -> tuple[Message, i
 # envelope
 
 
-@dataclass
+@dataclass(slots=True)
 class Envelope:
     """The decoded envelope of one frame (request or response)."""
 
@@ -301,7 +301,7 @@ def plain(msg: Message) -> dict:
 # (field number, name, kind) in field-number order. A message with a field of a type or label
 # the table has no kind for (none of TubeMQ's) is left to protobuf.
 _K_INT32, _K_INT64, _K_BOOL, _K_STRING, _K_BYTES, _K_MESSAGE = range(6)
-_F_REPEATED, _F_SECRET = 0x10000, 0x20000
+_F_REPEATED, _F_SECRET, _F_SIZED = 0x10000, 0x20000, 0x40000  # _rpc.c's F_REPEATED, F_SECRET, F_SIZED
 _KIND = {
     FieldDescriptor.TYPE_INT32: _K_INT32,
     FieldDescriptor.TYPE_INT64: _K_INT64,
@@ -359,8 +359,9 @@ def body_schema(classes) -> BodySchema:
             if kind == _K_MESSAGE:
                 kind += 8 * entry[fd.message_type.full_name]
             kind |= (_F_REPEATED if fd.is_repeated else 0) | (_F_SECRET if fd.name in SECRET_FIELDS else 0)
-            fields.append((fd.number, fd.name, kind))
-            if fd.type == fd.TYPE_BYTES and fd.name in PAYLOAD_FIELDS and fd.name not in SECRET_FIELDS:
+            payload = fd.type == fd.TYPE_BYTES and fd.name in PAYLOAD_FIELDS and fd.name not in SECRET_FIELDS
+            fields.append((fd.number, fd.name, kind | (_F_SIZED if payload else 0)))
+            if payload:
                 shown.append((fd.name, None, False))
             elif fd.message_type is not None:
                 shown.append((fd.name, entry[fd.message_type.full_name], fd.is_repeated))
@@ -420,8 +421,8 @@ def envelope_of(got: tuple) -> Envelope:
     """The Envelope of a tuple _rpc.envelope (or _rpc.read) gave."""
     flag, conn, service_type, protocol_ver, method_id, timeout, status, body, trailing = got
     return Envelope(
-        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status,
-        body=body, trailing=trailing, conn_header=conn,
+        flag, flag != FLAG_RESPONSE, service_type, protocol_ver, method_id, timeout, status, None, None,
+        body, trailing, conn,
     )  # fmt: skip
 
 
