@@ -45,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in summary.lines():
         print(line)
-    if summary.skipped_already_ingested:
-        print(f"skipped {len(summary.skipped_already_ingested)} file(s) ingested before")
     return summary.exit_code()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shlex
@@ -35,8 +36,9 @@ class UsageError(ValueError):
     """Bad arguments, configuration or environment: one line, exit 2, before Spark starts."""
 
 
+@functools.lru_cache(maxsize=1)
 def _java_ok() -> str | None:
-    """None when Java 17+ is available, else a one-line explanation."""
+    """None when Java 17+ is available, else a one-line explanation (asked once per process)."""
     java = shutil.which("java")
     if not java:
         return "Java 17 or newer is required to run Spark, and `java` is not on PATH (install openjdk-17-jre-headless)."
@@ -121,6 +123,9 @@ def cmd_ingest(args) -> int:
     from .lake import Lake
     from .pipeline import ingest
 
+    err = _java_ok()  # before the lake is made: a run that cannot start Spark leaves nothing
+    if err:
+        raise UsageError(err)
     Lake(settings.lake_path).check_writable()  # a bad --lake is one line, before Spark starts
     settings.load_tls_keys()  # on the driver, before Spark starts: a refused key log is exit 2
 
@@ -128,8 +133,6 @@ def cmd_ingest(args) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     disc = inputs.discover(args.paths)
-    for p, e in disc.errors:
-        print(f"brokerscope: {p}: {e}", file=sys.stderr)
     summary = ingest(
         args.paths,
         settings,
@@ -138,6 +141,9 @@ def cmd_ingest(args) -> int:
         disc=disc,
         make_session=lambda: _spark(settings, quiet=args.quiet),
     )
+    # the inputs rejected (with --skip-ingested, not those the lake recorded as rejected before)
+    for p, e in summary.errors:
+        print(f"brokerscope: {p}: {e}", file=sys.stderr)
     for line in summary.lines():
         print(line)
     print(f"lake: {Path(settings.lake_path).absolute()}")
@@ -208,6 +214,8 @@ def cmd_sql(args) -> int:
     query.check_tables(statements, lake)
     if args.format == "parquet" and not args.out:
         raise UsageError("--format parquet writes a file: give --out FILE")
+    for path in _out_paths(args.out, len(statements)) if args.out else ():
+        export.check_out(path, "the file")
     spark = _spark(settings, quiet=True)
     lake.register(spark)
     results, shown = [], 0

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import __version__
+from . import __version__, export
 from .capture.filter import format_time, parse_time
 from .lake import Lake
 
@@ -529,10 +529,7 @@ def build(
     lake = Lake(lake_path)
     lake.check_readable()
     out = Path(out)
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a directory: name the HTML file to write")
-    if not out.absolute().parent.is_dir():
-        raise ValueError(f"cannot write the report to {out}: no directory {out.absolute().parent}")
+    export.check_out(out, "the HTML file")
     src = Source(lake)
     if scope.capture_ids and "inputs" in lake.table_names():
         known = set(
@@ -633,6 +630,12 @@ def build(
     )
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _write(out: Path, page: str) -> None:
     """Write the page whole or not at all (a temporary file renamed over `out`)."""
     tmp = None
@@ -640,6 +643,7 @@ def _write(out: Path, page: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.absolute().parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(page)
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp's is 0600)
         os.replace(tmp, out)
     except OSError as e:
         if tmp:

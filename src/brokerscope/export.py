@@ -14,7 +14,9 @@ import csv
 import datetime as dt
 import json
 import math
+import os
 import struct
+from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
@@ -28,6 +30,20 @@ FLOAT_DIGITS = 15  # the table format's significant digits of a float
 
 class Raw(str):
     """Text already encoded as JSON (a decimal's exact digits), written as it is."""
+
+
+def check_out(out: str | os.PathLike, what: str) -> None:
+    """Raise ValueError, one line naming `out`, when `out` cannot be the file an --out/-o asks
+    for (`what`: "the HTML file", ...): it is a directory, or its directory is missing or not
+    writable. Checked before the work (and before Spark starts), not found at the last rename."""
+    p = Path(out)
+    if p.is_dir():
+        raise ValueError(f"--out {out} is a directory: name {what} to write")
+    parent = p.absolute().parent
+    if not parent.is_dir():
+        raise ValueError(f"cannot write {out}: no directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ValueError(f"cannot write {out}: permission denied")
 
 
 def _timestamp(v: dt.datetime, t: pa.TimestampType) -> str:

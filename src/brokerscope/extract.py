@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import capture
+from . import capture, export
 from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split
 from .capture.filter import PacketFilter
 from .lake import Lake
@@ -311,29 +311,33 @@ def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
             raise ValueError(f"{out}: these captures differ in format or link type: write a .pcapng")
     tmp = f"{out}.part-{os.getpid()}"
     n = 0
-    with open(tmp, "wb") as fh:
-        for k, (s, offsets) in enumerate(zip(sources, picks)):
-            inp = _Input(s)
-            try:
-                if s.kind.startswith("pcapng"):
-                    for blk in _pcapng_blocks(inp, offsets):
-                        fh.write(blk)
-                    n += len(offsets)
-                    continue
-                header, records = _pcap_records(inp, offsets)
-                if as_pcap:
-                    if k == 0:
-                        fh.write(header)
-                    for rh, data in records:
-                        fh.write(rh + data)
-                        n += 1
-                else:
-                    for blk in _pcap_as_pcapng(header, records):
-                        fh.write(blk)
-                    n += len(offsets)
-            finally:
-                inp.close()
-    os.replace(tmp, out)
+    try:  # a failed write leaves no part file behind
+        with open(tmp, "wb") as fh:
+            for k, (s, offsets) in enumerate(zip(sources, picks)):
+                inp = _Input(s)
+                try:
+                    if s.kind.startswith("pcapng"):
+                        for blk in _pcapng_blocks(inp, offsets):
+                            fh.write(blk)
+                        n += len(offsets)
+                        continue
+                    header, records = _pcap_records(inp, offsets)
+                    if as_pcap:
+                        if k == 0:
+                            fh.write(header)
+                        for rh, data in records:
+                            fh.write(rh + data)
+                            n += 1
+                    else:
+                        for blk in _pcap_as_pcapng(header, records):
+                            fh.write(blk)
+                        n += len(offsets)
+                finally:
+                    inp.close()
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return n
 
 
@@ -350,8 +354,7 @@ def extract(
     `capture_ids` with those frame numbers."""
     lake = Lake(lake_root)
     lake.check_readable()
-    if not Path(out).parent.is_dir():
-        raise FileNotFoundError(f"{out}: no such directory")
+    export.check_out(out, "the capture file")
     if frames:
         conn_ids, capture_ids = list(conn_ids), list(capture_ids)
         if conn_ids or len(capture_ids) != 1 or flt is not None:

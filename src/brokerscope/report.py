@@ -52,6 +52,9 @@ class Summary:
                 f"filter {self.filter}: {self.filtered:,} of {self.packets:,} packets dropped, "
                 f"{self.tcp_segments:,} TCP segments kept"
             )
+        if self.skipped_already_ingested:
+            n = len(self.skipped_already_ingested)
+            out.append(f"already ingested: {n} file(s) skipped (the lake holds their rows)")
         out.extend(f"recovered: {line}" for line in self.recovered)
         for e in self.capture_errors[:20]:
             out.append(f"warning: {e}")

@@ -110,6 +110,10 @@ def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_pat
 
     assert nightly_ingest.main(["--input", str(inbox), "--lake", str(lake)]) == report.EXIT_OK
     assert "nothing to ingest" in capsys.readouterr().out
+    # nor does `ingest --skip-ingested`: no error line for the files rejected before
+    rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q", "--skip-ingested")
+    assert rc == report.EXIT_OK and "brokerscope: " not in err, err
+    assert "already ingested: 1 file(s) skipped" in out and "rejected" not in out
 
 
 def test_ingest_with_nothing_valid_fails_plainly(tmp_path, capsys):
@@ -191,6 +195,55 @@ def test_unwritable_lake_fails_before_spark(tmp_path, capsys, monkeypatch):
     assert rc == report.EXIT_USAGE and "cannot write to the lake" in err
 
 
+def test_outputs_that_cannot_be_written_fail_before_the_work(spark, tmp_path, capsys, monkeypatch):
+    """-o/--out naming a directory, or a file in a missing directory: one line naming it, exit 2,
+    nothing written, for `sql`, `extract` and `report`."""
+    lake = tmp_path / "lake"
+    rc, _, _ = run(capsys, "ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap"), "--lake", str(lake), "-q")
+    assert rc == report.EXIT_OK
+    conn = delta_rs_rows(str(lake / "streams"))[0]["conn_id"]
+    outdir = tmp_path / "outdir"
+    outdir.mkdir()
+    missing = tmp_path / "no" / "such" / "r.out"
+    commands = {
+        "sql": ["sql", "SELECT 1", "--lake", str(lake), "--format", "csv", "--out"],
+        "extract": ["extract", "--lake", str(lake), "--conn-id", conn, "-o"],
+        "report": ["report", "--lake", str(lake), "--out"],
+    }
+    _no_spark(monkeypatch)  # sql checks before Spark starts
+    for name, argv in commands.items():
+        rc, _, err = run(capsys, *argv, str(outdir))
+        assert rc == report.EXIT_USAGE and f"--out {outdir} is a directory" in err, (name, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, err)
+        rc, _, err = run(capsys, *argv, str(missing))
+        assert rc == report.EXIT_USAGE and f"no directory {missing.parent}" in err, (name, err)
+    assert list(outdir.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["lake", "outdir"]
+
+
+def test_report_is_written_as_open_would(spark, tmp_path, capsys):
+    lake = tmp_path / "lake"
+    run(capsys, "ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap"), "--lake", str(lake), "-q")
+    old = os.umask(0o022)
+    try:
+        rc, _, _ = run(capsys, "report", "--lake", str(lake), "--out", str(tmp_path / "r.html"))
+    finally:
+        os.umask(old)
+    assert rc == 0 and (tmp_path / "r.html").stat().st_mode & 0o777 == 0o644
+
+
+def test_ingest_without_java_leaves_no_lake(tmp_path, capsys, monkeypatch):
+    good = tmp_path / "good.pcap"
+    write_capture(str(good), n_conns=1, exchanges=1)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    cli._java_ok.cache_clear()
+    try:
+        rc, _, err = run(capsys, "ingest", str(good), "--lake", str(tmp_path / "lake"))
+    finally:
+        cli._java_ok.cache_clear()
+    assert rc == report.EXIT_USAGE and "Java 17 or newer is required" in err
+    assert not (tmp_path / "lake").exists()
+
+
 def test_sql_and_tables_formats(spark, tmp_path, capsys):
     lake = tmp_path / "lake"
     rc, _, _ = run(capsys, "ingest", str(CAPTURES / "ndpi" / "kafka.pcapng"), "--lake", str(lake), "-q")
@@ -249,7 +302,8 @@ def test_nightly_job_never_ingests_a_file_twice(spark, tmp_path, capsys):
     write_capture(str(inbox / "b.pcap"), n_conns=3, exchanges=2, server_port=7001)
     assert nightly_ingest.main(args) == 0
     out = capsys.readouterr().out
-    assert "1 file(s)" in out and "skipped 1 file(s)" in out
+    assert "1 file(s)" in out and "already ingested: 1 file(s) skipped" in out
+    assert out.rstrip().splitlines()[-1].startswith("exit 0:")  # the verdict is the last line
     assert len(delta_rs_rows(str(lake / "streams"))) == 5
     assert sorted(r["path"].rsplit("/", 1)[1] for r in delta_rs_rows(str(lake / "inputs"))) == [
         "a.pcap",
