@@ -11,6 +11,7 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -482,7 +483,9 @@ class Runs(list):
         self.given: set[str] = set()
         self.arrow: set[str] = set()
         self.per_run: set[str] = set()  # constants some block gives as a PerRun
-        for _n, cols, const in runs:
+        self.rows = 0
+        for n, cols, const in runs:
+            self.rows += n
             self.given.update(cols)
             for k, v in cols.items():
                 if isinstance(v, pa.Array):
@@ -590,6 +593,7 @@ def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], 
     return pa.concat_arrays(chunks)
 
 
+_INT32_MAX = 2**31 - 1
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
@@ -599,7 +603,7 @@ def _repeated(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]]
     kept = [const.get(name) for n, _cols, const in runs if n]
     if not kept:
         return pa.nulls(0, type=typ)
-    ends = runs.ends()
+    end_list = None
     if name in runs.per_run:  # a PerRun: its values and the ends of its runs of rows
         kept, at, end_list = [], 0, []
         for n, _cols, const in runs:
@@ -614,12 +618,47 @@ def _repeated(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]]
                 at += n
                 kept.append(v)
                 end_list.append(at)
-        ends = pa.array(end_list, type=pa.int32())
+    first = kept[0]
+    if all(v.__class__ is first.__class__ and v == first for v in kept):  # one value for all rows
+        whole = _one_value(first, typ, runs.rows)
+        if whole is not None:
+            return whole
+    ends = runs.ends() if end_list is None else pa.array(end_list, type=pa.int32())
     try:
         values = pa.array(kept, type=typ)
     except _CONVERSION_ERRORS:  # value by value, each bad row noted
         return _values(_gather(runs, name), name, typ, bad)
     return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
+
+
+def _one_value(v, typ: pa.DataType, n: int) -> pa.Array | None:
+    """`v` as `n` values of `typ`, built whole rather than run-end decoded (which goes row by
+    row for lists); None where this does not apply or `v` does not convert (the caller then
+    converts it the general way, noting why)."""
+    if v is None:
+        return pa.nulls(n, type=typ)
+    if v.__class__ is list:
+        if v or not pa.types.is_list(typ):
+            return None
+        # empty lists: n + 1 zero offsets
+        return pa.Array.from_buffers(
+            typ, n, [None, pa.py_buffer(bytes(4 * (n + 1)))], children=[pa.array([], typ.value_type)]
+        )
+    if v.__class__ is str and typ == pa.string():
+        try:
+            data = v.encode()
+        except UnicodeEncodeError:
+            return None
+        if n * len(data) > _INT32_MAX:
+            return None
+        offsets = np.arange(0, (n + 1) * len(data), len(data), dtype=np.int32) if data else bytes(4 * (n + 1))
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+    if v.__class__ in (int, bool, float) and pa.types.is_primitive(typ):
+        try:
+            return pa.repeat(pa.scalar(v, type=typ), n)
+        except _CONVERSION_ERRORS:
+            return None
+    return None
 
 
 def _typed(arr: pa.Array, name: str, typ: pa.DataType, bad: dict[int, list[str]], start: int) -> pa.Array:

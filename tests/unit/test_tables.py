@@ -181,6 +181,32 @@ def test_per_run_constants_are_the_rows_of_blocks_one_per_run():
     ]
 
 
+@pytest.mark.parametrize(
+    "shared",
+    [
+        {"topic": "orders", "source": "", "headers": [], "producer_id": 7, "checksum_ok": True},
+        {"topic": None, "headers": None, "partition": 0, "producer_epoch": -1, "checksum_ok": False},
+        {"topic": "caf\udce9", "partition": 2**40, "producer_id": 2**70, "headers": [("k", b"v")]},
+        {"topic": b"caf\xe9", "partition": "0", "checksum_ok": 1, "correlation_id": 2.5},
+    ],
+)
+def test_a_constant_every_block_shares_is_what_the_rows_as_dicts_give(shared):
+    """A value every block of the call gives for a column (a connection's, a frame's fields) is
+    built for all their rows at once: the same rows, nulls and anomalies as the dict rows."""
+    import pyarrow as pa
+
+    blocks = [
+        tables.Block(
+            k, {"offset": pa.array(range(k), pa.int64())}, {"ts_ns": 1_700_000_000_000_000_000, **shared}
+        )
+        for k in (2, 0, 3, 1)
+    ]
+    got = tables.conform("messages", blocks)
+    got.validate(full=True)
+    want = tables.conform("messages", [r for b in blocks for r in b.rows()])
+    assert got.to_pylist() == want.to_pylist()
+
+
 def test_block_rows_and_take():
     import pyarrow as pa
 

@@ -426,24 +426,31 @@ def _frame_sets() -> list[bytes]:
     ]
 
 
+@pytest.mark.parametrize("whole", [False, True])
 @pytest.mark.parametrize("with_offset", [True, False])
-def test_message_blocks_are_the_rows_of_each_batch(with_offset):
+def test_message_blocks_are_the_rows_of_each_batch(with_offset, whole):
     """One walk over a frame's record sets and one block per run of batches give exactly the
     rows message_rows gives batch by batch (conformed, every column), fetch offsets cutting
-    into batches included; the produce side gets each partition's offsets from with_offsets."""
+    into batches included; the produce side gets each partition's offsets from with_offsets.
+    `whole`: no v0 set and no offset cut, so one block holds every record the walk read."""
     from brokerscope import tables
     from brokerscope.protocols import base
     from brokerscope.protocols.kafka import rows
 
     sets = _frame_sets()
+    if whole:
+        del sets[3]  # the v0 message set
     pol = base.PayloadPolicy()
     frames = {"first_frame": 3, "last_frame": 4}
     together = R.read_record_sets(sets)
     alone = [R.read_record_set(s) for s in sets]
-    min_off = {1: 22, 5: 52} if with_offset else {}
+    min_off = {1: 22, 5: 52} if with_offset and not whole else {}
     picks = [(b, "t", i % 3, None, min_off.get(i)) for i, rs in enumerate(together) for b in rs.batches]
     blocks = rows.message_blocks(picks, pol, "deliver", 9, 5, with_offset, frames)
     assert sum(isinstance(blk, rows.MessageBlock) and len(blk.parts) > 1 for _t, blk in blocks) >= 1
+    if whole:
+        [(_t, blk)] = blocks
+        assert len(blk) == together[0].batches[0].span[0].n
     want = [
         r
         for i, rs in enumerate(alone)
@@ -489,3 +496,21 @@ def test_record_sets_walk_equals_one_set_at_a_time():
         assert [b.payload_bytes for b in together.batches] == [
             b.cols.payload_bytes if b.cols is not None else 0 for b in alone.batches
         ]
+
+
+def test_decimal_runs_from_the_walks_buffer_are_those_of_its_array():
+    """A block's `details` written from the walk's int64 buffer (no array made for it) are the
+    strings its array gives, a prefix per run; text with lone surrogates goes value by value."""
+    import pyarrow as pa
+
+    from brokerscope.protocols.kafka import rows
+
+    arr = pa.array([7, -1, 2**62, 0, 5], pa.int64())
+    buf = arr.buffers()[1]
+    for prefixes in (["a-", "b-"], ["a\udcff-", "b-"], ["only-"]):
+        counts = [2, 2] if len(prefixes) == 2 else [4]
+        raw = rows._decimal_runs(prefixes, counts, (buf, 1), "}", 4)
+        arrayed = rows._decimal_runs(prefixes, counts, arr.slice(1, 4), "}")
+        got = raw.to_pylist() if isinstance(raw, pa.Array) else raw
+        assert got == (arrayed.to_pylist() if isinstance(arrayed, pa.Array) else arrayed)
+        assert got[0] == f"{prefixes[0]}-1}}" and got[-1] == f"{prefixes[-1]}5}}"

@@ -279,12 +279,19 @@ def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_o
     contiguous = all(keep is None for *_x, keep in parts) and all(
         parts[x][2] + parts[x][3] == parts[x + 1][2] for x in range(len(parts) - 1)
     )
+    deltas = None  # the walk's offset deltas as (int64 buffer, first row), where no array is needed
     if contiguous:
         start = parts[0][2]
         total = parts[-1][2] + parts[-1][3] - start
+        deltas = (chunk.w["delta"], start)
+        if start == 0 and total == chunk.n:  # the whole chunk (a frame's batches of one topic)
 
-        def pick(col: pa.Array) -> pa.Array:
-            return col.slice(start, total)
+            def pick(col: pa.Array) -> pa.Array:
+                return col
+        else:
+
+            def pick(col: pa.Array) -> pa.Array:
+                return col.slice(start, total)
     else:
         idx = pa.array(
             np.concatenate([np.arange(f, f + n) if keep is None else keep for _b, _p, f, n, keep in parts]),
@@ -300,12 +307,13 @@ def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_o
     topic, topic_id = picks[0][1], picks[0][3]
     unnamed = topic is None and topic_id is not None
     const = _block_const(ts_ns, direction, topic, corr, frames)
-    delta = pick(col("delta"))
     cols: dict = {
         "key": pol.key_column(pick(col("key"))),
         "message_ts_ns": pick(col("ts_ns")),
         # the batch-level fields, then each record's offset delta
-        "details": _decimal_runs([_details_head(b) for b in batches], counts, delta, "}"),
+        "details": _decimal_runs(
+            [_details_head(b) for b in batches], counts, deltas or pick(col("delta")), "}", total
+        ),
     }
     _per_batch(const, "partition", [x[1] for x in parts], counts)
     _per_batch(const, "producer_id", [b.producer_id for b in batches], counts)
@@ -346,24 +354,36 @@ def _per_batch(const: dict, name: str, values: list, counts: list[int]) -> None:
 
 
 def _decimal_runs(
-    prefixes: list[str], counts: list[int], values: pa.Array, suffix: str = ""
+    prefixes: list[str], counts: list[int], values: pa.Array | tuple, suffix: str = "", n: int = 0
 ) -> pa.Array | list:
-    """`prefix + str(v) + suffix` for each value, the prefix of each run of `counts` values."""
-    if len(prefixes) == 1:
+    """`prefix + str(v) + suffix` for each value, the prefix of each run of `counts` values.
+    `values`: an Arrow array, or `n` int64 values of a buffer from a first one, (buffer, first)."""
+    raw = values.__class__ is tuple
+    if len(prefixes) == 1 and not raw:
         return rec.decimal_strings(prefixes[0], values, suffix)
     try:
         heads = [p.encode() for p in prefixes]
         tail = suffix.encode()
     except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
         heads = None
-    if heads is None or values.null_count or values.type != pa.int64():
+    if raw:
+        buf, first = values
+        if heads is None:
+            values = pa.Array.from_buffers(pa.int64(), first + n, [None, pa.py_buffer(buf)]).slice(first, n)
+    else:
+        if heads is not None and (values.null_count or values.type != pa.int64()):
+            heads = None
+        n = len(values)
+    if heads is None:
         pre = [p for p, k in zip(prefixes, counts) for _ in range(k)]
         return [f"{p}{v}{suffix}" for p, v in zip(pre, values.to_pylist())]
-    runs = np.asarray(counts, np.int32).tobytes()
-    offsets, data = rec._records.decimals(
-        (heads, runs), values.buffers()[1], values.offset, len(values), tail
-    )
-    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    if raw:
+        arg = heads[0] if len(heads) == 1 else (heads, np.asarray(counts, np.int32).tobytes())
+    else:
+        buf, first = values.buffers()[1], values.offset
+        arg = (heads, np.asarray(counts, np.int32).tobytes())
+    offsets, data = rec._records.decimals(arg, buf, first, n, tail)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def message_rows(
