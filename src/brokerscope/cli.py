@@ -404,6 +404,11 @@ def command_name() -> str:
     return f"{shlex.quote(sys.executable)} -m brokerscope.cli"
 
 
+def _command(sub, name: str, help: str, **kw) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` starts with the line the command list shows for it."""
+    return sub.add_parser(name, help=help, description=kw.pop("description", help), **kw)
+
+
 def filter_flags(parser, about: str) -> None:
     """--since, --until, --host and --tcp-port (capture.filter.PacketFilter), for ingest and extract."""
     flt = parser.add_argument_group("filters", about)
@@ -456,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="binary values as base64 (default) or hex",
         )
 
-    ing = sub.add_parser("ingest", help="decode captures and segment files into the lake")
+    ing = _command(sub, "ingest", help="decode captures and segment files into the lake")
     ing.add_argument("paths", nargs="+", help="files, directories or globs (one capture set)")
     common(ing)
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
@@ -506,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
     ing.set_defaults(func=cmd_ingest)
 
-    sq = sub.add_parser(
+    sq = _command(
+        sub,
         "sql",
         help="run SQL over the lake's tables: a query, -f FILE.sql or standard input, several "
         "statements separated by ;",
@@ -523,17 +529,18 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--limit", type=int, help="at most this many rows per result")
     sq.set_defaults(func=cmd_sql)
 
-    sh = sub.add_parser("shell", help="interactive SQL over the lake on one Spark session")
+    sh = _command(sub, "shell", help="interactive SQL over the lake on one Spark session")
     common(sh)
     output(sh, export.TEXT_FORMATS)
     sh.set_defaults(func=cmd_shell)
 
-    tb = sub.add_parser("tables", help="list the lake's tables: rows, Delta version, size")
+    tb = _command(sub, "tables", help="list the lake's tables: rows, Delta version, size")
     common(tb)
     tb.add_argument("--format", choices=export.TEXT_FORMATS, default="table")
     tb.set_defaults(func=cmd_tables)
 
-    ex = sub.add_parser(
+    ex = _command(
+        sub,
         "extract",
         help="write the packets of connections, frames or a time window to a pcapng/pcap for Wireshark",
     )
@@ -558,7 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.set_defaults(func=cmd_extract)
 
-    rp = sub.add_parser(
+    rp = _command(
+        sub,
         "report",
         help="write one self-contained HTML page of plots over the lake (no network needed to open it)",
     )
@@ -585,16 +593,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.set_defaults(func=cmd_report)
 
-    rc = sub.add_parser("recover", help="finish runs that were killed midway, remove their leftovers")
+    rc = _command(sub, "recover", help="finish runs that were killed midway, remove their leftovers")
     common(rc)
     rc.set_defaults(func=cmd_recover)
 
-    op = sub.add_parser("optimize", help="compact every table's small files (delta-rs optimize)")
+    op = _command(sub, "optimize", help="compact every table's small files (delta-rs optimize)")
     common(op)
     op.add_argument("--target-size", help="file size to compact to (default lake.target_file_size, 128MiB)")
     op.set_defaults(func=cmd_optimize)
 
-    va = sub.add_parser("vacuum", help="delete data files the tables no longer reference (delta-rs vacuum)")
+    va = _command(sub, "vacuum", help="delete data files the tables no longer reference (delta-rs vacuum)")
     common(va)
     va.add_argument(
         "--retain-hours",
@@ -604,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     va.set_defaults(func=cmd_vacuum)
 
-    dm = sub.add_parser("demo", help="ingest the bundled sample data and run an example query")
+    dm = _command(sub, "demo", help="ingest the bundled sample data and run an example query")
     common(dm)
     dm.add_argument("--sample-data", help="directory to ingest (default: the repository's sample_data/)")
     dm.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")

@@ -43,7 +43,7 @@ class Summary:
     def lines(self) -> list[str]:
         out = [
             f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
-            f"({self.tcp_segments:,} TCP segments), {self.connections:,} connections, "
+            f"({self.tcp_segments:,} TCP segments), {_count(self.connections, 'connection')}, "
             f"{self.seconds:.1f} s, writer={self.writer or '-'}",
             "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
         ]
@@ -78,3 +78,8 @@ class Summary:
         }[code]
         out.append(f"exit {code}: {verdict}")
         return out
+
+
+def _count(n: int, noun: str) -> str:
+    """`n noun`, plural unless n is 1."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
