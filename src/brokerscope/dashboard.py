@@ -542,6 +542,17 @@ def build(
             raise ValueError(
                 f"no capture {', '.join(unknown)} in the lake at {lake.root} (see its inputs table)"
             )
+    if scope.topics:  # a topic no row names is a typo, not an empty report
+        names = set()
+        for table in ("commands", "messages"):
+            if table in lake.table_names():
+                sql = f"SELECT DISTINCT topic FROM {table} WHERE {_in('topic', scope.topics)}"
+                names.update(src.query(sql).column(0).to_pylist())
+        unknown = [t for t in scope.topics if t not in names]
+        if unknown:
+            raise ValueError(
+                f"no topic {', '.join(unknown)} in the lake at {lake.root} (no commands or messages row names it)"
+            )
 
     def step(msg: str) -> None:
         progress(f"{msg} ({time.monotonic() - t0:.1f} s)")

@@ -296,6 +296,15 @@ def test_a_topic_with_a_quote_is_a_value_not_sql(kafka_lake):
     assert dashboard.row_counts(src, Scope.parse(topics=["orders"]))["streams"] == 3
 
 
+def test_a_topic_no_row_names_is_an_error_not_an_empty_report(kafka_lake, tmp_path):
+    lake, _, _, _ = kafka_lake
+    with pytest.raises(ValueError, match=f"no topic orderz in the lake at {lake.root}"):
+        dashboard.build(lake.root, tmp_path / "r.html", Scope.parse(topics=["orders", "orderz"]))
+    assert not (tmp_path / "r.html").exists()
+    r = dashboard.build(lake.root, tmp_path / "r.html", Scope.parse(topics=["orders"]))
+    assert r.charts > 0
+
+
 def test_a_time_window_keeps_rows_in_it_and_connections_overlapping_it(kafka_lake):
     lake, lat, _, _ = kafka_lake
     src = Source(lake)
