@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -641,22 +640,10 @@ def build(
     )
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _write(out: Path, page: str) -> None:
-    """Write the page whole or not at all (a temporary file renamed over `out`)."""
-    tmp = None
+    """Write the page whole or not at all."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.absolute().parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with export.whole_file(out, "w", encoding="utf-8") as f:
             f.write(page)
-        os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp's is 0600)
-        os.replace(tmp, out)
     except OSError as e:
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
         raise ValueError(f"cannot write the report to {out}: {e.strerror or e}") from None

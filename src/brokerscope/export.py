@@ -10,12 +10,14 @@ shortens long cells and floats, and says how many cells it shortened.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import datetime as dt
 import json
 import math
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +46,20 @@ def check_out(out: str | os.PathLike, what: str) -> None:
         raise ValueError(f"cannot write {out}: no directory {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ValueError(f"cannot write {out}: permission denied")
+
+
+@contextlib.contextmanager
+def whole_file(out: str | os.PathLike, mode: str = "wb", **kw) -> Iterator[IO]:
+    """A file to write `out` through: a temporary file beside it (made as open() makes files),
+    renamed over `out` when the block ends, removed when it fails; `out` is whole or absent."""
+    tmp = f"{out}.part-{os.getpid()}"
+    try:
+        with open(tmp, mode, **kw) as f:
+            yield f
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _timestamp(v: dt.datetime, t: pa.TimestampType) -> str:

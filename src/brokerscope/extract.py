@@ -22,7 +22,6 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -309,35 +308,29 @@ def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
             or len({h[:4] + h[16:24] for h in heads}) > 1
         ):
             raise ValueError(f"{out}: these captures differ in format or link type: write a .pcapng")
-    tmp = f"{out}.part-{os.getpid()}"
     n = 0
-    try:  # a failed write leaves no part file behind
-        with open(tmp, "wb") as fh:
-            for k, (s, offsets) in enumerate(zip(sources, picks)):
-                inp = _Input(s)
-                try:
-                    if s.kind.startswith("pcapng"):
-                        for blk in _pcapng_blocks(inp, offsets):
-                            fh.write(blk)
-                        n += len(offsets)
-                        continue
-                    header, records = _pcap_records(inp, offsets)
-                    if as_pcap:
-                        if k == 0:
-                            fh.write(header)
-                        for rh, data in records:
-                            fh.write(rh + data)
-                            n += 1
-                    else:
-                        for blk in _pcap_as_pcapng(header, records):
-                            fh.write(blk)
-                        n += len(offsets)
-                finally:
-                    inp.close()
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with export.whole_file(out) as fh:
+        for k, (s, offsets) in enumerate(zip(sources, picks)):
+            inp = _Input(s)
+            try:
+                if s.kind.startswith("pcapng"):
+                    for blk in _pcapng_blocks(inp, offsets):
+                        fh.write(blk)
+                    n += len(offsets)
+                    continue
+                header, records = _pcap_records(inp, offsets)
+                if as_pcap:
+                    if k == 0:
+                        fh.write(header)
+                    for rh, data in records:
+                        fh.write(rh + data)
+                        n += 1
+                else:
+                    for blk in _pcap_as_pcapng(header, records):
+                        fh.write(blk)
+                    n += len(offsets)
+            finally:
+                inp.close()
     return n
 
 
