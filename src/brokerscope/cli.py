@@ -214,8 +214,9 @@ def cmd_sql(args) -> int:
     query.check_tables(statements, lake)
     if args.format == "parquet" and not args.out:
         raise UsageError("--format parquet writes a file: give --out FILE")
-    for path in _out_paths(args.out, len(statements)) if args.out else ():
-        export.check_out(path, "the file")
+    if args.out:  # every path a result may go to: statements without one leave fewer results
+        for path in dict.fromkeys([args.out, *_out_paths(args.out, len(statements))]):
+            export.check_out(path, "the file")
     spark = _spark(settings, quiet=True)
     lake.register(spark)
     results, shown = [], 0

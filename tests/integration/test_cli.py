@@ -217,6 +217,10 @@ def test_outputs_that_cannot_be_written_fail_before_the_work(spark, tmp_path, ca
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, err)
         rc, _, err = run(capsys, *argv, str(missing))
         assert rc == report.EXIT_USAGE and f"no directory {missing.parent}" in err, (name, err)
+    # two statements, one of them without a result: the one result goes to --out itself
+    two = "CREATE TEMPORARY VIEW v AS SELECT 1 AS x; SELECT * FROM v"
+    rc, _, err = run(capsys, "sql", two, "--lake", str(lake), "--format", "csv", "--out", str(outdir))
+    assert rc == report.EXIT_USAGE and f"--out {outdir} is a directory" in err, err
     assert list(outdir.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["lake", "outdir"]
 
 
