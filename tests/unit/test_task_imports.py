@@ -1,5 +1,6 @@
 """Spark tasks keep pandas out of their Python worker (pipeline.keep_pandas_out), and decode the
-same rows without it."""
+same rows without it; a worker freezes its modules' objects out of the collector's passes once
+(pipeline.freeze_imports)."""
 
 import json
 import subprocess
@@ -41,3 +42,25 @@ def test_tasks_decode_the_same_rows_without_pandas():
     assert not kept_out["pandas"]
     assert kept_out["rows"] == usual["rows"]
     assert usual["rows"]["messages"][0] > 0 and usual["rows"]["commands"][0] > 0
+
+
+FREEZE = """
+import gc, json
+from brokerscope import pipeline
+before = gc.get_freeze_count()
+pipeline.freeze_imports()
+first = gc.get_freeze_count()
+[object() for _ in range(10)]
+junk = [[i] for i in range(1000)]
+pipeline.freeze_imports()
+print(json.dumps([before, first, gc.get_freeze_count()]))
+"""
+
+
+def test_a_worker_freezes_its_imports_once():
+    """The modules' objects leave the collector's passes at the first decode task; later tasks'
+    objects stay collectable (a second call freezes nothing more)."""
+    out = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, check=True)
+    before, first, again = json.loads(out.stdout)
+    assert before == 0 and first > 10_000
+    assert again == first
