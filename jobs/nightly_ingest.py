@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from brokerscope.cli import exclude_flag
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from brokerscope.pipeline import ingest, make_spark
@@ -28,9 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lake", help="lake directory (default: lake.path from the config)")
     ap.add_argument("--conf", help="brokerscope TOML config")
     ap.add_argument("--reingest", action="store_true", help="decode inputs again even if already ingested")
+    exclude_flag(ap)
     a = ap.parse_args(argv)
     try:
         settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
+        settings.raw["inputs"]["exclude"] += a.exclude or []
         Lake(settings.lake_path).check_writable()
         settings.load_tls_keys()  # [tls] keylog_files, read here on the driver
     except (ValueError, FileNotFoundError) as e:

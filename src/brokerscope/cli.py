@@ -89,6 +89,8 @@ def _settings(args) -> Settings:
             raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")
         overrides.setdefault("protocols", {}).setdefault(proto, {})[options[proto]] = path
     s = Settings.load(args.conf, overrides)
+    if getattr(args, "exclude", None):  # added to [inputs] exclude
+        s.raw["inputs"]["exclude"] += args.exclude
     if getattr(args, "tls_keylog", None):  # added to [tls] keylog_files
         s.raw["tls"]["keylog_files"] += args.tls_keylog
     if getattr(args, "tls_keylog_insecure_ok", False):
@@ -132,7 +134,7 @@ def cmd_ingest(args) -> int:
     def progress(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    disc = inputs.discover(args.paths)
+    disc = inputs.discover(args.paths, settings.exclude)
     summary = ingest(
         args.paths,
         settings,
@@ -436,6 +438,19 @@ def filter_flags(parser, about: str) -> None:
     )
 
 
+def exclude_flag(parser) -> None:
+    """--exclude GLOB, for ingest and the nightly job."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help="no input: files or directories whose name (or path below a directory given) matches "
+        "GLOB, e.g. '*.tmp' (repeatable; added to [inputs] exclude). Hidden files are never inputs "
+        "in a directory, and other files there that are no capture by their bytes nor their name "
+        "are skipped, not failures",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="brokerscope", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -465,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing = _command(sub, "ingest", help="decode captures and segment files into the lake")
     ing.add_argument("paths", nargs="+", help="files, directories or globs (one capture set)")
     common(ing)
+    exclude_flag(ing)
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
     ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
     ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")

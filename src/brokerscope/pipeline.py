@@ -524,9 +524,10 @@ def ingest(
     settings.load_tls_keys()  # the key logs, read here on the driver (the tasks get them with the settings)
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     summary = Summary(run_id=run_id)
-    disc = disc or inputs.discover(paths)
+    disc = disc or inputs.discover(paths, settings.exclude)
     summary.errors = list(disc.errors)
     summary.skipped = list(disc.skipped)
+    summary.excluded = list(disc.excluded)
     summary.capture_errors.extend(
         f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
     )
@@ -819,11 +820,13 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
 
 
 def _rejected_rows(disc, run_id: str) -> list[dict]:
-    """`inputs` rows (status error) for the files discovery found but could not take."""
+    """`inputs` rows for the files discovery found but could not take: status error, or skipped
+    for the sidecars of directories (no input by their bytes nor their name)."""
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     out = []
-    for path, why in [*disc.errors, *disc.skipped]:
+    statuses = [*(("error", e) for e in disc.errors), *(("skipped", e) for e in disc.skipped)]
+    for status, (path, why) in statuses:
         try:
             st = os.stat(path)
         except OSError:
@@ -835,7 +838,7 @@ def _rejected_rows(disc, run_id: str) -> list[dict]:
                 "mtime": st.st_mtime_ns // 1000,
                 "run_id": run_id,
                 "ingested_at": now_us,
-                "status": "error",
+                "status": status,
                 "error": why,
                 "date": today,
             }

@@ -89,20 +89,24 @@ def test_a_capture_of_garbage_is_an_error_not_ok(spark, tmp_path, capsys):
 
 
 def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_path, capsys):
+    """In a directory, a README is skipped (no failure); an empty file named as a capture is
+    rejected (tcpdump died before writing it): both are listed and recorded."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     write_capture(str(inbox / "a.pcap"), n_conns=2, exchanges=2)
     (inbox / "empty.pcap").write_bytes(b"")
     (inbox / "README").write_text("captures of the night\n")
     lake = tmp_path / "lake"
-    rc, out, _ = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q")
+    rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q")
     assert rc == report.EXIT_PARTIAL
-    assert "skipped in directories: 2 file(s):" in out and "README (not a capture" in out
+    assert f"rejected: 1 file(s): {inbox / 'empty.pcap'} (empty file)" in out
+    assert f"skipped, not a capture: 1 file(s): {inbox / 'README'}\n" in out
+    assert f"brokerscope: {inbox / 'empty.pcap'}: empty file" in err and "README" not in err
     inp = _inputs(lake)
     assert {k: v["status"] for k, v in inp.items()} == {
         "a.pcap": "ok",
         "empty.pcap": "error",
-        "README": "error",
+        "README": "skipped",
     }
     # the nightly job does not report them again, and says all is well
     sys.path.insert(0, str(ROOT / "jobs"))
@@ -114,6 +118,48 @@ def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_pat
     rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q", "--skip-ingested")
     assert rc == report.EXIT_OK and "brokerscope: " not in err, err
     assert "already ingested: 1 file(s) skipped" in out and "rejected" not in out
+
+
+def test_a_capture_directory_with_sidecars_ingests_cleanly(spark, tmp_path, capsys):
+    """A real capture directory (deepflow's captures, each with its .result) plus what people and
+    tools leave there: the first run exits 0, the sidecars skipped and recorded as such; hidden
+    and --exclude'd files are not inputs. A damaged capture dropped in later is still exit 3
+    with its reason, and one named as a capture whose bytes are none is rejected."""
+    night = tmp_path / "night"
+    shutil.copytree(CAPTURES / "deepflow", night)
+    (night / "README").write_text("captures of broker-3\n")
+    (night / "SHA256SUMS.sha256").write_text("0" * 64 + "  00-produce-v2.pcap\n")
+    (night / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+    shutil.copy(SAMPLE_DATA / "kafka" / "zstd.pcap", night / "current.pcap.tmp")
+    lake = tmp_path / "lake"
+    caps = sorted(p.name for p in night.glob("*.pcap"))
+    rc, out, err = run(capsys, "ingest", str(night), "--lake", str(lake), "-q", "--exclude", "*.tmp")
+    assert rc == report.EXIT_OK, out
+    assert "brokerscope: " not in err and "rejected" not in out
+    assert f"skipped, not a capture: {len(caps) - 1 + 2} file(s):" in out  # every .result, README, sums
+    assert "excluded: 1 path(s)" in out and "\nexit 0: every input read cleanly\n" in out
+    inp = _inputs(lake)
+    assert {n for n, r in inp.items() if r["status"] == "ok"} == set(caps)
+    assert {n for n, r in inp.items() if r["status"] != "ok"} == {
+        *(p.name for p in night.glob("*.result")),
+        "README",
+        "SHA256SUMS.sha256",
+    }
+    assert {r["status"] for n, r in inp.items() if n not in caps} == {"skipped"}
+    # a damaged capture and a torn one arrive: the nightly job names both, exit 3
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import nightly_ingest
+
+    data = (SAMPLE_DATA / "kafka" / "zstd.pcap").read_bytes()
+    (night / "cut.pcap").write_bytes(data[:9000])
+    (night / "torn.pcap").write_bytes(bytes(24) + data[24:])
+    rc = nightly_ingest.main(["--input", str(night), "--lake", str(lake), "--exclude", "*.tmp"])
+    out = capsys.readouterr().out
+    assert rc == report.EXIT_PARTIAL
+    assert f"partial: 1 file(s): {night / 'cut.pcap'} (truncated record at offset" in out
+    assert f"rejected: 1 file(s): {night / 'torn.pcap'} (not a capture" in out
+    assert "skipped, not a capture" not in out and "current.pcap.tmp" not in str(_inputs(lake))
+    assert (_inputs(lake)["torn.pcap"]["status"], _inputs(lake)["cut.pcap"]["status"]) == ("error", "partial")
 
 
 def test_ingest_with_nothing_valid_fails_plainly(tmp_path, capsys):
