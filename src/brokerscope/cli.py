@@ -270,21 +270,34 @@ def cmd_tables(args) -> int:
 
 
 def _recover(lake) -> list[str]:
-    """Finish runs that were killed between their table commits (one line each, on stderr)."""
-    lines = lake.recover()
+    """Finish runs that were killed between their table commits (one line each, on stderr). On a
+    lake this process cannot write (a read-only mount, a snapshot), one line says so and the
+    command reads what is committed."""
+    try:
+        lines = lake.recover()
+    except OSError as e:
+        print(
+            f"brokerscope: cannot finish interrupted runs in {lake.root} ({e.strerror or e}): "
+            "reading what they committed",
+            file=sys.stderr,
+        )
+        return []
     for line in lines:
         print(f"brokerscope: {line}", file=sys.stderr)
     return lines
 
 
-def _open_lake(args, recover: bool = True):
-    """(settings, lake) for a command that reads an existing lake: one line and exit 2 when there
-    is none; runs killed midway are finished first."""
+def _open_lake(args, recover: bool = True, write: bool = False):
+    """(settings, lake) for a command on an existing lake: one line and exit 2 when there is none,
+    or (`write`: the command changes it) when it cannot be written; runs killed midway are
+    finished first."""
     from .lake import Lake
 
     settings = _settings(args)
     lake = Lake(settings.lake_path)
     lake.check_readable()
+    if write:
+        lake.check_writable()
     if recover:
         _recover(lake)
     return settings, lake
@@ -331,7 +344,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_recover(args) -> int:
-    _, lake = _open_lake(args, recover=False)
+    _, lake = _open_lake(args, recover=False, write=True)
     if not _recover(lake):
         print(f"nothing to recover in {lake.root}")
     return 0
@@ -344,7 +357,7 @@ def _files(lake) -> dict[str, int]:
 def cmd_optimize(args) -> int:
     from .config import parse_size
 
-    settings, lake = _open_lake(args)
+    settings, lake = _open_lake(args, write=True)
     before = _files(lake)
     size = parse_size(args.target_size) if args.target_size else settings.target_file_size
     lake.optimize(None, size)
@@ -355,7 +368,7 @@ def cmd_optimize(args) -> int:
 
 def cmd_vacuum(args) -> int:
 
-    settings, lake = _open_lake(args)
+    settings, lake = _open_lake(args, write=not args.dry_run)
     hours = settings.vacuum_retain_hours if args.retain_hours is None else args.retain_hours
     gone = lake.vacuum(hours, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"

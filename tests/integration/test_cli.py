@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import random
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -228,6 +231,109 @@ def test_bad_lake_paths_and_ports_fail_before_spark(tmp_path, capsys, monkeypatc
     import nightly_ingest
 
     assert nightly_ingest.main(["--input", str(good), "--lake", str(afile)]) == report.EXIT_USAGE
+
+
+# every subcommand that takes --lake, with what else it needs to get as far as the lake
+LAKE_COMMANDS = {
+    "ingest": ["ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap"), "-q"],
+    "demo": ["demo", "-q"],
+    "sql": ["sql", "SELECT 1"],
+    "shell": ["shell"],
+    "tables": ["tables"],
+    "report": ["report", "-o", "/dev/null"],
+    "extract": ["extract", "--conn-id", "0", "-o", "/dev/null"],
+    "recover": ["recover"],
+    "optimize": ["optimize"],
+    "vacuum": ["vacuum"],
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc")
+def test_lake_paths_that_cannot_be_a_lake_are_one_line_naming_what_is_wrong(tmp_path, capsys, monkeypatch):
+    """--lake /proc (a directory no file can be created in), a path under it, a file, a path
+    under a file, a broken link: for every subcommand, one line naming the path and what is
+    wrong, exit 2, before Spark starts (it said "cannot write to the lake /proc: No such file or
+    directory": /proc exists)."""
+    _no_spark(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    writers = {"ingest", "demo"}
+    cases = {
+        "/proc": "cannot write to the lake /proc: cannot create files in /proc (",
+        "/proc/lake": "cannot write to the lake /proc/lake: cannot create the directory /proc/lake in /proc (",
+        str(afile): f"lake {afile} is not a directory: it is a file",
+        str(afile / "lake"): f"cannot write to the lake {afile / 'lake'}: {afile} is a file, not a directory",
+        str(tmp_path / "link"): f"lake {tmp_path / 'link'} is not a directory: it is a broken symbolic link",
+    }
+    for lake, why in cases.items():
+        for name, argv in LAKE_COMMANDS.items():
+            monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+            rc, out, err = run(capsys, *argv, "--lake", lake)
+            if name not in writers and "cannot write" in why:  # a reader is told there is no lake
+                why_here = f"no brokerscope lake at {lake} (run `brokerscope ingest` first)"
+            else:
+                why_here = why
+            assert (rc, out, err.count("\n")) == (report.EXIT_USAGE, "", 1), (lake, name, err)
+            assert err.startswith(f"brokerscope: {why_here}"), (lake, name, err)
+        sys.path.insert(0, str(ROOT / "jobs"))
+        import nightly_ingest
+
+        assert (
+            nightly_ingest.main(["--input", str(SAMPLE_DATA / "kafka"), "--lake", lake]) == report.EXIT_USAGE
+        )
+        err = capsys.readouterr().err
+        assert err.startswith(f"nightly_ingest: {why}") and err.count("\n") == 1, err
+    assert not afile.is_dir() and not (tmp_path / "gone").exists()
+
+
+@contextlib.contextmanager
+def _read_only(src: Path, at: Path):
+    """`src` seen read-only at `at`: a read-only bind mount as root (who writes through
+    permissions), else mode 0555 on every directory of a copy. Skips where neither works."""
+    if os.geteuid() != 0:
+        shutil.copytree(src, at)
+        for d, _, _ in os.walk(at):
+            os.chmod(d, 0o555)
+        try:
+            yield at
+        finally:
+            for d, _, _ in os.walk(at):
+                os.chmod(d, 0o755)
+        return
+    at.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(src), str(at)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("root, and no bind mount to make a directory read-only")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(at)], capture_output=True).returncode:
+            pytest.skip("root, and no read-only remount")
+        yield at
+    finally:
+        subprocess.run(["umount", str(at)], check=True)
+
+
+def test_a_read_only_lake_is_read_and_refused_for_writes(sample_lake, tmp_path, capsys, monkeypatch):
+    """A lake on a read-only mount (a snapshot, an archive) with a run left unfinished: the
+    commands that write it say so in one line, exit 2, before they start (optimize crashed with
+    a Delta error, every command with OSError on the run's lock); those that read it say that
+    the interrupted run could not be finished and read what is committed."""
+    _no_spark(monkeypatch)
+    copy = tmp_path / "copy"
+    shutil.copytree(sample_lake, copy)
+    (copy / "_runs" / "20260101T000000-deadbeef").mkdir(parents=True)  # killed before its manifest
+    with _read_only(copy, tmp_path / "ro") as ro:
+        for name in ("ingest", "recover", "optimize", "vacuum"):
+            rc, out, err = run(capsys, *LAKE_COMMANDS[name], "--lake", str(ro))
+            assert (rc, out) == (report.EXIT_USAGE, ""), (name, err)
+            assert err.startswith(f"brokerscope: cannot write to the lake {ro}: cannot create files in ")
+            assert err.count("\n") == 1, (name, err)
+        for argv in (["tables"], ["vacuum", "--dry-run"]):
+            rc, out, err = run(capsys, *argv, "--lake", str(ro))
+            assert rc == 0 and "\ninputs " in out and out.endswith(" rows)\n"), (argv, out, err)
+            assert err == f"brokerscope: cannot finish interrupted runs in {ro} (" + err.split("(", 1)[1]
+            assert err.endswith("): reading what they committed\n") and err.count("\n") == 1
+    assert (copy / "_runs" / "20260101T000000-deadbeef").is_dir()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
