@@ -195,11 +195,14 @@ def _out_paths(out: str, n: int) -> list[str]:
 
 
 def _write_out(results, args) -> None:
+    """Each result to its --out file, whole or not at all (export.whole_file): a write that fails
+    leaves the file as it was."""
     for table, path in zip(results, _out_paths(args.out, len(results))):
         if args.format == "parquet":
-            export.write_parquet(table, path)
+            with export.whole_file(path) as f:
+                export.write_parquet(table, f)
         else:
-            with open(path, "w", encoding="utf-8", newline="") as f:
+            with export.whole_file(path, "w", encoding="utf-8", newline="") as f:
                 export.write(table, args.format, f, args.binary)
         print(f"brokerscope: wrote {table.num_rows} row(s) to {path}", file=sys.stderr)
 

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,12 +52,23 @@ def check_out(out: str | os.PathLike, what: str) -> None:
 @contextlib.contextmanager
 def whole_file(out: str | os.PathLike, mode: str = "wb", **kw) -> Iterator[IO]:
     """A file to write `out` through: a temporary file beside it (made as open() makes files),
-    renamed over `out` when the block ends, removed when it fails; `out` is whole or absent."""
-    tmp = f"{out}.part-{os.getpid()}"
+    renamed over `out` when the block ends, removed when it fails; `out` is whole, as it was, or
+    absent. A symbolic link to a file has its file replaced; a device or pipe (/dev/stdout, a
+    FIFO) is written as it is, there being nothing to rename over it."""
+    try:
+        regular = stat.S_ISREG(os.stat(out).st_mode)
+    except FileNotFoundError:
+        regular = True  # a new file, or a link to one
+    if not regular:
+        with open(out, mode, **kw) as f:
+            yield f
+        return
+    target = os.path.realpath(out)
+    tmp = f"{target}.part-{os.getpid()}"
     try:
         with open(tmp, mode, **kw) as f:
             yield f
-        os.replace(tmp, out)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -235,12 +247,12 @@ def write_table(table: pa.Table, out: IO[str], binary: str = "base64") -> int:
     return shortened
 
 
-def write_parquet(table: pa.Table, path: str) -> None:
+def write_parquet(table: pa.Table, out: str | IO[bytes]) -> None:
     """The result as Parquet with its Arrow types (binary stays binary, timestamps keep their
-    unit and zone, nested columns stay nested)."""
+    unit and zone, nested columns stay nested), to a path or a binary file."""
     import pyarrow.parquet as pq
 
-    pq.write_table(table, path)
+    pq.write_table(table, out)
 
 
 WRITERS = {"table": write_table, "csv": write_csv, "json": write_json, "jsonl": write_jsonl}
