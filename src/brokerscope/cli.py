@@ -541,7 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read key logs even when their group or others may read them",
     )
-    ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    ing.add_argument(
+        "-q", "--quiet", action="store_true", help="no Spark progress bar (drawn only on a terminal)"
+    )
     ing.set_defaults(func=cmd_ingest)
 
     sq = _command(
@@ -648,7 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm = _command(sub, "demo", help="ingest the bundled sample data and run an example query")
     common(dm)
     dm.add_argument("--sample-data", help="directory to ingest (default: the repository's sample_data/)")
-    dm.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    dm.add_argument(
+        "-q", "--quiet", action="store_true", help="no Spark progress bar (drawn only on a terminal)"
+    )
     dm.set_defaults(func=cmd_demo, port=None, split_size=None, payload=None)
     return p
 

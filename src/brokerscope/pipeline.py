@@ -77,9 +77,11 @@ class Staged:
 def make_spark(
     settings: Settings, app_name: str | None = None, quiet_progress: bool = False, class_cache: bool = False
 ):
-    """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on. With
-    `class_cache` (the CLI), a local JVM maps its class archive or writes it (classcache.py);
-    a JVM that writes it must be waited for: `finish_class_cache` at the end of the process."""
+    """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on. Spark's
+    progress bar is drawn unless `quiet_progress`, and only on a terminal (in a log or a pipe its
+    carriage returns are noise). With `class_cache` (the CLI), a local JVM maps its class archive
+    or writes it (classcache.py); a JVM that writes it must be waited for: `finish_class_cache`
+    at the end of the process."""
     from pyspark.sql import SparkSession
 
     # Under spark-submit the driver JVM already exists (PYSPARK_GATEWAY_PORT is set) and holds
@@ -106,7 +108,7 @@ def make_spark(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "static",
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false" if quiet_progress else "true",
+        "spark.ui.showConsoleProgress": str(not quiet_progress and sys.stderr.isatty()).lower(),
         "spark.sql.adaptive.enabled": "true",
         "spark.python.worker.reuse": "true",
         # the decode stage's input batches end at this size too, whatever the packets' sizes

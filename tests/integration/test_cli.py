@@ -469,3 +469,38 @@ def test_nightly_job_never_ingests_a_file_twice(spark, tmp_path, capsys):
 
 def test_sample_data_exists_with_provenance():
     assert (SAMPLE_DATA / "README.md").is_file()
+
+
+# the progress-bar setting of a session made as the CLI makes one for `ingest` (no -q)
+PROGRESS_PROBE = (
+    "from brokerscope.config import Settings; from brokerscope.pipeline import make_spark; "
+    "s = make_spark(Settings.load(overrides={'spark': {'master': 'local[1]'}})); "
+    "print(s.sparkContext.getConf().get('spark.ui.showConsoleProgress')); s.stop()"
+)
+
+
+def test_the_progress_bar_is_drawn_only_on_a_terminal(tmp_path):
+    """Without -q, Spark's progress bar is on when standard error is a terminal, off when it is
+    a pipe or a file (a nightly log, `2> err.txt`): it drew carriage-return lines into those."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    got = {}
+    for where in ("pipe", "terminal"):
+        main, term = os.openpty()
+        err = term if where == "terminal" else subprocess.PIPE
+        try:
+            p = subprocess.run(
+                [sys.executable, "-c", PROGRESS_PROBE],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                timeout=600,
+                cwd=tmp_path,
+            )
+        finally:
+            os.close(term)
+            os.close(main)
+        assert p.returncode == 0, p.stderr
+        got[where] = p.stdout.split()[-1]
+    assert got == {"pipe": "false", "terminal": "true"}
