@@ -19,10 +19,13 @@ CAPTURE_KINDS = ("pcap", "pcapng", "pcap.gz", "pcapng.gz")
 # companion files read by a segment reader next to its log; never inputs of their own
 _COMPANIONS = (".index", ".timeindex", ".txnindex", ".snapshot", ".checkpoint", ".leader-epoch-checkpoint")
 # a name that says "capture" or "segment": tcpdump's and dumpcap's (-C/-W rotation appends digits:
-# x.pcap1, x.pcap00), gzip'd ones, and a broker segment's 20-digit base offset. A file of such a
-# name found in a directory and of no known format by its first bytes is a damaged input (an
-# error); a file of any other name is a sidecar (README, checksums, tool output): skipped.
-_INPUT_NAME = re.compile(r"\.(pcap|pcapng|cap|ntar)\d*(\.gz)?$|^\d{20}\.log$", re.IGNORECASE)
+# x.pcap1, x.pcap00), compressed ones (gzip is read; the others are errors that say so), and a
+# broker segment's 20-digit base offset. A file of such a name found in a directory and of no
+# known format by its first bytes is a damaged or unreadable input (an error); a file of any other
+# name is a sidecar (README, checksums, tool output): skipped.
+_INPUT_NAME = re.compile(
+    r"\.(pcap|pcapng|cap|ntar)\d*(\.(gz|zst|xz|bz2|lz4|zip|7z))?$|^\d{20}\.log$", re.IGNORECASE
+)
 EMPTY = "empty file"
 NOT_INPUT = "not a capture (pcap, pcapng, gzip) or a broker segment file"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import shutil
@@ -56,6 +57,9 @@ def test_a_damaged_capture_in_a_directory_stays_an_error(tmp_path):
     (night / "torn.pcap").write_bytes(b"\x00" * 24 + data[24:])  # its header overwritten
     (night / "rotated.pcap3").write_bytes(b"")  # tcpdump -C's fourth file, never written
     (night / "broken.pcapng.gz").write_bytes(gzip.compress(b"half a pcapng header"))
+    (night / "night.pcap.bz2").write_bytes(
+        bz2.compress(data)
+    )  # a capture, compressed as brokerscope cannot read
     seg = night / "orders-0"
     seg.mkdir()
     (seg / "00000000000000000000.log").write_bytes(bytes(64))  # a segment of zeros
@@ -66,6 +70,7 @@ def test_a_damaged_capture_in_a_directory_stays_an_error(tmp_path):
         "torn.pcap": inputs.NOT_INPUT,
         "rotated.pcap3": inputs.EMPTY,
         "broken.pcapng.gz": inputs.NOT_INPUT,
+        "night.pcap.bz2": inputs.NOT_INPUT,
         "00000000000000000000.log": inputs.NOT_INPUT,
     }
     assert not {Path(p).name for p, _ in d.skipped} & set(errors)
