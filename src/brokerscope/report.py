@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 EXIT_OK = 0  # every input was read cleanly
 EXIT_FAILED = 1  # the run failed; nothing of it was committed
 EXIT_USAGE = 2  # bad arguments, configuration or lake path (found before Spark starts)
-EXIT_PARTIAL = 3  # ingested, but some inputs were partial (damaged) or rejected (not sidecars: skipped)
+EXIT_PARTIAL = 3  # ingested, but some inputs were partial (damaged) or rejected
 EXIT_NOTHING = 4  # no input could be ingested
 SHOWN = 5  # files named per kind of problem in the summary; the rest are counted
 
@@ -17,8 +17,10 @@ SHOWN = 5  # files named per kind of problem in the summary; the rest are counte
 class Summary:
     run_id: str
     files: int = 0
-    errors: list[tuple[str, str]] = field(default_factory=list)  # named paths that are no input
-    # files inside directories that are no input by their bytes nor their name: no failure
+    # (path, why) rejected: named paths, or files in directories named as captures, that are no input
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    # files inside directories that are no input by their bytes nor their name (sidecars): listed
+    # and recorded, but no failure: they do not make the exit code
     skipped: list[tuple[str, str]] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)  # paths an exclude glob left out
     skipped_already_ingested: list[str] = field(default_factory=list)
