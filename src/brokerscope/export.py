@@ -42,11 +42,27 @@ def check_out(out: str | os.PathLike, what: str) -> None:
     p = Path(out)
     if p.is_dir():
         raise ValueError(f"--out {out} is a directory: name {what} to write")
-    parent = p.absolute().parent
+    target = _replaced(out)
+    if target is None:  # a device or pipe, written as it is
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"cannot write {out}: permission denied")
+        return
+    parent = Path(target).parent  # where the part file is made (a link's file's directory)
     if not parent.is_dir():
         raise ValueError(f"cannot write {out}: no directory {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ValueError(f"cannot write {out}: permission denied")
+
+
+def _replaced(out: str | os.PathLike) -> str | None:
+    """The file whole_file replaces to write `out`: `out`, or the file a link names (absolute);
+    None for a device or pipe (/dev/stdout, a FIFO), which is written as it is."""
+    try:
+        if not stat.S_ISREG(os.stat(out).st_mode):
+            return None
+    except FileNotFoundError:
+        pass  # a new file, or a link to one
+    return os.path.realpath(out)
 
 
 @contextlib.contextmanager
@@ -55,15 +71,11 @@ def whole_file(out: str | os.PathLike, mode: str = "wb", **kw) -> Iterator[IO]:
     renamed over `out` when the block ends, removed when it fails; `out` is whole, as it was, or
     absent. A symbolic link to a file has its file replaced; a device or pipe (/dev/stdout, a
     FIFO) is written as it is, there being nothing to rename over it."""
-    try:
-        regular = stat.S_ISREG(os.stat(out).st_mode)
-    except FileNotFoundError:
-        regular = True  # a new file, or a link to one
-    if not regular:
+    target = _replaced(out)
+    if target is None:
         with open(out, mode, **kw) as f:
             yield f
         return
-    target = os.path.realpath(out)
     tmp = f"{target}.part-{os.getpid()}"
     try:
         with open(tmp, mode, **kw) as f:

@@ -166,3 +166,15 @@ def test_whole_file_through_a_link_replaces_the_file_it_names(tmp_path):
     with export.whole_file(link, "w") as f:
         export.write(result().select(["ratio"]), "csv", f)
     assert link.is_symlink() and real.read_text() == 'ratio\n0.078507\n""\n'
+
+
+def test_check_out_looks_where_whole_file_writes(tmp_path):
+    """A link's file is replaced in the link's target directory: one that is missing is named
+    before the work (it was found at the write, after the query); a pipe needs no directory."""
+    link = tmp_path / "latest.csv"
+    link.symlink_to(tmp_path / "gone" / "today.csv")
+    with pytest.raises(ValueError, match=f"cannot write {link}: no directory {tmp_path / 'gone'}$"):
+        export.check_out(link, "the file")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    export.check_out(fifo, "the file")
