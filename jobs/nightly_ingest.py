@@ -4,10 +4,13 @@ that the lake has not ingested yet (same path, size and mtime), as one capture s
     . .venv/bin/activate   # or PYSPARK_PYTHON=<venv>/bin/python: see README, "Running on a cluster"
     spark-submit --master spark://host:7077 --properties-file conf/spark-defaults.conf \
         --driver-java-options -Dlog4j2.configurationFile=conf/log4j2.properties \
-        jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml]
+        jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml] \
+        [--exclude GLOB ...]
 
 Exits as `brokerscope ingest` does (README, "Exit codes"): 0 every input read cleanly, 1 the run
-failed, 2 bad arguments or lake path, 3 some inputs partial or rejected, 4 nothing ingested.
+failed, 2 bad arguments or lake path, 3 some inputs partial or rejected, 4 nothing ingested. The
+files beside the captures (README, checksums, tool output) are skipped as `ingest` skips them,
+not failures.
 All logic lives in the brokerscope package; this file only parses arguments.
 """
 
