@@ -4,10 +4,13 @@ that the lake has not ingested yet (same path, size and mtime), as one capture s
     . .venv/bin/activate   # or PYSPARK_PYTHON=<venv>/bin/python: see README, "Running on a cluster"
     spark-submit --master spark://host:7077 --properties-file conf/spark-defaults.conf \
         --driver-java-options -Dlog4j2.configurationFile=conf/log4j2.properties \
-        jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml]
+        jobs/nightly_ingest.py --input /data/captures/2026-11-20 --lake /data/lake [--conf conf/brokerscope.toml] \
+        [--exclude GLOB ...]
 
 Exits as `brokerscope ingest` does (README, "Exit codes"): 0 every input read cleanly, 1 the run
-failed, 2 bad arguments or lake path, 3 some inputs partial or rejected, 4 nothing ingested.
+failed, 2 bad arguments or lake path, 3 some inputs partial or rejected, 4 nothing ingested. The
+files beside the captures (README, checksums, tool output) are skipped as `ingest` skips them,
+not failures.
 All logic lives in the brokerscope package; this file only parses arguments.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from brokerscope.cli import exclude_flag
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from brokerscope.pipeline import ingest, make_spark
@@ -28,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lake", help="lake directory (default: lake.path from the config)")
     ap.add_argument("--conf", help="brokerscope TOML config")
     ap.add_argument("--reingest", action="store_true", help="decode inputs again even if already ingested")
+    exclude_flag(ap)
     a = ap.parse_args(argv)
     try:
         settings = Settings.load(a.conf, {"lake": {"path": a.lake}} if a.lake else None)
+        settings.raw["inputs"]["exclude"] += a.exclude or []
         Lake(settings.lake_path).check_writable()
         settings.load_tls_keys()  # [tls] keylog_files, read here on the driver
     except (ValueError, FileNotFoundError) as e:

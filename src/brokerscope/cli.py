@@ -89,6 +89,8 @@ def _settings(args) -> Settings:
             raise UsageError(f"--schema wants PROTO=FILE with PROTO one of {known}, not {spec!r}")
         overrides.setdefault("protocols", {}).setdefault(proto, {})[options[proto]] = path
     s = Settings.load(args.conf, overrides)
+    if getattr(args, "exclude", None):  # added to [inputs] exclude
+        s.raw["inputs"]["exclude"] += args.exclude
     if getattr(args, "tls_keylog", None):  # added to [tls] keylog_files
         s.raw["tls"]["keylog_files"] += args.tls_keylog
     if getattr(args, "tls_keylog_insecure_ok", False):
@@ -132,7 +134,7 @@ def cmd_ingest(args) -> int:
     def progress(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    disc = inputs.discover(args.paths)
+    disc = inputs.discover(args.paths, settings.exclude)
     summary = ingest(
         args.paths,
         settings,
@@ -193,11 +195,14 @@ def _out_paths(out: str, n: int) -> list[str]:
 
 
 def _write_out(results, args) -> None:
+    """Each result to its --out file, whole or not at all (export.whole_file): a write that fails
+    leaves the file as it was."""
     for table, path in zip(results, _out_paths(args.out, len(results))):
         if args.format == "parquet":
-            export.write_parquet(table, path)
+            with export.whole_file(path) as f:
+                export.write_parquet(table, f)
         else:
-            with open(path, "w", encoding="utf-8", newline="") as f:
+            with export.whole_file(path, "w", encoding="utf-8", newline="") as f:
                 export.write(table, args.format, f, args.binary)
         print(f"brokerscope: wrote {table.num_rows} row(s) to {path}", file=sys.stderr)
 
@@ -268,21 +273,34 @@ def cmd_tables(args) -> int:
 
 
 def _recover(lake) -> list[str]:
-    """Finish runs that were killed between their table commits (one line each, on stderr)."""
-    lines = lake.recover()
+    """Finish runs that were killed between their table commits (one line each, on stderr). On a
+    lake this process cannot write (a read-only mount, a snapshot), one line says so and the
+    command reads what is committed."""
+    try:
+        lines = lake.recover()
+    except OSError as e:
+        print(
+            f"brokerscope: cannot finish interrupted runs in {lake.root} ({e.strerror or e}): "
+            "reading what they committed",
+            file=sys.stderr,
+        )
+        return []
     for line in lines:
         print(f"brokerscope: {line}", file=sys.stderr)
     return lines
 
 
-def _open_lake(args, recover: bool = True):
-    """(settings, lake) for a command that reads an existing lake: one line and exit 2 when there
-    is none; runs killed midway are finished first."""
+def _open_lake(args, recover: bool = True, write: bool = False):
+    """(settings, lake) for a command on an existing lake: one line and exit 2 when there is none,
+    or (`write`: the command changes it) when it cannot be written; runs killed midway are
+    finished first."""
     from .lake import Lake
 
     settings = _settings(args)
     lake = Lake(settings.lake_path)
     lake.check_readable()
+    if write:
+        lake.check_writable()
     if recover:
         _recover(lake)
     return settings, lake
@@ -329,7 +347,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_recover(args) -> int:
-    _, lake = _open_lake(args, recover=False)
+    _, lake = _open_lake(args, recover=False, write=True)
     if not _recover(lake):
         print(f"nothing to recover in {lake.root}")
     return 0
@@ -342,7 +360,7 @@ def _files(lake) -> dict[str, int]:
 def cmd_optimize(args) -> int:
     from .config import parse_size
 
-    settings, lake = _open_lake(args)
+    settings, lake = _open_lake(args, write=True)
     before = _files(lake)
     size = parse_size(args.target_size) if args.target_size else settings.target_file_size
     lake.optimize(None, size)
@@ -353,7 +371,7 @@ def cmd_optimize(args) -> int:
 
 def cmd_vacuum(args) -> int:
 
-    settings, lake = _open_lake(args)
+    settings, lake = _open_lake(args, write=not args.dry_run)
     hours = settings.vacuum_retain_hours if args.retain_hours is None else args.retain_hours
     gone = lake.vacuum(hours, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
@@ -436,6 +454,19 @@ def filter_flags(parser, about: str) -> None:
     )
 
 
+def exclude_flag(parser) -> None:
+    """--exclude GLOB, for ingest and the nightly job."""
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help="no input: files or directories whose name (or path below a directory given) matches "
+        "GLOB, e.g. '*.tmp' (repeatable; added to [inputs] exclude). Hidden files are never inputs "
+        "in a directory, and other files there that are no capture by their bytes nor their name "
+        "are skipped, not failures",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="brokerscope", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -465,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing = _command(sub, "ingest", help="decode captures and segment files into the lake")
     ing.add_argument("paths", nargs="+", help="files, directories or globs (one capture set)")
     common(ing)
+    exclude_flag(ing)
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
     ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
     ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")
@@ -509,7 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read key logs even when their group or others may read them",
     )
-    ing.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    ing.add_argument(
+        "-q", "--quiet", action="store_true", help="no Spark progress bar (drawn only on a terminal)"
+    )
     ing.set_defaults(func=cmd_ingest)
 
     sq = _command(
@@ -616,7 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm = _command(sub, "demo", help="ingest the bundled sample data and run an example query")
     common(dm)
     dm.add_argument("--sample-data", help="directory to ingest (default: the repository's sample_data/)")
-    dm.add_argument("-q", "--quiet", action="store_true", help="no Spark progress bar")
+    dm.add_argument(
+        "-q", "--quiet", action="store_true", help="no Spark progress bar (drawn only on a terminal)"
+    )
     dm.set_defaults(func=cmd_demo, port=None, split_size=None, payload=None)
     return p
 

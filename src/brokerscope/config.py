@@ -27,6 +27,8 @@ _CORE: dict = {
         "class_cache": True,
         "conf": {},
     },
+    # globs of file and directory names (or paths below a directory given) that are no input
+    "inputs": {"exclude": []},
     "capture": {
         "split_size": 128 * 1024**2,
         "max_pending_fragments": 4096,
@@ -176,6 +178,9 @@ class Settings:
         for key in ("hosts", "ports"):
             if not isinstance(self.raw["filter"][key], list):
                 raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")
+        ex = self.raw["inputs"]["exclude"]
+        if not isinstance(ex, list) or not all(isinstance(g, str) and g for g in ex):
+            raise ValueError(f"inputs.exclude must be a list of globs, not {ex!r}")
         files = self.raw["tls"]["keylog_files"]
         if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
             raise ValueError(f"tls.keylog_files must be a list of paths, not {files!r}")
@@ -216,6 +221,11 @@ class Settings:
     @property
     def vacuum_retain_hours(self) -> float:
         return float(self.raw["lake"]["vacuum_retain_hours"])
+
+    @property
+    def exclude(self) -> list[str]:
+        """Globs of names (or paths below a directory given) that are no input (inputs.discover)."""
+        return list(self.raw["inputs"]["exclude"])
 
     @property
     def master(self) -> str:

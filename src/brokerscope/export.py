@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,22 +42,45 @@ def check_out(out: str | os.PathLike, what: str) -> None:
     p = Path(out)
     if p.is_dir():
         raise ValueError(f"--out {out} is a directory: name {what} to write")
-    parent = p.absolute().parent
+    target = _replaced(out)
+    if target is None:  # a device or pipe, written as it is
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"cannot write {out}: permission denied")
+        return
+    parent = Path(target).parent  # where the part file is made (a link's file's directory)
     if not parent.is_dir():
         raise ValueError(f"cannot write {out}: no directory {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ValueError(f"cannot write {out}: permission denied")
 
 
+def _replaced(out: str | os.PathLike) -> str | None:
+    """The file whole_file replaces to write `out`: `out`, or the file a link names (absolute);
+    None for a device or pipe (/dev/stdout, a FIFO), which is written as it is."""
+    try:
+        if not stat.S_ISREG(os.stat(out).st_mode):
+            return None
+    except FileNotFoundError:
+        pass  # a new file, or a link to one
+    return os.path.realpath(out)
+
+
 @contextlib.contextmanager
 def whole_file(out: str | os.PathLike, mode: str = "wb", **kw) -> Iterator[IO]:
     """A file to write `out` through: a temporary file beside it (made as open() makes files),
-    renamed over `out` when the block ends, removed when it fails; `out` is whole or absent."""
-    tmp = f"{out}.part-{os.getpid()}"
+    renamed over `out` when the block ends, removed when it fails; `out` is whole, as it was, or
+    absent. A symbolic link to a file has its file replaced; a device or pipe (/dev/stdout, a
+    FIFO) is written as it is, there being nothing to rename over it."""
+    target = _replaced(out)
+    if target is None:
+        with open(out, mode, **kw) as f:
+            yield f
+        return
+    tmp = f"{target}.part-{os.getpid()}"
     try:
         with open(tmp, mode, **kw) as f:
             yield f
-        os.replace(tmp, out)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -235,12 +259,12 @@ def write_table(table: pa.Table, out: IO[str], binary: str = "base64") -> int:
     return shortened
 
 
-def write_parquet(table: pa.Table, path: str) -> None:
+def write_parquet(table: pa.Table, out: str | IO[bytes]) -> None:
     """The result as Parquet with its Arrow types (binary stays binary, timestamps keep their
-    unit and zone, nested columns stay nested)."""
+    unit and zone, nested columns stay nested), to a path or a binary file."""
     import pyarrow.parquet as pq
 
-    pq.write_table(table, path)
+    pq.write_table(table, out)
 
 
 WRITERS = {"table": write_table, "csv": write_csv, "json": write_json, "jsonl": write_jsonl}

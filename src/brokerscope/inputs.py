@@ -5,8 +5,11 @@ Plain Python, no Spark: the pipeline and the Spark-free `streams.decode_files` s
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,6 +18,16 @@ from . import capture
 CAPTURE_KINDS = ("pcap", "pcapng", "pcap.gz", "pcapng.gz")
 # companion files read by a segment reader next to its log; never inputs of their own
 _COMPANIONS = (".index", ".timeindex", ".txnindex", ".snapshot", ".checkpoint", ".leader-epoch-checkpoint")
+# a name that says "capture" or "segment": tcpdump's and dumpcap's (-C/-W rotation appends digits:
+# x.pcap1, x.pcap00), compressed ones (gzip is read; the others are errors that say so), and a
+# broker segment's 20-digit base offset. A file of such a name found in a directory and of no
+# known format by its first bytes is a damaged or unreadable input (an error); a file of any other
+# name is a sidecar (README, checksums, tool output): skipped.
+_INPUT_NAME = re.compile(
+    r"\.(pcap|pcapng|cap|ntar)\d*(\.(gz|zst|xz|bz2|lz4|zip|7z))?$|^\d{20}\.log$", re.IGNORECASE
+)
+EMPTY = "empty file"
+NOT_INPUT = "not a capture (pcap, pcapng, gzip) or a broker segment file"
 
 
 @dataclass(frozen=True)
@@ -41,9 +54,14 @@ class SegmentSplit:
 @dataclass
 class Discovery:
     inputs: list[Input] = field(default_factory=list)
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
-    # files inside given directories that are not inputs: (path, one-line reason)
+    # (path, one-line reason): named paths that are missing or no input, and files inside given
+    # directories that cannot be read or whose name says input while their bytes say nothing known
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    # files inside given directories that are no input by their first bytes nor by their name
+    # (sidecars: README, notes.txt, *.sha256, tool output): (path, one-line reason)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # files and directories (ending with /) that an exclude glob matched: not read, not recorded
+    excluded: list[str] = field(default_factory=list)
     # (input dropped, input kept): the same bytes under two paths, decoded once, recorded under both
     duplicates: list[tuple[Input, Input]] = field(default_factory=list)
 
@@ -65,24 +83,34 @@ def _classify(path: str) -> tuple[str | None, str | None]:
     if kind in CAPTURE_KINDS:
         return kind, None
     if kind == "empty":
-        return None, "empty file"
+        return None, EMPTY
     for skind, mod in segment_readers().items():
         try:
             if mod.matches(path):
                 return skind, None
         except Exception as e:  # a reader's check must not stop discovery
             return None, f"{skind} check failed: {e}"
-    return None, "not a capture (pcap, pcapng, gzip) or a broker segment file"
+    return None, NOT_INPUT
 
 
-def discover(paths: list[str]) -> Discovery:
+def excluded(name: str, rel: str, exclude: Sequence[str]) -> bool:
+    """Whether a file or directory is left out by an exclude glob: one that matches its name, or
+    its path below the directory given (`rel`, with `/`), as fnmatch matches."""
+    return any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g) for g in exclude)
+
+
+def discover(paths: list[str], exclude: Sequence[str] = ()) -> Discovery:
     """Expand files, directories (recursively) and globs into inputs.
 
-    A named file that is missing, empty or of no known kind is an error naming it; such files
-    inside a named directory are listed in `skipped` with the reason (companion files of segments
-    and dot files are not inputs and are passed over). Identical content under two paths is one
-    input: files of equal size are hashed here to find out (the only case where discovery reads a
-    whole file); every other input's capture_id is left to the run's tasks.
+    A named file that is missing, empty or of no known kind is an error naming it. Inside a named
+    directory, hidden files and directories (a name starting with `.`) and companion files of
+    segments are passed over; a file of no known kind by its first bytes is `skipped` (a sidecar)
+    unless its name says capture or segment (`_INPUT_NAME`: then it is a damaged input, an error,
+    as is a file that cannot be read). A file or directory matching an `exclude` glob (by its name,
+    or its path below the directory given) is no input anywhere, and is listed in `excluded`.
+    Identical content under two paths is one input: files of equal size are hashed here to find
+    out (the only case where discovery reads a whole file); every other input's capture_id is left
+    to the run's tasks.
     """
     d = Discovery()
     seen: set[str] = set()
@@ -94,12 +122,12 @@ def discover(paths: list[str]) -> Discovery:
             continue
         for m in matches:
             if os.path.isdir(m):
-                for root, dirs, files in os.walk(m):
-                    dirs.sort()
-                    for f in sorted(files):
-                        candidates.append((os.path.join(root, f), False))
+                candidates.extend((f, False) for f in _walk(m, exclude, d))
             elif os.path.exists(m):
-                candidates.append((m, True))
+                if excluded(os.path.basename(m), m, exclude):
+                    d.excluded.append(m)
+                else:
+                    candidates.append((m, True))
             else:
                 d.errors.append((m, "no such file or directory"))
     found: list[Input] = []
@@ -108,11 +136,14 @@ def discover(paths: list[str]) -> Discovery:
         if real in seen:
             continue
         seen.add(real)
-        if not named and (path.endswith(_COMPANIONS) or os.path.basename(path).startswith(".")):
+        if not named and path.endswith(_COMPANIONS):
             continue
         kind, err = _classify(path)
         if kind is None:
-            (d.errors if named else d.skipped).append((path, err or "unknown"))
+            err = err or "unknown"
+            name = os.path.basename(path)
+            sidecar = not named and err in (EMPTY, NOT_INPUT) and not _INPUT_NAME.search(name)
+            (d.skipped if sidecar else d.errors).append((path, err))
             continue
         st = os.stat(path)
         found.append(Input(real, kind, st.st_size, st.st_mtime_ns, ""))
@@ -121,6 +152,28 @@ def discover(paths: list[str]) -> Discovery:
     d.inputs.sort(key=lambda i: i.path)
     d.inputs = [replace(i, file_index=n) for n, i in enumerate(d.inputs)]
     return d
+
+
+def _walk(top: str, exclude: Sequence[str], d: Discovery) -> list[str]:
+    """The files under directory `top`, sorted, but hidden ones (and those in hidden directories)
+    and those an exclude glob matches (listed in `d.excluded`; a matching directory is not
+    entered)."""
+    out: list[str] = []
+    for root, dirs, files in os.walk(top):
+        rel = os.path.relpath(root, top).replace(os.sep, "/")
+        below = "" if rel == "." else rel + "/"
+        kept = sorted(n for n in dirs if not n.startswith("."))
+        d.excluded.extend(os.path.join(root, n) + os.sep for n in kept if excluded(n, below + n, exclude))
+        dirs[:] = [n for n in kept if not excluded(n, below + n, exclude)]
+        for f in sorted(files):
+            if f.startswith("."):
+                continue
+            path = os.path.join(root, f)
+            if excluded(f, below + f, exclude):
+                d.excluded.append(path)
+            else:
+                out.append(path)
+    return out
 
 
 def _one_per_content(found: list[Input], d: Discovery) -> list[Input]:

@@ -73,6 +73,21 @@ class TableInfo:
     files: int
 
 
+def _kind(p: Path) -> str:
+    """What `p` is, for a message: "a file", "a broken symbolic link", ..."""
+    if p.is_file():
+        return "a file"
+    if p.is_symlink() and not p.exists():
+        return "a broken symbolic link"
+    return "a special file (a device, pipe or socket)"
+
+
+def _not_a_directory(p: Path) -> None:
+    """Raise ValueError when the lake path `p` is something other than a directory."""
+    if (p.exists() or p.is_symlink()) and not p.is_dir():
+        raise ValueError(f"lake {p} is not a directory: it is {_kind(p)}")
+
+
 def delta_spark_available(spark) -> bool:
     """True when delta-spark's JVM classes are on the classpath of this session."""
     try:
@@ -161,26 +176,45 @@ class Lake:
         return all(DeltaTable.is_deltatable(self.path(t)) for t in tables.TABLES)
 
     def check_writable(self) -> None:
-        """Raise ValueError (one line naming the path) when the lake cannot be written: a regular
-        file, a directory that cannot be created or written, a read-only filesystem. Meant to run
-        before Spark starts."""
+        """Raise ValueError (one line naming the path and what is wrong) when the lake cannot be
+        written: a file, a directory that cannot be created (a file on its way, a parent that
+        takes no new entries: /proc, a read-only filesystem) or written. Creates the lake's
+        directory when it is missing. Meant to run before Spark starts."""
         r = self.root
-        if r.exists() and not r.is_dir():
-            raise ValueError(f"lake {r} is not a directory")
-        try:
-            r.mkdir(parents=True, exist_ok=True)
-            for d in [r, *(Path(self.path(t)) for t in tables.TABLES)]:
-                if d.is_dir():
-                    probe = d / f".brokerscope-write-test-{uuid.uuid4().hex}"
+        _not_a_directory(r)
+        missing = [p for p in (r, *r.parents) if not p.exists()]
+        if missing:
+            parent = missing[-1].parent
+            if not parent.is_dir():
+                raise ValueError(
+                    f"cannot write to the lake {r}: {parent} is {_kind(parent)}, not a directory"
+                )
+            try:
+                r.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ValueError(
+                    f"cannot write to the lake {r}: cannot create the directory {missing[-1]} in "
+                    f"{parent} ({e.strerror or e})"
+                ) from None
+        for d in [r, *(Path(self.path(t)) for t in tables.TABLES)]:
+            if d.is_dir():
+                probe = d / f".brokerscope-write-test-{uuid.uuid4().hex}"
+                try:
                     probe.write_bytes(b"")
                     probe.unlink()
-        except OSError as e:
-            raise ValueError(f"cannot write to the lake {r}: {e.strerror or e}") from None
+                except OSError as e:
+                    raise ValueError(
+                        f"cannot write to the lake {r}: cannot create files in {d} ({e.strerror or e})"
+                    ) from None
 
     def check_readable(self) -> None:
-        """Raise ValueError (one line) when there is no brokerscope lake at the path."""
+        """Raise ValueError (one line naming the path and what is wrong) when there is no
+        brokerscope lake at the path: nothing there, a file, a directory without its tables."""
+        _not_a_directory(self.root)
         if not self.root.is_dir():
             raise ValueError(f"no brokerscope lake at {self.root} (run `brokerscope ingest` first)")
+        if not os.access(self.root, os.R_OK | os.X_OK):
+            raise ValueError(f"cannot read the lake {self.root}: permission denied")
         missing = [t for t in tables.TABLES if not DeltaTable.is_deltatable(self.path(t))]
         if len(missing) == len(tables.TABLES):
             raise ValueError(f"no brokerscope lake at {self.root} (run `brokerscope ingest` first)")

@@ -77,9 +77,11 @@ class Staged:
 def make_spark(
     settings: Settings, app_name: str | None = None, quiet_progress: bool = False, class_cache: bool = False
 ):
-    """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on. With
-    `class_cache` (the CLI), a local JVM maps its class archive or writes it (classcache.py);
-    a JVM that writes it must be waited for: `finish_class_cache` at the end of the process."""
+    """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on. Spark's
+    progress bar is drawn unless `quiet_progress`, and only on a terminal (in a log or a pipe its
+    carriage returns are noise). With `class_cache` (the CLI), a local JVM maps its class archive
+    or writes it (classcache.py); a JVM that writes it must be waited for: `finish_class_cache`
+    at the end of the process."""
     from pyspark.sql import SparkSession
 
     # Under spark-submit the driver JVM already exists (PYSPARK_GATEWAY_PORT is set) and holds
@@ -106,7 +108,7 @@ def make_spark(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "static",
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false" if quiet_progress else "true",
+        "spark.ui.showConsoleProgress": str(not quiet_progress and sys.stderr.isatty()).lower(),
         "spark.sql.adaptive.enabled": "true",
         "spark.python.worker.reuse": "true",
         # the decode stage's input batches end at this size too, whatever the packets' sizes
@@ -540,9 +542,10 @@ def ingest(
     settings.load_tls_keys()  # the key logs, read here on the driver (the tasks get them with the settings)
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     summary = Summary(run_id=run_id)
-    disc = disc or inputs.discover(paths)
+    disc = disc or inputs.discover(paths, settings.exclude)
     summary.errors = list(disc.errors)
     summary.skipped = list(disc.skipped)
+    summary.excluded = list(disc.excluded)
     summary.capture_errors.extend(
         f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
     )
@@ -835,11 +838,13 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
 
 
 def _rejected_rows(disc, run_id: str) -> list[dict]:
-    """`inputs` rows (status error) for the files discovery found but could not take."""
+    """`inputs` rows for the files discovery found but could not take: status error, or skipped
+    for the sidecars of directories (no input by their bytes nor their name)."""
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     out = []
-    for path, why in [*disc.errors, *disc.skipped]:
+    statuses = [*(("error", e) for e in disc.errors), *(("skipped", e) for e in disc.skipped)]
+    for status, (path, why) in statuses:
         try:
             st = os.stat(path)
         except OSError:
@@ -851,7 +856,7 @@ def _rejected_rows(disc, run_id: str) -> list[dict]:
                 "mtime": st.st_mtime_ns // 1000,
                 "run_id": run_id,
                 "ingested_at": now_us,
-                "status": "error",
+                "status": status,
                 "error": why,
                 "date": today,
             }

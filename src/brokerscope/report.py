@@ -17,8 +17,12 @@ SHOWN = 5  # files named per kind of problem in the summary; the rest are counte
 class Summary:
     run_id: str
     files: int = 0
-    errors: list[tuple[str, str]] = field(default_factory=list)  # named paths that are no input
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # non-inputs inside directories
+    # (path, why) rejected: named paths, or files in directories named as captures, that are no input
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    # files inside directories that are no input by their bytes nor their name (sidecars): listed
+    # and recorded, but no failure: they do not make the exit code
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # paths an exclude glob left out
     skipped_already_ingested: list[str] = field(default_factory=list)
     partial: list[tuple[str, str]] = field(default_factory=list)  # (path, why) read with damage
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why) nothing readable
@@ -35,7 +39,7 @@ class Summary:
     dates: list[str] = field(default_factory=list)  # partitions (UTC dates) the run wrote
 
     def exit_code(self) -> int:
-        bad = self.errors or self.skipped or self.partial or self.unreadable
+        bad = self.errors or self.partial or self.unreadable  # a skipped sidecar is no failure
         if self.files - len(self.unreadable) <= 0 and (bad or not self.skipped_already_ingested):
             return EXIT_NOTHING if bad or not self.files else EXIT_OK
         return EXIT_PARTIAL if bad else EXIT_OK
@@ -52,6 +56,8 @@ class Summary:
                 f"filter {self.filter}: {self.filtered:,} of {self.packets:,} packets dropped, "
                 f"{self.tcp_segments:,} TCP segments kept"
             )
+        if self.excluded:
+            out.append(f"excluded: {len(self.excluded)} path(s) matching inputs.exclude or --exclude")
         if self.skipped_already_ingested:
             n = len(self.skipped_already_ingested)
             out.append(f"already ingested: {n} file(s) skipped (the lake holds their rows)")
@@ -60,14 +66,17 @@ class Summary:
             out.append(f"warning: {e}")
         if len(self.capture_errors) > 20:
             out.append(f"warning: ... {len(self.capture_errors) - 20} more warnings")
-        for what, items in (
-            ("rejected", self.errors),
-            ("skipped in directories", self.skipped),
-            ("unreadable", self.unreadable),
-            ("partial", self.partial),
+        # (label, files, the reason the label gives: not repeated per file)
+        for what, items, said in (
+            ("rejected", self.errors, None),
+            ("skipped, not a capture", self.skipped, "not a capture"),
+            ("unreadable", self.unreadable, None),
+            ("partial", self.partial, None),
         ):
             if items:
-                shown = "; ".join(f"{p} ({why})" for p, why in items[:SHOWN])
+                shown = "; ".join(
+                    p if said and why.startswith(said) else f"{p} ({why})" for p, why in items[:SHOWN]
+                )
                 more = f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
                 out.append(f"{what}: {len(items)} file(s): {shown}{more}")
         code = self.exit_code()

@@ -646,7 +646,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
 
     settings = settings or Settings.load()
     settings.load_tls_keys()
-    disc = inputs.discover(paths)
+    disc = inputs.discover(paths, settings.exclude)
     # identity hashed here in one pass (the pipeline's tasks hash as they read)
     ids = [
         dataclasses.replace(i, capture_id=i.capture_id or capture.capture_id(i.path, i.size))

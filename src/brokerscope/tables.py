@@ -188,8 +188,10 @@ INPUTS = [
     pa.field("run_id", pa.string()),
     pa.field("ingested_at", TS),
     pa.field("packets", pa.int64()),
-    pa.field("status", pa.string()),  # ok | partial | error | replaced
-    pa.field("error", pa.string()),  # why partial or error: the first problems found, `; `-joined
+    # ok | partial | error | replaced, or skipped: a file found in a directory that is no capture
+    # or segment by its first bytes nor by its name (a README, checksums): no failure
+    pa.field("status", pa.string()),
+    pa.field("error", pa.string()),  # why partial, error or skipped: the first problems found, `; `-joined
     pa.field("damaged_bytes", pa.int64()),  # bytes skipped as damaged or cut off
     pa.field("replaced_by", pa.string()),  # status replaced: the capture_id of the path's newer content
     # the ingest filter (capture/filter.py: since=..;until=..;host=..;port=..), null when none,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import random
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,20 +92,24 @@ def test_a_capture_of_garbage_is_an_error_not_ok(spark, tmp_path, capsys):
 
 
 def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_path, capsys):
+    """In a directory, a README is skipped (no failure); an empty file named as a capture is
+    rejected (tcpdump died before writing it): both are listed and recorded."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     write_capture(str(inbox / "a.pcap"), n_conns=2, exchanges=2)
     (inbox / "empty.pcap").write_bytes(b"")
     (inbox / "README").write_text("captures of the night\n")
     lake = tmp_path / "lake"
-    rc, out, _ = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q")
+    rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q")
     assert rc == report.EXIT_PARTIAL
-    assert "skipped in directories: 2 file(s):" in out and "README (not a capture" in out
+    assert f"rejected: 1 file(s): {inbox / 'empty.pcap'} (empty file)" in out
+    assert f"skipped, not a capture: 1 file(s): {inbox / 'README'}\n" in out
+    assert f"brokerscope: {inbox / 'empty.pcap'}: empty file" in err and "README" not in err
     inp = _inputs(lake)
     assert {k: v["status"] for k, v in inp.items()} == {
         "a.pcap": "ok",
         "empty.pcap": "error",
-        "README": "error",
+        "README": "skipped",
     }
     # the nightly job does not report them again, and says all is well
     sys.path.insert(0, str(ROOT / "jobs"))
@@ -114,6 +121,48 @@ def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_pat
     rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q", "--skip-ingested")
     assert rc == report.EXIT_OK and "brokerscope: " not in err, err
     assert "already ingested: 1 file(s) skipped" in out and "rejected" not in out
+
+
+def test_a_capture_directory_with_sidecars_ingests_cleanly(spark, tmp_path, capsys):
+    """A real capture directory (deepflow's captures, each with its .result) plus what people and
+    tools leave there: the first run exits 0, the sidecars skipped and recorded as such; hidden
+    and --exclude'd files are not inputs. A damaged capture dropped in later is still exit 3
+    with its reason, and one named as a capture whose bytes are none is rejected."""
+    night = tmp_path / "night"
+    shutil.copytree(CAPTURES / "deepflow", night)
+    (night / "README").write_text("captures of broker-3\n")
+    (night / "SHA256SUMS.sha256").write_text("0" * 64 + "  00-produce-v2.pcap\n")
+    (night / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+    shutil.copy(SAMPLE_DATA / "kafka" / "zstd.pcap", night / "current.pcap.tmp")
+    lake = tmp_path / "lake"
+    caps = sorted(p.name for p in night.glob("*.pcap"))
+    rc, out, err = run(capsys, "ingest", str(night), "--lake", str(lake), "-q", "--exclude", "*.tmp")
+    assert rc == report.EXIT_OK, out
+    assert "brokerscope: " not in err and "rejected" not in out
+    assert f"skipped, not a capture: {len(caps) - 1 + 2} file(s):" in out  # every .result, README, sums
+    assert "excluded: 1 path(s)" in out and "\nexit 0: every input read cleanly\n" in out
+    inp = _inputs(lake)
+    assert {n for n, r in inp.items() if r["status"] == "ok"} == set(caps)
+    assert {n for n, r in inp.items() if r["status"] != "ok"} == {
+        *(p.name for p in night.glob("*.result")),
+        "README",
+        "SHA256SUMS.sha256",
+    }
+    assert {r["status"] for n, r in inp.items() if n not in caps} == {"skipped"}
+    # a damaged capture and a torn one arrive: the nightly job names both, exit 3
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import nightly_ingest
+
+    data = (SAMPLE_DATA / "kafka" / "zstd.pcap").read_bytes()
+    (night / "cut.pcap").write_bytes(data[:9000])
+    (night / "torn.pcap").write_bytes(bytes(24) + data[24:])
+    rc = nightly_ingest.main(["--input", str(night), "--lake", str(lake), "--exclude", "*.tmp"])
+    out = capsys.readouterr().out
+    assert rc == report.EXIT_PARTIAL
+    assert f"partial: 1 file(s): {night / 'cut.pcap'} (truncated record at offset" in out
+    assert f"rejected: 1 file(s): {night / 'torn.pcap'} (not a capture" in out
+    assert "skipped, not a capture" not in out and "current.pcap.tmp" not in str(_inputs(lake))
+    assert (_inputs(lake)["torn.pcap"]["status"], _inputs(lake)["cut.pcap"]["status"]) == ("error", "partial")
 
 
 def test_ingest_with_nothing_valid_fails_plainly(tmp_path, capsys):
@@ -182,6 +231,109 @@ def test_bad_lake_paths_and_ports_fail_before_spark(tmp_path, capsys, monkeypatc
     import nightly_ingest
 
     assert nightly_ingest.main(["--input", str(good), "--lake", str(afile)]) == report.EXIT_USAGE
+
+
+# every subcommand that takes --lake, with what else it needs to get as far as the lake
+LAKE_COMMANDS = {
+    "ingest": ["ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap"), "-q"],
+    "demo": ["demo", "-q"],
+    "sql": ["sql", "SELECT 1"],
+    "shell": ["shell"],
+    "tables": ["tables"],
+    "report": ["report", "-o", "/dev/null"],
+    "extract": ["extract", "--conn-id", "0", "-o", "/dev/null"],
+    "recover": ["recover"],
+    "optimize": ["optimize"],
+    "vacuum": ["vacuum"],
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc")
+def test_lake_paths_that_cannot_be_a_lake_are_one_line_naming_what_is_wrong(tmp_path, capsys, monkeypatch):
+    """--lake /proc (a directory no file can be created in), a path under it, a file, a path
+    under a file, a broken link: for every subcommand, one line naming the path and what is
+    wrong, exit 2, before Spark starts (it said "cannot write to the lake /proc: No such file or
+    directory": /proc exists)."""
+    _no_spark(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    writers = {"ingest", "demo"}
+    cases = {
+        "/proc": "cannot write to the lake /proc: cannot create files in /proc (",
+        "/proc/lake": "cannot write to the lake /proc/lake: cannot create the directory /proc/lake in /proc (",
+        str(afile): f"lake {afile} is not a directory: it is a file",
+        str(afile / "lake"): f"cannot write to the lake {afile / 'lake'}: {afile} is a file, not a directory",
+        str(tmp_path / "link"): f"lake {tmp_path / 'link'} is not a directory: it is a broken symbolic link",
+    }
+    for lake, why in cases.items():
+        for name, argv in LAKE_COMMANDS.items():
+            monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+            rc, out, err = run(capsys, *argv, "--lake", lake)
+            if name not in writers and "cannot write" in why:  # a reader is told there is no lake
+                why_here = f"no brokerscope lake at {lake} (run `brokerscope ingest` first)"
+            else:
+                why_here = why
+            assert (rc, out, err.count("\n")) == (report.EXIT_USAGE, "", 1), (lake, name, err)
+            assert err.startswith(f"brokerscope: {why_here}"), (lake, name, err)
+        sys.path.insert(0, str(ROOT / "jobs"))
+        import nightly_ingest
+
+        assert (
+            nightly_ingest.main(["--input", str(SAMPLE_DATA / "kafka"), "--lake", lake]) == report.EXIT_USAGE
+        )
+        err = capsys.readouterr().err
+        assert err.startswith(f"nightly_ingest: {why}") and err.count("\n") == 1, err
+    assert not afile.is_dir() and not (tmp_path / "gone").exists()
+
+
+@contextlib.contextmanager
+def _read_only(src: Path, at: Path):
+    """`src` seen read-only at `at`: a read-only bind mount as root (who writes through
+    permissions), else mode 0555 on every directory of a copy. Skips where neither works."""
+    if os.geteuid() != 0:
+        shutil.copytree(src, at)
+        for d, _, _ in os.walk(at):
+            os.chmod(d, 0o555)
+        try:
+            yield at
+        finally:
+            for d, _, _ in os.walk(at):
+                os.chmod(d, 0o755)
+        return
+    at.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(src), str(at)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("root, and no bind mount to make a directory read-only")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(at)], capture_output=True).returncode:
+            pytest.skip("root, and no read-only remount")
+        yield at
+    finally:
+        subprocess.run(["umount", str(at)], check=True)
+
+
+def test_a_read_only_lake_is_read_and_refused_for_writes(sample_lake, tmp_path, capsys, monkeypatch):
+    """A lake on a read-only mount (a snapshot, an archive) with a run left unfinished: the
+    commands that write it say so in one line, exit 2, before they start (optimize crashed with
+    a Delta error, every command with OSError on the run's lock); those that read it say that
+    the interrupted run could not be finished and read what is committed."""
+    _no_spark(monkeypatch)
+    copy = tmp_path / "copy"
+    shutil.copytree(sample_lake, copy)
+    (copy / "_runs" / "20260101T000000-deadbeef").mkdir(parents=True)  # killed before its manifest
+    with _read_only(copy, tmp_path / "ro") as ro:
+        for name in ("ingest", "recover", "optimize", "vacuum"):
+            rc, out, err = run(capsys, *LAKE_COMMANDS[name], "--lake", str(ro))
+            assert (rc, out) == (report.EXIT_USAGE, ""), (name, err)
+            assert err.startswith(f"brokerscope: cannot write to the lake {ro}: cannot create files in ")
+            assert err.count("\n") == 1, (name, err)
+        for argv in (["tables"], ["vacuum", "--dry-run"]):
+            rc, out, err = run(capsys, *argv, "--lake", str(ro))
+            assert rc == 0 and "\ninputs " in out and out.endswith(" rows)\n"), (argv, out, err)
+            assert err == f"brokerscope: cannot finish interrupted runs in {ro} (" + err.split("(", 1)[1]
+            assert err.endswith("): reading what they committed\n") and err.count("\n") == 1
+    assert (copy / "_runs" / "20260101T000000-deadbeef").is_dir()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
@@ -317,3 +469,38 @@ def test_nightly_job_never_ingests_a_file_twice(spark, tmp_path, capsys):
 
 def test_sample_data_exists_with_provenance():
     assert (SAMPLE_DATA / "README.md").is_file()
+
+
+# the progress-bar setting of a session made as the CLI makes one for `ingest` (no -q)
+PROGRESS_PROBE = (
+    "from brokerscope.config import Settings; from brokerscope.pipeline import make_spark; "
+    "s = make_spark(Settings.load(overrides={'spark': {'master': 'local[1]'}})); "
+    "print(s.sparkContext.getConf().get('spark.ui.showConsoleProgress')); s.stop()"
+)
+
+
+def test_the_progress_bar_is_drawn_only_on_a_terminal(tmp_path):
+    """Without -q, Spark's progress bar is on when standard error is a terminal, off when it is
+    a pipe or a file (a nightly log, `2> err.txt`): it drew carriage-return lines into those."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    got = {}
+    for where in ("pipe", "terminal"):
+        main, term = os.openpty()
+        err = term if where == "terminal" else subprocess.PIPE
+        try:
+            p = subprocess.run(
+                [sys.executable, "-c", PROGRESS_PROBE],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                timeout=600,
+                cwd=tmp_path,
+            )
+        finally:
+            os.close(term)
+            os.close(main)
+        assert p.returncode == 0, p.stderr
+        got[where] = p.stdout.split()[-1]
+    assert got == {"pipe": "false", "terminal": "true"}

@@ -91,6 +91,28 @@ def test_out_parquet_reads_back_with_the_lake_types(spark, sample_lake, tmp_path
 
 
 @pytest.mark.spark
+def test_out_that_fails_while_writing_leaves_the_file_as_it_was(spark, sample_lake, tmp_path, capsys):
+    """A result that cannot be written whole (its fourth row a string Spark made of the byte
+    C3, no UTF-8: the export fails there) leaves --out as it was, and no part file; the old code
+    had truncated it to the header and three rows."""
+    out = tmp_path / "latest.csv"
+    out.write_text("yesterday's result\n")
+    q = "SELECT id, CASE WHEN id = 3 THEN CAST(unhex('C3') AS STRING) ELSE 'ok' END AS s FROM range(5)"
+    rc, stdout, err = run(capsys, "sql", q, "--lake", sample_lake, "--format", "csv", "--out", str(out))
+    assert (rc, stdout) == (report.EXIT_USAGE, "") and "utf-8" in err and "wrote" not in err
+    assert out.read_text() == "yesterday's result\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.csv"]
+    # through a link, the file it names is replaced and the link stays
+    (tmp_path / "r").mkdir()
+    out.unlink()
+    out.symlink_to(tmp_path / "r" / "2026-11-26.csv")
+    rc, _, err = run(
+        capsys, "sql", "SELECT 7 AS a", "--lake", sample_lake, "--format", "csv", "--out", str(out)
+    )
+    assert rc == 0 and out.is_symlink() and (tmp_path / "r" / "2026-11-26.csv").read_text() == "a\n7\n"
+
+
+@pytest.mark.spark
 def test_a_failing_statement_names_its_line(spark, sample_lake, capsys):
     rc, out, err = run(capsys, "sql", "SELECT 1 AS a;\nSELECT nope FROM streams", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE and "(1 row)" in out

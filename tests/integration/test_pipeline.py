@@ -72,12 +72,12 @@ def test_public_captures_and_sample_data_end_to_end(spark, tmp_path):
     inputs = delta_rs_rows(str(tmp_path / "lake" / "inputs"))
     # a row per path; the public captures copied into sample_data/public are one input each
     dups = [ln for ln in summary.capture_errors if "same content as" in ln]
-    # files that are no input (sample_data's READMEs, manifests, scripts) are recorded as errors
+    # files that are no input (sample_data's READMEs, manifests, scripts) are recorded as skipped
     assert summary.skipped and all(
         p.endswith((".md", ".json", ".py", ".txt", ".sh")) for p, _ in summary.skipped
     )
     assert len(dups) == 5 and len(inputs) == summary.files + len(dups) + len(summary.skipped)
-    assert {r["status"] for r in inputs if r["capture_id"] is None} == {"error"}
+    assert {r["status"] for r in inputs if r["capture_id"] is None} == {"skipped"}
     assert len({r["capture_id"] for r in inputs if r["capture_id"]}) == summary.files
     assert {os.path.realpath(c) for c in caps} <= {r["path"] for r in inputs}
     assert sum({r["capture_id"]: r["packets"] or 0 for r in inputs}.values()) == summary.packets

@@ -46,6 +46,7 @@ def test_overrides_and_ports(tmp_path):
         ("[ports]\nkafka = [70000]\n", "ports.kafka"),
         ("[capture]\nbatch_bytes = '4GiB'\n", "capture.batch_bytes"),
         ("[capture]\nbatch_bytes = 100\n", "capture.batch_bytes"),
+        ("[inputs]\nexclude = '*.tmp'\n", "inputs.exclude must be a list of globs"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, text, message):

@@ -8,6 +8,8 @@ import datetime as dt
 import decimal
 import io
 import json
+import os
+import stat
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -128,3 +130,51 @@ def test_the_cli_listings_convert():
     t = export.from_rows(["table", "rows"], [("streams", 3)])
     assert render("csv", t) == "table,rows\nstreams,3\n"
     assert render("jsonl", export.from_rows(["table", "rows"], [])) == ""
+
+
+def test_whole_file_writes_a_pipe_as_it_is(tmp_path):
+    """`--out /dev/stdout`, `-o fifo` (e.g. extract into Wireshark): a device or pipe is written
+    where it is; the old code wrote a part file beside it and renamed it over the pipe (as root,
+    over /dev/stdout itself)."""
+    fifo = tmp_path / "to-wireshark"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so opening to write does not wait
+    try:
+        with export.whole_file(fifo) as f:
+            export.write_parquet(result(), f)
+        data = b""
+        while chunk := os.read(reader, 1 << 16):
+            data += chunk
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == [fifo.name]
+    assert pq.read_table(io.BytesIO(data)).equals(result())
+
+
+def test_whole_file_through_a_link_replaces_the_file_it_names(tmp_path):
+    (tmp_path / "runs").mkdir()
+    real = tmp_path / "runs" / "today.csv"
+    real.write_text("old\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(real)
+    # a string column whose second value is the lone byte C3 (as Spark's CAST of binary makes)
+    torn = pa.table({"s": pa.array([b"ok", b"\xc3"], pa.binary()).view(pa.string())})
+    with pytest.raises(UnicodeDecodeError), export.whole_file(link, "w") as f:
+        f.write("s\n")
+        export.write(torn, "csv", f)
+    assert real.read_text() == "old\n" and sorted(p.name for p in real.parent.iterdir()) == ["today.csv"]
+    with export.whole_file(link, "w") as f:
+        export.write(result().select(["ratio"]), "csv", f)
+    assert link.is_symlink() and real.read_text() == 'ratio\n0.078507\n""\n'
+
+
+def test_check_out_looks_where_whole_file_writes(tmp_path):
+    """A link's file is replaced in the link's target directory: one that is missing is named
+    before the work (it was found at the write, after the query); a pipe needs no directory."""
+    link = tmp_path / "latest.csv"
+    link.symlink_to(tmp_path / "gone" / "today.csv")
+    with pytest.raises(ValueError, match=f"cannot write {link}: no directory {tmp_path / 'gone'}$"):
+        export.check_out(link, "the file")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    export.check_out(fifo, "the file")

@@ -1,0 +1,112 @@
+"""Input discovery on real files: what a capture directory's other files are (inputs.discover)."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import shutil
+from pathlib import Path
+
+from brokerscope import inputs
+from tests.conftest import CAPTURES, SAMPLE_DATA
+
+ZSTD = SAMPLE_DATA / "kafka" / "zstd.pcap"
+
+
+def _night(tmp_path: Path) -> Path:
+    """A capture directory as a nightly job finds one: captures next to the files people and
+    tools leave beside them."""
+    night = tmp_path / "night"
+    shutil.copytree(CAPTURES / "deepflow", night)  # its .result files: the source's decodes, as text
+    shutil.copy(CAPTURES / "ndpi" / "kafka.pcapng.out", night)  # nDPI's output for a capture
+    (night / "README").write_text("captures of broker-3, 02:00-03:00\n")
+    (night / "notes.txt~").write_text("an editor's backup\n")
+    sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in night.glob("*.pcap"))
+    (night / "SHA256SUMS.sha256").write_text(sums)
+    (night / "_SUCCESS").write_bytes(b"")  # an empty marker file
+    (night / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+    (night / ".git").mkdir()
+    shutil.copy(ZSTD, night / ".git" / "stashed.pcap")  # nothing under a hidden directory is an input
+    return night
+
+
+def test_sidecars_in_a_directory_are_skipped_not_errors(tmp_path):
+    night = _night(tmp_path)
+    d = inputs.discover([str(night)])
+    assert sorted(Path(i.path).name for i in d.inputs) == sorted(p.name for p in night.glob("*.pcap"))
+    assert d.errors == []
+    skipped = {Path(p).name: why for p, why in d.skipped}
+    assert set(skipped) == {
+        *(p.name for p in night.glob("*.result")),
+        "kafka.pcapng.out",
+        "README",
+        "notes.txt~",
+        "SHA256SUMS.sha256",
+        "_SUCCESS",
+    }
+    assert skipped["README"] == inputs.NOT_INPUT and skipped["_SUCCESS"] == inputs.EMPTY
+
+
+def test_a_damaged_capture_in_a_directory_stays_an_error(tmp_path):
+    """Loses nothing: a file named as a capture or segment whose bytes are none is an error with
+    its reason; one with valid magic and bad content is an input (its damage is found when read)."""
+    night = _night(tmp_path)
+    data = ZSTD.read_bytes()
+    (night / "cut.pcap").write_bytes(data[:9000])  # valid magic, truncated: an input
+    (night / "torn.pcap").write_bytes(b"\x00" * 24 + data[24:])  # its header overwritten
+    (night / "rotated.pcap3").write_bytes(b"")  # tcpdump -C's fourth file, never written
+    (night / "broken.pcapng.gz").write_bytes(gzip.compress(b"half a pcapng header"))
+    (night / "night.pcap.bz2").write_bytes(
+        bz2.compress(data)
+    )  # a capture, compressed as brokerscope cannot read
+    seg = night / "orders-0"
+    seg.mkdir()
+    (seg / "00000000000000000000.log").write_bytes(bytes(64))  # a segment of zeros
+    d = inputs.discover([str(night)])
+    assert "cut.pcap" in {Path(i.path).name for i in d.inputs}
+    errors = {Path(p).name: why for p, why in d.errors}
+    assert errors == {
+        "torn.pcap": inputs.NOT_INPUT,
+        "rotated.pcap3": inputs.EMPTY,
+        "broken.pcapng.gz": inputs.NOT_INPUT,
+        "night.pcap.bz2": inputs.NOT_INPUT,
+        "00000000000000000000.log": inputs.NOT_INPUT,
+    }
+    assert not {Path(p).name for p, _ in d.skipped} & set(errors)
+
+
+def test_a_file_named_on_the_command_line_is_an_error_whatever_its_name(tmp_path):
+    night = _night(tmp_path)
+    d = inputs.discover([str(night / "README"), str(night / "_SUCCESS"), str(night / ".DS_Store")])
+    assert d.inputs == [] and d.skipped == []
+    assert [(Path(p).name, why) for p, why in d.errors] == [
+        ("README", inputs.NOT_INPUT),
+        ("_SUCCESS", inputs.EMPTY),
+        (".DS_Store", inputs.NOT_INPUT),
+    ]
+
+
+def test_exclude_globs_match_names_and_paths_below_the_directory(tmp_path):
+    night = _night(tmp_path)
+    (night / "current.pcap.tmp").write_bytes(ZSTD.read_bytes()[:5000])  # a capture being written
+    (night / "tmp").mkdir()
+    shutil.copy(ZSTD, night / "tmp" / "scratch.pcap")
+    sub = night / "broker-2"
+    sub.mkdir()
+    shutil.copy(ZSTD, sub / "zstd.pcap")
+    shutil.copy(ZSTD, sub / "zstd-copy.pcap")
+    d = inputs.discover([str(night)], exclude=["*.tmp", "tmp", "*.result", "broker-2/*-copy.pcap"])
+    names = {Path(i.path).name for i in d.inputs}
+    assert "zstd.pcap" in names and not names & {"current.pcap.tmp", "scratch.pcap", "zstd-copy.pcap"}
+    assert sorted(str(Path(p).relative_to(night)) + ("/" if p.endswith("/") else "") for p in d.excluded) == [
+        *sorted(p.name for p in night.glob("*.result")),
+        "broker-2/zstd-copy.pcap",
+        "current.pcap.tmp",
+        "tmp/",
+    ]
+    assert not {Path(p).name for p, _ in d.skipped} & {p.name for p in night.glob("*.result")}
+    # a file named on the command line is excluded too (a shell's glob names every file)
+    named = inputs.discover([str(night / "current.pcap.tmp"), str(sub / "zstd.pcap")], exclude=["*.tmp"])
+    assert [Path(i.path).name for i in named.inputs] == ["zstd.pcap"] and named.errors == []
+    assert named.excluded == [str(night / "current.pcap.tmp")]
