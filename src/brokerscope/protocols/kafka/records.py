@@ -27,6 +27,7 @@ import array
 import gzip
 import io
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 
@@ -487,26 +488,39 @@ def _unsnappy(data: bytes, cap: int) -> bytes:
     return bytes(out)
 
 
-def _unlz4(data: bytes, cap: int, legacy_ok: bool) -> bytes:
+def _lz4_frame(buf: bytes | memoryview, cap: int) -> bytes:
+    """One LZ4 frame's output, at most `cap` bytes. python-lz4's documented low-level calls with
+    a context kept per thread (reset for each frame), not its LZ4FrameDecompressor: that class
+    copies a view into bytes and runs a dozen lines of Python per call (about 80 instructions
+    per message of 44-record batches, docs/benchmarks.md), and a kept context keeps its buffers.
+    A frame cut short gives what it holds, as the class does."""
     import lz4.frame
 
-    def run(buf: bytes) -> bytes:
-        d = lz4.frame.LZ4FrameDecompressor()
-        out = d.decompress(buf, max_length=cap + 1)
-        _cap_check(len(out), cap)
-        if not d.eof and not d.needs_input:
-            _cap_check(cap + 1, cap)
-        return out
+    ctx = getattr(_LZ4_CONTEXT, "ctx", None)
+    if ctx is None:
+        ctx = _LZ4_CONTEXT.ctx = lz4.frame.create_decompression_context()
+    else:
+        lz4.frame.reset_decompression_context(ctx)
+    out, used, eof = lz4.frame.decompress_chunk(ctx, buf, max_length=cap + 1)
+    _cap_check(len(out), cap)
+    if not eof and used < len(buf):  # stopped at the limit with input left: more than cap
+        _cap_check(cap + 1, cap)
+    return out
 
+
+_LZ4_CONTEXT = threading.local()
+
+
+def _unlz4(data: bytes, cap: int, legacy_ok: bool) -> bytes:
     try:
-        return run(data)
+        return _lz4_frame(data, cap)
     except RecordError:
         raise
     except Exception as e:
         if not legacy_ok:
             raise RecordError(f"lz4: {e}", "decompression_failed") from None
         try:
-            return run(_lz4_fix_header(data))
+            return _lz4_frame(_lz4_fix_header(data), cap)
         except RecordError:
             raise
         except Exception as e2:
