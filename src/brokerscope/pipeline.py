@@ -14,11 +14,13 @@ import ctypes
 import dataclasses
 import datetime
 import gc
+import importlib
 import json
 import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -141,6 +143,8 @@ def make_spark(
             conf["spark.driver.extraJavaOptions"] = " ".join([jvm[0], *cache.options]).strip()
     for k, v in conf.items():
         b = b.config(k, v)
+    if not launched_by_submit:
+        _import_while_the_jvm_starts()
     try:
         spark = b.getOrCreate()
     except Exception:
@@ -157,6 +161,27 @@ def make_spark(
     if not spark.sparkContext.master.startswith("local"):
         _ship_package(spark.sparkContext)
     return spark
+
+
+# what PySpark's first call into a new JVM imports (its numpy argument converter asks
+# pyspark.testing.utils, which imports pandas): 0.42 CPU s the driver would spend with the JVM
+# started and idle, waiting for that call
+_FIRST_CALL_IMPORTS = "pyspark.testing.utils"
+
+
+def _import_while_the_jvm_starts() -> None:
+    """Import what PySpark's first call into the JVM needs in a thread, while the JVM starts (the
+    driver only waits for it then); the first call finds the modules imported, or waits for the
+    thread's import to end (the import lock)."""
+
+    def run() -> None:
+        try:
+            importlib.import_module(_FIRST_CALL_IMPORTS)
+        except Exception:  # the first call imports it again and raises what is wrong
+            pass
+
+    if _FIRST_CALL_IMPORTS not in sys.modules:
+        threading.Thread(target=run, name="brokerscope-imports", daemon=True).start()
 
 
 def _submitted_conf() -> dict[str, str]:

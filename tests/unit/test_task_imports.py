@@ -1,6 +1,7 @@
 """Spark tasks keep pandas out of their Python worker (pipeline.keep_pandas_out), and decode the
 same rows without it; a worker freezes its modules' objects out of the collector's passes once
-(pipeline.freeze_imports)."""
+(pipeline.freeze_imports); the driver imports what the first call into a new JVM needs while the
+JVM starts (pipeline._import_while_the_jvm_starts)."""
 
 import json
 import subprocess
@@ -64,3 +65,22 @@ def test_a_worker_freezes_its_imports_once():
     before, first, again = json.loads(out.stdout)
     assert before == 0 and first > 10_000
     assert again == first
+
+
+FIRST_CALL = """
+import json, sys, threading
+from brokerscope import pipeline
+before = pipeline._FIRST_CALL_IMPORTS in sys.modules
+pipeline._import_while_the_jvm_starts()
+for t in threading.enumerate():
+    if t.name == "brokerscope-imports":
+        t.join()
+print(json.dumps([before, pipeline._FIRST_CALL_IMPORTS in sys.modules, "pandas" in sys.modules]))
+"""
+
+
+def test_the_driver_imports_what_the_first_jvm_call_needs_beside_the_jvm_start():
+    """make_spark starts the import of what PySpark's first call into a new JVM imports (pandas,
+    through pyspark.testing.utils) in a thread, so the driver's 0.4 CPU s overlap the JVM's start."""
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [False, True, True]
