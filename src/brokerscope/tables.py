@@ -334,6 +334,7 @@ def partition_by(table: str) -> list[str]:
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 
 
+_DAY_NS = 86_400_000_000_000
 # datetime's range, which Spark, pandas and Python readers convert timestamps through
 _TS_MIN_US = -62_135_596_800_000_000  # 0001-01-01
 _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
@@ -741,14 +742,15 @@ def _timestamps(
     from_ns = None
     if ns_key in keys:  # checked as found, whatever else the batch holds
         from_ns = pc.divide(ns(ns_key), 1000)
-    if name in keys:  # explicit values (us ints or datetimes) win, ns fill where they are missing
-        us = _column(runs, name, pa.int64(), bad, convert=_to_us)
-        if from_ns is not None:
-            us = pc.coalesce(us, from_ns)
-    elif from_ns is not None:
-        us = from_ns
-    else:
+        if name not in keys:
+            # int64 nanoseconds are years 1677-2262 as microseconds: always in range
+            return from_ns.cast(typ)
+    if name not in keys:
         return pa.nulls(n, type=typ)
+    # explicit values (us ints or datetimes) win, ns fill where they are missing
+    us = _column(runs, name, pa.int64(), bad, convert=_to_us)
+    if from_ns is not None:
+        us = pc.coalesce(us, from_ns)
     out = pc.and_(pc.greater_equal(us, _TS_MIN_US), pc.less_equal(us, _TS_MAX_US))
     out = pc.invert(pc.fill_null(out, True))
     if pc.any(out).as_py():
@@ -761,7 +763,13 @@ def _timestamps(
 def _dates(n: int, keys: set, ns) -> pa.Array:
     if "ts_ns" not in keys:
         return pa.array([_EPOCH_DATE] * n, type=pa.date32())
-    days = pc.divide(ns("ts_ns"), 86_400_000_000_000)  # floor for the (non-negative) capture times
+    ts_ns = ns("ts_ns")
+    if n and not ts_ns.null_count:
+        bounds = pc.min_max(ts_ns)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        if lo >= 0 and lo // _DAY_NS == hi // _DAY_NS:  # one day (as a batch mostly is): filled
+            return pa.array(np.full(n, lo // _DAY_NS, np.int32)).cast(pa.date32())
+    days = pc.divide(ts_ns, _DAY_NS)  # floor for the (non-negative) capture times
     return pc.fill_null(days, 0).cast(pa.int32()).cast(pa.date32())
 
 

@@ -27,6 +27,33 @@ def test_nanoseconds_become_timestamps_and_date():
     assert b2["ts"] is None and b2["date"] == dt.date(1970, 1, 1)
 
 
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        [1_700_000_000_000_000_000] * 3,  # one day: the date filled
+        [86_400_000_000_000 - 1, 86_400_000_000_000, 2 * 86_400_000_000_000 + 5],  # across midnights
+        [-1, 0, 86_399_999_999_999],  # before 1970: the date of 1970-01-01, as truncated
+        [None, 1_700_000_000_000_000_000, 1_700_000_000_000_000_000],  # no time: 1970-01-01
+        [-(2**63), 2**63 - 1, 0],  # int64's ends: years 1677 and 2262, in range
+    ],
+)
+def test_dates_and_timestamps_from_nanoseconds_row_by_row(stamps):
+    """ts and date from ts_ns as each row's own value gives them, whichever way conform builds the
+    column (one day filled, or row by row); every int64 is a timestamp in range, no anomaly."""
+    got = tables.conform("messages", [{"ts_ns": v, "topic": "t"} for v in stamps]).to_pylist()
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+    def toward_zero(a: int, b: int) -> int:
+        return -(-a // b) if a < 0 else a // b
+
+    for row, v in zip(got, stamps):
+        want_ts = None if v is None else epoch + dt.timedelta(microseconds=toward_zero(v, 1000))
+        days = 0 if v is None else toward_zero(v, 86_400_000_000_000)
+        assert row["ts"] == want_ts
+        assert row["date"] == dt.date(1970, 1, 1) + dt.timedelta(days=days)
+        assert row["anomalies"] is None
+
+
 def test_explicit_values_win_and_every_column_is_present():
     rows = [
         {"ts": dt.datetime(2024, 5, 1, tzinfo=dt.UTC), "ts_ns": 1, "date": dt.date(2024, 5, 2), "topic": "t"}
