@@ -202,6 +202,21 @@ def test_compression_bomb_is_capped(codec):
     assert R.read_record_set(bomb, cap=8 << 20).batches[0].records[0].value == b"\0" * (4 << 20)
 
 
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+@pytest.mark.parametrize("value", [b"\0" * (4 << 20), bytes(range(256)) * 64])
+def test_a_batch_of_exactly_the_cap_decodes_whatever_its_ratio(codec, value):
+    """LZ4 and zstd are first allowed 256x their input (records._first_limit), then the cap: a
+    records section of exactly `cap` bytes decodes, one byte fewer allowed is a bomb, for data
+    that compresses past 256x (zeros: zstd about 15,000x) and data that barely does."""
+    plain = records([(b"k", value, [])], 2, 0)
+    section = len(plain) - 61
+    comp = {"lz4": (3, lz4.frame.compress), "zstd": (4, lambda d: zstandard.ZstdCompressor().compress(d))}
+    batch = _recompress_v2(plain, *comp[codec])
+    assert R.read_record_set(batch, cap=section).batches[0].records[0].value == value
+    b = R.read_record_set(batch, cap=section - 1).batches[0]
+    assert b.status == "decompression_failed" and "cap" in b.error
+
+
 def test_corrupt_compressed_data():
     plain = records(MSGS, 2, 0)
     bad = _recompress_v2(plain, 1, lambda d: b"\x1f\x8b" + zlib.compress(d)[2:])

@@ -499,9 +499,13 @@ def _lz4_frame(buf: bytes | memoryview, cap: int) -> bytes:
     ctx = getattr(_LZ4_CONTEXT, "ctx", None)
     if ctx is None:
         ctx = _LZ4_CONTEXT.ctx = lz4.frame.create_decompression_context()
-    else:
+    limit = _first_limit(len(buf), cap)
+    while True:
         lz4.frame.reset_decompression_context(ctx)
-    out, used, eof = lz4.frame.decompress_chunk(ctx, buf, max_length=cap + 1)
+        out, used, eof = lz4.frame.decompress_chunk(ctx, buf, max_length=limit)
+        if len(out) < limit or limit > cap:
+            break
+        limit = cap + 1  # filled the first try: again, allowed the cap
     _cap_check(len(out), cap)
     if not eof and used < len(buf):  # stopped at the limit with input left: more than cap
         _cap_check(cap + 1, cap)
@@ -530,10 +534,23 @@ def _unlz4(data: bytes, cap: int, legacy_ok: bool) -> bytes:
 def _unzstd(data: bytes, cap: int) -> bytes:
     import zstandard
 
-    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
-        out = r.read(cap + 1)
+    limit = _first_limit(len(data), cap)
+    while True:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
+            out = r.read(limit)
+        if len(out) < limit or limit > cap:
+            break
+        limit = cap + 1  # filled the first try (zstd's RLE blocks pass 256x): again, allowed the cap
     _cap_check(len(out), cap)
     return out
+
+
+def _first_limit(n: int, cap: int) -> int:
+    """The output a decompressor of `n` bytes is first allowed. python-lz4 and zstandard allocate
+    what they are allowed up front: the whole cap (64 MiB) per batch cost an mmap, page faults and
+    an munmap, 24 us of an LZ4 batch's 25 and 34 of a zstd one's 51. 256x covers LZ4's largest
+    expansion and nearly every zstd batch; one that fills it is read again, allowed the cap."""
+    return min(cap + 1, 256 * n + 65536)
 
 
 _VIEW_CODECS = (1, 3, 4)  # gzip, lz4, zstd read a memoryview as they read bytes
