@@ -140,7 +140,7 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
     out.messages(
         (
             f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
-            parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
+            produced_time(get("msgTime"), headers), MALFORMED if err else OK, err,
             details, value["value"], value["value_size"], value.get("value_hash"), *frames,
         )
     )  # fmt: skip
@@ -211,6 +211,12 @@ PRODUCE_DETAILS = (
 
 # the specs as _rpc.columns takes them, read once (by the id of the constant)
 _SPECS = {id(spec): _rpc.details_spec(spec) for spec in (DELIVER_DETAILS, PRODUCE_DETAILS)}
+PRODUCE_SPEC = _SPECS[id(PRODUCE_DETAILS)]  # _rpc.exchanges' produced messages
+
+
+def produced_time(msg_time: str | None, headers: list[dict]) -> int | None:
+    """A produced message's message_ts_ns: its msgTime, else its `$msgTime$` attribute."""
+    return parse_msg_time(msg_time or attr_value(headers, "$msgTime$"))
 
 
 def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
