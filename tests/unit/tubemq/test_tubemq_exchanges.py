@@ -14,6 +14,7 @@ from brokerscope.protocols.base import C2S, S2C, ConnInfo, Context, PayloadPolic
 from brokerscope.protocols.tubemq import conversation as conv_mod
 from brokerscope.protocols.tubemq import rows as rows_mod
 from brokerscope.protocols.tubemq.conversation import TubeMQConversation
+from brokerscope.protocols.tubemq.framing import _rpc
 from brokerscope.protocols.tubemq.gen import tubemq_broker_pb2 as brk
 from tests.fuzz.seeds import connections
 from tests.support.damage import damage
@@ -58,8 +59,15 @@ def _normal(rows) -> dict[str, list[dict]]:
 
 
 def _run(info: ConnInfo, feed, compiled: bool, frames=None, **ctx) -> tuple[dict, int]:
-    """The rows of one conversation fed `feed`, and how many frames the Python path read."""
-    if frames is not None:
+    """The rows of one conversation fed `feed`, and how many frames the Python path read;
+    `frames`: ConnInfo.frames, or a (c2s, s2c) pair of streams._Frames (the compiled path reads
+    them as its frame_index, the Python path asks their span)."""
+    if isinstance(frames, tuple):
+        index = frames
+        frames = lambda d, off, n: index[d != C2S].span(off, off + n - 1 if n else off)  # noqa: E731
+        info = ConnInfo(info.conn_id, info.client_ip, info.client_port, info.server_ip, info.server_port,
+                        info.midstream, frames, index if compiled else None)  # fmt: skip
+    elif frames is not None:
         info = ConnInfo(info.conn_id, info.client_ip, info.client_port, info.server_ip, info.server_port,
                         info.midstream, frames)  # fmt: skip
     conv = TubeMQConversation(info, Context(**ctx), compiled=compiled)
@@ -94,10 +102,48 @@ def _numbers(direction: str, offset: int, size: int) -> tuple[int, int]:
     return offset // 100 + (direction == S2C), (offset + size) // 100 + 7
 
 
+def _indexed(feed, rng: random.Random, prune: bool = False) -> tuple:
+    """(c2s, s2c) streams._Frames as the driver fills them for `feed` (a packet per chunk, some
+    chunks sharing a packet's number, some numbered 0), pruned at a random offset if `prune`."""
+    from brokerscope.streams import _Frames
+
+    index, number = (_Frames(), _Frames()), 0
+    for item in feed:
+        if item[0] == "gap":
+            index[item[1] != C2S].end += item[2]
+            continue
+        d, data, _ts = item
+        fr = index[d != C2S]
+        number += rng.random() < 0.8
+        n = 0 if rng.random() < 0.05 else number
+        if n != fr.last:
+            fr.starts.append(fr.end)
+            fr.frames.append(n)
+            fr.last = n
+        fr.end += len(data)
+    if prune:
+        for fr in index:
+            fr.prune(rng.randrange(fr.end + 1))
+    return index
+
+
 @pytest.mark.parametrize(("name", "i", "info", "feed"), CONNS, ids=[f"{c[0]}-{c[1]}" for c in CONNS])
 def test_captured_connections_give_the_same_rows(name, i, info, feed):
     n_fast, n_slow = _both(info, feed, _numbers)
     assert n_fast <= n_slow
+    _both(info, feed, _indexed(feed, random.Random(i)))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_frame_span_reads_the_index_as_span_does(seed):
+    rng = random.Random(seed)
+    feed = [(rng.choice((C2S, S2C)), b"x" * rng.randrange(1, 300), 0) for _ in range(rng.randrange(0, 40))]
+    for fr in _indexed(feed, rng, prune=rng.random() < 0.5):
+        for _ in range(30):
+            off = rng.randrange(-5, fr.end + 50)
+            size = rng.choice((0, 1, rng.randrange(1, 500)))
+            want = fr.span(off, off + size - 1 if size else off)
+            assert _rpc.frame_span(fr, off, size) == want
 
 
 def test_the_captures_hold_exchanges_it_takes():
@@ -129,7 +175,9 @@ def _regrouped(feed, rng: random.Random):
 def test_other_chunkings_give_the_same_rows(seed):
     rng = random.Random(seed)
     for _name, _i, info, feed in CONNS:
-        _both(info, _regrouped(feed, rng), _numbers)
+        regrouped = _regrouped(feed, rng)
+        _both(info, regrouped, _numbers)
+        _both(info, regrouped, _indexed(regrouped, rng))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -149,6 +197,7 @@ def test_cut_and_damaged_connections_give_the_same_rows(seed):
                 variant[j] = (d, damage(rng, data) or data, ts)
         mid = ConnInfo("x", info.client_ip, info.client_port, info.server_ip, info.server_port, True)
         _both(mid, variant, _numbers)
+        _both(mid, variant, _indexed(variant, rng, prune=rng.random() < 0.3))
 
 
 def _send(serial: int, **kw) -> bytes:

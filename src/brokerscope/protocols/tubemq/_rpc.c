@@ -1147,24 +1147,25 @@ done:
 typedef struct {
     PyObject *schema_cap, *requests, *responses, *pending, *pending_cls, *frames, *commands, *latencies, *acks,
         *messages, *service_json, *services, *status_ok, *details_cap, *crc32, *json_value, *msg_times, *msg_time,
-        *c2s, *name, *ok, *malformed, *ack_type, *thousand;
+        *c2s, *name, *ok, *malformed, *ack_type, *index, *thousand;
     Py_ssize_t max_frame, max_list, max_pending;
     Schema *schema;
     RowSpec row;
 } Fast;
 
-#define FAST_REFS 24 /* the PyObject pointers Fast starts with */
+#define FAST_REFS 25 /* the PyObject pointers Fast starts with */
 
 enum {
     N_TOPIC, N_PARTITION, N_CLIENT, N_BROKER, N_GROUP, N_TOPICS, N_SUBSCRIBE, N_EVENT, N_SUCCESS, N_ERRCODE,
     N_ERRMSG, N_BROKERS, N_TOPICINFOS, N_MESSAGE_ID, N_APPEND_TIME, N_APPEND_OFFSET, N_MSG_TIME, N_DATA, N_FLAG,
-    N_CHECKSUM, N_P_METHOD, N_P_NAME, N_P_TS_END, N_P_TOPIC, N_P_PARTITION, N_P_CLIENT, N_P_VERSION, N_NAMES
+    N_CHECKSUM, N_P_METHOD, N_P_NAME, N_P_TS_END, N_P_TOPIC, N_P_PARTITION, N_P_CLIENT, N_P_VERSION, N_STARTS,
+    N_FRAMES, N_FLOOR, N_NAMES
 };
 static const char *fast_names[N_NAMES] = {
     "topicName", "partitionId", "clientId", "brokerId", "groupName", "topicList", "subscribeInfo", "event",
     "success", "errCode", "errMsg", "brokerInfos", "topicInfos", "messageId", "appendTime", "appendOffset",
     "msgTime", "data", "flag", "checkSum", "method_id", "name", "ts_end", "topic", "partition", "client_id",
-    "api_version",
+    "api_version", "starts", "frames", "floor",
 };
 static PyObject *names[N_NAMES], *close_brace;
 
@@ -1179,25 +1180,30 @@ static void fast_free(PyObject *capsule) {
 
 /* fast_state(schema, requests, responses, max_frame, max_list, max_pending, pending, Pending,
  * frames, commands, latencies, acks, messages, service_json, services, status_ok, details spec,
- * crc32, json_value, msg_times, msg_time, c2s, name, ok, malformed, ack_type): exchanges()'s
- * state, one per conversation (conversation.py names each). */
+ * crc32, json_value, msg_times, msg_time, c2s, name, ok, malformed, ack_type, frame index):
+ * exchanges()'s state, one per conversation (conversation.py names each). */
 static PyObject *fast_state(PyObject *self, PyObject *args) {
     Fast *f = NULL;
     PyObject *capsule = owned_capsule(sizeof(Fast), "tubemq.fast", fast_free, (void **)&f);
     if (!capsule) return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!nnnO!OOO!O!O!O!O!OUOOOO!OUUUUU", &f->schema_cap, &PyDict_Type, &f->requests,
+    if (!PyArg_ParseTuple(args, "OO!O!nnnO!OOO!O!O!O!O!OUOOOO!OUUUUUO", &f->schema_cap, &PyDict_Type, &f->requests,
                           &PyDict_Type, &f->responses, &f->max_frame, &f->max_list, &f->max_pending, &PyDict_Type,
                           &f->pending, &f->pending_cls, &f->frames, &PyList_Type, &f->commands, &PyList_Type,
                           &f->latencies, &PyList_Type, &f->acks, &PyList_Type, &f->messages, &PyDict_Type,
                           &f->service_json, &f->services, &f->status_ok, &f->details_cap, &f->crc32, &f->json_value,
                           &PyDict_Type, &f->msg_times, &f->msg_time, &f->c2s, &f->name, &f->ok, &f->malformed,
-                          &f->ack_type)) {
+                          &f->ack_type, &f->index)) {
         memset(f, 0, sizeof *f); /* borrowed: nothing to drop */
         Py_DECREF(capsule);
         return NULL;
     }
     PyObject **refs = (PyObject **)f;
     for (int i = 0; i < FAST_REFS - 1; i++) Py_INCREF(refs[i]);
+    if (f->index != Py_None && !(PyTuple_CheckExact(f->index) && PyTuple_GET_SIZE(f->index) == 2)) {
+        PyErr_SetString(PyExc_TypeError, "fast_state: the frame index a (c2s, s2c) pair or None");
+        Py_DECREF(capsule);
+        return NULL;
+    }
     if (!(f->thousand = PyFloat_FromDouble(1000.0)) || !(f->schema = PyCapsule_GetPointer(f->schema_cap, "tubemq.schema")) ||
         row_spec(&f->row, names[N_DATA], names[N_FLAG], names[N_CHECKSUM], f->details_cap, close_brace,
                  f->crc32, f->json_value)) {
@@ -1221,8 +1227,68 @@ static PyObject *field_of(PyObject *fields, int name) {
     return v ? v : PyErr_Occurred() ? NULL : Py_None;
 }
 
-/* The (first, last) frame numbers of the frame's packets, a new reference. */
-static PyObject *frame_numbers(Fast *f, PyObject *direction, Py_ssize_t offset, Py_ssize_t size) {
+/* streams._Frames.span of one direction's index (`starts`, `frames`: int64 arrays, `floor`): the
+ * frame numbers of the packets holding bytes `first` and `last`, a new (first, last) tuple: the
+ * packet whose bytes begin at or before the offset (the first packet for an offset before them
+ * all), None for an offset below `floor` (pruned) or a frame number 0, (None, None) for an empty
+ * index. */
+static PyObject *index_span(PyObject *index, long long first, long long last) {
+    PyObject *starts = PyObject_GetAttr(index, names[N_STARTS]), *frames = NULL, *floor = NULL, *out = NULL;
+    Py_buffer s = {0}, f = {0};
+    if (!starts || !(frames = PyObject_GetAttr(index, names[N_FRAMES])) || !(floor = PyObject_GetAttr(index, names[N_FLOOR])))
+        goto done;
+    long long low = PyLong_AsLongLong(floor);
+    if ((low == -1 && PyErr_Occurred()) || PyObject_GetBuffer(starts, &s, PyBUF_FORMAT) ||
+        PyObject_GetBuffer(frames, &f, PyBUF_FORMAT))
+        goto done;
+    if (s.itemsize != 8 || f.itemsize != 8 || strcmp(s.format, "q") || strcmp(f.format, "q") || s.len != f.len) {
+        PyErr_SetString(PyExc_TypeError, "frame index: int64 arrays of one length");
+        goto done;
+    }
+    Py_ssize_t n = s.len / 8;
+    const long long *st = s.buf, *fr = f.buf;
+    if (!n) {
+        out = Py_BuildValue("(OO)", Py_None, Py_None);
+        goto done;
+    }
+    long long at[2] = {first, last};
+    PyObject *got[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        Py_ssize_t lo = 0, hi = n; /* bisect_right(starts, at[k]) */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (at[k] < st[mid]) hi = mid;
+            else lo = mid + 1;
+        }
+        Py_ssize_t i = lo - 1 > 0 ? lo - 1 : 0;
+        got[k] = at[k] < low || !fr[i] ? Py_NewRef(Py_None) : PyLong_FromLongLong(fr[i]);
+    }
+    if (got[0] && got[1]) out = PyTuple_Pack(2, got[0], got[1]);
+    Py_XDECREF(got[0]);
+    Py_XDECREF(got[1]);
+done:
+    if (s.obj) PyBuffer_Release(&s);
+    if (f.obj) PyBuffer_Release(&f);
+    Py_XDECREF(starts);
+    Py_XDECREF(frames);
+    Py_XDECREF(floor);
+    return out;
+}
+
+/* frame_span(index, offset, size): ConnInfo.frames of a frame at `offset` of `size` bytes, read from
+ * the direction's index (index_span; tests hold it to streams._Frames.span). */
+static PyObject *frame_span(PyObject *self, PyObject *args) {
+    PyObject *index;
+    long long offset, size;
+    if (!PyArg_ParseTuple(args, "OLL", &index, &offset, &size)) return NULL;
+    return index_span(index, offset, size ? offset + size - 1 : offset);
+}
+
+/* The (first, last) frame numbers of the frame's packets, a new reference: from the driver's index
+ * where the conversation has it, else by asking `frames`, else (None, None). */
+static PyObject *frame_numbers(Fast *f, PyObject *direction, int c2s, Py_ssize_t offset, Py_ssize_t size) {
+    if (f->index != Py_None)
+        return index_span(PyTuple_GET_ITEM(f->index, c2s ? 0 : 1), offset, size ? offset + size - 1 : offset);
     if (f->frames == Py_None) return Py_BuildValue("(OO)", Py_None, Py_None);
     PyObject *off = PyLong_FromSsize_t(offset), *n = PyLong_FromSsize_t(size), *got = NULL;
     if (off && n) got = PyObject_CallFunctionObjArgs(f->frames, direction, off, n, NULL);
@@ -1316,7 +1382,7 @@ static int fast_request(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offset
     if (!truth) client = v[N_BROKER];
     if ((truth = PyObject_IsTrue(topics)) < 0) goto fail;
     if (!truth) topics = Py_None;
-    if (!(frames = frame_numbers(f, direction, offset, size))) goto fail;
+    if (!(frames = frame_numbers(f, direction, 1, offset, size))) goto fail;
     PyObject *f0 = PyTuple_GET_ITEM(frames, 0), *f1 = PyTuple_GET_ITEM(frames, 1);
     PyObject *pargs[] = {mid, f->name, ts, v[N_TOPIC], v[N_PARTITION], client, v[N_GROUP], pver};
     if (!(pend = PyObject_Vectorcall(f->pending_cls, pargs, 8, NULL))) goto fail;
@@ -1371,19 +1437,19 @@ done:
 
 /* A response frame: 1 done, 0 not taken, -1 error. */
 static int fast_response(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offset, Py_ssize_t size, PyObject *ts,
-                         PyObject *direction) {
+                         PyObject *direction, int c2s) {
     PyObject *serial = PyTuple_GET_ITEM(got, 0), *fields = PyTuple_GET_ITEM(got, 4);
     PyObject *stype = PyTuple_GET_ITEM(env, 2), *pver = PyTuple_GET_ITEM(env, 3), *mid = PyTuple_GET_ITEM(env, 4);
     PyObject *trailing = PyTuple_GET_ITEM(env, 8);
     if (!long_is(PyTuple_GET_ITEM(env, 6), 0) || (mid != Py_None && !long_is(mid, M_SEND))) return 0;
     PyObject *pend = PyDict_GetItemWithError(f->pending, serial);
     if (!pend) return PyErr_Occurred() ? -1 : 0;
-    PyObject *p[N_NAMES - N_P_METHOD] = {0}, *frames = NULL, *error_code = NULL, *details = NULL, *lat = NULL;
+    PyObject *p[N_STARTS - N_P_METHOD] = {0}, *frames = NULL, *error_code = NULL, *details = NULL, *lat = NULL;
     PyObject *ack = NULL, *mid_text = NULL, *rows[3] = {0};
     Buf b = {0};
     int rc = -1;
     Py_INCREF(pend);
-    for (int i = 0; i < N_NAMES - N_P_METHOD; i++)
+    for (int i = 0; i < N_STARTS - N_P_METHOD; i++)
         if (!(p[i] = PyObject_GetAttr(pend, names[N_P_METHOD + i]))) goto done;
     if (!long_is(p[0], M_SEND)) {
         rc = 0;
@@ -1432,7 +1498,7 @@ static int fast_response(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offse
     PyObject *since = PyNumber_Subtract(ts, p[2]);
     lat = since ? PyNumber_TrueDivide(since, f->thousand) : NULL;
     Py_XDECREF(since);
-    if (!lat || !(frames = frame_numbers(f, direction, offset, size))) goto done;
+    if (!lat || !(frames = frame_numbers(f, direction, c2s, offset, size))) goto done;
     if (v[N_MESSAGE_ID] != Py_None) {
         if (!(mid_text = PyObject_Str(v[N_MESSAGE_ID]))) goto done;
     } else {
@@ -1461,7 +1527,7 @@ static int fast_response(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offse
 done:
     free(b.p);
     for (int i = 0; i < 3; i++) Py_XDECREF(rows[i]);
-    for (int i = 0; i < N_NAMES - N_P_METHOD; i++) Py_XDECREF(p[i]);
+    for (int i = 0; i < N_STARTS - N_P_METHOD; i++) Py_XDECREF(p[i]);
     Py_XDECREF(frames);
     Py_XDECREF(error_code);
     Py_XDECREF(details);
@@ -1494,7 +1560,7 @@ static PyObject *exchanges(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (env != Py_None && PyTuple_GET_ITEM(got, 4) != Py_None && PyTuple_GET_ITEM(got, 5) != Py_None &&
                 PyTuple_GET_ITEM(got, 6) != Py_None) {
                 PyObject *flag = PyTuple_GET_ITEM(env, 0);
-                if (long_is(flag, FLAG_RESPONSE)) rc = fast_response(f, got, env, offset + at, size, ts, direction);
+                if (long_is(flag, FLAG_RESPONSE)) rc = fast_response(f, got, env, offset + at, size, ts, direction, c2s);
                 else if (c2s) rc = fast_request(f, got, env, offset + at, size, ts, direction);
             }
         }
@@ -1517,6 +1583,7 @@ static PyMethodDef methods[] = {
     {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
+    {"frame_span", frame_span, METH_VARARGS, "A frame's (first, last) frame numbers from a frame index (see the module)."},
     {"fast_state", fast_state, METH_VARARGS, "exchanges()'s state, one per conversation (see exchanges)."},
     {"exchanges", (PyCFunction)(void (*)(void))exchanges, METH_FASTCALL,
      "The rows of the whole sendMessageP2B frames a chunk starts with (see the module)."},

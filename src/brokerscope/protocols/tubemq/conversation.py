@@ -94,7 +94,7 @@ class TubeMQConversation(Conversation):
             *self.reader, *self.limits, MAX_PENDING, self.pending, Pending, self.conn.frames,
             out["commands"], out["latencies"], out["acks"], out["messages"], _SERVICE_JSON,
             send.services, _STATUS_JSON[0], build.PRODUCE_SPEC, zlib.crc32, json_value, _MSG_TIMES,
-            build.produced_time, C2S, send.name, OK, MALFORMED, "tubemq_produce",
+            build.produced_time, C2S, send.name, OK, MALFORMED, "tubemq_produce", self.conn.frame_index,
         )  # fmt: skip
 
     # -- contract -----------------------------------------------------------------------------
