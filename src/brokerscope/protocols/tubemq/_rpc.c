@@ -1284,6 +1284,13 @@ static PyObject *frame_span(PyObject *self, PyObject *args) {
     return index_span(index, offset, size ? offset + size - 1 : offset);
 }
 
+/* v[name] = fields[name] or None (borrowed) for the n names of `used`; 0 or -1. */
+static int fields_of(PyObject *fields, const int *used, size_t n, PyObject **v) {
+    for (size_t i = 0; i < n; i++)
+        if (!(v[used[i]] = field_of(fields, used[i]))) return -1;
+    return 0;
+}
+
 /* The (first, last) frame numbers of the frame's packets, a new reference: from the driver's index
  * where the conversation has it, else by asking `frames`, else (None, None). */
 static PyObject *frame_numbers(Fast *f, PyObject *direction, int c2s, Py_ssize_t offset, Py_ssize_t size) {
@@ -1327,11 +1334,15 @@ static int put_str(Buf *b, PyObject *s) {
     return buf_put(b, u, n) ? JSON_NOMEM : 0;
 }
 
-/* A tuple of n borrowed references. */
+/* A row's tuple of n borrowed references, untracked by the cyclic GC: nothing in a row refers
+ * back to it (its values are numbers, strings, bytes and the headers list), and rows wait by the
+ * thousand in the gathered lists, where each collection would walk them again for nothing. */
 static PyObject *tuple_of(PyObject **items, Py_ssize_t n) {
     PyObject *t = PyTuple_New(n);
-    if (t)
+    if (t) {
         for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+        PyObject_GC_UnTrack(t);
+    }
     return t;
 }
 
@@ -1358,9 +1369,10 @@ static int fast_request(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offset
         int ok = PySequence_Contains(f->services, stype);
         if (ok <= 0) return ok;
     }
+    static const int used[] = {N_TOPIC, N_PARTITION, N_CLIENT, N_BROKER, N_GROUP, N_TOPICS, N_SUBSCRIBE, N_EVENT,
+                               N_MSG_TIME};
     PyObject *v[N_CHECKSUM];
-    for (int i = 0; i < N_CHECKSUM; i++)
-        if (!(v[i] = field_of(fields, i))) return -1;
+    if (fields_of(fields, used, sizeof used / sizeof *used, v)) return -1;
     if (v[N_EVENT] != Py_None) return 0;
     int subs = PyObject_IsTrue(v[N_SUBSCRIBE]);
     if (subs) return subs < 0 ? -1 : 0;
@@ -1456,9 +1468,10 @@ static int fast_response(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offse
         goto done;
     }
     if (mid == Py_None) mid = p[0];
+    static const int used[] = {N_EVENT, N_SUCCESS, N_ERRCODE, N_ERRMSG, N_BROKERS, N_TOPICINFOS, N_MESSAGE_ID,
+                               N_APPEND_TIME, N_APPEND_OFFSET};
     PyObject *v[N_CHECKSUM];
-    for (int i = 0; i < N_CHECKSUM; i++)
-        if (!(v[i] = field_of(fields, i))) goto done;
+    if (fields_of(fields, used, sizeof used / sizeof *used, v)) goto done;
     int brokers = PyObject_IsTrue(v[N_BROKERS]), infos = brokers < 0 ? -1 : PyObject_IsTrue(v[N_TOPICINFOS]);
     if (brokers < 0 || infos < 0) goto done;
     PyObject *success = v[N_SUCCESS], *code = v[N_ERRCODE];
