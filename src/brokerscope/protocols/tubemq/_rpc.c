@@ -343,7 +343,16 @@ fail:
 }
 
 /* A secret's replacement: the length of its text (characters of a string, digits of a number). */
-static PyObject *redacted(Py_ssize_t n) { return PyUnicode_FromFormat("<redacted %zd bytes>", n); }
+/* What a secret's value becomes: "<redacted N bytes>" (base.redacted); the texts of the sizes
+ * tokens have (under REDACTED_KEPT) made once and shared. */
+#define REDACTED_KEPT 256
+static PyObject *redacted_texts[REDACTED_KEPT];
+
+static PyObject *redacted(Py_ssize_t n) {
+    if (n < 0 || n >= REDACTED_KEPT) return PyUnicode_FromFormat("<redacted %zd bytes>", n);
+    if (!redacted_texts[n] && !(redacted_texts[n] = PyUnicode_FromFormat("<redacted %zd bytes>", n))) return NULL;
+    return Py_NewRef(redacted_texts[n]);
+}
 
 static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
                         int depth, PyObject **out);

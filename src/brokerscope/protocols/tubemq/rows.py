@@ -51,11 +51,12 @@ class Gathered:
     order they were made in. `commands`, `latencies`, `acks` and `messages` add a row's tuple to
     their table (the per-frame rows: a call less than `add`)."""
 
-    __slots__ = ("out", "pending", "ended", "commands", "latencies", "acks", "messages")
+    __slots__ = ("out", "pending", "lists", "ended", "commands", "latencies", "acks", "messages")
 
     def __init__(self) -> None:
         self.out: list[Row] = []
         self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.lists = tuple(self.pending.values())  # the same lists, to count them in one call
         self.ended = 0  # rows gathered since the last take of everything that `put` handed over
         self.commands, self.latencies, self.acks, self.messages = (self.pending[t].append for t in COLUMNS)
 
@@ -80,9 +81,7 @@ class Gathered:
     def take(self, everything: bool = False) -> list[Row]:
         """The rows made so far, with the gathered ones once BLOCK_ROWS were gathered since the
         last time (`everything`: all of them, the connection's end)."""
-        p = self.pending
-        held = self.ended + len(p["commands"]) + len(p["latencies"]) + len(p["acks"]) + len(p["messages"])
-        if everything or held >= BLOCK_ROWS:
+        if everything or self.ended + sum(map(len, self.lists)) >= BLOCK_ROWS:
             for t in COLUMNS:
                 self._end(t)
             self.ended = 0
