@@ -28,7 +28,8 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one (protobuf, content.py,
   to_json).
 - tubemq_exchanges: the decoder encoding (as tubemq), fed to a TubeMQ conversation with the
-  compiled sendMessageP2B path (_rpc.exchanges) and to one without: every table's rows equal.
+  compiled sendMessageP2B path (_rpc.exchanges) and to one without: every table's rows equal, and
+  each gathered block's Arrow columns (_rpc.transpose) converting as their values do.
 - capture_compiled: a config byte (bit0 gzip, bits1-2 split size, bit3 payload offsets, bit4 one
   row per batch, bits5-6 the ingest filter: none, broker ports, loopback hosts, a time window from
   the capture's middle), then a pcap / pcapng file read by the compiled record walk
@@ -248,6 +249,12 @@ def fuzz_tubemq_exchanges(data: bytes) -> None:
         rows, _ = decode("tubemq", data, partial(TubeMQConversation, compiled=compiled))
         per_table: dict[str, list] = defaultdict(list)
         for table, row in rows:
+            if isinstance(row, tables.Block) and compiled:  # its Arrow columns as their values convert
+                lists = tables.Block(row.n, {k: row.column(k) for k in row.cols}, row.const)
+                if tables.conform(table, [row]).to_pylist() != tables.conform(table, [lists]).to_pylist():
+                    raise FuzzFailure(
+                        "tubemq-columns-conform", f"{table}: a block's Arrow columns convert apart"
+                    )
             for r in row.rows() if isinstance(row, tables.Block) else [row]:
                 per_table[table].append({k: v for k, v in r.items() if v is not None})
         got.append(dict(per_table))

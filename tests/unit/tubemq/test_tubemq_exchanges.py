@@ -293,3 +293,51 @@ def test_a_failing_helper_leaves_the_frame_to_the_python_path(monkeypatch, fails
     errors = [r.get("decode_error") for r in fast["commands"] if r["decode_status"] != "ok"]
     assert errors == ([] if fails == "the compiled call" else ["internal error: RuntimeError('boom')"] * 2)
     assert len(fast["latencies"]) == 2
+
+
+# -- the gathered rows as Arrow columns (rows.columns, _rpc.transpose) ---------------------------
+
+ODD_VALUES = {
+    "i": [0, -1, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63), 2**63, True, 1.5, "7", None],
+    "f": [0.0, -1.25, 1e300, float("inf"), 3, None],
+    "s": ["", "x", "é\u2028\x00", "\ud800", b"bytes", 5, None],
+    "b": [b"", b"\x00\xff", bytearray(b"ba"), "str", None],
+    "?": [True, False, 1, 0, None],
+    "o": [[], ["a"], [{"key": "k", "value": b"v"}], None],
+}
+
+
+def _as_lists(table: str, rows: list[tuple]) -> rows_mod.Block:
+    return rows_mod.Block(len(rows), dict(zip(rows_mod.COLUMNS[table], map(list, zip(*rows)))))
+
+
+@pytest.mark.parametrize("table", sorted(rows_mod.COLUMNS))
+@pytest.mark.parametrize("seed", range(40))
+def test_gathered_columns_conform_as_their_values_do(table, seed):
+    """Arrow columns from _rpc.transpose give the rows (values, nulls and anomalies) the same
+    values as lists give; a column holding a value its kind does not take is handed over as the
+    list."""
+    from brokerscope import tables
+
+    rng = random.Random(seed)
+    kinds = rows_mod.KINDS[table].decode()
+    odd = rng.random() < 0.5  # else only values of each column's kind
+    plain = {"i": [0, 7, 2**40, -3], "f": [0.5, 2.0], "s": ["a", "bé"], "b": [b"", b"x"], "?": [True, False]}
+    plain["o"] = ODD_VALUES["o"]
+    rows = [
+        tuple(rng.choice(ODD_VALUES[k] if odd and rng.random() < 0.2 else [*plain[k], None]) for k in kinds)
+        for _ in range(rng.randrange(1, 30))
+    ]
+    cols = rows_mod.columns(table, rows)
+    for k, col, values in zip(kinds, cols, zip(*rows)):
+        if isinstance(col, list):
+            assert col == list(values)
+        else:
+            assert k != "o" and col.to_pylist() == [
+                v if v.__class__ is not bytearray else bytes(v) for v in values
+            ]
+    got = tables.conform(table, [rows_mod.Block(len(rows), dict(zip(rows_mod.COLUMNS[table], cols)))])
+    want = tables.conform(table, [_as_lists(table, rows)])
+    assert got.to_pylist() == want.to_pylist()
+    if not odd:
+        assert all(not isinstance(c, list) for k, c in zip(kinds, cols) if k != "o")

@@ -1597,6 +1597,130 @@ static PyObject *exchanges(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(at);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * transpose(rows, kinds): gathered rows (a list of tuples of len(kinds) values: rows.Gathered's)
+ * as columns, each by its kind (a byte of `kinds`):
+ *
+ *   'i' int64, 'f' float64, '?' bool -> (validity, values, null count): Arrow's buffers (bool
+ *                                        values bit-packed)
+ *   's' string, 'b' binary           -> (validity, int32 offsets, data, null count)
+ *   'o'                              -> the column's values as a list
+ *
+ * None is null. A column holding anything else (another type, an int past 64 bits, a str that is
+ * not UTF-8, more than 2 GiB of data) is given as the list of its values, for tables.conform to
+ * convert and note as it does the others: the rows' values are the same either way. */
+
+/* A fixed-width column (kind 'i', 'f', '?') of column c, or NULL (no exception: the list). */
+static PyObject *fixed_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t n) {
+    Py_ssize_t bits = (n + 7) / 8, nulls = 0;
+    PyObject *valid = PyBytes_FromStringAndSize(NULL, bits), *vals = NULL;
+    if (!valid || !(vals = PyBytes_FromStringAndSize(NULL, kind == '?' ? bits : 8 * n))) goto fail;
+    unsigned char *vb = (unsigned char *)PyBytes_AS_STRING(valid), *xb = (unsigned char *)PyBytes_AS_STRING(vals);
+    memset(vb, 0, bits);
+    memset(xb, 0, PyBytes_GET_SIZE(vals));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        if (v == Py_None) {
+            nulls++;
+            continue;
+        }
+        vb[i / 8] |= (unsigned char)(1 << (i % 8));
+        if (kind == 'i') {
+            int overflow;
+            long long x = PyLong_CheckExact(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : (overflow = 1, 0);
+            if (overflow || (x == -1 && PyErr_Occurred())) goto list;
+            memcpy(xb + 8 * i, &x, 8);
+        } else if (kind == 'f') {
+            if (!PyFloat_CheckExact(v)) goto list;
+            double x = PyFloat_AS_DOUBLE(v);
+            memcpy(xb + 8 * i, &x, 8);
+        } else if (v == Py_True) {
+            xb[i / 8] |= (unsigned char)(1 << (i % 8));
+        } else if (v != Py_False) {
+            goto list;
+        }
+    }
+    return Py_BuildValue("(NNn)", valid, vals, nulls);
+list:
+    PyErr_Clear();
+fail:
+    Py_XDECREF(valid);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
+/* A string or binary column (kind 's', 'b') of column c, or NULL (no exception: the list). */
+static PyObject *var_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t n) {
+    Col col;
+    if (col_init(&col, n)) {
+        col_free(&col);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        const char *p = NULL;
+        Py_ssize_t len = -1;
+        if (v != Py_None) {
+            if (kind == 's' && PyUnicode_CheckExact(v)) p = PyUnicode_AsUTF8AndSize(v, &len);
+            else if (kind == 'b' && PyBytes_CheckExact(v)) p = PyBytes_AS_STRING(v), len = PyBytes_GET_SIZE(v);
+            if (!p) {
+                PyErr_Clear();
+                col_free(&col);
+                return NULL;
+            }
+        }
+        int rc = col_add(&col, (const unsigned char *)p, len);
+        if (rc) {
+            col_free(&col);
+            return rc == -1 ? PyErr_NoMemory() : NULL;
+        }
+    }
+    PyObject *out = col_tuple(&col);
+    col_free(&col);
+    return out;
+}
+
+static PyObject *transpose(PyObject *self, PyObject *args) {
+    PyObject *rows, *out = NULL;
+    Py_buffer kinds;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &rows, &kinds)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), m = kinds.len;
+    const char *k = kinds.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != m) {
+            PyErr_SetString(PyExc_TypeError, "transpose: rows are tuples of len(kinds) values");
+            goto done;
+        }
+    }
+    if (!(out = PyList_New(m))) goto done;
+    for (Py_ssize_t c = 0; c < m; c++) {
+        PyObject *col = NULL;
+        if (k[c] == 'i' || k[c] == 'f' || k[c] == '?') col = fixed_column(rows, c, k[c], n);
+        else if (k[c] == 's' || k[c] == 'b') col = var_column(rows, c, k[c], n);
+        else if (k[c] != 'o') {
+            PyErr_Format(PyExc_ValueError, "transpose: unknown kind %c", k[c]);
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (!col && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (!col && (col = PyList_New(n)))
+            for (Py_ssize_t i = 0; i < n; i++)
+                PyList_SET_ITEM(col, i, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c)));
+        if (!col) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, c, col);
+    }
+done:
+    PyBuffer_Release(&kinds);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
@@ -1605,6 +1729,7 @@ static PyMethodDef methods[] = {
     {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
+    {"transpose", transpose, METH_VARARGS, "Gathered rows as Arrow buffers or lists, column by column (see the module)."},
     {"frame_span", frame_span, METH_VARARGS, "A frame's (first, last) frame numbers from a frame index (see the module)."},
     {"fast_state", fast_state, METH_VARARGS, "exchanges()'s state, one per conversation (see exchanges)."},
     {"exchanges", (PyCFunction)(void (*)(void))exchanges, METH_FASTCALL,

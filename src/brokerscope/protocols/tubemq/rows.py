@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ... import native
+from ... import native, tables
 from ...tables import Block
-from .. import base
+from .. import arrowcols, base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, json_value, to_json
 from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
@@ -73,7 +73,7 @@ class Gathered:
         rows = self.pending[table]
         n = len(rows)
         if n:
-            cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
+            cols = dict(zip(COLUMNS[table], columns(table, rows)))
             self.out.append((table, Block(n, cols, dict(CONST.get(table, ())))))
             rows.clear()  # the list stays: its append is bound above
         return n
@@ -87,6 +87,39 @@ class Gathered:
             self.ended = 0
         out, self.out = self.out, []
         return out
+
+
+def _kind(table: str, name: str) -> str:
+    """What _rpc.transpose makes of a gathered column: by the type of its table column."""
+    sch = tables.schema(table)
+    typ = sch.field(name).type if name in sch.names else pa.int64()  # an `X_ns` key
+    if pa.types.is_integer(typ):
+        return "i"
+    if pa.types.is_floating(typ):
+        return "f"
+    return {pa.string(): "s", pa.binary(): "b", pa.bool_(): "?"}.get(typ, "o")
+
+
+KINDS = {t: "".join(_kind(t, c) for c in cols).encode() for t, cols in COLUMNS.items()}
+_FIXED = {ord("i"): pa.int64(), ord("f"): pa.float64(), ord("?"): pa.bool_()}
+_VAR = {ord("s"): pa.string(), ord("b"): pa.binary()}
+
+
+def columns(table: str, rows: list[tuple]) -> list:
+    """The gathered rows of `table` as its columns: Arrow arrays wrapped around the buffers
+    _rpc.transpose writes (ints as int64, which conform casts to the column's type), a list of
+    the values where the kind is none of those or a value does not fit it."""
+    n, out = len(rows), []
+    for kind, got in zip(KINDS[table], _rpc.transpose(rows, KINDS[table])):
+        if got.__class__ is list:
+            out.append(got)
+        elif kind in _FIXED:
+            valid, values, nulls = got
+            bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
+            out.append(pa.Array.from_buffers(_FIXED[kind], n, bufs, null_count=nulls))
+        else:
+            out.append(arrowcols.binary(got, _VAR[kind]))
+    return out
 
 
 @dataclass(slots=True)
