@@ -299,6 +299,7 @@ def test_a_failing_helper_leaves_the_frame_to_the_python_path(monkeypatch, fails
 
 ODD_VALUES = {
     "i": [0, -1, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63), 2**63, True, 1.5, "7", None],
+    "n": [0, -1, 2**31 - 1, -(2**31), 2**31, -(2**31) - 1, 2**63, True, 1.5, None],
     "f": [0.0, -1.25, 1e300, float("inf"), 3, None],
     "s": ["", "x", "é\u2028\x00", "\ud800", b"bytes", 5, None],
     "b": [b"", b"\x00\xff", bytearray(b"ba"), "str", None],
@@ -322,7 +323,7 @@ def test_gathered_columns_conform_as_their_values_do(table, seed):
     rng = random.Random(seed)
     kinds = rows_mod.KINDS[table].decode()
     odd = rng.random() < 0.5  # else only values of each column's kind
-    plain = {"i": [0, 7, 2**40, -3], "f": [0.5, 2.0], "s": ["a", "bé"], "b": [b"", b"x"], "?": [True, False]}
+    plain = {"i": [0, 7, 2**40, -3], "n": [0, 9, -(2**31)], "f": [0.5, 2.0], "s": ["a", "bé"], "b": [b"", b"x"], "?": [True, False]}
     plain["o"] = ODD_VALUES["o"]
     rows = [
         tuple(rng.choice(ODD_VALUES[k] if odd and rng.random() < 0.2 else [*plain[k], None]) for k in kinds)

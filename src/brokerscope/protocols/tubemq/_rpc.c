@@ -1601,20 +1601,21 @@ static PyObject *exchanges(PyObject *self, PyObject *const *args, Py_ssize_t nar
  * transpose(rows, kinds): gathered rows (a list of tuples of len(kinds) values: rows.Gathered's)
  * as columns, each by its kind (a byte of `kinds`):
  *
- *   'i' int64, 'f' float64, '?' bool -> (validity, values, null count): Arrow's buffers (bool
- *                                        values bit-packed)
+ *   'i' int64, 'n' int32, 'f' float64, -> (validity, values, null count): Arrow's buffers (bool
+ *   '?' bool                              values bit-packed)
  *   's' string, 'b' binary           -> (validity, int32 offsets, data, null count)
  *   'o'                              -> the column's values as a list
  *
- * None is null. A column holding anything else (another type, an int past 64 bits, a str that is
+ * None is null. A column holding anything else (another type, an int past its width, a str that is
  * not UTF-8, more than 2 GiB of data) is given as the list of its values, for tables.conform to
  * convert and note as it does the others: the rows' values are the same either way. */
 
-/* A fixed-width column (kind 'i', 'f', '?') of column c, or NULL (no exception: the list). */
+/* A fixed-width column (kind 'i', 'n', 'f', '?') of column c, or NULL (no exception: the list). */
 static PyObject *fixed_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t n) {
     Py_ssize_t bits = (n + 7) / 8, nulls = 0;
     PyObject *valid = PyBytes_FromStringAndSize(NULL, bits), *vals = NULL;
-    if (!valid || !(vals = PyBytes_FromStringAndSize(NULL, kind == '?' ? bits : 8 * n))) goto fail;
+    if (!valid || !(vals = PyBytes_FromStringAndSize(NULL, kind == '?' ? bits : kind == 'n' ? 4 * n : 8 * n)))
+        goto fail;
     unsigned char *vb = (unsigned char *)PyBytes_AS_STRING(valid), *xb = (unsigned char *)PyBytes_AS_STRING(vals);
     memset(vb, 0, bits);
     memset(xb, 0, PyBytes_GET_SIZE(vals));
@@ -1625,11 +1626,17 @@ static PyObject *fixed_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_
             continue;
         }
         vb[i / 8] |= (unsigned char)(1 << (i % 8));
-        if (kind == 'i') {
+        if (kind == 'i' || kind == 'n') {
             int overflow;
             long long x = PyLong_CheckExact(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : (overflow = 1, 0);
             if (overflow || (x == -1 && PyErr_Occurred())) goto list;
-            memcpy(xb + 8 * i, &x, 8);
+            if (kind == 'i') {
+                memcpy(xb + 8 * i, &x, 8);
+                continue;
+            }
+            if (x < INT32_MIN || x > INT32_MAX) goto list;
+            int32_t y = (int32_t)x;
+            memcpy(xb + 4 * i, &y, 4);
         } else if (kind == 'f') {
             if (!PyFloat_CheckExact(v)) goto list;
             double x = PyFloat_AS_DOUBLE(v);
@@ -1696,7 +1703,7 @@ static PyObject *transpose(PyObject *self, PyObject *args) {
     if (!(out = PyList_New(m))) goto done;
     for (Py_ssize_t c = 0; c < m; c++) {
         PyObject *col = NULL;
-        if (k[c] == 'i' || k[c] == 'f' || k[c] == '?') col = fixed_column(rows, c, k[c], n);
+        if (k[c] == 'i' || k[c] == 'n' || k[c] == 'f' || k[c] == '?') col = fixed_column(rows, c, k[c], n);
         else if (k[c] == 's' || k[c] == 'b') col = var_column(rows, c, k[c], n);
         else if (k[c] != 'o') {
             PyErr_Format(PyExc_ValueError, "transpose: unknown kind %c", k[c]);

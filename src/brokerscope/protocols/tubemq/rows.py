@@ -93,6 +93,8 @@ def _kind(table: str, name: str) -> str:
     """What _rpc.transpose makes of a gathered column: by the type of its table column."""
     sch = tables.schema(table)
     typ = sch.field(name).type if name in sch.names else pa.int64()  # an `X_ns` key
+    if typ == pa.int32():
+        return "n"
     if pa.types.is_integer(typ):
         return "i"
     if pa.types.is_floating(typ):
@@ -101,13 +103,14 @@ def _kind(table: str, name: str) -> str:
 
 
 KINDS = {t: "".join(_kind(t, c) for c in cols).encode() for t, cols in COLUMNS.items()}
-_FIXED = {ord("i"): pa.int64(), ord("f"): pa.float64(), ord("?"): pa.bool_()}
+_FIXED = {ord("i"): pa.int64(), ord("n"): pa.int32(), ord("f"): pa.float64(), ord("?"): pa.bool_()}
 _VAR = {ord("s"): pa.string(), ord("b"): pa.binary()}
 
 
 def columns(table: str, rows: list[tuple]) -> list:
     """The gathered rows of `table` as its columns: Arrow arrays wrapped around the buffers
-    _rpc.transpose writes (ints as int64, which conform casts to the column's type), a list of
+    _rpc.transpose writes (int32 columns as int32, other ints as int64, which conform casts to the
+    column's type), a list of
     the values where the kind is none of those or a value does not fit it."""
     n, out = len(rows), []
     for kind, got in zip(KINDS[table], _rpc.transpose(rows, KINDS[table])):
