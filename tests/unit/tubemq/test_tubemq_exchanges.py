@@ -323,7 +323,14 @@ def test_gathered_columns_conform_as_their_values_do(table, seed):
     rng = random.Random(seed)
     kinds = rows_mod.KINDS[table].decode()
     odd = rng.random() < 0.5  # else only values of each column's kind
-    plain = {"i": [0, 7, 2**40, -3], "n": [0, 9, -(2**31)], "f": [0.5, 2.0], "s": ["a", "bé"], "b": [b"", b"x"], "?": [True, False]}
+    plain = {
+        "i": [0, 7, 2**40, -3],
+        "n": [0, 9, -(2**31)],
+        "f": [0.5, 2.0],
+        "s": ["a", "bé"],
+        "b": [b"", b"x"],
+        "?": [True, False],
+    }
     plain["o"] = ODD_VALUES["o"]
     rows = [
         tuple(rng.choice(ODD_VALUES[k] if odd and rng.random() < 0.2 else [*plain[k], None]) for k in kinds)
