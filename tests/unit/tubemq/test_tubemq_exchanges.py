@@ -304,6 +304,17 @@ ODD_VALUES = {
     "s": ["", "x", "é\u2028\x00", "\ud800", b"bytes", 5, None],
     "b": [b"", b"\x00\xff", bytearray(b"ba"), "str", None],
     "?": [True, False, 1, 0, None],
+    "h": [
+        [],
+        [{"key": "k", "value": b"v"}, {"key": "", "value": b""}],
+        [{"key": "k"}],
+        [{"value": b"v", "key": "k"}],
+        [{"key": "k", "value": "str"}],
+        [{"key": "\ud800", "value": b""}],
+        [{"key": "k", "value": b"v", "x": 1}],
+        None,
+        ["x"],
+    ],  # fmt: skip
     "o": [[], ["a"], [{"key": "k", "value": b"v"}], None],
 }
 
@@ -321,7 +332,7 @@ def test_gathered_columns_conform_as_their_values_do(table, seed):
     from brokerscope import tables
 
     rng = random.Random(seed)
-    kinds = rows_mod.KINDS[table].decode()
+    kinds = rows_mod.kinds(table, rows_mod.COLUMNS[table]).decode()
     odd = rng.random() < 0.5  # else only values of each column's kind
     plain = {
         "i": [0, 7, 2**40, -3],
@@ -332,8 +343,14 @@ def test_gathered_columns_conform_as_their_values_do(table, seed):
         "?": [True, False],
     }
     plain["o"] = ODD_VALUES["o"]
+    plain["h"] = [[], [{"key": "k", "value": b"v"}], [{"key": "é", "value": b"\x00"}] * 3]
     rows = [
-        tuple(rng.choice(ODD_VALUES[k] if odd and rng.random() < 0.2 else [*plain[k], None]) for k in kinds)
+        tuple(
+            rng.choice(
+                ODD_VALUES[k] if odd and rng.random() < 0.2 else [*plain[k], *((None,) if k != "h" else ())]
+            )
+            for k in kinds
+        )
         for _ in range(rng.randrange(1, 30))
     ]
     cols = rows_mod.columns(table, rows)

@@ -1604,6 +1604,9 @@ static PyObject *exchanges(PyObject *self, PyObject *const *args, Py_ssize_t nar
  *   'i' int64, 'n' int32, 'f' float64, -> (validity, values, null count): Arrow's buffers (bool
  *   '?' bool                              values bit-packed)
  *   's' string, 'b' binary           -> (validity, int32 offsets, data, null count)
+ *   'h' headers                      -> (int32 list offsets, keys, values): lists of {"key": str,
+ *                                        "value": bytes} dicts (the messages table's headers, no
+ *                                        null list), keys and values as 's' and 'b' give them
  *   'o'                              -> the column's values as a list
  *
  * None is null. A column holding anything else (another type, an int past its width, a str that is
@@ -1687,6 +1690,44 @@ static PyObject *var_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t 
     return out;
 }
 
+/* A headers column (kind 'h') of column c, or NULL (no exception: the list). */
+static PyObject *headers_column(PyObject *rows, Py_ssize_t c, Py_ssize_t n) {
+    Buf offs = {0};
+    Col keys, vals;
+    int32_t at = 0;
+    PyObject *out = NULL;
+    int keys_bad = col_init(&keys, 0), vals_bad = col_init(&vals, 0); /* both: col_free frees both */
+    int ok = !keys_bad && !vals_bad && !buf_put(&offs, &at, 4);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        if (!PyList_CheckExact(v)) {
+            ok = 0;
+            break;
+        }
+        for (Py_ssize_t j = 0; ok && j < PyList_GET_SIZE(v); j++) {
+            PyObject *h = PyList_GET_ITEM(v, j), *k = NULL, *val = NULL;
+            if (PyDict_CheckExact(h) && PyDict_GET_SIZE(h) == 2) {
+                k = PyDict_GetItemWithError(h, header_key);
+                val = k ? PyDict_GetItemWithError(h, header_value) : NULL;
+            }
+            Py_ssize_t klen;
+            const char *kp = k && val && PyUnicode_CheckExact(k) && PyBytes_CheckExact(val)
+                                 ? PyUnicode_AsUTF8AndSize(k, &klen)
+                                 : NULL;
+            ok = kp && at < INT32_MAX && !col_add(&keys, (const unsigned char *)kp, klen) &&
+                 !col_add(&vals, (const unsigned char *)PyBytes_AS_STRING(val), PyBytes_GET_SIZE(val));
+            at++;
+        }
+        if (ok) ok = !buf_put(&offs, &at, 4);
+    }
+    if (ok) out = Py_BuildValue("(NNN)", bytes_of(&offs), col_tuple(&keys), col_tuple(&vals));
+    else PyErr_Clear(); /* the list: conform converts it and says what does not fit */
+    free(offs.p);
+    col_free(&keys);
+    col_free(&vals);
+    return out;
+}
+
 static PyObject *transpose(PyObject *self, PyObject *args) {
     PyObject *rows, *out = NULL;
     Py_buffer kinds;
@@ -1705,6 +1746,7 @@ static PyObject *transpose(PyObject *self, PyObject *args) {
         PyObject *col = NULL;
         if (k[c] == 'i' || k[c] == 'n' || k[c] == 'f' || k[c] == '?') col = fixed_column(rows, c, k[c], n);
         else if (k[c] == 's' || k[c] == 'b') col = var_column(rows, c, k[c], n);
+        else if (k[c] == 'h') col = headers_column(rows, c, n);
         else if (k[c] != 'o') {
             PyErr_Format(PyExc_ValueError, "transpose: unknown kind %c", k[c]);
             Py_CLEAR(out);

@@ -3,6 +3,7 @@ state (the conversation pairs requests and responses and hands over what it know
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -99,27 +100,37 @@ def _kind(table: str, name: str) -> str:
         return "i"
     if pa.types.is_floating(typ):
         return "f"
-    return {pa.string(): "s", pa.binary(): "b", pa.bool_(): "?"}.get(typ, "o")
+    return {pa.string(): "s", pa.binary(): "b", pa.bool_(): "?", arrowcols.HEADERS: "h"}.get(typ, "o")
 
 
-KINDS = {t: "".join(_kind(t, c) for c in cols).encode() for t, cols in COLUMNS.items()}
+@functools.cache
+def kinds(table: str, names: tuple[str, ...]) -> bytes:
+    """_rpc.transpose's kinds of these columns of `table`."""
+    return "".join(_kind(table, c) for c in names).encode()
+
+
 _FIXED = {ord("i"): pa.int64(), ord("n"): pa.int32(), ord("f"): pa.float64(), ord("?"): pa.bool_()}
 _VAR = {ord("s"): pa.string(), ord("b"): pa.binary()}
 
 
-def columns(table: str, rows: list[tuple]) -> list:
-    """The gathered rows of `table` as its columns: Arrow arrays wrapped around the buffers
-    _rpc.transpose writes (int32 columns as int32, other ints as int64, which conform casts to the
-    column's type), a list of
-    the values where the kind is none of those or a value does not fit it."""
-    n, out = len(rows), []
-    for kind, got in zip(KINDS[table], _rpc.transpose(rows, KINDS[table])):
+def columns(table: str, rows: list[tuple], names: tuple[str, ...] | None = None) -> list:
+    """The gathered rows of `table` (tuples of its `names`, COLUMNS[table] by default) as columns:
+    Arrow arrays wrapped around the buffers _rpc.transpose writes (int32 columns as int32, other
+    ints as int64, which conform casts to the column's type), a list of the values where the kind
+    is none of those or a value does not fit it."""
+    n, out, want = len(rows), [], kinds(table, names or COLUMNS[table])
+    for kind, got in zip(want, _rpc.transpose(rows, want)):
         if got.__class__ is list:
             out.append(got)
         elif kind in _FIXED:
             valid, values, nulls = got
             bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
             out.append(pa.Array.from_buffers(_FIXED[kind], n, bufs, null_count=nulls))
+        elif kind == ord("h"):
+            offsets, keys, values = got
+            out.append(
+                arrowcols.headers(n, offsets, arrowcols.binary(keys, pa.string()), arrowcols.binary(values))
+            )
         else:
             out.append(arrowcols.binary(got, _VAR[kind]))
     return out
@@ -205,20 +216,25 @@ def deliver(
     parts = [tm.get("partitionId") for tm in tms]
     ids = [tm.get("messageId") for tm in tms]
     recv = [tm.get("recvTimeInMs") for tm in tms]
-    cols: dict = {
-        "partition": [req_part if p is None else p for p in parts],
-        "message_id": [None if m is None else str(m) for m in ids],
-        "headers": headers,
-        "checksum_ok": oks,
-        "message_ts_ns": [
-            r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)
-        ],
-        "decode_status": [MALFORMED if e else OK for e in errors],
-        "decode_error": errors,
-        "details": details,
-    }
+    given = (
+        [req_part if p is None else p for p in parts],
+        [None if m is None else str(m) for m in ids],
+        headers,
+        oks,
+        [r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)],
+        [MALFORMED if e else OK for e in errors],
+        errors,
+        details,
+    )
+    cols: dict = dict(zip(DELIVERED, columns("messages", list(zip(*given)), DELIVERED)))
     cols.update(policy.value_columns(pa.array(values, pa.binary()), pa.array(sizes, pa.int64())))
     return Block(len(values), cols, const)
+
+
+# the columns of a delivered pack that rows.deliver gives as columns (Arrow, by _rpc.transpose)
+DELIVERED = (
+    "partition", "message_id", "headers", "checksum_ok", "message_ts_ns", "decode_status", "decode_error", "details",
+)  # fmt: skip
 
 
 # the `details` of a delivered message and of a produced one (message_columns' spec: JSON key,
