@@ -263,6 +263,7 @@ class _Conn:
                 server[1],
                 self.tcp.midstream,
                 self._frame_range,
+                (self.offsets[self.client_is_lo], self.offsets[not self.client_is_lo]),
             )
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
         pending, self.pending = self.pending, []

@@ -43,6 +43,7 @@ TARGET_NAMES = (
     "tls_capture",
     "iggy_batch",
     "tubemq_rpc",
+    "tubemq_exchanges",
     "pulsar_batch",
     "kafka_body",
 )

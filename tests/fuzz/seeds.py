@@ -2,7 +2,8 @@
 committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>/seed-*.
 
 - decoders: each TCP connection of the sample captures, read by the project's capture reader and
-  reassembled by its TcpConnection, as data/gap events in the decoder encoding;
+  reassembled by its TcpConnection, as data/gap events in the decoder encoding (tubemq_exchanges
+  too: the tubemq ones);
 - kafka_segment: sample_data/kafka/segments with and without its index files;
 - iggy_segment: the segments the Iggy segment tests write (three layouts);
 - capture: the small sample captures (one also gzip-compressed);
@@ -358,6 +359,7 @@ SEEDS = {
     "tls_capture": tls_capture_seeds,
     "iggy_batch": iggy_batch_seeds,
     "tubemq_rpc": tubemq_rpc_seeds,
+    "tubemq_exchanges": lambda: decoder_seeds("tubemq"),
     "pulsar_batch": pulsar_batch_seeds,
     "kafka_body": kafka_body_seeds,
 }

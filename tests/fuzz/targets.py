@@ -27,6 +27,9 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   response (bit3) or a sendMessageP2B request, their columns; else an RPC envelope), then bytes
   read by the compiled TubeMQ reader (_rpc.c) and by the plain-Python one (protobuf, content.py,
   to_json).
+- tubemq_exchanges: the decoder encoding (as tubemq), fed to a TubeMQ conversation with the
+  compiled sendMessageP2B path (_rpc.exchanges) and to one without: every table's rows equal, and
+  each gathered block's Arrow columns (_rpc.transpose) converting as their values do.
 - capture_compiled: a config byte (bit0 gzip, bits1-2 split size, bit3 payload offsets, bit4 one
   row per batch, bits5-6 the ingest filter: none, broker ports, loopback hosts, a time window from
   the capture's middle), then a pcap / pcapng file read by the compiled record walk
@@ -50,6 +53,7 @@ import struct
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 
 from brokerscope import tables
 from brokerscope.protocols import base
@@ -185,14 +189,14 @@ def encode_stream(events: Iterable[tuple[str, str, bytes | int]], cfg: int = 0) 
     return bytes(out)
 
 
-def decode(name: str, data: bytes) -> tuple[list, dict]:
+def decode(name: str, data: bytes, make: Callable | None = None) -> tuple[list, dict]:
     """Drive one conversation of protocol `name` with `data`: (its rows, the driver's shared
-    columns)."""
+    columns). `make(conn, ctx)`: the conversation, where not the protocol's own."""
     cfg = data[0] if data else 0
     ctx, midstream = _decoder_context(cfg)
     proto = base.protocols()[name]
     conn = base.ConnInfo("fuzz", "10.0.0.1", 50000, "10.0.0.2", proto.default_ports[0], midstream)
-    conv = proto.conversation(conn, ctx)
+    conv = make(conn, ctx) if make is not None else proto.conversation(conn, ctx)
     rows: list = []
     t = T0
     for kind, direction, dt, val in stream_ops(data[1:]):
@@ -233,6 +237,36 @@ def fuzz_iggy(data: bytes) -> None:
 
 def fuzz_tubemq(data: bytes) -> None:
     run_decoder("tubemq", data)
+
+
+def fuzz_tubemq_exchanges(data: bytes) -> None:
+    """The `tubemq` decoder input fed to a conversation with the compiled sendMessageP2B path
+    (_rpc.exchanges) and to one without it: the same rows, table by table, in order."""
+    from brokerscope.protocols.tubemq.conversation import TubeMQConversation
+
+    got = []
+    for compiled in (True, False):
+        rows, _ = decode("tubemq", data, partial(TubeMQConversation, compiled=compiled))
+        per_table: dict[str, list] = defaultdict(list)
+        for table, row in rows:
+            if isinstance(row, tables.Block) and compiled:  # its Arrow columns as their values convert
+                lists = tables.Block(row.n, {k: row.column(k) for k in row.cols}, row.const)
+                if tables.conform(table, [row]).to_pylist() != tables.conform(table, [lists]).to_pylist():
+                    raise FuzzFailure(
+                        "tubemq-columns-conform", f"{table}: a block's Arrow columns convert apart"
+                    )
+            for r in row.rows() if isinstance(row, tables.Block) else [row]:
+                per_table[table].append({k: v for k, v in r.items() if v is not None})
+        got.append(dict(per_table))
+    if got[0] != got[1]:
+        for table in sorted(set(got[0]) | set(got[1])):
+            a, b = got[0].get(table, []), got[1].get(table, [])
+            if a != b:
+                at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                raise FuzzFailure(
+                    "tubemq-exchanges-differ",
+                    f"{table} row {at}: compiled {a[at] if at < len(a) else None!r} python {b[at] if at < len(b) else None!r}",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1093,6 +1127,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tls_capture": fuzz_tls_capture,
     "iggy_batch": fuzz_iggy_batch,
     "tubemq_rpc": fuzz_tubemq_rpc,
+    "tubemq_exchanges": fuzz_tubemq_exchanges,
     "pulsar_batch": fuzz_pulsar_batch,
     "kafka_body": fuzz_kafka_body,
 }

@@ -172,6 +172,9 @@ class ConnInfo:
     frames: Callable[[str, int, int], tuple[int | None, int | None]] | None = field(
         default=None, compare=False, repr=False
     )
+    # what `frames` looks in, for compiled callers: the driver's index of each direction's
+    # packets (streams._Frames: `starts`, `frames` arrays and `floor`), (c2s, s2c); None: ask `frames`
+    frame_index: tuple | None = field(default=None, compare=False, repr=False)
 
     def frame_range(self, direction: str, offset: int | None, size: int | None) -> dict:
         """The `first_frame` and `last_frame` columns of a row carried by the frame of

@@ -97,6 +97,11 @@ def test_random_bytes_are_malformed_rows():
 
 
 def test_internal_error_becomes_a_row_and_decoding_continues(monkeypatch):
+    """In the Python path (the compiled _rpc.exchanges takes these frames otherwise: the test of
+    its errors is in test_tubemq_exchanges.py)."""
+    from brokerscope.protocols.tubemq.conversation import TubeMQConversation
+
+    monkeypatch.setattr(TubeMQConversation, "compiled", False)
     c2s, _ = _stream(3)
     calls = {"n": 0}
     real = rpc_mod.envelope_of  # what each frame's compiled read goes through

@@ -343,7 +343,16 @@ fail:
 }
 
 /* A secret's replacement: the length of its text (characters of a string, digits of a number). */
-static PyObject *redacted(Py_ssize_t n) { return PyUnicode_FromFormat("<redacted %zd bytes>", n); }
+/* What a secret's value becomes: "<redacted N bytes>" (base.redacted); the texts of the sizes
+ * tokens have (under REDACTED_KEPT) made once and shared. */
+#define REDACTED_KEPT 256
+static PyObject *redacted_texts[REDACTED_KEPT];
+
+static PyObject *redacted(Py_ssize_t n) {
+    if (n < 0 || n >= REDACTED_KEPT) return PyUnicode_FromFormat("<redacted %zd bytes>", n);
+    if (!redacted_texts[n] && !(redacted_texts[n] = PyUnicode_FromFormat("<redacted %zd bytes>", n))) return NULL;
+    return Py_NewRef(redacted_texts[n]);
+}
 
 static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *p, const unsigned char *end,
                         int depth, PyObject **out);
@@ -833,112 +842,134 @@ fail:
     return NULL;
 }
 
+/* What columns() needs besides the messages: the field names, the spec, the tail, the callables
+ * and the constants its checks compare with. */
+typedef struct {
+    PyObject *payload_name, *flag_name, *checksum_name, *crc32, *json_value;
+    const DetailSpec *ds;
+    Py_ssize_t ns, tail_len;
+    const char *tail_text;
+    PyObject *empty, *minus_one, *mask; /* b"", -1, 0x7FFFFFFF */
+} RowSpec;
+
+/* One message's six values (columns() describes them) into out[6], new references; 0 or -1 with
+ * an exception set. `text` is the caller's scratch buffer. */
+static int message_row(const RowSpec *r, PyObject *m, Buf *text, PyObject *out[6]) {
+    PyObject *parts = NULL, *ok = NULL, *sz = NULL, *details = NULL;
+    if (!PyDict_Check(m)) {
+        PyErr_SetString(PyExc_TypeError, "columns: a message is not a dict");
+        return -1;
+    }
+    PyObject *data = PyDict_GetItemWithError(m, r->payload_name);
+    if (!data && PyErr_Occurred()) return -1;
+    int truth = data ? PyObject_IsTrue(data) : 0;
+    if (truth < 0) return -1;
+    if (!truth) data = r->empty;
+    PyObject *flag = PyDict_GetItemWithError(m, r->flag_name);
+    if (!flag && PyErr_Occurred()) return -1;
+    parts = parts_of(data, flag ? flag : Py_None); /* (attr, payload, error, headers) */
+    if (!parts) return -1;
+    PyObject *attr = PyTuple_GET_ITEM(parts, 0);
+    Py_ssize_t size = PyObject_Length(data), psize;
+    if (size < 0 || (psize = PyObject_Length(PyTuple_GET_ITEM(parts, 1))) < 0 || !(sz = PyLong_FromSsize_t(psize)))
+        goto fail;
+    /* checksum_ok */
+    PyObject *cs = PyDict_GetItemWithError(m, r->checksum_name);
+    if (!cs && PyErr_Occurred()) goto fail;
+    int none = !cs || cs == Py_None;
+    if (!none && (none = PyObject_RichCompareBool(cs, r->minus_one, Py_EQ)) < 0) goto fail;
+    if (none) {
+        ok = Py_NewRef(Py_None);
+    } else {
+        PyObject *crc = PyObject_CallOneArg(r->crc32, data), *masked = NULL;
+        if (crc) masked = PyNumber_And(crc, r->mask);
+        Py_XDECREF(crc);
+        if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
+        Py_XDECREF(masked);
+        if (!ok) goto fail;
+    }
+    /* details: key text, value, ..., tail */
+    int rc = 0;
+    text->len = 0;
+    for (Py_ssize_t j = 0; j < r->ns && !rc; j++) {
+        const DetailSpec *d = &r->ds[j];
+        if (buf_put(text, d->key, d->key_len)) {
+            rc = JSON_NOMEM;
+            break;
+        }
+        PyObject *fv = Py_None;
+        if (d->kind == J_VALUE || d->kind == J_IPV4) {
+            fv = PyDict_GetItemWithError(m, d->field);
+            if (!fv && PyErr_Occurred()) {
+                rc = PY_ERROR;
+                break;
+            }
+            if (!fv) fv = Py_None;
+        }
+        if (d->kind == J_VALUE) rc = json_any(text, fv, r->json_value);
+        else if (d->kind == J_IPV4) rc = ipv4_json(text, fv);
+        else if (d->kind == J_ATTRIBUTES) rc = json_any(text, attr, r->json_value);
+        else if (buf_reserve(text, 21)) rc = JSON_NOMEM;
+        else text->len += put_decimal(text->p + text->len, size);
+    }
+    if (!rc && buf_put(text, r->tail_text, r->tail_len)) rc = JSON_NOMEM;
+    if (rc == JSON_NOMEM) PyErr_NoMemory();
+    if (rc) goto fail;
+    details = PyUnicode_DecodeUTF8(text->p, text->len, "surrogatepass"); /* as json_value wrote it */
+    if (!details) goto fail;
+    out[0] = Py_NewRef(PyTuple_GET_ITEM(parts, 1));
+    out[1] = Py_NewRef(PyTuple_GET_ITEM(parts, 2));
+    out[2] = Py_NewRef(PyTuple_GET_ITEM(parts, 3));
+    out[3] = ok;
+    out[4] = details;
+    out[5] = sz;
+    Py_DECREF(parts);
+    return 0;
+fail:
+    Py_XDECREF(parts);
+    Py_XDECREF(ok);
+    Py_XDECREF(sz);
+    return -1;
+}
+
+/* A RowSpec of the names, spec capsule, tail and callables (borrowed), its constants made here;
+ * 0 or -1. row_spec_clear drops the constants. */
+static int row_spec(RowSpec *r, PyObject *payload_name, PyObject *flag_name, PyObject *checksum_name, PyObject *spec,
+                    PyObject *tail, PyObject *crc32, PyObject *json_value) {
+    memset(r, 0, sizeof *r);
+    const Details *dspec = PyCapsule_GetPointer(spec, "tubemq.details");
+    if (!dspec) return -1;
+    r->payload_name = payload_name, r->flag_name = flag_name, r->checksum_name = checksum_name;
+    r->crc32 = crc32, r->json_value = json_value, r->ds = dspec->e, r->ns = dspec->n;
+    if (!(r->tail_text = PyUnicode_AsUTF8AndSize(tail, &r->tail_len))) return -1;
+    r->empty = PyBytes_FromStringAndSize("", 0);
+    r->minus_one = PyLong_FromLong(-1);
+    r->mask = PyLong_FromLong(0x7FFFFFFF);
+    return r->empty && r->minus_one && r->mask ? 0 : -1;
+}
+
+static void row_spec_clear(RowSpec *r) {
+    Py_CLEAR(r->empty);
+    Py_CLEAR(r->minus_one);
+    Py_CLEAR(r->mask);
+}
+
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *msgs, *payload_name, *flag_name, *checksum_name, *spec, *tail, *crc32, *json_value;
     if (!PyArg_ParseTuple(args, "O!UUUOUOO", &PyList_Type, &msgs, &payload_name, &flag_name, &checksum_name, &spec,
                           &tail, &crc32, &json_value))
         return NULL;
-    const Details *dspec = PyCapsule_GetPointer(spec, "tubemq.details");
-    if (!dspec) return NULL;
-    const DetailSpec *ds = dspec->e;
-    Py_ssize_t n = PyList_GET_SIZE(msgs), ns = dspec->n, tail_len;
-    const char *tail_text = PyUnicode_AsUTF8AndSize(tail, &tail_len);
-    if (!tail_text) return NULL;
-    PyObject *cols[6] = {0}, *empty = PyBytes_FromStringAndSize("", 0);
-    PyObject *minus_one = PyLong_FromLong(-1), *mask = PyLong_FromLong(0x7FFFFFFF), *result = NULL;
+    RowSpec r;
+    PyObject *cols[6] = {0}, *result = NULL;
     Buf text = {0};
-    if (!empty || !minus_one || !mask) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (row_spec(&r, payload_name, flag_name, checksum_name, spec, tail, crc32, json_value)) goto done;
     for (int c = 0; c < 6; c++)
         if (!(cols[c] = PyList_New(n))) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyList_GET_ITEM(msgs, i);
-        if (!PyDict_Check(m)) {
-            PyErr_SetString(PyExc_TypeError, "columns: a message is not a dict");
-            goto done;
-        }
-        PyObject *data = PyDict_GetItemWithError(m, payload_name);
-        if (!data && PyErr_Occurred()) goto done;
-        int truth = data ? PyObject_IsTrue(data) : 0;
-        if (truth < 0) goto done;
-        if (!truth) data = empty;
-        PyObject *flag = PyDict_GetItemWithError(m, flag_name);
-        if (!flag && PyErr_Occurred()) goto done;
-        PyObject *parts = parts_of(data, flag ? flag : Py_None); /* (attr, payload, error, headers) */
-        if (!parts) goto done;
-        PyObject *attr = PyTuple_GET_ITEM(parts, 0);
-        Py_ssize_t size = PyObject_Length(data);
-        if (size < 0) {
-            Py_DECREF(parts);
-            goto done;
-        }
-        PyList_SET_ITEM(cols[0], i, Py_NewRef(PyTuple_GET_ITEM(parts, 1)));
-        PyList_SET_ITEM(cols[1], i, Py_NewRef(PyTuple_GET_ITEM(parts, 2)));
-        PyList_SET_ITEM(cols[2], i, Py_NewRef(PyTuple_GET_ITEM(parts, 3)));
-        PyObject *sz = PyLong_FromSsize_t(PyObject_Length(PyTuple_GET_ITEM(parts, 1)));
-        if (!sz) {
-            Py_DECREF(parts);
-            goto done;
-        }
-        PyList_SET_ITEM(cols[5], i, sz);
-        /* checksum_ok */
-        PyObject *cs = PyDict_GetItemWithError(m, checksum_name), *ok = NULL;
-        if (!cs && PyErr_Occurred()) {
-            Py_DECREF(parts);
-            goto done;
-        }
-        int none = !cs || cs == Py_None;
-        if (!none) {
-            none = PyObject_RichCompareBool(cs, minus_one, Py_EQ);
-            if (none < 0) {
-                Py_DECREF(parts);
-                goto done;
-            }
-        }
-        if (none) {
-            ok = Py_NewRef(Py_None);
-        } else {
-            PyObject *crc = PyObject_CallOneArg(crc32, data), *masked = NULL;
-            if (crc) masked = PyNumber_And(crc, mask);
-            Py_XDECREF(crc);
-            if (masked) ok = PyObject_RichCompare(cs, masked, Py_EQ);
-            Py_XDECREF(masked);
-            if (!ok) {
-                Py_DECREF(parts);
-                goto done;
-            }
-        }
-        PyList_SET_ITEM(cols[3], i, ok);
-        /* details: key text, value, ..., tail */
-        int rc = 0;
-        text.len = 0;
-        for (Py_ssize_t j = 0; j < ns && !rc; j++) {
-            const DetailSpec *d = &ds[j];
-            if (buf_put(&text, d->key, d->key_len)) {
-                rc = JSON_NOMEM;
-                break;
-            }
-            PyObject *fv = Py_None;
-            if (d->kind == J_VALUE || d->kind == J_IPV4) {
-                fv = PyDict_GetItemWithError(m, d->field);
-                if (!fv && PyErr_Occurred()) {
-                    rc = PY_ERROR;
-                    break;
-                }
-                if (!fv) fv = Py_None;
-            }
-            if (d->kind == J_VALUE) rc = json_any(&text, fv, json_value);
-            else if (d->kind == J_IPV4) rc = ipv4_json(&text, fv);
-            else if (d->kind == J_ATTRIBUTES) rc = json_any(&text, attr, json_value);
-            else if (buf_reserve(&text, 21)) rc = JSON_NOMEM;
-            else text.len += put_decimal(text.p + text.len, size);
-        }
-        Py_DECREF(parts);
-        if (!rc && buf_put(&text, tail_text, tail_len)) rc = JSON_NOMEM;
-        if (rc == JSON_NOMEM) PyErr_NoMemory();
-        if (rc) goto done;
-        PyObject *details = PyUnicode_DecodeUTF8(text.p, text.len, "surrogatepass"); /* as json_value wrote it */
-        if (!details) goto done;
-        PyList_SET_ITEM(cols[4], i, details);
+        PyObject *vals[6];
+        if (message_row(&r, PyList_GET_ITEM(msgs, i), &text, vals)) goto done;
+        for (int c = 0; c < 6; c++) PyList_SET_ITEM(cols[c], i, vals[c]);
     }
     result = PyTuple_New(6);
     if (result)
@@ -949,9 +980,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
 done:
     for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
     free(text.p);
-    Py_XDECREF(empty);
-    Py_XDECREF(minus_one);
-    Py_XDECREF(mask);
+    row_spec_clear(&r);
     return result;
 }
 
@@ -1103,6 +1132,644 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * exchanges(state, data, offset, ts_ns, direction): the rows of the whole sendMessageP2B frames a
+ * chunk starts with, written straight into the conversation's gathered rows, as
+ * conversation.TubeMQConversation's Python path (the reference: tests hold the two to equal
+ * rows) makes them; `state` (fast_state, one per conversation) holds what that path reads:
+ *
+ *   request  (c2s, method 13): a commands row, the Pending of its serial, the produced message
+ *   response (status SUCCESS, its Pending a sendMessageP2B): a commands row, the latencies row,
+ *            the tubemq_produce acks row; the Pending removed
+ *
+ * Each frame is read by read_at; it stops before the first frame that is anything else or that
+ * the Python path would treat another way (no envelope or body read, another method, an error
+ * response, a serial already pending or none pending, pending at its bound, a service the
+ * method does not take or not known, a body field that adds details keys (subscribeInfo,
+ * event, brokerInfos, topicInfos), a value of an unexpected type) and on any error (cleared:
+ * the Python path reads that frame and says what is wrong). A frame's rows are added only
+ * once all of them are made.
+ * -> the number of bytes taken (whole frames). */
+
+#define M_SEND 13
+
+typedef struct {
+    PyObject *schema_cap, *requests, *responses, *pending, *pending_cls, *frames, *commands, *latencies, *acks,
+        *messages, *service_json, *services, *status_ok, *details_cap, *crc32, *json_value, *msg_times, *msg_time,
+        *c2s, *name, *ok, *malformed, *ack_type, *index, *thousand;
+    Py_ssize_t max_frame, max_list, max_pending;
+    Schema *schema;
+    RowSpec row;
+} Fast;
+
+#define FAST_REFS 25 /* the PyObject pointers Fast starts with */
+
+enum {
+    N_TOPIC, N_PARTITION, N_CLIENT, N_BROKER, N_GROUP, N_TOPICS, N_SUBSCRIBE, N_EVENT, N_SUCCESS, N_ERRCODE,
+    N_ERRMSG, N_BROKERS, N_TOPICINFOS, N_MESSAGE_ID, N_APPEND_TIME, N_APPEND_OFFSET, N_MSG_TIME, N_DATA, N_FLAG,
+    N_CHECKSUM, N_P_METHOD, N_P_NAME, N_P_TS_END, N_P_TOPIC, N_P_PARTITION, N_P_CLIENT, N_P_VERSION, N_STARTS,
+    N_FRAMES, N_FLOOR, N_NAMES
+};
+static const char *fast_names[N_NAMES] = {
+    "topicName", "partitionId", "clientId", "brokerId", "groupName", "topicList", "subscribeInfo", "event",
+    "success", "errCode", "errMsg", "brokerInfos", "topicInfos", "messageId", "appendTime", "appendOffset",
+    "msgTime", "data", "flag", "checkSum", "method_id", "name", "ts_end", "topic", "partition", "client_id",
+    "api_version", "starts", "frames", "floor",
+};
+static PyObject *names[N_NAMES], *close_brace;
+
+static void fast_free(PyObject *capsule) {
+    Fast *f = PyCapsule_GetPointer(capsule, "tubemq.fast");
+    if (!f) return;
+    PyObject **refs = (PyObject **)f;
+    for (int i = 0; i < FAST_REFS; i++) Py_XDECREF(refs[i]);
+    row_spec_clear(&f->row);
+    PyMem_Free(f);
+}
+
+/* fast_state(schema, requests, responses, max_frame, max_list, max_pending, pending, Pending,
+ * frames, commands, latencies, acks, messages, service_json, services, status_ok, details spec,
+ * crc32, json_value, msg_times, msg_time, c2s, name, ok, malformed, ack_type, frame index):
+ * exchanges()'s state, one per conversation (conversation.py names each). */
+static PyObject *fast_state(PyObject *self, PyObject *args) {
+    Fast *f = NULL;
+    PyObject *capsule = owned_capsule(sizeof(Fast), "tubemq.fast", fast_free, (void **)&f);
+    if (!capsule) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!O!nnnO!OOO!O!O!O!O!OUOOOO!OUUUUUO", &f->schema_cap, &PyDict_Type, &f->requests,
+                          &PyDict_Type, &f->responses, &f->max_frame, &f->max_list, &f->max_pending, &PyDict_Type,
+                          &f->pending, &f->pending_cls, &f->frames, &PyList_Type, &f->commands, &PyList_Type,
+                          &f->latencies, &PyList_Type, &f->acks, &PyList_Type, &f->messages, &PyDict_Type,
+                          &f->service_json, &f->services, &f->status_ok, &f->details_cap, &f->crc32, &f->json_value,
+                          &PyDict_Type, &f->msg_times, &f->msg_time, &f->c2s, &f->name, &f->ok, &f->malformed,
+                          &f->ack_type, &f->index)) {
+        memset(f, 0, sizeof *f); /* borrowed: nothing to drop */
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    PyObject **refs = (PyObject **)f;
+    for (int i = 0; i < FAST_REFS - 1; i++) Py_INCREF(refs[i]);
+    if (f->index != Py_None && !(PyTuple_CheckExact(f->index) && PyTuple_GET_SIZE(f->index) == 2)) {
+        PyErr_SetString(PyExc_TypeError, "fast_state: the frame index a (c2s, s2c) pair or None");
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    if (!(f->thousand = PyFloat_FromDouble(1000.0)) || !(f->schema = PyCapsule_GetPointer(f->schema_cap, "tubemq.schema")) ||
+        row_spec(&f->row, names[N_DATA], names[N_FLAG], names[N_CHECKSUM], f->details_cap, close_brace,
+                 f->crc32, f->json_value)) {
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    return capsule;
+}
+
+/* v is an int equal to x. */
+static int long_is(PyObject *v, long x) {
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow;
+    long got = PyLong_AsLongAndOverflow(v, &overflow);
+    return !overflow && got == x;
+}
+
+/* fields[name] or None (borrowed); NULL with an exception set. */
+static PyObject *field_of(PyObject *fields, int name) {
+    PyObject *v = PyDict_GetItemWithError(fields, names[name]);
+    return v ? v : PyErr_Occurred() ? NULL : Py_None;
+}
+
+/* streams._Frames.span of one direction's index (`starts`, `frames`: int64 arrays, `floor`): the
+ * frame numbers of the packets holding bytes `first` and `last`, a new (first, last) tuple: the
+ * packet whose bytes begin at or before the offset (the first packet for an offset before them
+ * all), None for an offset below `floor` (pruned) or a frame number 0, (None, None) for an empty
+ * index. */
+static PyObject *index_span(PyObject *index, long long first, long long last) {
+    PyObject *starts = PyObject_GetAttr(index, names[N_STARTS]), *frames = NULL, *floor = NULL, *out = NULL;
+    Py_buffer s = {0}, f = {0};
+    if (!starts || !(frames = PyObject_GetAttr(index, names[N_FRAMES])) || !(floor = PyObject_GetAttr(index, names[N_FLOOR])))
+        goto done;
+    long long low = PyLong_AsLongLong(floor);
+    if ((low == -1 && PyErr_Occurred()) || PyObject_GetBuffer(starts, &s, PyBUF_FORMAT) ||
+        PyObject_GetBuffer(frames, &f, PyBUF_FORMAT))
+        goto done;
+    if (s.itemsize != 8 || f.itemsize != 8 || strcmp(s.format, "q") || strcmp(f.format, "q") || s.len != f.len) {
+        PyErr_SetString(PyExc_TypeError, "frame index: int64 arrays of one length");
+        goto done;
+    }
+    Py_ssize_t n = s.len / 8;
+    const long long *st = s.buf, *fr = f.buf;
+    if (!n) {
+        out = Py_BuildValue("(OO)", Py_None, Py_None);
+        goto done;
+    }
+    long long at[2] = {first, last};
+    PyObject *got[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        Py_ssize_t lo = 0, hi = n; /* bisect_right(starts, at[k]) */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (at[k] < st[mid]) hi = mid;
+            else lo = mid + 1;
+        }
+        Py_ssize_t i = lo - 1 > 0 ? lo - 1 : 0;
+        got[k] = at[k] < low || !fr[i] ? Py_NewRef(Py_None) : PyLong_FromLongLong(fr[i]);
+    }
+    if (got[0] && got[1]) out = PyTuple_Pack(2, got[0], got[1]);
+    Py_XDECREF(got[0]);
+    Py_XDECREF(got[1]);
+done:
+    if (s.obj) PyBuffer_Release(&s);
+    if (f.obj) PyBuffer_Release(&f);
+    Py_XDECREF(starts);
+    Py_XDECREF(frames);
+    Py_XDECREF(floor);
+    return out;
+}
+
+/* frame_span(index, offset, size): ConnInfo.frames of a frame at `offset` of `size` bytes, read from
+ * the direction's index (index_span; tests hold it to streams._Frames.span). */
+static PyObject *frame_span(PyObject *self, PyObject *args) {
+    PyObject *index;
+    long long offset, size;
+    if (!PyArg_ParseTuple(args, "OLL", &index, &offset, &size)) return NULL;
+    return index_span(index, offset, size ? offset + size - 1 : offset);
+}
+
+/* v[name] = fields[name] or None (borrowed) for the n names of `used`; 0 or -1. */
+static int fields_of(PyObject *fields, const int *used, size_t n, PyObject **v) {
+    for (size_t i = 0; i < n; i++)
+        if (!(v[used[i]] = field_of(fields, used[i]))) return -1;
+    return 0;
+}
+
+/* The (first, last) frame numbers of the frame's packets, a new reference: from the driver's index
+ * where the conversation has it, else by asking `frames`, else (None, None). */
+static PyObject *frame_numbers(Fast *f, PyObject *direction, int c2s, Py_ssize_t offset, Py_ssize_t size) {
+    if (f->index != Py_None)
+        return index_span(PyTuple_GET_ITEM(f->index, c2s ? 0 : 1), offset, size ? offset + size - 1 : offset);
+    if (f->frames == Py_None) return Py_BuildValue("(OO)", Py_None, Py_None);
+    PyObject *off = PyLong_FromSsize_t(offset), *n = PyLong_FromSsize_t(size), *got = NULL;
+    if (off && n) got = PyObject_CallFunctionObjArgs(f->frames, direction, off, n, NULL);
+    Py_XDECREF(off);
+    Py_XDECREF(n);
+    if (got && !(PyTuple_CheckExact(got) && PyTuple_GET_SIZE(got) == 2)) {
+        Py_DECREF(got);
+        PyErr_SetString(PyExc_TypeError, "frames: not a pair");
+        return NULL;
+    }
+    return got;
+}
+
+/* The details keys every frame has after the head: service, protocol_ver, trailing_bytes. */
+static int envelope_json(Fast *f, Buf *b, PyObject *stype, PyObject *pver, PyObject *trailing) {
+    int rc;
+    if (stype != Py_None) {
+        PyObject *svc = PyDict_GetItemWithError(f->service_json, stype);
+        if (!svc) return PyErr_Occurred() ? PY_ERROR : NOT_PLAIN;
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(svc, &n);
+        if (!u) return PY_ERROR;
+        if (buf_put(b, u, n)) return JSON_NOMEM;
+    }
+    if (pver != Py_None && ((rc = put_text(b, ",\"protocol_ver\":")) || (rc = json_long(b, pver)))) return rc;
+    int some = PyObject_IsTrue(trailing);
+    if (some < 0) return PY_ERROR;
+    if (some && ((rc = put_text(b, ",\"trailing_bytes\":")) || (rc = json_long(b, trailing)))) return rc;
+    return 0;
+}
+
+static int put_str(Buf *b, PyObject *s) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!u) return PY_ERROR;
+    return buf_put(b, u, n) ? JSON_NOMEM : 0;
+}
+
+/* A row's tuple of n borrowed references, untracked by the cyclic GC: nothing in a row refers
+ * back to it (its values are numbers, strings, bytes and the headers list), and rows wait by the
+ * thousand in the gathered lists, where each collection would walk them again for nothing. */
+static PyObject *tuple_of(PyObject **items, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    if (t) {
+        for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+        PyObject_GC_UnTrack(t);
+    }
+    return t;
+}
+
+/* PyList_Append of each of n new references (stolen); -1 on error. */
+static int append_rows(PyObject **lists, PyObject **rows, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (!bad && PyList_Append(lists[i], rows[i])) bad = -1;
+        Py_DECREF(rows[i]);
+    }
+    return bad;
+}
+
+/* A request frame: 1 done, 0 not taken, -1 error. */
+static int fast_request(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offset, Py_ssize_t size, PyObject *ts,
+                        PyObject *direction) {
+    PyObject *serial = PyTuple_GET_ITEM(got, 0), *fields = PyTuple_GET_ITEM(got, 4);
+    PyObject *stype = PyTuple_GET_ITEM(env, 2), *pver = PyTuple_GET_ITEM(env, 3), *mid = PyTuple_GET_ITEM(env, 4);
+    PyObject *timeout = PyTuple_GET_ITEM(env, 5), *trailing = PyTuple_GET_ITEM(env, 8);
+    if (!long_is(mid, M_SEND) || PyDict_GET_SIZE(f->pending) >= f->max_pending) return 0;
+    int known = PyDict_Contains(f->pending, serial);
+    if (known) return known < 0 ? -1 : 0;
+    if (stype != Py_None) {
+        int ok = PySequence_Contains(f->services, stype);
+        if (ok <= 0) return ok;
+    }
+    static const int used[] = {N_TOPIC, N_PARTITION, N_CLIENT, N_BROKER, N_GROUP, N_TOPICS, N_SUBSCRIBE, N_EVENT,
+                               N_MSG_TIME};
+    PyObject *v[N_CHECKSUM];
+    if (fields_of(fields, used, sizeof used / sizeof *used, v)) return -1;
+    if (v[N_EVENT] != Py_None) return 0;
+    int subs = PyObject_IsTrue(v[N_SUBSCRIBE]);
+    if (subs) return subs < 0 ? -1 : 0;
+    Buf b = {0};
+    int rc = put_str(&b, PyTuple_GET_ITEM(got, 5));
+    if (!rc) rc = envelope_json(f, &b, stype, pver, trailing);
+    if (!rc && timeout != Py_None && !(rc = put_text(&b, ",\"timeout_ms\":"))) rc = json_long(&b, timeout);
+    if (!rc && !(rc = put_text(&b, ",\"request\":")) && !(rc = put_str(&b, PyTuple_GET_ITEM(got, 6))))
+        rc = put_text(&b, "}");
+    PyObject *details = json_text(&b, rc);
+    if (!details || details == Py_None) {
+        Py_XDECREF(details);
+        return details ? 0 : -1;
+    }
+    PyObject *client = v[N_CLIENT], *topics = v[N_TOPICS], *frames = NULL, *pend = NULL, *rows[2] = {0};
+    PyObject *msg[6] = {0}, *msg_ts = NULL;
+    int truth;
+    if ((truth = PyObject_IsTrue(client)) < 0) goto fail;
+    if (!truth) client = v[N_BROKER];
+    if ((truth = PyObject_IsTrue(topics)) < 0) goto fail;
+    if (!truth) topics = Py_None;
+    if (!(frames = frame_numbers(f, direction, 1, offset, size))) goto fail;
+    PyObject *f0 = PyTuple_GET_ITEM(frames, 0), *f1 = PyTuple_GET_ITEM(frames, 1);
+    PyObject *pargs[] = {mid, f->name, ts, v[N_TOPIC], v[N_PARTITION], client, v[N_GROUP], pver};
+    if (!(pend = PyObject_Vectorcall(f->pending_cls, pargs, 8, NULL))) goto fail;
+    /* the produced message (rows.produce) */
+    if (message_row(&f->row, fields, &b, msg)) goto fail;
+    if (!PyBytes_CheckExact(msg[0])) { /* the payload policy's bytes() would copy it */
+        rc = 0;
+        goto done;
+    }
+    PyObject *when = v[N_MSG_TIME];
+    if (PyUnicode_CheckExact(when) && PyUnicode_GET_LENGTH(when)) {
+        msg_ts = PyDict_GetItemWithError(f->msg_times, when); /* content.parse_msg_time's memo */
+        if (msg_ts) Py_INCREF(msg_ts);
+        else if (PyErr_Occurred()) goto fail;
+    }
+    if (!msg_ts && !(msg_ts = PyObject_CallFunctionObjArgs(f->msg_time, when, msg[2], NULL))) goto fail;
+    PyObject *psize = PyLong_FromSsize_t(PyBytes_GET_SIZE(msg[0]));
+    if (!psize) goto fail;
+    PyObject *sz = PyLong_FromSsize_t(size), *off = PyLong_FromSsize_t(offset);
+    if (sz && off) {
+        PyObject *cmd[] = {ts, ts, direction, serial, sz, off, f->ok, Py_None, pver, f->name, mid, v[N_TOPIC],
+                           v[N_PARTITION], client, topics, Py_None, details, Py_None, f0, f1};
+        PyObject *row[] = {ts, v[N_TOPIC], v[N_PARTITION], msg[2], v[N_CLIENT], msg[3], serial, msg_ts,
+                           msg[1] == Py_None ? f->ok : f->malformed, msg[1], msg[4], msg[0], psize, Py_None, f0, f1};
+        rows[0] = tuple_of(cmd, 20);
+        rows[1] = tuple_of(row, 16);
+    }
+    Py_XDECREF(sz);
+    Py_XDECREF(off);
+    Py_DECREF(psize);
+    if (!rows[0] || !rows[1]) goto fail;
+    if (PyDict_SetItem(f->pending, serial, pend)) goto fail;
+    PyObject *lists[] = {f->commands, f->messages};
+    rc = append_rows(lists, rows, 2);
+    rows[0] = rows[1] = NULL;
+    if (rc) goto fail;
+    rc = 1;
+    goto done;
+fail:
+    rc = -1;
+done:
+    free(b.p);
+    Py_XDECREF(rows[0]);
+    Py_XDECREF(rows[1]);
+    for (int i = 0; i < 6; i++) Py_XDECREF(msg[i]);
+    Py_XDECREF(msg_ts);
+    Py_XDECREF(pend);
+    Py_XDECREF(frames);
+    Py_DECREF(details);
+    return rc;
+}
+
+/* A response frame: 1 done, 0 not taken, -1 error. */
+static int fast_response(Fast *f, PyObject *got, PyObject *env, Py_ssize_t offset, Py_ssize_t size, PyObject *ts,
+                         PyObject *direction, int c2s) {
+    PyObject *serial = PyTuple_GET_ITEM(got, 0), *fields = PyTuple_GET_ITEM(got, 4);
+    PyObject *stype = PyTuple_GET_ITEM(env, 2), *pver = PyTuple_GET_ITEM(env, 3), *mid = PyTuple_GET_ITEM(env, 4);
+    PyObject *trailing = PyTuple_GET_ITEM(env, 8);
+    if (!long_is(PyTuple_GET_ITEM(env, 6), 0) || (mid != Py_None && !long_is(mid, M_SEND))) return 0;
+    PyObject *pend = PyDict_GetItemWithError(f->pending, serial);
+    if (!pend) return PyErr_Occurred() ? -1 : 0;
+    PyObject *p[N_STARTS - N_P_METHOD] = {0}, *frames = NULL, *error_code = NULL, *details = NULL, *lat = NULL;
+    PyObject *ack = NULL, *mid_text = NULL, *rows[3] = {0};
+    Buf b = {0};
+    int rc = -1;
+    Py_INCREF(pend);
+    for (int i = 0; i < N_STARTS - N_P_METHOD; i++)
+        if (!(p[i] = PyObject_GetAttr(pend, names[N_P_METHOD + i]))) goto done;
+    if (!long_is(p[0], M_SEND)) {
+        rc = 0;
+        goto done;
+    }
+    if (mid == Py_None) mid = p[0];
+    static const int used[] = {N_EVENT, N_SUCCESS, N_ERRCODE, N_ERRMSG, N_BROKERS, N_TOPICINFOS, N_MESSAGE_ID,
+                               N_APPEND_TIME, N_APPEND_OFFSET};
+    PyObject *v[N_CHECKSUM];
+    if (fields_of(fields, used, sizeof used / sizeof *used, v)) goto done;
+    int brokers = PyObject_IsTrue(v[N_BROKERS]), infos = brokers < 0 ? -1 : PyObject_IsTrue(v[N_TOPICINFOS]);
+    if (brokers < 0 || infos < 0) goto done;
+    PyObject *success = v[N_SUCCESS], *code = v[N_ERRCODE];
+    if (brokers || infos || v[N_EVENT] != Py_None || !(success == Py_None || PyBool_Check(success))) {
+        rc = 0;
+        goto done;
+    }
+    int failed = success == Py_False;
+    if (!failed && success == Py_None && code != Py_None) {
+        PyObject *good = PyLong_FromLong(200); /* rpc.ERR_SUCCESS */
+        failed = good ? PyObject_RichCompareBool(code, good, Py_NE) : -1;
+        Py_XDECREF(good);
+        if (failed < 0) goto done;
+    }
+    if (failed) error_code = code != Py_None ? Py_NewRef(code) : PyLong_FromLong(-1);
+    else if (success == Py_True || code != Py_None) error_code = PyLong_FromLong(0);
+    else error_code = Py_NewRef(Py_None);
+    if (!error_code) goto done;
+    int jr = put_str(&b, PyTuple_GET_ITEM(got, 5));
+    if (!jr) jr = envelope_json(f, &b, stype, pver, trailing);
+    if (!jr && !(jr = put_str(&b, f->status_ok)) && !(jr = put_text(&b, ",\"response\":")))
+        jr = put_str(&b, PyTuple_GET_ITEM(got, 6));
+    if (!jr && failed && !(jr = put_text(&b, ",\"error\":"))) jr = json_any(&b, v[N_ERRMSG], f->json_value);
+    if (!jr) jr = put_text(&b, "}");
+    if (!(details = json_text(&b, jr))) goto done;
+    if (details == Py_None) {
+        rc = 0;
+        goto done;
+    }
+    /* the ack's details: {"append_time_ms":..} */
+    if ((jr = put_text(&b, "{\"append_time_ms\":")) || (jr = json_any(&b, v[N_APPEND_TIME], f->json_value)) ||
+        (jr = put_text(&b, "}"))) {
+        if (jr == JSON_NOMEM) PyErr_NoMemory();
+        goto done;
+    }
+    if (!(ack = PyUnicode_DecodeUTF8(b.p, b.len, "surrogatepass"))) goto done;
+    PyObject *since = PyNumber_Subtract(ts, p[2]);
+    lat = since ? PyNumber_TrueDivide(since, f->thousand) : NULL;
+    Py_XDECREF(since);
+    if (!lat || !(frames = frame_numbers(f, direction, c2s, offset, size))) goto done;
+    if (v[N_MESSAGE_ID] != Py_None) {
+        if (!(mid_text = PyObject_Str(v[N_MESSAGE_ID]))) goto done;
+    } else {
+        mid_text = Py_NewRef(Py_None);
+    }
+    PyObject *topic = p[3], *part = p[4];
+    PyObject *sz = PyLong_FromSsize_t(size), *off = PyLong_FromSsize_t(offset);
+    if (sz && off) {
+        PyObject *cmd[] = {ts, ts, direction, serial, sz, off, f->ok, Py_None, pver, f->name, mid, topic, part, p[5],
+                           Py_None, error_code, details, Py_None, PyTuple_GET_ITEM(frames, 0),
+                           PyTuple_GET_ITEM(frames, 1)};
+        PyObject *latency[] = {p[2], p[1], f->name, p[6], serial, p[2], ts, lat, error_code, topic, part};
+        PyObject *acked[] = {ts, f->ack_type, topic, part, v[N_APPEND_OFFSET], Py_None, mid_text, error_code, lat,
+                             serial, ack};
+        rows[0] = tuple_of(cmd, 20);
+        rows[1] = tuple_of(latency, 11);
+        rows[2] = tuple_of(acked, 11);
+    }
+    Py_XDECREF(sz);
+    Py_XDECREF(off);
+    if (!rows[0] || !rows[1] || !rows[2] || PyDict_DelItem(f->pending, serial)) goto done;
+    PyObject *lists[] = {f->commands, f->latencies, f->acks};
+    int bad = append_rows(lists, rows, 3);
+    rows[0] = rows[1] = rows[2] = NULL;
+    rc = bad ? -1 : 1;
+done:
+    free(b.p);
+    for (int i = 0; i < 3; i++) Py_XDECREF(rows[i]);
+    for (int i = 0; i < N_STARTS - N_P_METHOD; i++) Py_XDECREF(p[i]);
+    Py_XDECREF(frames);
+    Py_XDECREF(error_code);
+    Py_XDECREF(details);
+    Py_XDECREF(lat);
+    Py_XDECREF(ack);
+    Py_XDECREF(mid_text);
+    Py_DECREF(pend);
+    return rc;
+}
+
+static PyObject *exchanges(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "exchanges: 5 arguments");
+    Fast *f = PyCapsule_GetPointer(args[0], "tubemq.fast");
+    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
+    if (!f || (offset == -1 && PyErr_Occurred())) return NULL;
+    PyObject *ts = args[3], *direction = args[4];
+    if (!PyLong_CheckExact(ts) || !PyUnicode_Check(direction))
+        return PyErr_Format(PyExc_TypeError, "exchanges: ts_ns an int, direction a str");
+    int c2s = PyUnicode_Compare(direction, f->c2s) == 0;
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[1], &buf, PyBUF_SIMPLE)) return NULL;
+    const unsigned char *b = buf.buf;
+    Py_ssize_t at = 0, size;
+    while ((size = whole_frame(b, buf.len, at, f->max_frame, f->max_list))) {
+        PyObject *got = read_at(b + at, size, f->schema, f->requests, f->responses);
+        int rc = 0;
+        if (got && got != Py_None) {
+            PyObject *env = PyTuple_GET_ITEM(got, 3);
+            if (env != Py_None && PyTuple_GET_ITEM(got, 4) != Py_None && PyTuple_GET_ITEM(got, 5) != Py_None &&
+                PyTuple_GET_ITEM(got, 6) != Py_None) {
+                PyObject *flag = PyTuple_GET_ITEM(env, 0);
+                if (long_is(flag, FLAG_RESPONSE)) rc = fast_response(f, got, env, offset + at, size, ts, direction, c2s);
+                else if (c2s) rc = fast_request(f, got, env, offset + at, size, ts, direction);
+            }
+        }
+        Py_XDECREF(got);
+        if (rc <= 0) {
+            PyErr_Clear(); /* the Python path reads the frame again and says what is wrong */
+            break;
+        }
+        at += size;
+    }
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(at);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * transpose(rows, kinds): gathered rows (a list of tuples of len(kinds) values: rows.Gathered's)
+ * as columns, each by its kind (a byte of `kinds`):
+ *
+ *   'i' int64, 'n' int32, 'f' float64, -> (validity, values, null count): Arrow's buffers (bool
+ *   '?' bool                              values bit-packed)
+ *   's' string, 'b' binary           -> (validity, int32 offsets, data, null count)
+ *   'h' headers                      -> (int32 list offsets, keys, values): lists of {"key": str,
+ *                                        "value": bytes} dicts (the messages table's headers, no
+ *                                        null list), keys and values as 's' and 'b' give them
+ *   'o'                              -> the column's values as a list
+ *
+ * None is null. A column holding anything else (another type, an int past its width, a str that is
+ * not UTF-8, more than 2 GiB of data) is given as the list of its values, for tables.conform to
+ * convert and note as it does the others: the rows' values are the same either way. */
+
+/* A fixed-width column (kind 'i', 'n', 'f', '?') of column c, or NULL (no exception: the list). */
+static PyObject *fixed_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t n) {
+    Py_ssize_t bits = (n + 7) / 8, nulls = 0;
+    PyObject *valid = PyBytes_FromStringAndSize(NULL, bits), *vals = NULL;
+    if (!valid || !(vals = PyBytes_FromStringAndSize(NULL, kind == '?' ? bits : kind == 'n' ? 4 * n : 8 * n)))
+        goto fail;
+    unsigned char *vb = (unsigned char *)PyBytes_AS_STRING(valid), *xb = (unsigned char *)PyBytes_AS_STRING(vals);
+    memset(vb, 0, bits);
+    memset(xb, 0, PyBytes_GET_SIZE(vals));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        if (v == Py_None) {
+            nulls++;
+            continue;
+        }
+        vb[i / 8] |= (unsigned char)(1 << (i % 8));
+        if (kind == 'i' || kind == 'n') {
+            int overflow;
+            long long x = PyLong_CheckExact(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : (overflow = 1, 0);
+            if (overflow || (x == -1 && PyErr_Occurred())) goto list;
+            if (kind == 'i') {
+                memcpy(xb + 8 * i, &x, 8);
+                continue;
+            }
+            if (x < INT32_MIN || x > INT32_MAX) goto list;
+            int32_t y = (int32_t)x;
+            memcpy(xb + 4 * i, &y, 4);
+        } else if (kind == 'f') {
+            if (!PyFloat_CheckExact(v)) goto list;
+            double x = PyFloat_AS_DOUBLE(v);
+            memcpy(xb + 8 * i, &x, 8);
+        } else if (v == Py_True) {
+            xb[i / 8] |= (unsigned char)(1 << (i % 8));
+        } else if (v != Py_False) {
+            goto list;
+        }
+    }
+    return Py_BuildValue("(NNn)", valid, vals, nulls);
+list:
+    PyErr_Clear();
+fail:
+    Py_XDECREF(valid);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
+/* A string or binary column (kind 's', 'b') of column c, or NULL (no exception: the list). */
+static PyObject *var_column(PyObject *rows, Py_ssize_t c, char kind, Py_ssize_t n) {
+    Col col;
+    if (col_init(&col, n)) {
+        col_free(&col);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        const char *p = NULL;
+        Py_ssize_t len = -1;
+        if (v != Py_None) {
+            if (kind == 's' && PyUnicode_CheckExact(v)) p = PyUnicode_AsUTF8AndSize(v, &len);
+            else if (kind == 'b' && PyBytes_CheckExact(v)) p = PyBytes_AS_STRING(v), len = PyBytes_GET_SIZE(v);
+            if (!p) {
+                PyErr_Clear();
+                col_free(&col);
+                return NULL;
+            }
+        }
+        int rc = col_add(&col, (const unsigned char *)p, len);
+        if (rc) {
+            col_free(&col);
+            return rc == -1 ? PyErr_NoMemory() : NULL;
+        }
+    }
+    PyObject *out = col_tuple(&col);
+    col_free(&col);
+    return out;
+}
+
+/* A headers column (kind 'h') of column c, or NULL (no exception: the list). */
+static PyObject *headers_column(PyObject *rows, Py_ssize_t c, Py_ssize_t n) {
+    Buf offs = {0};
+    Col keys, vals;
+    int32_t at = 0;
+    PyObject *out = NULL;
+    int keys_bad = col_init(&keys, 0), vals_bad = col_init(&vals, 0); /* both: col_free frees both */
+    int ok = !keys_bad && !vals_bad && !buf_put(&offs, &at, 4);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c);
+        if (!PyList_CheckExact(v)) {
+            ok = 0;
+            break;
+        }
+        for (Py_ssize_t j = 0; ok && j < PyList_GET_SIZE(v); j++) {
+            PyObject *h = PyList_GET_ITEM(v, j), *k = NULL, *val = NULL;
+            if (PyDict_CheckExact(h) && PyDict_GET_SIZE(h) == 2) {
+                k = PyDict_GetItemWithError(h, header_key);
+                val = k ? PyDict_GetItemWithError(h, header_value) : NULL;
+            }
+            Py_ssize_t klen;
+            const char *kp = k && val && PyUnicode_CheckExact(k) && PyBytes_CheckExact(val)
+                                 ? PyUnicode_AsUTF8AndSize(k, &klen)
+                                 : NULL;
+            ok = kp && at < INT32_MAX && !col_add(&keys, (const unsigned char *)kp, klen) &&
+                 !col_add(&vals, (const unsigned char *)PyBytes_AS_STRING(val), PyBytes_GET_SIZE(val));
+            at++;
+        }
+        if (ok) ok = !buf_put(&offs, &at, 4);
+    }
+    if (ok) out = Py_BuildValue("(NNN)", bytes_of(&offs), col_tuple(&keys), col_tuple(&vals));
+    else PyErr_Clear(); /* the list: conform converts it and says what does not fit */
+    free(offs.p);
+    col_free(&keys);
+    col_free(&vals);
+    return out;
+}
+
+static PyObject *transpose(PyObject *self, PyObject *args) {
+    PyObject *rows, *out = NULL;
+    Py_buffer kinds;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &rows, &kinds)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), m = kinds.len;
+    const char *k = kinds.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != m) {
+            PyErr_SetString(PyExc_TypeError, "transpose: rows are tuples of len(kinds) values");
+            goto done;
+        }
+    }
+    if (!(out = PyList_New(m))) goto done;
+    for (Py_ssize_t c = 0; c < m; c++) {
+        PyObject *col = NULL;
+        if (k[c] == 'i' || k[c] == 'n' || k[c] == 'f' || k[c] == '?') col = fixed_column(rows, c, k[c], n);
+        else if (k[c] == 's' || k[c] == 'b') col = var_column(rows, c, k[c], n);
+        else if (k[c] == 'h') col = headers_column(rows, c, n);
+        else if (k[c] != 'o') {
+            PyErr_Format(PyExc_ValueError, "transpose: unknown kind %c", k[c]);
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (!col && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (!col && (col = PyList_New(n)))
+            for (Py_ssize_t i = 0; i < n; i++)
+                PyList_SET_ITEM(col, i, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), c)));
+        if (!col) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, c, col);
+    }
+done:
+    PyBuffer_Release(&kinds);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "A TubeMQ frame's serial, block lengths and joined data, or None (see the module)."},
     {"envelope", envelope, METH_VARARGS, "The RPC envelope of a frame's joined data, or None (see the module)."},
@@ -1111,6 +1778,11 @@ static PyMethodDef methods[] = {
     {"body_json", body_json, METH_VARARGS, "The details JSON of a body() dict, or None (see the module)."},
     {"read", read_frame, METH_VARARGS, "frame(), envelope() and body() of one frame (see the module)."},
     {"read_all", read_all, METH_VARARGS, "split() and read() of a chunk's whole frames in one call (see the module)."},
+    {"transpose", transpose, METH_VARARGS, "Gathered rows as Arrow buffers or lists, column by column (see the module)."},
+    {"frame_span", frame_span, METH_VARARGS, "A frame's (first, last) frame numbers from a frame index (see the module)."},
+    {"fast_state", fast_state, METH_VARARGS, "exchanges()'s state, one per conversation (see exchanges)."},
+    {"exchanges", (PyCFunction)(void (*)(void))exchanges, METH_FASTCALL,
+     "The rows of the whole sendMessageP2B frames a chunk starts with (see the module)."},
     {"split", split, METH_VARARGS, "The sizes of the whole frames data starts with (see the module)."},
     {"details_spec", details_spec, METH_O, "A details spec of columns() read once (see columns)."},
     {"columns", columns, METH_VARARGS, "Many messages' payloads, errors, headers, checksums and details (see the module)."},
@@ -1124,8 +1796,11 @@ PyMODINIT_FUNC PyInit__rpc(void) {
     if (!(header_key = PyUnicode_InternFromString("key")) || !(header_value = PyUnicode_InternFromString("value")) ||
         !(comma = PyUnicode_InternFromString(",")))
         return NULL;
-    static const char *names[] = {NULL, "flag", "traceId", "spanId", "parentId"};
+    static const char *conn_texts[] = {NULL, "flag", "traceId", "spanId", "parentId"};
     for (int f = 1; f <= 4; f++)
-        if (!(conn_names[f] = PyUnicode_InternFromString(names[f]))) return NULL;
+        if (!(conn_names[f] = PyUnicode_InternFromString(conn_texts[f]))) return NULL;
+    if (!(close_brace = PyUnicode_InternFromString("}"))) return NULL;
+    for (int i = 0; i < N_NAMES; i++)
+        if (!(names[i] = PyUnicode_InternFromString(fast_names[i]))) return NULL;
     return PyModule_Create(&module);
 }

@@ -18,7 +18,8 @@ row, not a dict that the driver and tables.conform read key by key.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import os
+import zlib
 
 from ..base import (
     C2S,
@@ -39,7 +40,7 @@ from ..framer import Frame, Framer, Junk
 from ..schema import MessagePool
 from . import rows as build
 from . import rpc
-from .content import parse_broker_info, parse_subscribe_info, parse_topic_info
+from .content import _MSG_TIMES, parse_broker_info, parse_subscribe_info, parse_topic_info
 from .framing import TubeFrame, TubeRules, _rpc, header_info, read_frame
 from .rows import M_COMMIT, Gathered, Pending
 
@@ -56,12 +57,18 @@ _STATUS_JSON = {s: f',"status":{json_value(n)}' for s, n in rpc.STATUS.items()}
 
 
 class TubeMQConversation(Conversation):
-    def __init__(self, conn: ConnInfo, ctx: Context):
+    # whole sendMessageP2B frames by the compiled _rpc.exchanges (rows as the Python path below
+    # makes them: the reference, every frame with BROKERSCOPE_TUBEMQ_PYTHON=1 or compiled=False)
+    compiled = os.environ.get("BROKERSCOPE_TUBEMQ_PYTHON") != "1"
+
+    def __init__(self, conn: ConnInfo, ctx: Context, compiled: bool | None = None):
+        """`compiled`: whether _rpc.exchanges takes the sendMessageP2B frames it can (default
+        the class's `compiled`)."""
         super().__init__(conn, ctx)
         max_frame = ctx.max_frame_bytes  # [protocols.tubemq] max_frame_bytes is applied by the config
         # a frame starts with the begin token: a capture that starts mid-frame resyncs on it
         self.framer = {d: Framer(TubeRules(max_frame), max_frame) for d in (C2S, S2C)}
-        self.pending: OrderedDict[int, Pending] = OrderedDict()
+        self.pending: dict[int, Pending] = {}  # by serial, oldest first
         # the user's schema_file, checked on the driver when the settings were loaded
         fds = ctx.schemas.get("tubemq")
         self.schema = MessagePool.from_bytes(fds) if fds else None
@@ -72,6 +79,23 @@ class TubeMQConversation(Conversation):
         self.reader = (rpc.BUILTIN.table, *rpc.body_entries(self.schema))
         fr = self.framer[C2S]
         self.limits = fr.rules.limits(fr.max_frame)  # of the frames _rpc.read_all takes
+        if compiled is None:
+            compiled = self.compiled
+        # exchanges writes the produced value as the `keep` payload policy keeps it
+        self.fast = (
+            self._fast_state() if compiled and self.schema is None and ctx.payload.mode == "keep" else None
+        )
+
+    def _fast_state(self):
+        """What _rpc.exchanges reads and writes of this conversation (its own pending requests
+        and gathered rows, the tables of the Python path), made once."""
+        send, out = rpc.METHODS[M_SEND], self.out.pending
+        return _rpc.fast_state(
+            *self.reader, *self.limits, MAX_PENDING, self.pending, Pending, self.conn.frames,
+            out["commands"], out["latencies"], out["acks"], out["messages"], _SERVICE_JSON,
+            send.services, _STATUS_JSON[0], build.PRODUCE_SPEC, zlib.crc32, json_value, _MSG_TIMES,
+            build.produced_time, C2S, send.name, OK, MALFORMED, "tubemq_produce", self.conn.frame_index,
+        )  # fmt: skip
 
     # -- contract -----------------------------------------------------------------------------
 
@@ -82,9 +106,16 @@ class TubeMQConversation(Conversation):
         if fr.idle():
             # in step with nothing pending: the whole frames the chunk starts with, sized and read
             # in one compiled call (what Framer.feed_whole and _take do frame by frame), each
-            # frame's bytes all came at ts_ns; the rest goes to the framer
-            sizes, got = _rpc.read_all(data, *self.limits, *self.reader)
-            at, start, taken = 0, fr.buf.offset, sum(sizes)
+            # frame's bytes all came at ts_ns; the rest goes to the framer. sendMessageP2B
+            # frames first, their rows made by _rpc.exchanges; from the first other frame on
+            # the rows are made here.
+            start = fr.buf.offset
+            at = _rpc.exchanges(self.fast, data, start, ts_ns, direction) if self.fast is not None else 0
+            if at == len(data):
+                fr.took(data, at, ts_ns)
+                return self.out.take()
+            sizes, got = _rpc.read_all(data[at:] if at else data, *self.limits, *self.reader)
+            taken = at + sum(sizes)
             fr.took(data, taken, ts_ns)
             for size, one in zip(sizes, got):
                 self._read(direction, start + at, data[at : at + size], ts_ns, ts_ns, one)
@@ -118,9 +149,9 @@ class TubeMQConversation(Conversation):
                 continue
             for j in junk:
                 self._junk_row(direction, j)
-        while self.pending:
-            serial, p = self.pending.popitem(last=False)
+        for serial, p in self.pending.items():
             build.unanswered(self.out, serial, p)
+        self.pending.clear()
         return self.out.take(everything=True)
 
     # -- framing ------------------------------------------------------------------------------
@@ -299,8 +330,8 @@ class TubeMQConversation(Conversation):
             mid, c.command, f.ts_last, c.topic, c.partition, c.client_id, group, env.protocol_ver
         )
         while len(self.pending) > MAX_PENDING:
-            s, p = self.pending.popitem(last=False)
-            build.unanswered(self.out, s, p)
+            s = next(iter(self.pending))
+            build.unanswered(self.out, s, self.pending.pop(s))
         if msg is not None and mid == M_SEND:
             # the message's frames are counted in the producer's direction (the request's)
             produced = c.frames if c.direction == C2S else self._frames(C2S, f)

@@ -3,14 +3,15 @@ state (the conversation pairs requests and responses and hands over what it know
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ... import native
+from ... import native, tables
 from ...tables import Block
-from .. import base
+from .. import arrowcols, base
 from ..base import MALFORMED, OK, PayloadPolicy, Row, json_value, to_json
 from .content import attr_value, parse_msg_time
 from .framing import TubeFrame
@@ -51,11 +52,12 @@ class Gathered:
     order they were made in. `commands`, `latencies`, `acks` and `messages` add a row's tuple to
     their table (the per-frame rows: a call less than `add`)."""
 
-    __slots__ = ("out", "pending", "ended", "commands", "latencies", "acks", "messages")
+    __slots__ = ("out", "pending", "lists", "ended", "commands", "latencies", "acks", "messages")
 
     def __init__(self) -> None:
         self.out: list[Row] = []
         self.pending: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.lists = tuple(self.pending.values())  # the same lists, to count them in one call
         self.ended = 0  # rows gathered since the last take of everything that `put` handed over
         self.commands, self.latencies, self.acks, self.messages = (self.pending[t].append for t in COLUMNS)
 
@@ -72,7 +74,7 @@ class Gathered:
         rows = self.pending[table]
         n = len(rows)
         if n:
-            cols = dict(zip(COLUMNS[table], map(list, zip(*rows))))
+            cols = dict(zip(COLUMNS[table], columns(table, rows)))
             self.out.append((table, Block(n, cols, dict(CONST.get(table, ())))))
             rows.clear()  # the list stays: its append is bound above
         return n
@@ -80,14 +82,58 @@ class Gathered:
     def take(self, everything: bool = False) -> list[Row]:
         """The rows made so far, with the gathered ones once BLOCK_ROWS were gathered since the
         last time (`everything`: all of them, the connection's end)."""
-        p = self.pending
-        held = self.ended + len(p["commands"]) + len(p["latencies"]) + len(p["acks"]) + len(p["messages"])
-        if everything or held >= BLOCK_ROWS:
+        if everything or self.ended + sum(map(len, self.lists)) >= BLOCK_ROWS:
             for t in COLUMNS:
                 self._end(t)
             self.ended = 0
         out, self.out = self.out, []
         return out
+
+
+def _kind(table: str, name: str) -> str:
+    """What _rpc.transpose makes of a gathered column: by the type of its table column."""
+    sch = tables.schema(table)
+    typ = sch.field(name).type if name in sch.names else pa.int64()  # an `X_ns` key
+    if typ == pa.int32():
+        return "n"
+    if pa.types.is_integer(typ):
+        return "i"
+    if pa.types.is_floating(typ):
+        return "f"
+    return {pa.string(): "s", pa.binary(): "b", pa.bool_(): "?", arrowcols.HEADERS: "h"}.get(typ, "o")
+
+
+@functools.cache
+def kinds(table: str, names: tuple[str, ...]) -> bytes:
+    """_rpc.transpose's kinds of these columns of `table`."""
+    return "".join(_kind(table, c) for c in names).encode()
+
+
+_FIXED = {ord("i"): pa.int64(), ord("n"): pa.int32(), ord("f"): pa.float64(), ord("?"): pa.bool_()}
+_VAR = {ord("s"): pa.string(), ord("b"): pa.binary()}
+
+
+def columns(table: str, rows: list[tuple], names: tuple[str, ...] | None = None) -> list:
+    """The gathered rows of `table` (tuples of its `names`, COLUMNS[table] by default) as columns:
+    Arrow arrays wrapped around the buffers _rpc.transpose writes (int32 columns as int32, other
+    ints as int64, which conform casts to the column's type), a list of the values where the kind
+    is none of those or a value does not fit it."""
+    n, out, want = len(rows), [], kinds(table, names or COLUMNS[table])
+    for kind, got in zip(want, _rpc.transpose(rows, want)):
+        if got.__class__ is list:
+            out.append(got)
+        elif kind in _FIXED:
+            valid, values, nulls = got
+            bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
+            out.append(pa.Array.from_buffers(_FIXED[kind], n, bufs, null_count=nulls))
+        elif kind == ord("h"):
+            offsets, keys, values = got
+            out.append(
+                arrowcols.headers(n, offsets, arrowcols.binary(keys, pa.string()), arrowcols.binary(values))
+            )
+        else:
+            out.append(arrowcols.binary(got, _VAR[kind]))
+    return out
 
 
 @dataclass(slots=True)
@@ -140,7 +186,7 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
     out.messages(
         (
             f.ts_first, get("topicName"), get("partitionId"), headers, get("clientId"), ok, f.serial,
-            parse_msg_time(get("msgTime") or attr_value(headers, "$msgTime$")), MALFORMED if err else OK, err,
+            produced_time(get("msgTime"), headers), MALFORMED if err else OK, err,
             details, value["value"], value["value_size"], value.get("value_hash"), *frames,
         )
     )  # fmt: skip
@@ -170,20 +216,25 @@ def deliver(
     parts = [tm.get("partitionId") for tm in tms]
     ids = [tm.get("messageId") for tm in tms]
     recv = [tm.get("recvTimeInMs") for tm in tms]
-    cols: dict = {
-        "partition": [req_part if p is None else p for p in parts],
-        "message_id": [None if m is None else str(m) for m in ids],
-        "headers": headers,
-        "checksum_ok": oks,
-        "message_ts_ns": [
-            r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)
-        ],
-        "decode_status": [MALFORMED if e else OK for e in errors],
-        "decode_error": errors,
-        "details": details,
-    }
+    given = (
+        [req_part if p is None else p for p in parts],
+        [None if m is None else str(m) for m in ids],
+        headers,
+        oks,
+        [r * 1_000_000 if r else parse_msg_time(attr_value(h, "$msgTime$")) for r, h in zip(recv, headers)],
+        [MALFORMED if e else OK for e in errors],
+        errors,
+        details,
+    )
+    cols: dict = dict(zip(DELIVERED, columns("messages", list(zip(*given)), DELIVERED)))
     cols.update(policy.value_columns(pa.array(values, pa.binary()), pa.array(sizes, pa.int64())))
     return Block(len(values), cols, const)
+
+
+# the columns of a delivered pack that rows.deliver gives as columns (Arrow, by _rpc.transpose)
+DELIVERED = (
+    "partition", "message_id", "headers", "checksum_ok", "message_ts_ns", "decode_status", "decode_error", "details",
+)  # fmt: skip
 
 
 # the `details` of a delivered message and of a produced one (message_columns' spec: JSON key,
@@ -211,6 +262,12 @@ PRODUCE_DETAILS = (
 
 # the specs as _rpc.columns takes them, read once (by the id of the constant)
 _SPECS = {id(spec): _rpc.details_spec(spec) for spec in (DELIVER_DETAILS, PRODUCE_DETAILS)}
+PRODUCE_SPEC = _SPECS[id(PRODUCE_DETAILS)]  # _rpc.exchanges' produced messages
+
+
+def produced_time(msg_time: str | None, headers: list[dict]) -> int | None:
+    """A produced message's message_ts_ns: its msgTime, else its `$msgTime$` attribute."""
+    return parse_msg_time(msg_time or attr_value(headers, "$msgTime$"))
 
 
 def message_columns(msgs: list[dict], payload: str, spec: tuple, tail: str) -> tuple[list, ...]:
