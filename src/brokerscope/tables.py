@@ -334,7 +334,7 @@ def partition_by(table: str) -> list[str]:
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 
 
-_DAY_NS = 86_400_000_000_000
+_DAY_NS = 86_400_000_000_000  # nanoseconds in a day (dates from ts_ns)
 # datetime's range, which Spark, pandas and Python readers convert timestamps through
 _TS_MIN_US = -62_135_596_800_000_000  # 0001-01-01
 _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
