@@ -271,10 +271,31 @@ WRITERS = {"table": write_table, "csv": write_csv, "json": write_json, "jsonl": 
 
 
 def write(table: pa.Table, fmt: str, out: IO[str], binary: str = "base64") -> None:
-    """`table` in a text format (FORMATS but parquet) to `out`."""
+    """`table` in a text format (FORMATS but parquet) to `out`. A text column holding bytes that
+    are not UTF-8 is an error naming it, before anything is written."""
     if fmt not in WRITERS:
         raise ValueError(f"format must be one of {', '.join(WRITERS)}, not {fmt!r}")
+    bad = not_utf8(table)
+    if bad:
+        names = ", ".join(bad)
+        raise ValueError(
+            f"column{'s' if len(bad) > 1 else ''} {names}: text that is not UTF-8 (a binary value cast "
+            "to STRING?): select the binary value itself (--binary writes it as base64 or hex), or "
+            "write --format parquet"
+        )
     WRITERS[fmt](table, out, binary)
+
+
+def not_utf8(table: pa.Table) -> list[str]:
+    """The columns of `table` (nested ones too) whose text values are not all UTF-8, as Spark's
+    CAST(binary AS STRING) leaves bytes that are not."""
+    bad = []
+    for name, col in zip(table.column_names, table.columns):
+        try:
+            col.validate(full=True)
+        except pa.ArrowInvalid:
+            bad.append(name)
+    return bad
 
 
 def from_rows(columns: list[str], data: list[tuple]) -> pa.Table:

@@ -95,7 +95,11 @@ class Shell:
             self.error(one_line(e), line0 + stmt.line - 1)
             return
         if table is not None:
-            export.write(table, self.fmt, self.out, self.binary)
+            try:
+                export.write(table, self.fmt, self.out, self.binary)
+            except ValueError as e:  # a result no text format can hold: said, and the session goes on
+                self.error(str(e), line0 + stmt.line - 1)
+                return
             self.out.flush()
 
     def command(self, text: str, line: int | None = None) -> bool:

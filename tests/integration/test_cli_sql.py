@@ -91,15 +91,16 @@ def test_out_parquet_reads_back_with_the_lake_types(spark, sample_lake, tmp_path
 
 
 @pytest.mark.spark
-def test_out_that_fails_while_writing_leaves_the_file_as_it_was(spark, sample_lake, tmp_path, capsys):
-    """A result that cannot be written whole (its fourth row a string Spark made of the byte
-    C3, no UTF-8: the export fails there) leaves --out as it was, and no part file; the old code
-    had truncated it to the header and three rows."""
+def test_out_that_cannot_be_written_leaves_the_file_as_it_was(spark, sample_lake, tmp_path, capsys):
+    """A result that cannot be written (its fourth row a string Spark made of the byte C3, no
+    UTF-8) is one line naming the column, and leaves --out as it was, and no part file; the code
+    before export.whole_file had truncated it to the header and three rows."""
     out = tmp_path / "latest.csv"
     out.write_text("yesterday's result\n")
     q = "SELECT id, CASE WHEN id = 3 THEN CAST(unhex('C3') AS STRING) ELSE 'ok' END AS s FROM range(5)"
     rc, stdout, err = run(capsys, "sql", q, "--lake", sample_lake, "--format", "csv", "--out", str(out))
-    assert (rc, stdout) == (report.EXIT_USAGE, "") and "utf-8" in err and "wrote" not in err
+    assert (rc, stdout) == (report.EXIT_USAGE, "") and "wrote" not in err
+    assert err.startswith("brokerscope: column s: text that is not UTF-8") and len(err.splitlines()) == 1
     assert out.read_text() == "yesterday's result\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.csv"]
     # through a link, the file it names is replaced and the link stays
@@ -132,13 +133,15 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
         "\\format jsonl\n"
         "\\nothing\n"
         "SELECT unhex('00ff') AS b, 'x;y' AS s;\n"
+        "SELECT CAST(unhex('C3') AS STRING) AS t;\n"  # no UTF-8: said, and the session goes on
         "SELECT 2 AS two\n",  # the last statement may lack its ;
     )
     rc, out, err = run(capsys, "shell", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
     errors = err.splitlines()
-    assert len(errors) == 2 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert len(errors) == 3 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
     assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
+    assert errors[2].startswith("error (line 13): column t: text that is not UTF-8")
     assert "streams" in out and "inputs" in out and "delta_version" in out  # \tables
     assert "latency_us" in out and "double" in out  # \d
     n = len(Lake(sample_lake).read_arrow("streams"))

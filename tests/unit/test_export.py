@@ -159,13 +159,38 @@ def test_whole_file_through_a_link_replaces_the_file_it_names(tmp_path):
     link.symlink_to(real)
     # a string column whose second value is the lone byte C3 (as Spark's CAST of binary makes)
     torn = pa.table({"s": pa.array([b"ok", b"\xc3"], pa.binary()).view(pa.string())})
-    with pytest.raises(UnicodeDecodeError), export.whole_file(link, "w") as f:
+    with (
+        pytest.raises(ValueError, match="^column s: text that is not UTF-8"),
+        export.whole_file(link, "w") as f,
+    ):
         f.write("s\n")
         export.write(torn, "csv", f)
     assert real.read_text() == "old\n" and sorted(p.name for p in real.parent.iterdir()) == ["today.csv"]
     with export.whole_file(link, "w") as f:
         export.write(result().select(["ratio"]), "csv", f)
     assert link.is_symlink() and real.read_text() == 'ratio\n0.078507\n""\n'
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "jsonl"])
+def test_text_that_is_not_utf8_is_an_error_naming_its_columns(fmt):
+    """Spark's CAST(binary AS STRING) leaves bytes that are not UTF-8 in a string column: every
+    text format refuses the result before writing a byte, naming each such column, nested ones
+    too; the same bytes as a binary column are written (--binary)."""
+    bad = pa.array([b"ok", b"\xc3"], pa.binary()).view(pa.string())
+    table = pa.table(
+        {
+            "n": [1, 2],
+            "s": bad,
+            "ok": ["a", "b"],
+            "nested": pa.StructArray.from_arrays([bad], ["t"]),
+        }
+    )
+    out = io.StringIO()
+    with pytest.raises(ValueError, match="^columns s, nested: text that is not UTF-8 .*--format parquet$"):
+        export.write(table, fmt, out)
+    assert out.getvalue() == ""
+    export.write(table.select(["n", "ok"]).append_column("b", bad.view(pa.binary())), fmt, out, "hex")
+    assert "c3" in out.getvalue()
 
 
 def test_check_out_looks_where_whole_file_writes(tmp_path):
