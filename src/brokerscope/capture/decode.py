@@ -773,10 +773,8 @@ def _native_column(typ: pa.DataType, n: int, bufs) -> pa.Array:
         return arrowcols.binary(bufs)
     if isinstance(bufs, tuple):
         valid, values, nulls = bufs
-        return pa.Array.from_buffers(
-            typ, n, [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)], null_count=nulls
-        )
-    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(bufs)])
+        return arrowcols.fixed(typ, n, values, valid, nulls)
+    return arrowcols.fixed(typ, n, bufs)
 
 
 def _empty_batch() -> pa.RecordBatch:

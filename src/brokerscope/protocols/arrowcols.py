@@ -1,5 +1,5 @@
-"""Arrow columns from the buffers the compiled walks write (protocols/arrowbuf.h): binary and
-string columns, the messages table's headers column, a text column of numbered strings. The
+"""Arrow columns from the buffers the compiled walks write (protocols/arrowbuf.h): fixed-width,
+binary and string columns, the messages table's headers column, a text column of numbered strings. The
 buffers are wrapped as they are (`Array.from_buffers`), never converted value by value."""
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ def binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
     n = len(offsets) // 4 - 1
     bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
+
+
+def fixed(typ: pa.DataType, n: int, values, valid=None, nulls: int = 0) -> pa.Array:
+    """A fixed-width column (int, float, bool) of n values from its values buffer and, where
+    `nulls`, its validity bitmap."""
+    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
+    return pa.Array.from_buffers(typ, n, bufs, null_count=nulls)
 
 
 def text(offsets: bytes, data: bytes) -> pa.Array:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ... import native, tables
-from .. import base
+from .. import arrowcols, base
 
 _records = native.load(__package__, "_records")  # compiled from _records.c: the record set walk
 
@@ -45,7 +45,6 @@ _V0_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes (18 b
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 INT64_MAX = 2**63 - 1
-_HEADERS = pa.list_(tables.HEADER)
 
 
 class RecordError(base.DecodeError):
@@ -147,14 +146,6 @@ def _data_size(col: pa.Array) -> int:
     return o[col.offset + len(col)] - o[col.offset]
 
 
-def _binary(col: tuple, typ: pa.DataType | None = None) -> pa.Array:
-    """An Arrow column from _records' (validity, offsets, data, null count)."""
-    valid, offsets, data, nulls = col
-    n = len(offsets) // 4 - 1
-    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(typ or pa.binary(), n, bufs, null_count=nulls)
-
-
 def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> pa.Array | list[str]:
     """`prefix + str(v) + suffix` for each value: an Arrow string column written by the compiled
     module for an int64 array without nulls (no Python string per value), else a list."""
@@ -177,8 +168,7 @@ def int64_range(first: int, n: int) -> pa.Array | list[int]:
 
 
 def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
-    bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=nulls)
+    return arrowcols.fixed(pa.int64(), n, data, valid, nulls)
 
 
 _CHUNK_COLUMNS = (
@@ -225,22 +215,17 @@ class Chunk:
             valid, data, nulls = w[name]
             return _int64(n, data, valid, nulls)
         if name in ("key", "value"):
-            return _binary(w[name])
+            return arrowcols.binary(w[name])
         if name == "value_size":  # null where the value is
             value = self.col("value")
             bufs = [value.buffers()[0], pa.py_buffer(w["value_size"])]
             return pa.Array.from_buffers(pa.int64(), n, bufs, null_count=value.null_count)
         if w["header_keys_utf8"]:
-            hk = _binary(w["header_keys"], pa.string())
+            hk = arrowcols.binary(w["header_keys"], pa.string())
         else:  # header keys are text: bytes that are not UTF-8 escaped, as everywhere
-            hk = pa.array([base.text(k) for k in _binary(w["header_keys"]).to_pylist()], pa.string())
+            hk = pa.array([base.text(k) for k in arrowcols.binary(w["header_keys"]).to_pylist()], pa.string())
         # built from the walk's buffers as they are (its list offsets end at the entries it kept)
-        entries = pa.Array.from_buffers(
-            tables.HEADER, len(hk), [None], children=[hk, _binary(w["header_values"])]
-        )
-        return pa.Array.from_buffers(
-            _HEADERS, n, [None, pa.py_buffer(w["header_offsets"])], children=[entries]
-        )
+        return arrowcols.headers(n, w["header_offsets"], hk, arrowcols.binary(w["header_values"]))
 
     @property
     def cols(self) -> Columns:

@@ -124,8 +124,7 @@ def columns(table: str, rows: list[tuple], names: tuple[str, ...] | None = None)
             out.append(got)
         elif kind in _FIXED:
             valid, values, nulls = got
-            bufs = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
-            out.append(pa.Array.from_buffers(_FIXED[kind], n, bufs, null_count=nulls))
+            out.append(arrowcols.fixed(_FIXED[kind], n, values, valid, nulls))
         elif kind == ord("h"):
             offsets, keys, values = got
             out.append(
