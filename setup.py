@@ -56,7 +56,17 @@ setup(
         Extension(
             "brokerscope.protocols.tubemq._rpc",  # TubeMQ's frame blocks and RPC envelope
             ["src/brokerscope/protocols/tubemq/_rpc.c"],
-            depends=["src/brokerscope/protocols/pbwire.h", "src/brokerscope/protocols/arrowbuf.h"],
+            depends=[
+                "src/brokerscope/protocols/pbwire.h",
+                "src/brokerscope/protocols/arrowbuf.h",
+                "src/brokerscope/protocols/jsontext.h",
+            ],
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
+            "brokerscope.protocols._details",  # the details column's JSON text (base.to_json)
+            ["src/brokerscope/protocols/_details.c"],
+            depends=["src/brokerscope/protocols/arrowbuf.h", "src/brokerscope/protocols/jsontext.h"],
             extra_compile_args=["-O2"],
         ),
     ],

@@ -46,6 +46,7 @@ TARGET_NAMES = (
     "tubemq_exchanges",
     "pulsar_batch",
     "kafka_body",
+    "details_json",
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too

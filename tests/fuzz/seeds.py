@@ -24,6 +24,8 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
   key, version and kind that name its plan.
 - pulsar_batch: random Pulsar batch payloads (properties, keys plain and base64, event times,
   sequences, ordering keys, null values, compacted messages, trailing bytes).
+- details_json: the `details` values of the sample captures' rows (every protocol), encoded as
+  details_value reads them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from brokerscope import tables
 from brokerscope.protocols import base
 
 from . import targets as T
@@ -345,6 +348,20 @@ def kafka_body_seeds() -> Iterator[bytes]:
             yield (head + frame[pos:])[:MAX_SEED]
 
 
+def details_json_seeds() -> Iterator[bytes]:
+    import json
+
+    from brokerscope.config import Settings
+    from brokerscope.streams import decode_files
+
+    for path in captures():
+        out = decode_files([str(path)], Settings.load())
+        for table in tables.DECODED_TABLES:
+            for row in out.get(table, []):
+                if row.get("details"):
+                    yield T.encode_details(json.loads(row["details"]))[:MAX_SEED]
+
+
 SEEDS = {
     "kafka": lambda: decoder_seeds("kafka"),
     "pulsar": lambda: decoder_seeds("pulsar"),
@@ -362,6 +379,7 @@ SEEDS = {
     "tubemq_exchanges": lambda: decoder_seeds("tubemq"),
     "pulsar_batch": pulsar_batch_seeds,
     "kafka_body": kafka_body_seeds,
+    "details_json": details_json_seeds,
 }
 
 

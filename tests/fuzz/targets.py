@@ -41,6 +41,9 @@ Input encodings (the seed builder `tests/fuzz/seeds.py` writes them with the `en
   fourth: a response), then a message body read by the compiled reader (_body.c) and by
   schema.py's closures; of a body that decodes, the compiled summary and details copy against
   the Python ones (kafka_body_plan).
+- details_json: bytes read as a Python value (`details_value`: a tag byte per value, then its
+  bytes), written by base.to_json (the compiled writer, _details.c) and by json's encoder
+  (to_json_py): the same text, or the same error.
 """
 
 from __future__ import annotations
@@ -1112,6 +1115,111 @@ def fuzz_tls_capture(data: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# details JSON
+
+DETAILS_DEPTH = 40  # nesting of a details_value (the writer's own limit is tested in the unit tests)
+
+
+class _DictSub(dict):
+    """A dict subclass, as the decoders hand some over (kafka.rows.Summary)."""
+
+
+class _ListSub(list):
+    pass
+
+
+def details_value(data: bytes) -> object:
+    """A Python value from fuzz bytes: a tag byte, then what the tag reads (see _value)."""
+    at = [0]
+
+    def take(n: int) -> bytes:
+        b = data[at[0] : at[0] + n]
+        at[0] += n
+        return b
+
+    def byte() -> int:
+        b = take(1)
+        return b[0] if b else 0
+
+    def value(depth: int) -> object:
+        tag = byte() % 16
+        if depth >= DETAILS_DEPTH and tag >= 9:
+            tag = 3
+        if tag == 0:
+            return None
+        if tag in (1, 2):
+            return tag == 1
+        if tag == 3:
+            return int.from_bytes(take(1), "big", signed=True)
+        if tag == 4:
+            return int.from_bytes(take(8), "big", signed=True)
+        if tag == 5:  # past int64 too
+            return int.from_bytes(take(byte() % 24), "big", signed=True)
+        if tag == 6:  # any bit pattern: NaN, infinities, subnormals, -0.0
+            return struct.unpack(">d", take(8).ljust(8, b"\0"))[0]
+        if tag == 7:  # any BMP code point, control characters and lone surrogates among them
+            raw = take(2 * (byte() % 32))
+            return raw[: len(raw) & ~1].decode("utf-16-le", "surrogatepass")
+        if tag == 8:  # bytes: text or base64 by base._jsonable
+            return take(byte() % 16)
+        n = byte() % 6
+        if tag in (9, 10, 11):
+            items = [value(depth + 1) for _ in range(n)]
+            return items if tag == 9 else tuple(items) if tag == 10 else _ListSub(items)
+        if tag == 12:
+            return {value(depth + 1) for _ in range(n) if False} | set(range(n))
+        d = _DictSub() if tag == 13 else {}
+        for _ in range(n):
+            k = value(depth + 1)
+            d[k if k.__class__ in _KEY_CLASSES else str(k)] = value(depth + 1)
+        if tag == 15 and n:  # a key json refuses (a tuple)
+            d[(n,)] = None
+        return d
+
+    return value(0)
+
+
+_KEY_CLASSES = (str, int, float, bool, type(None))
+
+
+def encode_details(v: object) -> bytes:
+    """The details_value encoding of a JSON-like value (strings cut to 31 UTF-16 units, lists and
+    dicts to 5 items): seeds from real details."""
+    if v is None or v is True or v is False:
+        return bytes([0 if v is None else 1 if v else 2])
+    if isinstance(v, int):
+        if -128 <= v < 128:
+            return b"\x03" + v.to_bytes(1, "big", signed=True)
+        if -(1 << 63) <= v < 1 << 63:
+            return b"\x04" + v.to_bytes(8, "big", signed=True)
+        n = min((v.bit_length() + 8) // 8, 23)
+        return bytes([5, n]) + (v % (1 << (8 * n))).to_bytes(n, "big")
+    if isinstance(v, float):
+        return b"\x06" + struct.pack(">d", v)
+    if isinstance(v, str):
+        raw = v.encode("utf-16-le", "surrogatepass")[:62]
+        return bytes([7, len(raw) // 2]) + raw
+    if isinstance(v, list):
+        return bytes([9, min(len(v), 5)]) + b"".join(encode_details(x) for x in v[:5])
+    if isinstance(v, dict):
+        items = list(v.items())[:5]
+        return bytes([14, len(items)]) + b"".join(encode_details(k) + encode_details(x) for k, x in items)
+    raise TypeError(f"no details_value encoding for {type(v).__name__}")
+
+
+def fuzz_details_json(data: bytes) -> None:
+    """base.to_json (the compiled writer) writes what json's encoder writes, or fails alike."""
+    v = details_value(data)
+    outcome = []
+    for f in (base.to_json, base.to_json_py):
+        try:
+            outcome.append(("text", f(v)))
+        except (TypeError, ValueError, RecursionError) as e:
+            outcome.append(("error", type(e).__name__))
+    check(outcome[0] == outcome[1], "details_json_differs", f"{outcome[0]!r:.300} != {outcome[1]!r:.300}")
+
+
+# ---------------------------------------------------------------------------------------------
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "kafka": fuzz_kafka,
@@ -1130,4 +1238,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tubemq_exchanges": fuzz_tubemq_exchanges,
     "pulsar_batch": fuzz_pulsar_batch,
     "kafka_body": fuzz_kafka_body,
+    "details_json": fuzz_details_json,
 }

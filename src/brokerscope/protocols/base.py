@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import native
+
 Row = tuple[str, dict]
 C2S = "c2s"
 # Side channel to the driver, never written as a table: {"topic_id", "topic"} pairs a decoder
@@ -488,8 +490,22 @@ _ITERENCODE = (
 )
 
 
+_details = native.load(__package__, "_details")  # compiled from _details.c: to_json's writer
+
+
 def to_json(obj) -> str:
-    """Serialise decoded fields for the `details` column (bytes become text or base64)."""
+    """Serialise decoded fields for the `details` column (bytes become text or base64): the
+    compiled writer's text, equal to to_json_py's (json's encoder), which still writes what the
+    writer leaves to it (a lone surrogate, a key json refuses)."""
+    if obj.__class__ is not str:
+        text = _details.dumps(obj, _jsonable)
+        if text is not None:
+            return text
+    return to_json_py(obj)
+
+
+def to_json_py(obj) -> str:
+    """to_json by json's encoder: the reference the compiled writer is tested against."""
     if _ITERENCODE is None or obj.__class__ is str:
         return _ENCODER.encode(obj)
     return "".join(_ITERENCODE(obj, 0))

@@ -3,7 +3,6 @@ redacted, text columns made text; topic partitions, message ids and ack bit sets
 
 from __future__ import annotations
 
-import json
 import re
 
 import pyarrow as pa
@@ -19,8 +18,7 @@ SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
 # the command types that may carry credentials: never kept raw, their details scrubbed
 SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
 STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
-# base.to_json's encoding, with one encoder built once (json.dumps with options builds one per call)
-to_json = json.JSONEncoder(default=base._jsonable, separators=(",", ":"), ensure_ascii=False).encode
+to_json = base.to_json
 _PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
 _MASK64 = (1 << 64) - 1
 

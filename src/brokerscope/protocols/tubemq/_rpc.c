@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "../arrowbuf.h" /* Buf, put_decimal */
+#include "../jsontext.h" /* json_put_str */
 #include "../pbwire.h"   /* varint, varint32, skip */
 
 #define HEADER_LEN 12 /* msgToken, serialNo, listSize */
@@ -473,51 +474,21 @@ done:
  *   body: the body's dict (read_message) as rpc.sized shows it: payload bytes (F_SIZED) as
  *         {"size":N}, nested messages as objects, repeated fields as arrays
  *
- * Strings are escaped as json.encoder.encode_basestring escapes them: '"' and '\\', \b \f \n \r \t,
- * any other byte below 0x20 as \u00XX (lower-case hex), everything else as its UTF-8 bytes. A value
- * of another type (bytes that are not a payload) gives NOT_PLAIN: to_json writes that body. */
+ * Strings are escaped as json.encoder.encode_basestring escapes them (jsontext.h). A value of
+ * another type (bytes that are not a payload) gives NOT_PLAIN: to_json writes that body. */
 
 #define JSON_NOMEM (-3) /* no memory: the caller raises MemoryError */
 
 static int put_text(Buf *b, const char *s) { return buf_put(b, s, (Py_ssize_t)strlen(s)) ? JSON_NOMEM : 0; }
 
 static int json_str(Buf *b, PyObject *s) {
-    static const char hex[] = "0123456789abcdef";
     Py_ssize_t n;
     const char *u = PyUnicode_AsUTF8AndSize(s, &n);
     if (!u) {
         PyErr_Clear(); /* a lone surrogate: not from read_message's strict UTF-8, left to to_json */
         return NOT_PLAIN;
     }
-    if (buf_reserve(b, 6 * n + 2)) return JSON_NOMEM;
-    char *o = b->p + b->len;
-    *o++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)u[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\r': *o++ = 'r'; break;
-        case '\t': *o++ = 't'; break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    *o++ = '"';
-    b->len = o - b->p;
-    return 0;
+    return json_put_str(b, u, n) ? JSON_NOMEM : 0;
 }
 
 static int json_long(Buf *b, PyObject *v) {
