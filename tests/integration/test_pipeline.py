@@ -268,6 +268,30 @@ def test_local_jvm_runs_with_c1_jit_and_the_log_config(spark):
 
 
 @pytest.mark.spark
+def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
+    """Spark puts its bundled pyspark.zip first on the workers' path; the daemon make_spark names
+    (brokerscope.sparkdaemon) puts the installed PySpark, which has bytecode, ahead of it."""
+    import pyarrow as pa
+    import pyspark
+
+    def where(batches):
+        import sys
+
+        import pyspark as p
+
+        for _ in batches:
+            pass
+        main = getattr(sys.modules["__main__"], "__spec__", None)  # the daemon, run with -m
+        yield pa.RecordBatch.from_pydict({"file": [p.__file__], "daemon": [main and main.name]})
+
+    row = spark.range(1, numPartitions=1).mapInArrow(where, "file string, daemon string").collect()[0]
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "brokerscope.sparkdaemon"
+    assert ".zip" not in row["file"], row["file"]
+    assert row["file"] == pyspark.__file__
+    assert row["daemon"] == "brokerscope.sparkdaemon"
+
+
+@pytest.mark.spark
 def test_session_arrow_batches_end_at_batch_bytes(spark):
     """The decode stage's input batches (Spark -> Python) are bounded in bytes like the reader's."""
     assert spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch") == str(Settings.load().batch_bytes)
