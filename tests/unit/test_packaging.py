@@ -101,3 +101,40 @@ def test_an_installed_package_carries_the_log4j_configuration(tmp_path):
         check=True,
     ).stdout.split()
     assert out == ["True", str(tmp_path / "site" / "brokerscope" / "pipeline.py")]
+
+
+def test_the_zip_shipped_to_executors_carries_bytecode_its_workers_read(tmp_path):
+    """pipeline.package_zip (what _ship_package adds to executors' path): every module with a
+    hash-checked .pyc beside it, which zipimport reads instead of compiling the source; a .pyc
+    whose source changed is not read (the source is)."""
+    from brokerscope import pipeline
+
+    zpath = tmp_path / "brokerscope.zip"
+    pipeline.package_zip(zpath)
+    with zipfile.ZipFile(zpath) as z:
+        names = set(z.namelist())
+    sources = {n for n in names if n.endswith(".py") and not n.endswith("/__init__.py")}
+    assert sources and all(n + "c" in names for n in sources)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import brokerscope.sqltext as m; "
+        "print(m.__file__); print(m.blank('  '))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(zpath)], capture_output=True, text=True, check=True
+    )
+    file, statements = out.stdout.splitlines()
+    assert file.endswith("brokerscope/sqltext.pyc"), file
+    assert statements == "True"
+    # the same zip with sqltext.py changed: its .pyc no longer matches, the source is what runs
+    stale = tmp_path / "stale.zip"
+    with zipfile.ZipFile(zpath) as src, zipfile.ZipFile(stale, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "brokerscope/sqltext.py":
+                data += b"\nCHANGED = True\n"
+            dst.writestr(item, data)
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import brokerscope.sqltext as m; print(m.__file__, m.CHANGED)"
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(stale)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [str(stale / "brokerscope" / "sqltext.py"), "True"]
