@@ -529,3 +529,102 @@ def test_decimal_runs_from_the_walks_buffer_are_those_of_its_array():
         got = raw.to_pylist() if isinstance(raw, pa.Array) else raw
         assert got == (arrayed.to_pylist() if isinstance(arrayed, pa.Array) else arrayed)
         assert got[0] == f"{prefixes[0]}-1}}" and got[-1] == f"{prefixes[-1]}5}}"
+
+
+# -- LZ4 bodies decoded inside the walk (python-lz4's LZ4F_ functions) ----------------------------
+
+
+def _lz4_cases() -> list[tuple[str, bytes, int]]:
+    """(name, v2 batch, cap): LZ4 bodies the walk takes whole, and every kind it hands back."""
+    import random
+
+    rng = random.Random(13)
+    msgs = [
+        (b"k%d" % i, rng.randbytes(rng.randrange(0, 300)) + b"abc" * rng.randrange(0, 200), [])
+        for i in range(60)
+    ]
+    plain = records(msgs, 2, 0, offset=500)
+    section = len(plain) - 61
+    zeros = records([(b"z", b"\0" * (1 << 20), [])], 2, 0)
+    cases = []
+    for opts in (
+        {},
+        {"block_size": lz4.frame.BLOCKSIZE_MAX4MB, "content_checksum": True, "block_checksum": True},
+        {"block_linked": False, "store_size": False},
+        {"compression_level": 9, "block_size": lz4.frame.BLOCKSIZE_MAX64KB},
+    ):
+        good = _recompress_v2(plain, 3, lambda d, o=opts: lz4.frame.compress(d, **o))
+        body = good[61:]
+        cases.append((f"whole {opts}", good, 64 << 20))
+        cases.append((f"cap exact {opts}", good, section))
+        cases.append((f"cap short {opts}", good, section - 1))
+        for cut in (4, 7, 15, len(body) // 2, len(body) - 5, len(body) - 1):
+            cases.append((f"cut at {cut} {opts}", _v2_body(good, body[:cut]), 64 << 20))
+        flipped = bytearray(body)
+        flipped[len(body) // 2] ^= 0x40
+        cases.append((f"flipped {opts}", _v2_body(good, bytes(flipped)), 64 << 20))
+        cases.append((f"trailing bytes {opts}", _v2_body(good, body + b"\x01\x02\x03"), 64 << 20))
+        cases.append((f"two frames {opts}", _v2_body(good, body + body), 64 << 20))
+    big = _recompress_v2(zeros, 3, lz4.frame.compress)  # past 256x: decoded again, allowed the cap
+    cases.append(("zeros past the first limit", big, 64 << 20))
+    cases.append(("zeros, cap short", big, len(zeros) - 62))
+    cases.append(("empty body", _v2_body(big, b""), 64 << 20))
+    cases.append(("not lz4", _v2_body(big, rng.randbytes(200)), 64 << 20))
+    cases.append(("lz4 magic, garbage", _v2_body(big, b"\x04\x22\x4d\x18" + rng.randbytes(60)), 64 << 20))
+    return cases
+
+
+def _v2_body(batch: bytes, body: bytes) -> bytes:
+    """`batch` (a v2 batch, codec bits kept) with its records section replaced, length and CRC right."""
+    head = bytearray(batch[:61])
+    struct.pack_into(">i", head, 8, 61 - 12 + len(body))
+    out = bytes(head) + body
+    return out[:17] + struct.pack(">I", crc32c.crc32c(out[21:])) + out[21:]
+
+
+def _seen(rs: R.RecordSet) -> tuple:
+    return (
+        rs.error,
+        rs.status,
+        rs.partial_tail,
+        [
+            (
+                b.status,
+                b.error,
+                b.crc_ok,
+                b.codec,
+                [(r.key, r.value, r.offset, r.timestamp, r.headers) for r in b.records],
+            )
+            for b in rs.batches
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "cap"), _lz4_cases(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_lz4_bodies_in_the_walk_read_as_python_lz4_reads_them(name, batch, cap):
+    """The walk's own LZ4 decoding gives what _decompress_v2 (python-lz4) gives: the records of a
+    whole frame, and for every other body (cut, damaged, trailing bytes, over the cap) the same
+    status, error text and records, because it hands those to _decompress_v2."""
+    assert R.lz4_in_walk(True)
+    try:
+        here = _seen(R.read_record_set(batch, cap=cap))
+        R.lz4_in_walk(False)
+        there = _seen(R.read_record_set(batch, cap=cap))
+    finally:
+        R.lz4_in_walk(True)
+    assert here == there
+
+
+def test_whole_lz4_frames_do_not_call_python(monkeypatch):
+    """A whole frame is decoded in the walk: the Python decompressor is not asked."""
+    calls = []
+    real = R._decompress_v2
+    monkeypatch.setattr(R, "_decompress_v2", lambda *a: calls.append(a[0]) or real(*a))
+    batch = _recompress_v2(records(MSGS, 2, 0), 3, lz4.frame.compress)
+    _check(R.read_record_set(batch), "lz4")
+    assert calls == []
+    cut = _v2_body(batch, batch[61:-3])
+    R.read_record_set(cut)
+    assert calls == [3]

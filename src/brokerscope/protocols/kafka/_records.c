@@ -18,7 +18,12 @@
  *   every varint zigzag encoded, at most 10 bytes and 64 bits
  *
  * A compressed body is handed to `decompress(codec, body, cap)` (Python: the codec libraries),
- * which returns the records' bytes or (error, status).
+ * which returns the records' bytes or (error, status). An LZ4 body (codec 3) is first decoded
+ * here, by the LZ4 library python-lz4 carries (its exported LZ4F_ functions, handed over once by
+ * lz4_functions): taken only when it is one whole frame, nothing after it, verified, and shorter
+ * than the first limit (records._first_limit); anything else (an error, a frame cut short, bytes
+ * after it, output as long as the limit) goes to `decompress`, whose answer and error text stay
+ * the reference.
  *
  * Result: a dict. `sets`: per buffer (partial tail bytes, error, status, batches), a batch being
  * (pos, size, magic) for a v0/v1 message, which records.py reads, or for v2 (stored crc, chunk,
@@ -431,6 +436,7 @@ enum {
     TIMESTAMP_TYPE_BIT = 0x08, /* attributes: LogAppendTime */
     TRANSACTIONAL_BIT = 0x10,
     CONTROL_BIT = 0x20,
+    LZ4_CODEC = 3, /* attributes bits 0-2 */
 };
 
 static PyObject *chunk_dict(Walk *w) {
@@ -449,7 +455,44 @@ typedef struct {
     PyObject *chunks; /* list of the sealed chunks' dicts */
     PyObject *decompress;
     Py_ssize_t cap;
+    void *lz4; /* an LZ4F decompression context, made at the call's first LZ4 body */
+    Buf lz4out; /* that body's records, reused by the next */
 } Sets;
+
+/* The LZ4 frame API (lz4frame.h) as python-lz4's module exports it; no options (NULL): the
+ * library's defaults, block and content checksums verified. */
+#define LZ4F_API_VERSION 100 /* LZ4F_VERSION */
+static struct {
+    size_t (*create)(void **dctx, unsigned version);
+    size_t (*free)(void *dctx);
+    size_t (*decompress)(void *dctx, void *dst, size_t *dst_size, const void *src, size_t *src_size,
+                         const void *options);
+    unsigned (*is_error)(size_t code);
+    void (*reset)(void *dctx);
+} LZ4F;
+
+/* An LZ4 body decoded into s->lz4out: its length, or -1 where `decompress` is to say. */
+static Py_ssize_t lz4_here(Sets *s, const unsigned char *src, Py_ssize_t n) {
+    if (!LZ4F.decompress) return -1;
+    if (!s->lz4) {
+        if (LZ4F.is_error(LZ4F.create(&s->lz4, LZ4F_API_VERSION))) {
+            s->lz4 = NULL;
+            return -1;
+        }
+    } else {
+        LZ4F.reset(s->lz4);
+    }
+    Py_ssize_t limit = 256 * n + 65536; /* records._first_limit */
+    if (limit > s->cap + 1) limit = s->cap + 1;
+    s->lz4out.len = 0;
+    if (buf_reserve(&s->lz4out, limit)) return -1;
+    size_t out = (size_t)limit, in = (size_t)n, r;
+    Py_BEGIN_ALLOW_THREADS
+    r = LZ4F.decompress(s->lz4, s->lz4out.p, &out, src, &in, NULL);
+    Py_END_ALLOW_THREADS
+    if (LZ4F.is_error(r) || r != 0 || in != (size_t)n || out >= (size_t)limit) return -1;
+    return (Py_ssize_t)out;
+}
 
 /* Seal the current chunk when one more body of `len` bytes could pass 2 GiB in a binary column. */
 static int maybe_seal(Sets *s, Py_ssize_t len) {
@@ -488,7 +531,11 @@ static PyObject *v2_batch(Sets *s, const unsigned char *buf, Py_ssize_t pos, Py_
     Py_BEGIN_ALLOW_THREADS
     crc_now = crc32c(h + V2_CRC_FROM, (size_t)(size - V2_CRC_FROM));
     Py_END_ALLOW_THREADS
-    if (codec) {
+    Py_ssize_t here = codec == LZ4_CODEC ? lz4_here(s, body, blen) : -1;
+    if (here >= 0) {
+        body = (const unsigned char *)s->lz4out.p;
+        blen = here;
+    } else if (codec) {
         /* the compressed body as a read-only view of the caller's buffer, not a copy */
         PyObject *view = PyMemoryView_FromMemory((char *)body, blen, PyBUF_READ);
         if (!view) return NULL;
@@ -623,7 +670,7 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OnO", &bufs, &cap, &decompress)) return NULL;
     PyObject *seq = PySequence_Fast(bufs, "buffers must be a sequence");
     if (!seq) return NULL;
-    Sets s;
+    Sets s = {0};
     s.decompress = decompress;
     s.cap = cap;
     s.chunks = PyList_New(0);
@@ -667,6 +714,8 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     res = Py_BuildValue("{s:O,s:O}", "sets", sets, "chunks", s.chunks);
 done:
     walk_free(&s.w);
+    if (s.lz4) LZ4F.free(s.lz4);
+    free(s.lz4out.p);
     Py_XDECREF(s.chunks);
     Py_XDECREF(sets);
     Py_DECREF(seq);
@@ -734,8 +783,34 @@ done:
     return res;
 }
 
+/* lz4_functions(create, free, decompress, is_error, reset): the addresses of LZ4F_
+ * createDecompressionContext, freeDecompressionContext, decompress, isError and
+ * resetDecompressionContext for the walk to decode LZ4 bodies with; lz4_functions(None): every
+ * body to `decompress` again. */
+static PyObject *lz4_functions(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *a[5] = {NULL};
+    if (!PyArg_ParseTuple(args, "O|OOOO", &a[0], &a[1], &a[2], &a[3], &a[4])) return NULL;
+    if (a[0] == Py_None) {
+        memset(&LZ4F, 0, sizeof LZ4F);
+        Py_RETURN_NONE;
+    }
+    void *f[5];
+    for (int i = 0; i < 5; i++) {
+        if (!a[i] || !PyLong_Check(a[i])) return PyErr_Format(PyExc_TypeError, "five function addresses, or None");
+        if (!(f[i] = PyLong_AsVoidPtr(a[i]))) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "a null address");
+    }
+    LZ4F.create = (size_t(*)(void **, unsigned))f[0];
+    LZ4F.free = (size_t(*)(void *))f[1];
+    LZ4F.is_error = (unsigned (*)(size_t))f[3];
+    LZ4F.reset = (void (*)(void *))f[4];
+    LZ4F.decompress = (size_t(*)(void *, void *, size_t *, const void *, size_t *, const void *))f[2];
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"record_sets", record_sets, METH_VARARGS, "Read the batches of record sets, their records column-wise."},
+    {"lz4_functions", lz4_functions, METH_VARARGS, "The LZ4F functions the walk decodes LZ4 bodies with, or None."},
     {"decimals", decimals, METH_VARARGS, "prefix + str(v) + suffix for int64 values, as an Arrow string column."},
     {NULL, NULL, 0, NULL},
 };

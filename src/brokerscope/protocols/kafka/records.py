@@ -38,6 +38,36 @@ from .. import arrowcols, base
 
 _records = native.load(__package__, "_records")  # compiled from _records.c: the record set walk
 
+# the LZ4F_ functions python-lz4's module exports, by which the walk decodes a whole LZ4 frame
+# itself (anything else about an LZ4 body still goes to _decompress_v2)
+LZ4F_FUNCTIONS = (
+    "LZ4F_createDecompressionContext",
+    "LZ4F_freeDecompressionContext",
+    "LZ4F_decompress",
+    "LZ4F_isError",
+    "LZ4F_resetDecompressionContext",
+)
+
+
+def lz4_in_walk(on: bool = True) -> bool:
+    """Let the compiled walk decode LZ4 bodies with python-lz4's library (`on`), or hand each to
+    _decompress_v2 (the reference); whether it now does."""
+    addrs = None
+    if on:
+        try:
+            from lz4.frame import _frame
+        except ImportError:  # pragma: no cover - lz4 is a pinned dependency
+            _frame = None
+        addrs = [native.c_function(_frame, name) for name in LZ4F_FUNCTIONS] if _frame else [None]
+    if not addrs or None in addrs:
+        _records.lz4_functions(None)
+        return False
+    _records.lz4_functions(*addrs)
+    return True
+
+
+lz4_in_walk()
+
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
