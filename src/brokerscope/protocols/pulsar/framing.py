@@ -25,7 +25,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-import crc32c as _crc32c
 from google.protobuf.message import DecodeError
 
 from .. import base
@@ -47,7 +46,16 @@ PAYLOAD_TYPES = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
 
 
 def crc32c(data: bytes | memoryview) -> int:
-    return _crc32c.crc32c(data)
+    """CRC-32C by the crc32c package, imported at the first checksum: its import asks
+    importlib.metadata for its own version (about 55 ms in every process that loads the protocol
+    packages, Kafka-only runs too)."""
+    global _CRC32C
+    if _CRC32C is None:
+        from crc32c import crc32c as _CRC32C
+    return _CRC32C(data)
+
+
+_CRC32C = None
 
 
 @dataclass
