@@ -173,3 +173,62 @@ def test_idle_exactly_when_next_gives_nothing():
     assert drain(fr) == [("oversize", 0, 33, True)] and len(fr.buf) == 0 and not fr.idle()
     fr.push(b"x" * 21 + frame(0), 12)
     assert drain(fr) == [("frame", 33, 3)] and fr.idle()
+
+
+class CountingToy(Toy):
+    def __init__(self):
+        self.calls = 0
+
+    def size(self, buf):
+        self.calls += 1
+        return super().size(buf)
+
+
+class SettledToy(CountingToy):
+    settled_sizes = True
+
+
+def _run(rules: Rules, ops: list) -> list:
+    fr = Framer(rules, 60)
+    out: list = []
+    for op, arg, ts in ops:
+        if op == "push":
+            fr.push(arg, ts)
+            out += drain(fr)
+        else:
+            junk, inside = fr.gap(arg, ts)
+            out += [(j.status, j.offset, j.size, j.skipped) for j in junk] + [("inside", inside)]
+            out += drain(fr)
+    out += [(j.status, j.offset, j.size, j.skipped) for j in fr.close()]
+    return out
+
+
+def test_settled_sizes_wait_for_a_frame_without_asking_again_and_give_the_same_records():
+    """Rules whose sizes are settled (Kafka, Pulsar, TubeMQ) are asked a frame's size once while
+    its bytes come in pieces; frames, junk and gaps are those of rules asked every time, over
+    random pieces of frames, oversize frames, garbage and gaps."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        stream = b"".join(
+            rng.choice(
+                [frame(rng.randrange(0, 40)), frame(rng.randrange(61, 90)), b"garbage"[: rng.randrange(1, 8)]]
+            )
+            for _ in range(rng.randrange(1, 8))
+        )
+        ops, at, ts = [], 0, 0
+        while at < len(stream):
+            n = rng.randrange(1, 12)
+            if rng.random() < 0.1:
+                ops.append(("gap", n, ts))
+            else:
+                ops.append(("push", stream[at : at + n], ts))
+            at += n
+            ts += 1
+        plain, settled = CountingToy(), SettledToy()
+        assert _run(settled, ops) == _run(plain, ops)
+        assert settled.calls <= plain.calls
+    one = SettledToy()
+    assert _run(one, [("push", frame(30)[i : i + 3], i) for i in range(0, 33, 3)]) == [("frame", 0, 33)]
+    assert one.calls == 2  # once sized, once taken

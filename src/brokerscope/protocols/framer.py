@@ -100,6 +100,11 @@ class Rules:
         """The next index at or after `i` worth judging in a resync, or None to judge every one."""
         return None
 
+    # size() gives the same int again for the same head bytes once it gave one (nothing of its
+    # own or its conversation's state changes it after): Framer.next then waits for the rest of
+    # a frame without asking again for every segment that brings part of it
+    settled_sizes = False
+
     # split(data, max_frame) -> the sizes of the whole frames `data` starts with, each one that
     # `size` would pass as it is (not oversize), stopping at anything else: Framer.feed_whole's
     # fast path (a compiled walk); None: the rules have none
@@ -121,6 +126,7 @@ class Framer:
         self._in_step = in_step  # the next frame starts where a whole frame ended
         self._found = False  # the head of the buffer is a start the hunt just found
         self._garbage: Junk | None = None  # bytes passed over by the current resync
+        self._short: tuple[int, int] | None = None  # (offset, size): the head frame, bytes short
         self._jump = None
         if type(rules).jump is not Rules.jump:
             self._jump = lambda data, i: self.rules.jump(self.buf, i)
@@ -150,6 +156,7 @@ class Framer:
         (as `feed_whole` does, or the rules' own compiled reader of a chunk's frames); the rest
         is pushed for `next`."""
         b = self.buf
+        self._short = None
         if at:
             self._in_step, self._found = True, False
             self.rules.reset()
@@ -165,6 +172,11 @@ class Framer:
     def next(self) -> Frame | Junk | None:
         """The next whole frame or junk record, or None when more bytes are needed."""
         b = self.buf
+        short = self._short
+        if short is not None:
+            if short[0] == b.offset and len(b) < short[1] and not self.skip and not self.resync:
+                return None  # still short of the frame settled_sizes rules sized
+            self._short = None
         while True:
             if self.skip:
                 self._drop_skipped()
@@ -203,6 +215,8 @@ class Framer:
                     return junk
                 continue
             if n < size:
+                if self.rules.settled_sizes:
+                    self._short = (b.offset, size)
                 return None
             off = b.offset
             data = b.peek(size, self.rules.prefix_len)
@@ -216,6 +230,7 @@ class Framer:
         Returns the junk known now (a resync's gap record comes from `next` or `close` once its
         end is known) and whether the gap fell inside an oversize frame being skipped."""
         b = self.buf
+        self._short = None
         self._drop_skipped()  # bytes of the frame being skipped that next() has not dropped
         pending = len(b)
         if self.skip and not pending:
@@ -261,6 +276,7 @@ class Framer:
         """The connection ended: the bytes a resync was passing over (up to a credible frame
         start it held, if any), then an unfinished frame (with its bytes)."""
         b = self.buf
+        self._short = None
         if self.resync and len(b):
             held = [off for off in self.hunt.held if off >= b.offset]
             self._pass_over(held[0] - b.offset if held else len(b))
@@ -286,6 +302,7 @@ class Framer:
         """After a decoder error: forget what is buffered (and the bytes a resync had passed
         over) and resync. Returns (stream offset, bytes, last ts) of what was dropped."""
         b = self.buf
+        self._short = None
         off, n = b.offset, len(b)
         if self._garbage is not None:
             off, n = self._garbage.offset, self._garbage.size + n

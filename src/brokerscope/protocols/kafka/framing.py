@@ -65,6 +65,7 @@ class KafkaRules(Rules):
     head_len = 4
     hunt_len = REQUEST_HEAD
     prefix_len = 4  # the conversation reads a frame after its size field
+    settled_sizes = True  # a size once given has set `started`: later the same size field gives it
 
     def __init__(self, conv: KafkaConversation, direction: str):
         self.conv, self.c2s = conv, direction == C2S

@@ -234,6 +234,7 @@ class PulsarRules(Rules):
 
     head_len = hunt_len = HEADER + 2
     prefix_len = 4  # the conversation reads a frame after total_size
+    settled_sizes = True  # the sizes are the header's, nothing else
 
     def __init__(self, max_frame: int):
         self.max_frame = max_frame

@@ -95,6 +95,7 @@ class TubeRules(Rules):
 
     head_len = 1  # a byte that is not the token's first is already not a frame
     hunt_len = len(TOKEN)
+    settled_sizes = True  # a size is the blocks' lengths, read from the bytes alone
 
     def __init__(self, max_frame: int, max_list_size: int = MAX_LIST_SIZE):
         self.max_frame = max(HEADER_LEN, max_frame)
