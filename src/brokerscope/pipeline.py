@@ -237,35 +237,29 @@ def _ship_package(sc) -> None:
 def package_zip(zpath: Path) -> None:
     """brokerscope as a zip for executors' Python path, each module with its bytecode beside it
     (zipimport reads `x.pyc` next to `x.py`; it writes none itself, so without them every worker
-    compiles every module it imports): hash-checked against the source in the zip, and read only
-    by a Python of the driver's version (another version's workers compile the source)."""
+    compiles every module it imports): hash-checked against the source in the zip (PEP 552), and
+    read only by a Python of the driver's version (another version's workers compile the source)."""
+    import py_compile
+    import tempfile
     import zipfile
 
     pkg = Path(__file__).resolve().parent
-    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+        pyc = os.path.join(tmp, "module.pyc")
         for f in pkg.rglob("*"):
             if f.is_file() and "__pycache__" not in f.parts:
                 rel = Path("brokerscope") / f.relative_to(pkg)
                 z.write(f, rel)
                 if f.suffix == ".py":
-                    z.writestr(
-                        rel.with_suffix(".pyc").as_posix(), _checked_pyc(f.read_bytes(), rel.as_posix())
-                    )
+                    mode = py_compile.PycInvalidationMode.CHECKED_HASH
+                    py_compile.compile(str(f), pyc, rel.as_posix(), doraise=True, invalidation_mode=mode)
+                    z.write(pyc, rel.with_suffix(".pyc"))
         # zipimport cannot import namespace packages (brokerscope/ and protocols/ have no
         # __init__.py): give every package directory of the zip one
         for d in [pkg, *pkg.rglob("*")]:
             if d.is_dir() and "__pycache__" not in d.parts and not (d / "__init__.py").exists():
                 if any(d.rglob("*.py")):
                     z.writestr((Path("brokerscope") / d.relative_to(pkg) / "__init__.py").as_posix(), "")
-
-
-def _checked_pyc(source: bytes, path: str) -> bytes:
-    """The bytecode of `source` as a hash-based, checked .pyc (PEP 552)."""
-    import _imp
-    import importlib._bootstrap_external as ext
-
-    code = compile(source, path, "exec", dont_inherit=True)
-    return ext._code_to_hash_pyc(code, _imp.source_hash(ext._RAW_MAGIC_NUMBER, source), checked=True)
 
 
 # -- tasks (run on executors: plain functions of picklable arguments) -------------------------

@@ -1167,7 +1167,7 @@ def details_value(data: bytes) -> object:
             items = [value(depth + 1) for _ in range(n)]
             return items if tag == 9 else tuple(items) if tag == 10 else _ListSub(items)
         if tag == 12:
-            return {value(depth + 1) for _ in range(n) if False} | set(range(n))
+            return {byte() for _ in range(n)}
         d = _DictSub() if tag == 13 else {}
         for _ in range(n):
             k = value(depth + 1)
