@@ -450,37 +450,41 @@ static PyObject *chunk_dict(Walk *w) {
         w->header_keys_utf8 ? Py_True : Py_False);
 }
 
-typedef struct {
-    Walk w;
-    PyObject *chunks; /* list of the sealed chunks' dicts */
-    PyObject *decompress;
-    Py_ssize_t cap;
-    void *lz4; /* an LZ4F decompression context, made at the call's first LZ4 body */
-    Buf lz4out; /* that body's records, reused by the next */
-} Sets;
-
 /* The LZ4 frame API (lz4frame.h) as python-lz4's module exports it; no options (NULL): the
  * library's defaults, block and content checksums verified. */
 #define LZ4F_API_VERSION 100 /* LZ4F_VERSION */
-static struct {
+typedef struct {
     size_t (*create)(void **dctx, unsigned version);
     size_t (*free)(void *dctx);
     size_t (*decompress)(void *dctx, void *dst, size_t *dst_size, const void *src, size_t *src_size,
                          const void *options);
     unsigned (*is_error)(size_t code);
     void (*reset)(void *dctx);
-} LZ4F;
+} Lz4f;
+
+static Lz4f LZ4F; /* set by lz4_functions; each record_sets call works with its own copy */
+
+typedef struct {
+    Walk w;
+    PyObject *chunks; /* list of the sealed chunks' dicts */
+    PyObject *decompress;
+    Py_ssize_t cap;
+    Lz4f lz4f; /* LZ4F as the call began */
+    void *lz4; /* an LZ4F decompression context, made at the call's first LZ4 body */
+    Buf lz4out; /* that body's records, reused by the next */
+} Sets;
 
 /* An LZ4 body decoded into s->lz4out: its length, or -1 where `decompress` is to say. */
 static Py_ssize_t lz4_here(Sets *s, const unsigned char *src, Py_ssize_t n) {
-    if (!LZ4F.decompress) return -1;
+    const Lz4f *f = &s->lz4f;
+    if (!f->decompress) return -1;
     if (!s->lz4) {
-        if (LZ4F.is_error(LZ4F.create(&s->lz4, LZ4F_API_VERSION))) {
+        if (f->is_error(f->create(&s->lz4, LZ4F_API_VERSION))) {
             s->lz4 = NULL;
             return -1;
         }
     } else {
-        LZ4F.reset(s->lz4);
+        f->reset(s->lz4);
     }
     Py_ssize_t limit = 256 * n + 65536; /* records._first_limit */
     if (limit > s->cap + 1) limit = s->cap + 1;
@@ -488,9 +492,9 @@ static Py_ssize_t lz4_here(Sets *s, const unsigned char *src, Py_ssize_t n) {
     if (buf_reserve(&s->lz4out, limit)) return -1;
     size_t out = (size_t)limit, in = (size_t)n, r;
     Py_BEGIN_ALLOW_THREADS
-    r = LZ4F.decompress(s->lz4, s->lz4out.p, &out, src, &in, NULL);
+    r = f->decompress(s->lz4, s->lz4out.p, &out, src, &in, NULL);
     Py_END_ALLOW_THREADS
-    if (LZ4F.is_error(r) || r != 0 || in != (size_t)n || out >= (size_t)limit) return -1;
+    if (f->is_error(r) || r != 0 || in != (size_t)n || out >= (size_t)limit) return -1;
     return (Py_ssize_t)out;
 }
 
@@ -671,6 +675,7 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     PyObject *seq = PySequence_Fast(bufs, "buffers must be a sequence");
     if (!seq) return NULL;
     Sets s = {0};
+    s.lz4f = LZ4F;
     s.decompress = decompress;
     s.cap = cap;
     s.chunks = PyList_New(0);
@@ -714,7 +719,7 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     res = Py_BuildValue("{s:O,s:O}", "sets", sets, "chunks", s.chunks);
 done:
     walk_free(&s.w);
-    if (s.lz4) LZ4F.free(s.lz4);
+    if (s.lz4) s.lz4f.free(s.lz4);
     free(s.lz4out.p);
     Py_XDECREF(s.chunks);
     Py_XDECREF(sets);
@@ -792,6 +797,7 @@ static PyObject *lz4_functions(PyObject *self, PyObject *args) {
     PyObject *a[5] = {NULL};
     if (!PyArg_ParseTuple(args, "O|OOOO", &a[0], &a[1], &a[2], &a[3], &a[4])) return NULL;
     if (a[0] == Py_None) {
+        LZ4F.decompress = NULL; /* first: a call that copies LZ4F meanwhile takes no LZ4 body */
         memset(&LZ4F, 0, sizeof LZ4F);
         Py_RETURN_NONE;
     }
