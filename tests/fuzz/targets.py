@@ -1171,7 +1171,8 @@ def details_value(data: bytes) -> object:
         d = _DictSub() if tag == 13 else {}
         for _ in range(n):
             k = value(depth + 1)
-            d[k if k.__class__ in _KEY_CLASSES else str(k)] = value(depth + 1)
+            # a container as a key: a short name instead (its str() would nest exponentially)
+            d[k if k.__class__ in _KEY_CLASSES else f"{type(k).__name__}{len(d)}"] = value(depth + 1)
         if tag == 15 and n:  # a key json refuses (a tuple)
             d[(n,)] = None
         return d
