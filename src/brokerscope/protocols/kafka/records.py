@@ -29,6 +29,7 @@ import io
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -514,13 +515,12 @@ def _lz4_frame(buf: bytes | memoryview, cap: int) -> bytes:
     ctx = getattr(_LZ4_CONTEXT, "ctx", None)
     if ctx is None:
         ctx = _LZ4_CONTEXT.ctx = lz4.frame.create_decompression_context()
-    limit = _first_limit(len(buf), cap)
-    while True:
+
+    def run(limit: int) -> tuple[bytes, int, bool]:
         lz4.frame.reset_decompression_context(ctx)
-        out, used, eof = lz4.frame.decompress_chunk(ctx, buf, max_length=limit)
-        if len(out) < limit or limit > cap:
-            break
-        limit = cap + 1  # filled the first try: again, allowed the cap
+        return lz4.frame.decompress_chunk(ctx, buf, max_length=limit)
+
+    out, used, eof = _within_limits(len(buf), cap, run)
     _cap_check(len(out), cap)
     if not eof and used < len(buf):  # stopped at the limit with input left: more than cap
         _cap_check(cap + 1, cap)
@@ -549,13 +549,11 @@ def _unlz4(data: bytes, cap: int, legacy_ok: bool) -> bytes:
 def _unzstd(data: bytes, cap: int) -> bytes:
     import zstandard
 
-    limit = _first_limit(len(data), cap)
-    while True:
+    def run(limit: int) -> tuple[bytes]:
         with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
-            out = r.read(limit)
-        if len(out) < limit or limit > cap:
-            break
-        limit = cap + 1  # filled the first try (zstd's RLE blocks pass 256x): again, allowed the cap
+            return (r.read(limit),)
+
+    (out,) = _within_limits(len(data), cap, run)
     _cap_check(len(out), cap)
     return out
 
@@ -564,8 +562,20 @@ def _first_limit(n: int, cap: int) -> int:
     """The output a decompressor of `n` bytes is first allowed. python-lz4 and zstandard allocate
     what they are allowed up front: the whole cap (64 MiB) per batch cost an mmap, page faults and
     an munmap, 24 us of an LZ4 batch's 25 and 34 of a zstd one's 51. 256x covers LZ4's largest
-    expansion and nearly every zstd batch; one that fills it is read again, allowed the cap."""
+    expansion and nearly every zstd batch (zstd's RLE blocks pass it); one that fills it is read
+    again, allowed the cap. _records.c's LZ4 path starts from the same limit."""
     return min(cap + 1, 256 * n + 65536)
+
+
+def _within_limits(n: int, cap: int, decompress: Callable[[int], tuple]) -> tuple:
+    """`decompress(limit)` (its output first) of `n` bytes, allowed _first_limit, and once more
+    allowed cap + 1 where the first try filled its limit: what the last try gave."""
+    limit = _first_limit(n, cap)
+    while True:
+        got = decompress(limit)
+        if len(got[0]) < limit or limit > cap:
+            return got
+        limit = cap + 1
 
 
 _VIEW_CODECS = (1, 3, 4)  # gzip, lz4, zstd read a memoryview as they read bytes
