@@ -245,13 +245,12 @@ def package_zip(zpath: Path) -> None:
 
     pkg = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
-        pyc = os.path.join(tmp, "module.pyc")
+        pyc, mode = os.path.join(tmp, "module.pyc"), py_compile.PycInvalidationMode.CHECKED_HASH
         for f in pkg.rglob("*"):
             if f.is_file() and "__pycache__" not in f.parts:
                 rel = Path("brokerscope") / f.relative_to(pkg)
                 z.write(f, rel)
                 if f.suffix == ".py":
-                    mode = py_compile.PycInvalidationMode.CHECKED_HASH
                     py_compile.compile(str(f), pyc, rel.as_posix(), doraise=True, invalidation_mode=mode)
                     z.write(pyc, rel.with_suffix(".pyc"))
         # zipimport cannot import namespace packages (brokerscope/ and protocols/ have no

@@ -70,16 +70,16 @@ def parse_msg_time(s: str | bytes | None) -> int | None:
     if not s:
         return None
     s = text(s)
-    got = _MSG_TIMES.get(s, _MSG_TIMES)
-    if got is not _MSG_TIMES:
+    got = MSG_TIMES.get(s, MSG_TIMES)
+    if got is not MSG_TIMES:
         return got
-    if len(_MSG_TIMES) >= 1024:
-        _MSG_TIMES.clear()
-    got = _MSG_TIMES[s] = _parse_msg_time(s)
+    if len(MSG_TIMES) >= 1024:
+        MSG_TIMES.clear()
+    got = MSG_TIMES[s] = _parse_msg_time(s)
     return got
 
 
-_MSG_TIMES: dict = {}
+MSG_TIMES: dict = {}  # parse_msg_time's memo; _rpc.exchanges looks in it too (conversation.py)
 
 
 def _parse_msg_time(s: str) -> int | None:

@@ -40,7 +40,7 @@ from ..framer import Frame, Framer, Junk
 from ..schema import MessagePool
 from . import rows as build
 from . import rpc
-from .content import _MSG_TIMES, parse_broker_info, parse_subscribe_info, parse_topic_info
+from .content import MSG_TIMES, parse_broker_info, parse_subscribe_info, parse_topic_info
 from .framing import TubeFrame, TubeRules, _rpc, header_info, read_frame
 from .rows import M_COMMIT, Gathered, Pending
 
@@ -93,7 +93,7 @@ class TubeMQConversation(Conversation):
         return _rpc.fast_state(
             *self.reader, *self.limits, MAX_PENDING, self.pending, Pending, self.conn.frames,
             out["commands"], out["latencies"], out["acks"], out["messages"], _SERVICE_JSON,
-            send.services, _STATUS_JSON[0], build.PRODUCE_SPEC, zlib.crc32, json_value, _MSG_TIMES,
+            send.services, _STATUS_JSON[0], build.PRODUCE_SPEC, zlib.crc32, json_value, MSG_TIMES,
             build.produced_time, C2S, send.name, OK, MALFORMED, "tubemq_produce", self.conn.frame_index,
         )  # fmt: skip
 
