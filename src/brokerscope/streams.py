@@ -142,6 +142,9 @@ class _Conn:
         self.first_frame = self.last_frame = first.frame
         self.offsets = {True: _Frames(), False: _Frames()}
         self.tls: TlsLayer | None = None  # a TLS connection: also self.tcp, giving plaintext events
+        # a decoder takes this connection's bytes straight from TCP: the driver may hand it a
+        # packet TcpConnection.take passed (`data`), without events
+        self.lane = False
 
     # -- packets ----------------------------------------------------------------------------
     def add(self, pkt: TcpPacket) -> Iterator[base.Row]:
@@ -155,8 +158,9 @@ class _Conn:
             return
         yield from self._deliver(events)
 
-    def finish(self, last: TcpPacket) -> Iterator[base.Row]:
-        self.last_frame = last.frame
+    def finish(self, last_frame: int) -> Iterator[base.Row]:
+        """`last_frame`: the frame number of the connection's last packet."""
+        self.last_frame = last_frame
         events = self.tcp.finish()
         if not self.decided:
             self._hold(events)
@@ -266,6 +270,7 @@ class _Conn:
                 (self.offsets[self.client_is_lo], self.offsets[not self.client_is_lo]),
             )
             self.conv = drv.protocols[self.protocol].conversation(info, drv.settings.context(self.protocol))
+        self.lane = self.conv is not None and self.tls is None
         pending, self.pending = self.pending, []
         yield from self._deliver(pending)
 
@@ -284,34 +289,42 @@ class _Conn:
 
     # -- decoding ---------------------------------------------------------------------------
     def _deliver(self, events: list) -> Iterator[base.Row]:
-        conv = self.conv
-        if conv is None:
-            return
-        offsets = self.offsets
         for ev in events:
-            direction = base.C2S if ev[1] == self.client_is_lo else base.S2C
-            fr = offsets[ev[1]]
-            if ev[0] == "data":
-                if ev[4] != fr.last:
-                    fr.starts.append(fr.end)
-                    fr.frames.append(ev[4])
-                    fr.last = ev[4]
-                    if len(fr.starts) > fr.limit:
-                        fr.prune(conv.low_water(direction))
-                fr.end += len(ev[2])
-                call = conv.feed
-            else:
-                fr.end += ev[2]
-                call = conv.gap
-            # _guard's work inline (this runs per packet): most calls give no rows
-            try:
-                out = list(call(direction, ev[2], ev[3]) or ())
-            except Exception as e:
-                out = self._retire(e)
-            if out:
-                yield from self._rows(out)
-            if self.conv is None:  # the decoder failed and was retired
+            if self.conv is None:  # no decoder, or it failed and was retired
                 return
+            out = self.data(ev[1], ev[2], ev[3], ev[4]) if ev[0] == "data" else self._gap(ev[1], ev[2], ev[3])
+            if out:
+                yield from out
+
+    def data(self, from_lo: bool, data: bytes, ts_ns: int, frame: int) -> list[base.Row]:
+        """The decoder's rows from the next bytes of direction `from_lo` (a data event, or a
+        packet TcpConnection.take passed), brought by packet `frame`. Runs per packet: _guard's
+        work is inline, and most calls give no rows."""
+        conv = self.conv
+        direction = base.C2S if from_lo == self.client_is_lo else base.S2C
+        fr = self.offsets[from_lo]
+        if frame != fr.last:
+            fr.starts.append(fr.end)
+            fr.frames.append(frame)
+            fr.last = frame
+            if len(fr.starts) > fr.limit:
+                fr.prune(conv.low_water(direction))
+        fr.end += len(data)
+        try:
+            out = list(conv.feed(direction, data, ts_ns) or ())
+        except Exception as e:
+            out = self._retire(e)
+        return list(self._rows(out)) if out else out
+
+    def _gap(self, from_lo: bool, nbytes: int, ts_ns: int) -> list[base.Row]:
+        """The decoder's rows for `nbytes` of direction `from_lo` the capture missed."""
+        self.offsets[from_lo].end += nbytes
+        direction = base.C2S if from_lo == self.client_is_lo else base.S2C
+        try:
+            out = list(self.conv.gap(direction, nbytes, ts_ns) or ())
+        except Exception as e:
+            out = self._retire(e)
+        return list(self._rows(out)) if out else out
 
     def _guard(self, fn, *args) -> Iterator[base.Row]:
         """Run a decoder call; a decoder bug becomes an error row and retires the decoder."""
@@ -325,6 +338,7 @@ class _Conn:
         """The decoder raised `e`: it is retired for this connection, and this is its error row."""
         log.warning("%s decoder failed on connection %s: %r", self.protocol, self.conn_id, e)
         self.conv = None
+        self.lane = False
         return [
             (
                 "commands",
@@ -465,34 +479,76 @@ class StreamDriver:
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
         self.vantages = vantages if vantages and len(set(vantages.values())) > 1 else None
 
-    def run(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
-        """`packets`: (lo, hi, packet) in sort order, lo/hi = (ip, port) canonical endpoints."""
+    def run_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
+        """Arrow batches of tables.PACKETS (sorted) -> rows. Stats rows (null lo_ip) pass through."""
         if self.vantages is not None:
-            yield from self._run_vantages(packets)
-            return
+            return self._run_vantages(self._packets(batches))
+        return self._run(batches)
+
+    def _run(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
+        """The packets of `batches`, sorted by connection then time: a connection per 4-tuple
+        (two, when TcpConnection.starts_new), each finished when the next begins. A packet that
+        continues its connection in order (TcpConnection.take) goes to the decoder without a
+        TcpPacket, reassembly events or the generators between: most packets of a busy
+        connection; every other packet takes `_Conn.add`."""
         conn: _Conn | None = None
-        key = None
-        last = None  # the packet before this one
-        for lo, hi, pkt in packets:
-            if conn is None or (lo, hi) != key:
-                if conn is not None:
+        tcp = None
+        key = (None, None, None, None)
+        last = 0  # the frame number of the packet before this one
+        idle = self.settings.idle_timeout_ns
+        for cols in self._columns(batches):
+            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
+                *cols
+            ):
+                if lo_ip is None:  # a reader's stats row
+                    self._stats_row(pl, cid, fi)
+                    continue
+                if at is not None:  # read as the packet is reached: a batch's payloads are never all held
+                    pl = self.files.read(fi, at, plen)
+                    if pl is None or len(pl) != plen:
+                        pl, st = pl or b"", True
+                no = no or 0
+                if (
+                    conn is not None
+                    and conn.lane
+                    and lo_p == key[1]
+                    and hi_p == key[3]
+                    and lo_ip == key[0]
+                    and hi_ip == key[2]
+                    and not st
+                    and ts - tcp.last_ts <= idle
+                    and cid == conn.files[-1][1]
+                    and pl is not None
+                    and len(pl) == plen
+                    and tcp.take(fl, seq, ack, fg, win, plen, wl, ts)
+                ):
+                    last = no
+                    out = conn.data(fl, pl, ts, no)
+                    if out:
+                        yield from out
+                    continue
+                pkt = TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no)
+                if conn is None or lo_p != key[1] or hi_p != key[3] or lo_ip != key[0] or hi_ip != key[2]:
+                    if conn is not None:
+                        yield from conn.finish(last)
+                    conn, key = _Conn(self, (lo_ip, lo_p), (hi_ip, hi_p), pkt), (lo_ip, lo_p, hi_ip, hi_p)
+                elif conn.tcp.starts_new(pkt):
                     yield from conn.finish(last)
-                conn, key = _Conn(self, lo, hi, pkt), (lo, hi)
-            elif conn.tcp.starts_new(pkt):
-                yield from conn.finish(last)
-                conn = _Conn(self, lo, hi, pkt)
-            yield from conn.add(pkt)
-            last = pkt
+                    conn = _Conn(self, (lo_ip, lo_p), (hi_ip, hi_p), pkt)
+                yield from conn.add(pkt)
+                tcp = conn.tcp
+                last = no
         if conn is not None:
             yield from conn.finish(last)
+        self._close_files()
 
     def _run_vantages(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
-        """`run` over the files of several vantage points: a connection per 4-tuple and vantage
+        """`_run` over the files of several vantage points: a connection per 4-tuple and vantage
         point, open together (their packets interleave in time), finished in the order opened
         when the 4-tuple's packets end."""
         vantage = self.vantages.get
         conns: dict[int, _Conn] = {}  # the 4-tuple's open connection per vantage point
-        lasts: dict[int, TcpPacket] = {}  # and its last packet
+        lasts: dict[int, int] = {}  # and the frame number of its last packet
         taken: set[str] = set()  # the 4-tuple's conn ids
         key = None
         for lo, hi, pkt in packets:
@@ -508,15 +564,33 @@ class StreamDriver:
                     del conns[v]  # a new connection of this vantage point: finished after the others
                 conn = conns[v] = _Conn(self, lo, hi, pkt, taken)
             yield from conn.add(pkt)
-            lasts[v] = pkt
+            lasts[v] = pkt.frame
         for v, c in conns.items():
             yield from c.finish(lasts[v])
 
-    def run_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
-        """Arrow batches of tables.PACKETS (sorted) -> rows. Stats rows (null lo_ip) pass through."""
-        return self.run(self._packets(batches))
-
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
+        """(lo, hi, packet) of every packet of `batches` (`_run_vantages`' input)."""
+        for cols in self._columns(batches):
+            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
+                *cols
+            ):
+                if lo_ip is None:
+                    self._stats_row(pl, cid, fi)
+                    continue
+                if at is not None:
+                    pl = self.files.read(fi, at, plen)
+                    if pl is None or len(pl) != plen:
+                        pl, st = pl or b"", True
+                yield (
+                    (lo_ip, lo_p),
+                    (hi_ip, hi_p),
+                    TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no or 0),
+                )
+        self._close_files()
+
+    def _columns(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
+        """Per batch, the columns the driver reads as Python lists, in the order `_run` unpacks
+        them (rec_offset only orders the packets)."""
         for b in batches:
             refs = b.column("payload_at").null_count < b.num_rows
             if refs and self.files is None:
@@ -527,11 +601,10 @@ class StreamDriver:
                     "record_no",
                     self.frames.add(b.column("file_index"), b.column("rec_offset"), b.column("record_no")),
                 )
-            # the columns used, as Python values (rec_offset only orders the packets)
             d = b.select(
                 [n for n in b.schema.names if n != "rec_offset" and (refs or n != "payload_at")]
             ).to_pydict()
-            cols = (
+            yield (
                 d["lo_ip"],
                 d["lo_port"],
                 d["hi_ip"],
@@ -551,24 +624,14 @@ class StreamDriver:
                 d["payload_at"] if refs else itertools.repeat(None),
                 d["record_no"],  # the frame number, once self.frames numbered it
             )
-            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
-                *cols
-            ):
-                if lo_ip is None:  # a reader's stats row
-                    counters = json.loads(pl)
-                    counters.setdefault("capture_id", cid)
-                    counters.setdefault("file_index", fi)
-                    self.capture_stats.append(counters)
-                    continue
-                if at is not None:  # read as the packet is reached: a batch's payloads are never all held
-                    pl = self.files.read(fi, at, plen)
-                    if pl is None or len(pl) != plen:
-                        pl, st = pl or b"", True
-                yield (
-                    (lo_ip, lo_p),
-                    (hi_ip, hi_p),
-                    TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no or 0),
-                )
+
+    def _stats_row(self, counters_json: bytes, capture_id: str, file_index: int) -> None:
+        counters = json.loads(counters_json)
+        counters.setdefault("capture_id", capture_id)
+        counters.setdefault("file_index", file_index)
+        self.capture_stats.append(counters)
+
+    def _close_files(self) -> None:
         if self.files is not None:
             for fi, why in self.files.close().items():
                 cid = self.capture_ids[fi] if fi < len(self.capture_ids) else None

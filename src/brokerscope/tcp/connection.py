@@ -232,6 +232,38 @@ class TcpConnection:
                         return events
         return d.reasm.segment(pkt)
 
+    def take(
+        self, from_lo: bool, seq: int, ack: int, flags: int, window: int, n: int, wire_len: int, ts_ns: int
+    ) -> bool:
+        """`add` for the commonest packet without building it: the next `n` (> 0) bytes of its
+        direction, all captured (the caller's test), no SYN/FIN/RST, its ACK and window news to
+        no one, nothing held and nothing left to record in the direction's state or history.
+        True: taken, the caller delivers its bytes as the one data event `add` would give; False:
+        nothing changed, `add` it."""
+        if from_lo:
+            d, o = self.lo, self.hi
+        else:
+            d, o = self.hi, self.lo
+        r = d.reasm
+        if seq != r._nseq or r._blocked or n <= 0 or flags & _SYN_FIN_RST or d.watch & _WATCH_DATA:
+            return False
+        if flags & ACK:
+            ro = o.reasm
+            nseq = ro._nseq
+            if not window or nseq >= 0 and (ro._blocked or 0 < (ack - nseq) & MASK <= MAX_ACK_AHEAD):
+                return False  # a zero window to count, or an ACK that may declare a gap
+            ro.peer_window_zero = False
+        d.packets += 1
+        d.payload_bytes += n
+        d.frame_bytes += wire_len
+        self.last_ts = ts_ns
+        r._nseq = (seq + n) & MASK
+        r.next_off += n
+        r.delivered_bytes += n
+        if n == 1 and r.peer_window_zero:
+            r.zero_window_probes += 1
+        return True
+
     def finish(self) -> list[Event]:
         """End of the connection (or of the capture): flush both directions, lo first."""
         events = self.lo.reasm.flush(self.last_ts)

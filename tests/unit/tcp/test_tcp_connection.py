@@ -461,3 +461,93 @@ def test_history_and_states_leave_the_per_packet_path_once_settled():
     conn.add(pkt(True, C_ISN + 4, S_ISN + 5, SYN))  # a stray SYN: S and H share one letter
     assert conn.history(True) == "ShADad" and conn.history(False) == "sHadAD"
     assert conn.conn_state(True) == "S1"
+
+
+# -- TcpConnection.take: `add` for in-order data, without building the packet ------------------
+
+
+def _state(conn: TcpConnection) -> tuple:
+    """Everything a connection and its reassemblers hold, for comparing two of them."""
+
+    def slots(obj, skip=()):
+        names = [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ())]
+        return tuple((n, repr(getattr(obj, n))) for n in names if n not in skip)
+
+    dirs = tuple(slots(d, ("reasm",)) + slots(d.reasm, ("history",)) for d in conn.dirs)
+    return slots(conn, ("dirs", "lo", "hi")), dirs
+
+
+def _random_stream(rng, n: int) -> list[Packet]:
+    """A connection's packets as a lossy, reordering capture may give them: mostly in-order
+    data both ways, with retransmissions, holes, reordering, zero windows, 1-byte probes, ACKs
+    far ahead, keepalives, SYNs, FINs and RSTs."""
+    seqs = [C_ISN + 1, S_ISN + 1]
+    pkts = [pkt(True, C_ISN, flags=SYN, ts=0)] if rng.random() < 0.7 else []
+    held: list[Packet] = []
+    ts = 1
+    for _ in range(n):
+        ts += rng.choice((1, 1, 1, 1000, 7_000_000_000))
+        side = rng.random() < 0.5
+        i = 0 if side else 1
+        r = rng.random()
+        flags = ACK | (PSH if rng.random() < 0.5 else 0)
+        ack = seqs[1 - i] + rng.choice((0, 0, 0, -3, 5, 1 << 31))
+        window = 0 if rng.random() < 0.05 else 4096
+        size = rng.choice((1, 1, 3, 100, 1448))
+        data = bytes(rng.randrange(256) for _ in range(min(size, 8))) * (size // 8 + 1)
+        data = data[:size]
+        if r < 0.6:
+            p = pkt(side, seqs[i], ack, flags, data, ts=ts, window=window)
+            seqs[i] += size
+        elif r < 0.7:  # lost or reordered: held back, maybe delivered later
+            held.append(pkt(side, seqs[i], ack, flags, data, ts=ts, window=window))
+            seqs[i] += size
+            continue
+        elif r < 0.78 and held:
+            p = held.pop(rng.randrange(len(held)))
+        elif r < 0.84:  # a retransmission of something already sent
+            p = pkt(side, seqs[i] - rng.choice((1, size)), ack, flags, data, ts=ts, window=window)
+        elif r < 0.9:  # a pure ACK, a keepalive or a truncated segment
+            p = rng.choice(
+                (
+                    pkt(side, seqs[i], ack, ACK, ts=ts, window=window),
+                    pkt(side, seqs[i] - 1, ack, ACK, ts=ts, window=window),
+                    pkt(side, seqs[i], ack, flags, data[:1], ts=ts, plen=size + 1),
+                )
+            )
+            seqs[i] += p.payload_len
+        else:
+            p = pkt(side, seqs[i], ack, rng.choice((SYN, SYN | ACK, FIN | ACK, RST, ACK)), ts=ts)
+            seqs[i] += 1 if p.flags & (SYN | FIN) else 0
+        pkts.append(p)
+    return pkts
+
+
+def test_take_is_add_for_the_packets_it_takes():
+    # the same packets through `add` alone and through take-else-add: the same events, and the
+    # same state after every packet (counters, sequence numbers, windows, history)
+    import random
+
+    rng = random.Random(1)
+    taken = total = 0
+    for _ in range(300):
+        pkts = _random_stream(rng, rng.randrange(5, 60))
+        if not pkts:
+            continue
+        ref, fast = TcpConnection(pkts[0]), TcpConnection(pkts[0])
+        for p in pkts:
+            want = ref.add(p)
+            total += 1
+            full = not p.snap_truncated and len(p.payload) == p.payload_len
+            if full and fast.take(
+                p.from_lo, p.seq, p.ack, p.flags, p.window, p.payload_len, p.wire_len, p.ts_ns
+            ):
+                taken += 1
+                got = [("data", p.from_lo, p.payload, p.ts_ns, p.frame)]
+            else:
+                got = fast.add(p)
+            assert got == want
+            assert _state(fast) == _state(ref)
+        assert fast.finish() == ref.finish()
+        assert fast.history(True) == ref.history(True) and fast.conn_state(True) == ref.conn_state(True)
+    assert total > 5000 and taken > total // 5  # both paths well exercised

@@ -1,0 +1,98 @@
+"""The stream driver's lane (TcpConnection.take): packets that continue their connection in order
+reach the decoder without reassembly events. Rows must be exactly those of the event path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP
+from scapy.layers.inet6 import IPv6
+from scapy.utils import rdpcap, wrpcap
+
+from brokerscope.config import Settings
+from brokerscope.streams import decode_files
+from brokerscope.tcp import TcpConnection
+from tests.conftest import CAPTURES, ROOT
+from tests.unit.tls.legs import private_copy
+
+SAMPLES = ROOT / "sample_data"
+
+
+def resegmented(src: Path, dst: Path, mss: int) -> Path:
+    """`src` with every TCP payload longer than `mss` sent as mss-sized segments (as a real
+    network would carry a loopback capture's 64 KB segments), each its own frame."""
+    out = []
+    for p in rdpcap(str(src)):
+        data = bytes(p[TCP].payload) if TCP in p else b""
+        if len(data) <= mss:
+            out.append(p)
+            continue
+        for at in range(0, len(data), mss):
+            q = p.copy()
+            q[TCP].remove_payload()
+            q[TCP].seq = (p[TCP].seq + at) & 0xFFFFFFFF
+            q[TCP].add_payload(data[at : at + mss])
+            if IP in q:
+                del q[IP].len, q[IP].chksum
+            if IPv6 in q:
+                del q[IPv6].plen
+            del q[TCP].chksum
+            q.time, q.wirelen = p.time, None
+            out.append(q)
+    wrpcap(str(dst), out)
+    return dst
+
+
+def _rows(paths: list[str], settings: Settings) -> dict:
+    out = decode_files(paths, settings)
+    return {t: sorted(map(repr, rows)) for t, rows in out.items()}
+
+
+def _both(monkeypatch, paths: list[str], settings: Settings | None = None) -> tuple[dict, dict, int]:
+    """Rows with the lane and without it (every packet through TcpConnection.add), and how many
+    packets the lane took."""
+    settings = settings or Settings.load()
+    taken = 0
+    real = TcpConnection.take
+
+    def counting(self, *a):
+        nonlocal taken
+        ok = real(self, *a)
+        taken += ok
+        return ok
+
+    monkeypatch.setattr(TcpConnection, "take", counting)
+    lane = _rows(paths, settings)
+    monkeypatch.setattr(TcpConnection, "take", lambda self, *a: False)
+    events = _rows(paths, settings)
+    return lane, events, taken
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["kafka/lz4.pcap", "kafka/txn.pcap", "pulsar/pulsar_chunked.pcap", "tubemq/tubemq_default_ports.pcap"],
+)
+def test_lane_rows_are_the_event_path_rows_on_mss_sized_segments(tmp_path, monkeypatch, name):
+    path = resegmented(SAMPLES / name, tmp_path / "mss.pcap", 1448)
+    lane, events, taken = _both(monkeypatch, [str(path)])
+    assert lane == events
+    assert taken > 20
+    assert len(lane["messages"]) > 0
+
+
+def test_lane_rows_are_the_event_path_rows_on_real_captures(tmp_path, monkeypatch):
+    # retransmissions and a gap (ndpi), iggy, TLS (decrypted with its key log: never the lane)
+    paths = [
+        str(CAPTURES / "ndpi" / "kafka.pcapng"),
+        str(CAPTURES / "iggy" / "rs.pcapng"),
+        str(ROOT / "tests" / "data" / "tls" / "kafka_tls13_tls.pcap"),
+    ]
+    keys = private_copy(tmp_path, "kafka_tls13_keys.log")
+    settings = Settings.load(overrides={"tls": {"keylog_files": [keys]}})
+    lane, events, taken = _both(monkeypatch, paths, settings)
+    assert lane == events
+    assert taken > 0
+    for proto in ("kafka", "iggy"):
+        assert any(f"'protocol': '{proto}'" in r for r in lane["commands"])
+    assert any("'tls_decrypted': 'yes'" in r for r in lane["streams"])
