@@ -232,3 +232,35 @@ def test_settled_sizes_wait_for_a_frame_without_asking_again_and_give_the_same_r
     one = SettledToy()
     assert _run(one, [("push", frame(30)[i : i + 3], i) for i in range(0, 33, 3)]) == [("frame", 0, 33)]
     assert one.calls == 2  # once sized, once taken
+
+
+def test_push_says_when_next_would_give_nothing():
+    """push() returns True only where next() would give None and change nothing (a settled
+    frame still short): conversations then skip asking. Random pieces, gaps, garbage, oversize."""
+    import random
+
+    rng = random.Random(11)
+    said = 0
+    for _ in range(300):
+        stream = b"".join(
+            rng.choice(
+                [frame(rng.randrange(0, 40)), frame(rng.randrange(61, 90)), b"junk"[: rng.randrange(1, 5)]]
+            )
+            for _ in range(rng.randrange(1, 8))
+        )
+        fr = Framer(SettledToy(), 60)
+        at = 0
+        while at < len(stream):
+            n = rng.randrange(1, 12)
+            if rng.random() < 0.1:
+                fr.gap(n, at)
+                drain(fr)
+            elif fr.push(stream[at : at + n], at):
+                said += 1
+                state = (fr.buf.offset, len(fr.buf), fr.skip, fr.resync, fr._short, fr.rules.calls)
+                assert drain(fr) == []
+                assert (fr.buf.offset, len(fr.buf), fr.skip, fr.resync, fr._short, fr.rules.calls) == state
+            else:
+                drain(fr)
+            at += n
+    assert said > 200

@@ -2,9 +2,9 @@
 and resync. A protocol says what its frames look like (`Rules`); the framer hands whole frames,
 or a `Junk` record with its status and reason, to the conversation, which keeps only semantics.
 
-    framer.push(data, ts)
-    while (item := framer.next()) is not None:
-        ...  # a Frame to decode, or Junk to record
+    if not framer.push(data, ts):  # True: still short of the frame being gathered
+        while (item := framer.next()) is not None:
+            ...  # a Frame to decode, or Junk to record
 
 In step, a frame's size comes from its header (`Rules.size`). A header that is not a frame start
 puts the direction out of step: then `base.FrameHunt` looks for a credible frame start
@@ -131,8 +131,20 @@ class Framer:
         if type(rules).jump is not Rules.jump:
             self._jump = lambda data, i: self.rules.jump(self.buf, i)
 
-    def push(self, data: bytes, ts_ns: int) -> None:
-        self.buf.append(data, ts_ns)
+    def push(self, data: bytes, ts_ns: int) -> bool:
+        """Buffer the next bytes. True when `next` would give None now without changing anything:
+        the head frame, sized once (settled_sizes), is still short (a conversation then need not
+        ask it: most segments of a large frame)."""
+        b = self.buf
+        b.append(data, ts_ns)
+        short = self._short
+        return (
+            short is not None
+            and short[0] == b.offset
+            and len(b) < short[1]
+            and not self.skip
+            and not self.resync
+        )
 
     def feed_whole(self, data: bytes, ts_ns: int) -> list[Frame]:
         """`push`, and the whole frames `data` starts with when the direction is in step with

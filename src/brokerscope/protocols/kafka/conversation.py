@@ -82,7 +82,8 @@ class KafkaConversation(Conversation):
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         out: list[Row] = []
         fr = self.framer[direction]
-        fr.push(data, ts_ns)
+        if fr.push(data, ts_ns):
+            return out  # a frame still short of its size
         try:
             self._drain(direction, out)
         except Exception as e:  # never raise out of the decoder: drop what is buffered

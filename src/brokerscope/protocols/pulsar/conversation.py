@@ -119,7 +119,8 @@ class PulsarConversation(Conversation):
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
         fr = self.framer[direction]
-        fr.push(data, ts_ns)
+        if fr.push(data, ts_ns):
+            return rows  # a frame still short of its size
         try:
             while (item := fr.next()) is not None:
                 if isinstance(item, Junk):
