@@ -113,6 +113,7 @@ def decode_task(paths: list[str]) -> dict[str, int]:
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
     drv = StreamDriver(settings)
+    pipeline.settle_collector()  # as a decode task does, once per worker
     counts = dict.fromkeys(tables.DECODED_TABLES, 0)
     for t, rb in pipeline._table_batches(drv.run_batches(packets.to_batches())):
         counts[t] += rb.num_rows

@@ -1,12 +1,14 @@
 """Spark tasks keep pandas out of their Python worker (pipeline.keep_pandas_out), and decode the
 same rows without it; a worker freezes its modules' objects out of the collector's passes once
-(pipeline.freeze_imports); the driver imports what the first call into a new JVM needs while the
+(pipeline.settle_collector); the driver imports what the first call into a new JVM needs while the
 JVM starts (pipeline._import_while_the_jvm_starts)."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from brokerscope import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = [
@@ -49,22 +51,24 @@ FREEZE = """
 import gc, json
 from brokerscope import pipeline
 before = gc.get_freeze_count()
-pipeline.freeze_imports()
+pipeline.settle_collector()
 first = gc.get_freeze_count()
 [object() for _ in range(10)]
 junk = [[i] for i in range(1000)]
-pipeline.freeze_imports()
-print(json.dumps([before, first, gc.get_freeze_count()]))
+pipeline.settle_collector()
+print(json.dumps([before, first, gc.get_freeze_count(), gc.get_threshold()]))
 """
 
 
-def test_a_worker_freezes_its_imports_once():
-    """The modules' objects leave the collector's passes at the first decode task; later tasks'
-    objects stay collectable (a second call freezes nothing more)."""
+def test_a_worker_settles_its_collector_once():
+    """The modules' objects leave the collector's passes at the first decode task and the
+    collector runs less often; later tasks' objects stay collectable (a second call freezes
+    nothing more)."""
     out = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, check=True)
-    before, first, again = json.loads(out.stdout)
+    before, first, again, thresholds = json.loads(out.stdout)
     assert before == 0 and first > 10_000
     assert again == first
+    assert tuple(thresholds) == pipeline.GC_THRESHOLDS
 
 
 FIRST_CALL = """
