@@ -320,11 +320,7 @@ class _Conn:
         """The decoder's rows for `nbytes` of direction `from_lo` the capture missed."""
         self.offsets[from_lo].end += nbytes
         direction = base.C2S if from_lo == self.client_is_lo else base.S2C
-        try:
-            out = list(self.conv.gap(direction, nbytes, ts_ns) or ())
-        except Exception as e:
-            out = self._retire(e)
-        return list(self._rows(out)) if out else out
+        return list(self._guard(self.conv.gap, direction, nbytes, ts_ns))
 
     def _guard(self, fn, *args) -> Iterator[base.Row]:
         """Run a decoder call; a decoder bug becomes an error row and retires the decoder."""
@@ -504,17 +500,18 @@ class StreamDriver:
                     self._stats_row(pl, cid, fi)
                     continue
                 if at is not None:  # read as the packet is reached: a batch's payloads are never all held
-                    pl = self.files.read(fi, at, plen)
-                    if pl is None or len(pl) != plen:
-                        pl, st = pl or b"", True
+                    pl, st = self.files.read(fi, at, plen, st)
                 no = no or 0
-                if (
+                same = (
                     conn is not None
-                    and conn.lane
                     and lo_p == key[1]
                     and hi_p == key[3]
                     and lo_ip == key[0]
                     and hi_ip == key[2]
+                )
+                if (
+                    same
+                    and conn.lane
                     and not st
                     and ts - tcp.last_ts <= idle
                     and cid == conn.files[-1][1]
@@ -528,7 +525,7 @@ class StreamDriver:
                         yield from out
                     continue
                 pkt = TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no)
-                if conn is None or lo_p != key[1] or hi_p != key[3] or lo_ip != key[0] or hi_ip != key[2]:
+                if not same:
                     if conn is not None:
                         yield from conn.finish(last)
                     conn, key = _Conn(self, (lo_ip, lo_p), (hi_ip, hi_p), pkt), (lo_ip, lo_p, hi_ip, hi_p)
@@ -578,9 +575,7 @@ class StreamDriver:
                     self._stats_row(pl, cid, fi)
                     continue
                 if at is not None:
-                    pl = self.files.read(fi, at, plen)
-                    if pl is None or len(pl) != plen:
-                        pl, st = pl or b"", True
+                    pl, st = self.files.read(fi, at, plen, st)
                 yield (
                     (lo_ip, lo_p),
                     (hi_ip, hi_p),
@@ -652,18 +647,20 @@ class PayloadFiles:
         self._fds: dict[int, int] = {}
         self.errors: dict[int, str] = {}
 
-    def read(self, fi: int, at: int, n: int) -> bytes | None:
-        """`n` payload bytes at offset `at` of file `fi`, or None if the file gives none."""
+    def read(self, fi: int, at: int, n: int, truncated: bool) -> tuple[bytes, bool]:
+        """The `n` payload bytes at offset `at` of file `fi`, and whether the packet is now
+        snap-truncated: it was (`truncated`), or the file gave fewer bytes (or none)."""
         fd = self._fds.get(fi)
         if fd is None:
             fd = self._fds[fi] = self._open(fi)
         if fd < 0:
-            return None
+            return b"", True
         try:
-            return os.pread(fd, n, at)
+            data = os.pread(fd, n, at)
         except OSError as e:
             self.errors.setdefault(fi, f"payload bytes unreadable after the read stage: {e}")
-            return None
+            return b"", True
+        return data, truncated or len(data) != n
 
     def _open(self, fi: int) -> int:
         path, size, mtime_ns = self.files[fi]

@@ -135,16 +135,14 @@ class Framer:
         """Buffer the next bytes. True when `next` would give None now without changing anything:
         the head frame, sized once (settled_sizes), is still short (a conversation then need not
         ask it: most segments of a large frame)."""
-        b = self.buf
-        b.append(data, ts_ns)
-        short = self._short
-        return (
-            short is not None
-            and short[0] == b.offset
-            and len(b) < short[1]
-            and not self.skip
-            and not self.resync
-        )
+        self.buf.append(data, ts_ns)
+        return self._short is not None and self._still_short()
+
+    def _still_short(self) -> bool:
+        """The head frame sized once (`_short`, set) is still short, and nothing else is under
+        way: `next` has nothing to give."""
+        b, short = self.buf, self._short
+        return short[0] == b.offset and len(b) < short[1] and not self.skip and not self.resync
 
     def feed_whole(self, data: bytes, ts_ns: int) -> list[Frame]:
         """`push`, and the whole frames `data` starts with when the direction is in step with
@@ -183,12 +181,11 @@ class Framer:
 
     def next(self) -> Frame | Junk | None:
         """The next whole frame or junk record, or None when more bytes are needed."""
-        b = self.buf
-        short = self._short
-        if short is not None:
-            if short[0] == b.offset and len(b) < short[1] and not self.skip and not self.resync:
+        if self._short is not None:
+            if self._still_short():
                 return None  # still short of the frame settled_sizes rules sized
             self._short = None
+        b = self.buf
         while True:
             if self.skip:
                 self._drop_skipped()
