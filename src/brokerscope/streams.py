@@ -491,7 +491,6 @@ class StreamDriver:
         tcp = None
         key = (None, None, None, None)
         last = 0  # the frame number of the packet before this one
-        idle = self.settings.idle_timeout_ns
         for cols in self._columns(batches):
             for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
                 *cols
@@ -513,7 +512,6 @@ class StreamDriver:
                     same
                     and conn.lane
                     and not st
-                    and ts - tcp.last_ts <= idle
                     and cid == conn.files[-1][1]
                     and pl is not None
                     and len(pl) == plen

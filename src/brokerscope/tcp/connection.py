@@ -235,11 +235,14 @@ class TcpConnection:
     def take(
         self, from_lo: bool, seq: int, ack: int, flags: int, window: int, n: int, wire_len: int, ts_ns: int
     ) -> bool:
-        """`add` for the commonest packet without building it: the next `n` (> 0) bytes of its
-        direction, all captured (the caller's test), no SYN/FIN/RST, its ACK and window news to
-        no one, nothing held and nothing left to record in the direction's state or history.
-        True: taken, the caller delivers its bytes as the one data event `add` would give; False:
-        nothing changed, `add` it."""
+        """`starts_new` and `add` for the commonest packet without building it: the next `n`
+        (> 0) bytes of its direction, all captured (the caller's test), within the idle timeout,
+        no SYN/FIN/RST, its ACK and window news to no one, nothing held and nothing left to
+        record in the direction's state or history. True: taken, the caller delivers its bytes
+        as the one data event `add` would give; False: nothing changed, ask `starts_new` and
+        `add` it."""
+        if ts_ns - self.last_ts > self.idle_timeout_ns:
+            return False  # maybe a new connection (starts_new)
         if from_lo:
             d, o = self.lo, self.hi
         else:

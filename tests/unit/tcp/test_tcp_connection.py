@@ -529,19 +529,25 @@ def test_take_is_add_for_the_packets_it_takes():
     import random
 
     rng = random.Random(1)
-    taken = total = 0
+    taken = total = idled = 0
     for _ in range(300):
         pkts = _random_stream(rng, rng.randrange(5, 60))
         if not pkts:
             continue
-        ref, fast = TcpConnection(pkts[0]), TcpConnection(pkts[0])
+        idle = {"idle_timeout_ns": rng.choice((600_000_000_000, 500))}  # 500: many gaps are idle
+        ref, fast = TcpConnection(pkts[0], **idle), TcpConnection(pkts[0], **idle)
         for p in pkts:
             want = ref.add(p)
             total += 1
             full = not p.snap_truncated and len(p.payload) == p.payload_len
-            if full and fast.take(
-                p.from_lo, p.seq, p.ack, p.flags, p.window, p.payload_len, p.wire_len, p.ts_ns
-            ):
+            args = (p.from_lo, p.seq, p.ack, p.flags, p.window, p.payload_len, p.wire_len, p.ts_ns)
+            if full and p.ts_ns - fast.last_ts > fast.idle_timeout_ns:
+                idled += 1
+                before = _state(fast)
+                assert not fast.take(*args)  # after the idle timeout: starts_new must be asked
+                assert _state(fast) == before
+                got = fast.add(p)
+            elif full and fast.take(*args):
                 taken += 1
                 got = [("data", p.from_lo, p.payload, p.ts_ns, p.frame)]
             else:
@@ -551,3 +557,4 @@ def test_take_is_add_for_the_packets_it_takes():
         assert fast.finish() == ref.finish()
         assert fast.history(True) == ref.history(True) and fast.conn_state(True) == ref.conn_state(True)
     assert total > 5000 and taken > total // 5  # both paths well exercised
+    assert idled > 200  # packets after the idle timeout: never taken (they may start a connection)
