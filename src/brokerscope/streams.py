@@ -518,9 +518,10 @@ class StreamDriver:
                     and tcp.take(fl, seq, ack, fg, win, plen, wl, ts)
                 ):
                     last = no
-                    out = conn.data(fl, pl, ts, no)
-                    if out:
-                        yield from out
+                    if plen:  # else a pure ACK: counted, nothing to decode
+                        out = conn.data(fl, pl, ts, no)
+                        if out:
+                            yield from out
                     continue
                 pkt = TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no)
                 if not same:
@@ -648,6 +649,8 @@ class PayloadFiles:
     def read(self, fi: int, at: int, n: int, truncated: bool) -> tuple[bytes, bool]:
         """The `n` payload bytes at offset `at` of file `fi`, and whether the packet is now
         snap-truncated: it was (`truncated`), or the file gave fewer bytes (or none)."""
+        if not n:  # a packet without payload: nothing to read, nothing to miss
+            return b"", truncated
         fd = self._fds.get(fi)
         if fd is None:
             fd = self._fds[fi] = self._open(fi)

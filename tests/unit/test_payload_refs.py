@@ -85,3 +85,20 @@ def test_a_file_changed_between_the_stages_loses_its_payloads_not_the_task(tmp_p
     assert counts.get("messages", 0) == 0 and counts["streams"] == 5
     errors = [e for s in drv.capture_stats if s.get("file_index") == 0 for e in s.get("errors", [])]
     assert any("changed while the run read it" in e for e in errors), errors
+
+
+def test_a_changed_file_truncates_the_packets_that_had_payload_bytes_only(tmp_path):
+    """Its packets without payload lose nothing: a pure ACK reads no bytes, and is not counted
+    as snap-truncated when the file is gone."""
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    t = _table(_batches(path, True)).sort_by([(c, "ascending") for c in SORT_COLS])
+    files = PayloadFiles({0: (path, st.st_size + 1, st.st_mtime_ns)})
+    drv = StreamDriver(Settings.load(), [capture_id(path)], files)
+    streams = [row for table, row in drv.run_batches(t.to_batches()) if table == "streams"]
+    lens = t.column("payload_len").to_pylist()
+    refs = [n for n, at in zip(lens, t.column("payload_at").to_pylist()) if at is not None]
+    assert 0 < refs.count(0) < len(refs)
+    assert sum(r["snap_truncated_packets"] for r in streams) == len(refs) - refs.count(0)
+    assert files.read(0, 0, 0, False) == (b"", False)

@@ -235,12 +235,12 @@ class TcpConnection:
     def take(
         self, from_lo: bool, seq: int, ack: int, flags: int, window: int, n: int, wire_len: int, ts_ns: int
     ) -> bool:
-        """`starts_new` and `add` for the commonest packet without building it: the next `n`
-        (> 0) bytes of its direction, all captured (the caller's test), within the idle timeout,
-        no SYN/FIN/RST, its ACK and window news to no one, nothing held and nothing left to
-        record in the direction's state or history. True: taken, the caller delivers its bytes
-        as the one data event `add` would give; False: nothing changed, ask `starts_new` and
-        `add` it."""
+        """`starts_new` and `add` for the commonest packets without building them: the next `n`
+        bytes of its direction, all captured (the caller's test), or none (a pure ACK at the
+        direction's next sequence number), within the idle timeout, no SYN/FIN/RST, its ACK and
+        window news to no one, nothing held and nothing left to record in the direction's state
+        or history. True: taken, the caller delivers its bytes (if any) as the one data event
+        `add` would give; False: nothing changed, ask `starts_new` and `add` it."""
         if ts_ns - self.last_ts > self.idle_timeout_ns:
             return False  # maybe a new connection (starts_new)
         if from_lo:
@@ -248,7 +248,12 @@ class TcpConnection:
         else:
             d, o = self.hi, self.lo
         r = d.reasm
-        if seq != r._nseq or r._blocked or n <= 0 or flags & _SYN_FIN_RST or d.watch & _WATCH_DATA:
+        if (
+            seq != r._nseq
+            or r._blocked
+            or flags & _SYN_FIN_RST
+            or d.watch & (_WATCH_DATA if n else _WATCH_EMPTY)
+        ):
             return False
         if flags & ACK:
             ro = o.reasm

@@ -493,7 +493,7 @@ def _random_stream(rng, n: int) -> list[Packet]:
         flags = ACK | (PSH if rng.random() < 0.5 else 0)
         ack = seqs[1 - i] + rng.choice((0, 0, 0, -3, 5, 1 << 31))
         window = 0 if rng.random() < 0.05 else 4096
-        size = rng.choice((1, 1, 3, 100, 1448))
+        size = rng.choice((0, 1, 1, 3, 100, 1448))  # 0: a pure ACK
         data = bytes(rng.randrange(256) for _ in range(min(size, 8))) * (size // 8 + 1)
         data = data[:size]
         if r < 0.6:
@@ -529,7 +529,7 @@ def test_take_is_add_for_the_packets_it_takes():
     import random
 
     rng = random.Random(1)
-    taken = total = idled = 0
+    taken = total = idled = empty = 0
     for _ in range(300):
         pkts = _random_stream(rng, rng.randrange(5, 60))
         if not pkts:
@@ -549,7 +549,8 @@ def test_take_is_add_for_the_packets_it_takes():
                 got = fast.add(p)
             elif full and fast.take(*args):
                 taken += 1
-                got = [("data", p.from_lo, p.payload, p.ts_ns, p.frame)]
+                empty += not p.payload_len
+                got = [("data", p.from_lo, p.payload, p.ts_ns, p.frame)] if p.payload_len else []
             else:
                 got = fast.add(p)
             assert got == want
@@ -557,4 +558,5 @@ def test_take_is_add_for_the_packets_it_takes():
         assert fast.finish() == ref.finish()
         assert fast.history(True) == ref.history(True) and fast.conn_state(True) == ref.conn_state(True)
     assert total > 5000 and taken > total // 5  # both paths well exercised
+    assert empty > 200  # pure ACKs among the packets taken
     assert idled > 200  # packets after the idle timeout: never taken (they may start a connection)
