@@ -21,7 +21,8 @@ reuse the captures cached in --workdir (default: $TMPDIR/brokerscope-versus-tsha
    with its client port moved to a port no other connection uses, its server port set to 9092,
    and its times moved past the previous copy's. Loopback TCP segments reach 64 KiB (the capture
    sees them before segmentation, as host captures with TSO/GRO do); --mss 1448 cuts them into the
-   segments an Ethernet network carries, for the per-packet costs of both tools.
+   segments an Ethernet network carries, with the receiver's pure ACK after every second segment
+   of a cut one (a delayed ACK; --ack-every), for the per-packet costs of both tools.
 2. The runs, --rounds times, alternating: tshark's full field decode (the reference command of
    issue 13, output to a file), `brokerscope ingest --master local[1]` and `local[2]`, each into
    a fresh lake. Each run is pinned to as many CPUs as it is meant to use (--no-pin to turn off).
@@ -230,10 +231,12 @@ def _csum(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
-def resegment(base: list[tuple[int, bytes]], mss: int) -> list[tuple[int, bytes]]:
+def resegment(base: list[tuple[int, bytes]], mss: int, ack_every: int = 0) -> list[tuple[int, bytes]]:
     """Cut every TCP segment of more than `mss` payload bytes into segments of `mss` bytes, as a
     network with that MSS carries them (loopback frames reach 64 KiB): sequence numbers, IP
-    lengths and both checksums made right, PSH and FIN on the last piece only."""
+    lengths and both checksums made right, PSH and FIN on the last piece only. `ack_every` k > 0:
+    after every k-th piece but the last, the receiver's pure ACK of the bytes so far (a delayed
+    ACK, as receivers send during a bulk transfer)."""
     out = []
     for ts, f in base:
         ihl = (f[14] & 0x0F) * 4
@@ -257,7 +260,29 @@ def resegment(base: list[tuple[int, bytes]], mss: int) -> list[tuple[int, bytes]
             pseudo = bytes(q[26:34]) + struct.pack("!BBH", 0, 6, len(q) - l4)
             struct.pack_into("!H", q, l4 + 16, _csum(pseudo + bytes(q[l4:])))
             out.append((ts, bytes(q)))
+            if ack_every and off + mss < len(payload) and (off // mss + 1) % ack_every == 0:
+                out.append((ts, _ack_of(q, l4, hlen)))
     return out
+
+
+def _ack_of(f: bytes | bytearray, l4: int, hlen: int) -> bytes:
+    """The receiver's pure ACK of data frame `f` (Ethernet, IPv4, TCP at `l4`, payload at
+    `hlen`): addresses and ports swapped, its sequence number the data's acknowledgement number,
+    acknowledging the data's last byte; TCP options kept, checksums made right."""
+    q = bytearray(f[:hlen])
+    q[0:6], q[6:12] = f[6:12], f[0:6]  # MAC addresses
+    q[26:30], q[30:34] = f[30:34], f[26:30]  # IPv4 source, destination
+    q[l4 : l4 + 2], q[l4 + 2 : l4 + 4] = f[l4 + 2 : l4 + 4], f[l4 : l4 + 2]  # ports
+    seq, ack = struct.unpack_from("!II", f, l4 + 4)
+    struct.pack_into("!II", q, l4 + 4, ack, (seq + len(f) - hlen) % 2**32)
+    q[l4 + 13] = 0x10  # ACK
+    struct.pack_into("!H", q, 16, hlen - 14)
+    struct.pack_into("!H", q, 24, 0)
+    struct.pack_into("!H", q, 24, _csum(bytes(q[14:l4])))
+    struct.pack_into("!H", q, l4 + 16, 0)
+    pseudo = bytes(q[26:34]) + struct.pack("!BBH", 0, 6, len(q) - l4)
+    struct.pack_into("!H", q, l4 + 16, _csum(pseudo + bytes(q[l4:])))
+    return bytes(q)
 
 
 def grow(base: list[tuple[int, bytes]], broker_port: int, dst: Path, target_bytes: int) -> dict:
@@ -371,7 +396,7 @@ def _api_of(keys: str, sep: str = ",") -> str:
     return "other"
 
 
-def prepare(workdir: Path, mb: int, n_records: int, mss: int) -> tuple[Path, dict]:
+def prepare(workdir: Path, mb: int, n_records: int, mss: int, ack_every: int = 0) -> tuple[Path, dict]:
     """The base capture (recorded once) and the grown capture of `mb` MB, both cached."""
     workdir.mkdir(parents=True, exist_ok=True)
     base, meta_path = workdir / "base.pcap", workdir / "base.json"
@@ -381,13 +406,14 @@ def prepare(workdir: Path, mb: int, n_records: int, mss: int) -> tuple[Path, dic
         meta = record_base(base, n_records)
         meta["tshark"] = tshark_check(base, meta["broker_port"])
         meta_path.write_text(json.dumps(meta, indent=1) + "\n")
-    name = f"kafka-{mb}MB" + (f"-mss{mss}" if mss else "")
+    name = f"kafka-{mb}MB" + (f"-mss{mss}" if mss else "") + (f"-ack{ack_every}" if mss and ack_every else "")
     big, grown_path = workdir / f"{name}.pcap", workdir / f"{name}.json"
     grown = json.loads(grown_path.read_text()) if grown_path.exists() and big.exists() else {}
     if grown.get("base_made") != meta["made"]:
         t = time.perf_counter()
         frames = read_pcap(base)
-        grown = grow(resegment(frames, mss) if mss else frames, meta["broker_port"], big, mb * 1_000_000)
+        cut = resegment(frames, mss, ack_every) if mss else frames
+        grown = grow(cut, meta["broker_port"], big, mb * 1_000_000)
         grown["base_made"] = meta["made"]
         grown_path.write_text(json.dumps(grown) + "\n")
         print(f"wrote {big} in {time.perf_counter() - t:.1f} s")
@@ -873,6 +899,13 @@ def main() -> int:
         help="cut TCP segments to this payload size when growing the capture (default: keep the "
         "loopback's segments of up to 64 KiB; 1448 is what an Ethernet network with timestamps carries)",
     )
+    ap.add_argument(
+        "--ack-every",
+        type=int,
+        default=2,
+        help="with --mss: the receiver's pure ACK after every this many segments of a cut one "
+        "(default 2, a delayed ACK; 0: none)",
+    )
     ap.add_argument("--no-pin", action="store_true", help="do not pin runs to 1 (tshark, local[1]) or 2 CPUs")
     ap.add_argument("--profile", action="store_true", help="also profile one task's work in-process")
     ap.add_argument("--profile-mb", type=float, default=20.0)
@@ -880,7 +913,7 @@ def main() -> int:
     if not shutil.which("tshark"):
         raise SystemExit("tshark is not installed (apt-get install tshark)")
     tshark_version = subprocess.run(["tshark", "--version"], capture_output=True, text=True).stdout
-    cap, meta = prepare(a.workdir, a.mb, a.records, a.mss)
+    cap, meta = prepare(a.workdir, a.mb, a.records, a.mss, a.ack_every)
     size_mb = cap.stat().st_size / 1e6
     grown, check = meta["grown"], meta["tshark"]
     print(tshark_version.splitlines()[0])
