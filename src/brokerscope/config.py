@@ -24,6 +24,7 @@ _CORE: dict = {
         "master": "local[*]",
         "app_name": "brokerscope",
         "shuffle_partitions": 0,
+        "packet_runs": True,
         "class_cache": True,
         "conf": {},
     },

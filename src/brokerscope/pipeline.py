@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import capture, classcache, inputs, tables, vantage
+from . import capture, classcache, inputs, packetruns, tables, vantage
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
@@ -337,13 +337,15 @@ def _read_splits_fn(
     sizes: dict[int, int],
     packs: list[list[dict]],
     payload_refs: bool = False,
+    runs: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Read the capture splits of the tasks given (`_tasks` rows) into packets; hash each
     split's identity chunks (bytes the reader just brought into memory) into the run directory,
     and put the key log text of its pcapng Decryption Secrets Blocks there (runs.py `secrets/`).
     `payload_refs`: payloads of plain files as offsets (the decode task reads them back). The
     packet records each split read and their first and last times go beside its digests: the
-    decode numbers frames with them, and groups the files into vantage points."""
+    decode numbers frames with them, and groups the files into vantage points. `runs`: the
+    packets as packetruns.RUNS rows (one per run of a connection's packets in a batch)."""
 
     flt = settings.packet_filter
 
@@ -368,7 +370,10 @@ def _read_splits_fn(
                     st = capture.parse_stats(b)
                     if st is not None:
                         records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
-                    yield b
+                    if runs:
+                        yield from packetruns.pack(b)
+                    else:
+                        yield b
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
@@ -451,9 +456,10 @@ def _decode_fn(
     run: RunDir,
     sizes: dict[int, int],
     files: dict[int, tuple[str, int, int]] | None = None,
+    runs: bool = False,
 ):
     """Decode sorted packets; `files` (path, size, mtime_ns per file index) to read the payloads
-    of packets that give their offset."""
+    of packets that give their offset; `runs`: the packets come as sorted packetruns.RUNS rows."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_pandas_out()
@@ -477,6 +483,8 @@ def _decode_fn(
         log_to = os.environ.get(TASK_LOG_ENV)
         seen = {"packets": 0, "payload_bytes": 0}
         conns: set[tuple] = set()
+        if runs:
+            batches = packetruns.unpack(batches, settings.batch_packets)
         if log_to:
             batches = _counted(batches, seen, conns)
         yield from _emit(drv.run_batches(batches), stats, staged)
@@ -693,21 +701,26 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
         packs = pack_splits(psplits, target)
         files = {i.file_index: (i.path, i.size, i.mtime_ns) for i in todo if i.kind in inputs.CAPTURE_KINDS}
         sizes = {fi: size for fi, (_path, size, _mtime) in files.items()}
-        decode = _decode_fn(settings, staged, run, sizes, files)
         if len(packs) == 1:  # a small capture set: one task reads, sorts and decodes, no shuffle
             read = _read_splits_fn(settings, run, sizes, packs)
+            decode = _decode_fn(settings, staged, run, sizes, files)
             parts.append(_tasks(spark, packs).mapInArrow(_read_and_decode_fn(read, decode), out_schema))
         else:
             # payloads stay in the files: the shuffle moves and sorts packet headers and offsets,
-            # and each decode task reads its connections' payload bytes back (streams.PayloadFiles)
-            read = _read_splits_fn(settings, run, sizes, packs, payload_refs=True)
-            packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(tables.PACKETS))
+            # and each decode task reads its connections' payload bytes back (streams.PayloadFiles);
+            # with spark.packet_runs a row of the shuffle is a run of one connection's packets
+            runs = bool(settings.raw["spark"]["packet_runs"])
+            read = _read_splits_fn(settings, run, sizes, packs, payload_refs=True, runs=runs)
+            decode = _decode_fn(settings, staged, run, sizes, files, runs=runs)
+            shuffled = packetruns.RUNS if runs else tables.PACKETS
+            packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(shuffled))
+            if not runs:
+                packets = packets.drop("capture_id")  # file_index names it: less to shuffle
             nparts = decode_partitions(
                 int(settings.raw["spark"]["shuffle_partitions"]), sc.defaultParallelism, len(packs)
             )
             parts.append(
-                packets.drop("capture_id")  # file_index names it: less to shuffle
-                .repartition(nparts, *CONN_COLS)
+                packets.repartition(nparts, *CONN_COLS)
                 .sortWithinPartitions(*SORT_COLS)
                 .mapInArrow(decode, out_schema)
             )

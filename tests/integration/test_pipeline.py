@@ -144,22 +144,32 @@ def test_the_shuffle_path_gives_what_decoding_in_one_process_gives_for_every_kin
 
 def test_tiny_splits_give_identical_tables(spark, tmp_path):
     """The capture whole is one task (read, sort and decode without a shuffle); cut into
-    900-byte splits it is many read tasks and a shuffle. The tables are the same."""
+    900-byte splits it is many read tasks and a shuffle, of connection runs (packetruns) or of
+    one row per packet (spark.packet_runs = false). The tables are the same."""
     cap = tmp_path / "syn.pcap"
     info = write_capture(str(cap), n_conns=25, exchanges=8)
     whole = _settings(tmp_path / "a")
     split = _settings(tmp_path / "b", split_size=900)
+    per_packet = Settings.load(
+        overrides={
+            "lake": {"path": str(tmp_path / "c")},
+            "spark": {"shuffle_partitions": 4, "packet_runs": False},
+            "capture": {"split_size": 900},
+        }
+    )
+    assert split.raw["spark"]["packet_runs"] is True  # the default
     s1 = pipeline.ingest([str(cap)], whole, spark=spark)
     todo = inputs.discover([str(cap)]).inputs
     for size, tasks in ((whole.split_size, 1), (900, 2)):
         target = inputs.effective_split_size(todo, size, 2)
         assert min(len(pipeline.pack_splits(inputs.plan(todo, size, 2)[0], target)), 2) == tasks
     s2 = pipeline.ingest([str(cap)], split, spark=spark)
-    assert s1.packets == s2.packets == info["packets"]
-    a, b = _all_rows(tmp_path / "a"), _all_rows(tmp_path / "b")
+    s3 = pipeline.ingest([str(cap)], per_packet, spark=spark)
+    assert s1.packets == s2.packets == s3.packets == info["packets"]
+    a, b, c = _all_rows(tmp_path / "a"), _all_rows(tmp_path / "b"), _all_rows(tmp_path / "c")
     assert len(a["streams"]) == 25
     for t in tables.DECODED_TABLES:
-        assert normalized(a[t]) == normalized(b[t]), t
+        assert normalized(a[t]) == normalized(b[t]) == normalized(c[t]), t
     by_port = {r["client_port"]: r for r in a["streams"]}
     for c in info["connections"]:
         r = by_port[c["client_port"]]
