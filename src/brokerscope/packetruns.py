@@ -160,24 +160,64 @@ def unpack(batches: Iterable[pa.RecordBatch], max_rows: int = 8192) -> Iterator[
     A connection's runs arrive in the order of their first packets. While the next run starts
     after every packet held, what is held goes out as it is; when it starts before some (two
     files, or two splits, whose times overlap), the held packets that sort before its first go
-    out merged, and only the rest is held with it: memory holds the overlap, not the connection."""
+    out merged, and only the rest is held with it: memory holds the overlap, not the connection.
+    A run that is the whole of its connection in a batch (neither the run before nor the one
+    after is of it) goes out with its neighbours of the same kind, in one piece."""
     out = _Batches(max_rows)
     held = _Held()
     for b in batches:
+        n = b.num_rows
+        if not n:
+            continue
         cols = [b.column(c).to_pylist() for c in KEY_COLS]
-        records, payloads = b.column("records"), b.column("payloads")
-        for i in range(b.num_rows):
-            k = (cols[0][i], cols[1][i], cols[2][i], cols[3][i])
-            rec = np.frombuffer(records[i].as_buffer(), RECORD)
-            pay = _payload_array(rec, payloads[i].as_buffer() if payloads[i].is_valid else None)
-            if k != held.key or k[0] is None:  # another connection, or a stats row: its own
-                yield from out.add(held.key, *held.all())
+        keys = list(zip(*cols))
+        recs, pays, bounds = _records(b)
+        # a run alone: of another connection than the runs beside it (the batch's last run may
+        # go on in the next batch), or a stats row
+        alone = [
+            k[0] is None or (k != (keys[j - 1] if j else held.key) and j + 1 < n and k != keys[j + 1])
+            for j, k in enumerate(keys)
+        ]
+        j = 0
+        while j < n:
+            if alone[j]:
+                e = j
+                while e + 1 < n and alone[e + 1]:
+                    e += 1
+                yield from out.add([held.key], None, *held.all())
+                held = _Held()
+                a, z = bounds[j], bounds[e + 1]
+                idx = np.repeat(np.arange(e + 1 - j, dtype=np.int32), np.diff(bounds[j : e + 2]))
+                yield from out.add(keys[j : e + 1], idx, recs[a:z], pays.slice(a, z - a))
+                j = e + 1
+                continue
+            k, a, z = keys[j], bounds[j], bounds[j + 1]
+            rec, pay = recs[a:z], pays.slice(a, z - a)
+            if k != held.key:
+                yield from out.add([held.key], None, *held.all())
                 held = _Held(k)
             else:
-                yield from out.add(k, *held.before(_order_key(rec[0])))
+                yield from out.add([k], None, *held.before(_order_key(rec[0])))
             held.add(rec, pay)
-    yield from out.add(held.key, *held.all())
+            j += 1
+    yield from out.add([held.key], None, *held.all())
     yield from out.flush()
+
+
+def _records(b: pa.RecordBatch) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """Every packet of a RUNS batch: their records, their payloads, and where each run's begin
+    (and the last ends) among them."""
+    records = b.column("records")
+    offsets = np.frombuffer(records.buffers()[1], np.int32)[
+        records.offset : records.offset + len(records) + 1
+    ]
+    w = RECORD.itemsize
+    raw = records.buffers()[2]
+    recs = np.frombuffer(raw, RECORD, count=int(offsets[-1] - offsets[0]) // w, offset=int(offsets[0]))
+    bounds = (offsets - offsets[0]) // w
+    payloads = b.column("payloads")
+    data = _values_buffer(payloads) if payloads.null_count < len(payloads) else None
+    return recs, _payload_array(recs, data), bounds
 
 
 def _order_key(r) -> tuple:
@@ -231,18 +271,20 @@ class _Batches:
 
     def __init__(self, max_rows: int):
         self.max_rows = max_rows
-        self.pieces: list[tuple] = []  # (connection, records, payload array)
+        self.pieces: list[tuple] = []  # (connections, each packet's among them, records, payloads)
         self.rows = 0
 
     def add(
-        self, key: tuple | None, recs: np.ndarray | None, payload: pa.Array | None
+        self, keys: list, idx: np.ndarray | None, recs: np.ndarray | None, payload: pa.Array | None
     ) -> Iterator[pa.RecordBatch]:
-        """Packets of connection `key`, in order, after those added before."""
+        """Packets, in order, after those added before: packet i of connection keys[idx[i]]
+        (idx None: all of keys[0])."""
         at = 0
         n = 0 if recs is None else len(recs)
         while at < n:
             take = min(n - at, self.max_rows - self.rows)
-            self.pieces.append((key, recs[at : at + take], payload.slice(at, take)))
+            part = None if idx is None else idx[at : at + take]
+            self.pieces.append((keys, part, recs[at : at + take], payload.slice(at, take)))
             self.rows += take
             at += take
             if self.rows >= self.max_rows:
@@ -269,18 +311,21 @@ def _payload_array(rec: np.ndarray, data: pa.Buffer | None) -> pa.Array:
 
 
 def _batch(pieces: list[tuple]) -> pa.RecordBatch:
-    """One UNPACKED batch of pieces (connection, records, payloads), in their order."""
-    rec = pieces[0][1] if len(pieces) == 1 else np.concatenate([p[1] for p in pieces])
-    which = pa.array(np.repeat(np.arange(len(pieces), dtype=np.int32), [len(p[1]) for p in pieces]))
+    """One UNPACKED batch of pieces (connections, each packet's among them, records, payloads)."""
+    rec = pieces[0][2] if len(pieces) == 1 else np.concatenate([p[2] for p in pieces])
     valid = rec["valid"]
     cols = []
     for f in UNPACKED:
         name = f.name
         if name in KEY_COLS:
             j = KEY_COLS.index(name)
-            cols.append(pa.array([p[0][j] for p in pieces], f.type).take(which))
+            parts = []
+            for keys, idx, recs, _pay in pieces:
+                values = pa.array([k[j] for k in keys], f.type)
+                parts.append(values.take(pa.array(idx if idx is not None else np.zeros(len(recs), np.int32))))
+            cols.append(parts[0] if len(parts) == 1 else pa.concat_arrays(parts))
         elif name == "payload":
-            cols.append(pieces[0][2] if len(pieces) == 1 else pa.concat_arrays([p[2] for p in pieces]))
+            cols.append(pieces[0][3] if len(pieces) == 1 else pa.concat_arrays([p[3] for p in pieces]))
         else:
             values = rec[name].astype(bool) if pa.types.is_boolean(f.type) else rec[name]
             ok = (valid & _BIT[name]) != 0

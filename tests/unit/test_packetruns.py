@@ -34,13 +34,16 @@ def _sorted(t: pa.Table) -> pa.Table:
     return t.take(pc.sort_indices(t, [(c, "ascending", "at_start") for c in SORT_COLS]))
 
 
-def _through_runs(batches: list[pa.RecordBatch], rng: random.Random, max_rows: int) -> pa.Table:
-    """Pack each batch, sort the runs as the shuffle does, hand them over in random chunks."""
+def _through_runs(
+    batches: list[pa.RecordBatch], rng: random.Random, max_rows: int, chunk: int = 50
+) -> pa.Table:
+    """Pack each batch, sort the runs as the shuffle does, hand them over in random chunks of up
+    to `chunk` runs."""
     runs = pa.Table.from_batches([r for b in batches for r in packetruns.pack(b)], schema=packetruns.RUNS)
     runs = _sorted(runs).combine_chunks()
     chunks, at = [], 0
     while at < runs.num_rows:
-        k = rng.randint(1, 50)
+        k = rng.randint(1, chunk)
         chunks.append(runs.slice(at, k).to_batches()[0])
         at += k
     got = list(packetruns.unpack(chunks, max_rows))
@@ -136,3 +139,50 @@ def test_overlapping_runs_are_handed_out_as_they_become_safe():
     assert taken < len(runs) // 2
     rest = pa.Table.from_batches(list(out), schema=packetruns.UNPACKED)
     assert rest.num_rows == 2 * conn.num_rows - 4
+
+
+def _synthetic(rng: random.Random, n: int, conns: int) -> pa.RecordBatch:
+    """`n` packets of `conns` connections at random times in two files, some payloads inline."""
+    port = [rng.randrange(conns) for _ in range(n)]
+    values = {
+        "capture_id": ["c"] * n,
+        "file_index": [rng.randrange(2) for _ in range(n)],
+        "rec_offset": list(range(n)),
+        "record_no": [i + 1 for i in range(n)],
+        "ts_ns": [rng.randrange(1_000) for _ in range(n)],
+        "lo_ip": ["10.0.0.1"] * n,
+        "lo_port": [1024 + p for p in port],
+        "hi_ip": ["10.0.0.2" if p % 3 else "10.0.0.3" for p in port],
+        "hi_port": [9092] * n,
+        "from_lo": [rng.random() < 0.5 for _ in range(n)],
+        "seq": [rng.randrange(1 << 32) for _ in range(n)],
+        "ack": [rng.randrange(1 << 32) for _ in range(n)],
+        "flags": [16] * n,
+        "window": [rng.randrange(65536) for _ in range(n)],
+        "wire_len": [rng.randrange(60, 1500) for _ in range(n)],
+        "payload_len": [rng.randrange(0, 9) for _ in range(n)],
+        "snap_truncated": [False] * n,
+    }
+    inline = [rng.random() < 0.3 for _ in range(n)]
+    values["payload"] = [
+        bytes(rng.randrange(256) for _ in range(values["payload_len"][i])) if inline[i] else None
+        for i in range(n)
+    ]
+    values["payload_at"] = [None if inline[i] else rng.randrange(1 << 40) for i in range(n)]
+    return pa.RecordBatch.from_pydict(values, schema=tables.PACKETS)
+
+
+@pytest.mark.parametrize("conns", [3, 40, 5_000], ids=["few", "some", "each-its-own"])
+def test_random_packets_of_few_or_many_connections(conns):
+    """Connections of many runs that interleave, and connections of one packet each (a scan):
+    the same packets in the same order as sorted one by one."""
+    rng = random.Random(conns)
+    whole = _synthetic(rng, 3_000, conns)
+    batches, at = [], 0
+    while at < whole.num_rows:
+        k = rng.randint(1, 400)
+        batches.append(whole.slice(at, k))
+        at += k
+    for chunk in (2, 50):  # chunks that end between the runs of one connection, or not
+        got = _through_runs(batches, rng, rng.choice((7, 100, 5_000)), chunk)
+        assert got.equals(_want(batches))
