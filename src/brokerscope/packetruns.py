@@ -144,9 +144,15 @@ def _pack(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """The value offsets of a binary array (large_binary: Spark's useLargeVarTypes)."""
+    kind = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    return np.frombuffer(arr.buffers()[1], kind)[arr.offset : arr.offset + len(arr) + 1]
+
+
 def _values_buffer(arr: pa.Array) -> pa.Buffer:
     """A binary array's value bytes, one after another (nulls hold none)."""
-    offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    offsets = _offsets(arr)
     data = arr.buffers()[2]
     if data is None:
         return pa.py_buffer(b"")
@@ -208,9 +214,7 @@ def _records(b: pa.RecordBatch) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """Every packet of a RUNS batch: their records, their payloads, and where each run's begin
     (and the last ends) among them."""
     records = b.column("records")
-    offsets = np.frombuffer(records.buffers()[1], np.int32)[
-        records.offset : records.offset + len(records) + 1
-    ]
+    offsets = _offsets(records)
     w = RECORD.itemsize
     raw = records.buffers()[2]
     recs = np.frombuffer(raw, RECORD, count=int(offsets[-1] - offsets[0]) // w, offset=int(offsets[0]))

@@ -186,3 +186,17 @@ def test_random_packets_of_few_or_many_connections(conns):
     for chunk in (2, 50):  # chunks that end between the runs of one connection, or not
         got = _through_runs(batches, rng, rng.choice((7, 100, 5_000)), chunk)
         assert got.equals(_want(batches))
+
+
+def test_runs_given_as_large_binary_unpack_the_same():
+    """Spark hands binary columns over as large_binary when asked to (useLargeVarTypes)."""
+    batches = _read(CAPS[0], 0, False, 50)
+    runs = pa.Table.from_batches([r for b in batches for r in packetruns.pack(b)], schema=packetruns.RUNS)
+    runs = _sorted(runs).combine_chunks()
+    large = runs.cast(
+        pa.schema([f.with_type(pa.large_binary()) if f.type == pa.binary() else f for f in runs.schema])
+    )
+    got = pa.Table.from_batches(
+        list(packetruns.unpack(large.to_batches(max_chunksize=10))), schema=packetruns.UNPACKED
+    )
+    assert got.equals(_want(batches))
