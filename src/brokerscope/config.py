@@ -176,6 +176,9 @@ class Settings:
                 raise ValueError("capture.split_size must be at least 256 bytes")
         if not 64 * 1024 <= self.batch_bytes <= 1024**3:
             raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
+        for key in ("packet_runs", "class_cache"):
+            if not isinstance(self.raw["spark"][key], bool):
+                raise ValueError(f"spark.{key} must be true or false, not {self.raw['spark'][key]!r}")
         for key in ("hosts", "ports"):
             if not isinstance(self.raw["filter"][key], list):
                 raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")
