@@ -588,13 +588,15 @@ def _shb_order(buf, q: int, L: int) -> _Order | None:
     return None
 
 
-def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
+def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order, strict: bool = False) -> tuple[int, _Order]:
     """Does a chain of CHAIN blocks validate from q on (1 / 0 / _NEED)? Also the byte order of
     the first block (an SHB fixes its own).
 
     Each block: a standard (or local-use) type, total length a multiple of 4 and >= 12, trailing
     length equal to the leading one; an EPB's caplen fits its block and its interface id is small.
-    A chain cut by the end of the data is valid once it holds one complete block.
+    A chain cut by the end of the data is valid once it holds one complete block; `strict` (a
+    byte order other than the section's) also wants its last block to end where the data does:
+    the last bytes of a file can pass for one block in the other order, with a few left over.
     """
     k = 0
     first = od
@@ -602,7 +604,7 @@ def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
         if q + 12 > L:
             if not eof:
                 return _NEED, first
-            return (1 if k > 0 else 0), first
+            return (1 if k > 0 and not (strict and q < L) else 0), first
         t, n = od.bh(buf, q)
         if t == SHB:
             o2 = _shb_order(buf, q, L)
@@ -621,7 +623,7 @@ def _ng_chain(buf, q: int, L: int, eof: bool, od: _Order) -> tuple[int, _Order]:
         if q + n > L:
             if not eof:
                 return _NEED, first
-            return (1 if k > 0 else 0), first
+            return (1 if k > 0 and not strict else 0), first
         if od.u32(buf, q + n - 4)[0] != n:
             return 0, first
         if t == EPB and (n < 32 or od.u32(buf, q + 20)[0] > n - 32 or od.u32(buf, q + 8)[0] >= 65536):
@@ -645,7 +647,7 @@ def _ng_resync(win, p: int, od: _Order) -> tuple[int, _Order]:
                 q += 1
                 continue
             for o in (od, other):
-                r, o2 = _ng_chain(buf, q, L, eof, o)
+                r, o2 = _ng_chain(buf, q, L, eof, o, strict=o is other)
                 if r == 1:
                     return q, o2
                 if r == _NEED:
