@@ -251,14 +251,10 @@ def resegment(base: list[tuple[int, bytes]], mss: int, ack_every: int = 0) -> li
             piece = payload[off : off + mss]
             q = bytearray(f[:hlen] + piece)
             struct.pack_into("!H", q, 16, ihl + hlen - l4 + len(piece))
-            struct.pack_into("!H", q, 24, 0)
-            struct.pack_into("!H", q, 24, _csum(bytes(q[14:l4])))
             struct.pack_into("!I", q, l4 + 4, (seq + off) % 2**32)
             if off + mss < len(payload):
                 q[l4 + 13] &= ~0x09 & 0xFF  # PSH and FIN
-            struct.pack_into("!H", q, l4 + 16, 0)
-            pseudo = bytes(q[26:34]) + struct.pack("!BBH", 0, 6, len(q) - l4)
-            struct.pack_into("!H", q, l4 + 16, _csum(pseudo + bytes(q[l4:])))
+            _checksums(q, l4)
             out.append((ts, bytes(q)))
             if ack_every and off + mss < len(payload) and (off // mss + 1) % ack_every == 0:
                 out.append((ts, _ack_of(q, l4, hlen)))
@@ -277,12 +273,17 @@ def _ack_of(f: bytes | bytearray, l4: int, hlen: int) -> bytes:
     struct.pack_into("!II", q, l4 + 4, ack, (seq + len(f) - hlen) % 2**32)
     q[l4 + 13] = 0x10  # ACK
     struct.pack_into("!H", q, 16, hlen - 14)
+    _checksums(q, l4)
+    return bytes(q)
+
+
+def _checksums(q: bytearray, l4: int) -> None:
+    """Make frame `q`'s IPv4 header checksum and TCP checksum (TCP at `l4`) right."""
     struct.pack_into("!H", q, 24, 0)
     struct.pack_into("!H", q, 24, _csum(bytes(q[14:l4])))
     struct.pack_into("!H", q, l4 + 16, 0)
     pseudo = bytes(q[26:34]) + struct.pack("!BBH", 0, 6, len(q) - l4)
     struct.pack_into("!H", q, l4 + 16, _csum(pseudo + bytes(q[l4:])))
-    return bytes(q)
 
 
 def grow(base: list[tuple[int, bytes]], broker_port: int, dst: Path, target_bytes: int) -> dict:
