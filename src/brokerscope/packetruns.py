@@ -54,28 +54,13 @@ RECORD = np.dtype(
         ("snap_truncated", "u1"),
     ]
 )
-NULLABLE = (
-    "ts_ns",
-    "rec_offset",
-    "record_no",
-    "seq",
-    "ack",
-    "payload_at",
-    "file_index",
-    "flags",
-    "window",
-    "wire_len",
-    "payload_len",
-    "from_lo",
-    "snap_truncated",
-)
+NULLABLE = tuple(name for name in RECORD.names if name not in ("inline", "valid"))
 _BIT = {name: 1 << i for i, name in enumerate(NULLABLE)}
 
-_PACKETS = tables.PACKETS
 # what a decode task reads: the packets without capture_id (file_index names the capture)
-UNPACKED = pa.schema([f for f in _PACKETS if f.name != "capture_id"])
+UNPACKED = pa.schema([f for f in tables.PACKETS if f.name != "capture_id"])
 RUNS = pa.schema(
-    [_PACKETS.field(c) for c in SORT_COLS]
+    [tables.PACKETS.field(c) for c in SORT_COLS]
     + [pa.field("records", pa.binary()), pa.field("payloads", pa.binary())]
 )
 
@@ -211,8 +196,8 @@ def unpack(batches: Iterable[pa.RecordBatch], max_rows: int = 8192) -> Iterator[
 
 
 def _records(b: pa.RecordBatch) -> tuple[np.ndarray, pa.Array, np.ndarray]:
-    """Every packet of a RUNS batch: their records, their payloads, and where each run's begin
-    (and the last ends) among them."""
+    """Every packet of a RUNS batch: their records, their payloads, and where each run begins
+    among them (and, last, where the last run ends)."""
     records = b.column("records")
     offsets = _offsets(records)
     w = RECORD.itemsize
@@ -301,7 +286,8 @@ class _Batches:
 
 
 def _payload_array(rec: np.ndarray, data: pa.Buffer | None) -> pa.Array:
-    """The payloads of a run's packets: `data` cut by their inline lengths (-1: null)."""
+    """The payloads of packets `rec` (of one or more runs): `data` cut by their inline lengths
+    (-1: null)."""
     inline = rec["inline"]
     offsets = np.concatenate([[0], np.cumsum(np.maximum(inline, 0))]).astype(np.int32)
     nulls = inline < 0
