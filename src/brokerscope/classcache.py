@@ -5,10 +5,11 @@ local run (the session and the first job). The first local run of the CLI asks t
 the classes it loaded to an archive when it exits (-XX:ArchiveClassesAtExit), and waits for that;
 later runs map the archive (-XX:SharedArchiveFile) instead of loading the classes again.
 
-An archive belongs to one JVM build, one Spark jar set and one set of driver JVM options: its
-file name is a digest of them, so an upgrade of either makes a new one. A truncated archive
-crashes the JVM (SIGBUS), so an archive is only ever published by a rename after its JVM exited
-cleanly, and a session that fails to start with an archive drops it and starts without
+An archive belongs to one JVM build, one Spark jar set (and its directory: the JVM checks the
+classpath's paths against the archive's) and one set of driver JVM options: its file name is a
+digest of them, so an upgrade of either makes a new one. A truncated archive crashes the JVM
+(SIGBUS), so an archive is only ever published by a rename after its JVM exited cleanly, and a
+session that fails to start with an archive drops it and starts without
 (pipeline.make_spark). The archives live in $BROKERSCOPE_CACHE, else $XDG_CACHE_HOME/brokerscope,
 else ~/.cache/brokerscope, under jvm/; an unwritable cache directory turns the archive off.
 """
@@ -88,6 +89,7 @@ def key(java_options: list[str]) -> str | None:
     for f in [java, *sorted(java.parent.parent.rglob("libjvm.so"))]:
         st = f.stat()
         h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    h.update(f"{jars}\n".encode())  # the JVM checks its classpath's paths against the archive's
     for f in sorted(jars.iterdir()):
         st = f.stat()
         h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())

@@ -26,6 +26,7 @@ _CORE: dict = {
         "shuffle_partitions": 0,
         "packet_runs": True,
         "class_cache": True,
+        "ml_jars": False,
         "conf": {},
     },
     # globs of file and directory names (or paths below a directory given) that are no input
@@ -176,7 +177,7 @@ class Settings:
                 raise ValueError("capture.split_size must be at least 256 bytes")
         if not 64 * 1024 <= self.batch_bytes <= 1024**3:
             raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
-        for key in ("packet_runs", "class_cache"):
+        for key in ("packet_runs", "class_cache", "ml_jars"):
             if not isinstance(self.raw["spark"][key], bool):
                 raise ValueError(f"spark.{key} must be true or false, not {self.raw['spark'][key]!r}")
         for key in ("hosts", "ports"):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import capture, classcache, inputs, packetruns, tables, vantage
+from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
@@ -83,7 +83,8 @@ def make_spark(
 ):
     """A SparkSession for brokerscope: UTC, microsecond Parquet timestamps, Arrow on. Spark's
     progress bar is drawn unless `quiet_progress`, and only on a terminal (in a log or a pipe its
-    carriage returns are noise). With `class_cache` (the CLI), a local JVM maps its class archive
+    carriage returns are noise). With `class_cache` (the CLI), a local JVM starts from a Spark
+    home without Spark ML's jar (sparkhome.py, unless `spark.ml_jars`) and maps its class archive
     or writes it (classcache.py); a JVM that writes it must be waited for: `finish_class_cache`
     at the end of the process."""
     from pyspark.sql import SparkSession
@@ -136,12 +137,11 @@ def make_spark(
     # spark-submit's --conf / --properties-file values win over ours; [spark.conf] wins over both
     conf = {k: v for k, v in conf.items() if k not in given}
     conf.update({k: str(v) for k, v in settings.raw["spark"].get("conf", {}).items()})
+    cli_local = class_cache and _starts_local_jvm(settings, launched_by_submit)
+    if cli_local and not settings.raw["spark"]["ml_jars"]:
+        sparkhome.use_view()  # a Spark home without Spark ML's jar: its session extension goes
     cache = None
-    if (
-        class_cache
-        and settings.raw["spark"]["class_cache"]
-        and _starts_local_jvm(settings, launched_by_submit)
-    ):
+    if cli_local and settings.raw["spark"]["class_cache"]:
         jvm = [conf.get(k, "") for k in ("spark.driver.extraJavaOptions", *_CLASSPATH_KEYS)]
         cache = classcache.plan(jvm)
         if cache:

@@ -28,7 +28,15 @@ PROBE = textwrap.dedent(
     pid = str(spark.sparkContext._gateway.proc.pid)
     info = subprocess.run([str(jcmd), pid, "VM.info"], capture_output=True, text=True).stdout
     mapped = re.search(r"CDS archive\\(s\\) mapped at: .*?size (\\d+)", info)
-    print(json.dumps({"mapped": int(mapped.group(1)) if mapped else 0, "count": spark.range(5).count()}))
+    jvm = spark.sparkContext._jvm
+    try:  # Spark ML's session extension: in the jar the Spark home view leaves out
+        jvm.java.lang.Class.forName("org.apache.spark.sql.ml.InternalFunctionRegistration")
+        ml = True
+    except Exception:
+        ml = False
+    got = {"mapped": int(mapped.group(1)) if mapped else 0, "count": spark.range(5).count(), "ml": ml}
+    got["classpath"] = jvm.java.lang.System.getProperty("java.class.path").split(":")
+    print(json.dumps(got))
     pipeline.finish_class_cache(print)
     """
 )
@@ -40,6 +48,7 @@ def test_first_cli_run_saves_the_archive_and_the_next_jvm_maps_it(tmp_path):
         pytest.skip("no jcmd next to java (a JRE): cannot ask the JVM what it mapped")
     env = {**os.environ, "BROKERSCOPE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": f"{ROOT / 'src'}"}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
+    env.pop("SPARK_HOME", None)  # the installed PySpark's home, seen through the view
     first = subprocess.run(
         [sys.executable, "-m", "brokerscope.cli", "ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap")]
         + ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "-q"],
@@ -63,6 +72,10 @@ def test_first_cli_run_saves_the_archive_and_the_next_jvm_maps_it(tmp_path):
     assert probe.returncode == 0, probe.stderr[-2000:]
     got = json.loads(probe.stdout.strip().splitlines()[-1])
     assert got["count"] == 5
+    # the JVM started from the Spark home view: no Spark ML jar, every jar a link in the cache
+    assert got["ml"] is False
+    jars = [p for p in got["classpath"] if p.endswith(".jar")]
+    assert jars and all(p.startswith(str(tmp_path / "cache" / "spark-home")) for p in jars)
     assert got["mapped"] >= size  # the JDK's own archive plus ours
     assert "saving" not in probe.stdout + probe.stderr
     assert [f.name for f in (tmp_path / "cache" / "jvm").iterdir()] == [files[0].name]

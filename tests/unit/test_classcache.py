@@ -67,3 +67,21 @@ def test_no_usable_cache_directory_turns_the_archive_off(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv(classcache.CACHE_ENV, str(blocker))
     assert classcache.plan(OPTS) is None
+
+
+def test_the_same_jars_in_another_directory_key_another_archive(tmp_path, monkeypatch):
+    """The JVM checks the classpath's paths against an archive's: the same jar files elsewhere (a
+    Spark home view, another virtualenv) must not map it, or the archive goes unused."""
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    if classcache.key(OPTS) is None:
+        pytest.skip("no java or no Spark jars")
+    installed = classcache._spark_jars()
+    for where in ("a", "b"):
+        (tmp_path / where / "jars").mkdir(parents=True)
+        for jar in installed.iterdir():
+            (tmp_path / where / "jars" / jar.name).symlink_to(jar)
+    keys = set()
+    for where in ("a", "b"):
+        monkeypatch.setenv("SPARK_HOME", str(tmp_path / where))
+        keys.add(classcache.key(OPTS))
+    assert len(keys) == 2

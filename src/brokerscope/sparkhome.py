@@ -1,0 +1,112 @@
+"""The Spark home the CLI's local JVM starts from: the installed PySpark's, without Spark ML's jar.
+
+spark-mllib's jar declares a SparkSessionExtensionsProvider (org.apache.spark.sql.ml.
+InternalFunctionRegistration, in META-INF/services): every SparkSession built with that jar on the
+classpath runs it, and it makes its functions with Scala reflection. brokerscope uses no Spark ML,
+yet that was about 0.5 s of every local start (a one-file ingest on one core: 4.1 -> 3.6 s, with
+the class archive; docs/benchmarks.md). Spark has no setting that skips a provider, and its
+launcher puts every jar of $SPARK_HOME/jars on the classpath, so the JVM is started from a view of
+the Spark home: a directory of symbolic links to the installed home's entries, whose `jars` links
+every jar but those of ML_JARS. Spark's scripts, conf and Python zips are the installed ones.
+
+A view belongs to one Spark home and one jar set: its directory name is a digest of them (an
+upgrade makes a new one), and it is published by a rename once complete. Views live in the class
+archive's cache directory (classcache.cache_root) under spark-home/; a user's own $SPARK_HOME is
+left as it is, and any failure to make a view starts Spark from the installed home.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from . import classcache
+
+# jars left out of the view: the one whose session extension every SparkSession would run
+ML_JARS = ("spark-mllib_",)
+KEEP = 3  # views kept (other Spark installations or versions), newest first
+STALE_S = 3600  # an unfinished view older than this is a dead run's: removed
+
+
+def installed_home() -> Path | None:
+    """The Spark home PySpark starts its JVM from when $SPARK_HOME is not set: the installed
+    pyspark package (pip's PySpark carries its jars), or None."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    home = Path(pyspark.__file__).resolve().parent
+    return home if (home / "jars").is_dir() and (home / "bin" / "spark-submit").is_file() else None
+
+
+def _digest(home: Path) -> str:
+    """What a view depends on: the home's path and its jars (names, sizes, times)."""
+    h = hashlib.sha256(f"{home}\n".encode())
+    for f in sorted((home / "jars").iterdir()):
+        st = f.stat()
+        h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def view(home: Path, root: Path | None = None) -> Path | None:
+    """The view of Spark home `home` without ML_JARS, made if missing (under `root`, default the
+    cache's spark-home/); None when it cannot be made."""
+    root = root if root is not None else classcache.cache_root() / "spark-home"
+    try:
+        done = root / _digest(home)
+        if (done / "jars").is_dir():
+            return done
+        root.mkdir(parents=True, exist_ok=True)
+        _prune(root)
+        tmp = root / f".{done.name}.{uuid.uuid4().hex[:12]}.tmp"
+        tmp.mkdir()
+        for entry in home.iterdir():
+            if entry.name != "jars":
+                (tmp / entry.name).symlink_to(entry)
+        (tmp / "jars").mkdir()
+        for jar in (home / "jars").iterdir():
+            if not jar.name.startswith(ML_JARS):
+                (tmp / "jars" / jar.name).symlink_to(jar)
+        try:
+            tmp.rename(done)
+        except OSError:  # another run published it first: theirs is the same
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (done / "jars").is_dir():
+                return None
+        return done
+    except OSError:
+        return None
+
+
+def _prune(root: Path) -> None:
+    """Keep the KEEP newest views; remove unfinished ones a dead run left."""
+    now = time.time()
+    views = []
+    for p in root.iterdir():
+        try:
+            mtime = p.lstat().st_mtime
+        except OSError:
+            continue
+        if p.name.endswith(".tmp"):
+            if now - mtime > STALE_S:
+                shutil.rmtree(p, ignore_errors=True)
+        elif p.is_dir():
+            views.append((mtime, p))
+    for _m, p in sorted(views, reverse=True)[KEEP - 1 :]:  # room for the one about to be made
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def use_view() -> Path | None:
+    """Point $SPARK_HOME at the view of the installed Spark home, for the JVM this process is
+    about to start; the view, or None (a $SPARK_HOME the user set, no installed home, no view)."""
+    if os.environ.get("SPARK_HOME"):
+        return None
+    home = installed_home()
+    v = view(home) if home is not None else None
+    if v is not None:
+        os.environ["SPARK_HOME"] = str(v)
+    return v
