@@ -1,4 +1,5 @@
-"""The CLI's local JVM writes its class archive once, and later JVMs map it (real JVMs)."""
+"""The CLI's local JVM: its class archive written once and mapped after, the Spark home it starts from
+(the view without Spark ML's jar, or the installed one with spark.ml_jars). Real JVMs."""
 
 from __future__ import annotations
 
@@ -80,3 +81,34 @@ def test_first_cli_run_saves_the_archive_and_the_next_jvm_maps_it(tmp_path):
     assert "saving" not in probe.stdout + probe.stderr
     assert [f.name for f in (tmp_path / "cache" / "jvm").iterdir()] == [files[0].name]
     assert not list(tmp_path.glob("hs_err_pid*.log"))
+
+
+KEEP_ML = textwrap.dedent(
+    """
+    import json, os
+    from brokerscope import pipeline
+    from brokerscope.config import Settings
+
+    over = {"spark": {"master": "local[1]", "ml_jars": True, "class_cache": False}}
+    spark = pipeline.make_spark(Settings.load(overrides=over), class_cache=True)
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.Class.forName("org.apache.spark.sql.ml.InternalFunctionRegistration")  # raises if absent
+    jars = [p for p in jvm.java.lang.System.getProperty("java.class.path").split(":") if p.endswith(".jar")]
+    print(json.dumps({"home": os.environ.get("SPARK_HOME"), "jars": jars}))
+    spark.stop()
+    """
+)
+
+
+def test_ml_jars_true_starts_the_jvm_from_the_installed_spark_home(tmp_path):
+    env = {**os.environ, "BROKERSCOPE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": f"{ROOT / 'src'}"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    env.pop("SPARK_HOME", None)
+    run = subprocess.run(
+        [sys.executable, "-c", KEEP_ML], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["home"] is None  # nothing pointed elsewhere
+    assert got["jars"] and not any(p.startswith(str(tmp_path)) for p in got["jars"])
+    assert not (tmp_path / "cache" / "spark-home").exists()

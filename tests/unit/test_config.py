@@ -48,6 +48,7 @@ def test_overrides_and_ports(tmp_path):
         ("[capture]\nbatch_bytes = 100\n", "capture.batch_bytes"),
         ("[inputs]\nexclude = '*.tmp'\n", "inputs.exclude must be a list of globs"),
         ("[spark]\npacket_runs = 'false'\n", "spark.packet_runs must be true or false"),
+        ("[spark]\nml_jars = 'yes'\n", "spark.ml_jars must be true or false"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, text, message):
