@@ -3,11 +3,12 @@
 spark-mllib's jar declares a SparkSessionExtensionsProvider (org.apache.spark.sql.ml.
 InternalFunctionRegistration, in META-INF/services): every SparkSession built with that jar on the
 classpath runs it, and it makes its functions with Scala reflection. brokerscope uses no Spark ML,
-yet that was about 0.5 s of every local start (a one-file ingest on one core: 4.1 -> 3.6 s, with
-the class archive; docs/benchmarks.md). Spark has no setting that skips a provider, and its
-launcher puts every jar of $SPARK_HOME/jars on the classpath, so the JVM is started from a view of
-the Spark home: a directory of symbolic links to the installed home's entries, whose `jars` links
-every jar but those of ML_JARS. Spark's scripts, conf and Python zips are the installed ones.
+yet that was 0.4-1.3 s of every local start (a one-file ingest on one core, median 3.76 -> 3.37 s;
+the start-up of a run pinned to one CPU 3.3-3.6 -> 2.1-2.3 s; docs/benchmarks.md). Spark has no
+setting that skips a provider, and its launcher puts every jar of $SPARK_HOME/jars on the
+classpath, so the JVM is started from a view of the Spark home: a directory of symbolic links to
+the installed home's entries, whose `jars` links every jar but those of ML_JARS. Spark's scripts,
+conf and Python zips are the installed ones.
 
 A view belongs to one Spark home and one jar set: its directory name is a digest of them (an
 upgrade makes a new one), and it is published by a rename once complete. Views live in the class
