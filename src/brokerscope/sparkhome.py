@@ -11,7 +11,8 @@ the installed home's entries, whose `jars` links every jar but those of ML_JARS.
 conf and Python zips are the installed ones.
 
 A view belongs to one Spark home and one jar set: its directory name is a digest of them (an
-upgrade makes a new one), and it is published by a rename once complete. Views live in the class
+upgrade makes a new one), and it is published by a rename once complete; old views go once unused
+for two days (a running JVM may still open jars through its view). Views live in the class
 archive's cache directory (classcache.cache_root) under spark-home/; a user's own $SPARK_HOME is
 left as it is, and any failure to make a view starts Spark from the installed home.
 """
@@ -29,8 +30,11 @@ from . import classcache
 
 # jars left out of the view: the one whose session extension every SparkSession would run
 ML_JARS = ("spark-mllib_",)
-KEEP = 3  # views kept (other Spark installations or versions), newest first
-STALE_S = 3600  # an unfinished view older than this is a dead run's: removed
+KEEP = 3  # views kept (other Spark installations or versions), last used first
+# a JVM opens its classpath's jars as it needs them: a view beyond KEEP goes only once unused
+# this long (a run still going could need it), and an unfinished one is a dead run's after STALE_S
+UNUSED_S = 2 * 24 * 3600
+STALE_S = 3600
 
 
 def installed_home() -> Path | None:
@@ -60,6 +64,7 @@ def view(home: Path, root: Path | None = None) -> Path | None:
     try:
         done = root / _digest(home)
         if (done / "jars").is_dir():
+            os.utime(done)  # its time is its last use, for _prune
             return done
         root.mkdir(parents=True, exist_ok=True)
         _prune(root)
@@ -84,7 +89,8 @@ def view(home: Path, root: Path | None = None) -> Path | None:
 
 
 def _prune(root: Path) -> None:
-    """Keep the KEEP newest views; remove unfinished ones a dead run left."""
+    """Keep the KEEP views last used, and any used in the last UNUSED_S; remove unfinished ones
+    a dead run left."""
     now = time.time()
     views = []
     for p in root.iterdir():
@@ -97,8 +103,9 @@ def _prune(root: Path) -> None:
                 shutil.rmtree(p, ignore_errors=True)
         elif p.is_dir():
             views.append((mtime, p))
-    for _m, p in sorted(views, reverse=True)[KEEP - 1 :]:  # room for the one about to be made
-        shutil.rmtree(p, ignore_errors=True)
+    for mtime, p in sorted(views, reverse=True)[KEEP - 1 :]:  # room for the one about to be made
+        if now - mtime > UNUSED_S:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def use_view() -> Path | None:

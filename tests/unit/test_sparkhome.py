@@ -51,14 +51,15 @@ def test_another_jar_set_makes_another_view(tmp_path):
     assert not (first / "jars" / "spark-sql_2.13-4.2.0.jar").exists()
 
 
-def test_old_views_and_dead_runs_directories_are_pruned(tmp_path):
+def test_views_long_unused_and_dead_runs_directories_are_pruned(tmp_path):
     views = tmp_path / "views"
     views.mkdir()
     now = time.time()
-    for i in range(5):
+    ages = [100, 200, 300, 3 * 24 * 3600, 4 * 24 * 3600]  # seconds since each view's last use
+    for i, age in enumerate(ages):
         d = views / f"{i:024d}"
         (d / "jars").mkdir(parents=True)
-        os.utime(d, (now - 100 * (i + 1), now - 100 * (i + 1)))
+        os.utime(d, (now - age, now - age))
     dead = views / ".x.abc.tmp"
     dead.mkdir()
     os.utime(dead, (now - 2 * sparkhome.STALE_S, now - 2 * sparkhome.STALE_S))
@@ -66,7 +67,17 @@ def test_old_views_and_dead_runs_directories_are_pruned(tmp_path):
     live.mkdir()
     v = sparkhome.view(_home(tmp_path), views)
     left = sorted(p.name for p in views.iterdir())
-    assert left == sorted([".y.def.tmp", v.name, f"{0:024d}", f"{1:024d}"])
+    # beyond the KEEP last used, only those unused for days go: a running JVM may need the third
+    assert left == sorted([".y.def.tmp", v.name, f"{0:024d}", f"{1:024d}", f"{2:024d}"])
+
+
+def test_using_a_view_marks_it_used(tmp_path):
+    home = _home(tmp_path)
+    v = sparkhome.view(home, tmp_path / "views")
+    long_ago = time.time() - 10 * 24 * 3600
+    os.utime(v, (long_ago, long_ago))
+    assert sparkhome.view(home, tmp_path / "views") == v
+    assert v.stat().st_mtime > long_ago + 9 * 24 * 3600
 
 
 def test_no_view_where_none_can_be_made(tmp_path):
