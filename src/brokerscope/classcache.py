@@ -11,7 +11,9 @@ digest of them, so an upgrade of either makes a new one. A truncated archive cra
 (SIGBUS), so an archive is only ever published by a rename after its JVM exited cleanly, and a
 session that fails to start with an archive drops it and starts without
 (pipeline.make_spark). The archives live in $BROKERSCOPE_CACHE, else $XDG_CACHE_HOME/brokerscope,
-else ~/.cache/brokerscope, under jvm/; an unwritable cache directory turns the archive off.
+else ~/.cache/brokerscope, under jvm/; an unwritable cache directory, one whose path holds a space
+or a quote (the JVM option would be cut there), and a non-empty directory on the JVM's classpath
+(a conf directory: the JDK archives none then) turn the archive off.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ CACHE_ENV = "BROKERSCOPE_CACHE"
 # the JVM's CDS messages (classes it cannot archive, a mismatched archive) are not the user's concern
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 KEEP = 3  # archives kept (other JVM builds, Spark versions or options), newest first
-STALE_S = 24 * 3600  # an unfinished archive older than this is a dead run's: removed
 DUMP_TIMEOUT_S = 300.0
+# the JVM writes its archive as it exits: an unfinished one older than this is a dead run's
+STALE_S = 2 * DUMP_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -81,28 +84,54 @@ def _spark_jars() -> Path | None:
 
 
 def key(java_options: list[str]) -> str | None:
-    """A digest of what an archive depends on, or None when the JVM or Spark's jars are unknown."""
+    """A digest of what an archive depends on, or None when the JVM or Spark's jars are unknown
+    (or one of them cannot be read: Spark itself may still start)."""
     java, jars = _java(), _spark_jars()
     if java is None or jars is None or not jars.is_dir():
         return None
     h = hashlib.sha256()
-    for f in [java, *sorted(java.parent.parent.rglob("libjvm.so"))]:
-        st = f.stat()
-        h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    h.update(f"{jars}\n".encode())  # the JVM checks its classpath's paths against the archive's
-    for f in sorted(jars.iterdir()):
-        st = f.stat()
-        h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    try:
+        for f in [java, *sorted(java.parent.parent.rglob("libjvm.so"))]:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(f"{jars}\n".encode())  # the JVM checks its classpath's paths against the archive's
+        for f in sorted(jars.iterdir()):
+            st = f.stat()
+            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    except OSError:  # a dangling link among the jars, say
+        return None
     h.update("\0".join(java_options).encode())
     return h.hexdigest()[:24]
+
+
+def _directory_on_classpath(java_options: list[str]) -> str | None:
+    """A non-empty directory Spark's launcher puts on the JVM's classpath, or None. The JDK
+    archives no classpath with one ("Cannot have non-empty directory in paths"), and maps no
+    archive with one: Spark's conf directory ($SPARK_CONF_DIR, else the Spark home's conf/, which
+    a Spark distribution fills with templates), $HADOOP_CONF_DIR, $YARN_CONF_DIR,
+    $SPARK_DIST_CLASSPATH and any directory the options name (spark.driver.extraClassPath)."""
+    jars = _spark_jars()
+    conf = os.environ.get("SPARK_CONF_DIR") or (str(jars.parent / "conf") if jars else "")
+    places = [conf, os.environ.get("HADOOP_CONF_DIR", ""), os.environ.get("YARN_CONF_DIR", "")]
+    for text in [os.environ.get("SPARK_DIST_CLASSPATH", ""), *java_options]:
+        places.extend(t for part in text.split() for t in part.replace(",", ":").split(":"))
+    for place in places:
+        try:
+            if place and os.path.isdir(place) and any(os.scandir(place)):
+                return place
+        except OSError:
+            continue
+    return None
 
 
 def plan(java_options: list[str]) -> Plan | None:
     """The archive for a JVM started with `java_options`: map it if published, else write it."""
     k = key(java_options)
-    if k is None:
+    if k is None or _directory_on_classpath(java_options) is not None:
         return None
     d = cache_dir()
+    if any(c.isspace() or c in "'\"" for c in str(d)):  # the JVM option would be cut there
+        return None
     try:
         d.mkdir(parents=True, exist_ok=True)
         if not os.access(d, os.W_OK):

@@ -49,39 +49,57 @@ def installed_home() -> Path | None:
 
 
 def _digest(home: Path) -> str:
-    """What a view depends on: the home's path and its jars (names, sizes, times)."""
+    """What a view depends on: the home's path, its entries (names) and its jars (names, sizes,
+    times)."""
     h = hashlib.sha256(f"{home}\n".encode())
+    h.update("\0".join(sorted(p.name for p in home.iterdir())).encode())
     for f in sorted((home / "jars").iterdir()):
         st = f.stat()
         h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:24]
 
 
+def _links(home: Path) -> dict[str, Path]:
+    """The links a view of `home` holds, by their path in it: its entries, and its jars but
+    ML_JARS."""
+    out = {p.name: p for p in home.iterdir() if p.name != "jars"}
+    out.update({f"jars/{j.name}": j for j in (home / "jars").iterdir() if not j.name.startswith(ML_JARS)})
+    return out
+
+
+def _whole(v: Path, links: dict[str, Path]) -> bool:
+    """Whether view `v` holds exactly `links`, each pointing where it should."""
+    try:
+        held = {p.name for p in v.iterdir()} | {f"jars/{p.name}" for p in (v / "jars").iterdir()}
+        return held == {*links, "jars"} and all(os.readlink(v / k) == str(t) for k, t in links.items())
+    except OSError:
+        return False
+
+
 def view(home: Path, root: Path | None = None) -> Path | None:
-    """The view of Spark home `home` without ML_JARS, made if missing (under `root`, default the
-    cache's spark-home/); None when it cannot be made."""
+    """The view of Spark home `home` without ML_JARS, made if missing or damaged (under `root`,
+    default the cache's spark-home/); None when it cannot be made."""
     root = root if root is not None else classcache.cache_root() / "spark-home"
     try:
         done = root / _digest(home)
-        if (done / "jars").is_dir():
-            os.utime(done)  # its time is its last use, for _prune
-            return done
+        links = _links(home)
+        if done.is_dir():
+            if _whole(done, links):
+                os.utime(done)  # its time is its last use, for _prune
+                return done
+            shutil.rmtree(done)  # a link removed or changed by hand: made again
         root.mkdir(parents=True, exist_ok=True)
         _prune(root)
         tmp = root / f".{done.name}.{uuid.uuid4().hex[:12]}.tmp"
         tmp.mkdir()
-        for entry in home.iterdir():
-            if entry.name != "jars":
-                (tmp / entry.name).symlink_to(entry)
         (tmp / "jars").mkdir()
-        for jar in (home / "jars").iterdir():
-            if not jar.name.startswith(ML_JARS):
-                (tmp / "jars" / jar.name).symlink_to(jar)
+        for name, target in links.items():
+            (tmp / name).symlink_to(target)
         try:
             tmp.rename(done)
         except OSError:  # another run published it first: theirs is the same
             shutil.rmtree(tmp, ignore_errors=True)
-            if not (done / "jars").is_dir():
+            if not _whole(done, links):
                 return None
         return done
     except OSError:

@@ -85,3 +85,37 @@ def test_the_same_jars_in_another_directory_key_another_archive(tmp_path, monkey
         monkeypatch.setenv("SPARK_HOME", str(tmp_path / where))
         keys.add(classcache.key(OPTS))
     assert len(keys) == 2
+
+
+def test_no_archive_where_the_jvm_could_neither_write_nor_map_one(tmp_path, monkeypatch):
+    """A cache path with a space would cut the JVM option; a non-empty directory on the classpath
+    (Spark's conf directory with a spark-defaults.conf, a distribution's templates) makes the JDK
+    refuse to write an archive ("Cannot have non-empty directory in paths"), every run again."""
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    for name in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
+        monkeypatch.delenv(name, raising=False)
+    if classcache.key(OPTS) is None:
+        pytest.skip("no java or no Spark jars")
+    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "my cache"))
+    assert classcache.plan(OPTS) is None
+    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "c"))
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert classcache.plan(OPTS) is not None  # an empty directory is no obstacle
+    (conf / "spark-defaults.conf.template").write_text("# spark.master local\n")
+    assert classcache.plan(OPTS) is None
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    extra = tmp_path / "classes"
+    (extra / "x").mkdir(parents=True)
+    assert classcache.plan(["-XX:TieredStopAtLevel=1", "", "", f"/no/such.jar:{extra}"]) is None
+
+
+def test_a_jar_that_cannot_be_read_means_no_archive_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    if classcache.key(OPTS) is None:
+        pytest.skip("no java or no Spark jars")
+    (tmp_path / "home" / "jars").mkdir(parents=True)
+    (tmp_path / "home" / "jars" / "a.jar").symlink_to(tmp_path / "gone.jar")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "home"))
+    assert classcache.key(OPTS) is None

@@ -109,3 +109,28 @@ def test_the_installed_home_gets_a_view_in_the_cache(tmp_path, monkeypatch):
     with_view = classcache.key(["-XX:TieredStopAtLevel=1"])
     monkeypatch.delenv("SPARK_HOME")
     assert classcache.key(["-XX:TieredStopAtLevel=1"]) != with_view
+
+
+def test_a_damaged_view_is_made_again(tmp_path):
+    home = _home(tmp_path)
+    v = sparkhome.view(home, tmp_path / "views")
+    (v / "jars" / "spark-core_2.13-4.2.0.jar").unlink()  # a link removed by hand
+    assert sparkhome.view(home, tmp_path / "views") == v
+    assert (v / "jars" / "spark-core_2.13-4.2.0.jar").read_bytes() == b"spark-core_2.13-4.2.0.jar"
+    (v / "bin").unlink()
+    (v / "bin").symlink_to(tmp_path / "nowhere")  # a link pointing elsewhere
+    assert sparkhome.view(home, tmp_path / "views") == v
+    assert (v / "bin" / "spark-submit").is_file()
+    (v / "jars" / "spark-mllib_2.13-4.2.0.jar").symlink_to(home / "jars" / "spark-mllib_2.13-4.2.0.jar")
+    assert sparkhome.view(home, tmp_path / "views") == v  # an extra link: made again without it
+    assert not (v / "jars" / "spark-mllib_2.13-4.2.0.jar").exists()
+
+
+def test_an_entry_added_to_the_home_makes_a_new_view_that_links_it(tmp_path):
+    home = _home(tmp_path)
+    first = sparkhome.view(home, tmp_path / "views")
+    (home / "conf").mkdir()
+    (home / "conf" / "spark-defaults.conf").write_text("spark.some.setting 42\n")
+    second = sparkhome.view(home, tmp_path / "views")
+    assert second != first
+    assert (second / "conf" / "spark-defaults.conf").read_text() == "spark.some.setting 42\n"
