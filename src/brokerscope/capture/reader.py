@@ -459,12 +459,19 @@ def _read_pcap(
                     p = win.more(p, 16)
                     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                     continue
-                if L - p > 0 and base + p < end:
+                if L - p > 0:  # past this split's end too: the next one's resync cannot land there
                     dec.error(f"truncated record header at offset {base + p}")
                     dec.damaged += L - p
                 break
             rec = base + p
             if rec >= end:
+                _, f, cl, _ = hdr(buf, p)
+                if eof and p + 16 + cl > L and cl <= seq_lim and f < fmax:
+                    # the file's last record, cut by its end, starts in the next split, whose first
+                    # resync cannot land on it (a chain needs one whole record): said here, as a
+                    # read of the whole file says it
+                    dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
+                    dec.damaged += L - p
                 break
             s, f, cl, ol = hdr(buf, p)
             if cl > seq_lim or f >= fmax:
@@ -807,12 +814,17 @@ def _read_pcapng(
                     p = win.more(p, 12)
                     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                     continue
-                if L - p > 0 and base + p < end:
+                if L - p > 0:  # past this split's end too: the next one's resync cannot land there
                     dec.error(f"truncated block header at offset {base + p}")
                     dec.damaged += L - p
                 break
             rec = base + p
             if rec >= end:
+                t, n = bh(buf, p)
+                if eof and p + n > L and 12 <= n <= MAX_BLOCK and not n & 3 and t != SHB:
+                    # the file's last block, cut by its end, starts in the next split (as for pcap)
+                    dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
+                    dec.damaged += L - p
                 break
             t, n = bh(buf, p)
             # fast path: a well-framed EPB of a known interface

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+from pathlib import Path
 
 import pytest
 from capture_kit import ROW_COLS, custom, epb, idb, isb, nrb, pcap_bytes, read_path, shb, total, write
@@ -410,3 +411,35 @@ def test_pcapng_split_inside_its_last_block_reads_nothing_wrong():
         assert len(stats) > 1
         assert rows == whole, size
         assert [e for s in stats for e in s["errors"]] == [], size
+
+
+def _truncation(stats: list[dict]) -> tuple[list[str], int]:
+    """What the splits of a read said of a cut end: their truncation errors and damaged bytes."""
+    errors = [e for st in stats for e in st["errors"] if e.startswith("truncated")]
+    return errors, sum(st["damaged"] for st in stats)
+
+
+@pytest.mark.parametrize(
+    "name, sizes",
+    [
+        ("pulsar/pulsar_chunked.pcap", (300, 1000, 4096)),
+        ("kafka/share.pcap", (1000, 4096)),
+        ("public/iggy-rs.pcapng", (300, 1024)),
+    ],
+)
+def test_a_cut_end_is_reported_whatever_the_split_size(tmp_path, name, sizes):
+    """A capture cut inside its last record says so (`partial`) at every split size: where the
+    cut record starts in the next split, that split's first resync cannot land on it (a chain
+    needs one whole record), and the split before says it, as a read of the whole file does.
+    Found as a user: pulsar_chunked.pcap cut at byte 22,792 read cleanly with 4,096-byte splits."""
+    data = (SAMPLE_DATA / name).read_bytes()
+    rnd = random.Random(13)
+    cuts = [22792] if name.startswith("pulsar") else []
+    cuts += sorted(rnd.sample(range(len(data) // 3, len(data) - 1), 40))
+    for cut in cuts:
+        path = write(tmp_path, f"cut{Path(name).suffix}", data[:cut])
+        whole_rows, whole_stats = read_path(path)
+        for size in sizes:
+            rows, stats = read_path(path, split_size=size)
+            assert rows == whole_rows, (cut, size)
+            assert _truncation(stats) == _truncation(whole_stats), (cut, size)
