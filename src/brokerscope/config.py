@@ -87,8 +87,8 @@ _UNITS = {
 
 
 def parse_size(v) -> int:
-    """`"128MiB"` -> 134217728; ints pass through."""
-    if isinstance(v, int):
+    """`"128MiB"` -> 134217728; ints pass through (not booleans: `true` is no size)."""
+    if isinstance(v, int) and not isinstance(v, bool):
         return v
     m = _SIZE.match(str(v))
     if not m:
@@ -219,9 +219,16 @@ class Settings:
     def optimize_after_run(self) -> bool:
         return bool(self.raw["lake"]["optimize_after_run"])
 
+    def _size(self, section: str, key: str) -> int:
+        """A size setting, or a ValueError naming it."""
+        try:
+            return parse_size(self.raw[section][key])
+        except ValueError as e:
+            raise ValueError(f"{section}.{key}: {e}") from None
+
     @property
     def target_file_size(self) -> int:
-        return parse_size(self.raw["lake"]["target_file_size"])
+        return self._size("lake", "target_file_size")
 
     @property
     def vacuum_retain_hours(self) -> float:
@@ -238,7 +245,7 @@ class Settings:
 
     @property
     def split_size(self) -> int:
-        return parse_size(self.raw["capture"]["split_size"])
+        return self._size("capture", "split_size")
 
     @property
     def batch_packets(self) -> int:
@@ -246,7 +253,7 @@ class Settings:
 
     @property
     def batch_bytes(self) -> int:
-        return parse_size(self.raw["capture"]["batch_bytes"])
+        return self._size("capture", "batch_bytes")
 
     @property
     def max_pending_fragments(self) -> int:
@@ -262,11 +269,11 @@ class Settings:
 
     @property
     def max_reorder_bytes(self) -> int:
-        return parse_size(self.raw["tcp"]["max_reorder_bytes"])
+        return self._size("tcp", "max_reorder_bytes")
 
     @property
     def sniff_bytes(self) -> int:
-        return parse_size(self.raw["tcp"]["sniff_bytes"])
+        return self._size("tcp", "sniff_bytes")
 
     @property
     def packet_filter(self) -> PacketFilter | None:

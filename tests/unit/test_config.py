@@ -49,6 +49,7 @@ def test_overrides_and_ports(tmp_path):
         ("[inputs]\nexclude = '*.tmp'\n", "inputs.exclude must be a list of globs"),
         ("[spark]\npacket_runs = 'false'\n", "spark.packet_runs must be true or false"),
         ("[spark]\nml_jars = 'yes'\n", "spark.ml_jars must be true or false"),
+        ("[capture]\nsplit_size = true\n", "capture.split_size: not a size: True"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, text, message):
