@@ -358,7 +358,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records, span = None, (None, None)
+                records, span, first_at = None, (None, None), None
                 secrets: list[bytes] = []
                 for b in capture.read_split(
                     sp,
@@ -372,6 +372,7 @@ def _read_splits_fn(
                     st = capture.parse_stats(b)
                     if st is not None:
                         records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
+                        first_at = st.get("first_at")
                     if runs:
                         yield from packetruns.pack(b)
                     else:
@@ -380,7 +381,7 @@ def _read_splits_fn(
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 size = sizes[sp.file_index]
                 digests = chunk_digests(sp.path, sp.start, sp.end, size)
-                run.write_digests(sp.file_index, sp.start, digests, records, span)
+                run.write_digests(sp.file_index, sp.start, digests, records, span, first_at)
 
     return read
 

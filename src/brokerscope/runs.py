@@ -89,10 +89,11 @@ class RunDir:
         digests: dict[int, bytes],
         records: int | None = None,
         span: tuple[int | None, int | None] = (None, None),
+        first_at: int | None = None,
     ) -> None:
-        """Record one split's chunk digests and, for a capture split, the packet records it read
-        and their first and last record time (`span`, ns) (atomically: a retried task rewrites
-        the same bytes)."""
+        """Record one split's chunk digests and, for a capture split, the packet records it read,
+        their first and last record time (`span`, ns) and where they begin (`first_at`: the
+        frame numbering's key) (atomically: a retried task rewrites the same bytes)."""
         d = self.path / "ids"
         d.mkdir(parents=True, exist_ok=True)
         body = json.dumps(
@@ -101,6 +102,7 @@ class RunDir:
                 "records": records,
                 "first_ts_ns": span[0],
                 "last_ts_ns": span[1],
+                "first_at": first_at,
             }
         )
         tmp = d / f".{file_index}-{start}.{uuid.uuid4().hex}.tmp"
@@ -128,8 +130,9 @@ class RunDir:
         the record counts their read tasks wrote beside the digests."""
         counts: dict[int, dict[int, int]] = {fi: {} for fi in file_indexes}
         for fi, start, body in self._splits(counts):
-            if body.get("records") is not None:
-                counts[fi][start] = body["records"]
+            if body.get("records"):  # a split that read none marks no boundary (it may lie inside
+                at = body.get("first_at")  # the records the split before read on to)
+                counts[fi][start if at is None else at] = body["records"]
         return FrameNumbers({fi: c for fi, c in counts.items() if c})
 
     def vantages(self, file_indexes) -> dict[int, int]:

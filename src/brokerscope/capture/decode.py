@@ -175,6 +175,7 @@ class PacketDecoder:
         self.n_errors = 0
         self.tls_key_logs: list[bytes] = []  # pcapng Decryption Secrets Blocks' key log text: never a row
         self.first_ts_ns: int | None = None
+        self.first_at: int | None = None  # where the split's reading began (reader.py)
         self.last_ts_ns: int | None = None
         self._frags: OrderedDict[tuple, _Frag] = OrderedDict()
         self._ip4names: dict[int, str] = {}
@@ -207,7 +208,9 @@ class PacketDecoder:
         read as captured although longer than the snap length the file (pcapng: the interface)
         declares; empty_records: records with caplen 0, counted and skipped, as tshark shows them
         as empty frames; filtered (only with an ingest filter): records outside its time window
-        plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps.
+        plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps;
+        first_at: the file offset where the split's records begin (None when it read none): its
+        records are those from there to the next split's first_at (capture.files.FrameNumbers).
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)
@@ -219,6 +222,7 @@ class PacketDecoder:
         lo, hi = _I64
         d["first_ts_ns"] = None if self.first_ts_ns is None else min(max(self.first_ts_ns, lo), hi)
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
+        d["first_at"] = self.first_at if self.records else None
         return d
 
     def finish(self) -> None:

@@ -153,10 +153,12 @@ class FrameNumbers:
     """Frame numbers as Wireshark counts them (the 1-based index of a packet record in its file:
     pcap records; pcapng EPB, SPB and PB blocks, no other block) from the reader's per-split
     numbers (tables.PACKETS record_no): a split's first record follows every record of the
-    file's earlier splits, and a packet's split is the one holding its record's first byte.
+    file's earlier splits, and a packet's split is the last one whose records begin at or before
+    its record's first byte (a split reads on past its end to where the next one's records begin).
 
-    `counts[file_index][split start]` = the packet records the split read. Only known once every
-    split of the file was read (the pipeline's read tasks write them beside the identity digests).
+    `counts[file_index][where the split's records begin]` (its stats' first_at) = the packet
+    records the split read; splits that read none are left out. Only known once every split of
+    the file was read (the pipeline's read tasks write them beside the identity digests).
     """
 
     def __init__(self, counts: dict[int, dict[int, int]]) -> None:

@@ -436,12 +436,14 @@ def _read_pcap(
     tmin: int | None = None
     tmax: int | None = None
     last_s: int | None = None
+    read_on = False  # reading past `end`, to where the next split's first resync lands
     p = 24
     if start > 24:
         p = _pcap_resync(win, start - win.base, hdr, lim, fmax, None, slack, t0)
         if p < 0:
             return
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+    dec.first_at = base + p
     gc_on = _gc_pause()
     try:
         while True:
@@ -465,13 +467,17 @@ def _read_pcap(
                 break
             rec = base + p
             if rec >= end:
-                _, f, cl, _ = hdr(buf, p)
-                if eof and p + 16 + cl > L and cl <= seq_lim and f < fmax:
-                    # the file's last record, cut by its end, starts in the next split, whose first
-                    # resync cannot land on it (a chain needs one whole record): said here, as a
-                    # read of the whole file says it
-                    dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
-                    dec.damaged += L - p
+                if not read_on:
+                    # the next split starts where its first resync lands: this one reads on to
+                    # there (records whose chain does not validate, damage, a cut last record:
+                    # as a read of the whole file reads them), once
+                    read_on = True
+                    q = _pcap_resync(win, end - base, hdr, lim, fmax, None, slack, t0)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    p = rec - base
+                    if q < 0 or base + q > rec:
+                        end = base + q if q >= 0 else 1 << 62
+                        continue
                 break
             s, f, cl, ol = hdr(buf, p)
             if cl > seq_lim or f >= fmax:
@@ -757,6 +763,7 @@ def _read_pcapng(
     if od is None or bytes(buf[:4]) != b"\x0a\x0d\x0d\x0a":
         dec.error("bad pcapng section header")
         return
+    head_order = od  # what a split's first resync starts with
     ifaces: list[_Iface] = []
     complete = True  # do we know every IDB in force at the current position?
     p = 0
@@ -787,8 +794,10 @@ def _read_pcapng(
     tmin: int | None = None
     tmax: int | None = None
     last_ts = 0
+    read_on = False  # reading past `end`, to where the next split's first resync lands
     rows = dec.rows
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+    dec.first_at = base + p
     bh, epbu, u32 = od.bh, od.epb, od.u32
     ip4 = dec.ip4
     walk = dec.native.epb if dec.native is not None else None  # the compiled walk of EPBs
@@ -820,11 +829,14 @@ def _read_pcapng(
                 break
             rec = base + p
             if rec >= end:
-                t, n = bh(buf, p)
-                if eof and p + n > L and 12 <= n <= MAX_BLOCK and not n & 3 and t != SHB:
-                    # the file's last block, cut by its end, starts in the next split (as for pcap)
-                    dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
-                    dec.damaged += L - p
+                if not read_on:  # to where the next split's first resync lands (as for pcap)
+                    read_on = True
+                    q, _ = _ng_resync(win, end - base, head_order)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    p = rec - base
+                    if q < 0 or base + q > rec:
+                        end = base + q if q >= 0 else 1 << 62
+                        continue
                 break
             t, n = bh(buf, p)
             # fast path: a well-framed EPB of a known interface

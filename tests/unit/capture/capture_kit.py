@@ -132,6 +132,11 @@ ROW_COLS = (
 )
 
 
+def _numbered_from(start: int, st: dict) -> int:
+    """Where a split's records begin (its stats' first_at), as the pipeline keys its frame numbers."""
+    return start if st.get("first_at") is None else st["first_at"]
+
+
 def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
     """(rows as dicts in file order, list of stats dicts — one per split). Each row also has
     `frame`: its frame number in the file, from the splits' record numbers and counts as the
@@ -148,7 +153,12 @@ def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
         assert all(parse_stats(b) is None for b in batches[:-1])
         stats.append(st)
         read.append((sp.start, batches[:-1]))
-    numbers = FrameNumbers({0: {start: st["records"] for (start, _), st in zip(read, stats, strict=True)}})
+    keys = {
+        _numbered_from(start, st): st["records"]
+        for (start, _), st in zip(read, stats, strict=True)
+        if st["records"]
+    }
+    numbers = FrameNumbers({0: keys} if keys else {})
     for _, batches in read:
         for b in batches:
             assert b.column("capture_id").to_pylist() == [cid] * b.num_rows
