@@ -621,6 +621,7 @@ class StreamDriver:
 
     def _stats_row(self, counters_json: bytes, capture_id: str, file_index: int) -> None:
         counters = json.loads(counters_json)
+        counters.pop("first_at", None)  # the read stage's frame-numbering key (runs.py), no counter
         counters.setdefault("capture_id", capture_id)
         counters.setdefault("file_index", file_index)
         self.capture_stats.append(counters)
