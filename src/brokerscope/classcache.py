@@ -95,13 +95,19 @@ def key(java_options: list[str]) -> str | None:
             st = f.stat()
             h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         h.update(f"{jars}\n".encode())  # the JVM checks its classpath's paths against the archive's
-        for f in sorted(jars.iterdir()):
-            st = f.stat()
-            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        hash_jars(h, jars)
     except OSError:  # a dangling link among the jars, say
         return None
     h.update("\0".join(java_options).encode())
     return h.hexdigest()[:24]
+
+
+def hash_jars(h, jars: Path) -> None:
+    """Add the jar set of directory `jars` (names, sizes, times) to hash `h`; OSError where one
+    cannot be read."""
+    for f in sorted(jars.iterdir()):
+        st = f.stat()
+        h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
 
 
 def _directory_on_classpath(java_options: list[str]) -> str | None:

@@ -130,9 +130,9 @@ class RunDir:
         the record counts their read tasks wrote beside the digests."""
         counts: dict[int, dict[int, int]] = {fi: {} for fi in file_indexes}
         for fi, start, body in self._splits(counts):
-            if body.get("records"):  # a split that read none marks no boundary (it may lie inside
-                at = body.get("first_at")  # the records the split before read on to)
-                counts[fi][start if at is None else at] = body["records"]
+            at = FrameNumbers.key(start, body.get("records"), body.get("first_at"))
+            if at is not None:
+                counts[fi][at] = body["records"]
         return FrameNumbers({fi: c for fi, c in counts.items() if c})
 
     def vantages(self, file_indexes) -> dict[int, int]:

@@ -53,9 +53,7 @@ def _digest(home: Path) -> str:
     times)."""
     h = hashlib.sha256(f"{home}\n".encode())
     h.update("\0".join(sorted(p.name for p in home.iterdir())).encode())
-    for f in sorted((home / "jars").iterdir()):
-        st = f.stat()
-        h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    classcache.hash_jars(h, home / "jars")
     return h.hexdigest()[:24]
 
 

@@ -730,9 +730,9 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
             tls_key_logs=secrets,
         )
         st = capture.parse_stats(batches[-1])
-        if st["records"]:  # keyed as runs.frame_numbers keys them
-            at = st.get("first_at")
-            records.setdefault(sp.file_index, {})[sp.start if at is None else at] = st["records"]
+        at = FrameNumbers.key(sp.start, st["records"], st.get("first_at"))
+        if at is not None:
+            records.setdefault(sp.file_index, {})[at] = st["records"]
         split_stats.append({**st, "file_index": sp.file_index})
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
     packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])

@@ -156,10 +156,19 @@ class FrameNumbers:
     file's earlier splits, and a packet's split is the last one whose records begin at or before
     its record's first byte (a split reads on past its end to where the next one's records begin).
 
-    `counts[file_index][where the split's records begin]` (its stats' first_at) = the packet
-    records the split read; splits that read none are left out. Only known once every split of
+    `counts[file_index][FrameNumbers.key(...)]` (where the split's records begin: its stats'
+    first_at) = the packet records the split read; splits that read none are left out. Only known once every split of
     the file was read (the pipeline's read tasks write them beside the identity digests).
     """
+
+    @staticmethod
+    def key(start: int, records: int | None, first_at: int | None) -> int | None:
+        """The key of a split's count in `counts` (split `start`, its stats' `records` and
+        `first_at`): where its records begin; None for a split that read none (it marks no
+        boundary: it may lie inside the records the split before read on to)."""
+        if not records:
+            return None
+        return start if first_at is None else first_at
 
     def __init__(self, counts: dict[int, dict[int, int]]) -> None:
         self._splits: dict[int, tuple] = {}  # file_index -> (split starts, records before each)

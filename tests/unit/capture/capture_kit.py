@@ -132,11 +132,6 @@ ROW_COLS = (
 )
 
 
-def _numbered_from(start: int, st: dict) -> int:
-    """Where a split's records begin (its stats' first_at), as the pipeline keys its frame numbers."""
-    return start if st.get("first_at") is None else st["first_at"]
-
-
 def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
     """(rows as dicts in file order, list of stats dicts — one per split). Each row also has
     `frame`: its frame number in the file, from the splits' record numbers and counts as the
@@ -154,9 +149,9 @@ def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
         stats.append(st)
         read.append((sp.start, batches[:-1]))
     keys = {
-        _numbered_from(start, st): st["records"]
+        at: st["records"]
         for (start, _), st in zip(read, stats, strict=True)
-        if st["records"]
+        if (at := FrameNumbers.key(start, st["records"], st.get("first_at"))) is not None
     }
     numbers = FrameNumbers({0: keys} if keys else {})
     for _, batches in read:
