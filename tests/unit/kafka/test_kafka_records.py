@@ -617,6 +617,27 @@ def test_lz4_bodies_in_the_walk_read_as_python_lz4_reads_them(name, batch, cap):
     assert here == there
 
 
+def test_lz4_context_left_by_one_call_reads_the_next(monkeypatch):
+    """A call leaves its LZ4 context and output buffer for the next: after every kind of body
+    (cut mid-frame, damaged, over the cap, larger than the buffer so far), a whole frame in the
+    next call is still read in the walk, with python-lz4's records, and so after the functions
+    were swapped."""
+    calls = []
+    real = R._decompress_v2
+    monkeypatch.setattr(R, "_decompress_v2", lambda *a: calls.append(a[0]) or real(*a))
+    good = _recompress_v2(records(MSGS, 2, 0), 3, lz4.frame.compress)
+    want = _seen(R.read_record_set(good))
+    for swap in (False, True):
+        for _name, batch, cap in _lz4_cases():
+            R.read_record_set(batch, cap=cap)
+            if swap:  # the kept context was made by the functions replaced: freed, not reused
+                R.lz4_in_walk(False)
+                R.lz4_in_walk(True)
+            calls.clear()
+            assert _seen(R.read_record_set(good)) == want, _name
+            assert calls == [], _name
+
+
 def test_whole_lz4_frames_do_not_call_python(monkeypatch):
     """A whole frame is decoded in the walk: the Python decompressor is not asked."""
     calls = []

@@ -464,6 +464,13 @@ typedef struct {
 
 static Lz4f LZ4F; /* set by lz4_functions; each record_sets call works with its own copy */
 
+/* An LZ4 context and output buffer a call left for the next (taken and given back with the GIL
+ * held): a frame's record sets are one call, so each call made both anew, and the output's
+ * megabytes were fresh pages to fault in every time. */
+#define LZ4_KEEP_MAX (16 << 20) /* a larger output buffer is not kept */
+static void *lz4_spare;
+static Buf lz4out_spare;
+
 typedef struct {
     Walk w;
     PyObject *chunks; /* list of the sealed chunks' dicts */
@@ -489,6 +496,11 @@ static Py_ssize_t lz4_here(Sets *s, const unsigned char *src, Py_ssize_t n) {
     Py_ssize_t limit = 256 * n + 65536; /* records._first_limit */
     if (limit > s->cap + 1) limit = s->cap + 1;
     s->lz4out.len = 0;
+    if (s->lz4out.cap < limit) { /* nothing in it to keep: no realloc copying it over */
+        free(s->lz4out.p);
+        s->lz4out.p = NULL;
+        s->lz4out.cap = 0;
+    }
     if (buf_reserve(&s->lz4out, limit)) return -1;
     size_t out = (size_t)limit, in = (size_t)n, r;
     Py_BEGIN_ALLOW_THREADS
@@ -676,6 +688,12 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     if (!seq) return NULL;
     Sets s = {0};
     s.lz4f = LZ4F;
+    if (s.lz4f.decompress) {
+        s.lz4 = lz4_spare;
+        s.lz4out = lz4out_spare;
+        lz4_spare = NULL;
+        memset(&lz4out_spare, 0, sizeof lz4out_spare);
+    }
     s.decompress = decompress;
     s.cap = cap;
     s.chunks = PyList_New(0);
@@ -719,8 +737,14 @@ static PyObject *record_sets(PyObject *self, PyObject *args) {
     res = Py_BuildValue("{s:O,s:O}", "sets", sets, "chunks", s.chunks);
 done:
     walk_free(&s.w);
-    if (s.lz4) s.lz4f.free(s.lz4);
-    free(s.lz4out.p);
+    if (s.lz4 && !lz4_spare && s.lz4f.free == LZ4F.free) /* not where the functions changed meanwhile */
+        lz4_spare = s.lz4;
+    else if (s.lz4)
+        s.lz4f.free(s.lz4);
+    if (s.lz4out.cap <= LZ4_KEEP_MAX && !lz4out_spare.p)
+        lz4out_spare = s.lz4out;
+    else
+        free(s.lz4out.p);
     Py_XDECREF(s.chunks);
     Py_XDECREF(sets);
     Py_DECREF(seq);
@@ -796,6 +820,10 @@ static PyObject *lz4_functions(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *a[5] = {NULL};
     if (!PyArg_ParseTuple(args, "O|OOOO", &a[0], &a[1], &a[2], &a[3], &a[4])) return NULL;
+    if (lz4_spare) { /* made by the functions being replaced */
+        LZ4F.free(lz4_spare);
+        lz4_spare = NULL;
+    }
     if (a[0] == Py_None) {
         LZ4F.decompress = NULL; /* first: a call that copies LZ4F meanwhile takes no LZ4 body */
         memset(&LZ4F, 0, sizeof LZ4F);
