@@ -8,8 +8,10 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from . import __version__, export
 from .capture.filter import PacketFilter
 from .config import Settings, schema_options
 from .protocols.base import known_names
-from .report import EXIT_USAGE
+from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 
 log = logging.getLogger("brokerscope")
 
@@ -115,7 +117,9 @@ def _spark(settings: Settings, quiet: bool = False):
 
     # PySpark logs a failed query's context as JSON on stderr; the CLI prints one line instead
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    return make_spark(settings, quiet_progress=quiet, class_cache=True)
+    spark = make_spark(settings, quiet_progress=quiet, class_cache=True)
+    _handle(signal.SIGINT)  # instead of PySpark's (SparkContext sets it)
+    return spark
 
 
 def cmd_ingest(args) -> int:
@@ -657,14 +661,78 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread runs: a run stops and cleans up as on Ctrl-C."""
+
+
+def _on_signal(signum, frame) -> None:
+    """SIGTERM, and SIGINT once Spark runs: Spark's jobs are cancelled from another thread (the
+    main thread's py4j connection is the call interrupted: PySpark's own SIGINT handler cancels
+    on it and fails, 'reentrant call'), and the command stops as on Ctrl-C."""
+    context = sys.modules.get("pyspark.core.context")
+    sc = context.SparkContext._active_spark_context if context else None
+    if sc is not None:
+        threading.Thread(target=_cancel_jobs, args=(sc,), name="brokerscope-cancel", daemon=True).start()
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _cancel_jobs(sc) -> None:
+    try:
+        sc.cancelAllJobs()
+    except Exception:  # noqa: BLE001 - a JVM already gone has no jobs
+        pass
+
+
+def _stop_spark() -> None:
+    """Stop a running SparkContext: its cancelled tasks end before the JVM does, and what they
+    log as they are killed (stack traces, 'Python worker exited unexpectedly') is not shown."""
+    context = sys.modules.get("pyspark.core.context")
+    sc = context.SparkContext._active_spark_context if context else None
+    if sc is not None:
+        try:
+            sc.setLogLevel("OFF")
+            sc.stop()
+        except Exception:  # noqa: BLE001 - a JVM already gone: nothing to stop
+            pass
+
+
+def _handle(sig: int) -> None:
+    try:
+        signal.signal(sig, _on_signal)
+    except ValueError:  # not the main thread (main() called from a thread): the default stays
+        pass
+
+
+def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
+    """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM): main says it once."""
+    if f"{os.sep}py4j{os.sep}" not in record.pathname or not record.exc_info:
+        return True
+    e, seen = record.exc_info[1], 0
+    while e is not None and seen < 10:
+        if isinstance(e, KeyboardInterrupt):
+            return False
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_an_interrupt_in_py4j)
+    interrupted = False
+    _handle(signal.SIGTERM)
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what the run had staged is removed
+        interrupted = True
+        term = isinstance(e, Terminated)
+        print(f"brokerscope: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
+        _stop_spark()
+        return EXIT_TERMINATED if term else EXIT_INTERRUPTED
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -676,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
-        if pipeline:
+        if pipeline and interrupted:
+            pipeline.drop_class_cache()  # not waited for: its JVM writes it as it exits, unpublished
+        elif pipeline:
             pipeline.finish_class_cache(lambda m: print(f"brokerscope: {m}", file=sys.stderr))
 
 

@@ -150,10 +150,12 @@ def make_spark(
         b = b.config(k, v)
     if not launched_by_submit:
         _import_while_the_jvm_starts()
+    before = child_pids()
     try:
         spark = b.getOrCreate()
-    except Exception:
-        if cache is None or cache.pending is not None:
+    except BaseException as e:
+        _stop_unconnected_jvm(before)
+        if not isinstance(e, Exception) or cache is None or cache.pending is not None:
             raise
         # a JVM that cannot start with its archive (damaged, or not its own): drop it, start without
         classcache.discard(cache)
@@ -166,6 +168,60 @@ def make_spark(
     if not spark.sparkContext.master.startswith("local"):
         _ship_package(spark.sparkContext)
     return spark
+
+
+def child_pids(parent: int | None = None) -> set[int]:
+    """The processes whose parent is `parent`, by default this one (Linux's /proc; elsewhere
+    none are known)."""
+    me, out = os.getpid() if parent is None else parent, set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == me:
+                out.add(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _stop_unconnected_jvm(before: set[int], wait_s: float = 5.0) -> None:
+    """Stop the JVM a failed or interrupted getOrCreate launched and never connected to.
+
+    PySpark's JVM ignores SIGINT and exits when its stdin closes, but it watches stdin only once
+    it has handed Python its port: interrupted before that (Ctrl-C or SIGTERM in the first
+    second), PySpark removes the directory the JVM writes its port to, the JVM's main thread dies
+    on it, and its py4j server thread keeps it alive for good, holding this process's stdout and
+    stderr (a scheduler reading them waits forever). A connected JVM exits with this process."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return
+    started = child_pids() - before
+    for sig in (15, 9):  # SIGTERM, then SIGKILL for one still there after wait_s
+        for pid in started:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while started and time.monotonic() < deadline:
+            for pid in list(started):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        started.discard(pid)
+                except ChildProcessError:
+                    started.discard(pid)
+            time.sleep(0.05)
+        if not started:
+            return
 
 
 # what PySpark's first call into a new JVM imports (its numpy argument converter asks
@@ -222,6 +278,13 @@ def finish_class_cache(progress: Callable[[str], None] = lambda m: None) -> None
     if _pending is not None:
         (spark, cache), _pending = _pending, None
         classcache.finish(spark, cache, progress)
+
+
+def drop_class_cache() -> None:
+    """Forget the class archive this process's JVM was to write: an interrupted command does not
+    wait for it (the JVM writes it as it exits; unpublished, it is removed by a later run)."""
+    global _pending
+    _pending = None
 
 
 def _ship_package(sc) -> None:

@@ -10,6 +10,8 @@ EXIT_FAILED = 1  # the run failed; nothing of it was committed
 EXIT_USAGE = 2  # bad arguments, configuration or lake path (found before Spark starts)
 EXIT_PARTIAL = 3  # ingested, but some inputs were partial (damaged) or rejected
 EXIT_NOTHING = 4  # no input could be ingested
+EXIT_INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C), as a shell reports a process it killed
+EXIT_TERMINATED = 143  # stopped by SIGTERM
 SHOWN = 5  # files named per kind of problem in the summary; the rest are counted
 
 
