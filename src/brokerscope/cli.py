@@ -19,7 +19,7 @@ from . import __version__, export
 from .capture.filter import PacketFilter
 from .config import Settings, schema_options
 from .protocols.base import known_names
-from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
+from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
 
 log = logging.getLogger("brokerscope")
 
@@ -661,10 +661,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread runs: a run stops and cleans up as on Ctrl-C."""
-
-
 def _on_signal(signum, frame) -> None:
     """SIGTERM, and SIGINT once Spark runs: Spark's jobs are cancelled from another thread (the
     main thread's py4j connection is the call interrupted: PySpark's own SIGINT handler cancels
@@ -703,16 +699,31 @@ def _handle(sig: int) -> None:
         pass
 
 
+def _restore(handlers: dict) -> None:
+    """The signal handlers as they were before main (main called in a process that goes on)."""
+    for sig, h in handlers.items():
+        try:
+            signal.signal(sig, h)
+        except (ValueError, TypeError):  # not the main thread; a handler not set from Python
+            pass
+
+
+def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (Terminated) `e` is or was raised while handling: an interrupted
+    py4j call can fail again as PySpark tidies up after it (a call on a connection the JVM
+    closed), and that error is the interrupt's."""
+    for _ in range(10):
+        if e is None or isinstance(e, KeyboardInterrupt):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
     """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM): main says it once."""
     if f"{os.sep}py4j{os.sep}" not in record.pathname or not record.exc_info:
         return True
-    e, seen = record.exc_info[1], 0
-    while e is not None and seen < 10:
-        if isinstance(e, KeyboardInterrupt):
-            return False
-        e, seen = e.__cause__ or e.__context__, seen + 1
-    return True
+    return _interrupt_in(record.exc_info[1]) is None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -724,15 +735,20 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_an_interrupt_in_py4j)
     interrupted = False
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _handle(signal.SIGTERM)
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what the run had staged is removed
-        interrupted = True
-        term = isinstance(e, Terminated)
-        print(f"brokerscope: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
-        _stop_spark()
-        return EXIT_TERMINATED if term else EXIT_INTERRUPTED
+        try:
+            return int(args.func(args) or 0)
+        except BaseException as e:  # Ctrl-C or SIGTERM: what the run staged is removed by now
+            stop = _interrupt_in(e)
+            if stop is None:
+                raise
+            interrupted = True
+            term = isinstance(stop, Terminated)
+            print(f"brokerscope: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
+            _stop_spark()
+            return EXIT_TERMINATED if term else EXIT_INTERRUPTED
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -743,6 +759,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     finally:
+        _restore(handlers)
         pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
         if pipeline and interrupted:
             pipeline.drop_class_cache()  # not waited for: its JVM writes it as it exits, unpublished

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from . import export, sqltext
 from .lake import Lake
-from .report import EXIT_USAGE
+from .report import EXIT_USAGE, Terminated
 
 HISTORY_LENGTH = 1000
 
@@ -87,7 +87,9 @@ class Shell:
     def run_statement(self, stmt: sqltext.Statement, line0: int) -> None:
         try:
             table = fetch(self.spark, stmt.text)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
+            if isinstance(e, Terminated):
+                raise
             self.spark.sparkContext.cancelAllJobs()
             self.error("cancelled")
             return
@@ -178,7 +180,9 @@ class Shell:
         while True:
             try:
                 line = self._read("brokerscope> " if sqltext.blank(buf) else "         ...> ")
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
+                if isinstance(e, Terminated):
+                    raise
                 print(file=self.out)
                 buf = ""
                 continue

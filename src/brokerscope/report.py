@@ -12,6 +12,14 @@ EXIT_PARTIAL = 3  # ingested, but some inputs were partial (damaged) or rejected
 EXIT_NOTHING = 4  # no input could be ingested
 EXIT_INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C), as a shell reports a process it killed
 EXIT_TERMINATED = 143  # stopped by SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread runs (cli): a command stops and cleans up as on
+    Ctrl-C. A KeyboardInterrupt, so py4j closes the call it interrupts as for Ctrl-C (its next
+    call would read that call's answer); whatever goes on after a Ctrl-C re-raises it."""
+
+
 SHOWN = 5  # files named per kind of problem in the summary; the rest are counted
 
 

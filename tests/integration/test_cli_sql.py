@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -147,6 +148,30 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
     n = len(Lake(sample_lake).read_arrow("streams"))
     assert out.count(f"\n{n}\n(1 row)\n") == 2
     assert out.endswith('{"b":"AP8=","s":"x;y"}\n{"two":2}\n')
+
+
+def test_shell_goes_on_after_ctrl_c_and_stops_on_sigterm(spark, sample_lake, monkeypatch, capsys):
+    """Ctrl-C cancels the statement running and the shell goes on; SIGTERM (Terminated, also a
+    KeyboardInterrupt) ends it, exit 143, and leaves the signal handlers as they were."""
+    from brokerscope import query
+
+    real = query.fetch
+
+    def fetch(session, text):
+        if "'ctrl-c'" in text:
+            raise KeyboardInterrupt
+        if "'sigterm'" in text:
+            raise report.Terminated
+        return real(session, text)
+
+    monkeypatch.setattr(query, "fetch", fetch)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stdin(monkeypatch, "SELECT 'ctrl-c';\nSELECT 1 AS one;\nSELECT 'sigterm';\nSELECT 2 AS two;\n")
+    rc, out, err = run(capsys, "shell", "--lake", sample_lake)
+    assert rc == report.EXIT_TERMINATED
+    assert err.splitlines() == ["error: cancelled", "brokerscope: interrupted (SIGTERM)"]
+    assert "one" in out and "two" not in out
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
 def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, capsys):
