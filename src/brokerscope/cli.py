@@ -665,8 +665,7 @@ def _on_signal(signum, frame) -> None:
     """SIGTERM, and SIGINT once Spark runs: Spark's jobs are cancelled from another thread (the
     main thread's py4j connection is the call interrupted: PySpark's own SIGINT handler cancels
     on it and fails, 'reentrant call'), and the command stops as on Ctrl-C."""
-    context = sys.modules.get("pyspark.core.context")
-    sc = context.SparkContext._active_spark_context if context else None
+    sc = _active_context()
     if sc is not None:
         threading.Thread(target=_cancel_jobs, args=(sc,), name="brokerscope-cancel", daemon=True).start()
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
@@ -679,11 +678,16 @@ def _cancel_jobs(sc) -> None:
         pass
 
 
-def _stop_spark() -> None:
-    """Stop a running SparkContext: its cancelled tasks end before the JVM does, and what they
-    log as they are killed (stack traces, 'Python worker exited unexpectedly') is not shown."""
+def _active_context():
+    """The running SparkContext, or None (PySpark not even imported)."""
     context = sys.modules.get("pyspark.core.context")
-    sc = context.SparkContext._active_spark_context if context else None
+    return context.SparkContext._active_spark_context if context else None
+
+
+def _stop_spark() -> None:
+    """Stop the running SparkContext: its cancelled tasks end before the JVM does, and what they
+    log as they are killed (stack traces, 'Python worker exited unexpectedly') is not shown."""
+    sc = _active_context()
     if sc is not None:
         try:
             sc.setLogLevel("OFF")
@@ -735,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_an_interrupt_in_py4j)
     interrupted = False
+    spark_before = _active_context() is not None  # main called in a process with a session
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _handle(signal.SIGTERM)
     try:
@@ -747,7 +752,8 @@ def main(argv: list[str] | None = None) -> int:
             interrupted = True
             term = isinstance(stop, Terminated)
             print(f"brokerscope: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
-            _stop_spark()
+            if not spark_before:  # a session this command started; not one it was given
+                _stop_spark()
             return EXIT_TERMINATED if term else EXIT_INTERRUPTED
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)

@@ -172,6 +172,7 @@ def test_shell_goes_on_after_ctrl_c_and_stops_on_sigterm(spark, sample_lake, mon
     assert err.splitlines() == ["error: cancelled", "brokerscope: interrupted (SIGTERM)"]
     assert "one" in out and "two" not in out
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert spark.range(3).count() == 3  # the session main was called with is not stopped
 
 
 def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, capsys):
