@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from brokerscope.cli import exclude_flag
+from brokerscope.cli import exclude_flag, spark_started, stopped_by_signals
 from brokerscope.config import Settings
 from brokerscope.lake import Lake
 from brokerscope.pipeline import ingest, make_spark
@@ -42,16 +42,26 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"nightly_ingest: {e}", file=sys.stderr)
         return EXIT_USAGE
-    summary = ingest(
-        a.input,
-        settings,
-        progress=lambda m: print(m, flush=True),
-        skip_ingested=not a.reingest,
-        make_session=lambda: make_spark(settings, app_name="brokerscope-nightly", quiet_progress=True),
-    )
-    for line in summary.lines():
-        print(line)
-    return summary.exit_code()
+
+    def session():
+        spark = make_spark(settings, app_name="brokerscope-nightly", quiet_progress=True)
+        spark_started()
+        return spark
+
+    def run() -> int:
+        summary = ingest(
+            a.input,
+            settings,
+            progress=lambda m: print(m, flush=True),
+            skip_ingested=not a.reingest,
+            make_session=session,
+        )
+        for line in summary.lines():
+            print(line)
+        return summary.exit_code()
+
+    # Ctrl-C and SIGTERM: exit 130 / 143 with one line, the run's staged files removed
+    return stopped_by_signals(run, "nightly_ingest")
 
 
 if __name__ == "__main__":

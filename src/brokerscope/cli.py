@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import __version__, export
@@ -118,7 +119,7 @@ def _spark(settings: Settings, quiet: bool = False):
     # PySpark logs a failed query's context as JSON on stderr; the CLI prints one line instead
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     spark = make_spark(settings, quiet_progress=quiet, class_cache=True)
-    _handle(signal.SIGINT)  # instead of PySpark's (SparkContext sets it)
+    spark_started()
     return spark
 
 
@@ -724,10 +725,50 @@ def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
 
 
 def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
-    """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM): main says it once."""
+    """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM), and of the call
+    PySpark's own SIGINT handler makes on that call's connection ('reentrant call': its handler
+    is in place from SparkContext's start until spark_started): one line says it."""
     if f"{os.sep}py4j{os.sep}" not in record.pathname or not record.exc_info:
         return True
-    return _interrupt_in(record.exc_info[1]) is None
+    e = record.exc_info[1]
+    for _ in range(10):
+        if e is None:
+            return True
+        if isinstance(e, KeyboardInterrupt) or (isinstance(e, RuntimeError) and "reentrant call" in str(e)):
+            return False
+        e = e.__cause__ or e.__context__
+    return True
+
+
+def stopped_by_signals(run: Callable[[], int], prog: str = "brokerscope") -> int:
+    """run(), with SIGTERM (and SIGINT, once `spark_started` took it from PySpark) stopping it as
+    an exception, so that what is under way cleans up as on any failure: `prog: interrupted
+    (SIGINT|SIGTERM)` and EXIT_INTERRUPTED / EXIT_TERMINATED, a session it started stopped, the
+    signal handlers left as they were."""
+    # py4j logs through the root logger itself (logging.exception): its filters see those records,
+    # whatever handlers there are then
+    logging.getLogger().addFilter(_not_an_interrupt_in_py4j)
+    spark_before = _active_context() is not None  # called in a process that has a session
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _handle(signal.SIGTERM)
+    try:
+        return run()
+    except BaseException as e:  # Ctrl-C or SIGTERM: what the run staged is removed by now
+        stop = _interrupt_in(e)
+        if stop is None:
+            raise
+        term = isinstance(stop, Terminated)
+        print(f"{prog}: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
+        if not spark_before:  # a session this command started; not one it was given
+            _stop_spark()
+        return EXIT_TERMINATED if term else EXIT_INTERRUPTED
+    finally:
+        _restore(handlers)
+
+
+def spark_started() -> None:
+    """SIGINT to stopped_by_signals' handler once a SparkContext exists (it set PySpark's own)."""
+    _handle(signal.SIGINT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -736,25 +777,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_not_an_interrupt_in_py4j)
-    interrupted = False
-    spark_before = _active_context() is not None  # main called in a process with a session
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    _handle(signal.SIGTERM)
+    rc = None
     try:
-        try:
-            return int(args.func(args) or 0)
-        except BaseException as e:  # Ctrl-C or SIGTERM: what the run staged is removed by now
-            stop = _interrupt_in(e)
-            if stop is None:
-                raise
-            interrupted = True
-            term = isinstance(stop, Terminated)
-            print(f"brokerscope: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
-            if not spark_before:  # a session this command started; not one it was given
-                _stop_spark()
-            return EXIT_TERMINATED if term else EXIT_INTERRUPTED
+        rc = stopped_by_signals(lambda: int(args.func(args) or 0))
+        return rc
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -765,9 +791,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     finally:
-        _restore(handlers)
         pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
-        if pipeline and interrupted:
+        if pipeline and rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             pipeline.drop_class_cache()  # not waited for: its JVM writes it as it exits, unpublished
         elif pipeline:
             pipeline.finish_class_cache(lambda m: print(f"brokerscope: {m}", file=sys.stderr))

@@ -102,3 +102,26 @@ def test_sigterm_while_decoding_stops_cleanly_and_commits_nothing(tmp_path):
     out, err = q.communicate(timeout=300)
     assert q.returncode == 0, err
     assert "commands=8" in out
+
+
+def test_the_nightly_job_stopped_by_sigterm_while_decoding(tmp_path):
+    """jobs/nightly_ingest.py as a scheduler runs it with plain Python: SIGTERM during the decode
+    had killed it without cleanup (-15, staged files left for the next run to find)."""
+    lake = tmp_path / "lake"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    argv = [sys.executable, str(ROOT / "jobs" / "nightly_ingest.py"), "--input", str(SAMPLE_DATA)]
+    p = subprocess.Popen(
+        [*argv, "--lake", str(lake)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for line in p.stdout:  # the job's progress goes to standard output
+        if line.strip() == "decoding":
+            p.send_signal(signal.SIGTERM)
+            break
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == report.EXIT_TERMINATED, err
+    assert err.splitlines()[-1] == "nightly_ingest: interrupted (SIGTERM)"
+    assert "Traceback" not in err and "ERROR" not in err
+    for table in ("messages", "commands", "streams"):
+        assert delta_rs_rows(str(lake / table)) == []
+        assert not (lake / table / "_staging").exists()
