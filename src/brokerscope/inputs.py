@@ -9,6 +9,7 @@ import fnmatch
 import glob
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ _INPUT_NAME = re.compile(
 )
 EMPTY = "empty file"
 NOT_INPUT = "not a capture (pcap, pcapng, gzip) or a broker segment file"
+NOT_REGULAR = "not a regular file (a FIFO, socket or device): not read"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def segment_readers() -> dict:
 def _classify(path: str) -> tuple[str | None, str | None]:
     """(kind, error) for one file."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # opening a FIFO waits for a writer, for ever
+            return None, NOT_REGULAR
         kind = capture.identify(path)
     except OSError as e:
         return None, f"cannot read: {e.strerror or e}"
@@ -132,7 +136,11 @@ def discover(paths: list[str], exclude: Sequence[str] = ()) -> Discovery:
                 d.errors.append((m, "no such file or directory"))
     found: list[Input] = []
     for path, named in candidates:
-        real = str(Path(path).resolve())
+        try:
+            real = str(Path(path).resolve())
+        except (OSError, RuntimeError) as e:  # a symlink loop: RuntimeError before Python 3.13
+            d.errors.append((path, f"cannot read: {e}"))
+            continue
         if real in seen:
             continue
         seen.add(real)
@@ -142,7 +150,7 @@ def discover(paths: list[str], exclude: Sequence[str] = ()) -> Discovery:
         if kind is None:
             err = err or "unknown"
             name = os.path.basename(path)
-            sidecar = not named and err in (EMPTY, NOT_INPUT) and not _INPUT_NAME.search(name)
+            sidecar = not named and err in (EMPTY, NOT_INPUT, NOT_REGULAR) and not _INPUT_NAME.search(name)
             (d.skipped if sidecar else d.errors).append((path, err))
             continue
         st = os.stat(path)

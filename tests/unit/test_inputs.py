@@ -110,3 +110,34 @@ def test_exclude_globs_match_names_and_paths_below_the_directory(tmp_path):
     named = inputs.discover([str(night / "current.pcap.tmp"), str(sub / "zstd.pcap")], exclude=["*.tmp"])
     assert [Path(i.path).name for i in named.inputs] == ["zstd.pcap"] and named.errors == []
     assert named.excluded == [str(night / "current.pcap.tmp")]
+
+
+def test_fifos_and_symlink_loops_are_named_not_waited_on_nor_fatal(tmp_path):
+    """A FIFO among a directory's files had discovery wait for a writer for ever (before Spark,
+    no output); a symlink loop stopped the whole run with a traceback. Both are named with their
+    reason (skipped where the name says no capture), and the capture beside them is ingested."""
+    import os
+    import signal
+
+    shutil.copy(SAMPLE_DATA / "kafka" / "gzip.pcap", tmp_path / "a.pcap")
+    os.mkfifo(tmp_path / "live.pcap")
+    os.mkfifo(tmp_path / "notes")
+    (tmp_path / "x2.pcap").symlink_to("x1")
+    (tmp_path / "x1").symlink_to("x2.pcap")
+
+    def waited(signum, frame):  # no OSError: discovery would take it for an unreadable file
+        raise AssertionError("discovery waited on a FIFO")
+
+    before = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(30)  # a FIFO opened blocks until a writer comes
+    try:
+        d = inputs.discover([str(tmp_path)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert [Path(i.path).name for i in d.inputs] == ["a.pcap"]
+    errors = {Path(p).name: e for p, e in d.errors}
+    assert errors["live.pcap"] == inputs.NOT_REGULAR
+    assert errors["x1"].startswith("cannot read: ") and "loop" in errors["x1"].lower()
+    assert errors["x2.pcap"].startswith("cannot read: ")
+    assert [(Path(p).name, e) for p, e in d.skipped] == [("notes", inputs.NOT_REGULAR)]
