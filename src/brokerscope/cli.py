@@ -234,6 +234,8 @@ def cmd_sql(args) -> int:
         try:
             table = query.fetch(spark, st.text, args.limit)
         except Exception as e:  # AnalysisException and friends: one clear line
+            if _interrupt_in(e) is not None:  # the error of a call Ctrl-C or SIGTERM cut short
+                raise
             where = f" (statement at line {st.line})" if len(statements) > 1 else ""
             print(f"brokerscope: query failed{where}: {query.one_line(e)}", file=sys.stderr)
             return EXIT_USAGE
@@ -472,6 +474,17 @@ def exclude_flag(parser) -> None:
     )
 
 
+def _rows(text: str) -> int:
+    """A row count for --limit: an integer of 0 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a row count: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a row count is 0 or more, not {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="brokerscope", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -566,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the result to FILE (several results: FILE's name numbered, res-1.csv, res-2.csv, ...)",
     )
-    sq.add_argument("--limit", type=int, help="at most this many rows per result")
+    sq.add_argument("--limit", type=_rows, help="at most this many rows per result (0: none)")
     sq.set_defaults(func=cmd_sql)
 
     sh = _command(sub, "shell", help="interactive SQL over the lake on one Spark session")
@@ -720,7 +733,7 @@ def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
     for _ in range(10):
         if e is None or isinstance(e, KeyboardInterrupt):
             return e
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)  # `from None`: unrelated
     return None
 
 

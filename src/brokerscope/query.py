@@ -33,7 +33,7 @@ def fetch(spark, sql: str, limit: int | None = None) -> pa.Table | None:
     df = spark.sql(sql)
     if not df.columns:
         return None
-    return (df.limit(limit) if limit else df).toArrow()
+    return (df if limit is None else df.limit(limit)).toArrow()
 
 
 def one_line(e: BaseException) -> str:

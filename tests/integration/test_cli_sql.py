@@ -175,6 +175,43 @@ def test_shell_goes_on_after_ctrl_c_and_stops_on_sigterm(spark, sample_lake, mon
     assert spark.range(3).count() == 3  # the session main was called with is not stopped
 
 
+def test_sql_cut_short_by_sigterm_is_an_interrupt_not_a_failed_query(spark, sample_lake, monkeypatch, capsys):
+    """py4j's call cut short by SIGTERM (or Ctrl-C) fails as PySpark tidies up after it: that
+    error had been reported as 'query failed', exit 2 (found by a user trial)."""
+    from brokerscope import query
+
+    def fetch(session, text, limit=None):
+        try:
+            raise report.Terminated
+        except report.Terminated:
+            raise RuntimeError("An error occurred while calling o206.getResult") from None
+
+    def cut_short(session, text, limit=None):
+        try:
+            raise report.Terminated
+        except report.Terminated:
+            raise RuntimeError("An error occurred while calling o206.getResult")  # noqa: B904
+
+    monkeypatch.setattr(query, "fetch", fetch)
+    rc, out, err = run(capsys, "sql", "SELECT 1", "--lake", sample_lake)
+    assert rc == report.EXIT_USAGE and "query failed" in err  # no interrupt behind it: a failure
+    monkeypatch.setattr(query, "fetch", cut_short)
+    rc, out, err = run(capsys, "sql", "SELECT 1", "--lake", sample_lake)
+    assert rc == report.EXIT_TERMINATED
+    assert err.strip() == "brokerscope: interrupted (SIGTERM)"
+
+
+def test_limit_zero_gives_no_rows_and_a_negative_one_is_refused(spark, sample_lake, capsys):
+    """--limit 0 printed every row (`if limit:`); a negative limit failed only in Spark."""
+    rc, out, err = run(capsys, "sql", "SELECT 1 AS one FROM streams", "--lake", sample_lake, "--limit", "0")
+    assert rc == 0, err
+    assert out.strip().endswith("(0 rows)")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["sql", "SELECT 1", "--lake", sample_lake, "--limit", "-1"])
+    assert e.value.code == 2
+    assert "a row count is 0 or more, not -1" in capsys.readouterr().err
+
+
 def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, capsys):
     """A typo in a table name costs no JVM start: one line naming it, exit 2."""
     _no_spark(monkeypatch)
