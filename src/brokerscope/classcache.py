@@ -172,6 +172,13 @@ def finish(spark, p: Plan, progress=lambda m: None) -> None:
         rc = proc.wait(timeout=DUMP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         rc = None
+    except BaseException:  # Ctrl-C, SIGTERM: the session is stopped; the dump is given up
+        proc.kill()
+        try:
+            proc.wait(timeout=10)
+        finally:
+            p.pending.unlink(missing_ok=True)
+        raise
     size = p.pending.stat().st_size if p.pending.is_file() else 0
     if rc == 0 and size > 0:
         os.replace(p.pending, p.archive.with_name(p.archive.name.replace("-0.jsa", f"-{size}.jsa")))

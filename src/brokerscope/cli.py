@@ -784,16 +784,35 @@ def spark_started() -> None:
     _handle(signal.SIGINT)
 
 
+def _run(args) -> int:
+    """The command, then the class archive its JVM writes (classcache.finish) waited for, also
+    after a failure, but not after Ctrl-C or SIGTERM; one of those while it is waited for stops
+    the wait (stopped_by_signals, whose handlers are still in place)."""
+    try:
+        rc = int(args.func(args) or 0)
+    except BaseException as e:
+        _finish_class_cache(interrupted=_interrupt_in(e) is not None)
+        raise
+    _finish_class_cache(interrupted=False)
+    return rc
+
+
+def _finish_class_cache(interrupted: bool) -> None:
+    pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
+    if pipeline and interrupted:
+        pipeline.drop_class_cache()  # not waited for: its JVM writes it as it exits, unpublished
+    elif pipeline:
+        pipeline.finish_class_cache(lambda m: print(f"brokerscope: {m}", file=sys.stderr))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    rc = None
     try:
-        rc = stopped_by_signals(lambda: int(args.func(args) or 0))
-        return rc
+        return stopped_by_signals(lambda: _run(args))
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
         print(f"brokerscope: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -803,12 +822,6 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
-    finally:
-        pipeline = sys.modules.get("brokerscope.pipeline")  # imported by the commands that use Spark
-        if pipeline and rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
-            pipeline.drop_class_cache()  # not waited for: its JVM writes it as it exits, unpublished
-        elif pipeline:
-            pipeline.finish_class_cache(lambda m: print(f"brokerscope: {m}", file=sys.stderr))
 
 
 if __name__ == "__main__":

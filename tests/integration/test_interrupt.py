@@ -125,3 +125,29 @@ def test_the_nightly_job_stopped_by_sigterm_while_decoding(tmp_path):
     for table in ("messages", "commands", "streams"):
         assert delta_rs_rows(str(lake / table)) == []
         assert not (lake / table / "_staging").exists()
+
+
+def test_ctrl_c_while_the_class_archive_is_saved(tmp_path):
+    """Ctrl-C while the first run's JVM writes its class archive: a KeyboardInterrupt traceback
+    (exit -2), SIGTERM a silent -15, and a 130 MB unfinished archive left for ten minutes. Now:
+    exit 130 with one line, the dump given up and its file removed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BROKERSCOPE_CACHE": str(tmp_path / "cache")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "brokerscope.cli", "ingest", str(SAMPLE_DATA / "public" / "iggy-rs.pcapng")]
+        + ["--lake", str(tmp_path / "lake"), "--master", "local[1]"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in p.stderr:
+        if "saving the JVM's classes" in line:
+            time.sleep(0.3)  # the JVM is dumping
+            p.send_signal(signal.SIGINT)
+            break
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == report.EXIT_INTERRUPTED, err
+    assert err.strip().splitlines()[-1] == "brokerscope: interrupted (SIGINT)"
+    assert "Traceback" not in err
+    assert not list((tmp_path / "cache").rglob("*.tmp")) and not list((tmp_path / "cache").rglob("*.jsa"))
