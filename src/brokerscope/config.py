@@ -67,6 +67,18 @@ def defaults() -> dict:
     return raw
 
 
+def _check_booleans(default: dict, raw: dict, where: str = "") -> None:
+    """Every setting whose default is true or false is true or false: a quoted "false" is a
+    non-empty string, so true (keylog_insecure_ok = "false" let any process's key log in)."""
+    for key, d in default.items():
+        if key not in raw:
+            continue
+        if isinstance(d, dict) and isinstance(raw[key], dict):
+            _check_booleans(d, raw[key], f"{where}{key}.")
+        elif isinstance(d, bool) and not isinstance(raw[key], bool):
+            raise ValueError(f"{where}{key} must be true or false, not {raw[key]!r}")
+
+
 def schema_options() -> dict[str, str]:
     """Protocol -> its `[protocols.<name>]` key naming a protobuf schema file (protocols/schema.py)."""
     return {name: p.schema_option for name, p in protocols().items() if p.schema_option}
@@ -177,9 +189,7 @@ class Settings:
                 raise ValueError("capture.split_size must be at least 256 bytes")
         if not 64 * 1024 <= self.batch_bytes <= 1024**3:
             raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
-        for key in ("packet_runs", "class_cache", "ml_jars"):
-            if not isinstance(self.raw["spark"][key], bool):
-                raise ValueError(f"spark.{key} must be true or false, not {self.raw['spark'][key]!r}")
+        _check_booleans(defaults(), self.raw)
         for key in ("hosts", "ports"):
             if not isinstance(self.raw["filter"][key], list):
                 raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")

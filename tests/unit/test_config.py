@@ -59,6 +59,27 @@ def test_bad_settings_are_named(tmp_path, text, message):
         Settings.load(f)
 
 
+def _boolean_settings(d: dict, where: str = "") -> list[tuple[str, str]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _boolean_settings(v, f"{where}{k}.")
+        elif isinstance(v, bool):
+            out.append((where.rstrip("."), k))
+    return out
+
+
+@pytest.mark.parametrize(("section", "key"), _boolean_settings(defaults()), ids=lambda v: v)
+def test_every_boolean_setting_refuses_a_quoted_false(tmp_path, section, key):
+    """A quoted "false" is a non-empty string: it was taken for true wherever a setting was read
+    with bool() (found by a user trial: [tls] keylog_insecure_ok = "false" let a key log any
+    process may read in; [journeys] enabled = "false" wrote journeys)."""
+    f = tmp_path / "bad.toml"
+    f.write_text(f'[{section}]\n{key} = "false"\n')
+    with pytest.raises(ValueError, match=f"^{section}.{key} must be true or false, not 'false'$"):
+        Settings.load(f)
+
+
 def test_missing_conf_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="config file not found"):
         Settings.load(tmp_path / "nope.toml")
