@@ -726,15 +726,18 @@ def _restore(handlers: dict) -> None:
             pass
 
 
+def _chain(e: BaseException | None, most: int = 10):
+    """`e` and the exceptions it was raised from or while handling (not past `from None`)."""
+    while e is not None and most:
+        yield e
+        e, most = e.__cause__ or (None if e.__suppress_context__ else e.__context__), most - 1
+
+
 def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM (Terminated) `e` is or was raised while handling: an interrupted
     py4j call can fail again as PySpark tidies up after it (a call on a connection the JVM
     closed), and that error is the interrupt's."""
-    for _ in range(10):
-        if e is None or isinstance(e, KeyboardInterrupt):
-            return e
-        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)  # `from None`: unrelated
-    return None
+    return next((x for x in _chain(e) if isinstance(x, KeyboardInterrupt)), None)
 
 
 def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
@@ -743,14 +746,10 @@ def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
     is in place from SparkContext's start until spark_started): one line says it."""
     if f"{os.sep}py4j{os.sep}" not in record.pathname or not record.exc_info:
         return True
-    e = record.exc_info[1]
-    for _ in range(10):
-        if e is None:
-            return True
-        if isinstance(e, KeyboardInterrupt) or (isinstance(e, RuntimeError) and "reentrant call" in str(e)):
-            return False
-        e = e.__cause__ or e.__context__
-    return True
+    return not any(
+        isinstance(x, KeyboardInterrupt) or (isinstance(x, RuntimeError) and "reentrant call" in str(x))
+        for x in _chain(record.exc_info[1])
+    )
 
 
 def stopped_by_signals(run: Callable[[], int], prog: str = "brokerscope") -> int:

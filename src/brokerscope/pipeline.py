@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -205,7 +206,7 @@ def _stop_unconnected_jvm(before: set[int], wait_s: float = 5.0) -> None:
     if SparkContext._gateway is not None:
         return
     started = child_pids() - before
-    for sig in (15, 9):  # SIGTERM, then SIGKILL for one still there after wait_s
+    for sig in (signal.SIGTERM, signal.SIGKILL):  # SIGKILL for one still there after wait_s
         for pid in started:
             try:
                 os.kill(pid, sig)
