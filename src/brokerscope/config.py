@@ -67,16 +67,118 @@ def defaults() -> dict:
     return raw
 
 
-def _check_booleans(default: dict, raw: dict, where: str = "") -> None:
-    """Every setting whose default is true or false is true or false: a quoted "false" is a
-    non-empty string, so true (keylog_insecure_ok = "false" let any process's key log in)."""
+WRITERS = ("auto", "spark", "embedded")  # lake.writer (lake.py)
+POLICIES = ("keep", "truncate", "hash", "drop")  # payload.policy (protocols/base.PayloadPolicy)
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+# What each number or word setting must be, where its default alone does not say: sizes (bytes,
+# or a KiB/MiB/GiB string), whole numbers, numbers, or one of some words, and the range a value
+# must fall in (inclusive; None: no bound). The workers read these settings: a wrong one is an
+# error here, on the driver, naming it, not a traceback from every task or a run that decodes
+# nothing (sniff_bytes = 0 left every stream unknown; max_frame_bytes = -1 made every frame
+# oversize).
+_FRAME_LIMITS = {
+    "max_frame_bytes": ("size", 1 * KiB, 2 * GiB),
+    "max_decompressed_bytes": ("size", 1 * KiB, None),
+    "max_raw_bytes": ("size", 0, None),
+}
+_RULES: dict[str, tuple] = {
+    "lake.path": ("name",),
+    "lake.writer": ("word", WRITERS),
+    "lake.target_file_size": ("size", 1 * MiB, None),
+    "lake.vacuum_retain_hours": ("number", 0, None),
+    "spark.master": ("name",),
+    "spark.app_name": ("name",),
+    "spark.shuffle_partitions": ("int", 0, 100_000),
+    "inputs.exclude": ("strings", "globs"),
+    "capture.split_size": ("size", 256, None),  # below 64KiB only for tests: a few records
+    "capture.max_pending_fragments": ("int", 0, None),
+    "capture.batch_packets": ("int", 1, None),
+    "capture.batch_bytes": ("size", 64 * KiB, 1 * GiB),
+    "tcp.idle_timeout_s": ("number", 1, None),
+    "tcp.max_reorder_bytes": ("size", 0, None),
+    "tcp.reorder_timeout_s": ("number", 0, None),
+    "tcp.sniff_bytes": ("size", 64, 16 * MiB),  # the sniffers read a frame header or two
+    **{f"limits.{k}": rule for k, rule in _FRAME_LIMITS.items()},
+    "payload.policy": ("word", POLICIES),
+    "payload.truncate_bytes": ("size", 0, None),
+    "tls.keylog_files": ("strings", "paths"),
+}
+
+
+def _rule(name: str, default) -> tuple:
+    """The rule of setting `name`: from _RULES, else what its default's type says."""
+    if name in _RULES:
+        return _RULES[name]
+    for kind, types in (("bool", bool), ("text", str), ("list", list)):
+        if isinstance(default, types):
+            return (kind,)
+    return ("any",)
+
+
+def _check_value(name: str, value, rule: tuple) -> None:
+    """`value` of setting `name` is what `rule` says, or a ValueError naming the setting. A quoted
+    "false" is no boolean: bool() read it as true (keylog_insecure_ok = "false" let in a key log
+    any process may read)."""
+    kind = rule[0]
+    if kind == "bool" and not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    if kind == "text" and not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, not {value!r}")
+    if kind == "name" and not (isinstance(value, str) and value.strip()):
+        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
+    if kind == "list" and not isinstance(value, list):
+        raise ValueError(f"{name} must be a list, not {value!r}")
+    if kind == "strings" and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+        raise ValueError(f"{name} must be a list of {rule[1]}, not {value!r}")
+    if kind == "word" and value not in rule[1]:
+        raise ValueError(f"{name} must be {'|'.join(rule[1])}, not {value!r}")
+    if kind not in ("size", "int", "number"):
+        return
+    if kind == "size":
+        try:
+            number = parse_size(value)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    else:
+        ok = (int,) if kind == "int" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, ok):
+            what = "a whole number" if kind == "int" else "a number"
+            raise ValueError(f"{name} must be {what}, not {value!r}")
+        number = value
+    low, high = rule[1], rule[2]
+    if number < low or (high is not None and number > high):
+        unit = " bytes" if kind == "size" else ""
+        span = f"from {low:,}{unit} to {high:,}{unit}" if high is not None else f"at least {low:,}{unit}"
+        raise ValueError(f"{name} must be {span}, not {value!r}")
+
+
+def _check_all(default: dict, raw: dict, where: str = "") -> None:
+    """Every setting of `raw` that has a default, against its rule ([spark.conf], [ports] and
+    [protocols.*] have their own checks)."""
     for key, d in default.items():
         if key not in raw:
             continue
-        if isinstance(d, dict) and isinstance(raw[key], dict):
-            _check_booleans(d, raw[key], f"{where}{key}.")
-        elif isinstance(d, bool) and not isinstance(raw[key], bool):
-            raise ValueError(f"{where}{key} must be true or false, not {raw[key]!r}")
+        if not isinstance(d, dict):
+            _check_value(f"{where}{key}", raw[key], _rule(f"{where}{key}", d))
+        elif key not in ("conf", "ports", "protocols"):
+            _check_all(d, raw[key], f"{where}{key}.")
+
+
+def _check_protocol_options(raw: dict, default: dict) -> None:
+    """`[protocols.<name>]`: a known protocol; its own options, and the frame limits of [limits]."""
+    for name, opts in raw.items():
+        if name not in known_names():
+            raise ValueError(f"protocols.{name}: unknown protocol (one of {', '.join(known_names())})")
+        own = default.get(name, {})
+        for key, value in opts.items():
+            where = f"protocols.{name}.{key}"
+            if key in _FRAME_LIMITS:
+                _check_value(where, value, _FRAME_LIMITS[key])
+            elif key in own:
+                _check_value(where, value, _rule(where, own[key]))
+            else:
+                raise ValueError(f"unknown setting {where}")
 
 
 def schema_options() -> dict[str, str]:
@@ -112,6 +214,10 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _merge(base[k], v, f"{where}{k}.")
+        elif isinstance(base.get(k), dict) or (k in base and isinstance(v, dict)):
+            # `lake = "x"` (a value where a [lake] table is) was a KeyError traceback later
+            what = "a table" if isinstance(base[k], dict) else "a setting, not a table"
+            raise ValueError(f"{where}{k} must be {what}, not {v!r}")
         elif (
             k not in base
             and where not in ("ports.", "protocols.", "spark.conf.")
@@ -175,30 +281,16 @@ class Settings:
                 ) from None
 
     def validate(self) -> None:
-        pol = self.raw["payload"]["policy"]
-        if pol not in ("keep", "truncate", "hash", "drop"):
-            raise ValueError(f"payload.policy must be keep|truncate|hash|drop, not {pol!r}")
+        base = defaults()
+        _check_all(base, self.raw)
+        _check_protocol_options(self.raw["protocols"], base["protocols"])
         for name, ports in self.raw["ports"].items():
             if name not in known_names():
                 raise ValueError(f"ports.{name}: unknown protocol (one of {', '.join(known_names())})")
-            if not isinstance(ports, list) or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+            if not isinstance(ports, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
+            ):
                 raise ValueError(f"ports.{name} must be a list of TCP ports, not {ports!r}")
-        if self.split_size < 64 * 1024:
-            # small splits are allowed for tests, but never below a few records
-            if self.split_size < 256:
-                raise ValueError("capture.split_size must be at least 256 bytes")
-        if not 64 * 1024 <= self.batch_bytes <= 1024**3:
-            raise ValueError(f"capture.batch_bytes must be from 64KiB to 1GiB, not {self.batch_bytes}")
-        _check_booleans(defaults(), self.raw)
-        for key in ("hosts", "ports"):
-            if not isinstance(self.raw["filter"][key], list):
-                raise ValueError(f"filter.{key} must be a list, not {self.raw['filter'][key]!r}")
-        ex = self.raw["inputs"]["exclude"]
-        if not isinstance(ex, list) or not all(isinstance(g, str) and g for g in ex):
-            raise ValueError(f"inputs.exclude must be a list of globs, not {ex!r}")
-        files = self.raw["tls"]["keylog_files"]
-        if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
-            raise ValueError(f"tls.keylog_files must be a list of paths, not {files!r}")
         self.packet_filter  # noqa: B018 - parsed for its errors (each names the value)
 
     # -- typed accessors ----------------------------------------------------------------------

@@ -50,6 +50,33 @@ def test_overrides_and_ports(tmp_path):
         ("[spark]\npacket_runs = 'false'\n", "spark.packet_runs must be true or false"),
         ("[spark]\nml_jars = 'yes'\n", "spark.ml_jars must be true or false"),
         ("[capture]\nsplit_size = true\n", "capture.split_size: not a size: True"),
+        # found by a user trial: these crashed every Spark task (a traceback per task) ...
+        ("[capture]\nbatch_packets = 'many'\n", "^capture.batch_packets must be a whole number, not 'many'$"),
+        ("[tcp]\nidle_timeout_s = 'ten'\n", "^tcp.idle_timeout_s must be a number, not 'ten'$"),
+        ("[tcp]\nreorder_timeout_s = 'ten'\n", "^tcp.reorder_timeout_s must be a number"),
+        ("[limits]\nmax_frame_bytes = 'lots'\n", "^limits.max_frame_bytes: not a size: 'lots'"),
+        ("[protocols.pulsar]\nmax_frame_bytes = 'lots'\n", "^protocols.pulsar.max_frame_bytes: not a size"),
+        ("[protocols.iggy]\nmax_raw_bytes = -5\n", "^protocols.iggy.max_raw_bytes must be at least 0 bytes"),
+        # ... or a Python traceback before Spark
+        ("lake = 'x'\n", "^lake must be a table, not 'x'$"),
+        ("[capture.split_size]\nx = 1\n", "^capture.split_size must be a setting, not a table"),
+        ("[lake]\nwriter = 'delta'\n", "^lake.writer must be auto|spark|embedded, not 'delta'$"),
+        ("[lake]\npath = ''\n", "^lake.path must be a non-empty string"),
+        ("[spark]\nmaster = 5\n", "^spark.master must be a non-empty string, not 5$"),
+        # ... or decoded nothing, exit 0: every stream unknown, every frame oversize
+        ("[tcp]\nsniff_bytes = 0\n", "^tcp.sniff_bytes must be from 64 bytes to 16,777,216 bytes, not 0$"),
+        ("[limits]\nmax_frame_bytes = -1\n", "^limits.max_frame_bytes must be from 1,024 bytes"),
+        ("[capture]\nbatch_packets = -5\n", "^capture.batch_packets must be at least 1, not -5$"),
+        ("[tcp]\nmax_reorder_bytes = -1\n", "^tcp.max_reorder_bytes must be at least 0 bytes"),
+        ("[payload]\ntruncate_bytes = -1\n", "^payload.truncate_bytes must be at least 0 bytes"),
+        ("[spark]\nshuffle_partitions = 'auto'\n", "^spark.shuffle_partitions must be a whole number"),
+        ("[spark]\nshuffle_partitions = 2.5\n", "^spark.shuffle_partitions must be a whole number"),
+        ("[lake]\nvacuum_retain_hours = -1\n", "^lake.vacuum_retain_hours must be at least 0"),
+        ("[protocols.mqtt]\nmax_frame_bytes = 5\n", "^protocols.mqtt: unknown protocol"),
+        ("[protocols.pulsar]\nschema_file = 'x'\n", "^unknown setting protocols.pulsar.schema_file$"),
+        ("[protocols.tubemq]\nschema_file = 5\n", "^protocols.tubemq.schema_file must be a string"),
+        ("[ports]\nkafka = [true]\n", "ports.kafka must be a list of TCP ports"),
+        ("[filter]\nhosts = '10.0.0.1'\n", "^filter.hosts must be a list"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, text, message):
@@ -78,6 +105,31 @@ def test_every_boolean_setting_refuses_a_quoted_false(tmp_path, section, key):
     f.write_text(f'[{section}]\n{key} = "false"\n')
     with pytest.raises(ValueError, match=f"^{section}.{key} must be true or false, not 'false'$"):
         Settings.load(f)
+
+
+def test_sizes_and_numbers_in_range_are_taken(tmp_path):
+    """The edges of the ranges are allowed, sizes as strings or plain bytes."""
+    f = tmp_path / "ok.toml"
+    f.write_text(
+        "[tcp]\nsniff_bytes = 64\nidle_timeout_s = 1.5\nreorder_timeout_s = 0\n"
+        "[limits]\nmax_frame_bytes = '1KiB'\nmax_raw_bytes = 0\n"
+        "[protocols.iggy]\nmax_frame_bytes = '2MiB'\n[spark]\nshuffle_partitions = 0\n"
+    )
+    s = Settings.load(f)
+    assert s.sniff_bytes == 64 and s.idle_timeout_ns == 1_500_000_000 and s.reorder_timeout_ns == 0
+    assert s.context("kafka").max_frame_bytes == 1024 and s.context("kafka").max_raw_bytes == 0
+    assert s.context("iggy").max_frame_bytes == 2 << 20
+
+
+def test_iggy_frame_limit_from_its_section_as_a_size_string():
+    """[protocols.iggy] max_frame_bytes = "2MiB" was int("2MiB") in every Iggy connection."""
+    from brokerscope.protocols.base import ConnInfo
+    from brokerscope.protocols.iggy.conversation import IggyConversation
+
+    s = Settings.load(None, {"protocols": {"iggy": {"max_frame_bytes": "2MiB"}}})
+    conn = ConnInfo("c1", "10.0.0.1", 50000, "10.0.0.2", 8090)
+    conv = IggyConversation(conn, s.context("iggy"))
+    assert conv.max_frame == 2 << 20
 
 
 def test_missing_conf_file(tmp_path):

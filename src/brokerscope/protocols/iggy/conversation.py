@@ -60,7 +60,7 @@ class IggyConversation(Conversation):
 
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
-        self.max_frame = int(ctx.option("iggy", "max_frame_bytes", ctx.max_frame_bytes))
+        self.max_frame = ctx.max_frame_bytes  # [protocols.iggy] max_frame_bytes applied
         self.framer = {d: Framer(IggyRules(self, d), self.max_frame) for d in (C2S, S2C)}
         self.last_req_id: int | None = None  # request-id framing: the latest request's id
         self.closing = False
