@@ -701,10 +701,8 @@ def ingest(
         # a file rejected before is not reported again (it is recorded, with its reason)
         rejected = [r for r in rejected if (r["path"], r["size"], r["mtime"]) not in done]
         kept = {r["path"] for r in rejected}
-        summary.errors = [
-            (p, e) for p, e in summary.errors if not os.path.exists(p) or os.path.realpath(p) in kept
-        ]
-        summary.skipped = [(p, e) for p, e in summary.skipped if os.path.realpath(p) in kept]
+        summary.errors = [(p, e) for p, e in summary.errors if _recorded_path(p) in kept]
+        summary.skipped = [(p, e) for p, e in summary.skipped if _recorded_path(p) in kept]
     summary.files = len(todo)
     if not todo:
         lake.write_inputs(rejected, [r["path"] for r in rejected])
@@ -969,9 +967,17 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
     return ("partial" if bad else "ok"), (f"{bad} damaged rows: {why}" if bad else None), None, 0
 
 
+def _recorded_path(path: str) -> str:
+    """The `inputs.path` of a rejected input: the file a path leads to, or, where it leads
+    nowhere (a dangling symlink, a missing path), the path itself made absolute."""
+    return os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path)
+
+
 def _rejected_rows(disc, run_id: str) -> list[dict]:
     """`inputs` rows for the files discovery found but could not take: status error, or skipped
-    for the sidecars of directories (no input by their bytes nor their name)."""
+    for the sidecars of directories (no input by their bytes nor their name). A dangling symlink
+    is recorded with the link's own size and mtime (so --skip-ingested knows it next time), a
+    missing path with neither (reported by every run that names it)."""
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     out = []
@@ -980,12 +986,15 @@ def _rejected_rows(disc, run_id: str) -> list[dict]:
         try:
             st = os.stat(path)
         except OSError:
-            continue  # nothing there to record
+            try:
+                st = os.lstat(path)
+            except OSError:
+                st = None
         out.append(
             {
-                "path": os.path.realpath(path),
-                "size": st.st_size,
-                "mtime": st.st_mtime_ns // 1000,
+                "path": _recorded_path(path),
+                "size": st.st_size if st else None,
+                "mtime": st.st_mtime_ns // 1000 if st else None,
                 "run_id": run_id,
                 "ingested_at": now_us,
                 "status": status,

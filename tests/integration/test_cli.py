@@ -64,7 +64,8 @@ def test_ingest_reports_bad_inputs_and_keeps_the_rest(spark, tmp_path, capsys):
     assert "rejected: 3 file(s):" in out and "exit 3:" in out
     assert len(delta_rs_rows(str(lake / "streams"))) == 3 + n_cut
     inp = _inputs(lake)
-    assert set(inp) == {"good.pcap", "truncated.pcap", "empty.pcap", "notes.txt"}
+    assert set(inp) == {"good.pcap", "truncated.pcap", "empty.pcap", "notes.txt", "missing.pcap"}
+    assert (inp["missing.pcap"]["status"], inp["missing.pcap"]["size"]) == ("error", None)
     assert (inp["good.pcap"]["status"], inp["good.pcap"]["error"], inp["good.pcap"]["damaged_bytes"]) == (
         "ok",
         None,
@@ -121,6 +122,41 @@ def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_pat
     rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "-q", "--skip-ingested")
     assert rc == report.EXIT_OK and "brokerscope: " not in err, err
     assert "already ingested: 1 file(s) skipped" in out and "rejected" not in out
+
+
+def test_a_dangling_symlink_is_recorded_once_and_a_missing_path_every_time(spark, tmp_path, capsys):
+    """Found by a user trial: a dangling symlink in the nightly's directory was rejected again by
+    every --skip-ingested run (exit 3 each night), and neither it nor a missing path got the
+    `inputs` row every input gets. Now the link is recorded with its own size and mtime and not
+    reported again; a path that is not there is recorded (no size) and reported by each run."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    write_capture(str(inbox / "a.pcap"), n_conns=1, exchanges=2)
+    (inbox / "gone.pcap").symlink_to(tmp_path / "rotated-away.pcap")
+    lake = tmp_path / "lake"
+    missing = tmp_path / "never.pcap"
+    rc, out, err = run(capsys, "ingest", str(inbox), str(missing), "--lake", str(lake), "-q")
+    assert rc == report.EXIT_PARTIAL, out
+    assert f"brokerscope: {inbox / 'gone.pcap'}: " in err and f"{missing}: no such file" in err
+    inp = _inputs(lake)
+    assert {k: v["status"] for k, v in inp.items()} == {
+        "a.pcap": "ok",
+        "gone.pcap": "error",
+        "never.pcap": "error",
+    }
+    assert inp["gone.pcap"]["path"] == str(inbox / "gone.pcap")  # the link, not where it pointed
+    assert inp["gone.pcap"]["size"] == len(str(tmp_path / "rotated-away.pcap"))
+    assert inp["never.pcap"]["size"] is None and inp["never.pcap"]["mtime"] is None
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import nightly_ingest
+
+    for _ in range(2):
+        assert nightly_ingest.main(["--input", str(inbox), "--lake", str(lake)]) == report.EXIT_OK
+        assert "nothing to ingest" in capsys.readouterr().out
+    rc, out, err = run(
+        capsys, "ingest", str(inbox), str(missing), "--lake", str(lake), "-q", "--skip-ingested"
+    )
+    assert rc == report.EXIT_NOTHING and "gone.pcap" not in err and f"{missing}: no such file" in err, err
 
 
 def test_a_capture_directory_with_sidecars_ingests_cleanly(spark, tmp_path, capsys):
