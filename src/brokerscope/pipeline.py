@@ -673,9 +673,6 @@ def ingest(
     summary.errors = list(disc.errors)
     summary.skipped = list(disc.skipped)
     summary.excluded = list(disc.excluded)
-    summary.capture_errors.extend(
-        f"{d.path}: same content as {k.path}, ingested once" for d, k in disc.duplicates
-    )
     lake = Lake(settings.lake_path, settings.writer)
     lake.ensure_tables(settings.derived_tables)
     for line in lake.recover():
@@ -703,6 +700,8 @@ def ingest(
         kept = {r["path"] for r in rejected}
         summary.errors = [(p, e) for p, e in summary.errors if _recorded_path(p) in kept]
         summary.skipped = [(p, e) for p, e in summary.skipped if _recorded_path(p) in kept]
+    # a copy is named by the run that finds it, not again by each --skip-ingested run after
+    summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
     summary.files = len(todo)
     if not todo:
         lake.write_inputs(rejected, [r["path"] for r in rejected])

@@ -59,8 +59,9 @@ class Summary:
             f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
             f"({self.tcp_segments:,} TCP segments), {_count(self.connections, 'connection')}, "
             f"{self.seconds:.1f} s, writer={self.writer or '-'}",
-            "rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()),
         ]
+        if self.rows:  # none when there was nothing to ingest
+            out.append("rows: " + ", ".join(f"{t}={n:,}" for t, n in self.rows.items()))
         if self.filter:
             out.append(
                 f"filter {self.filter}: {self.filtered:,} of {self.packets:,} packets dropped, "

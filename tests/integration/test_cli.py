@@ -124,7 +124,7 @@ def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_pat
     assert "already ingested: 1 file(s) skipped" in out and "rejected" not in out
 
 
-def test_a_dangling_symlink_is_recorded_once_and_a_missing_path_every_time(spark, tmp_path, capsys):
+def test_a_dangling_symlink_and_a_copy_are_reported_once_a_missing_path_every_time(spark, tmp_path, capsys):
     """Found by a user trial: a dangling symlink in the nightly's directory was rejected again by
     every --skip-ingested run (exit 3 each night), and neither it nor a missing path got the
     `inputs` row every input gets. Now the link is recorded with its own size and mtime and not
@@ -133,14 +133,17 @@ def test_a_dangling_symlink_is_recorded_once_and_a_missing_path_every_time(spark
     inbox.mkdir()
     write_capture(str(inbox / "a.pcap"), n_conns=1, exchanges=2)
     (inbox / "gone.pcap").symlink_to(tmp_path / "rotated-away.pcap")
+    shutil.copy(inbox / "a.pcap", inbox / "b.pcap")  # named once too, by the run that finds it
     lake = tmp_path / "lake"
     missing = tmp_path / "never.pcap"
     rc, out, err = run(capsys, "ingest", str(inbox), str(missing), "--lake", str(lake), "-q")
     assert rc == report.EXIT_PARTIAL, out
+    assert "b.pcap: same content as" in out
     assert f"brokerscope: {inbox / 'gone.pcap'}: " in err and f"{missing}: no such file" in err
     inp = _inputs(lake)
     assert {k: v["status"] for k, v in inp.items()} == {
         "a.pcap": "ok",
+        "b.pcap": "ok",
         "gone.pcap": "error",
         "never.pcap": "error",
     }
@@ -152,7 +155,9 @@ def test_a_dangling_symlink_is_recorded_once_and_a_missing_path_every_time(spark
 
     for _ in range(2):
         assert nightly_ingest.main(["--input", str(inbox), "--lake", str(lake)]) == report.EXIT_OK
-        assert "nothing to ingest" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "nothing to ingest" in out and "rows:" not in out  # was an empty `rows: ` line
+        assert "same content" not in out
     rc, out, err = run(
         capsys, "ingest", str(inbox), str(missing), "--lake", str(lake), "-q", "--skip-ingested"
     )
