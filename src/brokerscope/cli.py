@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__, export
+from . import __version__, export, report
 from .capture.filter import PacketFilter
 from .config import Settings, schema_options
 from .protocols.base import known_names
@@ -675,10 +675,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_prog = "brokerscope"  # how the command's messages start (stopped_by_signals)
+_told = False  # a signal while stopping was told to wait
+
+
+def _stopping() -> None:
+    """From the first Ctrl-C or SIGTERM on, later ones wait for the clean-up (report.STOPPING):
+    both handled by _on_signal, Ctrl-C too if Python's own handler raised the first."""
+    global _told
+    if not report.STOPPING.is_set():
+        _told = False
+        report.STOPPING.set()
+    _handle(signal.SIGINT)
+    _handle(signal.SIGTERM)
+
+
 def _on_signal(signum, frame) -> None:
     """SIGTERM, and SIGINT once Spark runs: Spark's jobs are cancelled from another thread (the
     main thread's py4j connection is the call interrupted: PySpark's own SIGINT handler cancels
-    on it and fails, 'reentrant call'), and the command stops as on Ctrl-C."""
+    on it and fails, 'reentrant call'), and the command stops as on Ctrl-C. Once: a signal while
+    the command cleans up after one is told to wait (a second Ctrl-C broke the clean-up)."""
+    global _told
+    if report.STOPPING.is_set():
+        if not _told:
+            _told = True
+            print(f"{_prog}: stopping, cleaning up (a moment)", file=sys.stderr, flush=True)
+        return
+    _stopping()
     sc = _active_context()
     if sc is not None:
         threading.Thread(target=_cancel_jobs, args=(sc,), name="brokerscope-cancel", daemon=True).start()
@@ -760,22 +783,34 @@ def stopped_by_signals(run: Callable[[], int], prog: str = "brokerscope") -> int
     # py4j logs through the root logger itself (logging.exception): its filters see those records,
     # whatever handlers there are then
     logging.getLogger().addFilter(_not_an_interrupt_in_py4j)
+    global _prog
+    _prog = prog
     spark_before = _active_context() is not None  # called in a process that has a session
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _handle(signal.SIGTERM)
+    stopped = False
     try:
         return run()
     except BaseException as e:  # Ctrl-C or SIGTERM: what the run staged is removed by now
         stop = _interrupt_in(e)
         if stop is None:
             raise
+        _stopping()
+        stopped = True
         term = isinstance(stop, Terminated)
         print(f"{prog}: interrupted ({'SIGTERM' if term else 'SIGINT'})", file=sys.stderr)
         if not spark_before:  # a session this command started; not one it was given
             _stop_spark()
         return EXIT_TERMINATED if term else EXIT_INTERRUPTED
     finally:
-        _restore(handlers)
+        # a command stopped by a signal in a process of its own is ending, its clean-up done: one
+        # more signal would kill it on its way out (-2, not 130; Python's exit puts the default
+        # handlers back, but leaves ignored signals ignored); a caller that goes on gets its own
+        if stopped and not spark_before:
+            _restore(dict.fromkeys(handlers, signal.SIG_IGN))
+        else:
+            _restore(handlers)
+            report.STOPPING.clear()
 
 
 def spark_started() -> None:

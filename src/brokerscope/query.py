@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from . import export, sqltext
 from .lake import Lake
-from .report import EXIT_USAGE, Terminated
+from .report import EXIT_USAGE, STOPPING, Terminated
 
 HISTORY_LENGTH = 1000
 
@@ -90,6 +90,7 @@ class Shell:
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated):
                 raise
+            STOPPING.clear()  # the shell goes on: the next Ctrl-C stops the next query
             self.spark.sparkContext.cancelAllJobs()
             self.error("cancelled")
             return
@@ -183,6 +184,7 @@ class Shell:
             except KeyboardInterrupt as e:
                 if isinstance(e, Terminated):
                     raise
+                STOPPING.clear()
                 print(file=self.out)
                 buf = ""
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 # Exit codes of `brokerscope ingest` and jobs/nightly_ingest.py (README, "Exit codes").
@@ -19,6 +20,11 @@ class Terminated(KeyboardInterrupt):
     Ctrl-C. A KeyboardInterrupt, so py4j closes the call it interrupts as for Ctrl-C (its next
     call would read that call's answer); whatever goes on after a Ctrl-C re-raises it."""
 
+
+# Set from the first Ctrl-C or SIGTERM a command stops on (cli._on_signal) until it has cleaned
+# up: another signal then waits for the clean-up instead of breaking into it. A command that goes
+# on after Ctrl-C (the SQL shell) clears it.
+STOPPING = threading.Event()
 
 SHOWN = 5  # files named per kind of problem in the summary; the rest are counted
 

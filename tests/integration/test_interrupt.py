@@ -104,6 +104,34 @@ def test_sigterm_while_decoding_stops_cleanly_and_commits_nothing(tmp_path):
     assert "commands=8" in out
 
 
+def test_ctrl_c_pressed_again_while_stopping_waits_for_the_clean_up(tmp_path):
+    """Ctrl-C pressed again and again while the command stops (found by a user trial: the second
+    one broke the clean-up with a traceback): the later ones are told to wait, the clean-up
+    finishes, exit 130 with one line, nothing staged left."""
+    lake = tmp_path / "lake"
+    p = _ingest(lake, str(SAMPLE_DATA))
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if line.rstrip().endswith("] decoding"):
+            p.send_signal(signal.SIGINT)
+            break
+    presses = 0
+    while p.poll() is None and presses < 40:
+        time.sleep(0.05)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            presses += 1
+    out, err = p.communicate(timeout=120)
+    err = "".join(lines) + err
+    assert presses, "stopped before a second Ctrl-C"
+    assert p.returncode == report.EXIT_INTERRUPTED, err
+    assert err.count("brokerscope: interrupted (SIGINT)") == 1
+    assert "Traceback" not in err and "ERROR" not in err and "Exception" not in err, err
+    for table in ("messages", "commands", "streams"):
+        assert not (lake / table / "_staging").exists()
+
+
 def test_the_nightly_job_stopped_by_sigterm_while_decoding(tmp_path):
     """jobs/nightly_ingest.py as a scheduler runs it with plain Python: SIGTERM during the decode
     had killed it without cleanup (-15, staged files left for the next run to find)."""
