@@ -57,6 +57,17 @@ def _ingest(lake: Path, *paths: str) -> subprocess.Popen:
     )
 
 
+def _signal_once_decoding(p: subprocess.Popen, sig: int) -> str:
+    """Send `sig` when the command says it is decoding: what it wrote to stderr up to then."""
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if line.rstrip().endswith("] decoding"):
+            p.send_signal(sig)
+            break
+    return "".join(lines)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the JVM in /proc")
 def test_ctrl_c_while_the_jvm_starts_leaves_no_jvm_behind(tmp_path):
     """Ctrl-C before PySpark has connected to its JVM: that JVM watches its stdin only once
@@ -83,14 +94,9 @@ def test_sigterm_while_decoding_stops_cleanly_and_commits_nothing(tmp_path):
     run staged is removed, no row is committed, exit 143 with one line; the next run ingests."""
     lake = tmp_path / "lake"
     p = _ingest(lake, str(SAMPLE_DATA))
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if line.rstrip().endswith("] decoding"):
-            p.send_signal(signal.SIGTERM)
-            break
+    head = _signal_once_decoding(p, signal.SIGTERM)
     out, err = p.communicate(timeout=120)
-    err = "".join(lines) + err
+    err = head + err
     assert p.returncode == report.EXIT_TERMINATED, err
     assert "brokerscope: interrupted (SIGTERM)" in err
     assert "Traceback" not in err and "ERROR" not in err and "Exception" not in err
@@ -110,12 +116,7 @@ def test_ctrl_c_pressed_again_while_stopping_waits_for_the_clean_up(tmp_path):
     finishes, exit 130 with one line, nothing staged left."""
     lake = tmp_path / "lake"
     p = _ingest(lake, str(SAMPLE_DATA))
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if line.rstrip().endswith("] decoding"):
-            p.send_signal(signal.SIGINT)
-            break
+    head = _signal_once_decoding(p, signal.SIGINT)
     presses = 0
     while p.poll() is None and presses < 40:
         time.sleep(0.05)
@@ -123,7 +124,7 @@ def test_ctrl_c_pressed_again_while_stopping_waits_for_the_clean_up(tmp_path):
             p.send_signal(signal.SIGINT)
             presses += 1
     out, err = p.communicate(timeout=120)
-    err = "".join(lines) + err
+    err = head + err
     assert presses, "stopped before a second Ctrl-C"
     assert p.returncode == report.EXIT_INTERRUPTED, err
     assert err.count("brokerscope: interrupted (SIGINT)") == 1
