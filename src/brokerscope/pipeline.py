@@ -36,7 +36,7 @@ from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .report import Summary
 from .runs import RunDir
-from .streams import SORT_COLS, PayloadFiles, StreamDriver, segment_rows
+from .streams import CHANGED, SORT_COLS, PayloadFiles, StreamDriver, segment_rows
 
 log = logging.getLogger(__name__)
 
@@ -1035,7 +1035,7 @@ def _topic_names(stats: list[dict]) -> dict[str, str]:
 
 
 def _per_file(stats: list[dict]) -> dict[int, dict]:
-    """The tasks' counters summed per file index (error lists joined)."""
+    """The tasks' counters summed per file index (error lists joined, each error once)."""
     out: dict[int, dict] = {}
     for s in stats:
         fi = s.get("file_index")
@@ -1043,8 +1043,13 @@ def _per_file(stats: list[dict]) -> dict[int, dict]:
             continue
         acc = out.setdefault(fi, {"errors": []})
         for k, v in s.items():
-            if k == "errors":
-                acc["errors"].extend(v)
+            if k == "errors":  # every task that met a file's problem says it: once per file
+                seen = acc["errors"]
+                for e in v:  # a growing file: each task saw its own size, the first one says it
+                    if e not in seen and not (
+                        e.startswith(CHANGED) and any(x.startswith(CHANGED) for x in seen)
+                    ):
+                        seen.append(e)
             elif isinstance(v, int) and not isinstance(v, bool) and k not in ("file_index",):
                 if not k.endswith("_ts_ns"):
                     acc[k] = acc.get(k, 0) + v

@@ -675,8 +675,7 @@ class PayloadFiles:
         if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
             os.close(fd)
             self.errors[fi] = (
-                f"changed while the run read it (size {size} -> {st.st_size}): payload bytes after "
-                "the read stage are missing"
+                f"{CHANGED} (size {size} -> {st.st_size}): payload bytes after the read stage are missing"
             )
             return -1
         return fd
@@ -688,6 +687,11 @@ class PayloadFiles:
                 os.close(fd)
         self._fds.clear()
         return self.errors
+
+
+# the start of a file's error when it changed between the read and the decode stage (each decode
+# task that reads it back says so, with the size it saw then)
+CHANGED = "changed while the run read it"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from brokerscope import tables
+from brokerscope import pipeline, tables
 from brokerscope.capture import capture_id, identify, plan_splits, read_split
 from brokerscope.config import Settings
 from brokerscope.streams import SORT_COLS, PayloadFiles, StreamDriver
@@ -85,6 +85,13 @@ def test_a_file_changed_between_the_stages_loses_its_payloads_not_the_task(tmp_p
     assert counts.get("messages", 0) == 0 and counts["streams"] == 5
     errors = [e for s in drv.capture_stats if s.get("file_index") == 0 for e in s.get("errors", [])]
     assert any("changed while the run read it" in e for e in errors), errors
+    # each decode task holding some of its connections says so: the run names it once (a user
+    # trial saw the warning four times, and the inputs row's error repeated it)
+    grown = [
+        {**s, "errors": [e.replace("->", "-> 9") for e in s.get("errors", [])]} for s in drv.capture_stats
+    ]
+    per_file = pipeline._per_file(drv.capture_stats * 3 + grown)  # the last task saw it larger
+    assert per_file[0]["errors"] == list(dict.fromkeys(errors))
 
 
 def test_a_changed_file_truncates_the_packets_that_had_payload_bytes_only(tmp_path):
