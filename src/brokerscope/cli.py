@@ -402,9 +402,12 @@ def cmd_demo(args) -> int:
     if rc not in (0, 3):  # sample data with a damaged file still shows the query
         return rc
     settings = _settings(args)
+    from pyspark.sql import SparkSession
+
     from .pipeline import make_spark
 
-    spark = make_spark(settings, quiet_progress=True)
+    # the ingest's session (asking getOrCreate again logged "Using an existing Spark session")
+    spark = SparkSession.getActiveSession() or make_spark(settings, quiet_progress=True)
     print("\nexample query:\n" + EXAMPLE_QUERY + "\n")
     cols, rows = run_sql(spark, settings.lake_path, EXAMPLE_QUERY)
     _print_rows(cols, rows, "table")

@@ -512,6 +512,21 @@ def test_sample_data_exists_with_provenance():
     assert (SAMPLE_DATA / "README.md").is_file()
 
 
+def test_demo_in_its_own_process_asks_for_one_session(tmp_path):
+    """`brokerscope demo` as `make demo` runs it: the example query runs on the ingest's session
+    (asking for one again logged Spark's 'Using an existing Spark session' warning)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(CAPTURES / "iggy" / "rs.pcapng", data)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    argv = [sys.executable, "-m", "brokerscope.cli", "demo", "--sample-data", str(data), "--lake", "lake"]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "(3 rows)" in p.stdout
+    assert "Using an existing Spark session" not in p.stderr and " WARN " not in p.stderr, p.stderr
+
+
 # the progress-bar setting of a session made as the CLI makes one for `ingest` (no -q)
 PROGRESS_PROBE = (
     "from brokerscope.config import Settings; from brokerscope.pipeline import make_spark; "
