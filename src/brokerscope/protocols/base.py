@@ -116,6 +116,25 @@ class PayloadPolicy:
             return pc.binary_slice(keys, 0, self.truncate_bytes)
         return [self.key(k) for k in keys.to_pylist()]
 
+    def key_text(self, data: bytes | None) -> str | None:
+        """A key where `details` shows one (Pulsar's partition and ordering keys): under
+        apply_to_keys, its first truncate_bytes, its sha256 (hex, as of the key column's bytes)
+        or None (drop: left out); else as it is. Text, for JSON."""
+        if data is None:
+            return None
+        if self.apply_to_keys and self.mode != "keep":
+            if self.mode == "hash":
+                return hashlib.sha256(data).hexdigest()
+            if self.mode != "truncate":
+                return None
+            data = data[: self.truncate_bytes]
+        return data.decode("utf-8", "backslashreplace")
+
+    @property
+    def keys_kept(self) -> bool:
+        """Are keys kept whole (the policy does not apply to them)?"""
+        return not self.apply_to_keys or self.mode == "keep"
+
     def key(self, data: bytes | None) -> bytes | None:
         if data is None or not self.apply_to_keys or self.mode == "keep":
             return None if data is None else bytes(data)

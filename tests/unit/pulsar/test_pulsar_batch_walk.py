@@ -3,13 +3,15 @@ same columns for every batch it takes, and the same error for every batch it lea
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import struct
 
 import pyarrow as pa
 import pytest
 
-from brokerscope.protocols.base import to_json
+from brokerscope.protocols.base import PayloadPolicy, to_json
 from brokerscope.protocols.pulsar import messages
 from brokerscope.protocols.pulsar import rows as prows
 from brokerscope.protocols.pulsar.gen import pulsar_api_pb2 as pb
@@ -173,3 +175,14 @@ def test_details_say_what_each_message_has(seed):
             want["partition_key_b64"] = s.key_raw
         want.update(s.extra)
         assert got[i] == to_json(want)
+    # under a key policy, the ordering key as the policy leaves it, the base64 text of a key never
+    hashed = prows._details(cols, common, PayloadPolicy("hash", 4, apply_to_keys=True))
+    dropped = prows._details(cols, common, PayloadPolicy("drop", 4, apply_to_keys=True))
+    for i, s in enumerate(split_batch(md, data)):
+        h, d = (
+            json.loads(hashed[i] if isinstance(hashed, list) else hashed[i].as_py()),
+            json.loads(dropped[i] if isinstance(dropped, list) else dropped[i].as_py()),
+        )
+        assert "partition_key_b64" not in h and "partition_key_b64" not in d and "ordering_key" not in d
+        if s.ordering_key is not None:
+            assert h["ordering_key"] == hashlib.sha256(s.ordering_key).hexdigest()

@@ -213,7 +213,7 @@ class PulsarConversation(Conversation):
             if pf.missing:
                 details["missing_required"] = pf.missing
             if pf.has_payload_section:
-                details = {"command": details, "payload": payload_details(pf)}
+                details = {"command": details, "payload": payload_details(pf, self.ctx.payload)}
             handler = _HANDLERS.get(pf.type_code) if pf.cmd is not None else None
             if handler is not None and (body is not None or pf.type_code in (T.PING, T.PONG)):
                 handler(self, Event(d, pf, body, row, details, ts, ts_end, rows))

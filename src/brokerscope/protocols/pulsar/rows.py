@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ...tables import Block
 from .. import base
-from ..base import Context, Row, text
+from ..base import Context, PayloadPolicy, Row, text
 from ..framer import Junk
 from . import framing
 from .framing import HEADER, ParsedFrame
@@ -100,14 +100,25 @@ def command_columns(row: dict, type_code: int, body) -> None:
         row["topics"] = [text(t) for f in lists for t in getattr(body, f)]
 
 
-def payload_details(pf: ParsedFrame) -> dict:
-    """The details of a SEND's or MESSAGE's payload section (its messages get their own rows)."""
+def payload_details(pf: ParsedFrame, pol: PayloadPolicy) -> dict:
+    """The details of a SEND's or MESSAGE's payload section (its messages get their own rows),
+    its partition and ordering keys under the key policy `pol`."""
     out: dict = {"checksum_ok": pf.checksum_ok}
     if pf.broker_entry is not None:
         out["broker_entry"] = to_dict(pf.broker_entry)
     if pf.metadata is not None:
         md = to_dict(pf.metadata)
         md.pop("properties", None)  # they are the messages' headers
+        if not pol.keys_kept:
+            m = pf.metadata
+            keys = {"ordering_key": md.get("ordering_key")}
+            if "partition_key" in md:
+                keys["partition_key"] = key_bytes(m.partition_key, m.partition_key_b64_encoded)
+            for name, key in keys.items():
+                if key is not None and (shown := pol.key_text(key)) is not None:
+                    md[name] = shown
+                else:
+                    md.pop(name, None)
         out["metadata"] = md
     if pf.payload is not None:
         out["payload_size"] = len(pf.payload)
@@ -255,7 +266,7 @@ def message_block(
         "_batch_index": m.batch_index,
         "headers": m.headers,
         "sequence": m.sequence,
-        "details": _details(m, common),
+        "details": _details(m, common, pol),
     }
     if m.value.__class__ is list:  # a few messages: lists, for conform to convert with the rest
         keyed = pol.apply_to_keys and pol.mode != "keep"
@@ -268,10 +279,15 @@ def message_block(
     return Block(len(m.batch_index), cols, const)
 
 
-def _details(m: Columns, common: dict) -> pa.Array | list[str]:
+_KEY_FIELDS = ("ordering_key", "partition_key_b64")  # a message's own fields that hold its key
+_KEEP = PayloadPolicy()
+
+
+def _details(m: Columns, common: dict, pol: PayloadPolicy = _KEEP) -> pa.Array | list[str]:
     """Each message's details: `common`, then its batch index and the fields it has of its own
     (Columns.own), as to_json would write the dict, written piece by piece (in one compiled call
-    when no message has fields of its own)."""
+    when no message has fields of its own). Under a key policy, the ordering key as it says and
+    no partition_key_b64 (the key column holds the key as the policy leaves it)."""
     head = to_json(common)[:-1]
     head += ',"batch_index":' if len(head) > 1 else '"batch_index":'
     if not m.own:
@@ -281,6 +297,9 @@ def _details(m: Columns, common: dict) -> pa.Array | list[str]:
     for i, bi in enumerate(m.batch_index):
         t = f"{head}{bi}"
         for k, v in m.own.get(i, {}).items():
+            if k in _KEY_FIELDS and not pol.keys_kept:
+                if k == "partition_key_b64" or (v := pol.key_text(v)) is None:
+                    continue
             t += f",{jv(k)}:{jv(v)}"
         out.append(t + "}")
     return out
