@@ -203,3 +203,18 @@ def test_check_out_looks_where_whole_file_writes(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     export.check_out(fifo, "the file")
+
+
+def test_the_table_format_escapes_what_a_terminal_would_act_on():
+    """A client id is whatever a client sent: a user trial's Kafka client_id
+    "\\x1b[2J\\x1b[31mEVIL\\x1b]0;title\\x07" cleared the screen, turned it red and set the window
+    title when a `sql` result was printed as a table. Every control character is escaped, in
+    cells and in column names; printable text (accents included) is left as it is."""
+    evil = "\x1b[2J\x1b[31mEVIL\x1b]0;title\x07"
+    t = pa.table({"client_id": [evil, "café\x7f\x9b\x00"], "x\x1b[0m": [1, 2]})
+    out = io.StringIO()
+    export.write_table(t, out)
+    text = out.getvalue()
+    assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in text), repr(text)
+    assert "\\x1b[2J\\x1b[31mEVIL\\x1b]0;title\\x07" in text and "café\\x7f\\x9b\\x00" in text
+    assert text.splitlines()[0].split() == ["client_id", "|", "x\\x1b[0m"]
