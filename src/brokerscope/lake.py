@@ -597,6 +597,15 @@ class Lake:
             history.append(r)
         return sorted(new_ids | (old - held)), history
 
+    def contents_of(self, paths: set[str]) -> list[dict]:
+        """The `inputs` rows of content ingested from `paths` (a capture_id: ok, partial or
+        replaced), as they are: a run that records a path as rejected (emptied, gone, no longer
+        a capture) writes them again beside its row, so the rows decoded from that content keep
+        the record that maps their capture_id to the path."""
+        if not paths:
+            return []
+        return [r for r in self.read_arrow("inputs").to_pylist() if r["path"] in paths and r["capture_id"]]
+
     def write_inputs(self, rows: list[dict], paths: list[str], run_id: str | None = None) -> None:
         """Record what a run ingested: `rows` replace every earlier row of `paths` (once per run:
         with `run_id`, a table already holding the run's txn is left alone)."""

@@ -702,6 +702,8 @@ def ingest(
         summary.skipped = [(p, e) for p, e in summary.skipped if _recorded_path(p) in kept]
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
     summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
+    # the earlier content of a path now rejected keeps its record (its rows are still here)
+    rejected += lake.contents_of({r["path"] for r in rejected})
     summary.files = len(todo)
     if not todo:
         lake.write_inputs(rejected, [r["path"] for r in rejected])

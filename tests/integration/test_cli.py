@@ -164,6 +164,30 @@ def test_a_dangling_symlink_and_a_copy_are_reported_once_a_missing_path_every_ti
     assert rc == report.EXIT_NOTHING and "gone.pcap" not in err and f"{missing}: no such file" in err, err
 
 
+def test_a_path_emptied_or_removed_keeps_the_record_of_its_ingested_content(spark, tmp_path, capsys):
+    """Found by a user trial: ingesting a path again after it was emptied (or removed, or
+    overwritten with text) replaced its inputs row by the error row, and the rows decoded from
+    its earlier content were left with a capture_id no inputs row named. That row stays."""
+    cap = tmp_path / "a.pcap"
+    shutil.copy(SAMPLE_DATA / "kafka" / "none.pcap", cap)
+    lake = tmp_path / "lake"
+    assert run(capsys, "ingest", str(cap), "--lake", str(lake), "-q")[0] == report.EXIT_OK
+    (first,) = delta_rs_rows(str(lake / "inputs"))
+    decoded = {r["capture_id"] for r in delta_rs_rows(str(lake / "commands"))}
+    assert decoded == {first["capture_id"]}
+    for damage in ("empty", "text", "removed"):
+        if damage == "removed":
+            cap.unlink()
+        else:
+            cap.write_text("" if damage == "empty" else "notes, not a capture\n")
+        rc, _, err = run(capsys, "ingest", str(cap), "--lake", str(lake), "-q")
+        assert rc == report.EXIT_NOTHING and str(cap) in err
+        rows = delta_rs_rows(str(lake / "inputs"))
+        assert [r for r in rows if r["capture_id"]] == [first], damage
+        assert [(r["status"], r["capture_id"]) for r in rows if not r["capture_id"]] == [("error", None)]
+        assert {r["capture_id"] for r in delta_rs_rows(str(lake / "commands"))} == decoded
+
+
 def test_a_capture_directory_with_sidecars_ingests_cleanly(spark, tmp_path, capsys):
     """A real capture directory (deepflow's captures, each with its .result) plus what people and
     tools leave there: the first run exits 0, the sidecars skipped and recorded as such; hidden
