@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from . import capture, export
 from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split
 from .capture.filter import PacketFilter
+from .capture.reader import OTHER_FRAMES
 from .lake import Lake
 
 # pcapng block types (pcapng spec, section 4) and the fields brokerscope writes
@@ -176,15 +177,19 @@ def frame_offsets(src: Source, frames: set[int]) -> list[int]:
     try:
         last = max(frames)
         return [
-            off for no, off in enumerate(_packet_records(inp, src.kind), 1) if no in frames and no <= last
+            off
+            for no, (off, packet) in enumerate(_frames(inp, src.kind), 1)
+            if packet and no in frames and no <= last
         ]
     finally:
         inp.close()
 
 
-def _packet_records(inp: _Input, kind: str) -> Iterator[int]:
-    """The offset of every packet record, in file order (pcap: every record; pcapng: EPB, SPB and
-    PB blocks), up to the end or the first record whose framing is damaged, as Wireshark reads."""
+def _frames(inp: _Input, kind: str) -> Iterator[tuple[int, bool]]:
+    """The offset of every record Wireshark numbers as a frame, and whether it is a packet, in
+    file order (pcap: every record; pcapng: EPB, SPB and PB blocks, and the journal and custom
+    blocks, frames without a packet), up to the end or the first record whose framing is
+    damaged, as Wireshark reads."""
     if kind.startswith("pcapng"):
         pos, order = 0, "<"
         while True:
@@ -196,8 +201,8 @@ def _packet_records(inp: _Input, kind: str) -> Iterator[int]:
             btype, blen = struct.unpack(order + "II", head[:8])
             if blen < 12 or blen % 4:
                 return
-            if btype in PACKET_BLOCKS:
-                yield pos
+            if btype in PACKET_BLOCKS or btype in OTHER_FRAMES:
+                yield pos, btype in PACKET_BLOCKS
             pos += blen
     order = PCAP_MAGICS[inp.read(0, 4)][0]
     pos = PCAP_HEADER
@@ -208,7 +213,7 @@ def _packet_records(inp: _Input, kind: str) -> Iterator[int]:
         incl = struct.unpack_from(order + "I", rh, 8)[0]
         if len(inp.read(pos + PCAP_RECORD + incl - 1, 1)) < 1 and incl:
             return  # cut off by the end of the file: no frame
-        yield pos
+        yield pos, True
         pos += PCAP_RECORD + incl
 
 

@@ -16,6 +16,7 @@ installed).
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 from bisect import bisect_right
 from decimal import Decimal
@@ -152,6 +153,34 @@ def answers(path: Path, out: dict) -> dict:
         if first is not None and last is not None:
             commands[f"{r['conn_id']}|{r['direction']}|{r['stream_offset']}"] = [first, last]
     return {"streams": streams, "commands": commands}
+
+
+def with_other_frames(src: Path, dst: Path, every: int = 7) -> None:
+    """`src` (a little-endian pcapng) with a block after every `every`th packet block that
+    Wireshark shows as a frame holding no packet, in turn a systemd Journal Export Block (type 9)
+    and Custom Blocks (0x00000BAD copied, 0x40000BAD not copied; PEN 32473, the example PEN of
+    RFC 5612): tests/data/frames/other_frames.pcapng."""
+
+    def block(btype: int, body: bytes) -> bytes:
+        body += b"\0" * (-len(body) % 4)
+        n = 12 + len(body)
+        return struct.pack("<II", btype, n) + body + struct.pack("<I", n)
+
+    extra = [
+        block(9, b"__REALTIME_TIMESTAMP=1\nMESSAGE=broker restarted\n"),
+        block(0x00000BAD, struct.pack("<I", 32473) + b"copied"),
+        block(0x40000BAD, struct.pack("<I", 32473) + b"not copied"),
+    ]
+    data, out, i, packets = src.read_bytes(), b"", 0, 0
+    while i < len(data):
+        btype, n = struct.unpack_from("<II", data, i)
+        out += data[i : i + n]
+        i += n
+        if btype in (2, 3, 6):
+            packets += 1
+            if packets % every == 0:
+                out += extra[(packets // every) % len(extra)]
+    dst.write_bytes(out)
 
 
 def record() -> None:

@@ -63,3 +63,17 @@ def test_frame_lists_parse():
     for bad in ("0", "5-3", "x", "1-"):
         with pytest.raises(ValueError, match="frames"):
             parse_frames([bad])
+
+
+def test_frames_that_hold_no_packet_are_numbered_not_written(tmp_path):
+    """Wireshark numbers a pcapng's journal and custom blocks as frames (every 8th frame of
+    other_frames.pcapng, after each 7 packets): the packets keep Wireshark's numbers, and asking
+    for one of those frames writes nothing (the numbering counted packets only before)."""
+    path = FRAMES_DATA / "other_frames.pcapng"
+    every = _packets(str(path))  # the packets only: 173, and 24 such blocks, 197 frames
+    assert len(every) == 173
+    src = _source(path, "pcapng")
+    frames = {7, 8, 9, 24, 25, 197}
+    out = str(tmp_path / "x.pcapng")
+    assert write([src], [frame_offsets(src, frames)], out) == 4
+    assert _packets(out) == [every[f - f // 8 - 1] for f in (7, 9, 25, 197)]

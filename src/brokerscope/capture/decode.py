@@ -108,6 +108,7 @@ STAT_KEYS = (
     "caplen_over_origlen",
     "caplen_over_snaplen",
     "empty_records",
+    "other_frames",
 )
 
 
@@ -165,6 +166,9 @@ class PacketDecoder:
         self.caplen_over_origlen = 0  # records whose captured length exceeds their original length
         self.caplen_over_snaplen = 0  # records longer than the file's (or interface's) snap length
         self.empty_records = 0  # records with no captured bytes (caplen 0)
+        # pcapng blocks Wireshark numbers as frames that hold no packet (journal, custom): in
+        # `records` (frame numbers count them), not packets
+        self.other_frames = 0
         # the ingest filter (capture/filter.py): the reader drops records outside its window; the
         # hosts and ports are checked here, on the IP and TCP headers, before the payload is copied
         self.filter = flt

@@ -563,9 +563,14 @@ SPB = 3
 NRB = 4
 ISB = 5
 EPB = 6
+JOURNAL = 9  # systemd Journal Export Block
 DSB = 10  # Decryption Secrets Block
+CUSTOM = (0x00000BAD, 0x40000BAD)  # Custom Blocks (copied, not copied by an editor)
 TLS_KEY_LOG = 0x544C534B  # its secrets type "TLSK": NSS key log text
-_KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, 9, 10, 0x00000BAD, 0x40000BAD))
+_KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, JOURNAL, DSB, *CUSTOM))
+# blocks Wireshark shows as frames of their own, numbered with the packets: they take frame numbers
+# (the tables' first_frame / last_frame, extract --frames) but hold no packet
+OTHER_FRAMES = frozenset((JOURNAL, *CUSTOM))
 _KNOWN_PATTERNS = frozenset(struct.pack(o + "I", t) for t in _KNOWN_BLOCKS for o in "<>")
 _BOM_LE = struct.pack("<I", PCAPNG_BOM)
 _BOM_BE = struct.pack(">I", PCAPNG_BOM)
@@ -1005,7 +1010,10 @@ def _read_pcapng(
                 stype, slen = od.u32(buf, p + 8)[0], od.u32(buf, p + 12)[0]
                 if stype == TLS_KEY_LOG and 16 + slen + 4 <= n:
                     dec.tls_key_logs.append(bytes(buf[p + 16 : p + 16 + slen]))
-            # NRB, ISB, other secrets, custom and unknown blocks: skipped by their length
+            elif t in OTHER_FRAMES:  # a journal entry or custom block: a frame, no packet
+                records += 1
+                dec.other_frames += 1
+            # NRB, ISB, other secrets and unknown blocks: skipped by their length
             p += n
     finally:
         _gc_resume(gc_on)

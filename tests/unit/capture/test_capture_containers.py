@@ -132,7 +132,9 @@ def test_pcapng_blocks_interfaces_and_resolutions(tmp_path, order):
     assert ts[3] == TS + 9
     assert ts[4] == ts[3]  # a simple packet block has no time: the last one seen
     assert rows[5]["snap_truncated"] and rows[5]["payload_len"] == 300
-    assert st["records"] == 6 and st["tcp"] == 6 and st["errors"] == [] and st["malformed"] == 0
+    # the custom block is a frame of its own (Wireshark's numbering), no packet
+    assert st["records"] == 7 and st["other_frames"] == 1 and st["tcp"] == 6
+    assert st["errors"] == [] and st["malformed"] == 0
 
 
 def test_pcapng_sections_reset_interfaces(tmp_path):
