@@ -283,7 +283,8 @@ WRITERS = {"table": write_table, "csv": write_csv, "json": write_json, "jsonl": 
 
 def write(table: pa.Table, fmt: str, out: IO[str], binary: str = "base64") -> None:
     """`table` in a text format (FORMATS but parquet) to `out`. A text column holding bytes that
-    are not UTF-8 is an error naming it, before anything is written."""
+    are not UTF-8, and for JSON two columns of one name, are an error naming them, before
+    anything is written."""
     if fmt not in WRITERS:
         raise ValueError(f"format must be one of {', '.join(WRITERS)}, not {fmt!r}")
     bad = not_utf8(table)
@@ -293,6 +294,13 @@ def write(table: pa.Table, fmt: str, out: IO[str], binary: str = "base64") -> No
             f"column{'s' if len(bad) > 1 else ''} {names}: text that is not UTF-8 (a binary value cast "
             "to STRING?): select the binary value itself (--binary writes it as base64 or hex), or "
             "write --format parquet"
+        )
+    twice = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
+    if twice and fmt in ("json", "jsonl"):  # a JSON reader keeps one value per name: the last
+        raise ValueError(
+            f"column name{'s' if len(twice) > 1 else ''} {', '.join(twice)} given twice: a JSON object "
+            "keeps one value per name: name the columns apart (c.ts AS commands_ts), or write "
+            "--format csv, table or parquet"
         )
     WRITERS[fmt](table, out, binary)
 

@@ -218,3 +218,18 @@ def test_the_table_format_escapes_what_a_terminal_would_act_on():
     assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in text), repr(text)
     assert "\\x1b[2J\\x1b[31mEVIL\\x1b]0;title\\x07" in text and "café\\x7f\\x9b\\x00" in text
     assert text.splitlines()[0].split() == ["client_id", "|", "x\\x1b[0m"]
+
+
+def test_json_refuses_two_columns_of_one_name():
+    """`SELECT c.*, l.* FROM commands c JOIN latencies l ...` gives two `ts` columns: JSON
+    objects held both, and a JSON reader kept the last (found by a user trial). Refused, naming
+    them, before anything is written; the other formats keep both."""
+    t = pa.Table.from_arrays([pa.array([1]), pa.array([2]), pa.array(["x"])], names=["ts", "ts", "a"])
+    for fmt in ("json", "jsonl"):
+        out = io.StringIO()
+        with pytest.raises(ValueError, match="^column name ts given twice: a JSON object keeps one"):
+            export.write(t, fmt, out)
+        assert out.getvalue() == ""
+    out = io.StringIO()
+    export.write(t, "csv", out)
+    assert out.getvalue() == "ts,ts,a\n1,2,x\n"
