@@ -431,7 +431,7 @@ class _Conn:
             "conn_state": t.conn_state(self.client_is_lo),
             "history": t.history(self.client_is_lo),
             "snap_truncated_packets": c.snap_truncated_packets + s.snap_truncated_packets,
-            "capture_ids": sorted({cid for _, cid in self.files}),
+            "capture_ids": list(dict.fromkeys(cid for _, cid in self.files)),  # by time
             # the first packet's frame in the first file (capture_id), the last packet's in the
             # file the connection ends in (the last of capture_ids by time)
             "first_frame": self.first_frame or None,

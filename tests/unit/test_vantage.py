@@ -48,6 +48,10 @@ def test_a_rotated_capture_is_one_vantage_point(tmp_path):
     whole, cut = decode_files([str(SAMPLE)]), decode_files(parts)
     assert len(cut["streams"]) == len(whole["streams"]) == 5
     assert any(len(r["capture_ids"]) == 2 for r in cut["streams"])
+    # by time, as README says (the file a connection ends in, last): they were sorted as text
+    first, second = (capture_id(p) for p in sorted(parts))
+    spanning = [r["capture_ids"] for r in cut["streams"] if len(r["capture_ids"]) == 2]
+    assert spanning and all(ids == [first, second] for ids in spanning), (first, second, spanning)
     for t in ("commands", "messages", "acks"):
         assert _content(cut[t]) == _content(whole[t]), t
     assert all(r["retransmitted_bytes"] == 0 for r in cut["streams"])
