@@ -229,6 +229,7 @@ def cmd_sql(args) -> int:
             export.check_out(path, "the file")
     spark = _spark(settings, quiet=True)
     lake.register(spark)
+    _say_unreadable(lake)
     results, shown = [], 0
     for st in statements:
         try:
@@ -264,6 +265,7 @@ def cmd_shell(args) -> int:
         )
     spark = _spark(settings, quiet=True)
     lake.register(spark)
+    _say_unreadable(lake)
     return Shell(spark, lake, args.format, args.binary).loop()
 
 
@@ -276,7 +278,14 @@ def cmd_tables(args) -> int:
         [(i.name, i.rows, i.version, i.files, i.size_bytes) for i in info],
         args.format,
     )
-    return 0
+    return EXIT_USAGE if _say_unreadable(lake) else 0
+
+
+def _say_unreadable(lake) -> bool:
+    """One line per table of the lake that cannot be read (the rest is read as usual)."""
+    for why in lake.unreadable.values():
+        print(f"brokerscope: {why}", file=sys.stderr)
+    return bool(lake.unreadable)
 
 
 def _recover(lake) -> list[str]:

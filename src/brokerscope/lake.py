@@ -127,6 +127,13 @@ class Lake:
         if writer not in ("auto", "spark", "embedded"):
             raise ValueError(f"lake.writer must be auto|spark|embedded, not {writer!r}")
         self.writer = writer
+        # table -> why it cannot be read (a damaged commit in its _delta_log, a data file its log
+        # names gone): found by info() and register(), which go on with the other tables
+        self.unreadable: dict[str, str] = {}
+
+    def _unreadable(self, table: str, e: Exception) -> None:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        self.unreadable[table] = f"{self.path(table)}: the Delta table cannot be read: {first[:300]}"
 
     def path(self, table: str) -> str:
         return str(self.root / table)
@@ -648,11 +655,17 @@ class Lake:
         return [t for t in tables.ALL_TABLES if DeltaTable.is_deltatable(self.path(t))]
 
     def info(self) -> list[TableInfo]:
+        """Rows, version, files and bytes of each table that can be read (the others in
+        `unreadable`)."""
         out = []
         for t in self.table_names():
             p = self.path(t)
-            dt = DeltaTable(p)
-            acts = _adds(dt)
+            try:
+                dt = DeltaTable(p)
+                acts = _adds(dt)
+            except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
+                self._unreadable(t, e)
+                continue
             out.append(
                 TableInfo(
                     t,
@@ -665,21 +678,26 @@ class Lake:
         return out
 
     def register(self, spark) -> list[str]:
-        """Register every table as a temp view from its current Delta snapshot."""
+        """Register every table as a temp view from its current Delta snapshot; a table that
+        cannot be read is left out (`unreadable`), the others are registered."""
         use_delta = delta_spark_available(spark)
         names = []
         for t in self.table_names():
             p = self.path(t)
-            if use_delta:
-                df = spark.read.format("delta").load(p)
-            else:
-                files = DeltaTable(p).file_uris()
-                sch = spark_schema(t)
-                if files:
-                    df = spark.read.schema(sch).option("basePath", p).parquet(*files)
-                    df = df.select(*sch.fieldNames())
+            try:
+                if use_delta:
+                    df = spark.read.format("delta").load(p)
                 else:
-                    df = spark.createDataFrame([], sch)
+                    files = DeltaTable(p).file_uris()
+                    sch = spark_schema(t)
+                    if files:
+                        df = spark.read.schema(sch).option("basePath", p).parquet(*files)
+                        df = df.select(*sch.fieldNames())
+                    else:
+                        df = spark.createDataFrame([], sch)
+            except Exception as e:  # noqa: BLE001 - a damaged log, a data file gone: one line
+                self._unreadable(t, e)
+                continue
             df.createOrReplaceTempView(t)
             names.append(t)
         return names

@@ -116,6 +116,8 @@ class Shell:
             rows = [(i.name, i.rows, i.version, i.files, i.size_bytes) for i in info]
             table = export.from_rows(["table", "rows", "delta_version", "files", "size_bytes"], rows)
             export.write(table, self.fmt, self.out, self.binary)
+            for why in self.lake.unreadable.values():
+                self.error(why)
         elif name == "\\d":
             try:
                 fields = self.spark.table(arg).schema.fields

@@ -264,3 +264,32 @@ def test_demo_names_a_command_that_runs(monkeypatch):
     assert cli.command_name() == "brokerscope"
     monkeypatch.setattr(sys, "prefix", str(Path("/nonexistent-venv")))
     assert cli.command_name() == f"{sys.executable} -m brokerscope.cli"
+
+
+@pytest.mark.spark
+def test_a_damaged_table_is_one_line_and_the_others_still_answer(spark, sample_lake, tmp_path, capsys):
+    """A commit of commands' log cut short (a full disk), then a data file of commands gone (an
+    early vacuum): `tables` and `sql` printed a Python and Rust traceback, and a query of the
+    intact messages table failed too (found by a user trial). Now one line names the table and
+    why, exit 2, and the other tables answer."""
+    lake = tmp_path / "lake"
+    shutil.copytree(sample_lake, lake)
+    log = sorted((lake / "commands" / "_delta_log").glob("*.json"))[-1]
+    good = log.read_bytes()
+    log.write_text("{garbage")
+    rc, out, err = run(capsys, "tables", "--lake", str(lake), "--format", "csv")
+    assert rc == report.EXIT_USAGE and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        f"brokerscope: {lake / 'commands'}: the Delta table cannot be read: "
+        + err.split("the Delta table cannot be read: ", 1)[1].strip()
+    ]
+    assert "messages," in out and "commands," not in out
+    rc, out, err = run(
+        capsys, "sql", "SELECT count(*) AS n FROM messages", "--lake", str(lake), "--format", "csv"
+    )
+    assert rc == report.EXIT_OK and out.startswith("n\n") and f"{lake / 'commands'}: the Delta table" in err
+    log.write_bytes(good)
+    next(iter((lake / "commands").glob("date=*/*.parquet"))).unlink()
+    rc, out, err = run(capsys, "sql", "SELECT count(*) FROM commands", "--lake", str(lake))
+    assert rc == report.EXIT_USAGE and "Traceback" not in err
+    assert f"{lake / 'commands'}: the Delta table cannot be read: [PATH_NOT_FOUND]" in err
