@@ -604,6 +604,27 @@ class Lake:
             history.append(r)
         return sorted(new_ids | (old - held)), history
 
+    def sharing_connections(self, ids: set[str]) -> set[str]:
+        """The capture ids that share a connection with one of `ids`, through any number of
+        others (streams.capture_ids: a connection that ran across rotated files), `ids`
+        included."""
+        if not ids or not DeltaTable.is_deltatable(self.path("streams")):
+            return set(ids)
+        t = (
+            DeltaTable(self.path("streams"))
+            .to_pyarrow_dataset()
+            .to_table(columns=["capture_ids"], use_threads=False)
+        )
+        groups = [set(g) for g in t.column("capture_ids").to_pylist() if g and len(g) > 1]
+        out, grew = set(ids), True
+        while grew:
+            grew = False
+            for g in groups:
+                if not g <= out and g & out:
+                    out |= g
+                    grew = True
+        return out
+
     def contents_of(self, paths: set[str]) -> list[dict]:
         """The `inputs` rows of content ingested from `paths` (a capture_id: ok, partial or
         replaced), as they are: a run that records a path as rejected (emptied, gone, no longer

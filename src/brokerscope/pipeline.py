@@ -691,7 +691,7 @@ def ingest(
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
             return done.get((i.path, i.size, i.mtime_ns // 1000), False) == want
 
-        todo = [i for i in todo if not ingested(i)]
+        todo = _with_crossing(lake, [i for i in todo if not ingested(i)], todo)
         dups = [(d, k) for d, k in dups if not ingested(d)]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
@@ -969,6 +969,21 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
     if bad and total == bad:
         return "error", f"nothing readable: {why}", None, 0
     return ("partial" if bad else "ok"), (f"{bad} damaged rows: {why}" if bad else None), None, 0
+
+
+def _with_crossing(lake: Lake, todo: list, found: list) -> list:
+    """`todo` and the inputs of `found` the lake holds connections of that ran into one of
+    todo's paths' earlier contents (rotated files): decoded again with them, so a connection
+    that crossed into a capture now decoded anew (a file that grew) stays one connection and its
+    rows are replaced, not kept beside a mid-stream copy of its rest."""
+    if not todo:
+        return todo
+    wanted = {i.path for i in todo}
+    record = lake.read_arrow("inputs").select(["path", "capture_id", "status"]).to_pylist()
+    current = [r for r in record if r["capture_id"] and r["status"] in ("ok", "partial")]
+    touched = lake.sharing_connections({r["capture_id"] for r in current if r["path"] in wanted})
+    again = {r["path"] for r in current if r["capture_id"] in touched} - wanted
+    return [i for i in found if i.path in wanted or i.path in again]
 
 
 def _recorded_path(path: str) -> str:

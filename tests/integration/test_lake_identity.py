@@ -132,3 +132,39 @@ def test_replacing_one_capture_rewrites_the_files_it_shares_with_others(spark, t
     got, want = _rows(lake), _rows(clean)
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
+
+
+def _pcap_records(data: bytes) -> tuple[bytes, list[bytes]]:
+    """A little-endian pcap's header and its records (record header and bytes each)."""
+    out, off = [], 24
+    while off + 16 <= len(data):
+        n = int.from_bytes(data[off + 8 : off + 12], "little")
+        out.append(data[off : off + 16 + n])
+        off += 16 + n
+    return data[:24], out
+
+
+def test_a_rotated_file_that_grew_is_decoded_again_with_the_files_it_shares_connections_with(spark, tmp_path):
+    """A capture rotated into three files while tcpdump still wrote the third, then the nightly
+    run after it grew (found by a user trial): the third file's connections began in the second,
+    so their streams rows (of the second file) kept the packets of its earlier content while its
+    new content gave their rest a mid-stream row of its own: packets counted twice, conn_ids
+    split. The files that share connections with it are decoded again with it: the lake equals
+    one made from the final files."""
+    head, recs = _pcap_records(ZSTD.read_bytes())
+    cuts = [0, len(recs) // 3, 2 * len(recs) // 3, len(recs)]
+    night = tmp_path / "night"
+    night.mkdir()
+    for k in range(3):
+        part = recs[cuts[k] : cuts[k + 1]]
+        (night / f"r{k}.pcap").write_bytes(head + b"".join(part[:5] if k == 2 else part))
+    lake, fresh = tmp_path / "lake", tmp_path / "fresh"
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    (night / "r2.pcap").write_bytes(head + b"".join(recs[cuts[2] :]))  # it grew
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    got, want = _rows(lake), _rows(fresh)
+    assert sum(r["c2s_packets"] + r["s2c_packets"] for r in got["streams"]) == len(recs)
+    assert any(len(r["capture_ids"]) > 1 for r in want["streams"])  # connections cross the files
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(want[t]), t
