@@ -718,6 +718,7 @@ class Lake:
                         df = spark.createDataFrame([], sch)
             except Exception as e:  # noqa: BLE001 - a damaged log, a data file gone: one line
                 self._unreadable(t, e)
+                spark.catalog.dropTempView(t)  # not a view of this table read earlier
                 continue
             df.createOrReplaceTempView(t)
             names.append(t)
