@@ -484,12 +484,18 @@ class Lake:
         out = {}
         for t in tables.ALL_TABLES:
             p = self.path(t)
-            if DeltaTable.is_deltatable(p):
-                out[t] = DeltaTable(p).vacuum(
-                    retention_hours=int(retain_hours),
-                    dry_run=dry_run,
-                    enforce_retention_duration=False,
-                )
+            if not DeltaTable.is_deltatable(p):
+                continue
+            dt = DeltaTable(p)
+            opts = {"retention_hours": int(retain_hours), "enforce_retention_duration": False}
+            # delta-rs lists every file its log removed, also those a vacuum deleted before (it
+            # keeps the tombstones): only those still on disk are reported
+            found = [
+                f for f in dt.vacuum(dry_run=True, **opts) if (Path(p) / urllib.parse.unquote(f)).exists()
+            ]
+            if found and not dry_run:
+                dt.vacuum(dry_run=False, **opts)
+            out[t] = found
         return out
 
     def recover(self) -> list[str]:
