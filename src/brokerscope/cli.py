@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import __version__, export, report
 from .capture.filter import PacketFilter
-from .config import Settings, schema_options
+from .config import Settings, check_setting, schema_options
 from .protocols.base import known_names
 from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
 
@@ -67,6 +67,7 @@ def _settings(args) -> Settings:
     if getattr(args, "master", None):
         overrides.setdefault("spark", {})["master"] = args.master
     if getattr(args, "split_size", None):
+        check_setting("--split-size", args.split_size, "capture.split_size")  # named by its flag
         overrides.setdefault("capture", {})["split_size"] = args.split_size
     if getattr(args, "payload", None):
         overrides.setdefault("payload", {})["policy"] = args.payload
@@ -101,10 +102,10 @@ def _settings(args) -> Settings:
     s.validate()
     for spec in getattr(args, "port", None) or []:
         proto, _, port = spec.partition("=")
-        if not port.isdigit() or proto.strip() not in known_names():
+        if not port.isdigit() or not 0 < int(port) < 65536 or proto.strip() not in known_names():
             raise UsageError(
-                f"--port wants PROTO=PORT with PROTO one of {', '.join(known_names())} "
-                f"(e.g. kafka=19092), not {spec!r}"
+                f"--port wants PROTO=PORT with PROTO one of {', '.join(known_names())} and PORT "
+                f"1-65535 (e.g. kafka=19092), not {spec!r}"
             )
         s.add_port(proto.strip(), int(port))
     return s
@@ -486,6 +487,17 @@ def exclude_flag(parser) -> None:
     )
 
 
+def _hours(text: str) -> float:
+    """Hours for --retain-hours: a number of 0 or more."""
+    try:
+        h = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not h >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"hours are 0 or more, not {text}")
+    return h
+
+
 def _rows(text: str) -> int:
     """A row count for --limit: an integer of 0 or more."""
     try:
@@ -671,7 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(va)
     va.add_argument(
         "--retain-hours",
-        type=float,
+        type=_hours,
         help="keep files unreferenced for less than this (default lake.vacuum_retain_hours, 168)",
     )
     va.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")

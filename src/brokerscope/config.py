@@ -153,6 +153,12 @@ def _check_value(name: str, value, rule: tuple) -> None:
         raise ValueError(f"{name} must be {span}, not {value!r}")
 
 
+def check_setting(name: str, value, setting: str) -> None:
+    """`value` for `setting` (a _RULES key) as a flag or option `name` gives it, checked as the
+    setting is, the error naming `name`."""
+    _check_value(name, value, _RULES[setting])
+
+
 def _check_all(default: dict, raw: dict, where: str = "") -> None:
     """Every setting of `raw` that has a default, against its rule ([spark.conf], [ports] and
     [protocols.*] have their own checks)."""

@@ -308,10 +308,10 @@ def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
                 heads.append(inp.read(0, PCAP_HEADER))
             finally:
                 inp.close()
-        if (
-            any(not s.kind.startswith("pcap") or s.kind.startswith("pcapng") for s in sources)
-            or len({h[:4] + h[16:24] for h in heads}) > 1
-        ):
+        ng = [s.path for s in sources if not s.kind.startswith("pcap") or s.kind.startswith("pcapng")]
+        if ng:  # its interfaces and blocks have no place in a pcap file
+            raise ValueError(f"{out}: {ng[0]} is a pcapng capture (whatever its name): write a .pcapng")
+        if len({h[:4] + h[16:24] for h in heads}) > 1:
             raise ValueError(f"{out}: these captures differ in format or link type: write a .pcapng")
     n = 0
     with export.whole_file(out) as fh:

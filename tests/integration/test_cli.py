@@ -249,6 +249,10 @@ def test_bad_filter_values_fail_before_spark_naming_the_flag(tmp_path, capsys, m
     write_capture(str(good), n_conns=1, exchanges=1)
     lake = str(tmp_path / "lake")
     for flags, why in [
+        # found by a user trial: the first three were named by the settings they set
+        (["--split-size", "0"], "brokerscope: --split-size must be at least 256 bytes, not '0'"),
+        (["--split-size", "lots"], "brokerscope: --split-size: not a size: 'lots'"),
+        (["--port", "kafka=99999"], "and PORT 1-65535 (e.g. kafka=19092), not 'kafka=99999'"),
         (["--since", "yesterday"], "--since: not a time: 'yesterday'"),
         (["--until", "2026-13-01T00:00:00"], "--until: not a time: '2026-13-01T00:00:00'"),
         (
@@ -271,6 +275,10 @@ def test_bad_filter_values_fail_before_spark_naming_the_flag(tmp_path, capsys, m
     assert all(
         f in help_text for f in ("--since TIME", "--until TIME", "--host ADDR[/PREFIX]", "--tcp-port N")
     )
+    with pytest.raises(SystemExit) as e:  # delta-rs's own message, before
+        cli.main(["vacuum", "--lake", lake, "--retain-hours", "-5"])
+    assert e.value.code == report.EXIT_USAGE
+    assert "argument --retain-hours: hours are 0 or more, not -5" in capsys.readouterr().err
 
 
 def test_bad_lake_paths_and_ports_fail_before_spark(tmp_path, capsys, monkeypatch):

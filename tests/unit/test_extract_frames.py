@@ -77,3 +77,15 @@ def test_frames_that_hold_no_packet_are_numbered_not_written(tmp_path):
     out = str(tmp_path / "x.pcapng")
     assert write([src], [frame_offsets(src, frames)], out) == 4
     assert _packets(out) == [every[f - f // 8 - 1] for f in (7, 9, 25, 197)]
+
+
+def test_a_pcapng_named_pcap_is_named_when_a_pcap_is_asked_for(tmp_path):
+    """One source, a pcapng named .pcap (editcap's default output): the error said 'these
+    captures differ in format or link type' (found by a user trial); it names the file."""
+    src = tmp_path / "c.pcap"
+    src.write_bytes((FRAMES_DATA / "two_interfaces.pcapng").read_bytes())
+    s = _source(src, "pcapng")
+    with pytest.raises(
+        ValueError, match=f"x.pcap: {src} is a pcapng capture .whatever its name.: write a .pcapng"
+    ):
+        write([s], [frame_offsets(s, {1})], str(tmp_path / "x.pcap"))
