@@ -749,7 +749,7 @@ def ingest(
                 f"{lake.root}: compaction after the run failed (rows are safe): {e}"
             )
     for s in stats:
-        summary.packets += int(s.get("records", 0)) - int(s.get("other_frames", 0))
+        summary.packets += _packets(s)
         summary.tcp_segments += int(s.get("tcp", 0))
         summary.filtered += int(s.get("filtered", 0))
     summary.connections = summary.rows.get("streams", 0)
@@ -951,14 +951,17 @@ def _inputs_record(
     )
 
 
+def _packets(st: dict) -> int:
+    """The packets a read counted: its records (frame numbers), less the pcapng blocks that are
+    frames but hold no packet."""
+    return int(st.get("records", 0)) - int(st.get("other_frames", 0))
+
+
 def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
     """(status, reason, packets, damaged bytes) of one input from its tasks' counters."""
     errors = [e for e in st.get("errors", []) if not e.startswith("... and ")]
     if i.kind in inputs.CAPTURE_KINDS:
-        records, damaged = (
-            int(st.get("records", 0)) - int(st.get("other_frames", 0)),
-            int(st.get("damaged", 0)),
-        )
+        records, damaged = _packets(st), int(st.get("damaged", 0))
         trouble = damaged or int(st.get("malformed", 0)) or errors
         why = "; ".join(errors[:3]) or (f"{damaged} damaged bytes" if damaged else None)
         if records == 0 and trouble:
