@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import random
 import shutil
@@ -487,7 +488,8 @@ class Lake:
             if not DeltaTable.is_deltatable(p):
                 continue
             dt = DeltaTable(p)
-            opts = {"retention_hours": int(retain_hours), "enforce_retention_duration": False}
+            # whole hours for delta-rs, rounded up: 0.5 is no licence to delete files of 0.2 hours
+            opts = {"retention_hours": math.ceil(retain_hours), "enforce_retention_duration": False}
             # delta-rs lists every file its log removed, also those a vacuum deleted before (it
             # keeps the tombstones): only those still on disk are reported
             found = [

@@ -244,6 +244,10 @@ def test_compaction_keeps_rows_and_vacuum_removes_only_unreferenced_files(spark,
     # vacuum with Delta's default retention deletes nothing just replaced ...
     assert cli.main(["vacuum", "--lake", str(lake)]) == 0
     assert len(_on_disk(lake / "commands")) > after["commands"]
+    # ... nor with half an hour (it was rounded down to 0 hours: files replaced a moment ago went)
+    capsys.readouterr()
+    assert cli.main(["vacuum", "--lake", str(lake), "--retain-hours", "0.5"]) == 0
+    assert not re.search(r"\| +[1-9]", capsys.readouterr().out)
     # ... with --retain-hours 0 it deletes exactly the files no version references any more
     capsys.readouterr()
     assert cli.main(["vacuum", "--lake", str(lake), "--retain-hours", "0"]) == 0
