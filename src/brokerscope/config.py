@@ -101,6 +101,9 @@ _RULES: dict[str, tuple] = {
     "tcp.sniff_bytes": ("size", 64, 16 * MiB),  # the sniffers read a frame header or two
     **{f"limits.{k}": rule for k, rule in _FRAME_LIMITS.items()},
     "payload.policy": ("word", POLICIES),
+    # a string, epoch seconds or a TOML date-time: PacketFilter.parse checks them, naming them
+    "filter.since": ("any",),
+    "filter.until": ("any",),
     "payload.truncate_bytes": ("size", 0, None),
     "tls.keylog_files": ("strings", "paths"),
 }
@@ -141,16 +144,28 @@ def _check_value(name: str, value, rule: tuple) -> None:
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from None
     else:
-        ok = (int,) if kind == "int" else (int, float)
-        if isinstance(value, bool) or not isinstance(value, ok):
+        number = _number(value, kind == "int")
+        if number is None:
             what = "a whole number" if kind == "int" else "a number"
             raise ValueError(f"{name} must be {what}, not {value!r}")
-        number = value
     low, high = rule[1], rule[2]
     if number < low or (high is not None and number > high):
         unit = " bytes" if kind == "size" else ""
         span = f"from {low:,}{unit} to {high:,}{unit}" if high is not None else f"at least {low:,}{unit}"
         raise ValueError(f"{name} must be {span}, not {value!r}")
+
+
+def _number(value, whole: bool) -> int | float | None:
+    """A number setting's value (a quoted one too, as the accessors read it), or None: not a
+    boolean, not NaN or infinite, and for `whole` an integer."""
+    if isinstance(value, str):
+        try:
+            value = int(value) if whole else float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 def check_setting(name: str, value, setting: str) -> None:

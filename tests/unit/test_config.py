@@ -71,6 +71,7 @@ def test_overrides_and_ports(tmp_path):
         ("[payload]\ntruncate_bytes = -1\n", "^payload.truncate_bytes must be at least 0 bytes"),
         ("[spark]\nshuffle_partitions = 'auto'\n", "^spark.shuffle_partitions must be a whole number"),
         ("[spark]\nshuffle_partitions = 2.5\n", "^spark.shuffle_partitions must be a whole number"),
+        ("[tcp]\nreorder_timeout_s = nan\n", "^tcp.reorder_timeout_s must be a number, not nan$"),
         ("[lake]\nvacuum_retain_hours = -1\n", "^lake.vacuum_retain_hours must be at least 0"),
         ("[protocols.mqtt]\nmax_frame_bytes = 5\n", "^protocols.mqtt: unknown protocol"),
         ("[protocols.pulsar]\nschema_file = 'x'\n", "^unknown setting protocols.pulsar.schema_file$"),
@@ -119,6 +120,20 @@ def test_sizes_and_numbers_in_range_are_taken(tmp_path):
     assert s.sniff_bytes == 64 and s.idle_timeout_ns == 1_500_000_000 and s.reorder_timeout_ns == 0
     assert s.context("kafka").max_frame_bytes == 1024 and s.context("kafka").max_raw_bytes == 0
     assert s.context("iggy").max_frame_bytes == 2 << 20
+    f.write_text("[tcp]\nidle_timeout_s = '30'\n[capture]\nbatch_packets = ' 100 '\n")  # quoted, as before
+    s = Settings.load(f)
+    assert s.idle_timeout_ns == 30_000_000_000 and s.batch_packets == 100
+
+
+def test_filter_times_as_epoch_seconds_or_toml_date_times(tmp_path):
+    """[filter] since/until take epoch seconds and TOML's own date-times, unquoted (the type
+    checks of every setting refused them as 'must be a string' for a while)."""
+    f = tmp_path / "t.toml"
+    f.write_text("[filter]\nsince = 1700000000\nuntil = 2023-11-14T22:23:20Z\n")
+    assert Settings.load(f).packet_filter.text() == "since=2023-11-14T22:13:20Z;until=2023-11-14T22:23:20Z"
+    f.write_text("[filter]\nsince = true\n")
+    with pytest.raises(ValueError, match="filter.since: not a time: True"):
+        Settings.load(f)
 
 
 def test_iggy_frame_limit_from_its_section_as_a_size_string():
