@@ -358,7 +358,7 @@ def cmd_report(args) -> int:
     for why in r.empty:
         print(f"brokerscope: no chart for {why}", file=sys.stderr)
     print(
-        f"wrote {r.out} ({r.bytes / 1e6:.1f} MB, {r.charts} charts) in {r.seconds:.1f} s: open it in a browser"
+        f"wrote {r.out} ({r.bytes / 1e6:.1f} MB, {r.charts} chart{'' if r.charts == 1 else 's'}) in {r.seconds:.1f} s: open it in a browser"
     )
     return 0
 

@@ -971,7 +971,12 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
     why = "; ".join(errors[:3]) or None
     if bad and total == bad:
         return "error", f"nothing readable: {why}", None, 0
-    return ("partial" if bad else "ok"), (f"{bad} damaged rows: {why}" if bad else None), None, 0
+    return (
+        ("partial" if bad else "ok"),
+        (f"{bad} damaged row{'' if bad == 1 else 's'}: {why}" if bad else None),
+        None,
+        0,
+    )
 
 
 def _with_crossing(lake: Lake, todo: list, found: list) -> list:

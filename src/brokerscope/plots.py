@@ -610,6 +610,31 @@ p.bs-ok { color: #2a7a2a; }
 WIDE = {"requests", "latency", "throughput", "errors", "decode", "connections"}
 
 
+# plotly.js reads tags (<a href>, <b>, <br>...) in the text it draws: a client id or topic from a
+# capture showed as a link or bold text. Escaped as entities (which plotly decodes) it is shown as
+# it was captured.
+_PLOTLY_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def _literal(v):
+    """A trace value with every string (or string in a list) escaped for plotly's text."""
+    if isinstance(v, str):
+        return v.translate(_PLOTLY_TEXT)
+    if isinstance(v, list | tuple) and any(isinstance(x, str) for x in v):
+        return [x.translate(_PLOTLY_TEXT) if isinstance(x, str) else x for x in v]
+    return v
+
+
+def _captured_text_literal(fig) -> None:
+    """The trace names, categories and texts of `fig` (values from the captures) shown as they
+    are: escaped for plotly, which would read markup in them."""
+    for tr in fig.data:
+        for attr in ("name", "legendgroup", "x", "y", "text", "hovertext", "labels"):
+            v = getattr(tr, attr, None)
+            if isinstance(v, str) or (isinstance(v, list | tuple) and any(isinstance(x, str) for x in v)):
+                tr[attr] = _literal(v)
+
+
 def _section(c: Chart, div_id: str) -> str:
     cls = "wide" if c.key in WIDE else ""
     parts = [
@@ -618,6 +643,7 @@ def _section(c: Chart, div_id: str) -> str:
     if c.about:
         parts.append(f'<p class="about">{_md(c.about)}</p>')
     if c.figure is not None:
+        _captured_text_literal(c.figure)
         parts.append(
             c.figure.to_html(
                 full_html=False,

@@ -114,3 +114,46 @@ def test_png_colours_tells_blank_from_drawn():
     assert png_colours(blank) == {(255, 255, 255)}
     drawn = png([bytes((x * 3 + y) % 256 for x in range(210)) for y in range(70)], 70)
     assert len(png_colours(drawn, sample=1)) > 50
+
+
+# what plotly drew of the captured text: links in the charts, and every label's text
+LABELS_JS = """
+(() => ({
+  links: document.querySelectorAll('.bs-chart a').length,
+  bold: document.querySelectorAll('.bs-chart tspan[style*="font-weight"]').length,
+  text: [...document.querySelectorAll('.bs-chart svg text')].map(t => t.textContent).join('\\n'),
+}))()
+"""
+
+
+def test_captured_text_in_the_charts_is_shown_as_it_was_captured(tmp_path, capsys):
+    """A client id `<a href=...>pwn</a>` became a working link in the clients chart, and a topic
+    `<b>...` bold text (found by a user trial): plotly reads tags in the text it draws. The
+    labels show the captured text as it was, with no link and no markup."""
+    from brokerscope.streams import decode_files
+    from tests.conftest import SAMPLE_DATA
+    from tests.support.lakecheck import write_decoded
+
+    evil_id, evil_topic = '<a href="https://evil.example/x">pwn</a>', "<b>'\"&x"
+    out = decode_files([str(SAMPLE_DATA / "kafka" / "none.pcap")])
+    for t, rows in out.items():
+        for r in rows if not t.startswith("_") else ():
+            if r.get("client_id"):
+                r["client_id"] = evil_id
+            if r.get("topic"):
+                r["topic"] = evil_topic
+    lake = tmp_path / "lake"
+    write_decoded(str(lake), out)
+    page = tmp_path / "report.html"
+    rc, _, err = run(capsys, "report", "--lake", str(lake), "--out", str(page))
+    assert rc == 0, err
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    with Browser(width=WIDTH, height=900) as b:
+        b.open(page.as_uri())
+        b.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        got = b.evaluate(LABELS_JS)
+        assert b.errors() == []
+    assert got["links"] == 0 and got["bold"] == 0, got
+    assert evil_id in got["text"] and evil_topic in got["text"], got["text"][:2000]
