@@ -6,6 +6,8 @@ with charts in it."""
 from __future__ import annotations
 
 import zlib
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -27,6 +29,19 @@ CHARTS_JS = """
 """
 
 
+@contextmanager
+def _drawn(page: Path):
+    """The report `page` open in headless Chromium with its charts drawn (the test skipped
+    where there is no Chromium)."""
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    with Browser(width=WIDTH, height=900) as b:
+        b.open(page.as_uri())
+        b.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        yield b
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_report_renders_every_chart_offline(sample_lake, tmp_path, capsys):
@@ -45,12 +60,7 @@ def test_report_renders_every_chart_offline(sample_lake, tmp_path, capsys):
     assert ok > 10 and f"{ok:,} ok" in page
     # the worst connection is named with the command that extracts it, for this lake
     assert f"brokerscope extract --lake {sample_lake} --conn-id " in page
-    why = chromium_missing()
-    if why:
-        pytest.skip(why)
-    with Browser(width=WIDTH, height=900) as b:
-        b.open(out.as_uri())
-        b.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    with _drawn(out) as b:
         charts = b.evaluate(CHARTS_JS)
         assert len(charts) == expected
         for c in charts:
@@ -147,12 +157,7 @@ def test_captured_text_in_the_charts_is_shown_as_it_was_captured(tmp_path, capsy
     page = tmp_path / "report.html"
     rc, _, err = run(capsys, "report", "--lake", str(lake), "--out", str(page))
     assert rc == 0, err
-    why = chromium_missing()
-    if why:
-        pytest.skip(why)
-    with Browser(width=WIDTH, height=900) as b:
-        b.open(page.as_uri())
-        b.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    with _drawn(page) as b:
         got = b.evaluate(LABELS_JS)
         assert b.errors() == []
     assert got["links"] == 0 and got["bold"] == 0, got
