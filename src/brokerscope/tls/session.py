@@ -179,14 +179,27 @@ class TlsSession:
     @property
     def decrypted(self) -> str:
         """YES (keys found, nothing failed), NO_KEY or FAILED; `reason` says why not YES."""
-        if self.failure:
+        if self.failure or self._nothing_opened():
             return FAILED
         return YES if self.keyed or self._keys_listed() else NO_KEY
+
+    def _nothing_opened(self) -> str | None:
+        """Why a connection whose keys were found decrypted none of its application data: a key
+        log with its handshake secrets but not its traffic secrets (it read "yes" with nothing
+        decrypted); None otherwise."""
+        left = sum(s.undecrypted for s in self.sides.values())
+        if not left or any(s.app_records for s in self.sides.values()):
+            return None
+        if not (self.keyed or self._keys_listed()):
+            return None
+        return f"no application data decrypted ({left} records): the key log lacks its traffic secrets"
 
     @property
     def reason(self) -> str | None:
         if self.failure:
             return self.failure
+        if (why := self._nothing_opened()) is not None:
+            return why
         if self.decrypted == YES:
             return None
         if self.client_hello is None:
@@ -199,7 +212,7 @@ class TlsSession:
     def status(self) -> str:
         """`decrypted` with its reason: "yes", "no key", "failed: <why>"."""
         d = self.decrypted
-        return f"failed: {self.failure}" if d == FAILED else d
+        return f"failed: {self.reason}" if d == FAILED else d
 
     def _keys_listed(self) -> bool:
         ch = self.client_hello

@@ -138,6 +138,24 @@ def test_a_key_log_that_misses_some_connections(tmp_path):
     assert clear["acks"] and not tls["acks"]
 
 
+def test_a_key_log_with_handshake_secrets_only_is_no_yes(tmp_path):
+    """TLS 1.3 keys without the application traffic secrets (a key log cut or filtered): the
+    handshake opens, the application data does not; tls_decrypted said "yes" with nothing
+    decrypted (found by a user trial). It says why it failed, and the full log still says yes."""
+    full = Path(private_copy(tmp_path, "kafka_tls13_keys.log"))
+    part = tmp_path / "handshake_only.log"
+    part.write_text("".join(ln for ln in full.read_text().splitlines(True) if "TRAFFIC_SECRET_0" not in ln))
+    part.chmod(0o600)
+    got = decode("kafka_tls13_tls.pcap", [str(part)])["streams"]
+    assert got and all(
+        r["tls_decrypted"].startswith("failed: no application data decrypted (")
+        and r["tls_decrypted"].endswith("records): the key log lacks its traffic secrets")
+        and r["tls_c2s_bytes"] == r["tls_s2c_bytes"] == 0
+        for r in got
+    ), [r["tls_decrypted"] for r in got]
+    assert {r["tls_decrypted"] for r in decode("kafka_tls13_tls.pcap", [str(full)])["streams"]} == {"yes"}
+
+
 def test_decrypted_logins_are_redacted_as_in_clear(tmp_path):
     """The Iggy session logs in with a password: decrypted, its frame is redacted as in clear."""
     out = decode("iggy_tls13_tls.pcap", [private_copy(tmp_path, "iggy_tls13_keys.log")])
