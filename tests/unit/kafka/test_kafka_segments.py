@@ -107,6 +107,25 @@ def test_flipped_crc_bit_keeps_good_batches(tmp_path):
     assert ok == {100: True, 101: True, 102: False, 103: False, 104: True, 105: True}
 
 
+def test_a_damaged_first_batch_is_the_segments_damage_not_no_segment(tmp_path):
+    """One flipped byte in the first batch (found by a user trial) made the file 'not a capture
+    or a broker segment file', exit 4, its good batches lost. A file named as a segment (its base
+    offset) is one: the first batch is a checksum_mismatch, the batches after it are read."""
+    b1 = bytearray(_batch(100, MSGS1))
+    b1[70] ^= 0x10  # inside the first record
+    path = write_segment(tmp_path / "t-0", [bytes(b1), _batch(102, MSGS2), _batch(104, MSGS1)], 100)
+    assert seg.matches(path)
+    out = _rows(path)
+    assert [(c["command"], c["decode_status"], c["stream_offset"]) for c in out["commands"]] == [
+        ("LogSegment", "checksum_mismatch", 0)
+    ]
+    ok = {m["offset"]: m["checksum_ok"] for m in out["messages"]}
+    assert ok == {100: False, 101: False, 102: True, 103: True, 104: True, 105: True}
+    named_otherwise = tmp_path / "t-0" / "old.log"  # no base offset in its name: not taken
+    named_otherwise.write_bytes(Path(path).read_bytes())
+    assert not seg.matches(str(named_otherwise))
+
+
 def test_torn_tail(tmp_path):
     last = _batch(102, MSGS2)
     path = write_segment(tmp_path / "t-0", [_batch(100, MSGS1)], 100, tail=last[:40])

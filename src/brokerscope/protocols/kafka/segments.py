@@ -63,7 +63,9 @@ def _header_ok(head: bytes, file_size: int, pos: int = 0) -> bool:
 
 def matches(path: str) -> bool:
     """A `.log` in a `<topic>-<partition>` directory whose first batch header is a Kafka one
-    (and, when the first batch is small enough to read, whose checksum holds)."""
+    (and, when the first batch is small enough to read, whose checksum holds, or whose name is a
+    segment's, its base offset: then a first batch damaged is the reader's to report, and the
+    batches after it are read)."""
     if not path.endswith(".log") or topic_partition(path) is None:
         return False
     size = os.path.getsize(path)
@@ -76,7 +78,7 @@ def matches(path: str) -> bool:
     length = struct.unpack_from(">i", head, 8)[0]
     if 12 + length <= len(head):
         rs = rec.read_record_set(head[: 12 + length], cap=1 << 20)
-        return bool(rs.batches) and rs.batches[0].crc_ok
+        return bool(rs.batches) and (rs.batches[0].crc_ok or base_offset_of(path) is not None)
     return True
 
 
