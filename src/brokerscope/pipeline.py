@@ -34,6 +34,7 @@ from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantag
 from .capture.files import chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
+from .protocols.base import INDEX_MISMATCH
 from .report import Summary
 from .runs import RunDir
 from .streams import CHANGED, SORT_COLS, PayloadFiles, StreamDriver, segment_rows
@@ -632,14 +633,24 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
                 digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
                 run.write_digests(fi, 0, digests)
                 cid = combine_id(mine[0].size, digests)
-                st = {"file_index": fi, "capture_id": cid, "segment_rows": 0, "damaged_rows": 0, "errors": []}
+                st = {
+                    "file_index": fi,
+                    "capture_id": cid,
+                    "segment_rows": 0,
+                    "damaged_rows": 0,
+                    "damaged": 0,  # bytes of the log in problem rows (a torn tail, a bad batch)
+                    "errors": [],
+                }
                 stats.append(st)
                 for table, row in segment_rows(
                     [dataclasses.replace(sp, capture_id=cid) for sp in mine], settings
                 ):
                     st["segment_rows"] += 1
-                    if row.get("decode_status", "ok") != "ok":
+                    status = row.get("decode_status", "ok")
+                    if status != "ok":
                         st["damaged_rows"] += 1
+                        if table == "commands" and status != INDEX_MISMATCH:
+                            st["damaged"] += int(row.get("size") or 0)
                         if len(st["errors"]) < 5:
                             st["errors"].append(f"{row['decode_status']}: {row.get('decode_error')}")
                     yield table, row
@@ -969,14 +980,11 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
         return ("partial" if trouble else "ok"), why if trouble else None, records, damaged
     total, bad = int(st.get("segment_rows", 0)), int(st.get("damaged_rows", 0))
     why = "; ".join(errors[:3]) or None
+    damaged = int(st.get("damaged", 0))  # was reported as 0, whatever was skipped
     if bad and total == bad:
-        return "error", f"nothing readable: {why}", None, 0
-    return (
-        ("partial" if bad else "ok"),
-        (f"{bad} damaged row{'' if bad == 1 else 's'}: {why}" if bad else None),
-        None,
-        0,
-    )
+        return "error", f"nothing readable: {why}", None, damaged
+    why = f"{bad} damaged row{'' if bad == 1 else 's'}: {why}" if bad else None
+    return ("partial" if bad else "ok"), why, None, damaged
 
 
 def _with_crossing(lake: Lake, todo: list, found: list) -> list:

@@ -54,6 +54,7 @@ GAP = "gap"
 UNKNOWN_COMMAND = "unknown_command"
 DECOMPRESSION_FAILED = "decompression_failed"
 DECODER_ERROR = "decoder_error"  # the decoder (or a segment reader) raised: retired, the task goes on
+INDEX_MISMATCH = "index_mismatch"  # a segment's companion index disagrees with its log (no log bytes lost)
 
 # A frame beyond its size limit whose header is credible is skipped exactly, but only up to this
 # many times the limit: a larger declared size is taken as damage, and the direction resyncs.

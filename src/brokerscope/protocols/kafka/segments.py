@@ -31,7 +31,7 @@ from .. import base
 from . import records as rec
 
 Row = tuple[str, dict]
-INDEX_MISMATCH = "index_mismatch"
+INDEX_MISMATCH = base.INDEX_MISMATCH
 _DIR = re.compile(r"^(.+)-(\d+)$")
 _NAME = re.compile(r"^(\d{1,20})\.log$")
 _HEAD = struct.Struct(">qiib")  # baseOffset, length, (epoch or crc), magic: the first 17 bytes
