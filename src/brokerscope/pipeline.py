@@ -546,7 +546,8 @@ def _decode_fn(
 
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
-            return drv.capture_stats + names
+            tls = [{"tls": drv.tls_outcomes}] if drv.tls_outcomes else []
+            return drv.capture_stats + names + tls
 
         log_to = os.environ.get(TASK_LOG_ENV)
         seen = {"packets": 0, "payload_bytes": 0}
@@ -763,6 +764,9 @@ def ingest(
         summary.packets += _packets(s)
         summary.tcp_segments += int(s.get("tcp", 0))
         summary.filtered += int(s.get("filtered", 0))
+        for outcome, n in s.get("tls", {}).items():
+            summary.tls[outcome] = summary.tls.get(outcome, 0) + n
+    summary.keylogs = bool(settings.raw["tls"]["keylog_files"])
     summary.connections = summary.rows.get("streams", 0)
     summary.seconds = time.time() - t0
     return summary

@@ -48,6 +48,8 @@ class Summary:
     filtered: int = 0  # packets the filter dropped
     connections: int = 0
     rows: dict[str, int] = field(default_factory=dict)
+    tls: dict[str, int] = field(default_factory=dict)  # TLS connections by tls_decrypted outcome
+    keylogs: bool = False  # the run was given key logs ([tls] keylog_files, --tls-keylog)
     writer: str = ""
     seconds: float = 0.0
     capture_errors: list[str] = field(default_factory=list)  # warnings, each naming its file
@@ -73,6 +75,12 @@ class Summary:
                 f"filter {self.filter}: {self.filtered:,} of {self.packets:,} packets dropped, "
                 f"{self.tcp_segments:,} TCP segments kept"
             )
+        if self.tls:
+            n, yes = sum(self.tls.values()), self.tls.get("yes", 0)
+            parts = [f"{yes:,} decrypted"] + [f"{k:,} {w}" for w, k in self.tls.items() if w != "yes"]
+            out.append(f"TLS: {_count(n, 'connection')}: {', '.join(parts)} (streams.tls_decrypted says why)")
+            if self.keylogs and not yes:  # a key log of other sessions, or of handshakes only
+                out.append(f"warning: the key logs given decrypted none of the {n:,} TLS connection(s)")
         if self.excluded:
             out.append(f"excluded: {len(self.excluded)} path(s) matching inputs.exclude or --exclude")
         if self.skipped_already_ingested:

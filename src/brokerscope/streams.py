@@ -439,6 +439,8 @@ class _Conn:
         }
         if self.tls is not None:
             row.update(self.tls.info())
+            outcome = row["tls_decrypted"].split(":")[0]  # yes | no key | failed
+            self.drv.tls_outcomes[outcome] = self.drv.tls_outcomes.get(outcome, 0) + 1
         row.update(self.shared)
         row["capture_id"] = self.files[0][1]
         return row
@@ -471,6 +473,7 @@ class StreamDriver:
         self.frames = frames
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
+        self.tls_outcomes: dict[str, int] = {}  # TLS connections by tls_decrypted (yes, no key, failed)
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
         self.vantages = vantages if vantages and len(set(vantages.values())) > 1 else None

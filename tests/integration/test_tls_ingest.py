@@ -170,3 +170,22 @@ def test_readable_key_log_refused_before_spark(tmp_path, capsys, monkeypatch):
     missing = tmp_path / "nope.log"
     rc = cli.main(["ingest", str(DATA / "tls.pcap"), "--lake", lake, "--tls-keylog", str(missing)])
     assert rc == report.EXIT_USAGE and str(missing) in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_the_summary_says_what_the_key_logs_decrypted(spark, tmp_path):
+    """A key log of other sessions decrypted none of the capture's connections, and the run said
+    'every input read cleanly' and nothing more (found by a user trial). The summary counts the
+    TLS connections by outcome, and warns when the key logs given decrypted none."""
+    cap = str(DATA / "kafka_tls13_tls.pcap")
+    said = {}
+    for name, keys in (("right", "kafka_tls13_keys.log"), ("wrong", "iggy_tls13_keys.log")):
+        over = {
+            "lake": {"path": str(tmp_path / name)},
+            "tls": {"keylog_files": [private_copy(tmp_path, keys)]},
+        }
+        said[name] = pipeline.ingest([cap], Settings.load(overrides=over), spark=spark).lines()
+    assert "TLS: 5 connections: 5 decrypted (streams.tls_decrypted says why)" in said["right"]
+    assert not any("decrypted none" in ln for ln in said["right"])
+    assert "TLS: 5 connections: 0 decrypted, 5 no key (streams.tls_decrypted says why)" in said["wrong"]
+    assert "warning: the key logs given decrypted none of the 5 TLS connection(s)" in said["wrong"]
