@@ -898,7 +898,8 @@ TLS_REASONS = re.compile(
     r"|the record sequence number is unknown after a gap: decryption stopped"
     r"|cipher suite \S+ is not supported"
     r"|(TLS 1\.[01]|SSL 3\.0|0x[0-9A-F]{4}) is not decrypted \(TLS 1\.2 and 1\.3 are\)"
-    r"|renegotiation is not followed)( \((c2s|s2c)( record \d+)?\))?)"
+    r"|renegotiation is not followed"
+    r"|no application data decrypted \(\d+ records without their keys\))( \((c2s|s2c)( record \d+)?\))?)"
 )
 
 

@@ -192,7 +192,7 @@ class TlsSession:
             return None
         if not (self.keyed or self._keys_listed()):
             return None
-        return f"no application data decrypted ({left} records): the key log lacks its traffic secrets"
+        return f"no application data decrypted ({left} records without their keys)"
 
     @property
     def reason(self) -> str | None:
