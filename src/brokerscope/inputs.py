@@ -92,8 +92,11 @@ def _classify(path: str) -> tuple[str | None, str | None]:
         try:
             if mod.matches(path):
                 return skind, None
+            why = getattr(mod, "near_miss", lambda _p: None)(path)  # a segment in the wrong place
         except Exception as e:  # a reader's check must not stop discovery
             return None, f"{skind} check failed: {e}"
+        if why:
+            return None, why
     return None, NOT_INPUT
 
 

@@ -141,3 +141,25 @@ def test_fifos_and_symlink_loops_are_named_not_waited_on_nor_fatal(tmp_path):
     assert errors["x1"].startswith("cannot read: ") and "loop" in errors["x1"].lower()
     assert errors["x2.pcap"].startswith("cannot read: ")
     assert [(Path(p).name, e) for p, e in d.skipped] == [("notes", inputs.NOT_REGULAR)]
+
+
+def test_a_kafka_segment_out_of_its_partition_directory_is_named_so(tmp_path):
+    """A valid segment copied out of its `<topic>-<partition>` directory was 'not a capture
+    (pcap, pcapng, gzip) or a broker segment file' (found by a user trial): the error says what
+    it is and why it is not read."""
+    log = SAMPLE_DATA / "kafka" / "segments" / "bs-segment-0" / "00000000000000000000.log"
+    loose = tmp_path / "loose" / log.name
+    loose.parent.mkdir()
+    loose.write_bytes(log.read_bytes())
+    d = inputs.discover([str(loose), str(tmp_path / "loose")])
+    assert not d.inputs and d.errors == [
+        (
+            str(loose),
+            "a Kafka log segment, read only in its <topic>-<partition> directory (the topic and "
+            "partition of its rows): 'loose' is not one",
+        )
+    ]
+    text = tmp_path / "app-1" / "00000000000000000000.log"  # a text log named like one: as before
+    text.parent.mkdir()
+    text.write_text("2026-11-27 broker started\n" * 3)
+    assert inputs.discover([str(text)]).errors == [(str(text), inputs.NOT_INPUT)]

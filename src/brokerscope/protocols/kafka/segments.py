@@ -82,6 +82,22 @@ def matches(path: str) -> bool:
     return True
 
 
+def near_miss(path: str) -> str | None:
+    """Why a file that is a segment by its name and first header is not read as one: its
+    directory is not `<topic>-<partition>` (a segment copied out of its log directory)."""
+    if base_offset_of(path) is None or topic_partition(path) is not None:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(17)
+    if not _header_ok(head, os.path.getsize(path)):
+        return None
+    where = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return (
+        f"a Kafka log segment, read only in its <topic>-<partition> directory (the topic and "
+        f"partition of its rows): {where!r} is not one"
+    )
+
+
 def plan(path: str, split_size: int) -> list[tuple[int, int]]:
     """Byte ranges [start, end) cut at batch boundaries, each about `split_size` bytes. The walk
     reads only batch headers (baseOffset, batchLength); from the first header that does not hold
