@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import __version__, export, report
 from .capture.filter import PacketFilter
-from .config import Settings, check_setting, schema_options
+from .config import POLICIES, Settings, check_setting, schema_options
 from .protocols.base import known_names
 from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
 
@@ -541,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     exclude_flag(ing)
     ing.add_argument("--port", action="append", metavar="PROTO=PORT", help="add a broker port (repeatable)")
     ing.add_argument("--split-size", help="split size for large files (e.g. 128MiB)")
-    ing.add_argument("--payload", choices=["keep", "truncate", "hash", "drop"], help="payload policy")
+    ing.add_argument("--payload", choices=POLICIES, help="payload policy")
     ing.add_argument(
         "--schema",
         action="append",

@@ -38,6 +38,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from . import __version__, tables
+from .config import WRITERS
 from .runs import RUNS, RunDir, app_id, stopped_runs
 from .topics import name_topics_df, needs_topic_names, resolve_topic_ids
 
@@ -125,8 +126,8 @@ def _small_file_partitions(dt: DeltaTable, dates: list[str] | None, small: int) 
 class Lake:
     def __init__(self, root: str | os.PathLike, writer: str = "auto"):
         self.root = Path(root).absolute()
-        if writer not in ("auto", "spark", "embedded"):
-            raise ValueError(f"lake.writer must be auto|spark|embedded, not {writer!r}")
+        if writer not in WRITERS:
+            raise ValueError(f"lake.writer must be {'|'.join(WRITERS)}, not {writer!r}")
         self.writer = writer
         # table -> why it cannot be read (a damaged commit in its _delta_log, a data file its log
         # names gone): found by info() and register(), which go on with the other tables

@@ -111,7 +111,7 @@ class PayloadPolicy:
 
     def key_column(self, keys: pa.Array) -> pa.Array | list:
         """`key` for many messages at once (a binary array)."""
-        if not self.apply_to_keys or self.mode == "keep":
+        if self.keys_kept:
             return keys
         if self.mode == "truncate":
             return pc.binary_slice(keys, 0, self.truncate_bytes)
@@ -123,7 +123,7 @@ class PayloadPolicy:
         or None (drop: left out); else as it is. Text, for JSON."""
         if data is None:
             return None
-        if self.apply_to_keys and self.mode != "keep":
+        if not self.keys_kept:
             if self.mode == "hash":
                 return hashlib.sha256(data).hexdigest()
             if self.mode != "truncate":
@@ -137,7 +137,7 @@ class PayloadPolicy:
         return not self.apply_to_keys or self.mode == "keep"
 
     def key(self, data: bytes | None) -> bytes | None:
-        if data is None or not self.apply_to_keys or self.mode == "keep":
+        if data is None or self.keys_kept:
             return None if data is None else bytes(data)
         if self.mode == "truncate":
             return bytes(data[: self.truncate_bytes])

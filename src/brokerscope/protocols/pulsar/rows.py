@@ -269,8 +269,7 @@ def message_block(
         "details": _details(m, common, pol),
     }
     if m.value.__class__ is list:  # a few messages: lists, for conform to convert with the rest
-        keyed = pol.apply_to_keys and pol.mode != "keep"
-        cols["key"] = [pol.key(k) for k in m.key] if keyed else m.key
+        cols["key"] = m.key if pol.keys_kept else [pol.key(k) for k in m.key]
         sizes = pa.array([None if v is None else len(v) for v in m.value], pa.int64())
         cols.update(pol.value_columns(pa.array(m.value, pa.binary()), sizes))
     else:
