@@ -363,11 +363,38 @@ def _const_rows(v, n: int) -> list:
     return v.expand() if v.__class__ is PerRun else [v] * n
 
 
+class Parts:
+    """A block's column left as `n` rows of buffers a compiled walk wrote (`parts`, in the form
+    its kind's `gather` reads), not built into an array: `conform` builds the column of every
+    block of a batch that gives it as parts of one kind in one `gather` call, without an array
+    per block to join. A subclass is a kind: `typ`, the type `gather` builds, and `gather`."""
+
+    __slots__ = ("parts", "n")
+    typ: pa.DataType
+
+    def __init__(self, parts: list[tuple], n: int):
+        self.parts = parts
+        self.n = n
+
+    def array(self) -> pa.Array:
+        """These rows alone as an array."""
+        whole = self.gather([self])
+        if whole is None:
+            raise ValueError(f"{self.n} rows of {type(self).__name__} do not fit one {self.typ} array")
+        return whole
+
+    @classmethod
+    def gather(cls, cols: list[Parts]) -> pa.Array | None:
+        """The rows of `cols`, in order, as one array; None where they do not fit one (a binary
+        column past 2 GiB): conform then joins each one's `array()` as it does arrays."""
+        raise NotImplementedError(f"{cls.__name__} names no way to gather its parts")
+
+
 class Block:
     """Rows of one table held as columns: the decoders' fast path for many rows at once (a Kafka
-    record batch). `cols` maps a column (or an `X_ns` key) to `n` values, as a list or an Arrow
-    array; `const` maps one to the value every row has (or a `PerRun`: a value per run of rows).
-    `conform` takes blocks among dict rows."""
+    record batch). `cols` maps a column (or an `X_ns` key) to `n` values, as a list, an Arrow
+    array or `Parts`; `const` maps one to the value every row has (or a `PerRun`: a value per run
+    of rows). `conform` takes blocks among dict rows."""
 
     __slots__ = ("n", "cols", "const")
 
@@ -383,6 +410,8 @@ class Block:
         """The values of `name`, one per row, as Python values."""
         if name in self.cols:
             v = self.cols[name]
+            if isinstance(v, Parts):
+                v = v.array()
             return v.to_pylist() if isinstance(v, pa.Array) else list(v)
         return _const_rows(self.const.get(name), self.n)
 
@@ -394,10 +423,12 @@ class Block:
 
     def take(self, idx: list[int]) -> Block:
         """The rows at positions `idx`, in that order."""
-        cols = {
-            k: v.take(pa.array(idx, pa.int64())) if isinstance(v, pa.Array) else [v[i] for i in idx]
-            for k, v in self.cols.items()
-        }
+        at = pa.array(idx, pa.int64())
+        cols = {}
+        for k, v in self.cols.items():
+            if isinstance(v, Parts):
+                v = v.array()
+            cols[k] = v.take(at) if isinstance(v, pa.Array) else [v[i] for i in idx]
         const = {k: v for k, v in self.const.items() if v.__class__ is not PerRun}
         for k, v in self.const.items():
             if v.__class__ is PerRun:
@@ -487,6 +518,7 @@ class Runs(list):
         self.given: set[str] = set()
         self.arrow: dict[str, int] = {}  # name -> how many runs give it as an Arrow array
         self.per_run: set[str] = set()  # constants some block gives as a PerRun
+        self.parts: dict[str, int] = {}  # name -> how many runs give it as Parts
         self.rows = 0
         for n, cols, const in runs:
             self.rows += n
@@ -494,6 +526,8 @@ class Runs(list):
             for k, v in cols.items():
                 if isinstance(v, pa.Array):
                     self.arrow[k] = self.arrow.get(k, 0) + 1
+                elif isinstance(v, Parts):
+                    self.parts[k] = self.parts.get(k, 0) + 1
             for k, v in const.items():
                 if v.__class__ is PerRun:
                     self.per_run.add(k)
@@ -568,6 +602,8 @@ def _gather(runs: list[Run], name: str, convert=None) -> list:
     out: list = []
     for n, cols, const in runs:
         v = cols.get(name)
+        if isinstance(v, Parts):
+            v = v.array()
         if v is None:
             out.extend(_const_rows(const.get(name), n))
         elif isinstance(v, pa.Array):
@@ -582,6 +618,10 @@ def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], 
     of runs converted in one step (value by value only where that fails)."""
     if convert is None and (len(runs) > 1 or name in runs.per_run) and name not in runs.given:
         return _repeated(runs, name, typ, bad)
+    if name in runs.parts:
+        whole = _gathered(runs, name, typ)
+        if whole is not None:
+            return whole
     if name not in runs.arrow:
         return _values(_gather(runs, name, convert), name, typ, bad)
     if runs.arrow[name] == len(runs):  # every run an array: joined as they are where all are `typ`
@@ -606,6 +646,24 @@ def _column(runs: Runs, name: str, typ: pa.DataType, bad: dict[int, list[str]], 
         pending.append(run)
         at += run[0]
     return pa.concat_arrays(chunks)
+
+
+def _gathered(runs: Runs, name: str, typ: pa.DataType) -> pa.Array | None:
+    """Column `name` by one `gather` where every run gives it as Parts of one kind building
+    `typ`; else None, each run's Parts made its own array for the ways of `_column`."""
+    given = [cols[name] for _n, cols, _c in runs if name in cols]
+    if runs.parts[name] == len(runs):
+        kind = given[0].__class__
+        if kind.typ == typ and all(v.__class__ is kind for v in given):
+            whole = kind.gather(given)
+            if whole is not None:
+                return whole
+    for _n, cols, _c in runs:
+        v = cols.get(name)
+        if isinstance(v, Parts):
+            cols[name] = v.array()
+    runs.arrow[name] = runs.arrow.get(name, 0) + runs.parts.pop(name)
+    return None
 
 
 _INT32_MAX = 2**31 - 1

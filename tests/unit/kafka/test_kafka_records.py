@@ -383,13 +383,6 @@ def test_decimal_strings_fall_back_to_python_where_arrow_cannot_take_the_text():
     assert R.decimal_strings("t-0@", [2**63, 5]) == [f"t-0@{2**63}", "t-0@5"]
 
 
-def test_int64_range():
-    assert R.int64_range(5, 3).to_pylist() == [5, 6, 7]
-    assert R.int64_range(2**63 - 2, 2).to_pylist() == [2**63 - 2, 2**63 - 1]
-    assert R.int64_range(2**63 - 2, 3) == [2**63 - 2, 2**63 - 1, 2**63]  # the tables flag the last
-    assert R.int64_range(0, 0).to_pylist() == []
-
-
 def test_message_rows_strings_match_per_record_formatting():
     """details and message_id of a delivered batch (also cut at a fetch offset, which slices the
     columns) and of produced messages given their offsets: what formatting each record in
@@ -513,22 +506,142 @@ def test_record_sets_walk_equals_one_set_at_a_time():
         ]
 
 
-def test_decimal_runs_from_the_walks_buffer_are_those_of_its_array():
-    """A block's `details` written from the walk's int64 buffer (no array made for it) are the
-    strings its array gives, a prefix per run; text with lone surrogates goes value by value."""
+def test_decimal_runs_are_python_formatting_a_prefix_per_run():
+    """`details` and message_id of a block's batches, a prefix per run of values: what Python's
+    formatting gives; text with lone surrogates goes value by value."""
     import pyarrow as pa
 
     from brokerscope.protocols.kafka import rows
 
     arr = pa.array([7, -1, 2**62, 0, 5], pa.int64())
-    buf = arr.buffers()[1]
     for prefixes in (["a-", "b-"], ["a\udcff-", "b-"], ["only-"]):
         counts = [2, 2] if len(prefixes) == 2 else [4]
-        raw = rows._decimal_runs(prefixes, counts, (buf, 1), "}", 4)
-        arrayed = rows._decimal_runs(prefixes, counts, arr.slice(1, 4), "}")
-        got = raw.to_pylist() if isinstance(raw, pa.Array) else raw
-        assert got == (arrayed.to_pylist() if isinstance(arrayed, pa.Array) else arrayed)
-        assert got[0] == f"{prefixes[0]}-1}}" and got[-1] == f"{prefixes[-1]}5}}"
+        got = rows._decimal_runs(prefixes, counts, arr.slice(1, 4), "}")
+        got = got.to_pylist() if isinstance(got, pa.Array) else got
+        pre = [p for p, k in zip(prefixes, counts) for _ in range(k)]
+        assert got == [f"{p}{v}}}" for p, v in zip(pre, [-1, 2**62, 0, 5])]
+
+
+# -- columns gathered from the walks' buffers (records.Ints, Binary, Decimals; _records.gather) ---
+
+
+def _walked(msgs: list, offset: int) -> dict:
+    """The walk's buffers of one v2 batch of `msgs` (key, value, headers) at `offset`."""
+    walk = R._records.record_sets([records(msgs, 2, 0, offset=offset)], 1 << 20, R._decompress_v2)
+    return walk["chunks"][0]
+
+
+def test_gathered_columns_are_the_joined_arrays_of_their_parts():
+    """Rows of several walks' buffers, in parts of any start and length (nulls, empty values,
+    ranges of offsets), gathered into one column: the arrays of the parts joined, bit for bit
+    the same values and nulls."""
+    import pyarrow as pa
+
+    from brokerscope import tables
+
+    a = _walked([(b"k1", b"v1", []), (None, b"", []), (b"", None, []), (b"k4", b"v" * 300, [])], 10)
+    b = _walked([(b"x", None, []), (None, b"y" * 7, []), (b"zz", b"zzz", [])], 5_000)
+    # 19 rows without a null before the first one: the bitmap is made there, whole bytes before
+    c = _walked([(b"k%d" % i, None if i == 18 else b"v", []) for i in range(20)], 7)
+    chunks = [(a, R.Chunk(a)), (b, R.Chunk(b)), (c, R.Chunk(c))]
+    spans = [(0, 0, 4), (1, 0, 3), (0, 1, 2), (1, 2, 1), (0, 3, 0), (0, 3, 1), (1, 0, 1)]
+    spans = [(2, 0, 10), (2, 10, 10), *spans, (2, 3, 17), (2, 1, 1)]
+
+    def parts(kind, name):
+        cols = []
+        for c, start, n in spans:
+            w = chunks[c][0]
+            if kind is R.Binary:
+                valid, offsets, data, nulls = w[name]
+                cols.append(R.Binary([(valid if nulls else None, offsets, data, start, n)], n))
+            elif name == "value_size":
+                valid, nulls = w["value"][0], w["value"][3]
+                cols.append(R.Ints([(valid if nulls else None, w[name], start, n)], n))
+            else:
+                cols.append(R.Ints([(None, w[name], start, n)], n))
+        return cols
+
+    def joined(name):
+        return pa.concat_arrays([chunks[c][1].col(name).slice(start, n) for c, start, n in spans])
+
+    for kind, name in ((R.Binary, "key"), (R.Binary, "value"), (R.Ints, "value_size"), (R.Ints, "offset")):
+        got = kind.gather(parts(kind, name))
+        want = joined(name)
+        assert got.to_pylist() == want.to_pylist() and got.null_count == want.null_count, name
+        got.validate(full=True)
+    # a Parts alone is its own rows
+    one = parts(R.Binary, "value")[3]
+    assert one.array().to_pylist() == [None, b"y" * 7, b"zzz"]
+    # ranges: first, first + 1, ... per part; text: prefix + str(v) + suffix per part
+    rng = R.Ints([(None, 5, 0, 3), (None, -2, 0, 2), (None, 2**63 - 2, 0, 2)], 7)
+    assert rng.array().to_pylist() == [5, 6, 7, -2, -1, 2**63 - 2, 2**63 - 1]
+    text = R.Decimals(
+        [(b"t-0@", b"", 9, 0, 2), (b'{"d":', b"}", a["delta"], 1, 3), (b"", b"", -(2**63), 0, 1)], 6
+    )
+    d = chunks[0][1].col("delta").to_pylist()[1:4]
+    want = ["t-0@9", "t-0@10", *(f'{{"d":{x}}}' for x in d), str(-(2**63))]
+    assert text.array().to_pylist() == want
+    assert R.Decimals.gather([text, text]).to_pylist() == text.array().to_pylist() * 2
+    assert tables.Parts in R.Ints.__mro__ and R.Ints.gather([]).to_pylist() == []
+
+
+def test_gather_refuses_parts_outside_their_buffers():
+    """A part whose rows run past its buffers (or with offsets out of order) is an error, not a
+    read past the end."""
+    import pytest
+
+    a = _walked([(b"k1", b"v1", []), (b"k2", b"v2", [])], 0)
+    valid, offsets, data, _nulls = a["value"]
+    bad = [
+        (0, [(None, a["offset"], 1, 2)]),  # rows 1..2 of 2
+        (0, [(b"\x01", a["offset"], 0, 9)]),
+        (1, [(None, offsets, data, 0, 3)]),
+        (1, [(None, (2).to_bytes(4, "little") + (1).to_bytes(4, "little"), b"ab", 0, 1)]),
+        (1, [(None, offsets, b"", 0, 2)]),
+        (2, [(b"p", b"", a["delta"], 0, 3)]),
+        (0, [(None, a["offset"], -1, 1)]),
+    ]
+    for kind, parts in bad:
+        with pytest.raises(ValueError):
+            R._records.gather(kind, parts)
+    with pytest.raises(TypeError):
+        R._records.gather(2, [("p", b"", 0, 0, 1)])
+
+
+def test_conform_gathers_parts_and_joins_them_with_other_blocks_columns():
+    """A messages batch whose blocks give a column as Parts: one gathered column; where another
+    block gives it as an array or a list, or as a constant, each Parts becomes its array and
+    the column is as before. The rows are the same either way."""
+    import pyarrow as pa
+
+    from brokerscope import tables
+
+    a = _walked([(b"k1", b"v1", []), (None, b"v2", []), (b"k3", None, [])], 100)
+    valid, offsets, data, nulls = a["value"]
+
+    def block(**cols):
+        return tables.Block(3, cols, {"ts_ns": 1_700_000_000_000_000_000, "protocol": "kafka"})
+
+    def parts():
+        return {
+            "value": R.Binary([(valid if nulls else None, offsets, data, 0, 3)], 3),
+            "offset": R.Ints([(None, a["offset"], 0, 3)], 3),
+            "message_id": R.Decimals([(b"t-0@", b"", a["offset"], 0, 3)], 3),
+        }
+
+    arrays = {k: v.array() for k, v in parts().items()}
+    lists = {k: v.to_pylist() for k, v in arrays.items()}
+    want = tables.conform("messages", [block(**arrays), block(**arrays)]).to_pylist()
+    assert want[0]["message_id"] == "t-0@100" and want[2]["value"] is None
+    for mix in ([parts(), parts()], [parts(), arrays], [lists, parts()]):
+        got = tables.conform("messages", [block(**dict(m)) for m in mix])
+        assert got.to_pylist() == want
+    const = tables.Block(3, {}, {"ts_ns": 1_700_000_000_000_000_000, "protocol": "kafka", "value": b"c"})
+    got = tables.conform("messages", [block(**parts()), const]).column("value").to_pylist()
+    assert got == [b"v1", b"v2", None, b"c", b"c", b"c"]
+    assert block(**parts()).column("message_id") == ["t-0@100", "t-0@101", "t-0@102"]
+    assert block(**parts()).take([2, 0]).column("value") == [None, b"v1"]
+    assert isinstance(tables.conform("messages", [block(**parts())]).column("value"), pa.Array)
 
 
 # -- LZ4 bodies decoded inside the walk (python-lz4's LZ4F_ functions) ----------------------------

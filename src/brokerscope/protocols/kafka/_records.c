@@ -50,6 +50,16 @@
  * column (int32 offsets, data): `details` (the batch-level JSON, then each record's offset delta)
  * and `message_id` (topic-partition@offset) without a Python string per record. `prefix` is
  * bytes, or (list of bytes, int32 run lengths): a prefix per run of values.
+ *
+ * gather(kind, parts) builds one Arrow column from slices of many walks' buffers (the messages
+ * blocks of a conform batch, records.Parts), as joining the blocks' own arrays would give it,
+ * without those arrays; a part is rows start .. start + n - 1 of its buffers:
+ *   kind 0, int64:  (validity or None, int64 values or an int `first`: first + i, start, n)
+ *                   -> (validity or None where no value is null, values, null count)
+ *   kind 1, binary: (validity or None, int32 offsets, data, start, n)
+ *                   -> (validity or None, offsets, data, null count); None past 2 GiB of data
+ *   kind 2, text:   (prefix, suffix, int64 values or an int `first`, start, n)
+ *                   -> (offsets, data): prefix + str(v) + suffix, no nulls
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -812,6 +822,275 @@ done:
     return res;
 }
 
+/* The bit of row i of a validity bitmap (NULL: every row valid). */
+static inline int valid_bit(const unsigned char *valid, Py_ssize_t i) {
+    return !valid || (valid[i >> 3] >> (i & 7)) & 1;
+}
+
+/* An output validity bitmap, made at the first null (rows before it all valid): none while
+ * every row is valid. */
+typedef struct {
+    Buf b;
+    Py_ssize_t nulls;
+} Bits;
+
+/* Output rows at .. at + n - 1 take the validity of rows from .. from + n - 1 of `src` (NULL:
+ * every one valid). 0, or -1 out of memory. */
+static int bits_run(Bits *v, Py_ssize_t at, const unsigned char *src, Py_ssize_t from, Py_ssize_t n) {
+    if (!src && !v->b.p) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t row = at + i;
+        int bit = valid_bit(src, from + i);
+        if (!bit && !v->b.p) { /* the first null: rows 0 .. row - 1 valid */
+            if (buf_reserve(&v->b, row / 8 + 1)) return -1;
+            memset(v->b.p, 0xff, (size_t)(row / 8));
+            v->b.p[row / 8] = (char)((1 << (row % 8)) - 1);
+            v->b.len = row / 8 + 1;
+        }
+        if (!v->b.p) continue;
+        if (row / 8 >= v->b.len) {
+            if (buf_reserve(&v->b, 1)) return -1;
+            v->b.p[v->b.len++] = 0;
+        }
+        if (bit)
+            v->b.p[row / 8] |= (char)(1 << (row % 8));
+        else
+            v->nulls++;
+    }
+    return 0;
+}
+
+/* (validity or None, ...): the bitmap where some row is null. */
+static PyObject *bits_obj(Bits *v) {
+    if (!v->nulls) Py_RETURN_NONE;
+    return owned_of(&v->b);
+}
+
+typedef struct {
+    PyObject *obj; /* the part's buffer object, or an int `first` (values only) */
+    Py_buffer view; /* view.obj NULL where none was taken */
+    int64_t first;
+} Source;
+
+/* A part's field: a buffer (`need` bytes at the least), None (allowed where `none_ok`), or an int
+ * (allowed where `int_ok`: a range's first value). */
+static int source_of(PyObject *o, Source *s, int none_ok, int int_ok, Py_ssize_t need) {
+    memset(s, 0, sizeof *s);
+    if (o == Py_None && none_ok) return 0;
+    if (PyLong_Check(o)) {
+        if (!int_ok) return PyErr_SetString(PyExc_TypeError, "a buffer, not an int"), -1;
+        s->first = PyLong_AsLongLong(o);
+        if (s->first == -1 && PyErr_Occurred()) return -1;
+        s->obj = o;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, &s->view, PyBUF_SIMPLE)) return -1;
+    s->obj = o;
+    if (s->view.len < need) {
+        PyErr_SetString(PyExc_ValueError, "a part's rows run past its buffer");
+        return -1;
+    }
+    return 0;
+}
+
+static void source_free(Source *s) {
+    if (s->view.obj) PyBuffer_Release(&s->view);
+}
+
+/* Part fields at `at` (start, n): non-negative. */
+static int span_of(PyObject *part, Py_ssize_t at, Py_ssize_t *start, Py_ssize_t *n) {
+    *start = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, at));
+    *n = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, at + 1));
+    if ((*start == -1 || *n == -1) && PyErr_Occurred()) return -1;
+    if (*start < 0 || *n < 0) return PyErr_SetString(PyExc_ValueError, "negative start or count"), -1;
+    return 0;
+}
+
+static inline int64_t value_at(const Source *v, Py_ssize_t i) {
+    return v->view.obj ? ((const int64_t *)v->view.buf)[i] : v->first + (int64_t)i;
+}
+
+static PyObject *gather_int64(PyObject *parts) {
+    Py_ssize_t nparts = PySequence_Fast_GET_SIZE(parts), rows = 0;
+    Bits valid = {{0}, 0};
+    Buf values = {0};
+    PyObject *res = NULL;
+    for (Py_ssize_t k = 0; k < nparts; k++) {
+        PyObject *part = PySequence_Fast_GET_ITEM(parts, k);
+        Py_ssize_t start, n;
+        Source va, vs;
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 4) {
+            PyErr_SetString(PyExc_TypeError, "an int64 part is (validity, values, start, n)");
+            goto done;
+        }
+        if (span_of(part, 2, &start, &n)) goto done;
+        if (source_of(PyTuple_GET_ITEM(part, 0), &va, 1, 0, (start + n + 7) / 8)) goto done;
+        if (source_of(PyTuple_GET_ITEM(part, 1), &vs, 0, 1, (start + n) * 8)) {
+            source_free(&va);
+            goto done;
+        }
+        int bad = buf_reserve(&values, n * 8);
+        if (!bad && n) {
+            int64_t *out = (int64_t *)(values.p + values.len);
+            if (vs.view.obj)
+                memcpy(out, (const int64_t *)vs.view.buf + start, (size_t)n * 8);
+            else
+                for (Py_ssize_t i = 0; i < n; i++) out[i] = vs.first + (int64_t)(start + i);
+            bad = bits_run(&valid, rows, va.view.obj ? va.view.buf : NULL, start, n);
+        }
+        values.len += n * 8;
+        rows += n;
+        source_free(&va);
+        source_free(&vs);
+        if (bad) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    res = Py_BuildValue("(NNn)", bits_obj(&valid), owned_of(&values), valid.nulls);
+done:
+    free(valid.b.p);
+    free(values.p);
+    return res;
+}
+
+static PyObject *gather_binary(PyObject *parts) {
+    Py_ssize_t nparts = PySequence_Fast_GET_SIZE(parts), rows = 0;
+    Bits valid = {{0}, 0};
+    Buf offs = {0}, data = {0};
+    PyObject *res = NULL;
+    int32_t zero = 0;
+    if (buf_put(&offs, &zero, 4)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nparts; k++) {
+        PyObject *part = PySequence_Fast_GET_ITEM(parts, k);
+        Py_ssize_t start, n;
+        Source va, os, ds;
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 5) {
+            PyErr_SetString(PyExc_TypeError, "a binary part is (validity, offsets, data, start, n)");
+            goto done;
+        }
+        if (span_of(part, 3, &start, &n)) goto done;
+        if (source_of(PyTuple_GET_ITEM(part, 0), &va, 1, 0, (start + n + 7) / 8)) goto done;
+        if (source_of(PyTuple_GET_ITEM(part, 1), &os, 0, 0, (start + n + 1) * 4)) {
+            source_free(&va);
+            goto done;
+        }
+        if (source_of(PyTuple_GET_ITEM(part, 2), &ds, 0, 0, 0)) {
+            source_free(&va);
+            source_free(&os);
+            goto done;
+        }
+        const int32_t *o = (const int32_t *)os.view.buf + start;
+        const unsigned char *vb = va.view.obj ? va.view.buf : NULL;
+        int err = 0; /* 1: offsets out of order or past the data, 2: past 2 GiB, 3: memory */
+        if (o[0] < 0 || o[n] < o[0] || o[n] > ds.view.len)
+            err = 1;
+        else if (data.len + (o[n] - o[0]) > INT32_MAX)
+            err = 2;
+        else if (buf_put(&data, (const char *)ds.view.buf + o[0], o[n] - o[0]) || buf_reserve(&offs, n * 4))
+            err = 3;
+        int32_t *out = err ? NULL : (int32_t *)(offs.p + offs.len);
+        int32_t base = (int32_t)(data.len - (o[n] - o[0])) - o[0];
+        for (Py_ssize_t i = 0; !err && i < n; i++) {
+            if (o[i + 1] < o[i]) err = 1;
+            out[i] = o[i + 1] + base;
+        }
+        if (!err && bits_run(&valid, rows, vb, start, n)) err = 3;
+        if (!err) offs.len += n * 4;
+        rows += n;
+        source_free(&va);
+        source_free(&os);
+        source_free(&ds);
+        if (err == 1) PyErr_SetString(PyExc_ValueError, "a part's offsets are out of order or past its data");
+        if (err == 3) PyErr_NoMemory();
+        if (err == 2) { /* the caller joins the blocks' own arrays instead */
+            res = Py_None;
+            Py_INCREF(res);
+        }
+        if (err) goto done;
+    }
+    res = Py_BuildValue("(NNNn)", bits_obj(&valid), owned_of(&offs), owned_of(&data), valid.nulls);
+done:
+    free(valid.b.p);
+    free(offs.p);
+    free(data.p);
+    return res;
+}
+
+static PyObject *gather_text(PyObject *parts) {
+    Py_ssize_t nparts = PySequence_Fast_GET_SIZE(parts);
+    Buf offs = {0}, data = {0};
+    PyObject *res = NULL;
+    int32_t zero = 0;
+    if (buf_put(&offs, &zero, 4)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nparts; k++) {
+        PyObject *part = PySequence_Fast_GET_ITEM(parts, k);
+        Py_ssize_t start, n;
+        Source vs;
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(part, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(part, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a text part is (prefix bytes, suffix bytes, values, start, n)");
+            goto done;
+        }
+        if (span_of(part, 3, &start, &n)) goto done;
+        if (source_of(PyTuple_GET_ITEM(part, 2), &vs, 0, 1, (start + n) * 8)) goto done;
+        const char *pre = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 0));
+        const char *suf = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 1));
+        Py_ssize_t plen = PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)), slen = PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 1));
+        Py_ssize_t each = plen + 21 + slen; /* 21: sign and 20 digits at the most */
+        int err = 0;
+        if (n && (each > (INT32_MAX - data.len) / n))
+            err = 2;
+        else if (buf_reserve(&data, n * each) || buf_reserve(&offs, n * 4))
+            err = 3;
+        for (Py_ssize_t i = 0; !err && i < n; i++) {
+            char *d = data.p + data.len;
+            memcpy(d, pre, (size_t)plen);
+            Py_ssize_t at = plen + put_decimal(d + plen, value_at(&vs, start + i));
+            memcpy(d + at, suf, (size_t)slen);
+            data.len += at + slen;
+            int32_t end = (int32_t)data.len;
+            memcpy(offs.p + offs.len, &end, 4);
+            offs.len += 4;
+        }
+        source_free(&vs);
+        if (err == 2) PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
+        if (err == 3) PyErr_NoMemory();
+        if (err) goto done;
+    }
+    res = Py_BuildValue("(NN)", owned_of(&offs), owned_of(&data));
+done:
+    free(offs.p);
+    free(data.p);
+    return res;
+}
+
+static PyObject *gather(PyObject *self, PyObject *args) {
+    (void)self;
+    int kind;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "iO", &kind, &list)) return NULL;
+    PyObject *parts = PySequence_Fast(list, "parts must be a sequence");
+    if (!parts) return NULL;
+    PyObject *res = NULL;
+    if (kind == 0)
+        res = gather_int64(parts);
+    else if (kind == 1)
+        res = gather_binary(parts);
+    else if (kind == 2)
+        res = gather_text(parts);
+    else
+        PyErr_SetString(PyExc_ValueError, "kind 0 (int64), 1 (binary) or 2 (text)");
+    Py_DECREF(parts);
+    return res;
+}
+
 /* lz4_functions(create, free, decompress, is_error, reset): the addresses of LZ4F_
  * createDecompressionContext, freeDecompressionContext, decompress, isError and
  * resetDecompressionContext for the walk to decode LZ4 bodies with; lz4_functions(None): every
@@ -846,6 +1125,7 @@ static PyMethodDef methods[] = {
     {"record_sets", record_sets, METH_VARARGS, "Read the batches of record sets, their records column-wise."},
     {"lz4_functions", lz4_functions, METH_VARARGS, "The LZ4F functions the walk decodes LZ4 bodies with, or None."},
     {"decimals", decimals, METH_VARARGS, "prefix + str(v) + suffix for int64 values, as an Arrow string column."},
+    {"gather", gather, METH_VARARGS, "One Arrow column's buffers from slices of many walks' buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,6 @@ absolute in v0 and relative in v1 (the wrapper carries the offset of the last in
 
 from __future__ import annotations
 
-import array
 import gzip
 import io
 import struct
@@ -191,15 +190,45 @@ def decimal_strings(prefix: str, values: pa.Array | list, suffix: str = "") -> p
     return [f"{prefix}{v}{suffix}" for v in _py(values)]
 
 
-def int64_range(first: int, n: int) -> pa.Array | list[int]:
-    """first, first + 1, ... (n values) as an int64 array; a list where they pass int64."""
-    if first + n - 1 > INT64_MAX or first < -INT64_MAX - 1:
-        return list(range(first, first + n))
-    return _int64(n, array.array("q", range(first, first + n)))
-
-
 def _int64(n: int, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
     return arrowcols.fixed(pa.int64(), n, data, valid, nulls)
+
+
+class Ints(tables.Parts):
+    """int64 rows of walk buffers: parts (validity or None, int64 values or an int `first` for
+    first, first + 1, ..., start, n)."""
+
+    __slots__ = ()
+    typ = pa.int64()
+
+    @classmethod
+    def gather(cls, cols: list[tables.Parts]) -> pa.Array:
+        valid, values, nulls = _records.gather(0, [p for c in cols for p in c.parts])
+        return _int64(sum(c.n for c in cols), values, valid, nulls)
+
+
+class Binary(tables.Parts):
+    """binary rows of walk buffers: parts (validity or None, int32 offsets, data, start, n)."""
+
+    __slots__ = ()
+    typ = pa.binary()
+
+    @classmethod
+    def gather(cls, cols: list[tables.Parts]) -> pa.Array | None:
+        got = _records.gather(1, [p for c in cols for p in c.parts])
+        return None if got is None else arrowcols.binary(got)
+
+
+class Decimals(tables.Parts):
+    """text rows `prefix + str(v) + suffix` of int64 walk buffers: parts (prefix bytes, suffix
+    bytes, int64 values or an int `first`, start, n)."""
+
+    __slots__ = ()
+    typ = pa.string()
+
+    @classmethod
+    def gather(cls, cols: list[tables.Parts]) -> pa.Array:
+        return arrowcols.text(*_records.gather(2, [p for c in cols for p in c.parts]))
 
 
 _CHUNK_COLUMNS = (

@@ -246,7 +246,7 @@ def message_blocks(
                 ):
                     break
                 j += 1
-        if j - i > 1:
+        if j > i:
             out.extend(_block(picks[i:j], pol, direction, corr, ts_ns, with_offset, frames))
             i = j
             continue
@@ -263,58 +263,37 @@ def message_blocks(
 def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_offset, frames) -> list[Row]:
     """One block of the records of batches `picks` (v2, of one chunk and topic, not control)."""
     chunk = picks[0][0].span[0]
-    col = chunk.col
     parts: list[tuple] = []  # (batch, partition, first row, rows, kept rows: None = all)
     for b, _t, partition, _tid, min_offset in picks:
         _c, first, n, min_delta = b.span
         keep = None
         if n and min_offset is not None and b.base_offset + min_delta < min_offset:
-            offs = col("offset").slice(first, n).to_numpy(zero_copy_only=True)
+            offs = chunk.col("offset").slice(first, n).to_numpy(zero_copy_only=True)
             keep = first + np.flatnonzero(offs >= min_offset)
         k = n if keep is None else len(keep)
         if k:
             parts.append((b, partition, first, n, keep))
     if not parts:
         return []
-    contiguous = all(keep is None for *_x, keep in parts) and all(
-        parts[x][2] + parts[x][3] == parts[x + 1][2] for x in range(len(parts) - 1)
-    )
-    deltas = None  # the walk's offset deltas as (int64 buffer, first row), where no array is needed
-    if contiguous:
-        start = parts[0][2]
-        total = parts[-1][2] + parts[-1][3] - start
-        deltas = (chunk.w["delta"], start)
-        if start == 0 and total == chunk.n:  # the whole chunk (a frame's batches of one topic)
-
-            def pick(col: pa.Array) -> pa.Array:
-                return col
-        else:
-
-            def pick(col: pa.Array) -> pa.Array:
-                return col.slice(start, total)
-    else:
-        idx = pa.array(
-            np.concatenate([np.arange(f, f + n) if keep is None else keep for _b, _p, f, n, keep in parts]),
-            pa.int64(),
-        )
-        total = len(idx)
-
-        def pick(col: pa.Array) -> pa.Array:
-            return col.take(idx)
-
     counts = [n if keep is None else len(keep) for _b, _p, _f, n, keep in parts]
     batches = [x[0] for x in parts]
     topic, topic_id = picks[0][1], picks[0][3]
     unnamed = topic is None and topic_id is not None
-    const = _block_const(ts_ns, direction, topic, corr, frames)
-    cols: dict = {
-        "key": pol.key_column(pick(col("key"))),
-        "message_ts_ns": pick(col("ts_ns")),
-        # the batch-level fields, then each record's offset delta
-        "details": _decimal_runs(
-            [_details_head(b) for b in batches], counts, deltas or pick(col("delta")), "}", total
-        ),
+    # the columns a block may leave out: a constant for every row instead
+    wanted = {
+        "headers": any(chunk.has_headers(f, n) for _b, _p, f, n, _k in parts),
+        "sequence": not all(b.base_sequence < 0 for b in batches),
+        "offset": with_offset,
     }
+    ids = None if unnamed or not with_offset else [f"{topic}-{x[1]}@" for x in parts]
+    contiguous = all(keep is None for *_x, keep in parts) and all(
+        parts[x][2] + parts[x][3] == parts[x + 1][2] for x in range(len(parts) - 1)
+    )
+    if contiguous:
+        total, cols = _walked(chunk, parts, pol, ids, wanted)
+    else:
+        total, cols = _picked(chunk, parts, pol, ids, wanted)
+    const = _block_const(ts_ns, direction, topic, corr, frames)
     _per_batch(const, "partition", [x[1] for x in parts], counts)
     _per_batch(const, "producer_id", [b.producer_id for b in batches], counts)
     _per_batch(const, "producer_epoch", [b.producer_epoch for b in batches], counts)
@@ -322,26 +301,100 @@ def _block(picks: list[Pick], pol: PayloadPolicy, direction, corr, ts_ns, with_o
     _per_batch(const, "decode_status", [b.status for b in batches], counts)
     _per_batch(const, "decode_error", [b.error for b in batches], counts)
     _per_batch(const, "checksum_ok", [b.crc_ok for b in batches], counts)
-    if any(chunk.has_headers(f, n) for _b, _p, f, n, _k in parts):
-        cols["headers"] = pick(col("headers"))
-    else:
+    if not wanted["headers"]:
         const["headers"] = []
-    if all(b.base_sequence < 0 for b in batches):
+    if not wanted["sequence"]:
         const["sequence"] = None
-    else:
-        cols["sequence"] = pick(col("sequence"))
     if unnamed:
         const["topic_id"] = topic_id
-    if with_offset:
-        offset = pick(col("offset"))
-        cols["offset"] = offset
-        if unnamed:
+        if with_offset:
             const["message_id"] = None
-        else:
-            cols["message_id"] = _decimal_runs([f"{topic}-{x[1]}@" for x in parts], counts, offset)
-    cols.update(pol.value_columns(pick(col("value")), pick(col("value_size"))))
     who = [(topic, x[1], k) for x, k in zip(parts, counts)]
     return [("messages", MessageBlock(total, cols, const, who))]
+
+
+def _walked(
+    chunk: rec.Chunk, parts: list[tuple], pol: PayloadPolicy, ids: list[str] | None, wanted: dict[str, bool]
+) -> tuple[int, dict]:
+    """The columns of a block whose batches are consecutive rows of `chunk`, every record kept:
+    as rows of the walk's buffers (records.Ints, Binary, Decimals) for conform to gather with
+    the other blocks' (an array where the payload policy changes keys or values). `ids`: the
+    message_id prefix of each batch's rows, if they have one; `wanted`: whether the block gives
+    headers, sequence and offset."""
+    w = chunk.w
+    start = parts[0][2]
+    total = parts[-1][2] + parts[-1][3] - start
+
+    def ints(values, valid=None, nulls: int = 0) -> rec.Ints:
+        return rec.Ints([(valid if nulls else None, values, start, total)], total)
+
+    def binary(name: str) -> rec.Binary:
+        valid, offsets, data, nulls = w[name]
+        return rec.Binary([(valid if nulls else None, offsets, data, start, total)], total)
+
+    cols: dict = {
+        "key": binary("key") if pol.keys_kept else pol.key_column(chunk.col("key").slice(start, total)),
+        "message_ts_ns": ints(w["ts_ns"][1], w["ts_ns"][0], w["ts_ns"][2]),
+        # the batch-level fields, then each record's offset delta
+        "details": rec.Decimals(
+            [(_details_head(b).encode(), b"}", w["delta"], f, n) for b, _p, f, n, _k in parts], total
+        ),
+    }
+    if wanted["headers"]:
+        cols["headers"] = chunk.col("headers").slice(start, total)
+    if wanted["sequence"]:
+        cols["sequence"] = ints(w["sequence"][1], w["sequence"][0], w["sequence"][2])
+    if wanted["offset"]:
+        cols["offset"] = ints(w["offset"])
+    if ids is not None:
+        try:
+            heads = [p.encode() for p in ids]
+        except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
+            cols["message_id"] = _decimal_runs(
+                ids, [x[3] for x in parts], chunk.col("offset").slice(start, total)
+            )
+        else:
+            cols["message_id"] = rec.Decimals(
+                [(h, b"", w["offset"], f, n) for h, (_b, _p, f, n, _k) in zip(heads, parts)], total
+            )
+    if pol.mode == "keep":
+        value = w["value"]
+        cols["value"] = binary("value")
+        cols["value_size"] = ints(w["value_size"], value[0], value[3])
+    else:
+        col = chunk.col
+        cols.update(
+            pol.value_columns(col("value").slice(start, total), col("value_size").slice(start, total))
+        )
+    return total, cols
+
+
+def _picked(
+    chunk: rec.Chunk, parts: list[tuple], pol: PayloadPolicy, ids: list[str] | None, wanted: dict[str, bool]
+) -> tuple[int, dict]:
+    """_walked's columns where some records are left out, or the batches are not consecutive:
+    arrays of the rows picked."""
+    idx = pa.array(
+        np.concatenate([np.arange(f, f + n) if keep is None else keep for _b, _p, f, n, keep in parts]),
+        pa.int64(),
+    )
+    counts = [n if keep is None else len(keep) for _b, _p, _f, n, keep in parts]
+
+    def pick(name: str) -> pa.Array:
+        return chunk.col(name).take(idx)
+
+    cols: dict = {
+        "key": pol.key_column(pick("key")),
+        "message_ts_ns": pick("ts_ns"),
+        "details": _decimal_runs([_details_head(b) for b, *_x in parts], counts, pick("delta"), "}"),
+    }
+    for name, given in wanted.items():
+        if given:
+            cols[name] = pick(name)
+    if ids is not None:
+        cols["message_id"] = _decimal_runs(ids, counts, cols["offset"])
+    cols.update(pol.value_columns(pick("value"), pick("value_size")))
+    return len(idx), cols
 
 
 def _per_batch(const: dict, name: str, values: list, counts: list[int]) -> None:
@@ -354,36 +407,22 @@ def _per_batch(const: dict, name: str, values: list, counts: list[int]) -> None:
 
 
 def _decimal_runs(
-    prefixes: list[str], counts: list[int], values: pa.Array | tuple, suffix: str = "", n: int = 0
+    prefixes: list[str], counts: list[int], values: pa.Array, suffix: str = ""
 ) -> pa.Array | list:
-    """`prefix + str(v) + suffix` for each value, the prefix of each run of `counts` values.
-    `values`: an Arrow array, or `n` int64 values of a buffer from a first one, (buffer, first)."""
-    raw = values.__class__ is tuple
-    if len(prefixes) == 1 and not raw:
+    """`prefix + str(v) + suffix` for each value, the prefix of each run of `counts` values."""
+    if len(prefixes) == 1:
         return rec.decimal_strings(prefixes[0], values, suffix)
     try:
         heads = [p.encode() for p in prefixes]
         tail = suffix.encode()
     except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
         heads = None
-    if raw:
-        buf, first = values
-        if heads is None:
-            values = pa.Array.from_buffers(pa.int64(), first + n, [None, pa.py_buffer(buf)]).slice(first, n)
-    else:
-        if heads is not None and (values.null_count or values.type != pa.int64()):
-            heads = None
-        n = len(values)
-    if heads is None:
+    if heads is None or values.null_count or values.type != pa.int64():
         pre = [p for p, k in zip(prefixes, counts) for _ in range(k)]
         return [f"{p}{v}{suffix}" for p, v in zip(pre, values.to_pylist())]
-    if raw:
-        arg = heads[0] if len(heads) == 1 else (heads, np.asarray(counts, np.int32).tobytes())
-    else:
-        buf, first = values.buffers()[1], values.offset
-        arg = (heads, np.asarray(counts, np.int32).tobytes())
-    offsets, data = rec._records.decimals(arg, buf, first, n, tail)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    arg = (heads, np.asarray(counts, np.int32).tobytes())
+    offsets, data = rec._records.decimals(arg, values.buffers()[1], values.offset, len(values), tail)
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def message_rows(
@@ -492,19 +531,21 @@ def with_offsets(block: MessageBlock, acked: dict, pos: dict) -> None:
         starts.append(bo + n if ec == 0 and bo is not None and bo >= 0 else None)
     if all(s is None for s in starts):
         return
-    if len(starts) == 1:
-        (t, p, k), first = block.parts[0], starts[0]
-        offsets = rec.int64_range(first, k)
-        block.cols["offset"] = offsets
-        block.cols["message_id"] = _message_ids(t, p, offsets)
-        return
-    counts = [k for _t, _p, k in block.parts]
-    if None not in starts and all(s + k - 1 <= rec.INT64_MAX for s, k in zip(starts, counts)):
-        offsets = pa.array(
-            np.concatenate([np.arange(s, s + k, dtype=np.int64) for s, k in zip(starts, counts)])
+    if None not in starts and all(s + k - 1 <= rec.INT64_MAX for s, (_t, _p, k) in zip(starts, block.parts)):
+        # first, first + 1, ... per partition, written where conform gathers the column
+        block.cols["offset"] = rec.Ints(
+            [(None, s, 0, k) for s, (_t, _p, k) in zip(starts, block.parts)], block.n
         )
-        block.cols["offset"] = offsets
-        block.cols["message_id"] = _decimal_runs([f"{t}-{p}@" for t, p, _k in block.parts], counts, offsets)
+        try:
+            heads = [f"{t}-{p}@".encode() for t, p, _k in block.parts]
+        except UnicodeEncodeError:  # text with lone surrogates: the tables say which value
+            block.cols["message_id"] = [
+                f"{t}-{p}@{o}" for (t, p, k), s in zip(block.parts, starts) for o in range(s, s + k)
+            ]
+        else:
+            block.cols["message_id"] = rec.Decimals(
+                [(h, b"", s, 0, k) for h, s, (_t, _p, k) in zip(heads, starts, block.parts)], block.n
+            )
         return
     # a partition without offsets, or offsets past int64: values as Python ints, None where none
     offs: list = []
