@@ -788,11 +788,15 @@ def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
 
 
 def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
-    """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM), and of the call
+    """False for py4j's traceback of the interrupted call (Ctrl-C, SIGTERM), of the call
     PySpark's own SIGINT handler makes on that call's connection ('reentrant call': its handler
-    is in place from SparkContext's start until spark_started): one line says it."""
+    is in place from SparkContext's start until spark_started), and of any call failing while
+    the command stops on a signal (a socket py4j shuts down after the interrupted call, the jobs
+    cancelled from another thread as the JVM goes): one line says it."""
     if f"{os.sep}py4j{os.sep}" not in record.pathname or not record.exc_info:
         return True
+    if report.STOPPING.is_set():
+        return False
     return not any(
         isinstance(x, KeyboardInterrupt) or (isinstance(x, RuntimeError) and "reentrant call" in str(x))
         for x in _chain(record.exc_info[1])
