@@ -368,6 +368,18 @@ def covered_intervals(src: Source, scope: Scope) -> list[tuple[int, int]]:
     return list(zip(t.column("lo").to_pylist(), t.column("hi").to_pylist()))
 
 
+def stored_span(src: Source, scope: Scope) -> tuple[int, int | None, int | None]:
+    """Messages in scope read from broker segment files (direction `stored`), and the first and
+    last of their record times (ns): rows the time charts leave out, their times not a capture's."""
+    if not src.has("messages"):
+        return 0, None, None
+    t = src.query(
+        "SELECT count(*) AS n, min(ts_ns) AS lo, max(ts_ns) AS hi FROM messages "
+        f"WHERE direction = 'stored' AND {scope.where('messages')}"
+    )
+    return t.column("n")[0].as_py(), t.column("lo")[0].as_py(), t.column("hi")[0].as_py()
+
+
 def row_counts(src: Source, scope: Scope) -> dict[str, int]:
     """Rows in scope per decoded table the lake holds."""
     return {
@@ -565,12 +577,19 @@ def build(
     step("counted rows in scope")
     intervals = covered_intervals(src, scope)
     tl = make_timeline(intervals)
+    stored, stored_lo, stored_hi = stored_span(src, scope) if tl is None else (0, None, None)
     exact = counts.get("latencies", 0) <= EXACT_PERCENTILE_ROWS
     charts: list[plots.Chart] = []
 
     def missing(key: str, table: str) -> plots.Chart:
         if not src.has(table):
             return plots.Chart(key, empty=f"The lake has no `{table}` table.")
+        if table == "messages" and stored:
+            return plots.Chart(
+                key,
+                empty=f"No captured messages in scope to place on a time axis: the {stored:,} in `messages` "
+                "are records of broker segment files (their times are the records' own).",
+            )
         return plots.Chart(key, empty=f"No rows in scope to place on a time axis (`{table}` has none).")
 
     def section(keys: tuple[str, ...], table: str, timed: bool, make: Callable[[], list]) -> None:
@@ -619,6 +638,13 @@ def build(
         span = f"{utc_text(min(lo for lo, _ in intervals))} to {utc_text(max(hi for _, hi in intervals))} UTC"
         if len(tl.stretches) > 1:
             span += f" ({len(tl.stretches)} stretches: the time axes jump over the silences between them)"
+    elif stored:
+        span = (
+            f"no capture in scope; {stored:,} messages from broker segment files, record times "
+            f"{utc_text(stored_lo)} to {utc_text(stored_hi)} UTC"
+            if stored_lo is not None
+            else f"no capture in scope; {stored:,} messages from broker segment files, without record times"
+        )
     facts = [
         ("lake", str(lake.root)),
         ("scope", scope.text()),

@@ -9,12 +9,13 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from brokerscope import dashboard, tables
 from brokerscope.cli import main
 from brokerscope.dashboard import MS, Scope, Source, make_timeline
 from brokerscope.lake import Lake
+from tests.conftest import SAMPLE_DATA
 
 SEC = 1000 * MS
 T0 = 1_763_640_000 * SEC  # 2025-11-20T12:00:00Z
@@ -404,3 +405,26 @@ def test_a_column_an_older_lake_lacks_is_a_note_not_a_crash(tmp_path):
     assert "Could not compute this chart: the <code>streams</code> table of this lake has no column" in page
     assert {e.split(":")[0] for e in r.empty if "Could not compute" in e} == {"connections", "states"}
     assert 'data-chart="clients"' in page and r.charts == 1  # clients need neither column
+
+
+def test_a_lake_of_segment_files_names_their_record_times_not_no_rows(spark, tmp_path):
+    """Only broker segment files ingested (found by a user trial: the header said `time: no rows`
+    beside `messages 20`, and the throughput chart that `messages` had none): the header gives the
+    stored records' times, the time charts say why they leave them out."""
+    from brokerscope import pipeline
+    from brokerscope.config import Settings
+
+    lake = tmp_path / "lake"
+    settings = Settings.load(overrides={"lake": {"path": str(lake)}})
+    pipeline.ingest([str(SAMPLE_DATA / "kafka" / "segments")], settings, spark=spark)
+    r = dashboard.build(lake, tmp_path / "r.html", Scope())
+    page = (tmp_path / "r.html").read_text()
+    stored = DeltaTable(str(lake / "messages")).to_pyarrow_table(columns=["direction", "ts_ns"])
+    assert set(stored["direction"].to_pylist()) == {"stored"} and stored.num_rows == 20
+    lo, hi = min(stored["ts_ns"].to_pylist()), max(stored["ts_ns"].to_pylist())
+    assert "no rows" not in page.split("<dl")[1].split("</dl>")[0]
+    want = f"20 messages from broker segment files, record times {dashboard.utc_text(lo)} to {dashboard.utc_text(hi)} UTC"
+    assert want in page
+    assert "the 20 in <code>messages</code> are records of broker segment files" in page
+    assert "(<code>messages</code> has none)" not in page
+    assert "throughput: No captured messages in scope" in " ".join(r.empty)
