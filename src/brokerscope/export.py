@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import csv
 import datetime as dt
 import json
 import math
@@ -189,12 +188,28 @@ def rows(table: pa.Table, binary: str = "base64"):
             yield [plain(v, t, binary) for v, t in zip(r, types)]
 
 
+def _csv_cell(v: Any) -> str:
+    """One CSV field: null empty and unquoted, an empty value (string, binary) `""`, quoted where
+    it holds a comma, a quote or a line break (quotes doubled): null and empty apart, as
+    PostgreSQL's COPY CSV writes them."""
+    if v is None:
+        return ""
+    t = _text(v)
+    if not t or any(c in t for c in _CSV_SPECIAL):
+        return '"' + t.replace('"', '""') + '"'
+    return t
+
+
+_CSV_SPECIAL = (",", '"', "\n", "\r")
+
+
 def write_csv(table: pa.Table, out: IO[str], binary: str = "base64") -> None:
-    """A header line, then a line per row; nulls are empty cells, booleans true/false."""
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(table.column_names)
+    """A header line, then a line per row; nulls are empty cells, empty values `""`, booleans
+    true/false. A row of one column holding null is `""` too: a blank line is no row to most
+    readers."""
+    out.write(",".join(_csv_cell(n) for n in table.column_names) + "\n")
     for r in rows(table, binary):
-        w.writerow([_text(v) for v in r])
+        out.write((",".join(_csv_cell(v) for v in r) or '""') + "\n")
 
 
 def _object(names: list[str], r: list) -> str:

@@ -58,6 +58,30 @@ def test_csv_keeps_every_value_whole():
     assert len(base64.b64decode(B64)) == 314
 
 
+def test_csv_tells_null_from_empty_and_reads_back_as_it_was(tmp_path):
+    """Found by a user trial: null, an empty string and an empty binary value were all an empty
+    cell. Null stays an empty cell; an empty value is `""` (as PostgreSQL's COPY CSV writes them),
+    and DuckDB's CSV reader, told that a quoted value is never null, gives each back as it was."""
+    import duckdb
+
+    t = pa.table(
+        {
+            "s": pa.array(["", None, "x", 'say "hi"'], pa.string()),
+            "b": pa.array([b"", None, b"\x00", b"q"], pa.binary()),
+            "n": pa.array([0, None, 1, 2], pa.int64()),
+        }
+    )
+    text = render("csv", t)
+    assert text == 's,b,n\n"","",0\n,,\nx,AA==,1\n"say ""hi""",cQ==,2\n'
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    got = duckdb.sql(
+        f"SELECT s, b, n FROM read_csv('{path}', header = true, allow_quoted_nulls = false, "
+        "columns = {'s': 'VARCHAR', 'b': 'VARCHAR', 'n': 'BIGINT'})"
+    ).fetchall()
+    assert got == [("", "", 0), (None, None, None), ("x", "AA==", 1), ('say "hi"', "cQ==", 2)]
+
+
 def test_jsonl_is_an_object_per_line_and_json_one_array():
     obj = (
         f'{{"value":"{B64}","headers":{HEADERS_JSON},"ts":"2026-11-20T10:00:00.123456Z",'
