@@ -26,6 +26,7 @@ import shutil
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -589,12 +590,19 @@ class Lake:
             stats=file_stats(tpath / rel, t.num_rows),
         )
 
-    def path_history(self, current: dict[str, object]) -> tuple[list[str], list[dict]]:
+    def path_history(
+        self, current: dict[str, object], grew: Callable[[str, int, str], bool]
+    ) -> tuple[list[str], list[dict], list[tuple[str, str]]]:
         """For a run recording `current` (path -> its Input, capture_id known): the capture ids
-        whose rows the run replaces, and the earlier `inputs` rows of those paths to keep.
+        whose rows the run replaces, the earlier `inputs` rows of those paths to keep, and the
+        (path, earlier capture_id) of paths given other content.
 
-        A path's earlier content is replaced (its rows removed in the run's commits) unless
-        another path still holds the same content; its `inputs` rows stay, as `replaced`."""
+        A path's earlier content is replaced (its rows removed in the run's commits) where the
+        path's content now begins with it, `grew(path, earlier size, earlier capture_id)`: a
+        capture that grew, a segment appended to; its `inputs` rows stay, as `replaced`, and
+        another path still holding that content keeps its rows. Other content under the name (a
+        ring buffer's next lap, a name reused) is a capture of its own: the earlier one keeps its
+        rows and its `inputs` row."""
         prior = self.read_arrow("inputs").to_pylist()
         new_ids = {i.capture_id for i in current.values()}
         held = {
@@ -602,16 +610,28 @@ class Lake:
             for r in prior
             if r["path"] not in current and r["status"] in ("ok", "partial") and r["capture_id"]
         }
-        history, old = [], set()
+        # the content each path held last: other content now is news once, not at every run
+        last: dict[str, dict] = {}
+        for r in prior:
+            if r["capture_id"] and r["status"] != "replaced":
+                seen = last.get(r["path"])
+                if seen is None or (r["ingested_at"], r["run_id"]) > (seen["ingested_at"], seen["run_id"]):
+                    last[r["path"]] = r
+        history, old, other = [], set(), []
         for r in prior:
             i = current.get(r["path"])
             if i is None or not r["capture_id"] or r["capture_id"] == i.capture_id:
                 continue  # another path, a rejected file's record, or this content again
             if r["status"] != "replaced":
+                if not grew(r["path"], r["size"], r["capture_id"]):
+                    if last.get(r["path"]) is r:
+                        other.append((r["path"], r["capture_id"]))
+                    history.append(r)
+                    continue
                 r = {**r, "status": "replaced", "replaced_by": i.capture_id}
                 old.add(r["capture_id"])
             history.append(r)
-        return sorted(new_ids | (old - held)), history
+        return sorted(new_ids | (old - held)), history, other
 
     def sharing_connections(self, ids: set[str]) -> set[str]:
         """The capture ids that share a connection with one of `ids`, through any number of

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
-from .capture.files import chunk_digests, combine_id
+from .capture.files import ID_CHUNK, chunk_digests, combine_id
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .protocols.base import INDEX_MISMATCH
@@ -822,15 +822,50 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-def _identified(lake: Lake, todo, dups, run: RunDir) -> tuple[list[str], list[dict]]:
+def _identified(lake: Lake, todo, dups, run: RunDir, summary: Summary) -> tuple[list[str], list[dict]]:
     """After the decode: every input's capture_id from its tasks' digests, the capture ids whose
-    rows this run replaces (its own, and the earlier content of its paths), and its `inputs` rows."""
-    ids = run.capture_ids({i.file_index: i.size for i in todo})
+    rows this run replaces (its own, and the earlier content of its paths that grew), and its
+    `inputs` rows. A path holding other content than before is named in the summary."""
+    sizes = {i.file_index: i.size for i in todo}
+    digests = run.digests(sizes)
+    ids = run.capture_ids(sizes, digests)
     todo[:] = [dataclasses.replace(i, capture_id=ids[i.file_index]) for i in todo]
     by_path = {i.path: i for i in todo}
+    read_as = {i.path: i for i in todo}  # the input whose tasks hashed the path's bytes
     for d, k in dups:
         by_path[d.path] = dataclasses.replace(d, capture_id=by_path[k.path].capture_id)
-    return lake.path_history(by_path)
+        read_as[d.path] = k
+
+    def grew(path: str, size: int | None, old_id: str) -> bool:
+        i = read_as[path]
+        return _begins_with(i, digests[i.file_index], size, old_id)
+
+    replace_ids, history, other = lake.path_history(by_path, grew)
+    for path, old_id in other:
+        summary.capture_errors.append(
+            f"{path}: holds other content than the capture ingested from it before ({old_id}), which "
+            "it does not begin with (a name reused, a ring buffer's next file): a capture of its own, "
+            "the earlier one keeps its rows"
+        )
+    return replace_ids, history
+
+
+def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) -> bool:
+    """Whether the file of input `i` (its chunk digests as the run's tasks wrote them) begins
+    with the `size` bytes that were capture `old_id`: the chunks wholly inside them are the run's,
+    the last one is hashed again up to `size`. A file it cannot read now does not."""
+    if size is None or size > i.size:
+        return False
+    whole = size // ID_CHUNK
+    if any(k not in digests for k in range(whole)):
+        return False
+    prefix = {k: digests[k] for k in range(whole)}
+    if size % ID_CHUNK:
+        try:
+            prefix.update(chunk_digests(i.path, whole * ID_CHUNK, whole * ID_CHUNK + 1, size))
+        except OSError:
+            return False
+    return combine_id(size, prefix) == old_id
 
 
 def _commit_staged(
@@ -844,7 +879,7 @@ def _commit_staged(
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run)
+        replace_ids, history = _identified(lake, todo, dups, run, summary)
         per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
         for t, files in per_table.items():
             lake.apply_topic_names(t, files, names)
@@ -883,7 +918,7 @@ def _write_dataframes(
     try:
         stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run)
+        replace_ids, history = _identified(lake, todo, dups, run, summary)
         for t in tables.DECODED_TABLES:
             progress(f"writing {t}")
             df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")

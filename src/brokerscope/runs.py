@@ -109,14 +109,20 @@ class RunDir:
         tmp.write_text(body)
         os.replace(tmp, d / f"{file_index}-{start}.json")
 
-    def capture_ids(self, sizes: dict[int, int]) -> dict[int, str]:
-        """file_index -> capture_id for the files of `sizes` (file_index -> planned size).
+    def digests(self, file_indexes) -> dict[int, dict[int, bytes]]:
+        """file_index -> its chunk digests (chunk number -> digest) the read tasks wrote."""
+        digests: dict[int, dict[int, bytes]] = {fi: {} for fi in file_indexes}
+        for fi, _start, body in self._splits(digests):
+            digests[fi].update({int(k): bytes.fromhex(v) for k, v in body["chunks"].items()})
+        return digests
+
+    def capture_ids(self, sizes: dict[int, int], digests: dict | None = None) -> dict[int, str]:
+        """file_index -> capture_id for the files of `sizes` (file_index -> planned size), from
+        `digests` (self.digests of them, read here when not given).
 
         Raises ValueError naming the file index when a chunk was never hashed (a read task that
         did not run: never the case after Spark's read stage completed)."""
-        digests: dict[int, dict[int, bytes]] = {fi: {} for fi in sizes}
-        for fi, _start, body in self._splits(digests):
-            digests[fi].update({int(k): bytes.fromhex(v) for k, v in body["chunks"].items()})
+        digests = self.digests(sizes) if digests is None else digests
         out = {}
         for fi, size in sizes.items():
             try:

@@ -168,3 +168,42 @@ def test_a_rotated_file_that_grew_is_decoded_again_with_the_files_it_shares_conn
     assert any(len(r["capture_ids"]) > 1 for r in want["streams"])  # connections cross the files
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
+
+
+def test_a_name_reused_for_other_content_keeps_the_earlier_capture(spark, tmp_path):
+    """A ring buffer's next lap (tcpdump -W) or a name that repeats (-w cap-%H.pcap) puts another
+    capture under a path ingested before (found by a user trial: the earlier capture's rows were
+    deleted, silently). The path's content does not begin with the earlier content: both captures
+    keep their rows and inputs rows, and the summary names the path. The same path growing later
+    still replaces its own earlier content."""
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    lz4, snappy = SAMPLE_DATA / "kafka" / "lz4.pcap", SAMPLE_DATA / "kafka" / "snappy.pcap"
+    shutil.copy(SAMPLE_DATA / "kafka" / "gzip.pcap", ring / "ring.pcap0")
+    lake = tmp_path / "lake"
+    pipeline.ingest([str(ring)], _settings(lake), spark=spark, skip_ingested=True)
+    first = _rows(lake)
+    shutil.copy(snappy, ring / "ring.pcap0")  # the next lap
+    summary = pipeline.ingest([str(ring)], _settings(lake), spark=spark, skip_ingested=True)
+    got = _rows(lake)
+    gz, sn = capture_id(SAMPLE_DATA / "kafka" / "gzip.pcap"), capture_id(snappy)
+    for t in tables.DECODED_TABLES:
+        kept = [r for r in got[t] if r["capture_id"] == gz]
+        assert normalized(kept) == normalized(first[t]), t
+    assert {r["topic"] for r in got["messages"]} == {"bs-gzip", "bs-snappy"}
+    hist = sorted((r["capture_id"], r["status"]) for r in got["inputs"])
+    assert hist == sorted([(gz, "ok"), (sn, "ok")])
+    named = [e for e in summary.capture_errors if "other content than the capture ingested" in e]
+    assert len(named) == 1 and str(ring / "ring.pcap0") in named[0] and gz in named[0]
+    # the next lap grows while tcpdump writes it: cut first, whole later; the cut is replaced
+    data = lz4.read_bytes()
+    (ring / "ring.pcap0").write_bytes(data[: len(data) // 2])
+    summary = pipeline.ingest([str(ring)], _settings(lake), spark=spark, skip_ingested=True)
+    cut = capture_id(ring / "ring.pcap0")
+    shutil.copy(lz4, ring / "ring.pcap0")
+    summary = pipeline.ingest([str(ring)], _settings(lake), spark=spark, skip_ingested=True)
+    assert not [e for e in summary.capture_errors if "other content" in e]
+    got = _rows(lake)
+    assert {r["capture_id"] for r in got["messages"]} == {gz, sn, capture_id(lz4)}
+    status = {r["capture_id"]: r["status"] for r in got["inputs"]}
+    assert status == {gz: "ok", sn: "ok", cut: "replaced", capture_id(lz4): "ok"}
