@@ -694,6 +694,7 @@ def ingest(
     rejected = _rejected_rows(disc, run_id)
     flt = settings.packet_filter
     summary.filter = flt.text() if flt is not None else None
+    summary.only_new = skip_ingested
     if skip_ingested:
         # the filter is part of what was ingested: an input ingested with another filter (or
         # none) is decoded again, and its rows replaced by this filter's
@@ -719,7 +720,12 @@ def ingest(
     summary.files = len(todo)
     if not todo:
         lake.write_inputs(rejected, [r["path"] for r in rejected])
-        progress("nothing to ingest")
+        found = disc.inputs or disc.duplicates or disc.errors
+        progress(
+            "nothing to ingest"
+            if found
+            else f"nothing to ingest: no capture or segment file in {', '.join(paths)}"
+        )
         summary.seconds = time.time() - t0
         return summary
     spark = spark or (make_session or (lambda: make_spark(settings)))()

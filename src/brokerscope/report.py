@@ -40,6 +40,8 @@ class Summary:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)  # paths an exclude glob left out
     skipped_already_ingested: list[str] = field(default_factory=list)
+    # --skip-ingested: a run that finds nothing new (no file at all, say) is a quiet night, not a failure
+    only_new: bool = False
     partial: list[tuple[str, str]] = field(default_factory=list)  # (path, why) read with damage
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why) nothing readable
     packets: int = 0
@@ -58,7 +60,9 @@ class Summary:
 
     def exit_code(self) -> int:
         bad = self.errors or self.partial or self.unreadable  # a skipped sidecar is no failure
-        if self.files - len(self.unreadable) <= 0 and (bad or not self.skipped_already_ingested):
+        if self.files - len(self.unreadable) <= 0 and (
+            bad or not (self.skipped_already_ingested or self.only_new)
+        ):
             return EXIT_NOTHING if bad or not self.files else EXIT_OK
         return EXIT_PARTIAL if bad else EXIT_OK
 

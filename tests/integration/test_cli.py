@@ -592,3 +592,20 @@ def test_the_progress_bar_is_drawn_only_on_a_terminal(tmp_path):
         assert p.returncode == 0, p.stderr
         got[where] = p.stdout.split()[-1]
     assert got == {"pipe": "false", "terminal": "true"}
+
+
+def test_a_night_without_captures_is_a_quiet_night_not_a_failure(tmp_path, capsys):
+    """--skip-ingested over a directory with no capture yet, or only a README (found by a user
+    trial: exit 4, 'no input could be ingested', and no line naming the directory; the README
+    gives 0 for nothing new): exit 0, the directory named. A plain `ingest` of it stays 4."""
+    empty, notes = tmp_path / "empty", tmp_path / "notes"
+    empty.mkdir()
+    notes.mkdir()
+    (notes / "README").write_text("captures land here\n")
+    lake = tmp_path / "lake"
+    for inbox in (empty, notes, notes):
+        rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "--skip-ingested")
+        assert rc == report.EXIT_OK, (inbox, out, err)
+        assert f"nothing to ingest: no capture or segment file in {inbox}" in out + err
+    rc, out, err = run(capsys, "ingest", str(empty), "--lake", str(lake))
+    assert rc == report.EXIT_NOTHING and f"no capture or segment file in {empty}" in out + err
