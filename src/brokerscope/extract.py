@@ -72,7 +72,9 @@ def plan(
     """The files to read and the connections to keep (None: every TCP packet of the files).
     A connection is looked for in every file of the capture sets that ingested its capture (a
     connection runs on through rotated files)."""
-    conn_ids, capture_ids = list(dict.fromkeys(conn_ids)), list(dict.fromkeys(capture_ids))
+    # ids as the tables write them (lower-case hex), however they were pasted
+    conn_ids = list(dict.fromkeys(c.strip().lower() for c in conn_ids))
+    capture_ids = list(dict.fromkeys(c.strip().lower() for c in capture_ids))
     if not conn_ids and not capture_ids:
         raise ValueError("say what to extract: --conn-id (from any table's conn_id) or --capture-id")
     conns: list[Conn] | None = None
@@ -97,13 +99,49 @@ def plan(
         raise ValueError(f"no capture {', '.join(unknown)} in the lake's inputs table at {lake.root}")
     runs = {r["run_id"] for r in inputs if r["capture_id"] in cids} if conns else set()
     wanted = cids | {r["capture_id"] for r in inputs if r["run_id"] in runs}
-    sources: dict[str, Source] = {}
+    held: dict[str, list[dict]] = {}  # capture id -> the records of the paths that held it
     for r in inputs:
         if r["capture_id"] in wanted and r["status"] in ("ok", "partial") and _is_capture(r["kind"]):
-            sources[r["path"]] = Source(r["capture_id"], r["path"], r["kind"], r["size"])
-    for s in sources.values():
-        _check_unchanged(s)
-    return sorted(sources.values(), key=lambda s: s.path), conns
+            held.setdefault(r["capture_id"], []).append(r)
+    for c in capture_ids:
+        if c not in held:
+            raise ValueError(_why_none(c, [r for r in inputs if r["capture_id"] == c]))
+    sources = [_one_source(rows) for rows in held.values()]
+    return sorted(sources, key=lambda s: s.path), conns
+
+
+def _why_none(capture_id: str, rows: list[dict]) -> str:
+    """Why a capture the lake records has no file to extract from: replaced by the content its
+    path holds now, a segment file (no packets), or nothing readable."""
+    for r in rows:
+        if r["status"] == "replaced":
+            return (
+                f"capture {capture_id} ({r['path']}) was replaced by {r['replaced_by']}, the content "
+                "that path holds now (it grew): extract that capture"
+            )
+    for r in rows:
+        if not _is_capture(r["kind"]):
+            return f"capture {capture_id} is {r['path']}, a {r['kind']} file: it holds no packets to extract"
+    return f"capture {capture_id}: the lake's inputs table records no readable file of it"
+
+
+def _one_source(rows: list[dict]) -> Source:
+    """The file to read a capture from: the first of the paths that held it (the one ingested
+    last first) that is still there with the size it had; every path named when none is."""
+    problems, seen = [], set()
+    for r in sorted(rows, key=lambda r: (r["ingested_at"], r["path"]), reverse=True):
+        if r["path"] in seen:
+            continue
+        seen.add(r["path"])
+        s = Source(r["capture_id"], r["path"], r["kind"], r["size"])
+        try:
+            _check_unchanged(s)
+            return s
+        except (OSError, ValueError) as e:
+            problems.append(str(e))
+    if len(problems) == 1:
+        raise FileNotFoundError(problems[0])
+    raise FileNotFoundError("; ".join(problems))
 
 
 def _us(ts) -> int:

@@ -180,3 +180,56 @@ def test_frames_want_one_capture(sample_lake, tmp_path, capsys):
     assert rc == 2 and "N <= M" in err
     rc, _, err = run(capsys, *argv, "--frame", "1000000")
     assert rc == 1 and "no packet matched" in err
+
+
+def test_a_capture_comes_from_any_path_that_holds_it_and_says_why_none_does(spark, tmp_path, capsys):
+    """Found by a user trial: a capture ingested under two paths (the same bytes) came out of the
+    first path recorded even when that one was moved away ('the capture is gone', exit 2); a
+    capture whose path then grew (replaced) and a segment file's capture said 'no packet matched'
+    (exit 1); ids pasted in upper case were 'no capture'. Now: the path still holding it, whatever
+    the case of the id, once (not once per path); a replaced or segment capture is exit 2 saying
+    what it is."""
+    from brokerscope import pipeline
+    from brokerscope.capture import capture_id
+    from brokerscope.config import Settings
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "iggy" / "client_vsr.pcap"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shutil.copy(src, tmp_path / "a" / "x.pcap")
+    shutil.copy(src, tmp_path / "b" / "y.pcap")
+    cut = tmp_path / "grow.pcap"
+    cut.write_bytes(src.read_bytes()[:3000])
+    lake = tmp_path / "lake"
+    settings = Settings.load(overrides={"lake": {"path": str(lake)}})
+    segs = SAMPLE_DATA / "kafka" / "segments"
+    pipeline.ingest([str(tmp_path / "a"), str(tmp_path / "b"), str(cut), str(segs)], settings, spark=spark)
+    cut_id = capture_id(cut)
+    shutil.copy(src, cut)  # it grew: the cut content is replaced
+    pipeline.ingest([str(cut)], settings, spark=spark, skip_ingested=True)
+    cid = capture_id(src)
+    want = [(float(p.time), bytes(p)) for p in rdpcap(str(src)) if TCP in p]
+    out = tmp_path / "o.pcapng"
+    rc, stdout, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
+    assert rc == 0 and "from 1 file(s)" in stdout, err
+    assert _packets(str(out)) == want  # once, not once per path
+    (tmp_path / "a" / "x.pcap").rename(tmp_path / "a" / "x.moved")
+    rc, stdout, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid.upper(), "-o", str(out))
+    assert rc == 0 and "from 1 file(s)" in stdout, err
+    assert _packets(str(out)) == want
+    rc, _, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cut_id, "-o", str(out))
+    assert rc == 2 and f"was replaced by {cid}" in err, err
+    seg = next(
+        r["capture_id"]
+        for r in DeltaTable(str(lake / "inputs")).to_pyarrow_table().to_pylist()
+        if r["path"].endswith(".log")
+    )
+    rc, _, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", seg, "-o", str(out))
+    assert rc == 2 and "holds no packets to extract" in err, err
+    (tmp_path / "b" / "y.pcap").unlink()  # the grown file holds the same bytes: it serves
+    rc, stdout, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
+    assert rc == 0 and _packets(str(out)) == want, err
+    cut.unlink()
+    rc, _, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
+    assert rc == 2 and all(n in err for n in ("x.pcap", "y.pcap", "grow.pcap")) and "gone" in err, err
