@@ -32,6 +32,7 @@ import pyarrow as pa
 from . import __version__, export
 from .capture.filter import format_time, parse_time
 from .lake import Lake
+from .lake import readable as lake_readable
 
 MS = 1_000_000
 BUCKETS = tuple(
@@ -161,16 +162,24 @@ class Source:
     """The lake's tables for DataFusion SQL (no JVM): each registered from its current snapshot."""
 
     def __init__(self, lake: Lake):
-        from deltalake import DeltaTable, QueryBuilder
+        from deltalake import QueryBuilder
 
         self.lake = lake
-        self.tables = [t for t in lake.table_names() if t != "inputs"]
-        self.missing = [
-            t for t in ("commands", "messages", "latencies", "acks", "streams") if t not in self.tables
-        ]
         self._qb = QueryBuilder()
+        readable = []
         for t in lake.table_names():
-            self._qb.register(t, DeltaTable(lake.path(t)))
+            try:
+                self._qb.register(t, lake_readable(lake, t))
+                readable.append(t)
+            except Exception:  # noqa: BLE001 - named in lake.unreadable; its charts say so
+                pass
+        self.damaged = {t: why for t, why in lake.unreadable.items() if t not in readable}
+        self.tables = [t for t in readable if t != "inputs"]
+        self.missing = [
+            t
+            for t in ("commands", "messages", "latencies", "acks", "streams")
+            if t not in self.tables and t not in self.damaged
+        ]
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -573,6 +582,7 @@ def build(
     warnings = [
         f"The lake at {lake.root} has no `{t}` table: the charts that read it say so." for t in src.missing
     ]
+    warnings += [f"{why}: the charts that read it say so." for why in src.damaged.values()]
     counts = row_counts(src, scope)
     step("counted rows in scope")
     intervals = covered_intervals(src, scope)
@@ -582,6 +592,8 @@ def build(
     charts: list[plots.Chart] = []
 
     def missing(key: str, table: str) -> plots.Chart:
+        if table in src.damaged:
+            return plots.Chart(key, empty=f"The lake's `{table}` table cannot be read (see above).")
         if not src.has(table):
             return plots.Chart(key, empty=f"The lake has no `{table}` table.")
         if table == "messages" and stored:

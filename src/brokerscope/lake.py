@@ -713,6 +713,7 @@ class Lake:
             try:
                 dt = DeltaTable(p)
                 acts = _adds(dt)
+                _all_files_there(dt)
             except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
                 self._unreadable(t, e)
                 continue
@@ -880,6 +881,29 @@ def _single(arr: pa.Array) -> bool:
 
 def _pq_path_value(v: str | None) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
+
+
+def readable(lake: Lake, table: str) -> DeltaTable:
+    """The table's current snapshot, every data file its log names on disk; an error (one line
+    in `lake.unreadable`) where the log is damaged or a file is gone."""
+    try:
+        dt = DeltaTable(lake.path(table))
+        _all_files_there(dt)
+        return dt
+    except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
+        lake._unreadable(table, e)
+        raise
+
+
+def _all_files_there(dt: DeltaTable) -> None:
+    """FileNotFoundError naming the first data file the table's log names that is not on disk
+    (deleted or lost by hand: every reader of the table would fail on it)."""
+    uris = dt.file_uris()
+    gone = [u for u in uris if "://" not in u and not os.path.exists(u)]
+    if gone:
+        raise FileNotFoundError(
+            f"a data file its log names is gone: {gone[0]} ({len(gone)} of {len(uris)} files)"
+        )
 
 
 def _adds(dt: DeltaTable) -> list[dict]:

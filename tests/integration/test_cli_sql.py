@@ -293,3 +293,29 @@ def test_a_damaged_table_is_one_line_and_the_others_still_answer(spark, sample_l
     rc, out, err = run(capsys, "sql", "SELECT count(*) FROM commands", "--lake", str(lake))
     assert rc == report.EXIT_USAGE and "Traceback" not in err
     assert f"{lake / 'commands'}: the Delta table cannot be read: [PATH_NOT_FOUND]" in err
+
+
+@pytest.mark.spark
+def test_a_data_file_gone_is_named_by_tables_and_report_draws_the_rest(spark, sample_lake, tmp_path, capsys):
+    """A data file of messages deleted by hand (found by a user trial: `tables` listed messages as
+    healthy, exit 0; `report` stopped with DataFusion's 'Failed to fetch metadata', exit 2). Now
+    `tables` names it in one line, exit 2, the other tables listed; `report` writes the page
+    without the charts of messages, saying why, exit 0."""
+    lake = tmp_path / "lake"
+    shutil.copytree(sample_lake, lake)
+    gone = next(iter((lake / "messages").glob("date=*/*.parquet")))
+    gone.unlink()
+    rc, out, err = run(capsys, "tables", "--lake", str(lake), "--format", "csv")
+    assert rc == report.EXIT_USAGE and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        f"brokerscope: {lake / 'messages'}: the Delta table cannot be read: a data file its log "
+        f"names is gone: {gone} " + err.split(f"{gone} ", 1)[1].strip()
+    ]
+    assert "commands," in out and "messages," not in out
+    html = tmp_path / "r.html"
+    rc, out, err = run(capsys, "report", "--lake", str(lake), "-o", str(html))
+    assert rc == report.EXIT_OK, err
+    page = html.read_text()
+    assert "a data file its log names is gone" in page
+    assert "table cannot be read (see above)" in page
+    assert 'data-chart="requests"' in page and "plotly-graph-div" in page  # latencies still drawn
