@@ -14,6 +14,8 @@ import ctypes
 import dataclasses
 import datetime
 import gc
+import gzip
+import hashlib
 import importlib
 import json
 import logging
@@ -24,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,7 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
-from .capture.files import ID_CHUNK, chunk_digests, combine_id
+from .capture.files import ID_CHUNK, chunk_digests, combine_id, n_chunks
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .protocols.base import INDEX_MISMATCH
@@ -713,6 +716,22 @@ def ingest(
         kept = {r["path"] for r in rejected}
         summary.errors = [(p, e) for p, e in summary.errors if _recorded_path(p) in kept]
         summary.skipped = [(p, e) for p, e in summary.skipped if _recorded_path(p) in kept]
+    # a capture compressed after it was ingested (tcpdump -z gzip) is that capture, not a new one
+    todo, compressed = _compressed_since(lake, todo, run_id)
+    if compressed:
+        rows = {r["path"]: r for r, _was in compressed}
+        for d, k in dups:  # the same compressed bytes under another path: recorded the same way
+            if k.path in rows:
+                rejected.append({**rows[k.path], "path": d.path, "size": d.size, "mtime": d.mtime_ns // 1000})
+                summary.skipped_already_ingested.append(d.path)
+        dups = [(d, k) for d, k in dups if k.path not in rows]
+        todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
+    for r, was in compressed:
+        rejected.append(r)
+        summary.skipped_already_ingested.append(r["path"])
+        summary.capture_errors.append(
+            f"{r['path']}: the capture ingested from {was} ({r['capture_id']}), compressed since: not decoded again"
+        )
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
     summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
     # the earlier content of a path now rejected keeps its record (its rows are still here)
@@ -1051,6 +1070,54 @@ def _recorded_path(path: str) -> str:
     """The `inputs.path` of a rejected input: the file a path leads to, or, where it leads
     nowhere (a dangling symlink, a missing path), the path itself made absolute."""
     return os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path)
+
+
+def _compressed_since(lake: Lake, todo: list, run_id: str) -> tuple[list, list[tuple[dict, str]]]:
+    """The inputs of `todo` that are a capture the lake holds, compressed since it was ingested
+    (X.gz where X was ingested and is gone: tcpdump -z gzip after the file's rotation): the
+    inputs to decode, and per such file the `inputs` row that records it under its new path with
+    the capture's id, and the path it was ingested from. The bytes decompressed are hashed as any capture is, so a file of
+    other content under that name is decoded."""
+    gz = [i for i in todo if i.kind.endswith(".gz") and not os.path.exists(i.path[: -len(".gz")])]
+    if not gz:
+        return todo, []
+    by_path = {
+        r["path"]: r
+        for r in lake.read_arrow("inputs").to_pylist()
+        if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng")
+    }
+    rows, same = [], set()
+    for i in gz:
+        was = by_path.get(i.path[: -len(".gz")])
+        if was is None or was["kind"] + ".gz" != i.kind:
+            continue
+        try:
+            cid = _decompressed_id(i.path, was["size"])
+        except (OSError, EOFError, zlib.error):
+            continue  # damaged: decoded as any other input, which says what is wrong
+        if cid != was["capture_id"]:
+            continue
+        same.add(i.path)
+        rows.append(
+            ({**was, "path": i.path, "kind": i.kind, "size": i.size, "mtime": i.mtime_ns // 1000,
+              "run_id": run_id, "ingested_at": int(time.time() * 1e6), "replaced_by": None}, was["path"])
+        )  # fmt: skip
+    return [i for i in todo if i.path not in same], rows
+
+
+def _decompressed_id(path: str, size: int) -> str | None:
+    """The capture_id of the gzip file's decompressed bytes where there are `size` of them (the
+    size of the capture it may be), else None."""
+    digests = {}
+    with gzip.open(path, "rb") as fh:
+        for k in range(n_chunks(size)):
+            data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
+            if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
+                return None
+            digests[k] = hashlib.blake2b(data, digest_size=16).digest()
+        if fh.read(1):
+            return None
+    return combine_id(size, digests)
 
 
 def _rejected_rows(disc, run_id: str) -> list[dict]:

@@ -207,3 +207,47 @@ def test_a_name_reused_for_other_content_keeps_the_earlier_capture(spark, tmp_pa
     assert {r["capture_id"] for r in got["messages"]} == {gz, sn, capture_id(lz4)}
     status = {r["capture_id"]: r["status"] for r in got["inputs"]}
     assert status == {gz: "ok", sn: "ok", cut: "replaced", capture_id(lz4): "ok"}
+
+
+def test_a_capture_compressed_after_it_was_ingested_is_not_counted_twice(spark, tmp_path):
+    """tcpdump -z gzip compresses each file after its rotation, often after the nightly run took
+    it (found by a user trial: the .gz was a new capture, every message and connection twice).
+    X.gz whose bytes decompress to the capture ingested from X (gone) is recorded as that capture
+    under its new path, not decoded again, and named; the next night skips it. A .gz of other
+    bytes under such a name is decoded."""
+    import gzip
+
+    night = tmp_path / "night"
+    night.mkdir()
+    src = SAMPLE_DATA / "iggy" / "client_vsr.pcap"
+    shutil.copy(src, night / "rot.pcap0")
+    lake = tmp_path / "lake"
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    first = _rows(lake)
+    with open(night / "rot.pcap0", "rb") as fh, gzip.open(night / "rot.pcap0.gz", "wb") as gz:
+        gz.write(fh.read())
+    (night / "rot.pcap0").unlink()
+    summary = pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    assert summary.exit_code() == 0 and summary.files == 0
+    named = [e for e in summary.capture_errors if "compressed since: not decoded again" in e]
+    assert len(named) == 1 and str(night / "rot.pcap0.gz") in named[0]
+    got = _rows(lake)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(first[t]), t
+    cid = capture_id(src)
+    assert sorted((r["path"].rsplit("/", 1)[1], r["capture_id"]) for r in got["inputs"]) == [
+        ("rot.pcap0", cid),
+        ("rot.pcap0.gz", cid),
+    ]
+    again = pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    assert again.skipped_already_ingested == [str(night / "rot.pcap0.gz")] and not again.capture_errors
+    # other bytes compressed under a name ingested before: a capture of its own
+    other = SAMPLE_DATA / "kafka" / "lz4.pcap"
+    shutil.copy(other, night / "b.pcap")
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    with gzip.open(night / "b.pcap.gz", "wb") as gz:
+        gz.write((SAMPLE_DATA / "kafka" / "snappy.pcap").read_bytes())
+    (night / "b.pcap").unlink()
+    summary = pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    assert summary.files == 1 and not [e for e in summary.capture_errors if "compressed since" in e]
+    assert {r["topic"] for r in _rows(lake)["messages"]} >= {"bs-lz4", "bs-snappy"}
