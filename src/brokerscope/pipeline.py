@@ -701,7 +701,7 @@ def ingest(
     if skip_ingested:
         # the filter is part of what was ingested: an input ingested with another filter (or
         # none) is decoded again, and its rows replaced by this filter's
-        done = _ingested_keys(lake)
+        done, gave_nothing = _ingested_keys(lake)
 
         def ingested(i) -> bool:
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
@@ -710,6 +710,9 @@ def ingest(
         todo = _with_crossing(lake, [i for i in todo if not ingested(i)], todo)
         dups = [(d, k) for d, k in dups if not ingested(d)]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
+        summary.skipped_unreadable = sum(
+            (i.path, i.size, i.mtime_ns // 1000) in gave_nothing for i in disc.inputs if i not in todo
+        )
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
         # a file rejected before is not reported again (it is recorded, with its reason)
         rejected = [r for r in rejected if (r["path"], r["size"], r["mtime"]) not in done]
@@ -1204,16 +1207,18 @@ def _per_file(stats: list[dict]) -> dict[int, dict]:
     return out
 
 
-def _ingested_keys(lake: Lake) -> dict[tuple[str, int, int], str | None]:
+def _ingested_keys(lake: Lake) -> tuple[dict[tuple[str, int, int], str | None], set[tuple[str, int, int]]]:
     """(path, size, mtime in µs) of every file the lake holds a current record of -> the filter
-    it was ingested with (None: none)."""
+    it was ingested with (None: none); and the keys of those that gave nothing (status error)."""
     t = lake.read_arrow("inputs")
     mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
-    out = {}
+    out, nothing = {}, set()
     for r, mt in zip(t.select(["path", "size", "status", "filter"]).to_pylist(), mtimes):
         if r["status"] != "replaced" and mt is not None:
             out[(r["path"], r["size"], mt)] = r["filter"]
-    return out
+            if r["status"] == "error":
+                nothing.add((r["path"], r["size"], mt))
+    return out, nothing
 
 
 def _spark_schema(schema: pa.Schema):

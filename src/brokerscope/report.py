@@ -40,6 +40,7 @@ class Summary:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)  # paths an exclude glob left out
     skipped_already_ingested: list[str] = field(default_factory=list)
+    skipped_unreadable: int = 0  # of them, files that gave nothing when read (inputs.status error)
     # --skip-ingested: a run that finds nothing new (no file at all, say) is a quiet night, not a failure
     only_new: bool = False
     partial: list[tuple[str, str]] = field(default_factory=list)  # (path, why) read with damage
@@ -88,8 +89,13 @@ class Summary:
         if self.excluded:
             out.append(f"excluded: {len(self.excluded)} path(s) matching inputs.exclude or --exclude")
         if self.skipped_already_ingested:
-            n = len(self.skipped_already_ingested)
-            out.append(f"already ingested: {n} file(s) skipped (the lake holds their rows)")
+            n, bad = len(self.skipped_already_ingested), self.skipped_unreadable
+            why = (
+                "the lake holds their rows"
+                if not bad
+                else f"{bad} of them gave nothing then: inputs.status error"
+            )
+            out.append(f"already ingested: {n} file(s) skipped ({why})")
         out.extend(f"recovered: {line}" for line in self.recovered)
         for e in self.capture_errors[:20]:
             out.append(f"warning: {e}")
@@ -110,7 +116,7 @@ class Summary:
                 out.append(f"{what}: {len(items)} file(s): {shown}{more}")
         code = self.exit_code()
         verdict = {
-            EXIT_OK: "every input read cleanly",
+            EXIT_OK: "every input read cleanly" if self.files else "nothing new to ingest",
             EXIT_PARTIAL: "some inputs were partial or rejected (see inputs.status)",
             EXIT_NOTHING: "no input could be ingested",
         }[code]

@@ -609,3 +609,23 @@ def test_a_night_without_captures_is_a_quiet_night_not_a_failure(tmp_path, capsy
         assert f"nothing to ingest: no capture or segment file in {inbox}" in out + err
     rc, out, err = run(capsys, "ingest", str(empty), "--lake", str(lake))
     assert rc == report.EXIT_NOTHING and f"no capture or segment file in {empty}" in out + err
+
+
+def test_a_skipped_file_that_gave_nothing_is_not_said_to_have_rows(spark, tmp_path, capsys):
+    """A night that only skips: the summary said 'the lake holds their rows' of a file that gave
+    nothing when it was read (status error), and 'every input read cleanly' with nothing read
+    (found by a user trial). Now it says how many gave nothing, and 'nothing new to ingest'."""
+    import struct
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(SAMPLE_DATA / "iggy" / "client_vsr.pcap", inbox / "a.pcap")
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)  # a pcap header, then noise
+    (inbox / "noise.pcap").write_bytes(head + random.Random(7).randbytes(3000))
+    lake = tmp_path / "lake"
+    rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "--skip-ingested")
+    assert _inputs(lake)["noise.pcap"]["status"] == "error", out + err
+    rc, out, err = run(capsys, "ingest", str(inbox), "--lake", str(lake), "--skip-ingested")
+    assert rc == report.EXIT_OK, out + err
+    assert "already ingested: 2 file(s) skipped (1 of them gave nothing then: inputs.status error)" in out
+    assert out.rstrip().splitlines()[-2] == "exit 0: nothing new to ingest"
