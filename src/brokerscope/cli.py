@@ -238,7 +238,11 @@ def cmd_sql(args) -> int:
         except Exception as e:  # AnalysisException and friends: one clear line
             if _interrupt_in(e) is not None:  # the error of a call Ctrl-C or SIGTERM cut short
                 raise
-            where = f" (statement at line {st.line})" if len(statements) > 1 else ""
+            # the file and line of the statement (Spark's own 'line N pos M' counts within it)
+            if args.file:
+                where = f" ({args.file}:{st.line})"
+            else:
+                where = f" (statement at line {st.line})" if len(statements) > 1 else ""
             print(f"brokerscope: query failed{where}: {query.one_line(e)}", file=sys.stderr)
             return EXIT_USAGE
         if table is None:

@@ -122,6 +122,17 @@ def test_a_failing_statement_names_its_line(spark, sample_lake, capsys):
 
 
 @pytest.mark.spark
+def test_a_failing_statement_of_a_file_names_the_file_and_its_line(spark, sample_lake, tmp_path, capsys):
+    """`sql -f FILE`: the failure named the statement's line but not the file (found by a user
+    trial); now FILE:LINE, as editors and compilers write it."""
+    sql = tmp_path / "nightly.sql"
+    sql.write_text("SELECT 1 AS a;\n\n-- the per-topic counts\nSELECT nope FROM streams;\n")
+    rc, _, err = run(capsys, "sql", "-f", str(sql), "--lake", sample_lake)
+    assert rc == report.EXIT_USAGE
+    assert err.startswith(f"brokerscope: query failed ({sql}:4): ") and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.spark
 def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, capsys):
     stdin(
         monkeypatch,
