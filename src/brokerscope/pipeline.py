@@ -15,7 +15,6 @@ import dataclasses
 import datetime
 import gc
 import gzip
-import hashlib
 import importlib
 import json
 import logging
@@ -34,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
-from .capture.files import ID_CHUNK, chunk_digests, combine_id, n_chunks
+from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, n_chunks
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .protocols.base import INDEX_MISMATCH
@@ -1079,8 +1078,8 @@ def _compressed_since(lake: Lake, todo: list, run_id: str) -> tuple[list, list[t
     """The inputs of `todo` that are a capture the lake holds, compressed since it was ingested
     (X.gz where X was ingested and is gone: tcpdump -z gzip after the file's rotation): the
     inputs to decode, and per such file the `inputs` row that records it under its new path with
-    the capture's id, and the path it was ingested from. The bytes decompressed are hashed as any capture is, so a file of
-    other content under that name is decoded."""
+    the capture's id, and the path it was ingested from. The decompressed bytes are hashed as a
+    capture's are, so other content under such a name is decoded."""
     gz = [i for i in todo if i.kind.endswith(".gz") and not os.path.exists(i.path[: -len(".gz")])]
     if not gz:
         return todo, []
@@ -1117,7 +1116,7 @@ def _decompressed_id(path: str, size: int) -> str | None:
             data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
             if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
                 return None
-            digests[k] = hashlib.blake2b(data, digest_size=16).digest()
+            digests[k] = chunk_digest(data)
         if fh.read(1):
             return None
     return combine_id(size, digests)

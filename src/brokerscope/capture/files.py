@@ -90,8 +90,13 @@ def chunk_digests(path, start: int, end: int, size: int) -> dict[int, bytes]:
             data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
             if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
                 raise OSError(f"{path}: shorter than the {size} bytes planned (truncated while read?)")
-            out[k] = hashlib.blake2b(data, digest_size=16).digest()
+            out[k] = chunk_digest(data)
     return out
+
+
+def chunk_digest(data: bytes) -> bytes:
+    """The digest of one identity chunk's bytes (blake2b-128)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def n_chunks(size: int) -> int:

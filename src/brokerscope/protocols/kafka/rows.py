@@ -328,13 +328,17 @@ def _walked(
     def ints(values, valid=None, nulls: int = 0) -> rec.Ints:
         return rec.Ints([(valid if nulls else None, values, start, total)], total)
 
+    def nullable(name: str) -> rec.Ints:  # the walk's (validity, values, null count)
+        valid, values, nulls = w[name]
+        return ints(values, valid, nulls)
+
     def binary(name: str) -> rec.Binary:
         valid, offsets, data, nulls = w[name]
         return rec.Binary([(valid if nulls else None, offsets, data, start, total)], total)
 
     cols: dict = {
         "key": binary("key") if pol.keys_kept else pol.key_column(chunk.col("key").slice(start, total)),
-        "message_ts_ns": ints(w["ts_ns"][1], w["ts_ns"][0], w["ts_ns"][2]),
+        "message_ts_ns": nullable("ts_ns"),
         # the batch-level fields, then each record's offset delta
         "details": rec.Decimals(
             [(_details_head(b).encode(), b"}", w["delta"], f, n) for b, _p, f, n, _k in parts], total
@@ -343,7 +347,7 @@ def _walked(
     if wanted["headers"]:
         cols["headers"] = chunk.col("headers").slice(start, total)
     if wanted["sequence"]:
-        cols["sequence"] = ints(w["sequence"][1], w["sequence"][0], w["sequence"][2])
+        cols["sequence"] = nullable("sequence")
     if wanted["offset"]:
         cols["offset"] = ints(w["offset"])
     if ids is not None:
