@@ -693,12 +693,13 @@ class Lake:
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (1 + random.random()))
 
     # -- reading ----------------------------------------------------------------------------
-    def read_arrow(self, table: str) -> pa.Table:
-        """The table's current snapshot through delta-rs (driver-side; small tables and tests).
-        Read on this thread: with pyarrow's I/O threads reading through delta-rs's filesystem, a
-        process that exited soon after aborted in about 4 runs of 10 ('terminate called without
-        an active exception', exit 134: a `--skip-ingested` run with nothing new)."""
-        return DeltaTable(self.path(table)).to_pyarrow_dataset().to_table(use_threads=False)
+    def read_arrow(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        """The table's current snapshot through delta-rs (driver-side; small tables and tests),
+        all its columns or `columns`. Read on this thread: with pyarrow's I/O threads reading
+        through delta-rs's filesystem, a process that exited soon after aborted in about 4 runs of
+        10 ('terminate called without an active exception', exit 134: a `--skip-ingested` run
+        with nothing new)."""
+        return DeltaTable(self.path(table)).to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
 
     def table_names(self) -> list[str]:
         """The brokerscope tables this lake holds (in tables.ALL_TABLES order)."""

@@ -31,9 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
-from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, n_chunks
+from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, first_packet_ns, n_chunks
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
 from .protocols.base import INDEX_MISMATCH
@@ -706,7 +707,7 @@ def ingest(
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
             return done.get((i.path, i.size, i.mtime_ns // 1000), False) == want
 
-        todo = _with_crossing(lake, [i for i in todo if not ingested(i)], todo)
+        todo = _with_crossing(lake, [i for i in todo if not ingested(i)], todo, settings.idle_timeout_ns)
         dups = [(d, k) for d, k in dups if not ingested(d)]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         summary.skipped_unreadable = sum(
@@ -1053,19 +1054,49 @@ def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
     return ("partial" if bad else "ok"), why, None, damaged
 
 
-def _with_crossing(lake: Lake, todo: list, found: list) -> list:
+def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int) -> list:
     """`todo` and the inputs of `found` the lake holds connections of that ran into one of
-    todo's paths' earlier contents (rotated files): decoded again with them, so a connection
-    that crossed into a capture now decoded anew (a file that grew) stays one connection and its
-    rows are replaced, not kept beside a mid-stream copy of its rest."""
+    todo's paths' earlier contents, or that a new file of todo may continue (rotated files):
+    decoded again with them, so a connection that crossed into a capture now decoded anew (a file
+    that grew, the next file of a rotation) stays one connection and its rows are replaced, not
+    kept beside a mid-stream copy of its rest."""
     if not todo:
         return todo
     wanted = {i.path for i in todo}
     record = lake.read_arrow("inputs").select(["path", "capture_id", "status"]).to_pylist()
     current = [r for r in record if r["capture_id"] and r["status"] in ("ok", "partial")]
-    touched = lake.sharing_connections({r["capture_id"] for r in current if r["path"] in wanted})
+    seeds = {r["capture_id"] for r in current if r["path"] in wanted}
+    done = {i.path for i in found} - wanted
+    seeds |= _continued(lake, todo, {r["capture_id"] for r in current if r["path"] in done}, idle_ns)
+    touched = lake.sharing_connections(seeds)
     again = {r["path"] for r in current if r["capture_id"] in touched} - wanted
     return [i for i in found if i.path in wanted or i.path in again]
+
+
+# Zeek's conn_state of a connection not closed at its last packet: no RST, not FIN both ways
+_OPEN_AT_END = frozenset({"S0", "S1", "S2", "S3", "OTH"})
+
+
+def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[str]:
+    """The captures of `ingested` that a capture file of `todo` may continue: one of their
+    connections ended in them still open, its last packet at most idle_ns before the file's
+    first packet (the next file of a rotation, read in a later run)."""
+    starts = [
+        t
+        for i in todo
+        if i.kind in inputs.CAPTURE_KINDS and (t := first_packet_ns(i.path, i.kind)) is not None
+    ]
+    if not starts or not ingested or "streams" not in lake.table_names():
+        return set()
+    st = lake.read_arrow("streams", ["capture_id", "capture_ids", "conn_state", "last_ts"])
+    last_ns = pc.multiply(st.column("last_ts").cast(pa.int64()), 1000).to_pylist()  # µs -> ns
+    out = set()
+    for r, last in zip(st.select(["capture_id", "capture_ids", "conn_state"]).to_pylist(), last_ns):
+        ended_in = r["capture_ids"][-1] if r["capture_ids"] else r["capture_id"]
+        if ended_in in ingested and r["conn_state"] in _OPEN_AT_END and last is not None:
+            if any(0 <= t - last <= idle_ns for t in starts):
+                out.add(ended_in)
+    return out
 
 
 def _recorded_path(path: str) -> str:

@@ -99,6 +99,82 @@ def chunk_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+# pcap magic (as read little-endian) -> (byte order, fraction units per second)
+_PCAP_MAGIC = {
+    0xA1B2C3D4: ("<", 10**6),
+    0xA1B23C4D: ("<", 10**9),
+    0xD4C3B2A1: (">", 10**6),
+    0x4D3CB2A1: (">", 10**9),
+}
+_PCAPNG_SHB, _PCAPNG_IDB, _PCAPNG_EPB = 0x0A0D0D0A, 1, 6
+_HEAD_BYTES = 1 << 20  # how far into a file its first packet is looked for
+
+
+def first_packet_ns(path, kind: str) -> int | None:
+    """The time (ns since 1970) of the first packet record of a capture file (pcap, pcapng, or
+    gzip of one), read from its head; None where the head holds none that this can read."""
+    try:
+        if kind.endswith(".gz"):
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(_HEAD_BYTES)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(_HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    try:
+        return _pcapng_first(head) if kind.startswith("pcapng") else _pcap_first(head)
+    except struct.error:  # the head ends inside a header: none to read
+        return None
+
+
+def _pcap_first(head: bytes) -> int | None:
+    # global header: magic u32 @0 ... (24 bytes); record header: ts_sec u32 @0, ts_frac u32 @4
+    order, per_s = _PCAP_MAGIC.get(struct.unpack_from("<I", head, 0)[0], (None, 0))
+    if order is None:
+        return None
+    sec, frac = struct.unpack_from(order + "II", head, 24)
+    return sec * 10**9 + frac * (10**9 // per_s)
+
+
+def _pcapng_first(head: bytes) -> int | None:
+    # block: type u32 @0, total length u32 @4, body; SHB body: byte-order magic u32 @8;
+    # IDB body: link type u16 @8, snaplen u32 @12, options @16 (if_tsresol: code 9, one byte);
+    # EPB body: interface u32 @8, ts high u32 @12, ts low u32 @16
+    order, at, resol = "<", 0, []
+    while at + 12 <= len(head):
+        btype = struct.unpack_from(order + "I", head, at)[0]
+        if btype == _PCAPNG_SHB:
+            order = "<" if struct.unpack_from("<I", head, at + 8)[0] == 0x1A2B3C4D else ">"
+            resol = []
+        blen = struct.unpack_from(order + "I", head, at + 4)[0]
+        if blen < 12 or at + blen > len(head):
+            return None
+        if btype == _PCAPNG_IDB:
+            resol.append(_tsresol(head, at + 16, at + blen - 4, order))
+        elif btype == _PCAPNG_EPB:
+            iface, hi, lo = struct.unpack_from(order + "III", head, at + 8)
+            if iface >= len(resol):
+                return None
+            ticks, per_s = (hi << 32) | lo, resol[iface]
+            return ticks * 10**9 // per_s
+        at += blen
+    return None
+
+
+def _tsresol(head: bytes, at: int, end: int, order: str) -> int:
+    """Ticks per second of an interface (its if_tsresol option; microseconds without one)."""
+    while at + 4 <= end:
+        code, n = struct.unpack_from(order + "HH", head, at)
+        if code == 0:
+            break
+        if code == 9 and n >= 1:
+            v = head[at + 4]
+            return 2 ** (v & 0x7F) if v & 0x80 else 10**v
+        at += 4 + (n + 3) // 4 * 4
+    return 10**6
+
+
 def n_chunks(size: int) -> int:
     return -(-size // ID_CHUNK)
 
