@@ -122,7 +122,14 @@ class Shell:
             try:
                 fields = self.spark.table(arg).schema.fields
             except Exception as e:  # noqa: BLE001
-                self.error(one_line(e), line)
+                known = sorted(t.name for t in self.spark.catalog.listTables())
+                if arg in known:
+                    self.error(one_line(e), line)
+                else:  # as `sql` says it, not Spark's TABLE_OR_VIEW_NOT_FOUND
+                    self.error(
+                        f"no table `{arg}` in the lake at {self.lake.root} (its tables: {', '.join(known)})",
+                        line,
+                    )
                 return True
             rows = [(f.name, f.dataType.simpleString(), f.nullable) for f in fields]
             export.write(export.from_rows(["column", "type", "nullable"], rows), self.fmt, self.out)

@@ -144,6 +144,7 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
         "SELECT nope FROM streams;\n"
         "\\format jsonl\n"
         "\\nothing\n"
+        "\\d nosuch\n"
         "SELECT unhex('00ff') AS b, 'x;y' AS s;\n"
         "SELECT CAST(unhex('C3') AS STRING) AS t;\n"  # no UTF-8: said, and the session goes on
         "SELECT 2 AS two\n",  # the last statement may lack its ;
@@ -151,9 +152,14 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
     rc, out, err = run(capsys, "shell", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
     errors = err.splitlines()
-    assert len(errors) == 3 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert len(errors) == 4 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
     assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
-    assert errors[2].startswith("error (line 13): column t: text that is not UTF-8")
+    # found by a user trial: Spark's TABLE_OR_VIEW_NOT_FOUND text; now as `sql` says it
+    assert errors[2].startswith(
+        f"error (line 12): no table `nosuch` in the lake at {sample_lake} (its tables: "
+    )
+    assert "streams" in errors[2] and "TABLE_OR_VIEW" not in errors[2]
+    assert errors[3].startswith("error (line 14): column t: text that is not UTF-8")
     assert "streams" in out and "inputs" in out and "delta_version" in out  # \tables
     assert "latency_us" in out and "double" in out  # \d
     n = len(Lake(sample_lake).read_arrow("streams"))
