@@ -552,16 +552,21 @@ def build(
     export.check_out(out, "the HTML file")
     src = Source(lake)
     if scope.capture_ids and "inputs" in lake.table_names():
-        known = set(
-            src.query(f"SELECT DISTINCT capture_id FROM inputs WHERE {_in('capture_id', scope.capture_ids)}")
-            .column(0)
-            .to_pylist()
-        )
-        unknown = [c for c in scope.capture_ids if c not in known]
+        rows = src.query(
+            f"SELECT capture_id, status, replaced_by FROM inputs WHERE {_in('capture_id', scope.capture_ids)}"
+        ).to_pylist()
+        unknown = [c for c in scope.capture_ids if c not in {r["capture_id"] for r in rows}]
         if unknown:
             raise ValueError(
                 f"no capture {', '.join(unknown)} in the lake at {lake.root} (see its inputs table)"
             )
+        for c in scope.capture_ids:  # its rows gone with it: no empty page for a typo'd choice
+            mine = [r for r in rows if r["capture_id"] == c]
+            if all(r["status"] == "replaced" for r in mine):
+                raise ValueError(
+                    f"capture {c} was replaced by {mine[0]['replaced_by']}, the content its path holds now "
+                    "(it grew): report that capture"
+                )
     if scope.topics:  # a topic no row names is a typo, not an empty report
         names = set()
         for table in ("commands", "messages"):

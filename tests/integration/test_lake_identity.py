@@ -56,6 +56,13 @@ def test_a_capture_that_grew_replaces_its_earlier_rows(spark, tmp_path):
     want = _rows(clean)
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
+    # a report of the replaced capture says so (found by a user trial: an empty page, 'inputs
+    # none recorded')
+    from brokerscope import dashboard
+
+    with pytest.raises(ValueError, match=f"capture {cut_id} was replaced by {capture_id(ZSTD)}"):
+        dashboard.build(lake, tmp_path / "r.html", dashboard.Scope(capture_ids=(cut_id,)))
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_files_differing_in_one_byte_are_two_inputs(spark, tmp_path):
