@@ -32,7 +32,6 @@ import pyarrow as pa
 from . import __version__, export
 from .capture.filter import format_time, parse_time
 from .lake import Lake
-from .lake import readable as lake_readable
 
 MS = 1_000_000
 BUCKETS = tuple(
@@ -169,7 +168,7 @@ class Source:
         readable = []
         for t in lake.table_names():
             try:
-                self._qb.register(t, lake_readable(lake, t))
+                self._qb.register(t, lake.readable(t))
                 readable.append(t)
             except Exception:  # noqa: BLE001 - named in lake.unreadable; its charts say so
                 pass

@@ -701,6 +701,17 @@ class Lake:
         with nothing new)."""
         return DeltaTable(self.path(table)).to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
 
+    def readable(self, table: str) -> DeltaTable:
+        """The table's current snapshot, every data file its log names on disk; an error (one
+        line in `unreadable`) where the log is damaged or a file is gone."""
+        try:
+            dt = DeltaTable(self.path(table))
+            _all_files_there(dt)
+            return dt
+        except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
+            self._unreadable(table, e)
+            raise
+
     def table_names(self) -> list[str]:
         """The brokerscope tables this lake holds (in tables.ALL_TABLES order)."""
         return [t for t in tables.ALL_TABLES if DeltaTable.is_deltatable(self.path(t))]
@@ -882,18 +893,6 @@ def _single(arr: pa.Array) -> bool:
 
 def _pq_path_value(v: str | None) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
-
-
-def readable(lake: Lake, table: str) -> DeltaTable:
-    """The table's current snapshot, every data file its log names on disk; an error (one line
-    in `lake.unreadable`) where the log is damaged or a file is gone."""
-    try:
-        dt = DeltaTable(lake.path(table))
-        _all_files_there(dt)
-        return dt
-    except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
-        lake._unreadable(table, e)
-        raise
 
 
 def _all_files_there(dt: DeltaTable) -> None:

@@ -1081,12 +1081,14 @@ def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[
     """The captures of `ingested` that a capture file of `todo` may continue: one of their
     connections ended in them still open, its last packet at most idle_ns before the file's
     first packet (the next file of a rotation, read in a later run)."""
+    if not ingested or "streams" not in lake.table_names():
+        return set()  # the first night: no file's head to read
     starts = [
         t
         for i in todo
         if i.kind in inputs.CAPTURE_KINDS and (t := first_packet_ns(i.path, i.kind)) is not None
     ]
-    if not starts or not ingested or "streams" not in lake.table_names():
+    if not starts:
         return set()
     st = lake.read_arrow("streams", ["capture_id", "capture_ids", "conn_state", "last_ts"])
     last_ns = pc.multiply(st.column("last_ts").cast(pa.int64()), 1000).to_pylist()  # µs -> ns

@@ -119,28 +119,30 @@ typedef struct {
     int32_t count;
 } Prefix;
 
-/* The strings prefix + str(v) + suffix for n values into the empty buffers offs (int32 offsets,
- * n + 1 of them) and data of an Arrow string column, each run of values with its own prefix (the
- * runs' counts add up to n): v = values[i], or first + i when values is NULL (the caller keeps
- * first + n in int64). 0, or -1 with an error set (the buffers then hold nothing to use). */
+/* The strings prefix + str(v) + suffix for n values appended to the buffers offs (int32 offsets:
+ * the first 0 written where offs is empty, then one per value) and data of an Arrow string
+ * column, each run of values with its own prefix (the runs' counts add up to n): v = values[i],
+ * or first + i when values is NULL (the caller keeps first + n in int64). 0, or -1 with an error
+ * set (the buffers then hold nothing more to use). */
 static inline int decimal_runs(Buf *offs, Buf *data, const Prefix *runs, Py_ssize_t nruns, const int64_t *values,
                                int64_t first, Py_ssize_t n, const char *suffix, Py_ssize_t suffix_len) {
     Py_ssize_t longest = 0;
     for (Py_ssize_t r = 0; r < nruns; r++)
         if (runs[r].len > longest) longest = runs[r].len;
     Py_ssize_t each = longest + 21 + suffix_len; /* 21: sign and 20 digits at the most */
-    if (n < 0 || (n && each > (INT32_MAX - 1) / n)) {
+    if (n < 0 || (n && each > (INT32_MAX - 1 - data->len) / n)) {
         PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
         return -1;
     }
-    if (buf_reserve(offs, (n + 1) * 4) || buf_reserve(data, n * each)) {
+    Py_ssize_t had = offs->len ? offs->len / 4 - 1 : 0; /* strings already in the column */
+    if (buf_reserve(offs, (had + n + 1) * 4 - offs->len) || buf_reserve(data, n * each)) {
         PyErr_NoMemory();
         return -1;
     }
-    int32_t *o = (int32_t *)offs->p;
+    int32_t *o = (int32_t *)offs->p + had;
     char *d = data->p;
-    Py_ssize_t at = 0, i = 0;
-    o[0] = 0;
+    Py_ssize_t at = data->len, i = 0;
+    o[0] = (int32_t)at;
     for (Py_ssize_t r = 0; r < nruns; r++) {
         for (int32_t k = 0; k < runs[r].count; k++, i++) {
             memcpy(d + at, runs[r].p, (size_t)runs[r].len);
@@ -151,7 +153,7 @@ static inline int decimal_runs(Buf *offs, Buf *data, const Prefix *runs, Py_ssiz
             o[i + 1] = (int32_t)at;
         }
     }
-    offs->len = (n + 1) * 4;
+    offs->len = (had + n + 1) * 4;
     data->len = at;
     return 0;
 }

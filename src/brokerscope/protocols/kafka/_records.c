@@ -1024,11 +1024,6 @@ static PyObject *gather_text(PyObject *parts) {
     Py_ssize_t nparts = PySequence_Fast_GET_SIZE(parts);
     Buf offs = {0}, data = {0};
     PyObject *res = NULL;
-    int32_t zero = 0;
-    if (buf_put(&offs, &zero, 4)) {
-        PyErr_NoMemory();
-        goto done;
-    }
     for (Py_ssize_t k = 0; k < nparts; k++) {
         PyObject *part = PySequence_Fast_GET_ITEM(parts, k);
         Py_ssize_t start, n;
@@ -1040,30 +1035,16 @@ static PyObject *gather_text(PyObject *parts) {
         }
         if (span_of(part, 3, &start, &n)) goto done;
         if (source_of(PyTuple_GET_ITEM(part, 2), &vs, 0, 1, (start + n) * 8)) goto done;
-        const char *pre = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 0));
-        const char *suf = PyBytes_AS_STRING(PyTuple_GET_ITEM(part, 1));
-        Py_ssize_t plen = PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)), slen = PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 1));
-        Py_ssize_t each = plen + 21 + slen; /* 21: sign and 20 digits at the most */
-        int err = 0;
-        if (n && (each > (INT32_MAX - data.len) / n))
-            err = 2;
-        else if (buf_reserve(&data, n * each) || buf_reserve(&offs, n * 4))
-            err = 3;
-        for (Py_ssize_t i = 0; !err && i < n; i++) {
-            char *d = data.p + data.len;
-            memcpy(d, pre, (size_t)plen);
-            Py_ssize_t at = plen + put_decimal(d + plen, value_at(&vs, start + i));
-            memcpy(d + at, suf, (size_t)slen);
-            data.len += at + slen;
-            int32_t end = (int32_t)data.len;
-            memcpy(offs.p + offs.len, &end, 4);
-            offs.len += 4;
-        }
+        PyObject *pre = PyTuple_GET_ITEM(part, 0), *suf = PyTuple_GET_ITEM(part, 1);
+        Prefix run = {PyBytes_AS_STRING(pre), PyBytes_GET_SIZE(pre), (int32_t)n};
+        const int64_t *values = vs.view.obj ? (const int64_t *)vs.view.buf + start : NULL;
+        int bad = n > INT32_MAX ? (PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB"), -1)
+                                : decimal_runs(&offs, &data, &run, 1, values, vs.first + (int64_t)start, n,
+                                               PyBytes_AS_STRING(suf), PyBytes_GET_SIZE(suf));
         source_free(&vs);
-        if (err == 2) PyErr_SetString(PyExc_ValueError, "strings of more than 2 GiB");
-        if (err == 3) PyErr_NoMemory();
-        if (err) goto done;
+        if (bad) goto done;
     }
+    if (!offs.len && decimal_runs(&offs, &data, NULL, 0, NULL, 0, 0, "", 0)) goto done; /* no part: 1 offset */
     res = Py_BuildValue("(NN)", owned_of(&offs), owned_of(&data));
 done:
     free(offs.p);
