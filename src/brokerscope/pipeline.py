@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
+from .capture.decode import link_mismatch
 from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, first_packet_ns, n_chunks
 from .config import Settings
 from .lake import Lake, StagedWriter, row_to_json
@@ -996,7 +997,7 @@ def _inputs_record(
         for key, what in RECORD_ANOMALIES.items():
             if st.get(key):
                 summary.capture_errors.append(f"{i.path}: {st[key]} record(s) {what}")
-        status[i.capture_id] = _status(i, st)
+        status[i.capture_id] = _status(i, st, _link_doubt(i, st))
         verdict, why = status[i.capture_id][:2]
         if verdict == "partial":
             summary.partial.append((i.path, why or ""))
@@ -1035,15 +1036,28 @@ def _packets(st: dict) -> int:
     return int(st.get("records", 0)) - int(st.get("other_frames", 0))
 
 
-def _status(i, st: dict) -> tuple[str, str | None, int | None, int]:
-    """(status, reason, packets, damaged bytes) of one input from its tasks' counters."""
+def _link_doubt(i, st: dict) -> str | None:
+    """Why a capture's declared link type seems wrong (decode.link_mismatch), asked only of a
+    capture with packets none of which its read found to be IP (nor filtered out)."""
+    if i.kind not in inputs.CAPTURE_KINDS or not _packets(st):
+        return None
+    if any(int(st.get(k, 0)) for k in ("tcp", "udp", "ip_fragments", "filtered")):
+        return None
+    return link_mismatch(i.path, i.kind)
+
+
+def _status(i, st: dict, link: str | None = None) -> tuple[str, str | None, int | None, int]:
+    """(status, reason, packets, damaged bytes) of one input from its tasks' counters; `link`:
+    why its declared link type seems wrong (then nothing of it was readable)."""
     errors = [e for e in st.get("errors", []) if not e.startswith("... and ")]
     if i.kind in inputs.CAPTURE_KINDS:
         records, damaged = _packets(st), int(st.get("damaged", 0))
+        if link:
+            return "error", f"nothing readable: {link}", records, damaged
         trouble = damaged or int(st.get("malformed", 0)) or errors
         why = "; ".join(errors[:3]) or (f"{damaged} damaged bytes" if damaged else None)
-        if records == 0 and trouble:
-            return "error", f"nothing readable: {why}", 0, damaged
+        if (records == 0 or records == int(st.get("unknown_linktype", 0))) and trouble:
+            return "error", f"nothing readable: {why}", records, damaged
         return ("partial" if trouble else "ok"), why if trouble else None, records, damaged
     total, bad = int(st.get("segment_rows", 0)), int(st.get("damaged_rows", 0))
     why = "; ".join(errors[:3]) or None

@@ -92,6 +92,27 @@ def test_a_capture_of_garbage_is_an_error_not_ok(spark, tmp_path, capsys):
     assert f"unreadable: 1 file(s): {junk}" in out
 
 
+def test_a_capture_with_the_wrong_link_type_is_unreadable_naming_the_fix(spark, tmp_path, capsys):
+    """Ethernet frames under a raw-IP header read as no packet: the input is an error that says
+    what the records read as (was 'ok' with 0 TCP segments, exit 0); the good file beside it is kept."""
+    good = SAMPLE_DATA / "kafka" / "lz4.pcap"
+    wrong = tmp_path / "wrong.pcap"
+    head = bytearray(good.read_bytes())
+    head[20:24] = (101).to_bytes(4, "little")  # pcap global header: link type u32 @20
+    wrong.write_bytes(head)
+    lake = tmp_path / "lake"
+    rc, out, _ = run(capsys, "ingest", str(good), str(wrong), "--lake", str(lake), "-q")
+    assert rc == report.EXIT_PARTIAL
+    r = _inputs(lake)["wrong.pcap"]
+    assert (r["status"], r["packets"]) == ("error", 121)
+    assert r["error"] == (
+        "nothing readable: declares link type 101 but its records read as link type 1 (32 of the first "
+        "32 are IP packets then, none as declared): rewrite the header, e.g. editcap -T ether IN OUT"
+    )
+    assert f"unreadable: 1 file(s): {wrong} (nothing readable: declares link type 101" in out
+    assert _inputs(lake)["lz4.pcap"]["status"] == "ok"
+
+
 def test_files_skipped_inside_a_directory_are_listed_and_recorded(spark, tmp_path, capsys):
     """In a directory, a README is skipped (no failure); an empty file named as a capture is
     rejected (tcpdump died before writing it): both are listed and recorded."""

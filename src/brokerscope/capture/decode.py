@@ -28,6 +28,7 @@ import pyarrow as pa
 from .. import native
 from ..protocols import arrowcols
 from ..tables import PACKETS
+from . import files
 from .filter import PacketFilter
 
 READ_PYTHON_ENV = "BROKERSCOPE_READ_PYTHON"  # set to 1: every record read by the Python handlers
@@ -756,6 +757,48 @@ class PacketDecoder:
         cols["file_index"] = pa.array([self.file_index], pa.int32())
         cols["payload"] = pa.array([json.dumps(self.stats()).encode()], pa.binary())
         return pa.RecordBatch.from_arrays([cols[f.name] for f in PACKETS], schema=PACKETS)
+
+
+# the link types a wrong header may hide, and their names for `editcap -T` (the fix)
+LINK_NAMES = {
+    LT_EN10MB: "ether",
+    LT_RAW: "rawip",
+    LT_LINUX_SLL: "linux-sll",
+    LT_LINUX_SLL2: "linux-sll2",
+    LT_NULL: "null",
+}
+HEAD_SAMPLE = 32  # records of a file's head a link type check reads
+
+
+def ip_records(linktype: int, records: list[bytes]) -> int:
+    """How many of `records` the handlers of `linktype` read as IP (TCP, UDP or a fragment)."""
+    dec = PacketDecoder("", 0)
+    handle = dec.handler(linktype)
+    for no, r in enumerate(records, 1):
+        handle(r, 0, len(r), len(r), 0, 0, no)
+    return dec.tcp + dec.udp + dec.ip_fragments
+
+
+def link_mismatch(path: str, kind: str) -> str | None:
+    """Why the link type a capture file declares seems wrong, or None: the records of its head
+    that the declared type reads as no IP packet at all read as IP under another supported link
+    type (at least half of them). For a file whose read found no IP packet, before its status
+    says it was read cleanly."""
+    by_type: dict[int, list[bytes]] = {}
+    for lt, _, data in files.head_records(path, kind, HEAD_SAMPLE):
+        by_type.setdefault(lt, []).append(data)
+    for declared, records in by_type.items():
+        if ip_records(declared, records):
+            continue
+        scores = {lt: ip_records(lt, records) for lt in LINK_NAMES if lt != declared & 0xFFFF}
+        best = max(scores, key=scores.get)
+        if 2 * scores[best] >= len(records):
+            return (
+                f"declares link type {declared} but its records read as link type {best} "
+                f"({scores[best]} of the first {len(records)} are IP packets then, none as declared): "
+                f"rewrite the header, e.g. editcap -T {LINK_NAMES[best]} IN OUT"
+            )
+    return None
 
 
 def _payload_columns(payload: tuple, refs: bool) -> tuple[pa.Array, pa.Array]:

@@ -8,6 +8,7 @@ import os
 import struct
 import zlib
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -106,13 +107,20 @@ _PCAP_MAGIC = {
     0xD4C3B2A1: (">", 10**6),
     0x4D3CB2A1: (">", 10**9),
 }
-_PCAPNG_SHB, _PCAPNG_IDB, _PCAPNG_EPB = 0x0A0D0D0A, 1, 6
+_PCAPNG_SHB, _PCAPNG_IDB, _PCAPNG_SPB, _PCAPNG_EPB = 0x0A0D0D0A, 1, 3, 6
 _HEAD_BYTES = 1 << 20  # how far into a file its first packet is looked for
 
 
 def first_packet_ns(path, kind: str) -> int | None:
     """The time (ns since 1970) of the first packet record of a capture file (pcap, pcapng, or
     gzip of one), read from its head; None where the head holds none that this can read."""
+    return next((ts for _, ts, _ in head_records(path, kind, 64) if ts is not None), None)
+
+
+def head_records(path, kind: str, limit: int) -> list[tuple[int, int | None, bytes]]:
+    """(link type, time in ns or None, captured bytes) of the first `limit` packet records in
+    the head of a capture file (pcap, pcapng, or gzip of one), as far as they are whole there:
+    what a check of the file's declared link type reads. Empty where the head holds none."""
     try:
         if kind.endswith(".gz"):
             with gzip.open(path, "rb") as gz:
@@ -121,45 +129,60 @@ def first_packet_ns(path, kind: str) -> int | None:
             with open(path, "rb") as fh:
                 head = fh.read(_HEAD_BYTES)
     except (OSError, EOFError, zlib.error):
-        return None
+        return []
+    out: list[tuple[int, int | None, bytes]] = []
+    walk = _pcapng_records if kind.startswith("pcapng") else _pcap_records
     try:
-        return _pcapng_first(head) if kind.startswith("pcapng") else _pcap_first(head)
-    except struct.error:  # the head ends inside a header: none to read
-        return None
+        for rec in walk(head):
+            out.append(rec)
+            if len(out) >= limit:
+                break
+    except struct.error:  # the head ends inside a header: the records before it
+        pass
+    return out
 
 
-def _pcap_first(head: bytes) -> int | None:
-    # global header: magic u32 @0 ... (24 bytes); record header: ts_sec u32 @0, ts_frac u32 @4
+def _pcap_records(head: bytes) -> Iterator[tuple[int, int | None, bytes]]:
+    # global header (24 bytes): magic u32 @0, link type u32 @20; record header (16 bytes):
+    # ts_sec u32 @0, ts_frac u32 @4, caplen u32 @8, origlen u32 @12
     order, per_s = _PCAP_MAGIC.get(struct.unpack_from("<I", head, 0)[0], (None, 0))
     if order is None:
-        return None
-    sec, frac = struct.unpack_from(order + "II", head, 24)
-    return sec * 10**9 + frac * (10**9 // per_s)
+        return
+    linktype = struct.unpack_from(order + "I", head, 20)[0]
+    at = 24
+    while at + 16 <= len(head):
+        sec, frac, caplen = struct.unpack_from(order + "III", head, at)
+        yield linktype, sec * 10**9 + frac * (10**9 // per_s), head[at + 16 : at + 16 + caplen]
+        at += 16 + caplen
 
 
-def _pcapng_first(head: bytes) -> int | None:
+def _pcapng_records(head: bytes) -> Iterator[tuple[int, int | None, bytes]]:
     # block: type u32 @0, total length u32 @4, body; SHB body: byte-order magic u32 @8;
     # IDB body: link type u16 @8, snaplen u32 @12, options @16 (if_tsresol: code 9, one byte);
-    # EPB body: interface u32 @8, ts high u32 @12, ts low u32 @16
-    order, at, resol = "<", 0, []
+    # EPB body: interface u32 @8, ts high u32 @12, ts low u32 @16, caplen u32 @20, data @28;
+    # SPB body: original length u32 @8, data @12 (interface 0, no time)
+    order, at, ifaces = "<", 0, []  # ifaces: (link type, ticks per second)
     while at + 12 <= len(head):
         btype = struct.unpack_from(order + "I", head, at)[0]
         if btype == _PCAPNG_SHB:
             order = "<" if struct.unpack_from("<I", head, at + 8)[0] == 0x1A2B3C4D else ">"
-            resol = []
+            ifaces = []
         blen = struct.unpack_from(order + "I", head, at + 4)[0]
         if blen < 12 or at + blen > len(head):
-            return None
+            return
         if btype == _PCAPNG_IDB:
-            resol.append(_tsresol(head, at + 16, at + blen - 4, order))
+            lt = struct.unpack_from(order + "H", head, at + 8)[0]
+            ifaces.append((lt, _tsresol(head, at + 16, at + blen - 4, order)))
         elif btype == _PCAPNG_EPB:
-            iface, hi, lo = struct.unpack_from(order + "III", head, at + 8)
-            if iface >= len(resol):
-                return None
-            ticks, per_s = (hi << 32) | lo, resol[iface]
-            return ticks * 10**9 // per_s
+            iface, hi, lo, caplen = struct.unpack_from(order + "IIII", head, at + 8)
+            if iface >= len(ifaces):
+                return
+            lt, per_s = ifaces[iface]
+            yield lt, ((hi << 32) | lo) * 10**9 // per_s, head[at + 28 : min(at + 28 + caplen, at + blen - 4)]
+        elif btype == _PCAPNG_SPB and ifaces:
+            origlen = struct.unpack_from(order + "I", head, at + 8)[0]
+            yield ifaces[0][0], None, head[at + 12 : at + 12 + min(origlen, blen - 16)]
         at += blen
-    return None
 
 
 def _tsresol(head: bytes, at: int, end: int, order: str) -> int:
