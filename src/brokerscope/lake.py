@@ -663,6 +663,29 @@ class Lake:
             return []
         return [r for r in self.read_arrow("inputs").to_pylist() if r["path"] in paths and r["capture_id"]]
 
+    def vantage_ends(self, other_than: set[str]) -> dict[str, int]:
+        """The vantage points of the captures ingested before, but for `other_than` (capture
+        ids), and the time (ns) their last connection ended (streams.last_ts): the chains a
+        run's files may continue (vantage.groups' `before`)."""
+        if not {"inputs", "streams"} <= set(self.table_names()):
+            return {}
+        place = {
+            r["capture_id"]: r["vantage"]
+            for r in self.read_arrow("inputs", ["capture_id", "status", "vantage"]).to_pylist()
+            if r["vantage"] and r["status"] in ("ok", "partial") and r["capture_id"] not in other_than
+        }
+        if not place:
+            return {}
+        st = self.read_arrow("streams", ["capture_id", "last_ts"])
+        st = st.filter(pa.compute.is_in(st["capture_id"], pa.array(sorted(place), pa.string())))
+        st = st.set_column(1, "last_us", st["last_ts"].cast(pa.int64()))
+        ends: dict[str, int] = {}
+        for r in st.group_by("capture_id").aggregate([("last_us", "max")]).to_pylist():
+            if r["last_us_max"] is not None:
+                v, ns = place[r["capture_id"]], r["last_us_max"] * 1000
+                ends[v] = max(ends.get(v, ns), ns)
+        return ends
+
     def write_inputs(self, rows: list[dict], paths: list[str], run_id: str | None = None) -> None:
         """Record what a run ingested: `rows` replace every earlier row of `paths` (once per run:
         with `run_id`, a table already holding the run's txn is left alone)."""

@@ -912,7 +912,8 @@ def _commit_staged(
         per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
         for t, files in per_table.items():
             lake.apply_topic_names(t, files, names)
-        rows, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
+        before = lake.vantage_ends({i.capture_id for i in todo})
+        rows, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary, before)
         manifest = {
             "run_id": run.run_id,
             "capture_ids": sorted({i.capture_id for i in todo}),
@@ -955,7 +956,8 @@ def _write_dataframes(
     finally:
         out.unpersist()
     ids = sorted({i.capture_id for i in todo})
-    records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary)
+    before = lake.vantage_ends(set(ids))
+    records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary, before)
     clk = lake.clock_inputs(records, run.run_id, progress)
     if "journeys" in derived:
         progress("computing journeys")
@@ -976,14 +978,20 @@ RECORD_ANOMALIES = {
 
 
 def _inputs_record(
-    todo, dups, extra: list[dict], run_id: str, stats: list[dict], summary: Summary
+    todo, dups, extra: list[dict], run_id: str, stats: list[dict], summary: Summary, before: dict[str, int]
 ) -> tuple[list[dict], list[str]]:
     """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
-    each input's status from its tasks' counters and fills the summary's file lists."""
+    each input's status from its tasks' counters and fills the summary's file lists. `before`:
+    the vantage points of earlier runs and when they ended (Lake.vantage_ends)."""
     per_file = _per_file(stats)
-    # each capture's vantage point, named by its first capture (vantage.groups)
+    # each capture's vantage point, named by its first capture, or the earlier run's vantage
+    # point it continues (vantage.groups)
     ids = {i.file_index: i.capture_id for i in todo}
-    places = {ids[fi]: ids[v] for fi, v in vantage.groups(vantage.spans_of(stats)).items() if fi in ids}
+    places = {
+        ids[fi]: v if isinstance(v, str) else ids[v]
+        for fi, v in vantage.groups(vantage.spans_of(stats), before).items()
+        if fi in ids
+    }
     now_us = int(time.time() * 1e6)
     today = datetime.datetime.now(datetime.UTC).date()
     status: dict[str, tuple[str, str | None, int | None, int]] = {}

@@ -30,23 +30,30 @@ def spans_of(stats: Iterable[Mapping]) -> dict[int, tuple[int, int]]:
     return out
 
 
-def groups(spans: Mapping[int, tuple[int, int]]) -> dict[int, int]:
-    """file_index -> its vantage point, named by the file index of the chain's first file.
+def groups(
+    spans: Mapping[int, tuple[int, int]], before: Mapping[str, int] | None = None
+) -> dict[int, int | str]:
+    """file_index -> its vantage point, named by the file index of the chain's first file, or by
+    the name of the chain of `before` it continues.
 
     Files in order of their first record (then file index); each joins the chain whose last file
     ended at or before it starts, of those the one that ended latest (a rotated capture's next
     file starts where the last one stopped), else starts a chain of its own: files whose time
-    spans overlap are never one vantage point."""
-    chains: list[list[int]] = []  # [first file index, end of its last file]
-    out: dict[int, int] = {}
+    spans overlap are never one vantage point. `before`: the chains of earlier runs (vantage
+    point -> the time its last file ended), which files join by the same rule, so a rotation
+    ingested over several runs is one vantage point as it is in one run."""
+    # [name, end of its last file, rank among chains that ended at the same time: the earlier
+    # run's, then the lowest first file index]
+    chains: list[list] = [[name, end, 1] for name, end in sorted((before or {}).items())]
+    out: dict[int, int | str] = {}
     for fi in sorted(spans, key=lambda f: (spans[f][0], f)):
         start, end = spans[fi]
         fits = [c for c in chains if c[1] <= start]
         if fits:
-            chain = max(fits, key=lambda c: (c[1], -c[0]))
+            chain = max(fits, key=lambda c: (c[1], c[2]))
             chain[1] = end
         else:
-            chain = [fi, end]
+            chain = [fi, end, -fi]
             chains.append(chain)
         out[fi] = chain[0]
     return out

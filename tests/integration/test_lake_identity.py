@@ -286,3 +286,28 @@ def test_the_next_files_of_a_rotation_read_by_a_later_run_continue_its_connectio
     assert sum(r["c2s_packets"] + r["s2c_packets"] for r in got["streams"]) == len(recs)
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
+
+
+def test_a_rotation_ingested_over_several_nights_is_one_vantage_point(spark, tmp_path):
+    """Files that follow each other in time are one place, whichever night ingested them (found by
+    a user trial: each night's files were a vantage point of their own, named by that night's first
+    file). Four sample captures that follow each other, two ingested one night and two the next:
+    every `inputs.vantage` names the first file, as one run over the four names it."""
+    kafka = SAMPLE_DATA / "kafka"
+    files = [kafka / f"{n}.pcap" for n in ("none", "gzip", "snappy", "lz4")]  # in time order
+    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+    night.mkdir()
+    for f in files[:2]:
+        shutil.copy(f, night)
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    for f in files[2:]:
+        shutil.copy(f, night)
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    first = capture_id(str(files[0]))
+
+    def places(root) -> dict[str, str]:
+        return {r["path"].rsplit("/", 1)[1]: r["vantage"] for r in delta_rs_rows(str(root / "inputs"))}
+
+    assert places(fresh) == {f.name: first for f in files}
+    assert places(lake) == places(fresh)

@@ -121,6 +121,19 @@ def test_groups_chain_each_hosts_rotated_files():
     assert vantage.groups({}) == {}
 
 
+def test_groups_continue_the_chains_of_earlier_runs():
+    """The same three hosts, their first files ingested one night and the rest the next: the
+    files of the second night join the first night's chains (named as they were), as one run
+    over all five would chain them."""
+    s = 1_000_000_000
+    before = {"P": 10 * s, "B": 9 * s}  # host P's and host B's chains, where their files ended
+    spans = {1: (10 * s, 20 * s), 3: (9 * s, 21 * s), 4: (5 * s, 30 * s)}
+    assert vantage.groups(spans, before) == {1: "P", 3: "B", 4: 4}
+    assert vantage.groups({7: (3, 4)}, {"P": 5}) == {7: 7}  # overlaps the earlier files: another place
+    assert vantage.groups({7: (6, 8), 8: (8, 9)}, {"P": 5, "Q": 6}) == {7: "Q", 8: "Q"}  # the latest end
+    assert vantage.groups({7: (6, 8)}, {}) == {7: 7}
+
+
 def _new_isns(frame: bytes, client_port: int, d_client: int = 7_000_000, d_server: int = 9_000_000) -> bytes:
     """The Ethernet/IPv4 frame of a TCP connection as if its endpoints had drawn other initial
     sequence numbers (seq and ack moved; the TCP checksum is not checked on decode)."""
