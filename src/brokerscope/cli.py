@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -134,7 +135,7 @@ def cmd_ingest(args) -> int:
     err = _java_ok()  # before the lake is made: a run that cannot start Spark leaves nothing
     if err:
         raise UsageError(err)
-    Lake(settings.lake_path).check_writable()  # a bad --lake is one line, before Spark starts
+    made = Lake(settings.lake_path).check_writable()  # a bad --lake is one line, before Spark starts
     settings.load_tls_keys()  # on the driver, before Spark starts: a refused key log is exit 2
 
     def progress(msg: str) -> None:
@@ -154,7 +155,13 @@ def cmd_ingest(args) -> int:
         print(f"brokerscope: {p}: {e}", file=sys.stderr)
     for line in summary.lines():
         print(line)
-    print(f"lake: {Path(settings.lake_path).absolute()}")
+    if summary.no_lake:  # the directories the writability check made go again, if still empty
+        for d in made:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    print(
+        f"lake: {Path(settings.lake_path).absolute()}{' (none made: nothing to record)' if summary.no_lake else ''}"
+    )
     return summary.exit_code()
 
 

@@ -185,11 +185,12 @@ class Lake:
     def exists(self) -> bool:
         return all(DeltaTable.is_deltatable(self.path(t)) for t in tables.TABLES)
 
-    def check_writable(self) -> None:
+    def check_writable(self) -> list[Path]:
         """Raise ValueError (one line naming the path and what is wrong) when the lake cannot be
         written: a file, a directory that cannot be created (a file on its way, a parent that
         takes no new entries: /proc, a read-only filesystem) or written. Creates the lake's
-        directory when it is missing. Meant to run before Spark starts."""
+        directory when it is missing, and returns the directories it made (the lake's first);
+        meant to run before Spark starts."""
         r = self.root
         _not_a_directory(r)
         missing = [p for p in (r, *r.parents) if not p.exists()]
@@ -216,6 +217,7 @@ class Lake:
                     raise ValueError(
                         f"cannot write to the lake {r}: cannot create files in {d} ({e.strerror or e})"
                     ) from None
+        return missing
 
     def check_readable(self) -> None:
         """Raise ValueError (one line naming the path and what is wrong) when there is no

@@ -690,6 +690,12 @@ def ingest(
     summary.skipped = list(disc.skipped)
     summary.excluded = list(disc.excluded)
     lake = Lake(settings.lake_path, settings.writer)
+    if not (disc.inputs or disc.duplicates) and not lake.table_names():
+        # nothing to read and no lake there yet (a mistyped path): no lake is made to record it
+        summary.no_lake, summary.only_new = True, skip_ingested
+        progress(_nothing(disc, paths) + " (no lake made)")
+        summary.seconds = time.time() - t0
+        return summary
     lake.ensure_tables(settings.derived_tables)
     for line in lake.recover():
         progress(line)
@@ -743,12 +749,7 @@ def ingest(
     summary.files = len(todo)
     if not todo:
         lake.write_inputs(rejected, [r["path"] for r in rejected])
-        found = disc.inputs or disc.duplicates or disc.errors
-        progress(
-            "nothing to ingest"
-            if found
-            else f"nothing to ingest: no capture or segment file in {', '.join(paths)}"
-        )
+        progress(_nothing(disc, paths))
         summary.seconds = time.time() - t0
         return summary
     spark = spark or (make_session or (lambda: make_spark(settings)))()
@@ -1042,6 +1043,13 @@ def _packets(st: dict) -> int:
     """The packets a read counted: its records (frame numbers), less the pcapng blocks that are
     frames but hold no packet."""
     return int(st.get("records", 0)) - int(st.get("other_frames", 0))
+
+
+def _nothing(disc: inputs.Discovery, paths: list[str]) -> str:
+    """The progress line of a run with nothing to decode."""
+    if disc.inputs or disc.duplicates or disc.errors:
+        return "nothing to ingest"
+    return f"nothing to ingest: no capture or segment file in {', '.join(paths)}"
 
 
 def _link_doubt(i, st: dict) -> str | None:

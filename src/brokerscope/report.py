@@ -57,6 +57,7 @@ class Summary:
     seconds: float = 0.0
     capture_errors: list[str] = field(default_factory=list)  # warnings, each naming its file
     recovered: list[str] = field(default_factory=list)  # interrupted runs this one finished first
+    no_lake: bool = False  # nothing to ingest and no lake at the path: none was made
     dates: list[str] = field(default_factory=list)  # partitions (UTC dates) the run wrote
 
     def exit_code(self) -> int:

@@ -252,8 +252,16 @@ def test_a_capture_directory_with_sidecars_ingests_cleanly(spark, tmp_path, caps
 
 
 def test_ingest_with_nothing_valid_fails_plainly(tmp_path, capsys):
-    rc, out, err = run(capsys, "ingest", str(tmp_path / "nope.pcap"), "--lake", str(tmp_path / "lake"))
+    """A mistyped path and no lake yet: exit 4, and no lake of six empty tables is made to record
+    the missing path (found by a user trial); an existing lake records it (test above)."""
+    lake = tmp_path / "lake"
+    rc, out, err = run(capsys, "ingest", str(tmp_path / "nope.pcap"), "--lake", str(lake))
     assert rc == report.EXIT_NOTHING and "nope.pcap: no such file or directory" in err
+    assert f"lake: {lake} (none made: nothing to record)" in out and not lake.exists()
+    empty = tmp_path / "inbox"
+    empty.mkdir()
+    rc, out, err = run(capsys, "ingest", str(empty), "--lake", str(lake), "--skip-ingested")
+    assert rc == report.EXIT_OK and "exit 0: nothing new to ingest" in out and not lake.exists()
 
 
 def _no_spark(monkeypatch):
