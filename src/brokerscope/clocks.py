@@ -75,7 +75,11 @@ def estimate(root: str, vantage_of: dict[str, str]) -> Clocks:
     t = (
         DeltaTable(f"{root}/commands")
         .to_pyarrow_dataset()
-        .to_table(columns=list(COLUMNS), filter=pc.field("capture_id").isin(sorted(vantage_of)))
+        .to_table(
+            columns=list(COLUMNS),
+            filter=pc.field("capture_id").isin(sorted(vantage_of)),
+            use_threads=False,  # see lake.Lake.read_arrow: I/O threads through delta-rs may abort the exit
+        )
     )
     return from_commands(t, vantage_of)
 

@@ -35,7 +35,8 @@ def read_rows(path: str, capture_ids: list[str], columns, where, where_columns) 
     would skip every file for `where` on such a column; `where` is applied to the rows read."""
     dset = DeltaTable(path).to_pyarrow_dataset()
     names = [*columns, *(c for c in where_columns if c not in columns)]
-    t = dset.to_table(columns=names, filter=pc.field("capture_id").isin(capture_ids))
+    # on this thread: I/O threads through delta-rs may abort the process's exit (lake.Lake.read_arrow)
+    t = dset.to_table(columns=names, filter=pc.field("capture_id").isin(capture_ids), use_threads=False)
     return one_batch(t.filter(where).select(list(columns)))
 
 
