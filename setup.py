@@ -31,6 +31,11 @@ setup(
             extra_compile_args=["-O2"],
         ),
         Extension(
+            "brokerscope.tcp._lane",  # the stream driver's in-order packets (TcpConnection.take)
+            ["src/brokerscope/tcp/_lane.c"],
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
             "brokerscope.protocols.kafka._records",  # Kafka's v2 record walk
             ["src/brokerscope/protocols/kafka/_records.c"],
             depends=["src/brokerscope/protocols/arrowbuf.h"],

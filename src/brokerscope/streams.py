@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from . import tables
+from . import native, tables
 from .capture.files import FrameNumbers
 from .config import Settings
 from .protocols import base
@@ -48,6 +48,8 @@ from .topics import resolve_topic_ids
 log = logging.getLogger(__name__)
 
 SNIFF_THRESHOLD = 0.5
+READ_AHEAD = 256  # packets whose payloads are read back (payload_at) before the lane looks at them
+_lane_run = native.load("brokerscope.tcp", "_lane").run  # compiled from tcp/_lane.c
 STATS_TABLE = "_capture_stats"  # per-split counters from the capture reader, passed through
 
 
@@ -316,6 +318,32 @@ class _Conn:
             out = self._retire(e)
         return list(self._rows(out)) if out else out
 
+    def data_run(
+        self, from_lo: bool, chunks: list[bytes], tss: list[int], frames: list[int]
+    ) -> list[base.Row]:
+        """`data` for the payloads of a run of packets of direction `from_lo` that the lane took
+        (tcp._lane), fed to the decoder at once (Conversation.feed_run): the same rows."""
+        conv = self.conv
+        if conv is None:  # retired by an earlier run's failure
+            return []
+        direction = base.C2S if from_lo == self.client_is_lo else base.S2C
+        fr = self.offsets[from_lo]
+        starts, numbers, end, seen = fr.starts, fr.frames, fr.end, fr.last
+        for data, frame in zip(chunks, frames):
+            if frame != seen:
+                starts.append(end)
+                numbers.append(frame)
+                seen = frame
+            end += len(data)
+        fr.end, fr.last = end, seen
+        if len(starts) > fr.limit:
+            fr.prune(conv.low_water(direction))
+        try:
+            out = list(conv.feed_run(direction, chunks, tss) or ())
+        except Exception as e:
+            out = self._retire(e)
+        return list(self._rows(out)) if out else out
+
     def _gap(self, from_lo: bool, nbytes: int, ts_ns: int) -> list[base.Row]:
         """The decoder's rows for `nbytes` of direction `from_lo` the capture missed."""
         self.offsets[from_lo].end += nbytes
@@ -486,48 +514,74 @@ class StreamDriver:
 
     def _run(self, batches: Iterable[pa.RecordBatch]) -> Iterator[base.Row]:
         """The packets of `batches`, sorted by connection then time: a connection per 4-tuple
-        (two, when TcpConnection.starts_new), each finished when the next begins. A packet that
-        continues its connection in order (TcpConnection.take) goes to the decoder without a
-        TcpPacket, reassembly events or the generators between: most packets of a busy
-        connection; every other packet takes `_Conn.add`."""
+        (two, when TcpConnection.starts_new), each finished when the next begins. Packets that
+        continue their connection in order (TcpConnection.take, over a run of them: tcp._lane)
+        go to the decoder without TcpPackets, reassembly events or the generators between, each
+        direction's run of payloads fed at once: most packets of a busy connection; every other
+        packet takes `_Conn.add`."""
         conn: _Conn | None = None
-        tcp = None
         key = (None, None, None, None)
         last = 0  # the frame number of the packet before this one
         for cols in self._columns(batches):
-            for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
-                *cols
-            ):
+            (
+                lo_ips,
+                lo_ps,
+                hi_ips,
+                hi_ps,
+                tss,
+                fls,
+                seqs,
+                acks,
+                fgs,
+                wins,
+                pls,
+                plens,
+                wls,
+                sts,
+                fis,
+                cids,
+                ats,
+                nos,
+            ) = cols
+            n, k, read = len(tss), 0, 0  # read: payloads are read back (payload_at) up to here
+            while k < n:
+                if ats is not None and k >= read:  # a window of payloads: never a whole batch's
+                    read = self._read_back(cols, k, min(n, k + READ_AHEAD))
+                if conn is not None and conn.lane:
+                    j, runs = _lane_run(
+                        cols, k, read if ats is not None else n, conn.tcp, key, conn.files[-1][1]
+                    )
+                    if j > k:
+                        for from_lo, at in runs:
+                            out = conn.data_run(
+                                from_lo, [pls[i] for i in at], [tss[i] for i in at], [nos[i] or 0 for i in at]
+                            )
+                            if out:
+                                yield from out
+                        last, k = nos[j - 1] or 0, j
+                        continue
+                lo_ip = lo_ips[k]
                 if lo_ip is None:  # a reader's stats row
-                    self._stats_row(pl, cid, fi)
+                    self._stats_row(pls[k], cids[k], fis[k])
+                    k += 1
                     continue
-                if at is not None:  # read as the packet is reached: a batch's payloads are never all held
-                    pl, st = self.files.read(fi, at, plen, st)
-                no = no or 0
-                same = (
-                    conn is not None
-                    and lo_p == key[1]
-                    and hi_p == key[3]
-                    and lo_ip == key[0]
-                    and hi_ip == key[2]
+                lo_p, hi_ip, hi_p, ts, no = lo_ps[k], hi_ips[k], hi_ps[k], tss[k], nos[k] or 0
+                pkt = TcpPacket(
+                    ts,
+                    fls[k],
+                    seqs[k],
+                    acks[k],
+                    fgs[k],
+                    wins[k],
+                    pls[k] or b"",
+                    plens[k],
+                    wls[k],
+                    sts[k],
+                    fis[k],
+                    cids[k],
+                    no,
                 )
-                if (
-                    same
-                    and conn.lane
-                    and not st
-                    and cid == conn.files[-1][1]
-                    and pl is not None
-                    and len(pl) == plen
-                    and tcp.take(fl, seq, ack, fg, win, plen, wl, ts)
-                ):
-                    last = no
-                    if plen:  # else a pure ACK: counted, nothing to decode
-                        out = conn.data(fl, pl, ts, no)
-                        if out:
-                            yield from out
-                    continue
-                pkt = TcpPacket(ts, fl, seq, ack, fg, win, pl or b"", plen, wl, st, fi, cid, no)
-                if not same:
+                if conn is None or (lo_p, hi_p, lo_ip, hi_ip) != (key[1], key[3], key[0], key[2]):
                     if conn is not None:
                         yield from conn.finish(last)
                     conn, key = _Conn(self, (lo_ip, lo_p), (hi_ip, hi_p), pkt), (lo_ip, lo_p, hi_ip, hi_p)
@@ -535,11 +589,23 @@ class StreamDriver:
                     yield from conn.finish(last)
                     conn = _Conn(self, (lo_ip, lo_p), (hi_ip, hi_p), pkt)
                 yield from conn.add(pkt)
-                tcp = conn.tcp
                 last = no
+                k += 1
         if conn is not None:
             yield from conn.finish(last)
         self._close_files()
+
+    def _read_back(self, cols: tuple, k: int, end: int) -> int:
+        """The payloads of packets k..end-1 given as payload_at, read back from their files into
+        the payload (and snap_truncated) column lists; returns `end`."""
+        pls, plens, sts, fis, ats = cols[10], cols[11], cols[13], cols[14], cols[16]
+        read = self.files.read
+        for i in range(k, end):
+            at = ats[i]
+            if at is not None:
+                pls[i], sts[i] = read(fis[i], at, plens[i], sts[i])
+                ats[i] = None
+        return end
 
     def _run_vantages(self, packets: Iterable[tuple[tuple, tuple, TcpPacket]]) -> Iterator[base.Row]:
         """`_run` over the files of several vantage points: a connection per 4-tuple and vantage
@@ -570,8 +636,9 @@ class StreamDriver:
     def _packets(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple, tuple, TcpPacket]]:
         """(lo, hi, packet) of every packet of `batches` (`_run_vantages`' input)."""
         for cols in self._columns(batches):
+            ats = cols[16] if cols[16] is not None else itertools.repeat(None)
             for lo_ip, lo_p, hi_ip, hi_p, ts, fl, seq, ack, fg, win, pl, plen, wl, st, fi, cid, at, no in zip(
-                *cols
+                *cols[:16], ats, cols[17]
             ):
                 if lo_ip is None:
                     self._stats_row(pl, cid, fi)
@@ -618,7 +685,7 @@ class StreamDriver:
                 d["snap_truncated"],
                 d["file_index"],
                 d["capture_id"] if "capture_id" in d else [self.capture_ids[i] for i in d["file_index"]],
-                d["payload_at"] if refs else itertools.repeat(None),
+                d["payload_at"] if refs else None,  # None: every payload is in the batch
                 d["record_no"],  # the frame number, once self.frames numbered it
             )
 

@@ -10,6 +10,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 from scapy.utils import rdpcap, wrpcap
 
+from brokerscope import streams
 from brokerscope.config import Settings
 from brokerscope.streams import decode_files
 from brokerscope.tcp import TcpConnection
@@ -49,22 +50,46 @@ def _rows(paths: list[str], settings: Settings) -> dict:
     return {t: sorted(map(repr, rows)) for t, rows in out.items()}
 
 
+def take_run(cols, k: int, end: int, tcp: TcpConnection, key: tuple, cid: str) -> tuple[int, list]:
+    """tcp/_lane.c's run written with TcpConnection.take, packet by packet: the reference."""
+    lo_ips, lo_ps, hi_ips, hi_ps, tss, fls, seqs, acks, fgs, wins, pls, plens, wls, sts, _, cids, _, _ = cols
+    runs: list = []
+    j = k
+    while j < end:
+        if lo_ips[j] is None or (lo_ips[j], lo_ps[j], hi_ips[j], hi_ps[j]) != key or cids[j] != cid:
+            break
+        pl, plen = pls[j], plens[j]
+        if sts[j] is not False or not isinstance(pl, bytes) or len(pl) != plen:
+            break
+        if not tcp.take(fls[j], seqs[j], acks[j], fgs[j], wins[j], plen, wls[j], tss[j]):
+            break
+        if plen:
+            if not runs or runs[-1][0] != fls[j]:
+                runs.append((fls[j], []))
+            runs[-1][1].append(j)
+        j += 1
+    return j, runs
+
+
 def _both(monkeypatch, paths: list[str], settings: Settings | None = None) -> tuple[dict, dict, int]:
-    """Rows with the lane and without it (every packet through TcpConnection.add), and how many
-    packets the lane took."""
+    """Rows with the compiled lane, and how many packets it took; the rows with the lane
+    written with TcpConnection.take and without a lane (every packet through
+    TcpConnection.add) must be the same (asserted here)."""
     settings = settings or Settings.load()
     taken = 0
-    real = TcpConnection.take
+    real = streams._lane_run
 
-    def counting(self, *a):
+    def counting(cols, k, *a):
         nonlocal taken
-        ok = real(self, *a)
-        taken += ok
-        return ok
+        j, runs = real(cols, k, *a)
+        taken += j - k
+        return j, runs
 
-    monkeypatch.setattr(TcpConnection, "take", counting)
+    monkeypatch.setattr(streams, "_lane_run", counting)
     lane = _rows(paths, settings)
-    monkeypatch.setattr(TcpConnection, "take", lambda self, *a: False)
+    monkeypatch.setattr(streams, "_lane_run", take_run)
+    assert _rows(paths, settings) == lane
+    monkeypatch.setattr(streams, "_lane_run", lambda cols, k, *a: (k, []))
     events = _rows(paths, settings)
     return lane, events, taken
 
@@ -96,3 +121,17 @@ def test_lane_rows_are_the_event_path_rows_on_real_captures(tmp_path, monkeypatc
     for proto in ("kafka", "iggy"):
         assert any(f"'protocol': '{proto}'" in r for r in lane["commands"])
     assert any("'tls_decrypted': 'yes'" in r for r in lane["streams"])
+
+
+def test_lane_rows_are_the_event_path_rows_when_segments_were_never_captured(tmp_path, monkeypatch):
+    """Every 40th data segment of the MSS-sized capture missing: the peer's ACKs past the hole
+    declare the gap (the lane must leave those packets to TcpConnection.add), the segments after
+    it are held, and the rows are the event path's."""
+    full = rdpcap(str(resegmented(SAMPLES / "kafka" / "lz4.pcap", tmp_path / "mss.pcap", 1448)))
+    data = [i for i, p in enumerate(full) if TCP in p and len(p[TCP].payload)]
+    dropped = set(data[20::40])
+    path = tmp_path / "holes.pcap"
+    wrpcap(str(path), [p for i, p in enumerate(full) if i not in dropped])
+    lane, events, taken = _both(monkeypatch, [str(path)])
+    assert lane == events
+    assert taken > 20 and any("'gap_count': 0" not in r for r in lane["streams"])

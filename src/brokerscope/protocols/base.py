@@ -220,6 +220,17 @@ class Conversation:
         time of the packet that carried them."""
         raise NotImplementedError
 
+    def feed_run(self, direction: str, chunks: list[bytes], tss: list[int]) -> Iterable[Row]:
+        """`feed` of each chunk in turn, with its packet's time: the payloads of a run of packets
+        of one direction (the driver's lane). A conversation whose rows do not depend on where
+        packets begin may take them at once (the same rows)."""
+        out: list[Row] = []
+        for data, ts in zip(chunks, tss):
+            rows = self.feed(direction, data, ts)
+            if rows:
+                out.extend(rows)
+        return out
+
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> Iterable[Row]:
         """`nbytes` bytes of `direction` were never captured. Drop any partial frame and resync."""
         return ()
@@ -306,6 +317,23 @@ class StreamBuffer:
             self._buf = self._buf[self._start :] + data
             self._start = 0
         self.last_ts = ts_ns
+
+    def extend(self, chunks: list[bytes], tss: list[int]) -> None:
+        """`append` of each of `chunks` (none empty) in turn, with its time."""
+        ch, end = self._chunks, self.end
+        last = ch[-1][1] if ch else None
+        for data, ts in zip(chunks, tss):
+            if ts != last:
+                ch.append((end, ts))
+                last = ts
+            end += len(data)
+        joined = b"".join(chunks)
+        try:
+            self._buf += joined
+        except BufferError:  # a caller still holds a view: grow a new buffer instead (append)
+            self._buf = self._buf[self._start :] + joined
+            self._start = 0
+        self.last_ts = tss[-1]
 
     @property
     def data(self) -> memoryview:

@@ -138,6 +138,11 @@ class Framer:
         self.buf.append(data, ts_ns)
         return self._short is not None and self._still_short()
 
+    def push_run(self, chunks: list[bytes], tss: list[int]) -> bool:
+        """`push` of each of `chunks` (none empty) in turn, with its time, at once."""
+        self.buf.extend(chunks, tss)
+        return self._short is not None and self._still_short()
+
     def _still_short(self) -> bool:
         """The head frame sized once (`_short`, set) is still short, and nothing else is under
         way: `next` has nothing to give."""

@@ -80,10 +80,19 @@ class KafkaConversation(Conversation):
 
     # -- driver interface ---------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
+        return self._fed(direction, self.framer[direction].push(data, ts_ns))
+
+    def feed_run(self, direction: str, chunks: list[bytes], tss: list[int]) -> list[Row]:
+        """At once: a frame's rows depend on its bytes and their times, not on the packets."""
+        return self._fed(direction, self.framer[direction].push_run(chunks, tss))
+
+    def _fed(self, direction: str, short: bool) -> list[Row]:
+        """The rows of what was pushed into `direction`'s framer (`short`: its head frame is
+        still short of its size, nothing to drain)."""
         out: list[Row] = []
         fr = self.framer[direction]
-        if fr.push(data, ts_ns):
-            return out  # a frame still short of its size
+        if short:
+            return out
         try:
             self._drain(direction, out)
         except Exception as e:  # never raise out of the decoder: drop what is buffered
