@@ -19,7 +19,7 @@ from . import rows, schema
 from .apis import REQUESTS, RESPONSES, decode_response
 from .framing import MAX_CLIENT_ID, KafkaRules, plausible_request
 from .inference import MissingRequests
-from .names import AUTH_API_KEYS, ApiKey
+from .names import CREDENTIAL_API_KEYS, ApiKey
 from .rows import api_name
 
 _I32 = struct.Struct(">i")
@@ -29,9 +29,9 @@ _MAX_TOPIC_IDS = 100_000  # per connection
 
 
 def _named_not_sasl(key: int) -> bool:
-    """May a frame of this api key keep its bytes in `raw`? Only a named, non-SASL one
-    (Context.raw)."""
-    return api_name(key) is not None and key not in AUTH_API_KEYS
+    """May a frame of this api key keep its bytes in `raw`? Only a named one that carries no
+    credentials (Context.raw)."""
+    return api_name(key) is not None and key not in CREDENTIAL_API_KEYS
 
 
 @dataclass

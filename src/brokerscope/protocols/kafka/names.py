@@ -110,9 +110,23 @@ class ApiKey(IntEnum):
     DeleteShareGroupOffsets = 92
 
 
-# SaslHandshake, SaslAuthenticate: their frames carry credentials, so their bytes never reach `raw`.
 SASL_HANDSHAKE, SASL_AUTHENTICATE = ApiKey.SaslHandshake, ApiKey.SaslAuthenticate
-AUTH_API_KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
+# The APIs whose frames carry credentials: SASL exchanges, delegation tokens and their HMACs, SCRAM
+# credentials, requests forwarded in an Envelope. Their bytes never reach `raw`, and of what their
+# specs do not name (unknown tagged fields, trailing bytes) only the size is kept.
+CREDENTIAL_API_KEYS = frozenset(
+    {
+        SASL_HANDSHAKE,
+        SASL_AUTHENTICATE,
+        ApiKey.CreateDelegationToken,
+        ApiKey.RenewDelegationToken,
+        ApiKey.ExpireDelegationToken,
+        ApiKey.DescribeDelegationToken,
+        ApiKey.DescribeUserScramCredentials,
+        ApiKey.AlterUserScramCredentials,
+        ApiKey.Envelope,
+    }
+)
 
 # Fields whose values are secrets: they become base.redacted(...) in details.
 # Envelope (58) RequestData/ResponseData: a forwarded request, which can be one carrying credentials

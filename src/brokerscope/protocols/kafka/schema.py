@@ -43,6 +43,7 @@ from ... import native
 from .. import base
 from ..base import DecodeError, Truncated
 from . import interbroker_specs, kio_specs
+from .names import CREDENTIAL_API_KEYS
 
 _body = native.load(__package__, "_body")  # compiled from _body.c: message bodies by a field table
 
@@ -752,7 +753,20 @@ def decode_body(p: Plan, buf: bytes, pos: int) -> dict:
         if extra > MAX_TRAILING or p.below_baseline:
             raise DecodeError(f"{extra} bytes left after the {p.name} v{p.version} {p.kind}")
         d["_trailing_bytes"] = {"base64": base64.b64encode(bytes(buf[end:])).decode("ascii")}
-    return d
+    return sizes_only(d) if p.api_key in CREDENTIAL_API_KEYS else d
+
+
+def sizes_only(o):
+    """`o` (a decoded body or header's tagged fields) with every run of bytes no spec names
+    ({"base64": ...}: unknown tagged fields, trailing bytes) replaced by its size: all a frame
+    that carries credentials keeps of them (a client may send a credential there)."""
+    if isinstance(o, dict):
+        if "base64" in o:
+            return {"size": len(base64.b64decode(o["base64"]))}
+        return {k: sizes_only(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [sizes_only(v) for v in o]
+    return o
 
 
 # ---------------------------------------------------------------------------------------------
@@ -783,7 +797,7 @@ def read_request_header(buf: bytes, pos: int = 0) -> RequestHeader:
         client_id, pos = _CLIENT_ID(buf, pos)
     if hv >= 2:
         tagged, pos = _EMPTY_FLEX(buf, pos)
-        tagged = tagged or None
+        tagged = (sizes_only(tagged) if api_key in CREDENTIAL_API_KEYS else tagged) or None
     return RequestHeader(api_key, api_version, corr, client_id, hv, tagged, pos)
 
 
@@ -802,5 +816,5 @@ def read_response_header(
     tagged = None
     if response_header_version(api_key, version) >= 1:
         tagged, pos = _EMPTY_FLEX(buf, pos)
-        tagged = tagged or None
+        tagged = (sizes_only(tagged) if api_key in CREDENTIAL_API_KEYS else tagged) or None
     return corr, tagged, pos

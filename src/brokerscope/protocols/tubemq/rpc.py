@@ -461,15 +461,12 @@ def decode_body(
     return plain(msg), out, None
 
 
-def decode_wire(data: bytes, depth: int = 0) -> tuple[dict, str | None]:
-    """Schema-less decoding of a protobuf message: {field number: [values]}.
-
-    Length-delimited values become text when they are printable UTF-8, else base64. Used for
-    methods whose message definitions are not known. Values of fields that might be credentials
-    cannot be told apart here, so text longer than 64 characters is cut to its size.
-    """
-    import base64
-
+def decode_wire(data: bytes) -> tuple[dict, str | None]:
+    """Schema-less decoding of a protobuf message: {field number: [values]}, for methods whose
+    message definitions are not known. Numbers (varints, fixed32, fixed64) are kept; a
+    length-delimited value keeps only its size ({"size": n}): what it holds (a signature, a
+    token, a message's payload) cannot be told apart here, so none of its bytes are kept, in
+    clear or encoded (found by a user trial: a heartbeat's authInfo under a reserved id)."""
     out: dict[str, list] = {}
     pos = 0
     try:
@@ -494,15 +491,8 @@ def decode_wire(data: bytes, depth: int = 0) -> tuple[dict, str | None]:
                 n, pos = read_varint(data, pos)
                 if pos + n > len(data):
                     raise ValueError("length-delimited field runs past the end")
-                raw = bytes(data[pos : pos + n])
+                v = {"size": n}
                 pos += n
-                try:
-                    s = raw.decode("utf-8")
-                    v = s if s.isprintable() and len(s) <= 64 else f"<text {len(raw)} bytes>"
-                    if not s.isprintable():
-                        raise UnicodeDecodeError("utf-8", raw, 0, 1, "not printable")
-                except UnicodeDecodeError:
-                    v = {"base64": base64.b64encode(raw[:256]).decode("ascii"), "size": len(raw)}
             else:
                 raise ValueError(f"unsupported wire type {wt}")
             out.setdefault(str(num), []).append(v)
