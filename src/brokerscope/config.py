@@ -267,8 +267,11 @@ class Settings:
             p = Path(conf_file)
             if not p.is_file():
                 raise FileNotFoundError(f"config file not found: {p}")
-            with p.open("rb") as fh:
-                _merge(raw, tomllib.load(fh))
+            try:
+                with p.open("rb") as fh:
+                    _merge(raw, tomllib.load(fh))
+            except tomllib.TOMLDecodeError as e:
+                raise ValueError(f"{p}: not valid TOML: {e}") from None
         if overrides:
             _merge(raw, overrides)
         s = cls(raw)

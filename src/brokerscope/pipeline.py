@@ -162,11 +162,16 @@ def make_spark(
     except BaseException as e:
         _stop_unconnected_jvm(before)
         if not isinstance(e, Exception) or cache is None or cache.pending is not None:
-            raise
-        # a JVM that cannot start with its archive (damaged, or not its own): drop it, start without
+            raise _jvm_failed(e) from None
+        # a JVM that cannot start with its archive (damaged, or not its own): start without, and
+        # drop the archive if that works (a bad [spark.conf] fails either way: the archive stays)
+        try:
+            spark = b.config("spark.driver.extraJavaOptions", jvm[0]).getOrCreate()
+        except Exception as again:
+            _stop_unconnected_jvm(before)
+            raise _jvm_failed(again) from None
         classcache.discard(cache)
         cache = None
-        spark = b.config("spark.driver.extraJavaOptions", jvm[0]).getOrCreate()
     global _pending
     if cache is not None and cache.pending is not None:
         _pending = (spark, cache)
@@ -174,6 +179,19 @@ def make_spark(
     if not spark.sparkContext.master.startswith("local"):
         _ship_package(spark.sparkContext)
     return spark
+
+
+def _jvm_failed(e: BaseException) -> BaseException:
+    """What to raise for a session that did not start: a JVM that exited before PySpark could
+    connect (a bad [spark.conf] value: its own message is on stderr above) is one line, as a
+    configuration error is (exit 2); anything else as it is."""
+    condition = getattr(e, "getCondition", None) or getattr(e, "getErrorClass", lambda: None)
+    if condition() == "JAVA_GATEWAY_EXITED":
+        return ValueError(
+            "Spark's JVM exited before it started (its message is above): check the [spark.conf] "
+            "and [spark] settings of the config"
+        )
+    return e
 
 
 def child_pids(parent: int | None = None) -> set[int]:

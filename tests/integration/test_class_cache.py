@@ -82,6 +82,27 @@ def test_first_cli_run_saves_the_archive_and_the_next_jvm_maps_it(tmp_path):
     assert [f.name for f in (tmp_path / "cache" / "jvm").iterdir()] == [files[0].name]
     assert not list(tmp_path.glob("hs_err_pid*.log"))
 
+    # a [spark.conf] value the JVM refuses: one line and exit 2 (was a py4j traceback, exit 1),
+    # and the archive, not what failed, stays (found by a user trial)
+    conf = tmp_path / "bad.toml"
+    conf.write_text('[spark.conf]\n"spark.driver.memory" = "4x"\n')
+    bad = subprocess.run(
+        [sys.executable, "-m", "brokerscope.cli", "ingest", str(SAMPLE_DATA / "kafka" / "lz4.pcap")]
+        + ["--lake", str(tmp_path / "lake2"), "--master", "local[1]", "--conf", str(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2 and "Invalid maximum heap size: -Xmx4x" in bad.stderr
+    assert bad.stderr.rstrip().splitlines()[-1] == (
+        "brokerscope: Spark's JVM exited before it started (its message is above): check the "
+        "[spark.conf] and [spark] settings of the config"
+    )
+    assert "Traceback" not in bad.stderr
+    assert [f.name for f in (tmp_path / "cache" / "jvm").iterdir()] == [files[0].name]
+
 
 KEEP_ML = textwrap.dedent(
     """

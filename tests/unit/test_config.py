@@ -147,6 +147,14 @@ def test_iggy_frame_limit_from_its_section_as_a_size_string():
     assert conv.max_frame == 2 << 20
 
 
+def test_a_toml_syntax_error_names_the_file(tmp_path):
+    """Found by a user trial: tomllib's message alone did not say which file."""
+    conf = tmp_path / "night.toml"
+    conf.write_text('[lake\npath = "x"\n')
+    with pytest.raises(ValueError, match=rf"^{conf}: not valid TOML: Expected '\]' at the end of a table"):
+        Settings.load(conf)
+
+
 def test_missing_conf_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="config file not found"):
         Settings.load(tmp_path / "nope.toml")
