@@ -105,3 +105,39 @@ def test_iggy_token_login_is_told_from_a_password_login(tmp_path):
     (login,) = [r for r in out["commands"] if r["command"] == "LOGIN_REGISTER" and r["direction"] == "c2s"]
     details = json.loads(login["details"])
     assert details["login"] == "personal_access_token" and details["token"].startswith("<redacted")
+
+
+KAFKA = [p for p in TRANSCRIPTS if p.stem.startswith(("kafka", "librdkafka"))]
+
+
+@pytest.mark.parametrize("path", KAFKA, ids=lambda p: p.stem)
+def test_no_secret_when_one_byte_of_a_kafka_auth_request_head_is_damaged(path, tmp_path):
+    """A user trial flipped single bytes of the authentication frames: a damaged api key made a
+    SaslAuthenticate a truncated CreatePartitions whose `raw` held the password; a damaged client
+    id length ran the client id into it. While a connection authenticates (SaslHandshake read, no
+    request of another API decoded since) a request that does not decode keeps none of its bytes.
+    Every byte of each credential-carrying request's first 40 bytes and of the 4 bytes before each
+    secret (a length), XORed with 0x01 and 0x20, each variant its own connection."""
+    doc = relay.load(str(path))
+    secrets = _secrets(doc)
+    for i, conn in enumerate(doc["connections"]):
+        variants = []
+        for c, (d, data) in enumerate(conn):
+            starts = [data.find(s) for s in secrets.values() if d == "c2s" and s in data]
+            if not starts:
+                continue
+            spots = set(range(min(40, len(data)))) | {
+                at - k for at in starts for k in range(1, 5) if at - k >= 0
+            }
+            for spot in sorted(spots):
+                for mask in (0x01, 0x20):
+                    damaged = data[:spot] + bytes([data[spot] ^ mask]) + data[spot + 1 :]
+                    variants.append(
+                        (cuts.packets([*conn[:c], (d, damaged), *conn[c + 1 :]], 1448), True, True)
+                    )
+        if not variants:
+            continue
+        pcap = tmp_path / f"flips{i}.pcap"
+        cuts.write(str(pcap), variants, _port(doc, i))
+        out = decode_files([str(pcap)])
+        assert cuts.leaks(out, secrets) == []

@@ -19,7 +19,7 @@ from . import rows, schema
 from .apis import REQUESTS, RESPONSES, decode_response
 from .framing import MAX_CLIENT_ID, KafkaRules, plausible_request
 from .inference import MissingRequests
-from .names import CREDENTIAL_API_KEYS, ApiKey
+from .names import CREDENTIAL_API_KEYS, SASL_HANDSHAKE, ApiKey
 from .rows import api_name
 
 _I32 = struct.Struct(">i")
@@ -56,6 +56,7 @@ class Pending:
     txn: dict | None = None
     held_bytes: int = 0
     share_acks: list = field(default_factory=list)  # [(topic, topic id, partition, first, last, types)]
+    authenticating: bool = False  # sent while the connection authenticated: its response keeps no raw
     # first_frame / last_frame of the frame being handled (ConnInfo.frame_range): the request's,
     # then, while its response is handled, the response's (messages rows take them)
     frames: dict = field(default_factory=dict)
@@ -77,6 +78,10 @@ class KafkaConversation(Conversation):
         self.missing = MissingRequests(ctx)
         self.last_corr: int | None = None  # correlation id of the last request header read
         self.client_id: str | None = None  # client id of the last request decoded
+        # a SaslHandshake request was read, and no request of an API without credentials decoded
+        # since: a request that does not decode then may be the authentication frame damaged (a
+        # byte of its api key or a length), so none of its bytes are kept (raw, client_id)
+        self.authenticating = False
 
     # -- driver interface ---------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
@@ -193,7 +198,7 @@ class KafkaConversation(Conversation):
         p = self.pending.pop(corr, None)
         if p is None:
             return {"correlation_id": corr}
-        raw = head[:64] if self._typed(S2C, p.api_key) else None
+        raw = head[:64] if self._typed_answer(p) else None
         return dict(
             command=p.name, command_code=p.api_key, api_version=p.version, correlation_id=corr, raw=raw
         )
@@ -239,6 +244,11 @@ class KafkaConversation(Conversation):
         capture is a guess, and a wrong guess spans the real frames after it."""
         return self.in_step[d] and _named_not_sasl(key)
 
+    def _typed_answer(self, p: Pending) -> bool:
+        """`_typed` for the response to `p`: none to a request sent while the connection
+        authenticated (a damaged request's response may be the server's SCRAM proof)."""
+        return self._typed(S2C, p.api_key) and not p.authenticating
+
     def _typed_head(self, d: str, head: bytes | memoryview) -> bool:
         """Is this the start of a frame (after its size field) whose type is read and not SASL?
         Only while the direction is in step (a whole frame was taken since it started or
@@ -249,7 +259,7 @@ class KafkaConversation(Conversation):
         if d == C2S:
             return len(head) >= 2 and self._typed(d, struct.unpack_from(">h", head, 0)[0])
         p = self.pending.get(_I32.unpack_from(head, 0)[0]) if len(head) >= 4 else None
-        return p is not None and self._typed(d, p.api_key)
+        return p is not None and self._typed_answer(p)
 
     # -- topic ids ----------------------------------------------------------------------------
     def resolve_topic(self, name: str | None, topic_id: str | None) -> str | None:
@@ -287,6 +297,8 @@ class KafkaConversation(Conversation):
             return
         self._note_request(h.correlation_id, h.api_key, h.api_version)
         self.client_id = h.client_id
+        if h.api_key == SASL_HANDSHAKE:
+            self.authenticating = True
         name = api_name(h.api_key)
         row = {
             "direction": C2S,
@@ -302,11 +314,12 @@ class KafkaConversation(Conversation):
         }
         p = schema.plan(h.api_key, h.api_version, "request")
         pend = Pending(h.api_key, h.api_version, name, p is not None, ts1, None, None, h.client_id)
+        pend.authenticating = self.authenticating
         pend.frames = self.conn.frame_range(C2S, offset, size)
         if p is None:
             row.update(rows.no_plan(h.api_key, h.api_version, name))
             row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, h.api_key))
-            out.append(("commands", row))
+            out.append(("commands", self._undecoded(row, pend)))
             self._add_pending(h.correlation_id, pend, out)
             return
         try:
@@ -317,7 +330,7 @@ class KafkaConversation(Conversation):
                 decode_error=rows.plan_error(p, e),
                 raw=self.ctx.raw(frame, typed=self._typed(C2S, h.api_key)),
             )
-            out.append(("commands", row))
+            out.append(("commands", self._undecoded(row, pend)))
             self._add_pending(h.correlation_id, pend, out)
             return
         row.update(rows.summary_columns(p.summarize(body), body, self.topic_ids))
@@ -334,12 +347,23 @@ class KafkaConversation(Conversation):
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
         if status != base.OK:
             row["raw"] = self.ctx.raw(frame, typed=self._typed(C2S, key))
+            row = self._undecoded(row, pend)
+        elif key not in CREDENTIAL_API_KEYS:
+            self.authenticating = False
         out.append(("commands", row))
         acks0 = key == ApiKey.Produce and body.get("Acks") == 0
         if acks0:
             out.extend(pend.produced)
         else:
             self._add_pending(h.correlation_id, pend, out)
+
+    def _undecoded(self, row: dict, pend: Pending) -> dict:
+        """The row of a request that did not decode: while authenticating, without its bytes (it
+        may be the authentication frame, damaged: its `raw`, and a client id that a damaged
+        length may have run into the credentials)."""
+        if self.authenticating:
+            row["raw"] = row["client_id"] = pend.client_id = None
+        return row
 
     def _note_request(self, corr: int, key: int, ver: int) -> None:
         """A request header was read: the last correlation id (framing), and the request's api
@@ -423,7 +447,7 @@ class KafkaConversation(Conversation):
                 status, why = error.status, rows.plan_error(plan, error)
         if body is None:  # its rows without a body: produced messages keep no offsets
             row.update(decode_status=status, decode_error=why)
-            row["raw"] = self.ctx.raw(frame, typed=self._typed(S2C, p.api_key))
+            row["raw"] = self.ctx.raw(frame, typed=self._typed_answer(p))
             out.extend([("commands", row), ("latencies", lat)])
             out.extend(p.produced)
             return
@@ -453,7 +477,7 @@ class KafkaConversation(Conversation):
             )
         row.update(decode_status=status, decode_error=err, details=base.to_json(details))
         if status != base.OK:
-            row["raw"] = self.ctx.raw(frame, typed=self._typed(S2C, key))
+            row["raw"] = self.ctx.raw(frame, typed=self._typed_answer(p))
         out.append(("commands", row))
         out.append(("latencies", lat))
         out.extend(extra)
