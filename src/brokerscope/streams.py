@@ -546,7 +546,7 @@ class StreamDriver:
             n, k, read = len(tss), 0, 0  # read: payloads are read back (payload_at) up to here
             while k < n:
                 if ats is not None and k >= read:  # a window of payloads: never a whole batch's
-                    read = self._read_back(cols, k, min(n, k + READ_AHEAD))
+                    read = self._read_back(cols, k, min(n, k + READ_AHEAD), read - READ_AHEAD)
                 if conn is not None and conn.lane:
                     j, runs = _lane_run(
                         cols, k, read if ats is not None else n, conn.tcp, key, conn.files[-1][1]
@@ -595,10 +595,13 @@ class StreamDriver:
             yield from conn.finish(last)
         self._close_files()
 
-    def _read_back(self, cols: tuple, k: int, end: int) -> int:
+    def _read_back(self, cols: tuple, k: int, end: int, done: int) -> int:
         """The payloads of packets k..end-1 given as payload_at, read back from their files into
-        the payload (and snap_truncated) column lists; returns `end`."""
+        the payload (and snap_truncated) column lists, those of the window read before (from
+        `done` up to k, decoded) let go; returns `end`."""
         pls, plens, sts, fis, ats = cols[10], cols[11], cols[13], cols[14], cols[16]
+        for i in range(max(0, done), k):
+            pls[i] = None
         read = self.files.read
         for i in range(k, end):
             at = ats[i]

@@ -109,3 +109,27 @@ def test_a_changed_file_truncates_the_packets_that_had_payload_bytes_only(tmp_pa
     assert 0 < refs.count(0) < len(refs)
     assert sum(r["snap_truncated_packets"] for r in streams) == len(refs) - refs.count(0)
     assert files.read(0, 0, 0, False) == (b"", False)
+
+
+def test_payloads_read_back_are_let_go_window_by_window(tmp_path, monkeypatch):
+    """The lane reads payloads back READ_AHEAD packets ahead of it; the batch's list lets go of
+    those of the window it decoded when it reads the next: a batch's payloads are never all held
+    (a batch of 64 KiB segments would be half a GB). Here windows of 8 packets."""
+    from brokerscope import streams
+
+    monkeypatch.setattr(streams, "READ_AHEAD", 8)
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    held: list[int] = []  # at each read, the payloads the batch's list holds before the last window
+    real = StreamDriver._read_back
+
+    def watching(self, cols, k, end, done):
+        got = real(self, cols, k, end, done)
+        held.append(sum(p is not None for p in cols[10][: max(0, k - 8)]))
+        return got
+
+    monkeypatch.setattr(StreamDriver, "_read_back", watching)
+    counts, _ = _decode(path, {0: (path, st.st_size, st.st_mtime_ns)})
+    assert counts["messages"] == 24 and len(held) > 10
+    assert max(held) == 0
