@@ -17,14 +17,24 @@ HISTORY_LENGTH = 1000
 
 
 def check_tables(statements: list[sqltext.Statement], lake: Lake) -> None:
-    """Raise ValueError (one line naming it) for the first table a statement reads that the
-    lake does not hold and no earlier statement defines: no JVM is started for a typo."""
+    """Raise ValueError (one line naming it) for the first statement cut short (`unfinished`)
+    or table a statement reads that the lake does not hold and no earlier statement defines: no
+    JVM is started for a typo."""
+    for stmt in statements:
+        unfinished(stmt)
     known = set(lake.table_names())
     for stmt, name in sqltext.unknown_tables(statements, known):
         raise ValueError(
             f"line {stmt.line}: no table `{name}` in the lake at {lake.root} "
             f"(its tables: {', '.join(sorted(known)) or 'none'})"
         )
+
+
+def unfinished(stmt: sqltext.Statement) -> None:
+    """Raise ValueError (one line) for a statement that ends where something must follow."""
+    word = sqltext.unfinished(stmt)
+    if word is not None:
+        raise ValueError(f"line {stmt.line}: the statement ends with {word}: something must follow it")
 
 
 def fetch(spark, sql: str, limit: int | None = None) -> pa.Table | None:
@@ -85,6 +95,10 @@ class Shell:
         print(f"error{where}: {msg}", file=self.err, flush=True)
 
     def run_statement(self, stmt: sqltext.Statement, line0: int) -> None:
+        word = sqltext.unfinished(stmt)
+        if word is not None:
+            self.error(f"the statement ends with {word}: something must follow it", line0 + stmt.line - 1)
+            return
         try:
             table = fetch(self.spark, stmt.text)
         except KeyboardInterrupt as e:

@@ -225,3 +225,26 @@ def unknown_tables(statements: list[Statement], known: set[str]) -> list[tuple[S
             continue
         out.extend((s, n) for n in sorted(reads - have))
     return out
+
+
+# words after which a statement cannot end: Spark reads some of them at the end as a table alias
+# (`SELECT * FROM t WHERE` gives every row of t, t named `WHERE`), the rest fail in its parser.
+# None is a column name of the lake's tables (OFFSET is: messages.offset; a test holds to it).
+_GO_ON = {
+    "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "ON", "JOIN", "BY", "HAVING", "LIMIT", "AS",
+    "IN", "LIKE", "BETWEEN", "IS", "CASE", "WHEN", "THEN", "ELSE", "UNION", "INTERSECT", "EXCEPT",
+    "GROUP", "ORDER", "DISTINCT",
+}  # fmt: skip
+
+
+def unfinished(stmt: Statement) -> str | None:
+    """The word or `,` a statement ends with that something must follow (a query cut short), or
+    None."""
+    last = stmt.tokens[-1] if stmt.tokens else None
+    if last is None:
+        return None
+    if last.kind == "word" and last.text.upper() in _GO_ON:
+        return last.text
+    if last.kind == "punct" and last.text == ",":
+        return ","
+    return None

@@ -147,12 +147,14 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
         "\\d nosuch\n"
         "SELECT unhex('00ff') AS b, 'x;y' AS s;\n"
         "SELECT CAST(unhex('C3') AS STRING) AS t;\n"  # no UTF-8: said, and the session goes on
+        "SELECT * FROM streams WHERE;\n"  # cut short: said, not every row (Spark's alias)
         "SELECT 2 AS two\n",  # the last statement may lack its ;
     )
     rc, out, err = run(capsys, "shell", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
     errors = err.splitlines()
-    assert len(errors) == 4 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert len(errors) == 5 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert errors[4] == "error (line 15): the statement ends with WHERE: something must follow it"
     assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
     # found by a user trial: Spark's TABLE_OR_VIEW_NOT_FOUND text; now as `sql` says it
     assert errors[2].startswith(
@@ -249,6 +251,12 @@ def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, cap
     )
     for argv, why in [
         (["sql", "SELECT 'open"], "line 1: a string opened with ' is not closed"),
+        # found by a user trial: Spark read the WHERE as the table's alias and gave every row
+        (
+            ["sql", "SELECT * FROM commands WHERE"],
+            "line 1: the statement ends with WHERE: something must follow it",
+        ),
+        (["sql", "SELECT 1;\nSELECT a,"], "line 2: the statement ends with ,: something must follow it"),
         (["sql", "-f", str(tmp_path / "none.sql")], "cannot read"),
         (["sql", "SELECT 1", "-f", str(tmp_path / "q.sql")], "not both"),
         (["sql", " ; -- nothing"], "no SQL statement given"),

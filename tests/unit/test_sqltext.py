@@ -7,7 +7,7 @@ import re
 import pytest
 
 from brokerscope import tables as schemas
-from brokerscope.sqltext import SqlTextError, blank, split, tables, unknown_tables
+from brokerscope.sqltext import SqlTextError, blank, split, tables, unfinished, unknown_tables
 from tests.integration.test_readme_queries import readme_queries
 
 LAKE = set(schemas.ALL_TABLES)  # the journeys table too: a lake ingested with --journeys
@@ -70,3 +70,25 @@ def test_no_readme_query_reads_a_table_the_lake_lacks():
 def test_blank_is_no_statement_begun():
     assert blank("") and blank(" -- note\n/* closed */ ;\n")
     assert not blank("/* open\n") and not blank("'open") and not blank("SELECT")
+
+
+def test_unfinished_names_the_word_a_statement_cannot_end_with():
+    def last(text: str) -> str | None:
+        return unfinished(split(text)[0][0])
+
+    assert last("SELECT * FROM commands WHERE") == "WHERE"
+    assert last("select * from t where a = 1 and") == "and"
+    assert last("SELECT a, b,") == ","
+    assert last("SELECT * FROM t ORDER BY") == "BY"
+    for whole in ("SELECT * FROM t WHERE x", "SELECT 1 AS `where`", "SELECT 'and'", "SHOW TABLES"):
+        assert last(whole) is None, whole
+
+
+def test_no_column_of_the_lake_is_taken_for_a_statement_cut_short():
+    import brokerscope.sqltext as st
+
+    names = {f.name.upper() for t in schemas.ALL_TABLES for f in schemas.schema(t)}
+    assert not names & st._GO_ON
+    assert all(
+        unfinished(s) is None for q in readme_queries() for s in split(q if isinstance(q, str) else q[-1])[0]
+    )
