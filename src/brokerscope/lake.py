@@ -133,6 +133,9 @@ class Lake:
         # table -> why it cannot be read (a damaged commit in its _delta_log, a data file its log
         # names gone): found by info() and register(), which go on with the other tables
         self.unreadable: dict[str, str] = {}
+        # the `inputs` table as last read: (its version, the table, its rows as dicts or None); a
+        # nightly run asks for it several times, and a year of runs makes it a second's read
+        self._inputs: tuple[int, pa.Table, list[dict] | None] | None = None
 
     def _unreadable(self, table: str, e: Exception) -> None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -605,7 +608,7 @@ class Lake:
         another path still holding that content keeps its rows. Other content under the name (a
         ring buffer's next lap, a name reused) is a capture of its own: the earlier one keeps its
         rows and its `inputs` row."""
-        prior = self.read_arrow("inputs").to_pylist()
+        prior = self.inputs_rows()
         new_ids = {i.capture_id for i in current.values()}
         held = {
             r["capture_id"]
@@ -628,7 +631,7 @@ class Lake:
                 if not grew(r["path"], r["size"], r["capture_id"]):
                     if last.get(r["path"]) is r:
                         other.append((r["path"], r["capture_id"]))
-                    history.append(r)
+                    history.append(dict(r))  # the rows of inputs_rows are shared
                     continue
                 r = {**r, "status": "replaced", "replaced_by": i.capture_id}
                 old.add(r["capture_id"])
@@ -663,7 +666,7 @@ class Lake:
         the record that maps their capture_id to the path."""
         if not paths:
             return []
-        return [r for r in self.read_arrow("inputs").to_pylist() if r["path"] in paths and r["capture_id"]]
+        return [dict(r) for r in self.inputs_rows() if r["path"] in paths and r["capture_id"]]
 
     def vantage_ends(self, other_than: set[str]) -> dict[str, int]:
         """The vantage points of the captures ingested before, but for `other_than` (capture
@@ -673,7 +676,7 @@ class Lake:
             return {}
         place = {
             r["capture_id"]: r["vantage"]
-            for r in self.read_arrow("inputs", ["capture_id", "status", "vantage"]).to_pylist()
+            for r in self.inputs_rows()
             if r["vantage"] and r["status"] in ("ok", "partial") and r["capture_id"] not in other_than
         }
         if not place:
@@ -724,7 +727,28 @@ class Lake:
         through delta-rs's filesystem, a process that exited soon after aborted in about 4 runs of
         10 ('terminate called without an active exception', exit 134: a `--skip-ingested` run
         with nothing new)."""
-        return DeltaTable(self.path(table)).to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
+        dt = DeltaTable(self.path(table))
+        if table == "inputs":
+            t = self._inputs_table(dt)
+            return t.select(columns) if columns else t
+        return dt.to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
+
+    def _inputs_table(self, dt: DeltaTable) -> pa.Table:
+        """The `inputs` table, read again only when its version moved on."""
+        version = dt.version()
+        if self._inputs is None or self._inputs[0] != version:
+            self._inputs = (version, dt.to_pyarrow_dataset().to_table(use_threads=False), None)
+        return self._inputs[1]
+
+    def inputs_rows(self) -> list[dict]:
+        """The `inputs` table's rows as dicts (shared between callers: not to be changed), made
+        once per version of the table."""
+        t = self.read_arrow("inputs")
+        version, _, rows = self._inputs
+        if rows is None:
+            rows = t.to_pylist()
+            self._inputs = (version, t, rows)
+        return rows
 
     def readable(self, table: str) -> DeltaTable:
         """The table's current snapshot, every data file its log names on disk; an error (one

@@ -1111,8 +1111,7 @@ def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int) -> list:
     if not todo:
         return todo
     wanted = {i.path for i in todo}
-    record = lake.read_arrow("inputs").select(["path", "capture_id", "status"]).to_pylist()
-    current = [r for r in record if r["capture_id"] and r["status"] in ("ok", "partial")]
+    current = [r for r in lake.inputs_rows() if r["capture_id"] and r["status"] in ("ok", "partial")]
     seeds = {r["capture_id"] for r in current if r["path"] in wanted}
     done = {i.path for i in found} - wanted
     seeds |= _continued(lake, todo, {r["capture_id"] for r in current if r["path"] in done}, idle_ns)
@@ -1166,7 +1165,7 @@ def _compressed_since(lake: Lake, todo: list, run_id: str) -> tuple[list, list[t
         return todo, []
     by_path = {
         r["path"]: r
-        for r in lake.read_arrow("inputs").to_pylist()
+        for r in lake.inputs_rows()
         if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng")
     }
     rows, same = [], set()
