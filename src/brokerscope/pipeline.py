@@ -732,7 +732,17 @@ def ingest(
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
             return done.get((i.path, i.size, i.mtime_ns // 1000), False) == want
 
-        todo = _with_crossing(lake, [i for i in todo if not ingested(i)], todo, settings.idle_timeout_ns)
+        new = [i for i in todo if not ingested(i)]
+        moved = _moved(lake, new)
+        # a capture only compressed since it was ingested with this filter: nothing new to decode,
+        # unless a file decoded now shares its connections (then decoded again with it, below)
+        same = {p for p, m in moved.items() if m.same and m.was["filter"] == summary.filter}
+        new = [i for i in new if i.path not in same]
+        todo = _with_crossing(lake, new, todo, settings.idle_timeout_ns, moved)
+        compressed = [(i, moved[i.path]) for i in disc.inputs if i.path in same and i not in todo]
+        # gzip files recorded as the capture they hold, decoded again with a file sharing its
+        # connections: their rows replace that capture's too
+        moved.update(_moved(lake, [i for i in todo if i.path not in moved]))
         dups = [(d, k) for d, k in dups if not ingested(d)]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         summary.skipped_unreadable = sum(
@@ -744,22 +754,37 @@ def ingest(
         kept = {r["path"] for r in rejected}
         summary.errors = [(p, e) for p, e in summary.errors if _recorded_path(p) in kept]
         summary.skipped = [(p, e) for p, e in summary.skipped if _recorded_path(p) in kept]
-    # a capture compressed after it was ingested (tcpdump -z gzip) is that capture, not a new one
-    todo, compressed = _compressed_since(lake, todo, run_id)
-    if compressed:
-        rows = {r["path"]: r for r, _was in compressed}
+    else:
+        moved, compressed = _moved(lake, todo), []
+    # a capture compressed after it was ingested (tcpdump -z gzip) is that capture: recorded under
+    # its new path when there is nothing new to decode, else decoded, its rows replacing the
+    # capture's (_identified); a compression of a capture beside it (gzip still running, or -k)
+    # is not decoded: the capture is
+    todo, compressing = _compressing(todo)
+    if compressed or compressing:
+        rows = {}
+        for i, m in compressed:
+            rows[i.path] = _moved_row(i, m.was, run_id)
+            summary.capture_errors.append(
+                f"{i.path}: the capture ingested from {m.was['path']} ({m.was['capture_id']}), "
+                "compressed since: not decoded again"
+            )
+        for i, plain in compressing:
+            rows[i.path] = {
+                **_recorded_row(i, run_id, "skipped"),
+                "error": f"a compression of {plain}, which is decoded",
+            }
+            summary.capture_errors.append(
+                f"{i.path}: a compression of {plain} (beside it): not decoded, {plain} is"
+            )
         for d, k in dups:  # the same compressed bytes under another path: recorded the same way
             if k.path in rows:
                 rejected.append({**rows[k.path], "path": d.path, "size": d.size, "mtime": d.mtime_ns // 1000})
                 summary.skipped_already_ingested.append(d.path)
         dups = [(d, k) for d, k in dups if k.path not in rows]
+        rejected += rows.values()
+        summary.skipped_already_ingested += [p for p in rows if p not in summary.skipped_already_ingested]
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
-    for r, was in compressed:
-        rejected.append(r)
-        summary.skipped_already_ingested.append(r["path"])
-        summary.capture_errors.append(
-            f"{r['path']}: the capture ingested from {was} ({r['capture_id']}), compressed since: not decoded again"
-        )
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
     summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
     # the earlier content of a path now rejected keeps its record (its rows are still here)
@@ -786,11 +811,11 @@ def ingest(
     try:
         if staged:
             stats = _commit_staged(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables, moved
             )
         else:
             stats = _write_dataframes(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables
+                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables, moved
             )
             run.remove()
     except BaseException:
@@ -870,10 +895,14 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-def _identified(lake: Lake, todo, dups, run: RunDir, summary: Summary) -> tuple[list[str], list[dict]]:
+def _identified(
+    lake: Lake, todo, dups, run: RunDir, summary: Summary, moved: dict | None = None
+) -> tuple[list[str], list[dict]]:
     """After the decode: every input's capture_id from its tasks' digests, the capture ids whose
     rows this run replaces (its own, and the earlier content of its paths that grew), and its
-    `inputs` rows. A path holding other content than before is named in the summary."""
+    `inputs` rows. A path holding other content than before is named in the summary. A capture
+    compressed since it was ingested (`moved`, _moved) and decoded now replaces the rows of that
+    capture: its plain path's rows are the gzip file's history."""
     sizes = {i.file_index: i.size for i in todo}
     digests = run.digests(sizes)
     ids = run.capture_ids(sizes, digests)
@@ -884,9 +913,24 @@ def _identified(lake: Lake, todo, dups, run: RunDir, summary: Summary) -> tuple[
         by_path[d.path] = dataclasses.replace(d, capture_id=by_path[k.path].capture_id)
         read_as[d.path] = k
 
+    plain_size = {}  # capture id -> its size, of the captures compressed since they were ingested
+    for p, m in (moved or {}).items():
+        plain_size[m.was["capture_id"]] = m.was["size"]
+        if p in by_path:
+            by_path[m.was["path"]], read_as[m.was["path"]] = by_path[p], read_as[p]
+
     def grew(path: str, size: int | None, old_id: str) -> bool:
         i = read_as[path]
-        return _begins_with(i, digests[i.file_index], size, old_id)
+        if _begins_with(i, digests[i.file_index], size, old_id):
+            return True
+        # the gzip file of a capture compressed since (its rows at the plain path, or at this
+        # path when it was recorded compressed): that capture's bytes, decompressed
+        if old_id not in plain_size or not i.kind.endswith(".gz"):
+            return False
+        try:
+            return _decompressed_prefix(i.path, plain_size[old_id])[0] == old_id
+        except (OSError, EOFError, zlib.error):
+            return False
 
     replace_ids, history, other = lake.path_history(by_path, grew)
     for path, old_id in other:
@@ -917,7 +961,16 @@ def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) ->
 
 
 def _commit_staged(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
+    out,
+    lake: Lake,
+    todo,
+    dups,
+    rejected,
+    run: RunDir,
+    summary: Summary,
+    progress,
+    derived: tuple = (),
+    moved: dict | None = None,
 ) -> list[dict]:
     """Embedded writer: run the decode (tasks stage their files), write the run's manifest, then
     commit table by table from it (lake.finish_run), the `derived` tables (journeys, lag) after
@@ -927,7 +980,7 @@ def _commit_staged(
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run, summary)
+        replace_ids, history = _identified(lake, todo, dups, run, summary, moved)
         per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
         for t, files in per_table.items():
             lake.apply_topic_names(t, files, names)
@@ -956,7 +1009,16 @@ _MANIFEST_KEYS = ("path", "date", "capture_id", "rows", "file_stats")
 
 
 def _write_dataframes(
-    out, lake: Lake, todo, dups, rejected, run: RunDir, summary: Summary, progress, derived: tuple = ()
+    out,
+    lake: Lake,
+    todo,
+    dups,
+    rejected,
+    run: RunDir,
+    summary: Summary,
+    progress,
+    derived: tuple = (),
+    moved: dict | None = None,
 ) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table; the
     `derived` tables (journeys, lag) are computed and committed by the embedded writer's code
@@ -967,7 +1029,7 @@ def _write_dataframes(
     try:
         stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run, summary)
+        replace_ids, history = _identified(lake, todo, dups, run, summary, moved)
         for t in tables.DECODED_TABLES:
             progress(f"writing {t}")
             df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
@@ -1102,7 +1164,7 @@ def _status(i, st: dict, link: str | None = None) -> tuple[str, str | None, int 
     return ("partial" if bad else "ok"), why, None, damaged
 
 
-def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int) -> list:
+def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int, moved: dict | None = None) -> list:
     """`todo` and the inputs of `found` the lake holds connections of that ran into one of
     todo's paths' earlier contents, or that a new file of todo may continue (rotated files):
     decoded again with them, so a connection that crossed into a capture now decoded anew (a file
@@ -1111,7 +1173,13 @@ def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int) -> list:
     if not todo:
         return todo
     wanted = {i.path for i in todo}
-    current = [r for r in lake.inputs_rows() if r["capture_id"] and r["status"] in ("ok", "partial")]
+    # the capture ingested from a path now compressed (`moved`, _moved) is at its .gz path
+    at = {m.was["path"]: p for p, m in (moved or {}).items()}
+    current = [
+        {**r, "path": at.get(r["path"], r["path"])}
+        for r in lake.inputs_rows()
+        if r["capture_id"] and r["status"] in ("ok", "partial")
+    ]
     seeds = {r["capture_id"] for r in current if r["path"] in wanted}
     done = {i.path for i in found} - wanted
     seeds |= _continued(lake, todo, {r["capture_id"] for r in current if r["path"] in done}, idle_ns)
@@ -1154,52 +1222,108 @@ def _recorded_path(path: str) -> str:
     return os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path)
 
 
-def _compressed_since(lake: Lake, todo: list, run_id: str) -> tuple[list, list[tuple[dict, str]]]:
-    """The inputs of `todo` that are a capture the lake holds, compressed since it was ingested
-    (X.gz where X was ingested and is gone: tcpdump -z gzip after the file's rotation): the
-    inputs to decode, and per such file the `inputs` row that records it under its new path with
-    the capture's id, and the path it was ingested from. The decompressed bytes are hashed as a
-    capture's are, so other content under such a name is decoded."""
-    gz = [i for i in todo if i.kind.endswith(".gz") and not os.path.exists(i.path[: -len(".gz")])]
+@dataclass(frozen=True)
+class _Moved:
+    """A gzip file holding a capture the lake ingested from the plain path beside it, gone since
+    (tcpdump -z gzip after the file's rotation): `was`, that capture's `inputs` row there; `same`:
+    the decompressed bytes are that capture's and no more (else it grew before it was compressed)."""
+
+    was: dict
+    same: bool
+
+
+def _moved(lake: Lake, candidates: list) -> dict[str, _Moved]:
+    """The inputs of `candidates` that are a capture the lake ingested from their plain path, by
+    path. The decompressed bytes are hashed as a capture's are: other content under such a name is
+    a capture of its own."""
+    gz = [i for i in candidates if i.kind.endswith(".gz") and not os.path.exists(i.path[: -len(".gz")])]
     if not gz:
-        return todo, []
-    by_path = {
-        r["path"]: r
-        for r in lake.inputs_rows()
-        if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng")
-    }
-    rows, same = [], set()
+        return {}
+    latest: dict[str, dict] = {}  # plain path -> the capture ingested from it last
+    for r in lake.inputs_rows():
+        if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng"):
+            seen = latest.get(r["path"])
+            if seen is None or (r["ingested_at"], r["run_id"]) > (seen["ingested_at"], seen["run_id"]):
+                latest[r["path"]] = r
+    out = {}
     for i in gz:
-        was = by_path.get(i.path[: -len(".gz")])
+        was = latest.get(i.path[: -len(".gz")])
         if was is None or was["kind"] + ".gz" != i.kind:
             continue
         try:
-            cid = _decompressed_id(i.path, was["size"])
+            cid, more = _decompressed_prefix(i.path, was["size"])
         except (OSError, EOFError, zlib.error):
             continue  # damaged: decoded as any other input, which says what is wrong
-        if cid != was["capture_id"]:
-            continue
-        same.add(i.path)
-        rows.append(
-            ({**was, "path": i.path, "kind": i.kind, "size": i.size, "mtime": i.mtime_ns // 1000,
-              "run_id": run_id, "ingested_at": int(time.time() * 1e6), "replaced_by": None}, was["path"])
-        )  # fmt: skip
-    return [i for i in todo if i.path not in same], rows
+        if cid == was["capture_id"]:
+            out[i.path] = _Moved(was, not more)
+    return out
 
 
-def _decompressed_id(path: str, size: int) -> str | None:
-    """The capture_id of the gzip file's decompressed bytes where there are `size` of them (the
-    size of the capture it may be), else None."""
+def _moved_row(i, was: dict, run_id: str) -> dict:
+    """The `inputs` row of gzip file `i` holding the capture `was` records, not decoded again."""
+    return {**was, "path": i.path, "kind": i.kind, "size": i.size, "mtime": i.mtime_ns // 1000,
+            "run_id": run_id, "ingested_at": int(time.time() * 1e6), "replaced_by": None}  # fmt: skip
+
+
+def _recorded_row(i, run_id: str, status: str) -> dict:
+    """An `inputs` row of input `i` that was not decoded."""
+    return {"capture_id": None, "path": i.path, "kind": i.kind, "size": i.size, "mtime": i.mtime_ns // 1000,
+            "run_id": run_id, "ingested_at": int(time.time() * 1e6), "packets": None, "status": status,
+            "error": None, "damaged_bytes": 0, "date": datetime.datetime.now(datetime.UTC).date()}  # fmt: skip
+
+
+def _compressing(todo: list) -> tuple[list, list[tuple[object, str]]]:
+    """`todo` less its gzip files that are a compression of a capture beside them (X.gz beside
+    X, whose decompressed bytes, as far as they go, are X's first: gzip still writing it, or
+    gzip -k), and those files with the path of X. X is the capture decoded."""
+    paths = {i.path for i in todo}
+    out, found = [], []
+    for i in todo:
+        plain = i.path[: -len(".gz")]
+        if i.kind.endswith(".gz") and plain in paths and _a_compression_of(i.path, plain):
+            found.append((i, plain))
+        else:
+            out.append(i)
+    return out, found
+
+
+def _a_compression_of(gz_path: str, plain: str) -> bool:
+    """Whether the decompressed bytes of `gz_path`, as far as they go (a gzip file still being
+    written ends early: zlib gives what its bytes hold), are the first bytes of `plain`, and there
+    are some."""
+    n = 0
+    d = zlib.decompressobj(wbits=31)  # a gzip member
+    try:
+        with open(gz_path, "rb") as gz, open(plain, "rb") as fh:
+            while chunk := gz.read(1 << 20):
+                while chunk:
+                    data = d.decompress(chunk)
+                    if fh.read(len(data)) != data:
+                        return False
+                    n += len(data)
+                    chunk = b""
+                    if d.eof:  # the next member, if any
+                        chunk, d = d.unused_data, zlib.decompressobj(wbits=31)
+    except (OSError, zlib.error):
+        return n > 0  # damaged past the bytes compared: those were the capture's
+    return n > 0
+
+
+def _decompressed_prefix(path: str, size: int) -> tuple[str | None, bool]:
+    """The capture_id of the first `size` decompressed bytes of a gzip file (None: it has fewer),
+    and whether more follow them."""
     digests = {}
     with gzip.open(path, "rb") as fh:
         for k in range(n_chunks(size)):
             data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
             if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
-                return None
+                return None, False
             digests[k] = chunk_digest(data)
-        if fh.read(1):
-            return None
-    return combine_id(size, digests)
+        try:
+            more = bool(fh.read(1))
+        except (EOFError, zlib.error):  # a compression cut short after them: more was written
+            more = True
+    return combine_id(size, digests), more
 
 
 def _rejected_rows(disc, run_id: str) -> list[dict]:

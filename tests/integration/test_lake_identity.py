@@ -3,6 +3,7 @@ content changed replaces its earlier rows, identical content under two paths is 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections import Counter
 
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.spark
 ZSTD = SAMPLE_DATA / "kafka" / "zstd.pcap"
 
 
-def _settings(lake) -> Settings:
-    return Settings.load(overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}})
+def _settings(lake, extra: dict | None = None) -> Settings:
+    over = {"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, **(extra or {})}
+    return Settings.load(overrides=over)
 
 
 def _rows(lake) -> dict[str, list[dict]]:
@@ -311,3 +313,105 @@ def test_a_rotation_ingested_over_several_nights_is_one_vantage_point(spark, tmp
 
     assert places(fresh) == {f.name: first for f in files}
     assert places(lake) == places(fresh)
+
+
+def _gzip(path) -> None:
+    """As tcpdump -z gzip does after a rotation: path.gz written, path removed."""
+    import gzip
+
+    with open(path, "rb") as fh, gzip.open(f"{path}.gz", "wb") as gz:
+        gz.write(fh.read())
+    os.unlink(path)
+
+
+def _same_lake(got_root, want_root) -> None:
+    got, want = _rows(got_root), _rows(want_root)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t], DROP) == normalized(want[t], DROP), t
+
+
+DROP = ("capture_id", "capture_ids", "first_frame", "last_frame", "date", "conn_id")
+
+
+def test_compressed_rotations_over_nights_equal_one_run_over_the_final_files(spark, tmp_path):
+    """Found by a user trial (tcpdump -z gzip under a nightly --skip-ingested job): a file taken
+    while still written and gzipped when complete was a second capture (its partial rows kept:
+    rows twice); a gzipped file whose connections a newer file continued was not decoded again
+    (connections split, commands lost); each later night added another inputs row for each
+    compressed file and named it again. Over four nights of a capture rotated into four files:
+    the lake equals one run over the final files, and a compressed file has one current row."""
+    head, recs = _pcap_records(ZSTD.read_bytes())
+    cuts = [round(k * len(recs) / 4) for k in range(5)]
+    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+    night.mkdir()
+
+    def write(k: int, upto: int | None = None) -> None:
+        part = recs[cuts[k] : cuts[k + 1]]
+        (night / f"r{k}.pcap").write_bytes(head + b"".join(part[:upto] if upto else part))
+
+    def nightly() -> pipeline.Summary:
+        return pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+
+    write(0)
+    write(1, 4)  # still being written
+    nightly()
+    write(1)  # complete, then compressed: it grew before it was gzipped
+    _gzip(night / "r1.pcap")
+    write(2)
+    nightly()
+    _gzip(night / "r0.pcap")  # compressed, unchanged: its connections continue in r1 and r2
+    write(3)
+    third = nightly()
+    assert not [e for e in third.capture_errors if "r1.pcap.gz" in e]  # named once, by its night
+    _gzip(night / "r2.pcap")
+    nightly()
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    _same_lake(lake, fresh)
+    rows = _rows(lake)
+    assert sum(r["c2s_packets"] + r["s2c_packets"] for r in rows["streams"]) == len(recs)
+    current = [r["path"].rsplit("/", 1)[1] for r in rows["inputs"] if r["status"] in ("ok", "partial")]
+    assert len(current) == len(set(current)), current  # one current row per path
+
+
+def test_a_compression_beside_its_capture_is_not_decoded(spark, tmp_path):
+    """gzip still writing X.gz (or gzip -k) when the nightly run lists the directory (found by a
+    user trial: X and the partial X.gz were two captures, rows twice, and the partial one's rows
+    stayed after X.gz was complete). X.gz beside X, decompressing to X's first bytes, is recorded
+    and named, not decoded; the next night, X gone and X.gz complete, it is X compressed."""
+    import gzip
+
+    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+    night.mkdir()
+    shutil.copy(SAMPLE_DATA / "kafka" / "lz4.pcap", night / "a.pcap")
+    whole = gzip.compress((night / "a.pcap").read_bytes())
+    (night / "a.pcap.gz").write_bytes(whole[: len(whole) * 6 // 10])
+    first = pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    assert first.files == 1
+    assert [e for e in first.capture_errors if "a compression of" in e] == [
+        f"{night / 'a.pcap.gz'}: a compression of {night / 'a.pcap'} (beside it): not decoded, {night / 'a.pcap'} is"
+    ]
+    (night / "a.pcap").unlink()
+    (night / "a.pcap.gz").write_bytes(whole)
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    _same_lake(lake, fresh)
+
+
+def test_a_compressed_capture_is_decoded_again_when_asked(spark, tmp_path):
+    """Found by a user trial: after X was gzipped, neither another filter (--skip-ingested) nor a
+    run without --skip-ingested decoded X.gz ('already ingested'), so a lake could not be
+    repaired. A run that must decode it decodes it, its rows replacing the capture's."""
+    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+    night.mkdir()
+    shutil.copy(SAMPLE_DATA / "kafka" / "lz4.pcap", night / "a.pcap")
+    since = {"filter": {"since": "2027-01-01T00:00:00Z"}}
+    pipeline.ingest([str(night)], _settings(lake, since), spark=spark, skip_ingested=True)
+    assert not _rows(lake)["messages"]  # the sample is older than the filter
+    _gzip(night / "a.pcap")
+    summary = pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)  # no filter
+    assert summary.files == 1
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    _same_lake(lake, fresh)
+    summary = pipeline.ingest([str(night)], _settings(lake), spark=spark)  # all again
+    assert summary.files == 1
+    _same_lake(lake, fresh)
