@@ -556,10 +556,11 @@ def _decode_fn(
         cpu0, wall0 = time.process_time(), time.time()
         # every read task of the capture set finished before this stage began: all ids are known,
         # and every Decryption Secrets Block was read
+        digests = run.digests(sizes)
         drv = StreamDriver(
             settings,
-            run.capture_ids(sizes),
-            PayloadFiles(files) if files else None,
+            run.capture_ids(sizes, digests),
+            PayloadFiles(files, digests) if files else None,
             run.frame_numbers(sizes),
             tls_keys=run.tls_keys(settings.tls_keys),
             vantages=run.vantages(sizes),

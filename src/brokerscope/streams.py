@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from . import native, tables
-from .capture.files import FrameNumbers
+from .capture.files import ID_CHUNK, FrameNumbers, chunk_digest
 from .config import Settings
 from .protocols import base
 from .tcp import Packet as TcpPacket
@@ -715,8 +715,14 @@ class PayloadFiles:
     other bytes), and `close` names it, for its `inputs` row to say so.
     """
 
-    def __init__(self, files: dict[int, tuple[str, int, int]]) -> None:
+    def __init__(
+        self, files: dict[int, tuple[str, int, int]], digests: dict[int, dict[int, bytes]] | None = None
+    ) -> None:
+        """`digests[file_index]`: the identity chunk digests the read stage wrote (RunDir.digests):
+        a file that only grew since (tcpdump still appending to it) keeps the bytes they hash,
+        and gives its payloads."""
         self.files = files
+        self.digests = digests or {}
         self._fds: dict[int, int] = {}
         self.errors: dict[int, str] = {}
 
@@ -745,13 +751,26 @@ class PayloadFiles:
             self.errors[fi] = f"payload bytes unreadable after the read stage: {e}"
             return -1
         st = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) and not self._only_grew(fd, fi, st.st_size):
             os.close(fd)
             self.errors[fi] = (
                 f"{CHANGED} (size {size} -> {st.st_size}): payload bytes after the read stage are missing"
             )
             return -1
         return fd
+
+    def _only_grew(self, fd: int, fi: int, now: int) -> bool:
+        """Whether file `fi`, `now` bytes long, still holds the bytes the read stage read (the
+        last identity chunk of them hashes as it did then): bytes were only appended."""
+        size = self.files[fi][1]
+        k = (size - 1) // ID_CHUNK if size else 0
+        want = self.digests.get(fi, {}).get(k)
+        if now < size or want is None:
+            return False
+        try:
+            return chunk_digest(os.pread(fd, size - k * ID_CHUNK, k * ID_CHUNK)) == want
+        except OSError:
+            return False
 
     def close(self) -> dict[int, str]:
         """Close the files; the error per file index of those that gave no payload bytes."""

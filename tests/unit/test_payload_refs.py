@@ -133,3 +133,35 @@ def test_payloads_read_back_are_let_go_window_by_window(tmp_path, monkeypatch):
     counts, _ = _decode(path, {0: (path, st.st_size, st.st_mtime_ns)})
     assert counts["messages"] == 24 and len(held) > 10
     assert max(held) == 0
+
+
+def test_a_file_appended_to_between_the_stages_gives_its_payloads(tmp_path):
+    """tcpdump still appending to the file the run read (found by a user trial: every payload of
+    a 26 MB capture became a gap, 'changed while the run read it'). The bytes the read stage
+    read are still there (the last identity chunk of them hashes as the read stage's digest):
+    its payloads are read; a rewrite of the same size or longer is still a changed file."""
+    from brokerscope.capture.files import chunk_digests
+
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    digests = {0: chunk_digests(path, 0, st.st_size, st.st_size)}
+    packets = _table(_batches(path, True)).sort_by([(c, "ascending") for c in SORT_COLS])  # the read stage
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 5000)  # more records on their way
+    counts, drv = _decode_with(packets, path, PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)}, digests))
+    assert counts["messages"] == 24 and not any(s.get("errors") for s in drv.capture_stats)
+    with open(path, "r+b") as f:  # rewritten: other bytes where the read stage read
+        f.seek(100)
+        f.write(b"\xff" * 50)
+    counts, drv = _decode_with(packets, path, PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)}, digests))
+    assert counts.get("messages", 0) == 0
+    assert any("changed while the run read it" in e for s in drv.capture_stats for e in s.get("errors", []))
+
+
+def _decode_with(t: pa.Table, path: str, files: PayloadFiles) -> tuple[dict[str, int], StreamDriver]:
+    drv = StreamDriver(Settings.load(), [capture_id(path)], files)
+    counts: dict[str, int] = {}
+    for table, row in drv.run_batches(t.to_batches()):
+        counts[table] = counts.get(table, 0) + tables.size(row)
+    return counts, drv
