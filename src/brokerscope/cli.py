@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -21,7 +22,7 @@ from . import __version__, export, report
 from .capture.filter import PacketFilter
 from .config import POLICIES, Settings, check_setting, schema_options
 from .protocols.base import known_names
-from .report import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
+from .report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
 
 log = logging.getLogger("brokerscope")
 
@@ -791,6 +792,28 @@ def _chain(e: BaseException | None, most: int = 10):
         e, most = e.__cause__ or (None if e.__suppress_context__ else e.__context__), most - 1
 
 
+# what a full or read-only disk says, wherever it was raised (here, in a Python worker, in the
+# JVM or in delta-rs): errno and the strerror text that reaches us through Spark's and py4j's
+_NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system"}  # fmt: skip
+
+
+def no_room(e: BaseException) -> str | None:
+    """One line for an error the disk caused (full, over quota, read-only), found anywhere in
+    `e`'s chain or text; None for any other error (a bug: its traceback is worth having)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            where = f" ({e.filename})" if e.filename else ""
+            return f"{_NO_ROOM[e.errno].lower()}{where}"
+        text = str(e)
+        for what in _NO_ROOM.values():
+            if what in text:
+                return what.lower()
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM (Terminated) `e` is or was raised while handling: an interrupted
     py4j call can fail again as PySpark tidies up after it (a call on a connection the JVM
@@ -895,6 +918,16 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
+    except Exception as e:
+        why = no_room(e)
+        if why is None:
+            raise
+        print(
+            f"brokerscope: {why}: the command stopped (the lake stays readable: a run cut short "
+            "while committing is finished by the next command on it)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

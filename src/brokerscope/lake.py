@@ -16,6 +16,7 @@ table, so a run killed between two table commits is finished by `Lake.recover` (
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -214,9 +215,14 @@ class Lake:
             if d.is_dir():
                 probe = d / f".brokerscope-write-test-{uuid.uuid4().hex}"
                 try:
-                    probe.write_bytes(b"")
+                    with open(probe, "wb") as f:  # a block's worth and synced: a full disk says so
+                        f.write(b"\0" * 4096)
+                        f.flush()
+                        os.fsync(f.fileno())
                     probe.unlink()
                 except OSError as e:
+                    with contextlib.suppress(OSError):
+                        probe.unlink()
                     raise ValueError(
                         f"cannot write to the lake {r}: cannot create files in {d} ({e.strerror or e})"
                     ) from None

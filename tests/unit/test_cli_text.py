@@ -2,6 +2,9 @@
 
 from brokerscope import cli
 from brokerscope.report import Summary
+from tests.conftest import SAMPLE_DATA
+
+SAMPLE = SAMPLE_DATA / "kafka" / "lz4.pcap"
 
 
 def test_every_subcommand_help_starts_with_what_it_does():
@@ -18,3 +21,33 @@ def test_summary_counts_connections_in_the_right_number():
     one = Summary(run_id="r", files=1, connections=1).lines()[0]
     many = Summary(run_id="r", files=1, connections=2).lines()[0]
     assert "1 connection," in one and "2 connections," in many
+
+
+def test_a_full_disk_is_one_line_and_exit_1_wherever_it_was_raised(monkeypatch, capsys, tmp_path):
+    """Found by a user trial: a lake on a disk that filled during a run gave 162 lines of Spark
+    and Python traceback and no line naming what happened. An error the disk caused (full, over
+    quota, read-only), in the exception's chain or in the text Spark and py4j wrap it in, is one
+    line; any other error keeps its traceback."""
+    import errno
+
+    from brokerscope import pipeline
+
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "lake" / "messages" / "x.parquet"))
+    assert cli.no_room(full) == f"no space left on device ({full.filename})"
+    wrapped = RuntimeError("An error occurred while calling o123.collect")
+    wrapped.__cause__ = full
+    assert cli.no_room(wrapped).startswith("no space left on device (")
+    py4j = RuntimeError("Job aborted ... OSError: [Errno 28] No space left on device: '/x' ... at org.apache")
+    assert cli.no_room(py4j) == "no space left on device"
+    assert cli.no_room(OSError(errno.EROFS, "Read-only file system")) == "read-only file system"
+    assert cli.no_room(ValueError("a bug")) is None
+
+    def fails(*a, **k):
+        raise wrapped
+
+    monkeypatch.setattr(pipeline, "ingest", fails)
+    monkeypatch.setattr(cli, "_spark", lambda *a, **k: None)
+    rc = cli.main(["ingest", str(SAMPLE), "--lake", str(tmp_path / "lake")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1
+    assert err.startswith(f"brokerscope: no space left on device ({full.filename}): the command stopped")
