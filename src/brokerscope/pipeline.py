@@ -1194,9 +1194,11 @@ _OPEN_AT_END = frozenset({"S0", "S1", "S2", "S3", "OTH"})
 
 
 def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[str]:
-    """The captures of `ingested` that a capture file of `todo` may continue: one of their
-    connections ended in them still open, its last packet at most idle_ns before the file's
-    first packet (the next file of a rotation, read in a later run)."""
+    """The captures of `ingested` that a capture file of `todo` may continue, or that may
+    continue it: one of their connections ended in them still open, its last packet at most
+    idle_ns before the file's first packet (the next file of a rotation, read in a later run);
+    or the first of them to begin after the file began holds connections open when it began
+    (a file that came late, its next file ingested before it)."""
     if not ingested or "streams" not in lake.table_names():
         return set()  # the first night: no file's head to read
     starts = [
@@ -1206,14 +1208,32 @@ def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[
     ]
     if not starts:
         return set()
-    st = lake.read_arrow("streams", ["capture_id", "capture_ids", "conn_state", "last_ts"])
-    last_ns = pc.multiply(st.column("last_ts").cast(pa.int64()), 1000).to_pylist()  # µs -> ns
+    st = lake.read_arrow(
+        "streams", ["capture_id", "capture_ids", "conn_state", "first_ts", "last_ts", "midstream"]
+    )
+    first_ns, last_ns = (
+        pc.multiply(st.column(c).cast(pa.int64()), 1000).to_pylist() for c in ("first_ts", "last_ts")
+    )  # µs -> ns
     out = set()
-    for r, last in zip(st.select(["capture_id", "capture_ids", "conn_state"]).to_pylist(), last_ns):
+    begins: dict[str, int] = {}  # capture -> the first packet of its connections (those begun in it)
+    open_at: dict[str, list[int]] = {}  # capture -> first packets of its connections begun mid-stream
+    cols = st.select(["capture_id", "capture_ids", "conn_state", "midstream"]).to_pylist()
+    for r, first, last in zip(cols, first_ns, last_ns):
         ended_in = r["capture_ids"][-1] if r["capture_ids"] else r["capture_id"]
         if ended_in in ingested and r["conn_state"] in _OPEN_AT_END and last is not None:
             if any(0 <= t - last <= idle_ns for t in starts):
                 out.add(ended_in)
+        began = r["capture_id"]
+        if began in ingested and first is not None:
+            begins[began] = min(begins.get(began, first), first)
+            if r["midstream"]:
+                open_at.setdefault(began, []).append(first)
+    for t in starts:
+        after = [(b, c) for c, b in begins.items() if b > t]
+        if after:
+            b, c = min(after)
+            if any(f - b <= idle_ns for f in open_at.get(c, ())):
+                out.add(c)
     return out
 
 

@@ -415,3 +415,27 @@ def test_a_compressed_capture_is_decoded_again_when_asked(spark, tmp_path):
     summary = pipeline.ingest([str(night)], _settings(lake), spark=spark)  # all again
     assert summary.files == 1
     _same_lake(lake, fresh)
+
+
+def test_a_rotated_file_that_comes_a_night_late_joins_the_files_around_it(spark, tmp_path):
+    """Found by a user trial: the second file of a rotation came the night after the third (a
+    copy that failed, a clock): its connections ran on into the third, ingested before, whose
+    rows kept them as mid-stream connections of their own (a split connection, commands lost). The
+    first ingested capture to begin after a new file, holding connections open when it began, is
+    decoded again with it: the lake equals one run over the four files."""
+    head, recs = _pcap_records(ZSTD.read_bytes())
+    cuts = [round(k * len(recs) / 4) for k in range(5)]
+    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+    night.mkdir()
+
+    def write(k: int) -> None:
+        (night / f"r{k}.pcap").write_bytes(head + b"".join(recs[cuts[k] : cuts[k + 1]]))
+
+    for k in (0, 2, 3):
+        write(k)
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    write(1)
+    pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
+    pipeline.ingest([str(night)], _settings(fresh), spark=spark)
+    _same_lake(lake, fresh)
+    assert sum(r["c2s_packets"] + r["s2c_packets"] for r in _rows(lake)["streams"]) == len(recs)
