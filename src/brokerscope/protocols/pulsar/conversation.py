@@ -41,6 +41,7 @@ from .rows import (
 from .values import (
     SECRET_TYPES,
     bit_set,
+    damaged,
     mid_str,
     mid_strs,
     partition_of,
@@ -205,6 +206,11 @@ class PulsarConversation(Conversation):
         details: dict = {}
         try:
             body = pf.body()
+            why = damaged(pf) if body is not None and pf.type_code in SECRET_TYPES else None
+            if why is not None:  # none of its text kept, anywhere
+                row["decode_status"] = base.MALFORMED
+                row["decode_error"] = f"{pf.type_name} seems damaged ({why}): none of its fields kept"
+                body = None
             if body is not None:
                 details = to_dict(body)
                 if pf.type_code in SECRET_TYPES:

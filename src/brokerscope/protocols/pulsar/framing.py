@@ -73,6 +73,7 @@ class ParsedFrame:
     status: str = base.OK
     error: str | None = None
     missing: list[str] = field(default_factory=list)
+    cmd_size: int = 0  # the BaseCommand's bytes on the wire
 
     @property
     def type_name(self) -> str | None:
@@ -133,6 +134,7 @@ def parse_frame(frame: bytes | memoryview) -> ParsedFrame:
     if cmd_size > n - 4:
         return _fail(pf, base.MALFORMED, f"command size {cmd_size} exceeds frame size {n}")
     cmd_bytes = mv[4 : 4 + cmd_size]
+    pf.cmd_size = cmd_size
     pf.type_code = peek_type(cmd_bytes)
     cmd, err = parse_command(cmd_bytes)
     if cmd is None:

@@ -17,6 +17,9 @@ T = pb.BaseCommand
 SECRET_KEYS = frozenset({"auth_data", "original_auth_data"})
 # the command types that may carry credentials: never kept raw, their details scrubbed
 SECRET_TYPES = frozenset({T.CONNECT, T.AUTH_CHALLENGE, T.AUTH_RESPONSE, T.LOOKUP, T.PARTITIONED_METADATA})
+# an auth method named without its data, in a command that may carry credentials: a damaged tag
+# moved the data into another field (the method's field, the data's)
+_AUTH_PAIRS = (("auth_method_name", "auth_data"), ("original_auth_method", "original_auth_data"))
 STR_COLS = ("topic", "client_id", "producer_name", "consumer", "decode_error")
 to_json = base.to_json
 _PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
@@ -53,6 +56,27 @@ def scrub(d):
         for x in d:
             scrub(x)
     return d
+
+
+def damaged(pf) -> str | None:
+    """Why a command that may carry credentials (SECRET_TYPES) seems damaged, or None: its fields
+    do not encode back to its bytes (a field given twice, the credential's first copy in it
+    overwritten), or it names an auth method without its data (moved into another field). Then
+    none of its text is kept: a damaged tag or length can put a credential in any field."""
+    if pf.cmd.ByteSize() != pf.cmd_size:
+        return "its fields do not encode back to its bytes"
+    stack = [pf.body()]
+    while stack:
+        m = stack.pop()
+        if m is None:
+            continue
+        for method, data in _AUTH_PAIRS:
+            fields = m.DESCRIPTOR.fields_by_name
+            if method in fields and data in fields and m.HasField(method) and not m.HasField(data):
+                if getattr(m, method) not in ("", "none"):  # clients without auth name "none"
+                    return f"{method} without {data}"
+        stack.extend(v for fd, v in m.ListFields() if fd.type == fd.TYPE_MESSAGE and not fd.is_repeated)
+    return None
 
 
 def sanitize(rows: list[Row]) -> list[Row]:

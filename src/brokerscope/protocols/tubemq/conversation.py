@@ -409,6 +409,9 @@ class TubeMQConversation(Conversation):
         text; `fields`, `body_json`: what _rpc.read read and wrote of it already (by the entry
         body_entries gave the method)."""
         if fields is not None:
+            why = rpc.damaged(mid, is_request, body)
+            if why is not None:
+                return None, "{}", why
             if body_json is not None:
                 return fields, body_json, None
             entry = self.reader[1 if is_request else 2][mid]

@@ -441,7 +441,10 @@ def decode_body(
     user = schema.get(m.message_name(is_request)) if schema is not None and m is not None else None
     if user is not None:
         cls = user
-    elif cls is not None:
+    why = damaged(method_id, is_request, body, cls)
+    if why is not None:
+        return None, {}, why
+    if user is None and cls is not None:
         i = BUILTIN.index.get(cls.DESCRIPTOR.full_name)
         if i is not None:
             got = _rpc.body(body, BUILTIN.table, i)
@@ -459,6 +462,30 @@ def decode_body(
     if user is not None:
         out["schema"] = user.DESCRIPTOR.file.name
     return plain(msg), out, None
+
+
+def damaged(method_id: int | None, is_request: bool, body: bytes | None, cls=None) -> str | None:
+    """Why the body of a method that may carry credentials seems damaged, or None: parsed as its
+    message (`cls`, by default the built-in one) it does not encode back to as many bytes (a
+    field given twice, its first value dropped: a damaged tag may have put a credential in any
+    field). A body that does not parse is for the decoders to say so."""
+    m = METHODS.get(method_id) if method_id is not None else None
+    if body is None or m is None or not m.carries_auth:
+        return None
+    cls = cls or (m.request if is_request else m.response)
+    if cls is None:
+        return None
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+    except DecodeError:
+        return None
+    if msg.ByteSize() == len(body):
+        return None
+    return (
+        f"{cls.DESCRIPTOR.name}: a field given twice (damaged bytes, or another version of the message: "
+        "[protocols.tubemq] schema_file names it): none of its fields kept, a credential may be in any"
+    )
 
 
 def decode_wire(data: bytes) -> tuple[dict, str | None]:
