@@ -774,6 +774,7 @@ def ingest(
             rows[i.path] = {
                 **_recorded_row(i, run_id, "skipped"),
                 "error": f"a compression of {plain}, which is decoded",
+                "filter": summary.filter,  # --skip-ingested passes it over while the filter stays
             }
             summary.capture_errors.append(
                 f"{i.path}: a compression of {plain} (beside it): not decoded, {plain} is"
