@@ -376,3 +376,29 @@ def test_summary_rules():
     got = topic_ids.summarize(body)
     assert (got["topic_ids"], got["partition"]) == (["x"], 2)
     assert repr(got) == repr(topic_ids.summarize_py(body))
+
+
+def test_error_codes_named_otherwise_count(bodies):
+    """Found checking against tshark: AddPartitionsToTxn's partition results name theirs
+    PartitionErrorCode, and its commands and latencies rows had error_code null, a failed add
+    (INVALID_TXN_STATE, 48) included. A struct's error code is ErrorCode, else the int16 field
+    named ...ErrorCode."""
+    p = schema.plan(24, 0, "response")
+    parts = [{"PartitionIndex": 1, "PartitionErrorCode": 0}, {"PartitionIndex": 3, "PartitionErrorCode": 48}]
+    body = {"ThrottleTimeMs": 0, "ResultsByTopicV3AndBelow": [{"Name": "t", "ResultsByPartition": parts}]}
+    for summarize in (p.summarize, p.summarize_py):
+        got = summarize(body)
+        assert (got["topics"], got["partition"], got["error_code"]) == (["t"], 1, 48)
+    body["ResultsByTopicV3AndBelow"][0]["ResultsByPartition"] = parts[:1]
+    assert p.summarize(body)["error_code"] == p.summarize_py(body)["error_code"] == 0
+    create = schema.plan(19, 5, "response")  # CreateTopics: ErrorCode beside TopicConfigErrorCode
+    body = {"Topics": [{"Name": "t", "ErrorCode": 36, "TopicConfigErrorCode": 0}]}
+    assert create.summarize(body)["error_code"] == create.summarize_py(body)["error_code"] == 36
+
+
+def test_a_topic_named_and_given_by_a_known_id_is_listed_once():
+    """Found checking against tshark: a Metadata v13 response names its topic and gives its id,
+    known on the connection from an earlier response: `topics` listed the name twice."""
+    summ = {"topics": ["bs-lz4"], "topic_ids": ["id1", "id2"], "partition": None, "error_code": 0}
+    got = rows.summary_columns(summ, {}, {"id1": "bs-lz4", "id2": "other"})
+    assert got["topics"] == ["bs-lz4", "other"] and got["topic"] == "bs-lz4"

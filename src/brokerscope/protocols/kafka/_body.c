@@ -702,14 +702,14 @@ static PyObject *clean(PyObject *self, PyObject *args) {
 /* ---------------------------------------------------------------------------------------------
  * What a decoded body's commands row names (schema.Plan.summarize, the walk schema._meta_walker
  * is the reference of): meta(entries) makes the table of a plan's structs (schema._meta_table:
- * per struct the names of its topic, topics, topic id and partition fields or None, whether it
- * has an ErrorCode, and the structs it holds as (name, entry, is an array)), the plan's own
+ * per struct the names of its topic, topics, topic id, partition and error code fields or None,
+ * and the structs it holds as (name, entry, is an array)), the plan's own
  * struct first; summary(table, body) walks a body by it and returns (topics, topic ids,
  * partition, top-level error, first non-zero nested error, any nested error):
  *   topic names and ids in order of appearance, once each, empty ones left out;
  *   the partition of the first struct that names a topic or topic id, or is nested two deep,
  *   and has a partition field that is not None;
- *   the body's own ErrorCode, and of the nested ones whether any is there and the first non-zero.
+ *   the body's own error code, and of the nested ones whether any is there and the first non-zero.
  */
 typedef struct {
     PyObject *name;
@@ -718,8 +718,7 @@ typedef struct {
 } MetaChild;
 
 typedef struct {
-    PyObject *topic, *topics, *topic_id, *partition; /* field names, or NULL */
-    int error;
+    PyObject *topic, *topics, *topic_id, *partition, *error; /* field names, or NULL */
     Py_ssize_t n_children;
     MetaChild *children;
 } MetaStruct;
@@ -728,8 +727,6 @@ typedef struct {
     Py_ssize_t n;
     MetaStruct *structs;
 } MetaTable;
-
-static PyObject *S_ERROR_CODE; /* "ErrorCode" */
 
 static void meta_free(PyObject *capsule) {
     MetaTable *t = PyCapsule_GetPointer(capsule, "kafka.meta_table");
@@ -740,6 +737,7 @@ static void meta_free(PyObject *capsule) {
         Py_XDECREF(m->topics);
         Py_XDECREF(m->topic_id);
         Py_XDECREF(m->partition);
+        Py_XDECREF(m->error);
         for (Py_ssize_t j = 0; j < m->n_children; j++) Py_XDECREF(m->children[j].name);
         PyMem_Free(m->children);
     }
@@ -772,15 +770,14 @@ static PyObject *meta(PyObject *self, PyObject *entries) {
     }
     t->n = n;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *topic, *topics, *topic_id, *partition, *kids;
-        int error;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, i), "OOOOpO!", &topic, &topics, &topic_id, &partition, &error,
+        PyObject *topic, *topics, *topic_id, *partition, *error, *kids;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, i), "OOOOOO!", &topic, &topics, &topic_id, &partition, &error,
                               &PyList_Type, &kids))
             goto fail;
         MetaStruct *m = &t->structs[i];
         if ((topic != Py_None && !PyUnicode_Check(topic)) || (topics != Py_None && !PyUnicode_Check(topics)) ||
             (topic_id != Py_None && !PyUnicode_Check(topic_id)) ||
-            (partition != Py_None && !PyUnicode_Check(partition))) {
+            (partition != Py_None && !PyUnicode_Check(partition)) || (error != Py_None && !PyUnicode_Check(error))) {
             PyErr_SetString(PyExc_TypeError, "meta: field names are str or None");
             goto fail;
         }
@@ -788,7 +785,7 @@ static PyObject *meta(PyObject *self, PyObject *entries) {
         m->topics = name_or_null(topics);
         m->topic_id = name_or_null(topic_id);
         m->partition = name_or_null(partition);
-        m->error = error;
+        m->error = name_or_null(error);
         m->n_children = PyList_GET_SIZE(kids);
         if (!(m->children = PyMem_Calloc(m->n_children ? m->n_children : 1, sizeof(MetaChild)))) {
             PyErr_NoMemory();
@@ -854,7 +851,7 @@ static int walk(const MetaTable *t, Py_ssize_t index, PyObject *d, Summary *out,
     if (m->partition && out->partition == Py_None && (m->topic || m->topic_id || depth > 1) &&
         (v = get(d, m->partition)))
         out->partition = v;
-    if (m->error && (v = get(d, S_ERROR_CODE)) && v != Py_None) {
+    if (m->error && (v = get(d, m->error)) && v != Py_None) {
         if (depth == 0) {
             out->top_error = v;
         } else {
@@ -930,7 +927,6 @@ PyMODINIT_FUNC PyInit__body(void) {
     S_VALUE = PyUnicode_InternFromString("Value");
     S_NAME = PyUnicode_InternFromString("Name");
     S_IS_SENSITIVE = PyUnicode_InternFromString("IsSensitive");
-    S_ERROR_CODE = PyUnicode_InternFromString("ErrorCode");
-    if (!S_BASE64 || !S_UNKNOWN || !S_VALUE || !S_NAME || !S_IS_SENSITIVE || !S_ERROR_CODE) return NULL;
+    if (!S_BASE64 || !S_UNKNOWN || !S_VALUE || !S_NAME || !S_IS_SENSITIVE) return NULL;
     return PyModule_Create(&module);
 }

@@ -89,7 +89,11 @@ def summary_columns(summ: dict, body: dict, topic_ids: dict, topic=None, partiti
     """The commands row's topic, topic id, topics, partition, error code and throttle time
     from a decoded body's summary (`topic_ids`: the names learned on the connection; `topic`,
     `partition`: the request's, for a response that names none)."""
-    topics = list(summ["topics"]) + [n for t in summ["topic_ids"] if t and (n := topic_ids.get(t))]
+    # the names, then the names of the ids learned on the connection, once each (a Metadata v10+
+    # response names a topic and gives its id)
+    topics = list(
+        dict.fromkeys([*summ["topics"], *(n for t in summ["topic_ids"] if t and (n := topic_ids.get(t)))])
+    )
     return {
         "topic": topics[0] if topics else topic,
         "topic_id": summ["topic_ids"][0] if not (topics or topic) and summ["topic_ids"] else None,

@@ -637,20 +637,20 @@ _PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 class MetaShape:
     """What the commands row takes from a struct at one version (its fields' names): a topic name
     (a string field whose entityType is topicName), topic names (such a []string), a topic id, the
-    first of the partition fields, whether it has an ErrorCode, and the structs it holds as
-    (name, shape, is an array)."""
+    first of the partition fields, its error code field (ErrorCode, else one named ...ErrorCode:
+    AddPartitionsToTxn's PartitionErrorCode), and the structs it holds as (name, shape, is an
+    array)."""
 
     topic: str | None
     topics: str | None
     topic_id: str | None
     partition: str | None
-    error: bool
+    error: str | None
     children: tuple[tuple[str, MetaShape, bool], ...]
 
 
 def _meta_shape(fields: list[dict], version: int, structs: dict) -> MetaShape:
-    topic_key = topics_key = topic_id_key = part_key = None
-    has_error = False
+    topic_key = topics_key = topic_id_key = part_key = error_key = None
     children: list[tuple[str, MetaShape, bool]] = []
     for f in fields:
         if version not in Versions.parse(f["versions"]):
@@ -665,20 +665,20 @@ def _meta_shape(fields: list[dict], version: int, structs: dict) -> MetaShape:
             topic_id_key = name
         elif t == "int32" and name in _PARTITION_KEYS and part_key is None:
             part_key = name
-        elif t == "int16" and name == "ErrorCode":
-            has_error = True
+        elif t == "int16" and (name == "ErrorCode" or name.endswith("ErrorCode") and error_key is None):
+            error_key = name
         elif t.startswith("[]") and (f.get("fields") or t[2:] in structs):
             children.append((name, _meta_shape(f.get("fields") or structs[t[2:]], version, structs), True))
         elif t[:1].isupper() and (f.get("fields") or t in structs):
             children.append((name, _meta_shape(f.get("fields") or structs[t], version, structs), False))
-    return MetaShape(topic_key, topics_key, topic_id_key, part_key, has_error, tuple(children))
+    return MetaShape(topic_key, topics_key, topic_id_key, part_key, error_key, tuple(children))
 
 
 def _meta_walker(shape: MetaShape) -> Callable[[dict, dict, int], None]:
     """A walker over a decoded struct that collects what the commands row names: topics, topic
     ids, the first partition and the error codes (the reference of the compiled _body.summary)."""
     topic_key, topics_key, topic_id_key, part_key = shape.topic, shape.topics, shape.topic_id, shape.partition
-    has_error = shape.error
+    error_key = shape.error
     children = [(name, _meta_walker(sub), is_array) for name, sub, is_array in shape.children]
 
     def walk(d: dict, out: dict, depth: int) -> None:
@@ -696,8 +696,8 @@ def _meta_walker(shape: MetaShape) -> Callable[[dict, dict, int], None]:
                 out["topic_ids"].append(v)
         if part_key is not None and out["partition"] is None and (topic_key or topic_id_key or depth > 1):
             out["partition"] = d.get(part_key)
-        if has_error:
-            v = d.get("ErrorCode")
+        if error_key is not None:
+            v = d.get(error_key)
             if v is not None:
                 if depth == 0:
                     out["top_error"] = v
