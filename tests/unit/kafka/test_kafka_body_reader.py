@@ -399,6 +399,8 @@ def test_error_codes_named_otherwise_count(bodies):
 def test_a_topic_named_and_given_by_a_known_id_is_listed_once():
     """Found checking against tshark: a Metadata v13 response names its topic and gives its id,
     known on the connection from an earlier response: `topics` listed the name twice."""
+    from brokerscope.protocols.kafka import rows
+
     summ = {"topics": ["bs-lz4"], "topic_ids": ["id1", "id2"], "partition": None, "error_code": 0}
     got = rows.summary_columns(summ, {}, {"id1": "bs-lz4", "id2": "other"})
     assert got["topics"] == ["bs-lz4", "other"] and got["topic"] == "bs-lz4"
