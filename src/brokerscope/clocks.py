@@ -32,7 +32,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+
+from . import snapshot
 
 # a connection pair whose own offset is further than this from its vantage points' is no copy
 # of one connection (a 4-tuple used again by a later connection that repeats the same requests)
@@ -72,14 +73,10 @@ def estimate(root: str, vantage_of: dict[str, str]) -> Clocks:
     """The clocks of the captures `vantage_of` (capture_id -> vantage point) of the lake at `root`."""
     if len(set(vantage_of.values())) < 2:
         return Clocks()
-    t = (
-        DeltaTable(f"{root}/commands")
-        .to_pyarrow_dataset()
-        .to_table(
-            columns=list(COLUMNS),
-            filter=pc.field("capture_id").isin(sorted(vantage_of)),
-            use_threads=False,  # see lake.Lake.read_arrow: I/O threads through delta-rs may abort the exit
-        )
+    t = snapshot.dataset(f"{root}/commands", "commands").to_table(
+        columns=list(COLUMNS),
+        filter=pc.field("capture_id").isin(sorted(vantage_of)),
+        use_threads=False,
     )
     return from_commands(t, vantage_of)
 

@@ -5,11 +5,13 @@ connection."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+
+from . import snapshot
 
 # commands whose requests name the client's consumer group (their details' GroupId; FindCoordinator's
 # Key, or its one CoordinatorKeys entry from v4 on, when its KeyType is a group's)
@@ -32,10 +34,10 @@ def read_rows(path: str, capture_ids: list[str], columns, where, where_columns) 
     """The rows of the Delta table at `path` of `capture_ids` matching `where` (which reads
     `where_columns`), only `columns`. Only capture_id is filtered in the scan: delta-rs's dataset
     takes a column the files' Delta statistics leave out (lake.STATS_COLUMNS) for all null, and
-    would skip every file for `where` on such a column; `where` is applied to the rows read."""
-    dset = DeltaTable(path).to_pyarrow_dataset()
+    would skip every file for `where` on such a column; `where` is applied to the rows read.
+    The table is the path's last part (a lake's layout: Lake.path)."""
+    dset = snapshot.dataset(path, os.path.basename(os.path.normpath(path)))
     names = [*columns, *(c for c in where_columns if c not in columns)]
-    # on this thread: I/O threads through delta-rs may abort the process's exit (lake.Lake.read_arrow)
     t = dset.to_table(columns=names, filter=pc.field("capture_id").isin(capture_ids), use_threads=False)
     return one_batch(t.filter(where).select(list(columns)))
 

@@ -33,14 +33,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from . import __version__, tables
+from . import __version__, snapshot, tables
 from .config import WRITERS
 from .runs import RUNS, RunDir, app_id, stopped_runs
 from .topics import name_topics_df, needs_topic_names, resolve_topic_ids
@@ -261,7 +260,7 @@ class Lake:
         if topic_names and "topic_id" in df.columns:
             df = name_topics_df(df, topic_names)
         self._save_delta(table, df, _in_predicate(replace_capture_ids))
-        return _num_records(DeltaTable(self.path(table)), replace_capture_ids)
+        return _num_records(self.path(table), table, replace_capture_ids)
 
     def _save_delta(self, table: str, df, replace_where: str) -> None:
         (
@@ -651,11 +650,7 @@ class Lake:
         included."""
         if not ids or not DeltaTable.is_deltatable(self.path("streams")):
             return set(ids)
-        t = (
-            DeltaTable(self.path("streams"))
-            .to_pyarrow_dataset()
-            .to_table(columns=["capture_ids"], use_threads=False)
-        )
+        t = self._read("streams", ["capture_ids"])
         groups = [set(g) for g in t.column("capture_ids").to_pylist() if g and len(g) > 1]
         out, grew = set(ids), True
         while grew:
@@ -740,29 +735,8 @@ class Lake:
         return self._read(table, columns)
 
     def _read(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        """The table's current snapshot: its data files read by pyarrow from the local disk
-        where they are all there as plain Parquet (its reader features none, no deletion
-        vectors), else through delta-rs's dataset. A process reading through delta-rs's
-        filesystem, even on this thread, still aborted at its exit about 1 run in 150 on a loaded
-        machine; the local read never did (the same test, 150 runs)."""
-        dt = DeltaTable(self.path(table))
-        files = dt.file_uris()
-        if dt.protocol().reader_features or not all(os.path.isabs(f) for f in files):
-            return dt.to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
-        schema = tables.schema(table)
-        parts = dt.metadata().partition_columns
-        try:
-            partitioning = ds.partitioning(pa.schema([schema.field(c) for c in parts]), flavor="hive")
-            data = ds.dataset(
-                files,
-                schema=schema,
-                format="parquet",
-                partitioning=partitioning if parts else None,
-                partition_base_dir=self.path(table),
-            )
-            return data.to_table(columns=columns, use_threads=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError):  # a layout this reading does not know
-            return dt.to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
+        """The table's current snapshot read from its local files (snapshot.dataset)."""
+        return snapshot.dataset(self.path(table), table).to_table(columns=columns, use_threads=False)
 
     def _inputs_table(self) -> pa.Table:
         """The `inputs` table, read again only when its version moved on (its log's last commit,
@@ -993,11 +967,11 @@ def _adds(dt: DeltaTable) -> list[dict]:
     return pa.table(dt.get_add_actions(flatten=True)).to_pylist()
 
 
-def _num_records(dt: DeltaTable, capture_ids: list[str]) -> int:
+def _num_records(path: str, table: str, capture_ids: list[str]) -> int:
     ids = pa.array(sorted(set(capture_ids)), pa.string())
-    return dt.to_pyarrow_dataset().count_rows(
+    return snapshot.dataset(path, table).count_rows(
         filter=pa.compute.field("capture_id").isin(ids), use_threads=False
-    )  # read on this thread: lake.read_arrow says why
+    )
 
 
 def _partition_values(rel: Path) -> dict[str, str | None]:
