@@ -13,14 +13,17 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from . import tables
 
 
-def dataset(path: str, table: str) -> ds.Dataset:
-    """The snapshot of the Delta table `table` (a name of tables.py) at `path`."""
+def dataset(path: str, table: str):
+    """The snapshot of the Delta table `table` (a name of tables.py) at `path`: a
+    pyarrow.dataset.Dataset (imported here: it imports pandas, which decode tasks keep out,
+    pipeline.keep_pandas_out)."""
+    import pyarrow.dataset as ds
+
     dt = DeltaTable(path)
     files = dt.file_uris()
     if dt.protocol().reader_features or not all(os.path.isabs(f) for f in files):

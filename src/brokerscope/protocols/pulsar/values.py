@@ -63,7 +63,7 @@ def damaged(pf) -> str | None:
     do not encode back to its bytes (a field given twice, the credential's first copy in it
     overwritten), or it names an auth method without its data (moved into another field). Then
     none of its text is kept: a damaged tag or length can put a credential in any field."""
-    if pf.cmd.ByteSize() != pf.cmd_size:
+    if len(pf.cmd.SerializePartialToString()) != pf.cmd_size:  # ByteSize raises without required fields
         return "its fields do not encode back to its bytes"
     stack = [pf.body()]
     while stack:

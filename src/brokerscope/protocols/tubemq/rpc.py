@@ -480,7 +480,7 @@ def damaged(method_id: int | None, is_request: bool, body: bytes | None, cls=Non
         msg.ParseFromString(body)
     except DecodeError:
         return None
-    if msg.ByteSize() == len(body):
+    if len(msg.SerializePartialToString()) == len(body):  # ByteSize raises without required fields
         return None
     return (
         f"{cls.DESCRIPTOR.name}: a field given twice (damaged bytes, or another version of the message: "
