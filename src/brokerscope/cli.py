@@ -8,6 +8,7 @@ import errno
 import functools
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -307,10 +308,10 @@ def _recover(lake) -> list[str]:
     command reads what is committed."""
     try:
         lines = lake.recover()
-    except OSError as e:
+    except OSError as e:  # delta-rs's errors are OSErrors too: several lines, colour codes in them
+        why = e.strerror or no_room(e) or _first_line(str(e))
         print(
-            f"brokerscope: cannot finish interrupted runs in {lake.root} ({e.strerror or e}): "
-            "reading what they committed",
+            f"brokerscope: cannot finish interrupted runs in {lake.root} ({why}): reading what they committed",
             file=sys.stderr,
         )
         return []
@@ -795,6 +796,16 @@ def _chain(e: BaseException | None, most: int = 10):
 # what a full or read-only disk says, wherever it was raised (here, in a Python worker, in the
 # JVM or in delta-rs): errno and the strerror text that reaches us through Spark's and py4j's
 _NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system"}  # fmt: skip
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _first_line(text: str) -> str:
+    """The first line of an error's text, without terminal colour codes (delta-rs colours its
+    error chains)."""
+    text = _ANSI.sub("", text).strip()
+    return text.splitlines()[0] if text else "unknown error"
 
 
 def no_room(e: BaseException) -> str | None:

@@ -51,3 +51,32 @@ def test_a_full_disk_is_one_line_and_exit_1_wherever_it_was_raised(monkeypatch, 
     err = capsys.readouterr().err
     assert rc == 1 and err.count("\n") == 1
     assert err.startswith(f"brokerscope: no space left on device ({full.filename}): the command stopped")
+
+
+def test_a_lake_whose_runs_cannot_be_finished_is_one_line_without_colour_codes(capsys, tmp_path):
+    """Found by a user trial (a full disk): `tables` printed delta-rs's several-line error with its
+    terminal colour codes into a log before reading what was committed."""
+
+    class Stuck:
+        root = tmp_path
+
+        def recover(self):
+            raise OSError(
+                "Generic error: commit failed\n\x1b[31m↳\x1b[0m No space left on device (os error 28)"
+            )
+
+    assert cli._recover(Stuck()) == []
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"brokerscope: cannot finish interrupted runs in {tmp_path} (no space left on device): reading what they committed\n"
+    )
+
+    class Other(Stuck):
+        def recover(self):
+            raise OSError("\x1b[1mGeneric error\x1b[0m: the log is damaged\nmore")
+
+    cli._recover(Other())
+    assert capsys.readouterr().err.endswith(
+        "(Generic error: the log is damaged): reading what they committed\n"
+    )
