@@ -8,7 +8,6 @@ import errno
 import functools
 import logging
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -23,7 +22,7 @@ from . import __version__, export, report
 from .capture.filter import PacketFilter
 from .config import POLICIES, Settings, check_setting, schema_options
 from .protocols.base import known_names
-from .report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated
+from .report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated, one_line
 
 log = logging.getLogger("brokerscope")
 
@@ -252,7 +251,7 @@ def cmd_sql(args) -> int:
                 where = f" ({args.file}:{st.line})"
             else:
                 where = f" (statement at line {st.line})" if len(statements) > 1 else ""
-            print(f"brokerscope: query failed{where}: {query.one_line(e)}", file=sys.stderr)
+            print(f"brokerscope: query failed{where}: {one_line(e)}", file=sys.stderr)
             return EXIT_USAGE
         if table is None:
             continue
@@ -309,7 +308,7 @@ def _recover(lake) -> list[str]:
     try:
         lines = lake.recover()
     except OSError as e:  # delta-rs's errors are OSErrors too: several lines, colour codes in them
-        why = e.strerror or no_room(e) or _first_line(str(e))
+        why = e.strerror or no_room(e) or one_line(e)
         print(
             f"brokerscope: cannot finish interrupted runs in {lake.root} ({why}): reading what they committed",
             file=sys.stderr,
@@ -796,16 +795,6 @@ def _chain(e: BaseException | None, most: int = 10):
 # what a full or read-only disk says, wherever it was raised (here, in a Python worker, in the
 # JVM or in delta-rs): errno and the strerror text that reaches us through Spark's and py4j's
 _NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system"}  # fmt: skip
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def _first_line(text: str) -> str:
-    """The first line of an error's text, without terminal colour codes (delta-rs colours its
-    error chains)."""
-    text = _ANSI.sub("", text).strip()
-    return text.splitlines()[0] if text else "unknown error"
 
 
 def no_room(e: BaseException) -> str | None:

@@ -27,7 +27,7 @@ import shutil
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from . import __version__, snapshot, tables
 from .config import WRITERS
+from .report import one_line
 from .runs import RUNS, RunDir, app_id, stopped_runs
 from .topics import name_topics_df, needs_topic_names, resolve_topic_ids
 
@@ -139,8 +140,7 @@ class Lake:
         self._inputs: tuple[int, pa.Table, list[dict] | None] | None = None
 
     def _unreadable(self, table: str, e: Exception) -> None:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        self.unreadable[table] = f"{self.path(table)}: the Delta table cannot be read: {first[:300]}"
+        self.unreadable[table] = f"{self.path(table)}: the Delta table cannot be read: {one_line(e)[:300]}"
 
     def path(self, table: str) -> str:
         return str(self.root / table)
@@ -622,12 +622,7 @@ class Lake:
             if r["path"] not in current and r["status"] in ("ok", "partial") and r["capture_id"]
         }
         # the content each path held last: other content now is news once, not at every run
-        last: dict[str, dict] = {}
-        for r in prior:
-            if r["capture_id"] and r["status"] != "replaced":
-                seen = last.get(r["path"])
-                if seen is None or (r["ingested_at"], r["run_id"]) > (seen["ingested_at"], seen["run_id"]):
-                    last[r["path"]] = r
+        last = latest_by_path(r for r in prior if r["capture_id"] and r["status"] != "replaced")
         history, old, other = [], set(), []
         for r in prior:
             i = current.get(r["path"])
@@ -724,11 +719,9 @@ class Lake:
 
     # -- reading ----------------------------------------------------------------------------
     def read_arrow(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        """The table's current snapshot through delta-rs (driver-side; small tables and tests),
-        all its columns or `columns`. Read on this thread: with pyarrow's I/O threads reading
-        through delta-rs's filesystem, a process that exited soon after aborted in about 4 runs of
-        10 ('terminate called without an active exception', exit 134: a `--skip-ingested` run
-        with nothing new)."""
+        """The table's current snapshot (driver-side; small tables and tests), all its columns
+        or `columns`, read on this thread from its local files (snapshot.dataset says why);
+        `inputs` once per version of the table."""
         if table == "inputs":
             t = self._inputs_table()
             return t.select(columns) if columns else t
@@ -949,6 +942,16 @@ def _single(arr: pa.Array) -> bool:
 
 def _pq_path_value(v: str | None) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="-_.")
+
+
+def latest_by_path(rows: Iterable[dict]) -> dict[str, dict]:
+    """path -> the `inputs` row of `rows` ingested last there (then by run id)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        seen = out.get(r["path"])
+        if seen is None or (r["ingested_at"], r["run_id"]) > (seen["ingested_at"], seen["run_id"]):
+            out[r["path"]] = r
+    return out
 
 
 def _all_files_there(dt: DeltaTable) -> None:

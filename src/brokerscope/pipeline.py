@@ -37,7 +37,7 @@ from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantag
 from .capture.decode import link_mismatch
 from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, first_packet_ns, n_chunks
 from .config import Settings
-from .lake import Lake, StagedWriter, row_to_json
+from .lake import Lake, StagedWriter, latest_by_path, row_to_json
 from .protocols.base import INDEX_MISMATCH
 from .report import Summary
 from .runs import RunDir
@@ -915,24 +915,18 @@ def _identified(
         by_path[d.path] = dataclasses.replace(d, capture_id=by_path[k.path].capture_id)
         read_as[d.path] = k
 
-    plain_size = {}  # capture id -> its size, of the captures compressed since they were ingested
+    # (gzip path, capture id) of each capture compressed since, its decompressed bytes hashed
+    # already (_moved): its rows at the plain path, or at the gzip path where it was recorded
+    # compressed, are the gzip file's history
+    verified = set()
     for p, m in (moved or {}).items():
-        plain_size[m.was["capture_id"]] = m.was["size"]
+        verified.add((p, m.was["capture_id"]))
         if p in by_path:
             by_path[m.was["path"]], read_as[m.was["path"]] = by_path[p], read_as[p]
 
     def grew(path: str, size: int | None, old_id: str) -> bool:
         i = read_as[path]
-        if _begins_with(i, digests[i.file_index], size, old_id):
-            return True
-        # the gzip file of a capture compressed since (its rows at the plain path, or at this
-        # path when it was recorded compressed): that capture's bytes, decompressed
-        if old_id not in plain_size or not i.kind.endswith(".gz"):
-            return False
-        try:
-            return _decompressed_prefix(i.path, plain_size[old_id])[0] == old_id
-        except (OSError, EOFError, zlib.error):
-            return False
+        return (i.path, old_id) in verified or _begins_with(i, digests[i.file_index], size, old_id)
 
     replace_ids, history, other = lake.path_history(by_path, grew)
     for path, old_id in other:
@@ -1261,12 +1255,11 @@ def _moved(lake: Lake, candidates: list) -> dict[str, _Moved]:
     gz = [i for i in candidates if i.kind.endswith(".gz") and not os.path.exists(i.path[: -len(".gz")])]
     if not gz:
         return {}
-    latest: dict[str, dict] = {}  # plain path -> the capture ingested from it last
-    for r in lake.inputs_rows():
-        if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng"):
-            seen = latest.get(r["path"])
-            if seen is None or (r["ingested_at"], r["run_id"]) > (seen["ingested_at"], seen["run_id"]):
-                latest[r["path"]] = r
+    latest = latest_by_path(  # plain path -> the capture ingested from it last
+        r
+        for r in lake.inputs_rows()
+        if r["status"] in ("ok", "partial") and r["capture_id"] and r["kind"] in ("pcap", "pcapng")
+    )
     out = {}
     for i in gz:
         was = latest.get(i.path[: -len(".gz")])

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from . import export, sqltext
 from .lake import Lake
-from .report import EXIT_USAGE, STOPPING, Terminated
+from .report import EXIT_USAGE, STOPPING, Terminated, one_line
 
 HISTORY_LENGTH = 1000
 
@@ -44,12 +44,6 @@ def fetch(spark, sql: str, limit: int | None = None) -> pa.Table | None:
     if not df.columns:
         return None
     return (df if limit is None else df.limit(limit)).toArrow()
-
-
-def one_line(e: BaseException) -> str:
-    """An exception (Spark's AnalysisException and friends) as one line."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def history_path() -> Path:

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes (delta-rs colours its errors)
+
+
+def one_line(e: BaseException) -> str:
+    """An exception (Spark's AnalysisException, delta-rs's errors and friends) as one line: its
+    text's first, without terminal colour codes, or its type's name."""
+    text = _ANSI.sub("", str(e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
 
 # Exit codes of `brokerscope ingest` and jobs/nightly_ingest.py (README, "Exit codes").
 EXIT_OK = 0  # every input was read cleanly

@@ -299,30 +299,17 @@ class _Conn:
                 yield from out
 
     def data(self, from_lo: bool, data: bytes, ts_ns: int, frame: int) -> list[base.Row]:
-        """The decoder's rows from the next bytes of direction `from_lo` (a data event, or a
-        packet TcpConnection.take passed), brought by packet `frame`. Runs per packet: _guard's
-        work is inline, and most calls give no rows."""
-        conv = self.conv
-        direction = base.C2S if from_lo == self.client_is_lo else base.S2C
-        fr = self.offsets[from_lo]
-        if frame != fr.last:
-            fr.starts.append(fr.end)
-            fr.frames.append(frame)
-            fr.last = frame
-            if len(fr.starts) > fr.limit:
-                fr.prune(conv.low_water(direction))
-        fr.end += len(data)
-        try:
-            out = list(conv.feed(direction, data, ts_ns) or ())
-        except Exception as e:
-            out = self._retire(e)
-        return list(self._rows(out)) if out else out
+        """The decoder's rows from the next bytes of direction `from_lo` (a data event),
+        brought by packet `frame`: `data_run` of one."""
+        return self.data_run(from_lo, [data], [ts_ns], [frame])
 
     def data_run(
         self, from_lo: bool, chunks: list[bytes], tss: list[int], frames: list[int]
     ) -> list[base.Row]:
-        """`data` for the payloads of a run of packets of direction `from_lo` that the lane took
-        (tcp._lane), fed to the decoder at once (Conversation.feed_run): the same rows."""
+        """The decoder's rows from the payloads of a run of packets of direction `from_lo` (the
+        lane's, tcp._lane; or one data event), brought by packets `frames`, fed to it at once
+        (Conversation.feed_run): the same rows as one by one. Runs per run: _guard's work is
+        inline, and most calls give no rows."""
         conv = self.conv
         if conv is None:  # retired by an earlier run's failure
             return []

@@ -319,21 +319,27 @@ class StreamBuffer:
         self.last_ts = ts_ns
 
     def extend(self, chunks: list[bytes], tss: list[int]) -> None:
-        """`append` of each of `chunks` (none empty) in turn, with its time."""
+        """`append` of each of `chunks` in turn, with its time, the bytes joined once."""
         ch, end = self._chunks, self.end
         last = ch[-1][1] if ch else None
+        last_ts = None
         for data, ts in zip(chunks, tss):
+            if not data:
+                continue
             if ts != last:
                 ch.append((end, ts))
                 last = ts
             end += len(data)
+            last_ts = ts
+        if last_ts is None:
+            return
         joined = b"".join(chunks)
         try:
             self._buf += joined
         except BufferError:  # a caller still holds a view: grow a new buffer instead (append)
             self._buf = self._buf[self._start :] + joined
             self._start = 0
-        self.last_ts = tss[-1]
+        self.last_ts = last_ts
 
     @property
     def data(self) -> memoryview:

@@ -139,7 +139,7 @@ class Framer:
         return self._short is not None and self._still_short()
 
     def push_run(self, chunks: list[bytes], tss: list[int]) -> bool:
-        """`push` of each of `chunks` (none empty) in turn, with its time, at once."""
+        """`push` of each of `chunks` in turn, with its time, at once."""
         self.buf.extend(chunks, tss)
         return self._short is not None and self._still_short()
 
