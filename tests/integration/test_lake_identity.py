@@ -153,6 +153,21 @@ def _pcap_records(data: bytes) -> tuple[bytes, list[bytes]]:
     return data[:24], out
 
 
+class _Rotation:
+    """The zstd sample capture rotated into four files, written into `night` as tcpdump would
+    (`write(k)`: file k, or its first `upto` records only: still being written)."""
+
+    def __init__(self, tmp_path) -> None:
+        self.head, self.recs = _pcap_records(ZSTD.read_bytes())
+        self.cuts = [round(k * len(self.recs) / 4) for k in range(5)]
+        self.night, self.lake, self.fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
+        self.night.mkdir()
+
+    def write(self, k: int, upto: int | None = None) -> None:
+        part = self.recs[self.cuts[k] : self.cuts[k + 1]]
+        (self.night / f"r{k}.pcap").write_bytes(self.head + b"".join(part[:upto] if upto else part))
+
+
 def test_a_rotated_file_that_grew_is_decoded_again_with_the_files_it_shares_connections_with(spark, tmp_path):
     """A capture rotated into three files while tcpdump still wrote the third, then the nightly
     run after it grew (found by a user trial): the third file's connections began in the second,
@@ -268,13 +283,8 @@ def test_the_next_files_of_a_rotation_read_by_a_later_run_continue_its_connectio
     mid-stream connection each, the first ones 'not closed', extract gave part of them). The files
     a new file may continue (a connection open at their end, idle less than the timeout before its
     first packet) are decoded again with it: the lake equals one made from the four files at once."""
-    head, recs = _pcap_records(ZSTD.read_bytes())
-    cuts = [round(k * len(recs) / 4) for k in range(5)]
-    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
-    night.mkdir()
-
-    def write(k: int) -> None:
-        (night / f"r{k}.pcap").write_bytes(head + b"".join(recs[cuts[k] : cuts[k + 1]]))
+    rot = _Rotation(tmp_path)
+    write, recs, night, lake, fresh = rot.write, rot.recs, rot.night, rot.lake, rot.fresh
 
     write(0)
     write(1)
@@ -340,14 +350,8 @@ def test_compressed_rotations_over_nights_equal_one_run_over_the_final_files(spa
     (connections split, commands lost); each later night added another inputs row for each
     compressed file and named it again. Over four nights of a capture rotated into four files:
     the lake equals one run over the final files, and a compressed file has one current row."""
-    head, recs = _pcap_records(ZSTD.read_bytes())
-    cuts = [round(k * len(recs) / 4) for k in range(5)]
-    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
-    night.mkdir()
-
-    def write(k: int, upto: int | None = None) -> None:
-        part = recs[cuts[k] : cuts[k + 1]]
-        (night / f"r{k}.pcap").write_bytes(head + b"".join(part[:upto] if upto else part))
+    rot = _Rotation(tmp_path)
+    write, recs, night, lake, fresh = rot.write, rot.recs, rot.night, rot.lake, rot.fresh
 
     def nightly() -> pipeline.Summary:
         return pipeline.ingest([str(night)], _settings(lake), spark=spark, skip_ingested=True)
@@ -423,13 +427,8 @@ def test_a_rotated_file_that_comes_a_night_late_joins_the_files_around_it(spark,
     rows kept them as mid-stream connections of their own (a split connection, commands lost). The
     first ingested capture to begin after a new file, holding connections open when it began, is
     decoded again with it: the lake equals one run over the four files."""
-    head, recs = _pcap_records(ZSTD.read_bytes())
-    cuts = [round(k * len(recs) / 4) for k in range(5)]
-    night, lake, fresh = tmp_path / "night", tmp_path / "lake", tmp_path / "fresh"
-    night.mkdir()
-
-    def write(k: int) -> None:
-        (night / f"r{k}.pcap").write_bytes(head + b"".join(recs[cuts[k] : cuts[k + 1]]))
+    rot = _Rotation(tmp_path)
+    write, recs, night, lake, fresh = rot.write, rot.recs, rot.night, rot.lake, rot.fresh
 
     for k in (0, 2, 3):
         write(k)
