@@ -29,6 +29,10 @@ static int varint32(const unsigned char **p, const unsigned char *end, uint64_t 
     return 0;
 }
 
+/* Whether the varint that ended at `p` and began at `start` is as short as its value allows (a
+ * protobuf writer never pads one: a last byte of 0 after others is a damaged byte's mark). */
+static int minimal(const unsigned char *start, const unsigned char *p) { return p - start == 1 || p[-1] != 0; }
+
 /* Skip a field of wire type `wt` at *p: 0 or -1 (malformed, a group, cut). */
 static int skip(const unsigned char **p, const unsigned char *end, int wt) {
     uint64_t v;

@@ -206,7 +206,11 @@ class PulsarConversation(Conversation):
         details: dict = {}
         try:
             body = pf.body()
-            why = damaged(pf) if body is not None and pf.type_code in SECRET_TYPES else None
+            why = (
+                damaged(pf, frame[4 : 4 + pf.cmd_size])
+                if body is not None and pf.type_code in SECRET_TYPES
+                else None
+            )
             if why is not None:  # none of its text kept, anywhere
                 row["decode_status"] = base.MALFORMED
                 row["decode_error"] = f"{pf.type_name} seems damaged ({why}): none of its fields kept"

@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 
 from ...tables import Block
-from .. import base
+from .. import base, pbcheck
 from ..base import Row, text
 from .gen import pulsar_api_pb2 as pb
 from .messages import numbered
@@ -58,13 +58,14 @@ def scrub(d):
     return d
 
 
-def damaged(pf) -> str | None:
-    """Why a command that may carry credentials (SECRET_TYPES) seems damaged, or None: its fields
-    do not encode back to its bytes (a field given twice, the credential's first copy in it
-    overwritten), or it names an auth method without its data (moved into another field). Then
-    none of its text is kept: a damaged tag or length can put a credential in any field."""
-    if len(pf.cmd.SerializePartialToString()) != pf.cmd_size:  # ByteSize raises without required fields
-        return "its fields do not encode back to its bytes"
+def damaged(pf, cmd_bytes: bytes | memoryview) -> str | None:
+    """Why a command that may carry credentials (SECRET_TYPES) seems damaged, or None: it is not
+    as a client writes it (pbcheck.damage: a credential's tag or length damaged can leave its
+    bytes in another field), or it names an auth method without its data (moved into another
+    field). Then none of its text is kept."""
+    why = pbcheck.damage(pf.cmd, cmd_bytes)
+    if why is not None:
+        return why
     stack = [pf.body()]
     while stack:
         m = stack.pop()

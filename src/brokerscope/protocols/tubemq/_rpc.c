@@ -63,25 +63,28 @@ typedef struct {
     Py_ssize_t n[MAX_FIELDS];
 } Msg;
 
-/* The message of `len` bytes at [p, end): 0, or -1 where it is not read as rpc.py reads it. */
+/* The message of `len` bytes at [p, end): 0, or -1 where it is not read as rpc.py reads it, or
+ * is not as a client writes it (rpc.read_envelope says why: pbcheck.py): a field out of
+ * field-number order or given twice, an unknown field, a varint longer than its value needs. */
 static int message(const unsigned char *p, const unsigned char *end, Msg *m) {
+    uint64_t prev = 0;
     while (p < end) {
         uint64_t tag, v;
-        if (varint32(&p, end, &tag) || tag >> 3 == 0) return -1;
+        const unsigned char *at = p;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0 || !minimal(at, p)) return -1;
         uint64_t field = tag >> 3;
         int wt = (int)(tag & 7);
         int kind = field < MAX_FIELDS ? m->kind[field] : ABSENT;
-        if (kind == ABSENT) {
-            if (skip(&p, end, wt)) return -1;
-            continue;
-        }
+        if (kind == ABSENT || field <= prev) return -1;
+        prev = field;
+        at = p;
         if (kind == BYTES) {
-            if (wt != 2 || varint32(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+            if (wt != 2 || varint32(&p, end, &v) || v > (uint64_t)(end - p) || !minimal(at, p)) return -1;
             m->s[field] = p;
             m->n[field] = (Py_ssize_t)v;
             p += v;
         } else {
-            if (wt != 0 || varint(&p, end, &v)) return -1;
+            if (wt != 0 || varint(&p, end, &v) || !minimal(at, p)) return -1;
             if (kind == INT64) {
                 m->value[field] = (int64_t)v;
             } else {
@@ -100,7 +103,7 @@ static int message(const unsigned char *p, const unsigned char *end, Msg *m) {
 static int delimited(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, Msg *m) {
     const unsigned char *p = b + *pos, *end = b + n;
     uint64_t len;
-    if (varint32(&p, end, &len) || len > (uint64_t)(end - p)) return -1;
+    if (varint32(&p, end, &len) || len > (uint64_t)(end - p) || !minimal(b + *pos, p)) return -1;
     if (message(p, p + len, m)) return -1;
     *pos = (p - b) + (Py_ssize_t)len;
     return 0;
@@ -239,8 +242,11 @@ static PyObject *frame(PyObject *self, PyObject *args) {
  * int64 as int, bool, string as str, bytes, a nested message as such a dict, repeated fields as
  * lists. None wherever protobuf would read the bytes another way, or fail, and then reads them:
  * a cut or malformed tag, varint or length, a group, a known field with another wire type, an
- * int32 beyond 32 bits, a string that is not UTF-8, a singular message sent twice (protobuf
- * merges them), field number 0, messages nested deeper than MAX_DEPTH. */
+ * int32 beyond 32 bits, a string that is not UTF-8, field number 0, messages nested deeper than
+ * MAX_DEPTH; and wherever the message is not as a client writes it (rpc.damaged then keeps none
+ * of it: pbcheck.py): an unknown field, a field out of field-number order or a singular one
+ * given twice, a varint longer than its value needs, a bool above 1, a string with control
+ * characters. */
 
 enum { K_INT32, K_INT64, K_BOOL, K_STRING, K_BYTES, K_MESSAGE };
 #define K_MASK 7
@@ -364,10 +370,12 @@ static int field_value(const Schema *s, const FieldSpec *f, int wt, const unsign
     int kind = f->kind & K_MASK;
     uint64_t x;
     *v = NULL;
+    const unsigned char *start = *p;
     if (kind == K_INT32 || kind == K_INT64 || kind == K_BOOL) {
-        if (wt != 0 || varint(p, end, &x)) return NOT_PLAIN;
+        if (wt != 0 || varint(p, end, &x) || !minimal(start, *p)) return NOT_PLAIN;
         int64_t i = (int64_t)x;
         if (kind == K_INT32 && (i < INT32_MIN || i > INT32_MAX)) return NOT_PLAIN;
+        if (kind == K_BOOL && x > 1) return NOT_PLAIN; /* protobuf writes it back as 1 */
         if (kind == K_BOOL) {
             *v = PyBool_FromLong(x != 0);
         } else if (f->kind & F_SECRET) {
@@ -378,7 +386,7 @@ static int field_value(const Schema *s, const FieldSpec *f, int wt, const unsign
         }
         return *v ? 0 : PY_ERROR;
     }
-    if (wt != 2 || varint32(p, end, &x) || x > (uint64_t)(end - *p)) return NOT_PLAIN;
+    if (wt != 2 || varint32(p, end, &x) || x > (uint64_t)(end - *p) || !minimal(start, *p)) return NOT_PLAIN;
     const unsigned char *at = *p;
     *p += x;
     if (kind == K_MESSAGE) return read_message(s, K_SUB(f->kind), at, at + x, depth + 1, v);
@@ -386,6 +394,8 @@ static int field_value(const Schema *s, const FieldSpec *f, int wt, const unsign
         *v = (f->kind & F_SECRET) ? redacted((Py_ssize_t)x) : PyBytes_FromStringAndSize((const char *)at, x);
         return *v ? 0 : PY_ERROR;
     }
+    for (uint64_t k = 0; k < x; k++)
+        if (at[k] < 0x20 || at[k] == 0x7f) return NOT_PLAIN; /* tags and lengths in it: pbcheck.odd_values */
     PyObject *str = PyUnicode_DecodeUTF8((const char *)at, (Py_ssize_t)x, NULL);
     if (!str) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return PY_ERROR;
@@ -411,9 +421,11 @@ static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *
     int rc = 0;
     *out = NULL;
     if (depth > MAX_DEPTH || m->n > MAX_MSG_FIELDS) return NOT_PLAIN;
+    uint32_t prev = 0;
     while (p < end) {
         uint64_t tag;
-        if (varint32(&p, end, &tag) || tag >> 3 == 0) {
+        const unsigned char *at = p;
+        if (varint32(&p, end, &tag) || tag >> 3 == 0 || !minimal(at, p)) {
             rc = NOT_PLAIN;
             goto done;
         }
@@ -421,13 +433,13 @@ static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *
         int wt = (int)(tag & 7);
         Py_ssize_t j = 0;
         while (j < m->n && m->fields[j].number != number) j++;
-        if (j == m->n) { /* not in the table: an unknown field, which protobuf keeps apart */
-            if (skip(&p, end, wt)) {
-                rc = NOT_PLAIN;
-                goto done;
-            }
-            continue;
+        /* not as a client writes it (pbcheck.damage decides): an unknown field, one out of
+         * field-number order, a singular one given twice */
+        if (j == m->n || number < prev || (number == prev && !(m->fields[j].kind & F_REPEATED))) {
+            rc = NOT_PLAIN;
+            goto done;
         }
+        prev = number;
         const FieldSpec *f = &m->fields[j];
         PyObject *v;
         if ((rc = field_value(s, f, wt, &p, end, depth, &v))) goto done;
@@ -441,12 +453,7 @@ static int read_message(const Schema *s, Py_ssize_t index, const unsigned char *
             Py_DECREF(v);
             if (rc) goto done;
         } else {
-            if (slot[j] && (f->kind & K_MASK) == K_MESSAGE) { /* sent twice: protobuf merges */
-                Py_DECREF(v);
-                rc = NOT_PLAIN;
-                goto done;
-            }
-            Py_XSETREF(slot[j], v); /* a scalar sent twice: the last wins */
+            Py_XSETREF(slot[j], v); /* given once: the order check above */
         }
     }
     if (!(*out = PyDict_New())) {

@@ -20,7 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from ... import native
-from .. import base
+from .. import base, pbcheck
 from ..base import text
 from ..schema import MessagePool
 from .gen import tubemq_broker_pb2 as brk
@@ -62,7 +62,6 @@ class Method:
     services: tuple[int, ...]
     request: type[Message] | None
     response: type[Message] | None
-    carries_auth: bool = True  # may hold credentials/tokens: never keep raw bytes of it
 
     def message_name(self, is_request: bool) -> str | None:
         """TubeMQ's name of the message, looked up in a user schema (schema_file)."""
@@ -98,7 +97,6 @@ METHODS: dict[int, Method] = {
             _BROKER,
             brk.GetMessageRequestC2B,
             brk.GetMessageResponseB2C,
-            carries_auth=False,
         ),
         Method(
             18,
@@ -106,7 +104,6 @@ METHODS: dict[int, Method] = {
             _BROKER,
             brk.CommitOffsetRequestC2B,
             brk.CommitOffsetResponseB2C,
-            carries_auth=False,
         ),
         Method(19, "consumerCloseC2B", _BROKER, None, None),
         # the V2 (client-balance) consumer calls
@@ -143,10 +140,18 @@ def read_delimited(buf: bytes, pos: int, cls: type[Message]) -> tuple[Message, i
             f"{cls.__name__}: length {n} runs past the end of the frame ({len(buf) - start} left)"
         )
     msg = cls()
+    wire = buf[start:end]
     try:
-        msg.ParseFromString(buf[start:end])
+        msg.ParseFromString(wire)
     except DecodeError as e:
         raise ValueError(f"{cls.__name__}: {e}") from None
+    # not as a client writes it (pbcheck.py): a damaged byte, the body it frames may not be
+    # where it says (its strings, an exception's, are the server's prose: left as they are)
+    why = None if msg.SerializePartialToString() == wire else "its fields do not encode back to its bytes"
+    if why is None and start - pos != max(1, (n.bit_length() + 6) // 7):
+        why = "its length is a varint longer than its value needs"
+    if why is not None:
+        raise ValueError(f"{cls.__name__} seems damaged ({why})")
     return msg, end
 
 
@@ -219,6 +224,11 @@ def read_envelope(data: bytes) -> Envelope:
 # Field names whose values are credentials or access tokens.
 SECRET_FIELDS = frozenset(
     {"signature", "othParams", "authorizedToken", "authAuthorizedToken", "visitAuthorizedToken", "sessionKey"}
+)
+# Text fields that may hold tabs and line ends (error messages, stack traces, JSON settings):
+# control characters elsewhere mark a damaged message (pbcheck.odd_values)
+PROSE = frozenset(
+    {"errMsg", "failureInfo", "exceptionName", "stackTrace", "flowControlInfo", "defFlowControlInfo"}
 )
 # Large byte fields summarised by size in details (the bytes go to the messages table).
 PAYLOAD_FIELDS = frozenset({"data", "payLoadData"})
@@ -465,12 +475,13 @@ def decode_body(
 
 
 def damaged(method_id: int | None, is_request: bool, body: bytes | None, cls=None) -> str | None:
-    """Why the body of a method that may carry credentials seems damaged, or None: parsed as its
-    message (`cls`, by default the built-in one) it does not encode back to as many bytes (a
-    field given twice, its first value dropped: a damaged tag may have put a credential in any
-    field). A body that does not parse is for the decoders to say so."""
+    """Why the body of a method seems damaged, or None: parsed as its message (`cls`, by default
+    the built-in one) it is not as a client writes it (pbcheck.damage). Then none of its fields
+    are kept: a damaged tag or length may have put a credential in any field, a damaged method
+    id or header length a credential-carrying body under any method. A body that does not parse
+    is for the decoders to say so."""
     m = METHODS.get(method_id) if method_id is not None else None
-    if body is None or m is None or not m.carries_auth:
+    if body is None or m is None:
         return None
     cls = cls or (m.request if is_request else m.response)
     if cls is None:
@@ -480,10 +491,11 @@ def damaged(method_id: int | None, is_request: bool, body: bytes | None, cls=Non
         msg.ParseFromString(body)
     except DecodeError:
         return None
-    if len(msg.SerializePartialToString()) == len(body):  # ByteSize raises without required fields
+    why = pbcheck.damage(msg, body, PROSE)
+    if why is None:
         return None
     return (
-        f"{cls.DESCRIPTOR.name}: a field given twice (damaged bytes, or another version of the message: "
+        f"{cls.DESCRIPTOR.name} seems damaged ({why}; or another version of the message: "
         "[protocols.tubemq] schema_file names it): none of its fields kept, a credential may be in any"
     )
 
