@@ -60,6 +60,7 @@ class Pending:
     # first_frame / last_frame of the frame being handled (ConnInfo.frame_range): the request's,
     # then, while its response is handled, the response's (messages rows take them)
     frames: dict = field(default_factory=dict)
+    topics: list | None = None  # the request's topics (a response that names none has them)
 
 
 class KafkaConversation(Conversation):
@@ -334,7 +335,7 @@ class KafkaConversation(Conversation):
             self._add_pending(h.correlation_id, pend, out)
             return
         row.update(rows.summary_columns(p.summarize(body), body, self.topic_ids))
-        pend.topic, pend.partition = row["topic"], row["partition"]
+        pend.topic, pend.partition, pend.topics = row["topic"], row["partition"], row["topics"]
         status, err = base.OK, None
         key = h.api_key
         semantics = REQUESTS.get(key)
@@ -458,7 +459,7 @@ class KafkaConversation(Conversation):
     def _answered(self, frame, p: Pending, corr, ts0, plan: schema.Plan, body, tagged, row, lat, out) -> None:
         """The rows of a response whose body decoded (under `plan`): its commands row (begun as
         `row`), its latency `lat`, and what its api means (apis.RESPONSES)."""
-        row.update(rows.summary_columns(plan.summarize(body), body, self.topic_ids, p.topic, p.partition))
+        row.update(rows.summary_columns(plan.summarize(body), body, self.topic_ids, p))
         lat["error_code"] = row["error_code"]
         status, err = base.OK, None
         extra: list[Row] = []

@@ -85,20 +85,22 @@ def sasl_token(direction: str, frame: bytes, offset: int, ts0: int, ts1: int) ->
     return "commands", row
 
 
-def summary_columns(summ: dict, body: dict, topic_ids: dict, topic=None, partition=None) -> dict:
+def summary_columns(summ: dict, body: dict, topic_ids: dict, request=None) -> dict:
     """The commands row's topic, topic id, topics, partition, error code and throttle time
-    from a decoded body's summary (`topic_ids`: the names learned on the connection; `topic`,
-    `partition`: the request's, for a response that names none)."""
+    from a decoded body's summary (`topic_ids`: the names learned on the connection; `request`:
+    the request's Pending, whose topic, topics and partition a response that names none has)."""
     # the names, then the names of the ids learned on the connection, once each (a Metadata v10+
     # response names a topic and gives its id)
     topics = list(
         dict.fromkeys([*summ["topics"], *(n for t in summ["topic_ids"] if t and (n := topic_ids.get(t)))])
     )
+    topic = topics[0] if topics else request and request.topic
+    partition = summ["partition"] if summ["partition"] is not None else request and request.partition
     return {
-        "topic": topics[0] if topics else topic,
-        "topic_id": summ["topic_ids"][0] if not (topics or topic) and summ["topic_ids"] else None,
-        "topics": topics or None,
-        "partition": summ["partition"] if summ["partition"] is not None else partition,
+        "topic": topic,
+        "topic_id": summ["topic_ids"][0] if not topic and summ["topic_ids"] else None,
+        "topics": topics or (request and request.topics) or None,
+        "partition": partition,
         "error_code": summ["error_code"],
         "throttle_time_ms": body.get("ThrottleTimeMs"),
     }
