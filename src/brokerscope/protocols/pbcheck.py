@@ -7,9 +7,9 @@ with a credential somewhere else: a tag moved to another field, a length that sw
 credential's field into the string before it, a header length that starts the body inside it, a
 method id that reads the body as another message. Each of these leaves a mark parsing alone does
 not see: the fields do not encode back to the same bytes (order, a field given twice, an unknown
-field in the middle, a varint of more bytes than needed), or a string holds tags and lengths
-(control characters, bytes that are not UTF-8). Found by setting every byte of the recorded
-authentication frames to every value (tests/unit/test_secrets_damaged.py).
+field in the middle, a varint of more bytes than needed), a string holds tags and lengths (control
+characters), or a field comes under another wire type than its own. Found by setting every byte
+of the recorded authentication frames to every value (tests/unit/test_secrets_damaged.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,18 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _CONTROL_IN_PROSE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and line ends allowed
+# the same of a string that is not UTF-8 (proto2 hands it over as bytes: a client's own
+# encoding, kept visible, or a damaged length's swallowed bytes, tags and lengths among them)
+_CONTROL_BYTES = re.compile(b"[\x00-\x1f\x7f]")
+_CONTROL_BYTES_IN_PROSE = re.compile(b"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def odd_values(msg, prose: frozenset[str] = frozenset()) -> str | None:
     """Why a parsed message (nested ones too) holds what no client writes, or None: a string
-    that is bytes not UTF-8 (proto2 hands them over as bytes) or has control characters (tabs
-    and line ends allowed in the fields named in `prose`: error messages, stack traces), or a
-    field of the message's own under another wire type (protobuf keeps it apart, unknown: a
-    damaged tag that moved a field into a message field, say a token into a config's id)."""
+    with control characters (tabs and line ends allowed in the fields named in `prose`: error
+    messages, stack traces), UTF-8 or not, or a field of the message's own under another wire
+    type (protobuf keeps it apart, unknown: a damaged tag that moved a field into a message
+    field, say a token into a config's id)."""
     stack = [msg]
     while stack:
         m = stack.pop()
@@ -35,9 +39,13 @@ def odd_values(msg, prose: frozenset[str] = frozenset()) -> str | None:
             if fd.type == fd.TYPE_MESSAGE:
                 stack.extend(v if fd.is_repeated else (v,))
             elif fd.type == fd.TYPE_STRING:
-                control = _CONTROL_IN_PROSE if fd.name in prose else _CONTROL
+                plain = fd.name not in prose
                 for s in v if fd.is_repeated else (v,):
-                    if isinstance(s, bytes) or control.search(s):
+                    if isinstance(s, bytes):
+                        control = _CONTROL_BYTES if plain else _CONTROL_BYTES_IN_PROSE
+                    else:
+                        control = _CONTROL if plain else _CONTROL_IN_PROSE
+                    if control.search(s):
                         return f"{fd.name} is not text"
         known = m.DESCRIPTOR.fields_by_number
         for u in UnknownFieldSet(m):
