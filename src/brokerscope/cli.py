@@ -806,12 +806,27 @@ def no_room(e: BaseException) -> str | None:
         if isinstance(e, OSError) and e.errno in _NO_ROOM:
             where = f" ({e.filename})" if e.filename else ""
             return f"{_NO_ROOM[e.errno].lower()}{where}"
-        text = str(e)
+        text = _text_of(e)
         for what in _NO_ROOM.values():
             if what in text:
                 return what.lower()
         e = e.__cause__ or e.__context__
     return None
+
+
+def _text_of(e: BaseException) -> str:
+    """An exception's text, without the JVM: a PySpark exception's str() asks the JVM, which may
+    be gone by then (the first run on a machine stops it to save the class archive), and fails
+    again (found on a full disk: a py4j traceback instead of the one line); it keeps its message
+    and the JVM's stack trace as text."""
+    desc = getattr(e, "_desc", None)
+    if isinstance(desc, str):
+        trace = getattr(e, "_stackTrace", None)
+        return f"{desc}\n{trace}" if isinstance(trace, str) else desc
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 - another exception type whose str() fails
+        return ""
 
 
 def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:

@@ -277,6 +277,43 @@ def test_local_jvm_runs_with_c1_jit_and_the_log_config(spark):
     assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args)
 
 
+def _failing_task(batches):
+    import errno
+
+    for _ in batches:
+        raise OSError(errno.ENOSPC, "No space left on device", "/lake/messages/part-0.parquet")
+    yield from ()
+
+
+@pytest.mark.spark
+def test_a_failed_task_is_told_once_by_the_driver_not_by_spark_s_log(spark, capfd, monkeypatch):
+    """A task that fails (here: a full disk) was logged by the executor (the worker's traceback),
+    by the scheduler (the same again) and as an aborted job, about 80 lines before brokerscope's
+    one line (found by a user trial). The log configuration leaves that to the driver's error,
+    which carries the worker's traceback (shown whole for a bug) and which cli.no_room reads, also
+    once the JVM is gone (its first run on a machine stops it to save the class archive)."""
+    from pyspark.errors.exceptions.captured import PythonException
+
+    from brokerscope import cli
+
+    capfd.readouterr()
+    df = spark.range(2).mapInArrow(_failing_task, "id long")
+    with pytest.raises(PythonException) as caught:
+        df.collect()
+    err = capfd.readouterr().err
+    assert "Exception in task" not in err and "Lost task" not in err and "aborting job" not in err
+    assert "OSError: [Errno 28] No space left on device" in str(caught.value)
+    assert cli.no_room(caught.value) == "no space left on device"
+    from pyspark import SparkContext
+
+    with monkeypatch.context() as m:  # the JVM gone: str() of the error fails
+        m.setattr(SparkContext, "_gateway", None)
+        m.setattr(SparkContext, "_jvm", None)
+        with pytest.raises(AssertionError):
+            str(caught.value)
+        assert cli.no_room(caught.value) == "no space left on device"
+
+
 @pytest.mark.spark
 def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
     """Spark puts its bundled pyspark.zip first on the workers' path; the daemon make_spark names
