@@ -443,7 +443,8 @@ def decode_body(
 
     The fields as `plain` gives them, read by the compiled reader (_rpc.body) or, where it leaves
     the bytes, by protobuf. A message of the same name in `schema` (the user's schema_file)
-    replaces the built-in one; the details then name the schema file that defined it (`schema`)."""
+    replaces the built-in one; the details then name the schema file that defined it (`schema`).
+    A body that is not as a client writes it (pbcheck.damage) gives no fields, and says why."""
     if body is None:
         return None, {}, None
     m = METHODS.get(method_id) if method_id is not None else None
@@ -451,14 +452,11 @@ def decode_body(
     user = schema.get(m.message_name(is_request)) if schema is not None and m is not None else None
     if user is not None:
         cls = user
-    why = damaged(method_id, is_request, body, cls)
-    if why is not None:
-        return None, {}, why
     if user is None and cls is not None:
         i = BUILTIN.index.get(cls.DESCRIPTOR.full_name)
         if i is not None:
             got = _rpc.body(body, BUILTIN.table, i)
-            if got is not None:
+            if got is not None:  # read as a client writes it: the compiled reader leaves the rest
                 return got, sized(got, BUILTIN, i), None
     if cls is None:
         fields, err = decode_wire(body)
@@ -468,36 +466,21 @@ def decode_body(
         msg.ParseFromString(body)
     except DecodeError as e:
         return None, {}, f"{cls.DESCRIPTOR.name}: {e}"
+    why = pbcheck.damage(msg, body, PROSE)
+    if why is not None:  # a damaged tag or length may have put a credential in any field, a
+        # damaged method id or header length a credential-carrying body under any method
+        return (
+            None,
+            {},
+            (
+                f"{cls.DESCRIPTOR.name} seems damaged ({why}; or another version of the message: "
+                "[protocols.tubemq] schema_file names it): none of its fields kept, a credential may be in any"
+            ),
+        )
     out = message_to_dict(msg)
     if user is not None:
         out["schema"] = user.DESCRIPTOR.file.name
     return plain(msg), out, None
-
-
-def damaged(method_id: int | None, is_request: bool, body: bytes | None, cls=None) -> str | None:
-    """Why the body of a method seems damaged, or None: parsed as its message (`cls`, by default
-    the built-in one) it is not as a client writes it (pbcheck.damage). Then none of its fields
-    are kept: a damaged tag or length may have put a credential in any field, a damaged method
-    id or header length a credential-carrying body under any method. A body that does not parse
-    is for the decoders to say so."""
-    m = METHODS.get(method_id) if method_id is not None else None
-    if body is None or m is None:
-        return None
-    cls = cls or (m.request if is_request else m.response)
-    if cls is None:
-        return None
-    msg = cls()
-    try:
-        msg.ParseFromString(body)
-    except DecodeError:
-        return None
-    why = pbcheck.damage(msg, body, PROSE)
-    if why is None:
-        return None
-    return (
-        f"{cls.DESCRIPTOR.name} seems damaged ({why}; or another version of the message: "
-        "[protocols.tubemq] schema_file names it): none of its fields kept, a credential may be in any"
-    )
 
 
 def decode_wire(data: bytes) -> tuple[dict, str | None]:
