@@ -66,6 +66,12 @@ def _in(column: str, values) -> str:
     return f"{column} IN ({', '.join(_lit(v) for v in values)})"
 
 
+# the derived tables, whose time is their `ts` column alone (a journey's first sighting, a lag
+# row's minute): a scope's window reads it (found by a user trial: `report --since` on a lake
+# ingested with --journeys or --lag asked them for ts_ns and failed)
+US_TABLES = frozenset({"journeys", "lag"})
+
+
 @dataclass(frozen=True)
 class Scope:
     """What the report covers: captures, a time window [since, until) and topics (each optional).
@@ -95,13 +101,19 @@ class Scope:
         parts = []
         if self.capture_ids:
             parts.append(_in("capture_id", self.capture_ids))
-        end = "ts_ns + CAST(coalesce(duration_us, 0) * 1000 AS BIGINT)" if table == "streams" else "ts_ns"
-        if self.since_ns is not None:
-            parts.append(f"{end} >= {self.since_ns}")
+        if table in US_TABLES:  # no ts_ns: their `ts` (microseconds) against the bounds rounded up
+            start = end = "CAST(ts AS BIGINT)"
+            lo, hi = (None if t is None else -(-t // 1000) for t in (self.since_ns, self.until_ns))
+        else:
+            start = "ts_ns"
+            end = "ts_ns + CAST(coalesce(duration_us, 0) * 1000 AS BIGINT)" if table == "streams" else "ts_ns"
+            lo, hi = self.since_ns, self.until_ns
+        if lo is not None:
+            parts.append(f"{end} >= {lo}")
             if table != "streams":  # a connection that started days before the window still overlaps it
                 parts.append(f"date >= DATE {_lit(_utc(self.since_ns).date().isoformat())}")
-        if self.until_ns is not None:
-            parts.append(f"ts_ns < {self.until_ns}")
+        if hi is not None:
+            parts.append(f"{start} < {hi}")
             parts.append(f"date <= DATE {_lit(_utc(self.until_ns).date().isoformat())}")
         if self.topics:
             if table == "streams":  # the connections that carried one of the topics
@@ -203,7 +215,7 @@ class QueryError(ValueError):
     """A query the lake could not answer, in one line."""
 
 
-_NO_FIELD = re.compile(r"No field named \"?([\w.]+)\"?")
+_NO_FIELD = re.compile(r"No field named \"?([\w.]*\w)\"?")
 
 
 @dataclass

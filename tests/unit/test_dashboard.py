@@ -325,6 +325,37 @@ def test_a_time_window_keeps_rows_in_it_and_connections_overlapping_it(kafka_lak
     assert [(r["bucket_ns"], r["opened"]) for r in per] == [(T0 + 20 * SEC, 1)]
 
 
+def test_a_time_window_scopes_the_journeys_and_lag_tables_by_their_ts(tmp_path):
+    """journeys and lag have no ts_ns, only `ts` (µs): `report --since/--until` on a lake ingested
+    with --journeys or --lag asked them for ts_ns and failed, naming an empty column (found by a
+    user trial). Their rows count by `ts`, the window's bounds in ns against it."""
+    rows = {
+        "journeys": [
+            {"capture_id": "c0ffee01", "protocol": "kafka", "topic": "orders", "ts_ns": T0 + i * SEC}
+            for i in range(6)
+        ],
+        "lag": [
+            {"capture_id": "c0ffee01", "protocol": "kafka", "topic": "orders", "ts_ns": T0 + i * 60 * SEC}
+            for i in range(3)
+        ],
+        "commands": [{**base(i, T0 + i * SEC), "command": "Produce"} for i in range(6)],
+    }
+    lake = lake_with(tmp_path / "lake", rows)
+    assert all("ts_ns" not in tables.schema(t).names for t in ("journeys", "lag"))
+    src = Source(lake)
+    # [T0 + 2 s + 1 ns, T0 + 60 s + 1 ns): journeys at 3, 4, 5 s; the lag row at 60 s
+    counts = dashboard.row_counts(src, Scope(since_ns=T0 + 2 * SEC + 1, until_ns=T0 + 60 * SEC + 1))
+    assert (counts["journeys"], counts["lag"], counts["commands"]) == (3, 1, 3)
+    r = dashboard.build(lake.root, tmp_path / "r.html", Scope.parse(since="2025-11-20T12:00:02Z"))
+    assert not [e for e in r.empty if "Could not compute" in e]
+    # and the error that named an empty column: DataFusion's sentence ends with a full stop
+    for text, name in (
+        ("No field named ts_ns.", "ts_ns"),
+        ('No field named "journeys.ts_ns".', "journeys.ts_ns"),
+    ):
+        assert dashboard._NO_FIELD.search(f"Schema error: {text}").group(1) == name
+
+
 def test_scope_flags_are_checked():
     with pytest.raises(ValueError, match="--capture-id"):
         Scope.parse(capture_ids=["x'; DROP"])
