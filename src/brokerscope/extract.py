@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import capture, export
-from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split
+from .capture.files import ID_CHUNK, PCAP_MAGICS, PCAPNG_BOM, Split, chunk_digest, chunk_digests, combine_id
 from .capture.filter import PacketFilter
 from .capture.reader import OTHER_FRAMES
 from .lake import Lake
@@ -154,12 +154,39 @@ def _is_capture(kind: str) -> bool:
 
 
 def _check_unchanged(s: Source) -> None:
+    """Raise unless `s.path` still holds the capture: its size, then its content, which must hash
+    to the capture id (a file changed in place keeps its size: found by a user trial, whose
+    extract then wrote the new bytes). A gzip file recorded as the capture it decompresses to
+    (tcpdump -z gzip after ingest) hashes so."""
     try:
         size = os.path.getsize(s.path)
+        if size != s.size:
+            raise ValueError(f"{s.path}: changed since it was ingested ({s.size} bytes then, {size} now)")
+        same = combine_id(size, chunk_digests(s.path, 0, size, size)) == s.capture_id
+        if not same and s.kind.endswith(".gz"):
+            same = _decompressed_id(s.path) == s.capture_id
     except OSError as e:
-        raise FileNotFoundError(f"{s.path}: the capture is gone ({e.strerror})") from None
-    if size != s.size:
-        raise ValueError(f"{s.path}: changed since it was ingested ({s.size} bytes then, {size} now)")
+        raise FileNotFoundError(f"{s.path}: the capture is gone ({e.strerror or e})") from None
+    if not same:
+        raise ValueError(
+            f"{s.path}: changed since it was ingested (the same size, other bytes: not capture {s.capture_id})"
+        )
+
+
+def _decompressed_id(path: str) -> str | None:
+    """The capture id of a gzip file's decompressed bytes (None: not gzip, or damaged)."""
+    digests: dict[int, bytes] = {}
+    size = 0
+    try:
+        with gzip.open(path, "rb") as fh:
+            while data := fh.read(ID_CHUNK):
+                digests[len(digests)] = chunk_digest(data)
+                size += len(data)
+                if len(data) < ID_CHUNK:
+                    break
+    except (OSError, EOFError):
+        return None
+    return combine_id(size, digests)
 
 
 # -- which records --------------------------------------------------------------------------------

@@ -233,3 +233,40 @@ def test_a_capture_comes_from_any_path_that_holds_it_and_says_why_none_does(spar
     cut.unlink()
     rc, _, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
     assert rc == 2 and all(n in err for n in ("x.pcap", "y.pcap", "grow.pcap")) and "gone" in err, err
+
+
+def test_a_capture_changed_in_place_with_its_size_is_not_extracted(spark, tmp_path, capsys):
+    """Found by a user trial: one byte of a packet's payload changed, the size kept, and extract
+    wrote the new bytes as the capture's packets (only the size was checked). Its content must
+    hash to the capture id; a gzip file recorded as the capture it decompresses to (tcpdump -z
+    gzip after ingest) still serves."""
+    import gzip
+
+    from brokerscope import pipeline
+    from brokerscope.capture import capture_id
+    from brokerscope.config import Settings
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "iggy" / "client_vsr.pcap"
+    cap = tmp_path / "x.pcap"
+    shutil.copy(src, cap)
+    lake = tmp_path / "lake"
+    settings = Settings.load(overrides={"lake": {"path": str(lake)}})
+    pipeline.ingest([str(cap)], settings, spark=spark)
+    cid = capture_id(cap)
+    want = [(float(p.time), bytes(p)) for p in rdpcap(str(src)) if TCP in p]
+    out = tmp_path / "o.pcapng"
+    data = bytearray(cap.read_bytes())
+    data[-10] ^= 0xFF  # the last packet's payload
+    cap.write_bytes(bytes(data))
+    rc, _, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
+    assert rc == 2 and f"{cap}: changed since it was ingested (the same size, other bytes" in err, err
+    assert not out.exists()
+    cap.write_bytes(src.read_bytes())  # back as it was, then gzipped in place: recorded, not decoded
+    with open(cap, "rb") as f, gzip.open(f"{cap}.gz", "wb") as g:
+        g.write(f.read())
+    cap.unlink()
+    pipeline.ingest([str(tmp_path)], settings, spark=spark, skip_ingested=True)
+    rc, stdout, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
+    assert rc == 0 and "from 1 file(s)" in stdout, err
+    assert _packets(str(out)) == want
