@@ -17,24 +17,29 @@ HISTORY_LENGTH = 1000
 
 
 def check_tables(statements: list[sqltext.Statement], lake: Lake) -> None:
-    """Raise ValueError (one line naming it) for the first statement cut short (`unfinished`)
-    or table a statement reads that the lake does not hold and no earlier statement defines: no
-    JVM is started for a typo."""
+    """Raise ValueError (one line naming it) for the first statement `refusal` refuses: no JVM is
+    started for a typo."""
+    known, defined = set(lake.table_names()), set()
     for stmt in statements:
-        unfinished(stmt)
-    known = set(lake.table_names())
-    for stmt, name in sqltext.unknown_tables(statements, known):
-        raise ValueError(
-            f"line {stmt.line}: no table `{name}` in the lake at {lake.root} "
-            f"(its tables: {', '.join(sorted(known)) or 'none'})"
-        )
+        why = refusal(stmt, lake.root, known, defined)
+        if why is not None:
+            raise ValueError(f"line {stmt.line}: {why}")
 
 
-def unfinished(stmt: sqltext.Statement) -> None:
-    """Raise ValueError (one line) for a statement that ends where something must follow."""
+def refusal(stmt: sqltext.Statement, root, known: set[str], defined: set[str]) -> str | None:
+    """Why a statement is not run, or None: cut short (`unfinished`), it would change the lake at
+    `root` (sqltext.writes), or it reads a table that neither the lake (`known`) holds nor an
+    earlier statement defined (`defined`, to which this one's views are added)."""
     word = sqltext.unfinished(stmt)
     if word is not None:
-        raise ValueError(f"line {stmt.line}: the statement ends with {word}: something must follow it")
+        return f"the statement ends with {word}: something must follow it"
+    word = sqltext.writes(stmt, known)
+    if word is not None:
+        return f"{word} would change the lake: `sql` and the shell only read it (ingest, optimize and vacuum write it)"
+    for _, name in sqltext.unknown_tables([stmt], known | defined):
+        return f"no table `{name}` in the lake at {root} (its tables: {', '.join(sorted(known)) or 'none'})"
+    defined |= sqltext.tables(stmt)[1]
+    return None
 
 
 def fetch(spark, sql: str, limit: int | None = None) -> pa.Table | None:
@@ -82,6 +87,7 @@ class Shell:
         self.err = err or sys.stderr
         self.interactive = self.stdin.isatty() and self.out.isatty()
         self.failed = 0
+        self.defined: set[str] = set()  # the views the session's statements made (query.refusal)
 
     def error(self, msg: str, line: int | None = None) -> None:
         self.failed += 1
@@ -89,9 +95,9 @@ class Shell:
         print(f"error{where}: {msg}", file=self.err, flush=True)
 
     def run_statement(self, stmt: sqltext.Statement, line0: int) -> None:
-        word = sqltext.unfinished(stmt)
-        if word is not None:
-            self.error(f"the statement ends with {word}: something must follow it", line0 + stmt.line - 1)
+        why = refusal(stmt, self.lake.root, set(self.lake.table_names()), self.defined)
+        if why is not None:
+            self.error(why, line0 + stmt.line - 1)
             return
         try:
             table = fetch(self.spark, stmt.text)

@@ -248,3 +248,44 @@ def unfinished(stmt: Statement) -> str | None:
     if last.kind == "punct" and last.text == ",":
         return ","
     return None
+
+
+# statements that change a table: `sql` and the shell read the lake (ingest, optimize, vacuum
+# write it); Spark's own answer to them is a py4j line, or for DROP TABLE of a lake table's view,
+# nothing (found by a user trial)
+_WRITES = {
+    "DELETE",
+    "UPDATE",
+    "MERGE",
+    "INSERT",
+    "TRUNCATE",
+    "ALTER",
+    "OPTIMIZE",
+    "VACUUM",
+    "RESTORE",
+    "REPLACE",
+}
+
+
+def writes(stmt: Statement, lake_tables: set[str]) -> str | None:
+    """The word of a statement that would change the lake (DROP only of one of `lake_tables`:
+    a user's own view may go), or None."""
+    toks = stmt.tokens
+    first = toks[0].text.upper() if toks and toks[0].kind == "word" else None
+    if first in _WRITES:
+        return first
+    if first != "DROP":
+        return None
+    # DROP [TEMPORARY] TABLE|VIEW [IF EXISTS] name
+    i = 1
+    while (
+        i < len(toks) and toks[i].kind == "word" and toks[i].text.upper() in ("TEMPORARY", "TEMP", "GLOBAL")
+    ):
+        i += 1
+    if i >= len(toks) or toks[i].text.upper() not in ("TABLE", "VIEW"):
+        return None
+    i += 1
+    if i + 1 < len(toks) and toks[i].text.upper() == "IF" and toks[i + 1].text.upper() == "EXISTS":
+        i += 2
+    name, _ = _name(toks, i)
+    return "DROP" if name is not None and name in {t.lower() for t in lake_tables} else None

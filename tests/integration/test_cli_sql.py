@@ -148,13 +148,18 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
         "SELECT unhex('00ff') AS b, 'x;y' AS s;\n"
         "SELECT CAST(unhex('C3') AS STRING) AS t;\n"  # no UTF-8: said, and the session goes on
         "SELECT * FROM streams WHERE;\n"  # cut short: said, not every row (Spark's alias)
+        "SELECT * FROM comands;\n"  # found by a user trial: Spark's TABLE_OR_VIEW_NOT_FOUND
+        "CREATE TEMP VIEW mine AS SELECT 3 AS three;\nSELECT * FROM mine;\nDROP VIEW mine;\n"
         "SELECT 2 AS two\n",  # the last statement may lack its ;
     )
     rc, out, err = run(capsys, "shell", "--lake", sample_lake)
     assert rc == report.EXIT_USAGE  # a statement failed and the input was no terminal
     errors = err.splitlines()
-    assert len(errors) == 5 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
+    assert len(errors) == 6 and errors[0].startswith("error (line 9): ") and "nope" in errors[0]
     assert errors[4] == "error (line 15): the statement ends with WHERE: something must follow it"
+    assert errors[5].startswith(
+        f"error (line 16): no table `comands` in the lake at {sample_lake} (its tables: "
+    )
     assert errors[1] == "error (line 11): unknown command \\nothing (\\? lists them)"
     # found by a user trial: Spark's TABLE_OR_VIEW_NOT_FOUND text; now as `sql` says it
     assert errors[2].startswith(
@@ -166,7 +171,9 @@ def test_shell_driven_through_standard_input(spark, sample_lake, monkeypatch, ca
     assert "latency_us" in out and "double" in out  # \d
     n = len(Lake(sample_lake).read_arrow("streams"))
     assert out.count(f"\n{n}\n(1 row)\n") == 2
-    assert out.endswith('{"b":"AP8=","s":"x;y"}\n{"two":2}\n')
+    assert out.endswith(
+        '{"b":"AP8=","s":"x;y"}\n{"three":3}\n{"two":2}\n'
+    )  # a view of its own: made, read, dropped
 
 
 def test_shell_goes_on_after_ctrl_c_and_stops_on_sigterm(spark, sample_lake, monkeypatch, capsys):
@@ -257,6 +264,11 @@ def test_unknown_tables_and_bad_sql_fail_before_spark(tmp_path, monkeypatch, cap
             "line 1: the statement ends with WHERE: something must follow it",
         ),
         (["sql", "SELECT 1;\nSELECT a,"], "line 2: the statement ends with ,: something must follow it"),
+        # found by a user trial: DELETE was py4j's 'An error occurred while calling o51.sql', DROP
+        # TABLE of a lake table (its view) printed nothing, exit 0
+        (["sql", "DELETE FROM commands WHERE true"], "line 1: DELETE would change the lake: `sql` and the"),
+        (["sql", "SELECT 1;\ndrop table if exists Commands"], "line 2: DROP would change the lake"),
+        (["sql", "INSERT INTO acks SELECT * FROM acks"], "line 1: INSERT would change the lake"),
         (["sql", "-f", str(tmp_path / "none.sql")], "cannot read"),
         (["sql", "SELECT 1", "-f", str(tmp_path / "q.sql")], "not both"),
         (["sql", " ; -- nothing"], "no SQL statement given"),

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from brokerscope import tables as schemas
-from brokerscope.sqltext import SqlTextError, blank, split, tables, unfinished, unknown_tables
+from brokerscope.sqltext import SqlTextError, blank, split, tables, unfinished, unknown_tables, writes
 from tests.integration.test_readme_queries import readme_queries
 
 LAKE = set(schemas.ALL_TABLES)  # the journeys table too: a lake ingested with --journeys
@@ -92,3 +92,23 @@ def test_no_column_of_the_lake_is_taken_for_a_statement_cut_short():
     assert all(
         unfinished(s) is None for q in readme_queries() for s in split(q if isinstance(q, str) else q[-1])[0]
     )
+
+
+@pytest.mark.parametrize(
+    "sql, word",
+    [
+        ("DELETE FROM commands WHERE true", "DELETE"),
+        ("update messages set value = null", "UPDATE"),
+        ("MERGE INTO acks USING x ON true WHEN MATCHED THEN DELETE", "MERGE"),
+        ("TRUNCATE TABLE streams", "TRUNCATE"),
+        ("DROP TABLE commands", "DROP"),
+        ("drop temporary view if exists `Commands`", "DROP"),
+        ("DROP VIEW mine", None),  # a view of the session's own
+        ("DROP TABLE IF EXISTS other", None),
+        ("SELECT * FROM commands WHERE command = 'DELETE'", None),
+        ("CREATE TEMP VIEW v AS SELECT * FROM commands", None),
+    ],
+)
+def test_statements_that_would_change_the_lake(sql, word):
+    (stmt,), _ = split(sql)
+    assert writes(stmt, {"commands", "messages", "acks", "streams"}) == word
