@@ -241,16 +241,16 @@ def cmd_sql(args) -> int:
     _say_unreadable(lake)
     results, shown = [], 0
     for st in statements:
+        # the file and line of the statement (Spark's own 'line N pos M' counts within it)
+        if args.file:
+            where = f" ({args.file}:{st.line})"
+        else:
+            where = f" (statement at line {st.line})" if len(statements) > 1 else ""
         try:
             table = query.fetch(spark, st.text, args.limit)
         except Exception as e:  # AnalysisException and friends: one clear line
             if _interrupt_in(e) is not None:  # the error of a call Ctrl-C or SIGTERM cut short
                 raise
-            # the file and line of the statement (Spark's own 'line N pos M' counts within it)
-            if args.file:
-                where = f" ({args.file}:{st.line})"
-            else:
-                where = f" (statement at line {st.line})" if len(statements) > 1 else ""
             print(f"brokerscope: query failed{where}: {one_line(e)}", file=sys.stderr)
             return EXIT_USAGE
         if table is None:
@@ -260,7 +260,11 @@ def cmd_sql(args) -> int:
             continue
         if shown:
             sys.stdout.write("\n")
-        export.write(table, args.format, sys.stdout, args.binary)
+        try:
+            export.write(table, args.format, sys.stdout, args.binary)
+        except ValueError as e:  # a result the format cannot hold (a name twice in JSON, ...)
+            print(f"brokerscope: cannot write the result{where}: {e}", file=sys.stderr)
+            return EXIT_USAGE
         shown += 1
     if results:
         _write_out(results, args)

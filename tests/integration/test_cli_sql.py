@@ -130,6 +130,15 @@ def test_a_failing_statement_of_a_file_names_the_file_and_its_line(spark, sample
     rc, _, err = run(capsys, "sql", "-f", str(sql), "--lake", sample_lake)
     assert rc == report.EXIT_USAGE
     assert err.startswith(f"brokerscope: query failed ({sql}:4): ") and len(err.splitlines()) == 1, err
+    # a result its format cannot hold (a column name twice in JSON) names its place too (a user trial)
+    sql.write_text(
+        "SELECT 1 AS a;\n\nSELECT c.conn_id, l.conn_id FROM commands c JOIN latencies l USING (conn_id);\n"
+    )
+    rc, _, err = run(capsys, "sql", "-f", str(sql), "--lake", sample_lake, "--format", "jsonl")
+    assert rc == report.EXIT_USAGE
+    assert err.startswith(
+        f"brokerscope: cannot write the result ({sql}:3): column name conn_id given twice"
+    ), err
 
 
 @pytest.mark.spark
