@@ -277,8 +277,9 @@ class Framer:
             if pending:
                 reason = f"frame cut by a capture gap of {nbytes} bytes"
                 ts_first = b.ts_at(b.offset)
-            else:
-                reason, ts_first = f"{nbytes} bytes missing (capture gap)", ts_ns
+            else:  # its first byte was never captured: its row starts with the packet before
+                # (the frame the driver names for it, streams._Offsets.span), if any
+                reason, ts_first = f"{nbytes} bytes missing (capture gap)", b.last_ts or ts_ns
             reason += "; resynchronised at the next frame start"
             self._garbage = Junk(b.offset, pending + nbytes, GAP, reason, ts_first, ts_ns, head)
         self._garbage.ts_last = ts_ns

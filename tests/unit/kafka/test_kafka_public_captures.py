@@ -81,8 +81,10 @@ NDPI = [
     (49280, "c2s", "ApiVersions", 0, 129, "ok"),
     (49280, "s2c", "ApiVersions", 0, 129, "ok"),
     (49280, "c2s", "Metadata", 2, 130, "ok"),
+    # the 44 bytes of request 131, never captured: at the time of frame 3, the packet before them
+    # that its first_frame names (was: frame 5's, which revealed the gap; a user trial)
+    (49280, "c2s", None, None, None, "gap"),
     (49280, "s2c", "Metadata", 2, 130, "ok"),
-    (49280, "c2s", None, None, None, "gap"),  # the 44 bytes of request 131, never captured
     (49280, "s2c", "Metadata", 2, 131, "request_missing"),  # inferred: neighbour 130 is Metadata v2
     (58052, "s2c", None, None, 140, "request_missing"),  # no captured neighbour: not inferred
     (58052, "s2c", "Metadata", 2, 141, "request_missing"),  # inferred: neighbour 142 is Metadata v2
@@ -124,6 +126,12 @@ def test_ndpi():
         for r in sorted(out["commands"], key=lambda r: r["ts_ns"])
     ]
     assert got == NDPI
+    (gap,) = [r for r in out["commands"] if r["decode_status"] == "gap"]
+    assert (gap["first_frame"], gap["ts_ns"], gap["ts_end_ns"]) == (
+        3,
+        1681845006101184000,
+        1681845606130644000,
+    )
     missing = [r for r in out["commands"] if r["decode_status"] == "request_missing"]
     assert missing and not any(r["raw"] for r in missing)  # undetermined type: no bytes
     # tshark shows these three frames as "Request missing" with their length and correlation id
