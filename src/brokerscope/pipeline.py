@@ -570,7 +570,8 @@ def _decode_fn(
         def stats() -> list[dict]:
             names = [{"topic_names": drv.topic_names}] if drv.topic_names else []
             tls = [{"tls": drv.tls_outcomes}] if drv.tls_outcomes else []
-            return drv.capture_stats + names + tls
+            seen = [{"seen": drv.seen}] if any(drv.seen.values()) else []
+            return drv.capture_stats + names + tls + seen
 
         log_to = os.environ.get(TASK_LOG_ENV)
         seen = {"packets": 0, "payload_bytes": 0}
@@ -841,8 +842,13 @@ def ingest(
         summary.filtered += int(s.get("filtered", 0))
         for outcome, n in s.get("tls", {}).items():
             summary.tls[outcome] = summary.tls.get(outcome, 0) + n
+        for what, per in s.get("seen", {}).items():
+            for cid, n in per.items():
+                summary.seen.setdefault(what, {})[cid] = summary.seen.get(what, {}).get(cid, 0) + n
     summary.keylogs = bool(settings.raw["tls"]["keylog_files"])
     summary.connections = summary.rows.get("streams", 0)
+    if summary.seen:  # the warnings name the files
+        summary.paths = {r["capture_id"]: r["path"] for r in lake.inputs_rows() if r["run_id"] == run_id}
     summary.seconds = time.time() - t0
     return summary
 

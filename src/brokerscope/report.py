@@ -63,6 +63,11 @@ class Summary:
     connections: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     tls: dict[str, int] = field(default_factory=dict)  # TLS connections by tls_decrypted outcome
+    # per capture id: connections with data no decoder recognised ("unrecognised"), packets cut
+    # by the capture's snap length ("snap_truncated"): warnings naming the files (`paths`, by
+    # capture id), no failure (the streams table holds both)
+    seen: dict[str, dict[str, int]] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
     keylogs: bool = False  # the run was given key logs ([tls] keylog_files, --tls-keylog)
     writer: str = ""
     seconds: float = 0.0
@@ -98,6 +103,19 @@ class Summary:
             out.append(f"TLS: {_count(n, 'connection')}: {', '.join(parts)} (streams.tls_decrypted says why)")
             if self.keylogs and not yes:  # a key log of other sessions, or of handshakes only
                 out.append(f"warning: the key logs given decrypted none of the {n:,} TLS connection(s)")
+        cut, unknown = self.seen.get("snap_truncated", {}), self.seen.get("unrecognised", {})
+        for cid, n in list(cut.items())[:SHOWN]:
+            out.append(
+                f"warning: {self.paths.get(cid, cid)}: {n:,} packet(s) cut short by the capture's snap "
+                "length (tcpdump -s): the bytes past it were never captured (streams.snap_truncated_packets)"
+            )
+        for cid, n in list(unknown.items())[:SHOWN]:
+            out.append(
+                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} carried data no decoder "
+                "recognised (streams.protocol unknown): name their broker ports with --port PROTO=PORT or [ports]"
+            )
+        if len(cut) > SHOWN or len(unknown) > SHOWN:
+            out.append("warning: ... and more captures (streams.snap_truncated_packets, streams.protocol)")
         if self.excluded:
             out.append(f"excluded: {len(self.excluded)} path(s) matching inputs.exclude or --exclude")
         if self.skipped_already_ingested:
@@ -128,7 +146,9 @@ class Summary:
                 out.append(f"{what}: {len(items)} file(s): {shown}{more}")
         code = self.exit_code()
         verdict = {
-            EXIT_OK: "every input read cleanly" if self.files else "nothing new to ingest",
+            EXIT_OK: ("every input read cleanly" + (" (see the warnings)" if cut or unknown else ""))
+            if self.files
+            else "nothing new to ingest",
             EXIT_PARTIAL: "some inputs were partial or rejected (see inputs.status)",
             EXIT_NOTHING: "no input could be ingested",
         }[code]

@@ -456,8 +456,15 @@ class _Conn:
             row.update(self.tls.info())
             outcome = row["tls_decrypted"].split(":")[0]  # yes | no key | failed
             self.drv.tls_outcomes[outcome] = self.drv.tls_outcomes.get(outcome, 0) + 1
+        cid = self.files[0][1]
+        # (TLS without keys is said apart: the summary's TLS line)
+        if self.protocol == "unknown" and self.tls is None and row["c2s_bytes"] + row["s2c_bytes"] > 0:
+            self.drv.seen["unrecognised"][cid] = self.drv.seen["unrecognised"].get(cid, 0) + 1
+        if row["snap_truncated_packets"]:
+            cut = self.drv.seen["snap_truncated"]
+            cut[cid] = cut.get(cid, 0) + row["snap_truncated_packets"]
         row.update(self.shared)
-        row["capture_id"] = self.files[0][1]
+        row["capture_id"] = cid
         return row
 
 
@@ -489,6 +496,9 @@ class StreamDriver:
         self.protocols = base.protocols()
         self.topic_names: dict[str, str] = {}  # topic id -> name, from every connection decoded
         self.tls_outcomes: dict[str, int] = {}  # TLS connections by tls_decrypted (yes, no key, failed)
+        # per capture id: connections that carried data no decoder recognised, packets the
+        # capture's snap length cut (the summary's warnings)
+        self.seen: dict[str, dict[str, int]] = {"unrecognised": {}, "snap_truncated": {}}
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
         self.vantages = vantages if vantages and len(set(vantages.values())) > 1 else None

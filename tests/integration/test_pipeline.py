@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -468,3 +470,46 @@ def test_a_damaged_segment_counts_the_bytes_it_lost(spark, tmp_path):
         r = rows[name]
         assert r["status"] == "partial" and r["damaged_bytes"] == problems[r["capture_id"]] > 0, r
     assert rows["torn"]["damaged_bytes"] == 126  # the torn batch's bytes present (163 needed)
+
+
+def _snapped(src: Path, dst: Path, snaplen: int) -> int:
+    """A pcap of `src` cut as `tcpdump -s snaplen` would have captured it; the records it cut."""
+    data = src.read_bytes()
+    head, pos, cut = bytearray(data[:24]), 24, 0
+    struct.pack_into("<I", head, 16, snaplen)  # the header's snap length (little-endian pcap)
+    out = [bytes(head)]
+    while pos + 16 <= len(data):
+        sec, frac, incl, orig = struct.unpack_from("<IIII", data, pos)
+        keep = min(incl, snaplen)
+        cut += keep < incl
+        out.append(struct.pack("<IIII", sec, frac, keep, orig) + data[pos + 16 : pos + 16 + keep])
+        pos += 16 + incl
+    dst.write_bytes(b"".join(out))
+    return cut
+
+
+@pytest.mark.spark
+def test_a_capture_cut_by_its_snap_length_and_traffic_no_decoder_knows_are_warned_of(spark, tmp_path):
+    """Found by a user trial: `editcap -s 120` of a Kafka capture on a port not in [ports] gave no
+    commands rows at all (its first bytes cut, nothing recognised it) and 'exit 0: every input read
+    cleanly'. The summary now says how many packets the snap length cut and how many connections
+    carried data no decoder recognised, with the remedy; the exit code stays 0 (the file is whole)."""
+    cap = tmp_path / "none_s120.pcap"
+    assert _snapped(SAMPLE_DATA / "kafka" / "none.pcap", cap, 120) > 0
+    settings = Settings.load(overrides={"lake": {"path": str(tmp_path / "lake")}})
+    summary = pipeline.ingest([str(cap)], settings, spark=spark)
+    streams = Lake(tmp_path / "lake").read_arrow("streams").to_pylist()
+    cut = sum(s["snap_truncated_packets"] for s in streams)
+    unknown = sum(s["protocol"] == "unknown" and s["c2s_bytes"] + s["s2c_bytes"] > 0 for s in streams)
+    (cid,) = {s["capture_id"] for s in streams}
+    assert cut > 0 and unknown > 0
+    assert summary.seen == {"snap_truncated": {cid: cut}, "unrecognised": {cid: unknown}}
+    lines = summary.lines()
+    assert (
+        f"warning: {cap}: {cut:,} packet(s) cut short by the capture's snap length (tcpdump -s): "
+        in "\n".join(lines)
+    )
+    assert any(
+        ln.startswith(f"warning: {cap}: {unknown} connection") and "--port PROTO=PORT" in ln for ln in lines
+    )
+    assert summary.exit_code() == 0 and lines[-1] == "exit 0: every input read cleanly (see the warnings)"
