@@ -351,7 +351,8 @@ def cmd_extract(args) -> int:
         settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), flt, frames or None
     )
     if not r.packets:
-        print("brokerscope: no packet matched: nothing written", file=sys.stderr)
+        has = "" if r.frames_in_file is None else f" (the capture has {r.frames_in_file:,} frames)"
+        print(f"brokerscope: no packet matched: nothing written{has}", file=sys.stderr)
         return 1
     print(f"wrote {r.packets:,} packet(s) from {len(r.files)} file(s) to {r.out}")
     print(f"open it: wireshark -r {r.out}")

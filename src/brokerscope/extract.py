@@ -63,6 +63,7 @@ class Extracted:
     packets: int
     files: list[str]
     out: str
+    frames_in_file: int | None = None  # with frame numbers of which none matched: the file's
 
 
 # -- what to read ---------------------------------------------------------------------------------
@@ -250,6 +251,15 @@ def frame_offsets(src: Source, frames: set[int]) -> list[int]:
         inp.close()
 
 
+def frame_count(src: Source) -> int:
+    """How many frames `src` has (Wireshark's numbering: every record, a packet or not)."""
+    inp = _Input(src)
+    try:
+        return sum(1 for _ in _frames(inp, src.kind))
+    finally:
+        inp.close()
+
+
 def _frames(inp: _Input, kind: str) -> Iterator[tuple[int, bool]]:
     """The offset of every record Wireshark numbers as a frame, and whether it is a packet, in
     file order (pcap: every record; pcapng: EPB, SPB and PB blocks, and the journal and custom
@@ -433,4 +443,5 @@ def extract(
         picks = [selected_offsets(s, conns, flt) for s in sources]
     kept = [(s, p) for s, p in zip(sources, picks) if p]
     n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
-    return Extracted(n, [s.path for s, _ in kept], out)
+    have = frame_count(sources[0]) if frames and not n and sources else None
+    return Extracted(n, [s.path for s, _ in kept], out, have)

@@ -30,6 +30,14 @@ _INPUT_NAME = re.compile(
 EMPTY = "empty file"
 NOT_INPUT = "not a capture (pcap, pcapng, gzip) or a broker segment file"
 NOT_REGULAR = "not a regular file (a FIFO, socket or device): not read"
+# other compressions a capture comes in (magic bytes, the tool and how to undo it): only gzip is
+# read as it is; the rest is said so (was: 'not a capture', found by a user trial)
+COMPRESSIONS = (
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"\xfd7zXZ\x00", "xz", "xz -d"),
+    (b"BZh", "bzip2", "bzip2 -d"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -d"),
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,20 @@ def _classify(path: str) -> tuple[str | None, str | None]:
             return None, f"{skind} check failed: {e}"
         if why:
             return None, why
-    return None, NOT_INPUT
+    return None, _compressed(path) or NOT_INPUT
+
+
+def _compressed(path: str) -> str | None:
+    """Why a file compressed with another tool than gzip is not read as it is, or None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return None
+    for magic, tool, undo in COMPRESSIONS:
+        if head.startswith(magic):
+            return f"{NOT_INPUT}: compressed with {tool} (only gzip is read as it is: {undo} it first)"
+    return None
 
 
 def excluded(name: str, rel: str, exclude: Sequence[str]) -> bool:
@@ -153,7 +174,11 @@ def discover(paths: list[str], exclude: Sequence[str] = ()) -> Discovery:
         if kind is None:
             err = err or "unknown"
             name = os.path.basename(path)
-            sidecar = not named and err in (EMPTY, NOT_INPUT, NOT_REGULAR) and not _INPUT_NAME.search(name)
+            sidecar = (
+                not named
+                and (err in (EMPTY, NOT_REGULAR) or err.startswith(NOT_INPUT))
+                and not _INPUT_NAME.search(name)
+            )
             (d.skipped if sidecar else d.errors).append((path, err))
             continue
         st = os.stat(path)

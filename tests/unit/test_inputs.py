@@ -8,6 +8,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import lz4.frame
+
 from brokerscope import inputs
 from tests.conftest import CAPTURES, SAMPLE_DATA
 
@@ -60,6 +62,8 @@ def test_a_damaged_capture_in_a_directory_stays_an_error(tmp_path):
     (night / "night.pcap.bz2").write_bytes(
         bz2.compress(data)
     )  # a capture, compressed as brokerscope cannot read
+    (night / "night.pcap.lz4").write_bytes(lz4.frame.compress(data))
+    (night / "backup.tar.lz4").write_bytes(lz4.frame.compress(b"a backup"))
     seg = night / "orders-0"
     seg.mkdir()
     (seg / "00000000000000000000.log").write_bytes(bytes(64))  # a segment of zeros
@@ -70,10 +74,13 @@ def test_a_damaged_capture_in_a_directory_stays_an_error(tmp_path):
         "torn.pcap": inputs.NOT_INPUT,
         "rotated.pcap3": inputs.EMPTY,
         "broken.pcapng.gz": inputs.NOT_INPUT,
-        "night.pcap.bz2": inputs.NOT_INPUT,
+        # found by a user trial: said to be no capture, not that it was compressed with another tool
+        "night.pcap.bz2": f"{inputs.NOT_INPUT}: compressed with bzip2 (only gzip is read as it is: bzip2 -d it first)",
+        "night.pcap.lz4": f"{inputs.NOT_INPUT}: compressed with lz4 (only gzip is read as it is: lz4 -d it first)",
         "00000000000000000000.log": inputs.NOT_INPUT,
     }
     assert not {Path(p).name for p, _ in d.skipped} & set(errors)
+    assert "backup.tar.lz4" in {Path(p).name for p, _ in d.skipped}  # another tool's file, no capture name
 
 
 def test_a_file_named_on_the_command_line_is_an_error_whatever_its_name(tmp_path):
