@@ -63,7 +63,8 @@ class Summary:
     connections: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     tls: dict[str, int] = field(default_factory=dict)  # TLS connections by tls_decrypted outcome
-    # per capture id: connections with data no decoder recognised ("unrecognised"), packets cut
+    # per capture id: connections with data no decoder recognised, their first bytes not
+    # captured ("unrecognised": a broker the sniffer may have missed), packets cut
     # by the capture's snap length ("snap_truncated"): warnings naming the files (`paths`, by
     # capture id), no failure (the streams table holds both)
     seen: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -111,8 +112,9 @@ class Summary:
             )
         for cid, n in list(unknown.items())[:SHOWN]:
             out.append(
-                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} carried data no decoder "
-                "recognised (streams.protocol unknown): name their broker ports with --port PROTO=PORT or [ports]"
+                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} whose first bytes the "
+                "capture missed or cut carried data no decoder recognised (streams.protocol unknown): "
+                "a broker's? name its port with --port PROTO=PORT or [ports]"
             )
         if len(cut) > SHOWN or len(unknown) > SHOWN:
             out.append("warning: ... and more captures (streams.snap_truncated_packets, streams.protocol)")

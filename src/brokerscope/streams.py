@@ -457,8 +457,11 @@ class _Conn:
             outcome = row["tls_decrypted"].split(":")[0]  # yes | no key | failed
             self.drv.tls_outcomes[outcome] = self.drv.tls_outcomes.get(outcome, 0) + 1
         cid = self.files[0][1]
-        # (TLS without keys is said apart: the summary's TLS line)
-        if self.protocol == "unknown" and self.tls is None and row["c2s_bytes"] + row["s2c_bytes"] > 0:
+        # data no decoder recognised where the sniffer may have missed a broker: its first bytes
+        # not captured (midstream, a gap, the snap length); a whole connection it did not
+        # recognise is another protocol's (TLS without keys is said apart: the summary's TLS line)
+        missed = row["midstream"] or row["gap_bytes"] or row["snap_truncated_packets"]
+        if self.protocol == "unknown" and self.tls is None and missed and row["c2s_bytes"] + row["s2c_bytes"]:
             self.drv.seen["unrecognised"][cid] = self.drv.seen["unrecognised"].get(cid, 0) + 1
         if row["snap_truncated_packets"]:
             cut = self.drv.seen["snap_truncated"]

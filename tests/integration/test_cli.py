@@ -59,9 +59,9 @@ def test_ingest_reports_bad_inputs_and_keeps_the_rest(spark, tmp_path, capsys):
     assert n_cut > 0 and "2 file(s)" in out and f"streams={3 + n_cut}" in out
     # every warning names its file; the summary names the partial and rejected files
     warnings = [ln for ln in out.splitlines() if ln.startswith("warning: ")]
-    assert warnings and all(str(cut) in ln or str(good) in ln for ln in warnings)
-    # the synthetic connections of good.pcap carry bytes of no broker protocol
-    assert f"warning: {good}: 3 connections carried data no decoder recognised" in out
+    assert warnings and all(str(cut) in ln for ln in warnings)
+    # the synthetic connections of good.pcap, whole, carry bytes of no broker protocol: no warning
+    assert str(good) not in "\n".join(warnings)
     assert f"partial: 1 file(s): {cut} (truncated record at offset" in out
     assert "rejected: 3 file(s):" in out and "exit 3:" in out
     assert len(delta_rs_rows(str(lake / "streams"))) == 3 + n_cut

@@ -500,7 +500,10 @@ def test_a_capture_cut_by_its_snap_length_and_traffic_no_decoder_knows_are_warne
     summary = pipeline.ingest([str(cap)], settings, spark=spark)
     streams = Lake(tmp_path / "lake").read_arrow("streams").to_pylist()
     cut = sum(s["snap_truncated_packets"] for s in streams)
-    unknown = sum(s["protocol"] == "unknown" and s["c2s_bytes"] + s["s2c_bytes"] > 0 for s in streams)
+    unknown = sum(
+        s["protocol"] == "unknown" and s["c2s_bytes"] + s["s2c_bytes"] > 0 and s["snap_truncated_packets"] > 0
+        for s in streams
+    )
     (cid,) = {s["capture_id"] for s in streams}
     assert cut > 0 and unknown > 0
     assert summary.seen == {"snap_truncated": {cid: cut}, "unrecognised": {cid: unknown}}
@@ -510,6 +513,9 @@ def test_a_capture_cut_by_its_snap_length_and_traffic_no_decoder_knows_are_warne
         in "\n".join(lines)
     )
     assert any(
-        ln.startswith(f"warning: {cap}: {unknown} connection") and "--port PROTO=PORT" in ln for ln in lines
+        ln.startswith(f"warning: {cap}: {unknown} connection")
+        and "first bytes the capture missed or cut" in ln
+        and "--port PROTO=PORT" in ln
+        for ln in lines
     )
     assert summary.exit_code() == 0 and lines[-1] == "exit 0: every input read cleanly (see the warnings)"
