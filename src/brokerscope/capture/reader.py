@@ -558,6 +558,9 @@ def _odd_record(dec: PacketDecoder, cl: int, ol: int, snaplen: int) -> bool:
 
 SHB = 0x0A0D0D0A
 IDB = 1
+# the packet times a ts_ns column holds: int64 nanoseconds since 1970 (1677-09-21 to 2262-04-11); a
+# pcapng's 64-bit units can say more (a pcap's 32-bit seconds end in 2106)
+TS_MIN, TS_MAX = -(1 << 63), (1 << 63) - 1
 PB = 2  # obsolete Packet Block
 SPB = 3
 NRB = 4
@@ -695,6 +698,13 @@ class _Iface:
         self.simple = self.shift == 0 and self.div == 1  # ts_ns = units * mul + off_ns
         self.handle = dec.handler(linktype)
         self.eth = linktype & 0xFFFF == 1
+
+    def time(self, th: int, tl: int) -> int:
+        """A packet block's time in ns from its timestamp's high and low words (any size: see
+        TS_MIN, TS_MAX)."""
+        if self.simple:
+            return (th << 32 | tl) * self.mul + self.off_ns
+        return (((th << 32 | tl) * self.mul) >> self.shift) // self.div + self.off_ns
 
 
 def _parse_idb(buf, q: int, n: int, od: _Order, dec: PacketDecoder) -> _Iface:
@@ -847,12 +857,13 @@ def _read_pcapng(
             # fast path: a well-framed EPB of a known interface
             if t == EPB and 32 <= n <= MAX_BLOCK and not n & 3 and p + n <= L:
                 iid, th, tl, cl, ol = epbu(buf, p + 8)
-                if iid < len(ifaces) and cl <= n - 32 and u32(buf, p + n - 4)[0] == n:
+                if (
+                    iid < len(ifaces)
+                    and cl <= n - 32
+                    and u32(buf, p + n - 4)[0] == n
+                    and TS_MIN <= (ts := ifaces[iid].time(th, tl)) <= TS_MAX  # else: said below
+                ):
                     ifc = ifaces[iid]
-                    if ifc.simple:
-                        ts = (th << 32 | tl) * ifc.mul + ifc.off_ns
-                    else:
-                        ts = (((th << 32 | tl) * ifc.mul) >> ifc.shift) // ifc.div + ifc.off_ns
                     last_ts = ts
                     if tmin is None or ts < tmin:
                         tmin = ts
@@ -937,24 +948,34 @@ def _read_pcapng(
                     dec.error(f"packet block caplen {cl} exceeds its block at offset {rec}")
                 else:
                     ifc = ifaces[iid]
-                    ts = (((th << 32 | tl) * ifc.mul) >> ifc.shift) // ifc.div + ifc.off_ns
-                    last_ts = ts
-                    if tmin is None or ts < tmin:
-                        tmin = ts
-                    if tmax is None or ts > tmax:
-                        tmax = ts
+                    ts = ifc.time(th, tl)
                     records += 1
                     nbytes += cl
-                    if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
-                        pass  # empty: nothing to decode
-                    elif ts < lo or ts >= hi:
-                        filtered += 1
+                    if not TS_MIN <= ts <= TS_MAX:  # a frame, with no time a column holds
+                        dec.malformed += 1
+                        dec.error(
+                            f"packet block at offset {rec}: its time, {th << 32 | tl} units of interface "
+                            f"{iid}'s resolution, is outside 1677-2262 (int64 nanoseconds): not decoded "
+                            "(an if_tsresol its writer left out?)"
+                        )
                     else:
-                        try:
-                            ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec, records)
-                        except (struct.error, IndexError, ValueError) as e:
-                            dec.malformed += 1
-                            dec.error(f"undecodable record at offset {rec}: {e}")
+                        last_ts = ts
+                        if tmin is None or ts < tmin:
+                            tmin = ts
+                        if tmax is None or ts > tmax:
+                            tmax = ts
+                        if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(
+                            dec, cl, ol, ifc.snaplen
+                        ):
+                            pass  # empty: nothing to decode
+                        elif ts < lo or ts >= hi:
+                            filtered += 1
+                        else:
+                            try:
+                                ifc.handle(buf, p + 28, p + 28 + cl, ol, ts, rec, records)
+                            except (struct.error, IndexError, ValueError) as e:
+                                dec.malformed += 1
+                                dec.error(f"undecodable record at offset {rec}: {e}")
                     if len(rows) >= bp or nbytes >= cut:
                         cut = nbytes + bb
                         gc_on = yield from _hand_out(dec, gc_on)

@@ -158,6 +158,30 @@ def test_pcapng_sections_reset_interfaces(tmp_path):
     assert st["malformed"] == 1 and any("unknown interface" in e for e in st["errors"])
 
 
+def test_a_packet_time_past_int64_nanoseconds_is_an_error_not_a_clamped_time(tmp_path):
+    """Found by a user trial: a pcapng whose packets hold nanoseconds under the default microsecond
+    resolution (no if_tsresol) has times past 2262; they were clamped to int64's maximum, every
+    row at 2262-04-11 and latencies 0, with 'every input read cleanly'. Such a block is a frame
+    (numbered) that is not decoded, counted malformed, its error naming it; the others decode."""
+    data = b"".join(
+        [
+            shb("<"),
+            idb("<", 1),  # microseconds: TS (ns) read as microseconds is in the year 55,800
+            epb("<", 0, TS // 1000, frame(0)),
+            epb("<", 0, TS, frame(1)),
+            epb("<", 0, TS // 1000 + 2, frame(2)),
+        ]
+    )
+    rows, (st,) = read_path(write(tmp_path, "far.pcapng", data))
+    assert [(r["payload"], r["ts_ns"], r["frame"]) for r in rows] == [
+        (b"msg-0", TS // 1000 * 1000, 1),
+        (b"msg-2", (TS // 1000 + 2) * 1000, 3),
+    ]
+    assert st["records"] == 3 and st["malformed"] == 1 and st["last_ts_ns"] == (TS // 1000 + 2) * 1000
+    (err,) = st["errors"]
+    assert err.startswith("packet block at offset ") and "is outside 1677-2262 (int64 nanoseconds)" in err
+
+
 @pytest.mark.parametrize("kind", ["pcap", "pcapng"])
 def test_gzip_streams(tmp_path, kind):
     if kind == "pcap":
