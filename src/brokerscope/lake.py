@@ -1027,7 +1027,10 @@ def file_stats(path: str | os.PathLike, rows: int) -> str:
             mins[col], maxs[col] = _bounded_str(lo, hi)
         else:
             mins[col], maxs[col] = lo, hi
-    return json.dumps({"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
+    # UTF-8 as it is: delta-rs reads an escaped U+10FFFE or U+10FFFF (a surrogate pair) as another value
+    return json.dumps(
+        {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, ensure_ascii=False
+    )
 
 
 def _footer_bounds(md: pq.FileMetaData, ci: int) -> tuple[int, object, object] | None:

@@ -78,6 +78,18 @@ def test_a_filter_on_a_column_without_statistics_finds_its_rows(tmp_path):
     assert dset.count_rows(filter=pc.field("capture_id") == "c2") == 0
 
 
+@pytest.mark.parametrize("topic", ["\U0010ffff", "\U0010fffe", "ü-\U0001f600"])
+def test_a_filter_on_a_topic_of_rare_characters_finds_its_rows(tmp_path, topic):
+    """Found by a user trial: the statistics' JSON escaped U+10FFFF as a surrogate pair, which
+    delta-rs reads as another value: a filter on that topic found none of its rows. Written as
+    UTF-8, as delta-rs writes it itself."""
+    lake = Lake(tmp_path / "lake")
+    lake.ensure_tables()
+    _messages_file(lake.root, [{"capture_id": "c1", "ts_ns": 1_700_000_000_000_000_000, "topic": topic}])
+    dset = DeltaTable(lake.path("messages")).to_pyarrow_dataset()
+    assert dset.count_rows(filter=pc.field("topic") == topic) == 1
+
+
 def test_an_older_lake_gains_the_statistics_property(tmp_path):
     lake = Lake(tmp_path / "lake")
     lake.ensure_tables()
