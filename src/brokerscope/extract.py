@@ -20,6 +20,7 @@ import datetime as _dt
 import gzip
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import capture, export
-from .capture.files import ID_CHUNK, PCAP_MAGICS, PCAPNG_BOM, Split, chunk_digest, chunk_digests, combine_id
+from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split, chunk_digests, combine_id, gzip_id
 from .capture.filter import PacketFilter
 from .capture.reader import OTHER_FRAMES
 from .lake import Lake
@@ -165,29 +166,16 @@ def _check_unchanged(s: Source) -> None:
             raise ValueError(f"{s.path}: changed since it was ingested ({s.size} bytes then, {size} now)")
         same = combine_id(size, chunk_digests(s.path, 0, size, size)) == s.capture_id
         if not same and s.kind.endswith(".gz"):
-            same = _decompressed_id(s.path) == s.capture_id
+            try:
+                same = gzip_id(s.path)[0] == s.capture_id
+            except (EOFError, zlib.error):  # damaged: not the capture's bytes
+                same = False
     except OSError as e:
         raise FileNotFoundError(f"{s.path}: the capture is gone ({e.strerror or e})") from None
     if not same:
         raise ValueError(
             f"{s.path}: changed since it was ingested (the same size, other bytes: not capture {s.capture_id})"
         )
-
-
-def _decompressed_id(path: str) -> str | None:
-    """The capture id of a gzip file's decompressed bytes (None: not gzip, or damaged)."""
-    digests: dict[int, bytes] = {}
-    size = 0
-    try:
-        with gzip.open(path, "rb") as fh:
-            while data := fh.read(ID_CHUNK):
-                digests[len(digests)] = chunk_digest(data)
-                size += len(data)
-                if len(data) < ID_CHUNK:
-                    break
-    except (OSError, EOFError):
-        return None
-    return combine_id(size, digests)
 
 
 # -- which records --------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import ctypes
 import dataclasses
 import datetime
 import gc
-import gzip
 import importlib
 import json
 import logging
@@ -35,7 +34,13 @@ import pyarrow.compute as pc
 
 from . import capture, classcache, inputs, packetruns, sparkhome, tables, vantage
 from .capture.decode import link_mismatch
-from .capture.files import ID_CHUNK, chunk_digest, chunk_digests, combine_id, first_packet_ns, n_chunks
+from .capture.files import (
+    ID_CHUNK,
+    chunk_digests,
+    combine_id,
+    first_packet_ns,
+    gzip_id,
+)
 from .config import Settings
 from .lake import Lake, StagedWriter, latest_by_path, row_to_json
 from .protocols.base import INDEX_MISMATCH
@@ -843,8 +848,9 @@ def ingest(
         for outcome, n in s.get("tls", {}).items():
             summary.tls[outcome] = summary.tls.get(outcome, 0) + n
         for what, per in s.get("seen", {}).items():
+            total = summary.seen.setdefault(what, {})
             for cid, n in per.items():
-                summary.seen.setdefault(what, {})[cid] = summary.seen.get(what, {}).get(cid, 0) + n
+                total[cid] = total.get(cid, 0) + n
     summary.keylogs = bool(settings.raw["tls"]["keylog_files"])
     summary.connections = summary.rows.get("streams", 0)
     if summary.seen:  # the warnings name the files
@@ -1272,7 +1278,7 @@ def _moved(lake: Lake, candidates: list) -> dict[str, _Moved]:
         if was is None or was["kind"] + ".gz" != i.kind:
             continue
         try:
-            cid, more = _decompressed_prefix(i.path, was["size"])
+            cid, more = gzip_id(i.path, was["size"])
         except (OSError, EOFError, zlib.error):
             continue  # damaged: decoded as any other input, which says what is wrong
         if cid == was["capture_id"]:
@@ -1328,23 +1334,6 @@ def _a_compression_of(gz_path: str, plain: str) -> bool:
     except (OSError, zlib.error):
         return n > 0  # damaged past the bytes compared: those were the capture's
     return n > 0
-
-
-def _decompressed_prefix(path: str, size: int) -> tuple[str | None, bool]:
-    """The capture_id of the first `size` decompressed bytes of a gzip file (None: it has fewer),
-    and whether more follow them."""
-    digests = {}
-    with gzip.open(path, "rb") as fh:
-        for k in range(n_chunks(size)):
-            data = fh.read(min(ID_CHUNK, size - k * ID_CHUNK))
-            if len(data) != min(ID_CHUNK, size - k * ID_CHUNK):
-                return None, False
-            digests[k] = chunk_digest(data)
-        try:
-            more = bool(fh.read(1))
-        except (EOFError, zlib.error):  # a compression cut short after them: more was written
-            more = True
-    return combine_id(size, digests), more
 
 
 def _rejected_rows(disc, run_id: str) -> list[dict]:

@@ -202,6 +202,32 @@ def n_chunks(size: int) -> int:
     return -(-size // ID_CHUNK)
 
 
+def gzip_id(path, size: int | None = None) -> tuple[str | None, bool]:
+    """The capture_id of a gzip file's decompressed bytes: the first `size` of them (None: when
+    it has fewer), and whether more follow them; or, without `size`, all of them (more: False).
+    Raises OSError, EOFError or zlib.error where the compression is damaged."""
+    digests: dict[int, bytes] = {}
+    total = 0
+    with gzip.open(path, "rb") as fh:
+        while size is None or total < size:
+            want = ID_CHUNK if size is None else min(ID_CHUNK, size - total)
+            data = fh.read(want)
+            if size is not None and len(data) != want:
+                return None, False
+            if data:
+                digests[len(digests)] = chunk_digest(data)
+                total += len(data)
+            if len(data) < want:  # the end (without `size`)
+                break
+        if size is None:
+            return combine_id(total, digests), False
+        try:
+            more = bool(fh.read(1))
+        except (EOFError, zlib.error):  # a compression cut short after them: more was written
+            more = True
+    return combine_id(size, digests), more
+
+
 def combine_id(size: int, digests: dict[int, bytes]) -> str:
     """The capture_id of a file of `size` bytes from the digests of all its chunks."""
     missing = [k for k in range(n_chunks(size)) if k not in digests]

@@ -54,8 +54,13 @@ def odd_values(msg, prose: frozenset[str] = frozenset()) -> str | None:
     return None
 
 
-def damage(msg, wire: bytes | memoryview, prose: frozenset[str] = frozenset()) -> str | None:
-    """Why `msg`, parsed from `wire`, is not what a client writes, or None (`prose`: odd_values)."""
+def reencoded(msg, wire: bytes | memoryview) -> str | None:
+    """Why `msg`, parsed from `wire`, does not encode back to those very bytes, or None."""
     if msg.SerializePartialToString() != wire:  # ByteSize raises without required fields
         return "its fields do not encode back to its bytes"
-    return odd_values(msg, prose)
+    return None
+
+
+def damage(msg, wire: bytes | memoryview, prose: frozenset[str] = frozenset()) -> str | None:
+    """Why `msg`, parsed from `wire`, is not what a client writes, or None (`prose`: odd_values)."""
+    return reencoded(msg, wire) or odd_values(msg, prose)

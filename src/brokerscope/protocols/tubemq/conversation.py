@@ -304,7 +304,7 @@ class TubeMQConversation(Conversation):
         msg, body, err = self._body(mid, True, env.body, c.fields, body_json)
         put(',"request":')
         put(body)
-        self._body_status(c, meth, mid, err, f)
+        self._body_status(c, meth, mid, err)
         group = None
         if msg is not None:
             get = msg.get
@@ -367,7 +367,7 @@ class TubeMQConversation(Conversation):
             msg, body, err = self._body(mid, False, env.body, c.fields, body_json)
             put(',"response":')
             put(body)
-            self._body_status(c, meth, mid, err, f)
+            self._body_status(c, meth, mid, err)
             if msg is not None:
                 get = msg.get
                 success = get("success")
@@ -416,7 +416,7 @@ class TubeMQConversation(Conversation):
         msg, details, err = rpc.decode_body(mid, is_request, body, self.schema)
         return msg, to_json(details), err
 
-    def _body_status(self, c: _Command, meth, mid, err: str | None, f: TubeFrame) -> None:
+    def _body_status(self, c: _Command, meth, mid, err: str | None) -> None:
         """An unknown method id or a body that does not parse: the row's status and error. No raw
         bytes: nearly every method carries credentials (tokens in each heartbeat), and one
         damaged bit of a method id reads a heartbeat's body as getMessagesC2B's, which does not

@@ -147,7 +147,7 @@ def read_delimited(buf: bytes, pos: int, cls: type[Message]) -> tuple[Message, i
         raise ValueError(f"{cls.__name__}: {e}") from None
     # not as a client writes it (pbcheck.py): a damaged byte, the body it frames may not be
     # where it says (its strings, an exception's, are the server's prose: left as they are)
-    why = None if msg.SerializePartialToString() == wire else "its fields do not encode back to its bytes"
+    why = pbcheck.reencoded(msg, wire)
     if why is None and start - pos != max(1, (n.bit_length() + 6) // 7):
         why = "its length is a varint longer than its value needs"
     if why is not None:
