@@ -378,40 +378,113 @@ class Lake:
                 manifest.get("capture_ids"),
             )
         inp = manifest["inputs"]
-        records = [_row_from_json(r) for r in inp["rows"]]
-        clk = self.clock_inputs(records, run.run_id, progress)
-        if manifest.get("journeys"):
-            progress("computing journeys")
-            rows["journeys"] = self.commit_journeys(
-                run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"], clk
+        requested = tuple(t for t in tables.DERIVED_TABLES if manifest.get(t))
+        rows.update(
+            self.finish_derived(
+                [_row_from_json(r) for r in inp["rows"]],
+                inp["paths"],
+                run.run_id,
+                manifest.get("capture_ids") or [],
+                manifest["replace_ids"],
+                requested,
+                progress,
             )
-        if manifest.get("lag"):
-            progress("computing lag")
-            rows["lag"] = self.commit_derived(
-                "lag", run.run_id, manifest.get("capture_ids") or [], manifest["replace_ids"]
-            )
-        self.write_inputs(records, inp["paths"], run.run_id)
+        )
         for t in (*tables.DECODED_TABLES, *tables.DERIVED_TABLES):
             self.drop_staging(t, run.run_id)
         run.remove()
         return rows
 
-    def clock_inputs(self, rows: list[dict], run_id: str, progress=lambda m: None):
-        """The clocks of the run's vantage points (clocks.estimate, from its committed commands
-        rows; nothing to do for one vantage point), written into its `inputs` rows (`rows`, the
-        run's record): returned for the journeys."""
+    def finish_derived(
+        self,
+        records: list[dict],
+        paths: list[str],
+        run_id: str,
+        capture_ids: list[str],
+        replace_ids: list[str],
+        requested: tuple[str, ...] = (),
+        progress=lambda m: None,
+    ) -> dict[str, int]:
+        """A run's last steps after its decoded tables are committed: its clocks, the derived
+        tables (journeys, lag) and its `inputs` record (`records` replacing the rows of `paths`).
+
+        The derived rows of a capture are computed over a capture set (derived_set): the run's
+        captures and every capture an earlier run computed them with where the run replaces one
+        of those, whose rows are computed again with it (a producer's capture ingested again keeps
+        its consumers'). A derived table the run did not ask for is computed too where it holds
+        rows of the set: they would be stale. The set's captures' `inputs` rows name the run
+        (`derived_run`). Rows added per derived table."""
+        members = self.derived_set(capture_ids, replace_ids)
+        todo = [
+            t for t in tables.DERIVED_TABLES if t in requested or self._holds(t, members | set(replace_ids))
+        ]
+        if todo:
+            records, paths = self._with_set_rows(records, paths, members, run_id)
+        clk = self.clock_inputs(records, run_id, members if todo else set(capture_ids), progress)
+        rows = {}
+        for t in todo:
+            progress(
+                f"computing {t}" if t in requested else f"computing {t} again (its captures were replaced)"
+            )
+            rows[t] = self.commit_derived(t, run_id, sorted(members), replace_ids, clk)
+        self.write_inputs(records, paths, run_id)
+        return rows
+
+    def derived_set(self, capture_ids: list[str], replace_ids: list[str]) -> set[str]:
+        """The captures a run's derived rows are computed over: its own (`capture_ids`) and those
+        still in the lake that share a `derived_run` with a capture the run replaces
+        (`replace_ids`, its own included)."""
+        if not DeltaTable.is_deltatable(self.path("inputs")):
+            return set(capture_ids)
+        prior = self.inputs_rows()
+        gone = set(replace_ids) | set(capture_ids)
+        runs = {r.get("derived_run") for r in prior if r["capture_id"] in gone} - {None}
+        kept = {
+            r["capture_id"]
+            for r in prior
+            if r.get("derived_run") in runs
+            and r["status"] in ("ok", "partial")
+            and r["capture_id"] not in gone
+        }
+        return set(capture_ids) | kept
+
+    def _holds(self, table: str, ids: set[str]) -> bool:
+        """Whether derived `table` exists and holds rows of one of `ids`."""
+        if not ids or not DeltaTable.is_deltatable(self.path(table)):
+            return False
+        found = snapshot.dataset(self.path(table), table).to_table(
+            columns=["capture_id"], filter=pa.compute.field("capture_id").isin(sorted(ids)), use_threads=False
+        )
+        return found.num_rows > 0
+
+    def _with_set_rows(
+        self, records: list[dict], paths: list[str], members: set[str], run_id: str
+    ) -> tuple[list[dict], list[str]]:
+        """The run's `inputs` record with `derived_run` set on the rows of `members`, and the
+        rows of the paths of members from earlier runs written again with it."""
+        mine = set(paths)
+        prior = self.inputs_rows() if DeltaTable.is_deltatable(self.path("inputs")) else []
+        theirs = {r["path"] for r in prior if r["capture_id"] in members and r["path"] not in mine}
+        out = [dict(r) for r in records] + [dict(r) for r in prior if r["path"] in theirs]
+        for r in out:
+            if r.get("capture_id") in members and r.get("status") in ("ok", "partial"):
+                r["derived_run"] = run_id
+        return out, [*paths, *sorted(theirs)]
+
+    def clock_inputs(self, rows: list[dict], run_id: str, ids: set[str], progress=lambda m: None):
+        """The clocks of the vantage points of the captures `ids` (clocks.estimate, from their
+        committed commands rows; nothing to do for one vantage point), written into their
+        `inputs` rows (`rows`, the run's record): returned for the journeys."""
         from . import clocks
 
         mine = {
-            r["capture_id"]: r["vantage"]
-            for r in rows
-            if r.get("run_id") == run_id and r.get("capture_id") and r.get("vantage")
+            r["capture_id"]: r["vantage"] for r in rows if r.get("capture_id") in ids and r.get("vantage")
         }
         if len(set(mine.values())) > 1:
             progress("estimating the clock offsets of the vantage points")
         clk = clocks.estimate(str(self.root), mine)
         for r in rows:
-            o = clk.offsets.get(r.get("capture_id")) if r.get("run_id") == run_id else None
+            o = clk.offsets.get(r.get("capture_id"))
             if o is not None:
                 r["clock_offset_us"] = o.offset_ns / 1000
                 r["clock_offset_bound_us"] = o.bound_ns / 1000
@@ -419,18 +492,14 @@ class Lake:
                 r["clock_offset_pairs"] = o.pairs
         return clk
 
-    def commit_journeys(self, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None) -> int:
-        """The journeys of the run's captures (journeys.py) on the run's clocks (`clk`:
-        clock_inputs), committed by commit_derived."""
-        return self.commit_derived("journeys", run_id, capture_ids, replace_ids, clk)
-
     def commit_derived(
         self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None
     ) -> int:
-        """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the run's
-        captures from the committed tables and commit it like a decoded table (staged, then
-        commit_table), replacing its rows of `replace_ids`; `clk`: the run's clocks, for the
-        journeys. A table already holding the run is left alone (roll forward). Rows added."""
+        """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the captures
+        `capture_ids` (a capture set: derived_set) from the committed tables and commit it like a
+        decoded table (staged, then commit_table), replacing its rows of those and `replace_ids`;
+        `clk`: the run's clocks, for the journeys. A table already holding the run is left alone
+        (roll forward). Rows added."""
         from . import journeys, lag
 
         compute = {

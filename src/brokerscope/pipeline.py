@@ -1030,7 +1030,7 @@ def _write_dataframes(
 ) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table; the
     `derived` tables (journeys, lag) are computed and committed by the embedded writer's code
-    after them (lake.commit_journeys, lake.commit_derived), before `inputs`."""
+    after them (lake.finish_derived), before `inputs`."""
     from pyspark import StorageLevel
 
     out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -1047,14 +1047,7 @@ def _write_dataframes(
     ids = sorted({i.capture_id for i in todo})
     before = lake.vantage_ends(set(ids))
     records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary, before)
-    clk = lake.clock_inputs(records, run.run_id, progress)
-    if "journeys" in derived:
-        progress("computing journeys")
-        summary.rows["journeys"] = lake.commit_journeys(run.run_id, ids, replace_ids, clk)
-    if "lag" in derived:
-        progress("computing lag")
-        summary.rows["lag"] = lake.commit_derived("lag", run.run_id, ids, replace_ids)
-    lake.write_inputs(records, paths, run.run_id)
+    summary.rows.update(lake.finish_derived(records, paths, run.run_id, ids, replace_ids, derived, progress))
     return stats
 
 

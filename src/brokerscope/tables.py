@@ -211,6 +211,10 @@ INPUTS = [
     pa.field("clock_offset_bound_us", pa.float64()),
     pa.field("clock_offset_ref", pa.string()),
     pa.field("clock_offset_pairs", pa.int64()),
+    # the run whose derived rows (journeys, lag) cover this capture: they were computed over every
+    # capture naming the same run, and are computed again with them when one is ingested again
+    # (Lake.finish_derived); null: none computed (or a lake older than this column)
+    pa.field("derived_run", pa.string()),
 ]
 
 # Message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README

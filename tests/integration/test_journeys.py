@@ -369,11 +369,11 @@ def test_a_run_that_fails_before_its_journeys_computes_them_when_rolled_forward(
     lake = tmp_path / "lake"
     settings = derived_settings(lake, journeys=True)
 
-    def fail(self, *a, **k):
-        raise RuntimeError("killed before the journeys")
+    def fail(self, table, *a, **k):
+        raise RuntimeError(f"killed before the {table}")
 
     with monkeypatch.context() as m:
-        m.setattr(Lake, "commit_journeys", fail)
+        m.setattr(Lake, "commit_derived", fail)
         with pytest.raises(RuntimeError, match="killed before the journeys"):
             pipeline.ingest([run["pcap"]], settings, spark=spark)
     assert delta_rs_rows(str(lake / "messages")) and not _journeys(lake)

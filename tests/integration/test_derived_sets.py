@@ -1,0 +1,89 @@
+"""The derived tables (journeys, lag) of captures ingested again: a producer's and a consumer's
+capture ingested together, then each again on its own, grown, with and without the derived
+tables asked for, must leave the lake's journeys and lag as one run over the final files makes
+them (Lake.finish_derived: the capture set comes in again). The two captures are the sample
+Kafka capture (librdkafka producer, consumer group, commit) split by connection."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from brokerscope import pipeline
+from tests.support.lakecheck import delta_rs_rows, derived_settings, normalized
+
+pytestmark = pytest.mark.spark
+
+SAMPLE = Path(__file__).parents[2] / "sample_data" / "kafka" / "none.pcap"
+PRODUCER_PORTS = {40764, 40772}  # the producer's bootstrap and Produce connections
+COMMIT_FRAME = 107  # the consumer's OffsetCommit request: a capture cut before it has no commit
+ETH_IPV4, IP_TCP = 0x0800, 6
+
+
+def _records(path: Path) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """A classic Ethernet pcap's global header and (port, record bytes) of its records: the
+    client's port for the producer's connections."""
+    data = path.read_bytes()
+    out, off = [], 24
+    while off < len(data):
+        caplen = struct.unpack_from("<I", data, off + 8)[0]
+        rec = data[off : off + 16 + caplen]
+        frame = rec[16:]
+        assert struct.unpack_from("!H", frame, 12)[0] == ETH_IPV4 and frame[23] == IP_TCP
+        ihl = (frame[14] & 0x0F) * 4
+        sport, dport = struct.unpack_from("!HH", frame, 14 + ihl)
+        out.append((sport if sport in PRODUCER_PORTS else dport, rec))
+        off += 16 + caplen
+    return data[:24], out
+
+
+def _split(tmp: Path) -> tuple[Path, Path, bytes]:
+    """producer.pcap (the producer's connections), consumer.pcap cut before the consumer's
+    commit; the consumer capture's full bytes (what it grows to)."""
+    head, recs = _records(SAMPLE)
+    prod = [r for port, r in recs if port in PRODUCER_PORTS]
+    cons = [(n, r) for n, (port, r) in enumerate(recs, 1) if port not in PRODUCER_PORTS]
+    assert prod and cons
+    (tmp / "producer.pcap").write_bytes(head + b"".join(prod))
+    full = head + b"".join(r for _n, r in cons)
+    (tmp / "consumer.pcap").write_bytes(head + b"".join(r for n, r in cons if n < COMMIT_FRAME))
+    return tmp / "producer.pcap", tmp / "consumer.pcap", full
+
+
+def _derived(lake: Path) -> dict[str, list[tuple]]:
+    return {t: normalized(delta_rs_rows(str(lake / t))) for t in ("journeys", "lag")}
+
+
+def _run(spark, paths: list[Path], lake: Path, **derived: bool) -> dict:
+    summary = pipeline.ingest([str(p) for p in paths], derived_settings(lake, **derived), spark=spark)
+    assert summary.errors == []
+    return summary.rows
+
+
+def test_a_capture_set_ingested_again_in_parts_keeps_its_journeys_and_lag(spark, tmp_path):
+    prod, cons, full = _split(tmp_path)
+    lake = tmp_path / "lake"
+    _run(spark, [prod, cons], lake, journeys=True, lag=True)
+    statuses = {r["status"] for r in delta_rs_rows(str(lake / "journeys"))}
+    assert statuses == {"delivered-not-committed"}  # the commit is not captured yet
+
+    cons.write_bytes(full)  # the consumer's capture grew: its commit is in it now
+    rows = _run(spark, [cons], lake)  # a nightly run without the derived tables asked for
+    assert rows["journeys"] == 12 and rows["lag"] > 0  # computed again, over both captures
+    expected_lake = tmp_path / "expected"
+    _run(spark, [prod, cons], expected_lake, journeys=True, lag=True)
+    expected = _derived(expected_lake)
+    assert len(expected["journeys"]) == 12
+    assert {r["status"] for r in delta_rs_rows(str(expected_lake / "journeys"))} == {"delivered"}
+    assert _derived(lake) == expected
+
+    _run(spark, [cons], lake, journeys=True, lag=True)  # the consumer's capture alone: no second row
+    assert _derived(lake) == expected
+    _run(spark, [prod], lake, journeys=True, lag=True)  # the producer's alone: still delivered
+    assert _derived(lake) == expected
+
+    inputs = {r["path"]: r for r in delta_rs_rows(str(lake / "inputs")) if r["status"] == "ok"}
+    (last,) = {r["derived_run"] for r in inputs.values()}  # the set's rows name the last run
+    assert last == max(r["run_id"] for r in inputs.values())
