@@ -1155,10 +1155,10 @@ def _iso_ms(v: datetime.datetime, up: bool) -> str:
 def _commit_info(
     run_id: str, captures: list[str], replaced: list[str], added: int, removed: int, rows: int
 ) -> dict:
-    """commitInfo of a table commit: a replacing write (its predicate), its metrics, the run."""
+    """commitInfo of a table commit: the rows it replaces (its predicate), its metrics, the run."""
     return {
+        # delta-rs writes its own operation (WRITE) and mode (Append) over any given here
         "operationParameters": {
-            "mode": "Overwrite" if replaced else "Append",
             "predicate": _in_predicate(replaced) if replaced else None,
             "writer": "brokerscope embedded",
         },
