@@ -474,7 +474,13 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
 
     def ns(key: str) -> pa.Array:  # an `X_ns` key as int64, converted once for its column, X and date
         if key not in ns_cols:
-            ns_cols[key] = _column(runs, key, pa.int64(), bad)
+            if key in sch.names:
+                ns_cols[key] = _column(runs, key, pa.int64(), bad)
+            else:  # the anomaly names the column the value was for, and its unit
+                found: dict[int, list[str]] = {}
+                ns_cols[key] = _column(runs, key, pa.int64(), found)
+                for i, texts in found.items():
+                    bad.setdefault(i, []).extend(_for_column(t, key) for t in texts)
         return ns_cols[key]
 
     arrays = []
@@ -789,6 +795,12 @@ def _why(v, typ: pa.DataType, e: Exception) -> str:
     if isinstance(v, bytes | bytearray) and pa.types.is_string(typ):
         return "not UTF-8"
     return f"not a {typ}: {type(e).__name__}"
+
+
+def _for_column(text: str, key: str) -> str:
+    """An anomaly of key `X_ns` (not a column) as one of column `X`: `X: <value> ns (<why>)`."""
+    value, why = text[len(key) + 2 :].split(" (", 1)
+    return f"{key[:-3]}: {value} ns since 1970 ({why}"
 
 
 def _anomaly(name: str, v, why: str) -> str:

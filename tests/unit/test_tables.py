@@ -85,7 +85,7 @@ def test_a_value_that_does_not_fit_costs_that_value_not_the_batch():
     assert [r["offset"] for r in b] == [5, 5, 5, None, 5]
     assert b[0]["anomalies"] is None and b[0]["message_ts"] is None
     assert b[1]["message_ts"] is None and b[1]["anomalies"] == [
-        "message_ts_ns: 1700000000000000000000 (out of range for int64)"
+        "message_ts: 1700000000000000000000 ns since 1970 (out of range for int64)"
     ]
     assert b[2]["producer_name"] is None and b[2]["anomalies"] == [
         "topic: b'caf\\xe9-latin1' (not UTF-8)",

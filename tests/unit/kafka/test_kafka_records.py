@@ -343,9 +343,9 @@ def test_walk_deltas_past_int64_become_anomalies_not_wrapped_values():
     assert [r["sequence"] for r in got] == [2**62 + 7, 8]
     assert got[0]["anomalies"] == [
         f"offset: {2**63} (out of range for int64)",
-        f"message_ts_ns: {2**63 * 1_000_000} (out of range for int64)",
+        f"message_ts: {2**63 * 1_000_000} ns since 1970 (out of range for int64)",
     ]
-    assert got[1]["anomalies"] == [f"message_ts_ns: {2**62 * 1_000_000} (out of range for int64)"]
+    assert got[1]["anomalies"] == [f"message_ts: {2**62 * 1_000_000} ns since 1970 (out of range for int64)"]
 
 
 # -- strings per record written by the compiled module (details, message_id) ----------------------
