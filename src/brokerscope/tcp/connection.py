@@ -15,6 +15,13 @@ MASK = 0xFFFFFFFF  # 32-bit sequence space
 # the connection left off continues it: a random ISN of a new connection lands this close with
 # probability 2^-11.
 CONTINUATION_WINDOW = 1 << 20
+# The longest a sender waits between two copies of a segment (a SYN included): its retransmission
+# timeout doubles up to RTO_MAX, 120 s in Linux (TCP_RTO_MAX; RFC 6298 (2.5) lets a stack cap it at
+# no less than 60 s). After a silence longer than this and the idle timeout, nothing the
+# connection sent before is still being retransmitted: a SYN with the ISN of the side's earlier SYN,
+# or a segment behind where its sender left off, is a replay of the connection (a capture of it
+# again, its times shifted: `editcap -t`, mergecap), not a copy of the earlier one.
+RTO_MAX_NS = 120_000_000_000
 
 # Endpoint states, as Zeek's TCP analyzer keeps them per endpoint (SYN_ACK_SENT, an originator
 # that sent a SYN+ACK, cannot happen here: the sender of a SYN+ACK is always the server).
@@ -39,6 +46,13 @@ def _near(a: int, b: int | None) -> bool:
         return False
     d = (a - b) & MASK
     return d <= CONTINUATION_WINDOW or d >= (1 << 32) - CONTINUATION_WINDOW
+
+
+def _ahead(a: int, b: int) -> bool:
+    """Whether 32-bit sequence number a is at b or at most CONTINUATION_WINDOW past it, or one
+    before it (a keep-alive's or a zero window probe's sequence number, snd_una - 1)."""
+    d = (a - b) & MASK
+    return d <= CONTINUATION_WINDOW or d == MASK
 
 
 class Direction:
@@ -164,35 +178,50 @@ class TcpConnection:
     def starts_new(self, pkt: Packet) -> bool:
         """True when `pkt` begins a new connection on this 4-tuple.
 
-        - a SYN without ACK, after a FIN or RST, whose sequence number is not the ISN of a SYN that
-          side sent before (a retransmitted SYN is not new);
-        - any packet after more than `idle_timeout_ns` of silence, unless it visibly continues this
-          connection: its sequence number is near the next one expected from its sender, or (sender
-          not seen yet) its ACK is near the next one expected from the peer. Long-lived idle
-          connections (Kafka clients refresh metadata every 5 minutes on a connection the broker
-          keeps for 10) stay one connection, as in Wireshark's tcp.stream.
+        - a SYN without ACK after a FIN or RST, or after more than `idle_timeout_ns` of silence,
+          unless it retransmits the SYN its side sent before (the same ISN) while that can still
+          come: after a FIN or RST only while its sender has not left SYN-SENT (sent no ACK, data
+          or FIN), after silence only within RTO_MAX_NS;
+        - any other packet after more than `idle_timeout_ns` of silence, unless it visibly
+          continues this connection: its sequence number is near the next one expected from its
+          sender, or (sender not seen yet) its ACK is near the next one expected from the peer.
+          Long-lived idle connections (Kafka clients refresh metadata every 5 minutes on a
+          connection the broker keeps for 10; keep-alives every 2 hours) stay one connection, as
+          in Wireshark's tcp.stream. After a silence longer than RTO_MAX_NS too, a sequence number
+          behind the next one (by more than a keep-alive's one byte) continues nothing: no
+          retransmission comes so late.
+
+        So the same traffic captured again (a replay; a capture and its copy shifted by
+        `editcap -t`, ingested together or merged into one file), whose 4-tuples and ISNs repeat,
+        is a new connection after the first copy's FIN/RST or a long silence.
         """
         flags = pkt.flags
+        silence = pkt.ts_ns - self.last_ts
+        idle = silence > self.idle_timeout_ns
         if flags & SYN and not flags & ACK:
-            if self.fin_seen or self.rst_seen:
-                isn = self._syn_isn[0 if pkt.from_lo else 1]
-                if isn is None or pkt.seq != isn:
-                    return True
-            elif pkt.ts_ns - self.last_ts > self.idle_timeout_ns:
-                return pkt.seq != self._syn_isn[0 if pkt.from_lo else 1]
-            return False
-        if pkt.ts_ns - self.last_ts > self.idle_timeout_ns:
-            return not self.continues(pkt)
+            d = self.lo if pkt.from_lo else self.hi
+            isn = self._syn_isn[0 if pkt.from_lo else 1]
+            if isn is None or pkt.seq != isn:
+                return self.fin_seen or self.rst_seen or idle
+            if idle and silence > RTO_MAX_NS:
+                return True  # retransmissions of that SYN stopped long ago
+            return (self.fin_seen or self.rst_seen) and _past_syn_sent(d)
+        if idle:
+            return not self.continues(pkt, behind=silence <= RTO_MAX_NS)
         return False
 
-    def continues(self, pkt: Packet) -> bool:
-        """Whether `pkt`'s sequence numbers fit where this connection left off."""
+    def continues(self, pkt: Packet, behind: bool = True) -> bool:
+        """Whether `pkt`'s sequence numbers fit where this connection left off; `behind`: a
+        sequence number before where its sender left off (a retransmission, a SYN+ACK again) may
+        fit too."""
+        if not behind and pkt.flags & SYN:
+            return False
         if pkt.from_lo:
             d, o = self.lo.reasm, self.hi.reasm
         else:
             d, o = self.hi.reasm, self.lo.reasm
         if d.started:
-            return _near(pkt.seq, d.next_seq)
+            return _near(pkt.seq, d.next_seq) if behind else _ahead(pkt.seq, d.next_seq)
         return bool(pkt.flags & ACK) and _near(pkt.ack, o.next_seq)
 
     def add(self, pkt: Packet) -> list[Event]:
@@ -436,6 +465,13 @@ class TcpConnection:
     @property
     def keepalives(self) -> int:
         return self.lo.reasm.keepalives + self.hi.reasm.keepalives
+
+
+def _past_syn_sent(d: Direction) -> bool:
+    """Whether endpoint `d` has sent a pure ACK, data (without SYN, FIN or RST) or a FIN: it has
+    left SYN-SENT, where an endpoint sends its SYN again, an RST to an unacceptable ACK or a
+    SYN,ACK to a SYN (RFC 9293, 3.10.7.3), so it retransmits its SYN no more."""
+    return d.watch & (W_ACK | W_DATA) != W_ACK | W_DATA or bool(d.hist & (_H_FIN | _H_FIN_RST))
 
 
 def _set(d: Direction, state: int) -> None:

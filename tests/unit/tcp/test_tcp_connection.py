@@ -16,6 +16,8 @@ from brokerscope.tcp import ACK, FIN, PSH, RST, SYN, Packet, TcpConnection, cano
 MASK = 0xFFFFFFFF
 REPO = Path(__file__).resolve().parents[3]
 from tests.conftest import CAPTURES  # noqa: E402
+from tests.support import replay  # noqa: E402
+from tests.support.replay import YEAR_S  # noqa: E402
 
 C_ISN, S_ISN = 5000, 90000  # client is the lower endpoint in these tests
 
@@ -163,7 +165,9 @@ def test_new_syn_after_fin_starts_a_new_connection():
     conn.add(pkt(True, C_ISN + 1, S_ISN + 1, FIN | ACK, ts=10))
     conn.add(pkt(False, S_ISN + 1, C_ISN + 2, FIN | ACK, ts=11))
     assert conn.starts_new(pkt(True, 123456, flags=SYN, ts=12))
-    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=12))  # same ISN: a retransmitted SYN
+    # the same ISN, but the client has ACKed and closed since: it no longer retransmits its SYN
+    # (RFC 9293, 3.10.7.3), so this is the connection again (a replay), not its SYN once more
+    assert conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=12))
 
 
 def test_new_syn_after_rst_starts_a_new_connection():
@@ -200,6 +204,71 @@ def test_idle_gap_starts_a_new_connection_unless_the_sequence_continues():
     assert not conn.starts_new(pkt(True, 1, ts=1000))
     # a fresh SYN after the idle time
     assert conn.starts_new(pkt(True, 31337, flags=SYN, ts=later))
+
+
+S = 1_000_000_000  # ns
+
+
+def _closed_exchange(ts: int = 0) -> TcpConnection:
+    """A connection from its SYN to FINs both ways: 5 bytes each way."""
+    conn, _ = handshake(ts=ts)
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"hello", ts=ts + 10))
+    conn.add(pkt(False, S_ISN + 1, C_ISN + 6, ACK | PSH, b"world", ts=ts + 11))
+    conn.add(pkt(True, C_ISN + 6, S_ISN + 6, FIN | ACK, ts=ts + 12))
+    conn.add(pkt(False, S_ISN + 6, C_ISN + 7, FIN | ACK, ts=ts + 13))
+    return conn
+
+
+def test_the_same_connection_captured_again_later_is_a_new_one():
+    """A replay of the traffic (the capture's times shifted, editcap -t) repeats the 4-tuple and
+    the ISNs: its SYN is not a retransmission of the first copy's, however late it comes."""
+    for later in (60 * S, 3600 * S, 76 * 365 * 24 * 3600 * S):
+        assert _closed_exchange().starts_new(pkt(True, C_ISN, flags=SYN, ts=later)), later
+    # the first copy cut before its close (the capture ended): silence decides, beyond both the
+    # idle timeout and the longest wait between two copies of a SYN
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"hello", ts=10))
+    assert conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=10 + 3600 * S))
+    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=10 + 60 * S))  # a duplicate, no close
+    # its server's SYN+ACK, when the capture missed the replay's SYN: behind where it left off
+    assert conn.starts_new(pkt(False, S_ISN, C_ISN + 1, SYN | ACK, ts=10 + 3600 * S))
+
+
+def test_a_syn_retried_with_its_isn_stays_one_connection_however_short_the_idle_timeout():
+    """The retries of an unanswered SYN come at most RTO_MAX apart (Linux: 1, 2, 4 .. 64 s, at
+    most 120 s), even when `tcp.idle_timeout_s` is shorter."""
+    first = pkt(True, C_ISN, flags=SYN)
+    conn = TcpConnection(first, idle_timeout_ns=30 * S)
+    conn.add(first)
+    assert not conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=64 * S))
+    conn.add(pkt(True, C_ISN, flags=SYN, ts=64 * S))
+    assert conn.starts_new(pkt(True, C_ISN, flags=SYN, ts=64 * S + 121 * S))  # no retry waits so long
+    assert conn.starts_new(pkt(True, 777, flags=SYN, ts=64 * S + 31 * S))  # another ISN after idle
+
+
+def test_after_a_long_silence_a_segment_behind_its_sender_is_a_replay_and_a_keepalive_is_not():
+    """Mid-stream (no handshake): after hours of silence a keep-alive (next - 1) or the next bytes
+    continue the connection; the first copy's bytes again (behind where the sender left off) are
+    the connection captured again. Within RTO_MAX a retransmission may still come."""
+
+    def midstream(idle_ns: int = 600 * S) -> TcpConnection:
+        first = pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"request", ts=0)
+        conn = TcpConnection(first, idle_timeout_ns=idle_ns)
+        conn.add(first)
+        conn.add(pkt(False, S_ISN + 1, C_ISN + 8, ACK | PSH, b"response", ts=1))
+        conn.add(pkt(True, C_ISN + 8, S_ISN + 9, ACK, ts=2))
+        return conn
+
+    two_hours = 7200 * S  # Linux's tcp_keepalive_time
+    assert not midstream().starts_new(pkt(True, C_ISN + 7, S_ISN + 9, ACK, ts=two_hours))  # keep-alive
+    assert not midstream().starts_new(pkt(False, S_ISN + 8, C_ISN + 8, ACK, ts=two_hours))  # its answer
+    assert not midstream().starts_new(pkt(True, C_ISN + 8, S_ISN + 9, ACK | PSH, b"next", ts=two_hours))
+    assert midstream().starts_new(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"request", ts=two_hours))
+    assert midstream().starts_new(pkt(False, S_ISN + 1, C_ISN + 8, ACK | PSH, b"response", ts=two_hours))
+    # an idle timeout shorter than RTO_MAX: a retransmission 100 s later still continues
+    assert not midstream(30 * S).starts_new(
+        pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"request", ts=100 * S)
+    )
 
 
 def test_canonical_key_orders_endpoints():
@@ -350,6 +419,45 @@ def test_iggy_capture_requests_tile_the_client_stream():
         req = req[4 + n :]
     assert codes == [38, 1, 202, 302]  # LOGIN_USER, PING, CREATE_STREAM, CREATE_TOPIC
     assert (c.lo.delivered_bytes, c.hi.delivered_bytes) == (261, 114)
+
+
+@pytest.mark.parametrize(
+    "capture, seconds",
+    [
+        (REPO / "sample_data" / "kafka" / "none.pcap", 76 * YEAR_S),  # handshakes, FINs both ways
+        (REPO / "sample_data" / "kafka" / "none.pcap", 60),  # within the idle timeout: after the FINs
+        (CAPTURES / "deepflow" / "00-produce-v2.pcap", 76 * YEAR_S),  # mid-stream, no close
+        (CAPTURES / "deepflow" / "11-join-group-v7.pcap", 3 * 3600),
+    ],
+)
+def test_a_capture_and_its_replay_are_two_connections_per_4_tuple(tmp_path, capture, seconds):
+    """The capture, then the same capture with its times shifted (editcap -t), in one file: every
+    connection twice, the copy exactly the first, no byte taken for a retransmission."""
+    once = _run(_read_capture(capture))
+    twice = _run(_read_capture(replay.with_replay(capture, tmp_path / "twice.pcap", seconds)))
+
+    def summary(key, c, ev, shift=0):
+        return (
+            key,
+            c.first_ts - shift,
+            c.last_ts - shift,
+            c.packets,
+            c.lo.delivered_bytes,
+            c.hi.delivered_bytes,
+            c.gap_bytes,
+            c.midstream,
+            _stream(ev, True),
+            _stream(ev, False),
+        )
+
+    assert len(twice) == 2 * len(once)
+    assert all(c.retransmitted_bytes == 0 for _key, c, _ev in twice)
+    end = max(c.last_ts for _key, c, _ev in once)
+    firsts = [summary(*x) for x in twice if x[1].first_ts <= end]
+    copies = [summary(*x, shift=seconds * 10**9) for x in twice if x[1].first_ts > end]
+    expected = sorted(summary(*x) for x in once)
+    assert sorted(firsts) == expected
+    assert sorted(copies) == expected
 
 
 # -- real loopback traffic ---------------------------------------------------------------------
