@@ -817,14 +817,11 @@ def ingest(
     out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
     progress("decoding")
     try:
+        w = _Writing(lake, run, summary, progress, todo, dups, rejected, settings.derived_tables, moved)
         if staged:
-            stats = _commit_staged(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables, moved
-            )
+            stats = _commit_staged(out, w)
         else:
-            stats = _write_dataframes(
-                out, lake, todo, dups, rejected, run, summary, progress, settings.derived_tables, moved
-            )
+            stats = _write_dataframes(out, w)
             run.remove()
     except BaseException:
         run.remove_secrets()
@@ -968,39 +965,56 @@ def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) ->
     return combine_id(size, prefix) == old_id
 
 
-def _commit_staged(
-    out,
-    lake: Lake,
-    todo,
-    dups,
-    rejected,
-    run: RunDir,
-    summary: Summary,
-    progress,
-    derived: tuple = (),
-    moved: dict | None = None,
-) -> list[dict]:
+@dataclass
+class _Writing:
+    """What both writers take besides the decoded rows: the lake and the run, what the run
+    ingests (`todo`; `dups`, the same content under other paths; `rejected` files' rows;
+    `moved`, gzip captures of ingested ones: _moved), the derived tables asked for, and where
+    it reports."""
+
+    lake: Lake
+    run: RunDir
+    summary: Summary
+    progress: Callable[[str], None]
+    todo: list
+    dups: list
+    rejected: list
+    derived: tuple = ()
+    moved: dict | None = None
+
+    def identified(self) -> tuple[list[str], list[dict]]:
+        """The capture ids the run replaces and the earlier `inputs` rows it keeps (_identified)."""
+        return _identified(self.lake, self.todo, self.dups, self.run, self.summary, self.moved)
+
+    def record(self, stats: list[dict], history: list[dict]) -> tuple[list[dict], list[str]]:
+        """The run's `inputs` rows and the paths they replace the rows of (_inputs_record)."""
+        before = self.lake.vantage_ends({i.capture_id for i in self.todo})
+        rows = history + self.rejected
+        return _inputs_record(self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before)
+
+
+def _commit_staged(out, w: _Writing) -> list[dict]:
     """Embedded writer: run the decode (tasks stage their files), write the run's manifest, then
-    commit table by table from it (lake.finish_run), the `derived` tables (journeys, lag) after
+    commit table by table from it (lake.finish_run), the derived tables (journeys, lag) after
     them, `inputs` last."""
+    lake, run = w.lake, w.run
     try:
         results = [r.asDict() for r in out.collect()]
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run, summary, moved)
+        replace_ids, history = w.identified()
         per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
         for t, files in per_table.items():
             lake.apply_topic_names(t, files, names)
-        before = lake.vantage_ends({i.capture_id for i in todo})
-        rows, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary, before)
+        rows, paths = w.record(stats, history)
         manifest = {
             "run_id": run.run_id,
-            "capture_ids": sorted({i.capture_id for i in todo}),
+            "capture_ids": sorted({i.capture_id for i in w.todo}),
             "tables": {t: [{k: f[k] for k in _MANIFEST_KEYS} for f in fs] for t, fs in per_table.items()},
             "replace_ids": replace_ids,
-            "journeys": "journeys" in derived,
-            "lag": "lag" in derived,
+            "journeys": "journeys" in w.derived,
+            "lag": "lag" in w.derived,
             "inputs": {"rows": [row_to_json(r) for r in rows], "paths": paths},
         }
         run.write_manifest(manifest)
@@ -1008,28 +1022,17 @@ def _commit_staged(
         for t in tables.DECODED_TABLES:
             lake.drop_staging(t, run.run_id)
         raise
-    summary.rows.update(lake.finish_run(run, manifest, progress))
-    summary.dates = sorted({f["date"] for fs in per_table.values() for f in fs if f["date"]})
+    w.summary.rows.update(lake.finish_run(run, manifest, w.progress))
+    w.summary.dates = sorted({f["date"] for fs in per_table.values() for f in fs if f["date"]})
     return stats
 
 
 _MANIFEST_KEYS = ("path", "date", "capture_id", "rows", "file_stats")
 
 
-def _write_dataframes(
-    out,
-    lake: Lake,
-    todo,
-    dups,
-    rejected,
-    run: RunDir,
-    summary: Summary,
-    progress,
-    derived: tuple = (),
-    moved: dict | None = None,
-) -> list[dict]:
+def _write_dataframes(out, w: _Writing) -> list[dict]:
     """delta-spark's writer: the decoded rows persisted once, then one Delta write per table; the
-    `derived` tables (journeys, lag) are computed and committed by the embedded writer's code
+    derived tables (journeys, lag) are computed and committed by the embedded writer's code
     after them (lake.finish_derived), before `inputs`."""
     from pyspark import StorageLevel
 
@@ -1037,17 +1040,18 @@ def _write_dataframes(
     try:
         stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
         names = _topic_names(stats)
-        replace_ids, history = _identified(lake, todo, dups, run, summary, moved)
+        replace_ids, history = w.identified()
         for t in tables.DECODED_TABLES:
-            progress(f"writing {t}")
+            w.progress(f"writing {t}")
             df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
-            summary.rows[t] = lake.write_dataframe(t, df, replace_ids, names)
+            w.summary.rows[t] = w.lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()
-    ids = sorted({i.capture_id for i in todo})
-    before = lake.vantage_ends(set(ids))
-    records, paths = _inputs_record(todo, dups, history + rejected, run.run_id, stats, summary, before)
-    summary.rows.update(lake.finish_derived(records, paths, run.run_id, ids, replace_ids, derived, progress))
+    ids = sorted({i.capture_id for i in w.todo})
+    records, paths = w.record(stats, history)
+    w.summary.rows.update(
+        w.lake.finish_derived(records, paths, w.run.run_id, ids, replace_ids, w.derived, w.progress)
+    )
     return stats
 
 
