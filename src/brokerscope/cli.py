@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -22,7 +21,7 @@ from . import __version__, export, report
 from .capture.filter import PacketFilter
 from .config import POLICIES, Settings, check_setting, schema_options
 from .protocols.base import known_names
-from .report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated, one_line
+from .report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated, no_room, one_line
 
 log = logging.getLogger("brokerscope")
 
@@ -795,43 +794,6 @@ def _chain(e: BaseException | None, most: int = 10):
     while e is not None and most:
         yield e
         e, most = e.__cause__ or (None if e.__suppress_context__ else e.__context__), most - 1
-
-
-# what a full or read-only disk says, wherever it was raised (here, in a Python worker, in the
-# JVM or in delta-rs): errno and the strerror text that reaches us through Spark's and py4j's
-_NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system"}  # fmt: skip
-
-
-def no_room(e: BaseException) -> str | None:
-    """One line for an error the disk caused (full, over quota, read-only), found anywhere in
-    `e`'s chain or text; None for any other error (a bug: its traceback is worth having)."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _NO_ROOM:
-            where = f" ({e.filename})" if e.filename else ""
-            return f"{_NO_ROOM[e.errno].lower()}{where}"
-        text = _text_of(e)
-        for what in _NO_ROOM.values():
-            if what in text:
-                return what.lower()
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _text_of(e: BaseException) -> str:
-    """An exception's text, without the JVM: a PySpark exception's str() asks the JVM, which may
-    be gone by then (the first run on a machine stops it to save the class archive), and fails
-    again (found on a full disk: a py4j traceback instead of the one line); it keeps its message
-    and the JVM's stack trace as text."""
-    desc = getattr(e, "_desc", None)
-    if isinstance(desc, str):
-        trace = getattr(e, "_stackTrace", None)
-        return f"{desc}\n{trace}" if isinstance(trace, str) else desc
-    try:
-        return str(e)
-    except Exception:  # noqa: BLE001 - another exception type whose str() fails
-        return ""
 
 
 def _interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:

@@ -41,7 +41,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from . import __version__, snapshot, tables
 from .config import WRITERS
-from .report import one_line
+from .report import one_line, panics_held_back
 from .runs import RUNS, RunDir, app_id, stopped_runs
 from .topics import name_topics_df, needs_topic_names, resolve_topic_ids
 
@@ -349,13 +349,14 @@ class Lake:
                 custom_metadata=meta, app_transactions=[Transaction(aid, 1, _now_ms())], max_commit_retries=0
             )
             try:
-                dt.create_write_transaction(
-                    [*removes, *kept, *adds],
-                    mode="append",
-                    schema=tables.schema(table),
-                    partition_by=parts,
-                    commit_properties=props,
-                )
+                with panics_held_back():
+                    dt.create_write_transaction(
+                        [*removes, *kept, *adds],
+                        mode="append",
+                        schema=tables.schema(table),
+                        partition_by=parts,
+                        commit_properties=props,
+                    )
                 break
             except CommitFailedError:  # another run committed first: retry on its snapshot
                 if attempt == COMMIT_ATTEMPTS - 1:
@@ -554,11 +555,12 @@ class Lake:
                 if by_date:
                     filters = [("date", "in", todo)]
             meta = {"brokerscope": {"operation": "optimize", "version": __version__}}
-            out[t] = dt.optimize.compact(
-                partition_filters=filters,
-                target_size=target_size,
-                commit_properties=CommitProperties(custom_metadata=meta),
-            )
+            with panics_held_back():
+                out[t] = dt.optimize.compact(
+                    partition_filters=filters,
+                    target_size=target_size,
+                    commit_properties=CommitProperties(custom_metadata=meta),
+                )
         return out
 
     def vacuum(self, retain_hours: float = 168, dry_run: bool = False) -> dict[str, list[str]]:
@@ -578,7 +580,8 @@ class Lake:
                 f for f in dt.vacuum(dry_run=True, **opts) if (Path(p) / urllib.parse.unquote(f)).exists()
             ]
             if found and not dry_run:
-                dt.vacuum(dry_run=False, **opts)
+                with panics_held_back():
+                    dt.vacuum(dry_run=False, **opts)
             out[t] = found
         return out
 
@@ -771,15 +774,16 @@ class Lake:
             meta = {"brokerscope": {"run_id": run_id, "capture_ids": ids, "version": __version__}}
             txn = [Transaction(aid, 1, _now_ms())] if aid else None
             try:
-                write_deltalake(
-                    self.path("inputs"),
-                    pa.Table.from_batches([batch]),
-                    mode="overwrite",
-                    predicate=_in_predicate(paths, "path"),
-                    commit_properties=CommitProperties(
-                        custom_metadata=meta, app_transactions=txn, max_commit_retries=0
-                    ),
-                )
+                with panics_held_back():
+                    write_deltalake(
+                        self.path("inputs"),
+                        pa.Table.from_batches([batch]),
+                        mode="overwrite",
+                        predicate=_in_predicate(paths, "path"),
+                        commit_properties=CommitProperties(
+                            custom_metadata=meta, app_transactions=txn, max_commit_retries=0
+                        ),
+                    )
                 return
             except CommitFailedError:
                 if attempt == COMMIT_ATTEMPTS - 1:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import re
+import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes (delta-rs colours its errors)
@@ -14,6 +19,123 @@ def one_line(e: BaseException) -> str:
     text's first, without terminal colour codes, or its type's name."""
     text = _ANSI.sub("", str(e)).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+# what a full or read-only disk says, wherever it was raised (here, in a Python worker, in the
+# JVM or in delta-rs): errno and the strerror text that reaches us through Spark's and py4j's
+# errors
+_NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system"}  # fmt: skip
+
+
+def no_room(e: BaseException) -> str | None:
+    """One line for an error the disk caused (full, over quota, read-only), found anywhere in
+    `e`'s chain or text; None for any other error (a bug: its traceback is worth having)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            where = f" ({e.filename})" if e.filename else ""
+            return f"{_NO_ROOM[e.errno].lower()}{where}"
+        text = _text_of(e)
+        for what in _NO_ROOM.values():
+            if what in text:
+                return what.lower()
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _text_of(e: BaseException) -> str:
+    """An exception's text, without the JVM: a PySpark exception's str() asks the JVM, which may
+    be gone by then (the first run on a machine stops it to save the class archive), and fails
+    again (found on a full disk: a py4j traceback instead of the one line); it keeps its message
+    and the JVM's stack trace as text."""
+    desc = getattr(e, "_desc", None)
+    if isinstance(desc, str):
+        trace = getattr(e, "_stackTrace", None)
+        return f"{desc}\n{trace}" if isinstance(trace, str) else desc
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 - another exception type whose str() fails
+        return ""
+
+
+# the report Rust's default panic hook writes to fd 2: an empty line, "thread 'NAME' (TID) panicked
+# at FILE:L:C:",
+# the message's lines, "stack backtrace:" and its frames, a "note: ... RUST_BACKTRACE ..." line
+_PANIC_START = re.compile(rb"^thread '[^']*'( \(\d+\))? panicked at ")
+_PANIC_TAIL = re.compile(rb"^(stack backtrace:|note: .*RUST_BACKTRACE|\s+\d+: |\s+at )")
+
+
+def without_panics(text: bytes) -> bytes:
+    """`text` less the Rust panic reports in it: each from the empty line before its `thread ...
+    panicked at` line to the end of its message (the next line) and backtrace."""
+    out, lines, i = [], text.splitlines(keepends=True), 0
+    while i < len(lines):
+        if _PANIC_START.match(lines[i]):
+            if out and out[-1] in (b"\n", b"\r\n"):
+                out.pop()  # the empty line the report begins with
+            i += 2  # the report's first line and its message
+            while i < len(lines) and _PANIC_TAIL.match(lines[i]):
+                i += 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return b"".join(out)
+
+
+@contextlib.contextmanager
+def panics_held_back() -> Iterator[None]:
+    """Hold back what is written to fd 2 while the block runs, and write it out after it, but
+    for Rust panic reports when the block raised a disk error (no_room): delta-rs's runtime
+    prints one before Python gets the error on a full disk ("panicked at ...: Already shut
+    down"), and the command's one line says what happened. Read through a pipe by a thread (a
+    full disk has no room for a temporary file; a full pipe would block the writer)."""
+    if not _HOLDING.acquire(blocking=False):  # another thread holds fd 2 back: leave it be
+        yield
+        return
+    try:
+        with _held():
+            yield
+    finally:
+        _HOLDING.release()
+
+
+_HOLDING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _held() -> Iterator[None]:
+    sys.stderr.flush()
+    r, w = os.pipe()
+    saved = os.dup(2)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while data := os.read(r, 65536):
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, name="brokerscope-stderr", daemon=True)
+    reader.start()
+    os.dup2(w, 2)
+    os.close(w)
+    raised: BaseException | None = None
+    try:
+        yield
+    except BaseException as e:
+        raised = e
+        raise
+    finally:
+        os.dup2(saved, 2)  # the pipe's last writer closed: the reader sees its end
+        os.close(saved)
+        reader.join(5.0)  # a process started meanwhile may hold the pipe: not waited for long
+        if not reader.is_alive():
+            os.close(r)
+        text = b"".join(chunks)
+        if raised is not None and no_room(raised):
+            text = without_panics(text)
+        view = memoryview(text)
+        while view:
+            view = view[os.write(2, view) :]
 
 
 # Exit codes of `brokerscope ingest` and jobs/nightly_ingest.py (README, "Exit codes").
