@@ -751,6 +751,13 @@ def ingest(
         # connections: their rows replace that capture's too
         moved.update(_moved(lake, [i for i in todo if i.path not in moved]))
         dups = [(d, k) for d, k in dups if not ingested(d)]
+        # a new copy of a capture ingested before and not decoded now: recorded as that capture
+        decoded = {i.path for i in todo}
+        last = latest_by_path(r for r in lake.inputs_rows() if r["status"] != "replaced")
+        copies = [(d, k) for d, k in dups if k.path not in decoded and k.path in last]
+        rejected += [_moved_row(d, last[k.path], run_id) for d, k in copies]
+        summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in copies)
+        dups = [(d, k) for d, k in dups if k.path in decoded]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         summary.skipped_unreadable = sum(
             (i.path, i.size, i.mtime_ns // 1000) in gave_nothing for i in disc.inputs if i not in todo
@@ -1284,7 +1291,8 @@ def _moved(lake: Lake, candidates: list) -> dict[str, _Moved]:
 
 
 def _moved_row(i, was: dict, run_id: str) -> dict:
-    """The `inputs` row of gzip file `i` holding the capture `was` records, not decoded again."""
+    """The `inputs` row of input `i` holding the capture `was` records (gzip of it, a copy), not
+    decoded again."""
     return {**was, "path": i.path, "kind": i.kind, "size": i.size, "mtime": i.mtime_ns // 1000,
             "run_id": run_id, "ingested_at": int(time.time() * 1e6), "replaced_by": None}  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -546,3 +547,31 @@ def test_a_capture_cut_by_its_snap_length_and_traffic_no_decoder_knows_are_warne
         for ln in lines
     )
     assert summary.exit_code() == 0 and lines[-1] == "exit 0: every input read cleanly (see the warnings)"
+
+
+def test_a_new_copy_of_an_ingested_capture_beside_a_new_capture(spark, tmp_path):
+    """--skip-ingested over a directory where a copy of an ingested capture (its name sorting
+    after the original's) arrived with a new capture: the new one is decoded, the copy recorded
+    as the capture it repeats (was: KeyError in _identified, every night after)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    kafka = Path(SAMPLE_DATA) / "kafka"
+    shutil.copy2(kafka / "none.pcap", d / "a.pcap")
+    lake = tmp_path / "lake"
+    first = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    shutil.copy2(d / "a.pcap", d / "b.pcap")  # the copy
+    shutil.copy2(kafka / "lz4.pcap", d / "c.pcap")  # something new
+    summary = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert summary.files == 1 and summary.exit_code() == 0
+    assert [e for e in summary.capture_errors if "same content" in e] == [
+        f"{d / 'b.pcap'}: same content as {d / 'a.pcap'}, ingested once"
+    ]
+    inputs = {Path(r["path"]).name: r for r in delta_rs_rows(str(lake / "inputs"))}
+    assert sorted(inputs) == ["a.pcap", "b.pcap", "c.pcap"]
+    assert inputs["b.pcap"]["capture_id"] == inputs["a.pcap"]["capture_id"] is not None
+    assert inputs["a.pcap"]["run_id"] == first.run_id
+    assert inputs["b.pcap"]["status"] == "ok" and inputs["b.pcap"]["run_id"] == summary.run_id
+    messages = delta_rs_rows(str(lake / "messages"))
+    assert len({r["capture_id"] for r in messages}) == 2  # a's rows once, c's
+    again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert again.files == 0 and not [e for e in again.capture_errors if "same content" in e]
