@@ -410,9 +410,9 @@ class Lake:
         tables (journeys, lag) and its `inputs` record (`records` replacing the rows of `paths`).
 
         The derived rows of a capture are computed over a capture set (derived_set): the run's
-        captures and every capture an earlier run computed them with where the run replaces one
-        of those, whose rows are computed again with it (a producer's capture ingested again keeps
-        its consumers'). A derived table the run did not ask for is computed too where it holds
+        captures and every capture an earlier run computed them with (or, never computed, ingested
+        with) where the run replaces one of those, whose rows are computed again with it (a
+        producer's capture ingested again keeps its consumers'). A derived table the run did not ask for is computed too where it holds
         rows of the set: they would be stale. The set's captures' `inputs` rows name the run
         (`derived_run`). Rows added per derived table."""
         members = self.derived_set(capture_ids, replace_ids)
@@ -433,19 +433,22 @@ class Lake:
 
     def derived_set(self, capture_ids: list[str], replace_ids: list[str]) -> set[str]:
         """The captures a run's derived rows are computed over: its own (`capture_ids`) and those
-        still in the lake that share a `derived_run` with a capture the run replaces
-        (`replace_ids`, its own included)."""
+        still in the lake in the set of a capture the run replaces (`replace_ids`, its own
+        included). A capture's set: the captures its derived rows were computed with (the same
+        `derived_run`), or, never computed, those its run ingested with it (the same `run_id`)."""
         if not DeltaTable.is_deltatable(self.path("inputs")):
             return set(capture_ids)
         prior = self.inputs_rows()
         gone = set(replace_ids) | set(capture_ids)
-        runs = {r.get("derived_run") for r in prior if r["capture_id"] in gone} - {None}
+
+        def set_of(r: dict) -> str:
+            return r.get("derived_run") or r["run_id"]
+
+        sets = {set_of(r) for r in prior if r["capture_id"] in gone}
         kept = {
             r["capture_id"]
             for r in prior
-            if r.get("derived_run") in runs
-            and r["status"] in ("ok", "partial")
-            and r["capture_id"] not in gone
+            if r["capture_id"] not in gone and r["status"] in ("ok", "partial") and set_of(r) in sets
         }
         return set(capture_ids) | kept
 

@@ -213,7 +213,8 @@ INPUTS = [
     pa.field("clock_offset_pairs", pa.int64()),
     # the run whose derived rows (journeys, lag) cover this capture: they were computed over every
     # capture naming the same run, and are computed again with them when one is ingested again
-    # (Lake.finish_derived); null: none computed (or a lake older than this column)
+    # (Lake.finish_derived); null: none computed (or a lake older than this column): the capture's
+    # set is then the captures of its run (run_id)
     pa.field("derived_run", pa.string()),
 ]
 

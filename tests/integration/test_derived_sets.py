@@ -86,3 +86,17 @@ def test_a_capture_set_ingested_again_in_parts_keeps_its_journeys_and_lag(spark,
 
     inputs = {r["path"]: r for r in delta_rs_rows(str(lake / "inputs")) if r["status"] == "ok"}
     assert {r["derived_run"] for r in inputs.values()} == {last.run_id}  # the set's rows name the last run
+
+
+def test_journeys_asked_for_later_cover_the_captures_ingested_together(spark, tmp_path):
+    """Both captures ingested in one run without journeys; the producer's ingested again with
+    them: its journeys are computed with the consumer's capture (was: over its own alone, 0 rows;
+    then the consumer's alone: 12 rows without a produce time)."""
+    prod, cons, full = _split(tmp_path)
+    cons.write_bytes(full)
+    lake, expected_lake = tmp_path / "lake", tmp_path / "expected"
+    _run(spark, [prod, cons], expected_lake, journeys=True, lag=True)
+    _run(spark, [prod, cons], lake)
+    _run(spark, [prod], lake, journeys=True, lag=True)
+    assert _derived(lake) == _derived(expected_lake)
+    assert all(r["produced_ts"] for r in delta_rs_rows(str(lake / "journeys")))
