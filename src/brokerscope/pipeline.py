@@ -1207,9 +1207,10 @@ _OPEN_AT_END = frozenset({"S0", "S1", "S2", "S3", "OTH"})
 def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[str]:
     """The captures of `ingested` that a capture file of `todo` may continue, or that may
     continue it: one of their connections ended in them still open, its last packet at most
-    idle_ns before the file's first packet (the next file of a rotation, read in a later run);
-    or the first of them to begin after the file began holds connections open when it began
-    (a file that came late, its next file ingested before it)."""
+    idle_ns before the file's first packet (the next file of a rotation, read in a later run),
+    or, none so near, the last such capture before it (a connection quiet longer than idle_ns
+    across the rotation); or the first of them to begin after the file began holds connections
+    open when it began (a file that came late, its next file ingested before it)."""
     if not ingested or "streams" not in lake.table_names():
         return set()  # the first night: no file's head to read
     starts = [
@@ -1228,17 +1229,27 @@ def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[
     out = set()
     begins: dict[str, int] = {}  # capture -> the first packet of its connections (those begun in it)
     open_at: dict[str, list[int]] = {}  # capture -> first packets of its connections begun mid-stream
+    latest: dict[int, tuple[int, str]] = {}  # a start -> the last open connection's end before it
+    near: set[int] = set()  # the starts an open connection ended at most idle_ns before
     cols = st.select(["capture_id", "capture_ids", "conn_state", "midstream"]).to_pylist()
     for r, first, last in zip(cols, first_ns, last_ns):
         ended_in = r["capture_ids"][-1] if r["capture_ids"] else r["capture_id"]
         if ended_in in ingested and r["conn_state"] in _OPEN_AT_END and last is not None:
-            if any(0 <= t - last <= idle_ns for t in starts):
-                out.add(ended_in)
+            for t in starts:
+                if 0 <= t - last <= idle_ns:
+                    out.add(ended_in)
+                    near.add(t)
+                elif last < t and (last, ended_in) > latest.get(t, (-1, "")):
+                    latest[t] = (last, ended_in)
         began = r["capture_id"]
         if began in ingested and first is not None:
             begins[began] = min(begins.get(began, first), first)
             if r["midstream"]:
                 open_at.setdefault(began, []).append(first)
+    # quiet longer than the idle timeout: the decode takes a connection whose sequence numbers
+    # fit as one however long its silence (TcpConnection.continues), so the capture ending last
+    # before the file with a connection open comes too where none ended within idle_ns
+    out.update(c for t, (_last, c) in latest.items() if t not in near)
     for t in starts:
         after = [(b, c) for c, b in begins.items() if b > t]
         if after:

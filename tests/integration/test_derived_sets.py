@@ -6,12 +6,14 @@ Kafka capture (librdkafka producer, consumer group, commit) split by connection.
 
 from __future__ import annotations
 
+import shutil
 import struct
 from pathlib import Path
 
 import pytest
 
 from brokerscope import pipeline
+from tests.support import replay
 from tests.support.lakecheck import delta_rs_rows, derived_settings, normalized
 
 pytestmark = pytest.mark.spark
@@ -98,5 +100,32 @@ def test_journeys_asked_for_later_cover_the_captures_ingested_together(spark, tm
     _run(spark, [prod, cons], expected_lake, journeys=True, lag=True)
     _run(spark, [prod, cons], lake)
     _run(spark, [prod], lake, journeys=True, lag=True)
+    assert _derived(lake) == _derived(expected_lake)
+    assert all(r["produced_ts"] for r in delta_rs_rows(str(lake / "journeys")))
+
+
+def test_a_rotation_across_a_quiet_spell_longer_than_the_idle_timeout(spark, tmp_path):
+    """The sample capture rotated into two files at packet 81, its second part 11 minutes later
+    (its connections quiet across the rotation longer than the idle timeout, their sequence
+    numbers going on): one file a night with --skip-ingested must end as one run over both (was:
+    the second night's connections mid-stream copies beside the first's, every journey without
+    its produce)."""
+    head, recs = replay.records(SAMPLE)
+    _head, later = replay.records(SAMPLE, 660)
+    rot = tmp_path / "rot"
+    rot.mkdir()
+    (tmp_path / "G-0.pcap").write_bytes(head + b"".join(recs[:81]))
+    (tmp_path / "G-1.pcap").write_bytes(head + b"".join(later[81:]))
+    expected_lake, lake = tmp_path / "expected", tmp_path / "lake"
+    _run(spark, [tmp_path / "G-0.pcap", tmp_path / "G-1.pcap"], expected_lake, journeys=True, lag=True)
+    for name in ("G-0.pcap", "G-1.pcap"):  # a night each
+        shutil.copy2(tmp_path / name, rot / name)
+        s = pipeline.ingest(
+            [str(rot)], derived_settings(lake, journeys=True, lag=True), spark=spark, skip_ingested=True
+        )
+        assert s.errors == []
+    streams = delta_rs_rows(str(lake / "streams"))
+    assert len(streams) == len(delta_rs_rows(str(expected_lake / "streams"))) == 5
+    assert not any(r["midstream"] for r in streams)
     assert _derived(lake) == _derived(expected_lake)
     assert all(r["produced_ts"] for r in delta_rs_rows(str(lake / "journeys")))
