@@ -412,9 +412,9 @@ class Lake:
         The derived rows of a capture are computed over a capture set (derived_set): the run's
         captures and every capture an earlier run computed them with (or, never computed, ingested
         with) where the run replaces one of those, whose rows are computed again with it (a
-        producer's capture ingested again keeps its consumers'). A derived table the run did not ask for is computed too where it holds
-        rows of the set: they would be stale. The set's captures' `inputs` rows name the run
-        (`derived_run`). Rows added per derived table."""
+        producer's capture ingested again keeps its consumers'). A derived table the run did not
+        ask for is computed too where it holds rows of the set: they would be stale. The set's
+        captures' `inputs` rows name the run (`derived_run`). Rows added per derived table."""
         members = self.derived_set(capture_ids, replace_ids)
         todo = [
             t for t in tables.DERIVED_TABLES if t in requested or self._holds(t, members | set(replace_ids))
