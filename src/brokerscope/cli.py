@@ -819,14 +819,25 @@ def _not_an_interrupt_in_py4j(record: logging.LogRecord) -> bool:
     )
 
 
+# where py4j logs its tracebacks: the root logger itself (logging.exception) and its modules'
+# loggers (logger.exception); a logger's filters see only the records logged to it, not those of
+# its children, whatever handlers there are then
+PY4J_LOGGERS = ("", "py4j.clientserver", "py4j.java_gateway")
+
+
+def quiet_py4j_interrupts() -> None:
+    """Filter py4j's tracebacks of an interrupted call (_not_an_interrupt_in_py4j) out of every
+    logger py4j logs them to."""
+    for name in PY4J_LOGGERS:
+        logging.getLogger(name).addFilter(_not_an_interrupt_in_py4j)
+
+
 def stopped_by_signals(run: Callable[[], int], prog: str = "brokerscope") -> int:
     """run(), with SIGTERM (and SIGINT, once `spark_started` took it from PySpark) stopping it as
     an exception, so that what is under way cleans up as on any failure: `prog: interrupted
     (SIGINT|SIGTERM)` and EXIT_INTERRUPTED / EXIT_TERMINATED, a session it started stopped, the
     signal handlers left as they were."""
-    # py4j logs through the root logger itself (logging.exception): its filters see those records,
-    # whatever handlers there are then
-    logging.getLogger().addFilter(_not_an_interrupt_in_py4j)
+    quiet_py4j_interrupts()
     global _prog
     _prog = prog
     spark_before = _active_context() is not None  # called in a process that has a session
