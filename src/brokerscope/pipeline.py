@@ -634,8 +634,9 @@ _MALLOC_TRIM = _malloc_trim()
 
 
 def _read_and_decode_fn(read, decode):
-    """Both stages in one task, its packets sorted in memory as the shuffle would (for a capture
-    set small enough to be one task: every split is read, and hashed, before the decode starts)."""
+    """Both stages in one task, its packets (payloads as offsets, read back by the decode)
+    sorted in memory as the shuffle would (for a capture set small enough to be one task: every
+    split is read, and hashed, before the decode starts)."""
 
     def both(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         packets = pa.Table.from_batches(list(read(batches)), schema=tables.PACKETS).drop_columns(
@@ -874,7 +875,9 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
         files = {i.file_index: (i.path, i.size, i.mtime_ns) for i in todo if i.kind in inputs.CAPTURE_KINDS}
         sizes = {fi: size for fi, (_path, size, _mtime) in files.items()}
         if len(packs) == 1:  # a small capture set: one task reads, sorts and decodes, no shuffle
-            read = _read_splits_fn(settings, run, sizes, packs)
+            # payloads as offsets here too: the sort moves no payload bytes (1.6 -> 1.4 CPU s and
+            # 470 -> 235 MB for 100 MB of capture), the decode reads them back
+            read = _read_splits_fn(settings, run, sizes, packs, payload_refs=True)
             decode = _decode_fn(settings, staged, run, sizes, files)
             parts.append(_tasks(spark, packs).mapInArrow(_read_and_decode_fn(read, decode), out_schema))
         else:
