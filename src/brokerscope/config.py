@@ -423,6 +423,15 @@ class Settings:
             self.raw["ports"][proto].append(port)
         self.validate()
 
+    @property
+    def payload_policy(self) -> PayloadPolicy:
+        pay = self.raw["payload"]
+        return PayloadPolicy(
+            mode=pay["policy"],
+            truncate_bytes=parse_size(pay["truncate_bytes"]),
+            apply_to_keys=bool(pay["apply_to_keys"]),
+        )
+
     def context(self, protocol: str | None = None) -> Context:
         """The decoder context, with [protocols.<name>] limits applied for `protocol`."""
         lim = dict(self.raw["limits"])
@@ -431,16 +440,11 @@ class Settings:
             for k in ("max_frame_bytes", "max_decompressed_bytes", "max_raw_bytes"):
                 if k in popts[protocol]:
                     lim[k] = popts[protocol][k]
-        pay = self.raw["payload"]
         return Context(
             max_frame_bytes=parse_size(lim["max_frame_bytes"]),
             max_decompressed_bytes=parse_size(lim["max_decompressed_bytes"]),
             max_raw_bytes=parse_size(lim["max_raw_bytes"]),
-            payload=PayloadPolicy(
-                mode=pay["policy"],
-                truncate_bytes=parse_size(pay["truncate_bytes"]),
-                apply_to_keys=bool(pay["apply_to_keys"]),
-            ),
+            payload=self.payload_policy,
             protocol_options=popts,
             schemas=self.schemas,
         )

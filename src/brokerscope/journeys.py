@@ -92,10 +92,13 @@ ACK_COLUMNS = (
 CMD_COLUMNS = ("command", "client_ip", "client_id", "conn_id", "ts_ns", "details")
 
 
-def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> pa.RecordBatch:
+def compute(
+    root: str, capture_ids: list[str], clocks: Clocks | None = None, payload: dict[str, str] | None = None
+) -> pa.RecordBatch:
     """The journeys rows of the captures `capture_ids` from the lake at `root`; `clocks`: the
     run's vantage points (clocks.estimate): the rows of a connection's other copies left out,
-    times put on the reference's clock."""
+    times put on the reference's clock; `payload`: the policy each capture was decoded under
+    (inputs.payload: the run's record, not yet committed), for the key hashes."""
     ids = sorted(capture_ids)
     kafka = pc.field("protocol") == "kafka"
     produce = pc.field("direction") == "produce"
@@ -135,7 +138,7 @@ def compute(root: str, capture_ids: list[str], clocks: Clocks | None = None) -> 
     for b in blocks:
         _add_stored(b, stored)
     out = tables.conform("journeys", blocks)
-    return _mark_others_moved(out, moved_conns)
+    return _key_hashes_as_kept(_mark_others_moved(out, moved_conns), root, payload or {})
 
 
 # the protocols whose segment files give `stored` messages rows (a record's time in the log)
@@ -327,6 +330,30 @@ def _message_ids(topic: pa.Array, partition: pa.Array, offset: pa.Array) -> pa.A
     t = pc.fill_null(topic, "None")
     p = pc.fill_null(pc.cast(partition, pa.string()), "None")
     return pc.binary_join_element_wise(t, "-", p, "@", pc.cast(offset, pa.string()), "")
+
+
+def _key_hashes_as_kept(out: pa.RecordBatch, root: str, payload: dict[str, str]) -> pa.RecordBatch:
+    """`out` with each row's key_hash as of the key the producer sent, where the capture of its
+    first sighting (its key's row) was decoded under a policy for keys (`payload`: capture id ->
+    inputs.payload, `... keys`): a hashed key is that sha256 already (the stored key, not hashed
+    again); a truncated or dropped one gives none."""
+    hashed, lost = set(), set()
+    for cid, policy in payload.items():
+        if policy and policy.endswith(" keys"):
+            (hashed if policy.startswith("hash") else lost).add(cid)
+    if not (hashed or lost) or not out.num_rows:
+        return out
+    caps = out["capture_id"].to_pylist()
+    kh = out["key_hash"].to_pylist()
+    stored = {}  # sha256 of a stored (hashed) key -> that key
+    if hashed & set(caps):
+        keys = read_rows(f"{root}/messages", sorted(hashed), ("key",), pc.field("key").is_valid(), ())
+        stored = {
+            hashlib.sha256(k).hexdigest(): k.decode("ascii", "replace") for k in set(keys["key"].to_pylist())
+        }
+    fixed = [None if c in lost else stored.get(h, h) if c in hashed else h for c, h in zip(caps, kh)]
+    i = out.schema.get_field_index("key_hash")
+    return out.set_column(i, out.schema.field(i), pa.array(fixed, pa.string()))
 
 
 def _key_hashes(keys: pa.Array) -> pa.Array:

@@ -427,7 +427,8 @@ class Lake:
             progress(
                 f"computing {t}" if t in requested else f"computing {t} again (its captures were replaced)"
             )
-            rows[t] = self.commit_derived(t, run_id, sorted(members), replace_ids, clk)
+            payload = {r["capture_id"]: r.get("payload") for r in records if r.get("capture_id")}
+            rows[t] = self.commit_derived(t, run_id, sorted(members), replace_ids, clk, payload)
         self.write_inputs(records, paths, run_id)
         return rows
 
@@ -497,17 +498,24 @@ class Lake:
         return clk
 
     def commit_derived(
-        self, table: str, run_id: str, capture_ids: list[str], replace_ids: list[str], clk=None
+        self,
+        table: str,
+        run_id: str,
+        capture_ids: list[str],
+        replace_ids: list[str],
+        clk=None,
+        payload: dict[str, str] | None = None,
     ) -> int:
         """Compute a derived table (tables.DERIVED_TABLES: journeys.py, lag.py) of the captures
         `capture_ids` (a capture set: derived_set) from the committed tables and commit it like a
         decoded table (staged, then commit_table), replacing its rows of those and `replace_ids`;
-        `clk`: the run's clocks, for the journeys. A table already holding the run is left alone
-        (roll forward). Rows added."""
+        `clk`: the run's clocks and `payload` the captures' payload policies (inputs.payload),
+        for the journeys. A table already holding the run is left alone (roll forward). Rows
+        added."""
         from . import journeys, lag
 
         compute = {
-            "journeys": lambda root, ids: journeys.compute(root, ids, clk),
+            "journeys": lambda root, ids: journeys.compute(root, ids, clk, payload),
             "lag": lag.compute,
         }[table]
         self.ensure_tables((table,))

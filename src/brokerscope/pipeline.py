@@ -730,21 +730,28 @@ def ingest(
     rejected = _rejected_rows(disc, run_id)
     flt = settings.packet_filter
     summary.filter = flt.text() if flt is not None else None
+    summary.payload = settings.payload_policy.text()
     summary.only_new = skip_ingested
     if skip_ingested:
-        # the filter is part of what was ingested: an input ingested with another filter (or
-        # none) is decoded again, and its rows replaced by this filter's
+        # the filter and the payload policy are part of what was ingested: an input ingested
+        # with another filter (or none), or under another policy (payloads kept that the policy
+        # now hashes or drops), is decoded again, and its rows replaced by this run's
         done, gave_nothing = _ingested_keys(lake)
 
         def ingested(i) -> bool:
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
-            return done.get((i.path, i.size, i.mtime_ns // 1000), False) == want
+            was = done.get((i.path, i.size, i.mtime_ns // 1000))
+            return was is not None and was == (want, summary.payload)
 
         new = [i for i in todo if not ingested(i)]
         moved = _moved(lake, new)
         # a capture only compressed since it was ingested with this filter: nothing new to decode,
         # unless a file decoded now shares its connections (then decoded again with it, below)
-        same = {p for p, m in moved.items() if m.same and m.was["filter"] == summary.filter}
+        same = {
+            p
+            for p, m in moved.items()
+            if m.same and (m.was["filter"], _payload_of(m.was)) == (summary.filter, summary.payload)
+        }
         new = [i for i in new if i.path not in same]
         todo = _with_crossing(lake, new, todo, settings.idle_timeout_ns, moved)
         compressed = [(i, moved[i.path]) for i in disc.inputs if i.path in same and i not in todo]
@@ -789,6 +796,7 @@ def ingest(
                 **_recorded_row(i, run_id, "skipped"),
                 "error": f"a compression of {plain}, which is decoded",
                 "filter": summary.filter,  # --skip-ingested passes it over while the filter stays
+                "payload": summary.payload,  # and the payload policy
             }
             summary.capture_errors.append(
                 f"{i.path}: a compression of {plain} (beside it): not decoded, {plain} is"
@@ -1123,6 +1131,7 @@ def _inputs_record(
                 "error": status[i.capture_id][1],
                 "damaged_bytes": status[i.capture_id][3],
                 "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
+                "payload": summary.payload,
                 "filtered": filtered.get(i.capture_id),
                 "vantage": places.get(i.capture_id, i.capture_id) if i.kind in inputs.CAPTURE_KINDS else None,
                 "date": today,
@@ -1439,18 +1448,27 @@ def _per_file(stats: list[dict]) -> dict[int, dict]:
     return out
 
 
-def _ingested_keys(lake: Lake) -> tuple[dict[tuple[str, int, int], str | None], set[tuple[str, int, int]]]:
+def _ingested_keys(
+    lake: Lake,
+) -> tuple[dict[tuple[str, int, int], tuple[str | None, str]], set[tuple[str, int, int]]]:
     """(path, size, mtime in µs) of every file the lake holds a current record of -> the filter
-    it was ingested with (None: none); and the keys of those that gave nothing (status error)."""
+    it was ingested with (None: none) and the payload policy (_payload_of); and the keys of those
+    that gave nothing (status error)."""
     t = lake.read_arrow("inputs")
     mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
     out, nothing = {}, set()
-    for r, mt in zip(t.select(["path", "size", "status", "filter"]).to_pylist(), mtimes):
+    for r, mt in zip(t.select(["path", "size", "status", "filter", "payload"]).to_pylist(), mtimes):
         if r["status"] != "replaced" and mt is not None:
-            out[(r["path"], r["size"], mt)] = r["filter"]
+            out[(r["path"], r["size"], mt)] = (r["filter"], _payload_of(r))
             if r["status"] == "error":
                 nothing.add((r["path"], r["size"], mt))
     return out, nothing
+
+
+def _payload_of(row: dict) -> str:
+    """The payload policy an `inputs` row's capture was decoded under; a row of a lake older than
+    the column: the default's (keep), what every such lake ran under unless configured."""
+    return row.get("payload") or "keep"
 
 
 def _spark_schema(schema: pa.Schema):

@@ -181,6 +181,7 @@ class Summary:
     packets: int = 0
     tcp_segments: int = 0
     filter: str | None = None  # the ingest filter's text (capture/filter.py), None when none
+    payload: str = "keep"  # the payload policy the run decodes under (PayloadPolicy.text)
     filtered: int = 0  # packets the filter dropped
     connections: int = 0
     rows: dict[str, int] = field(default_factory=dict)

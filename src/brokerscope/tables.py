@@ -198,6 +198,9 @@ INPUTS = [
     # and the packets it dropped (records outside the window, TCP segments of other endpoints)
     pa.field("filter", pa.string()),
     pa.field("filtered", pa.int64()),
+    # the payload policy the rows were decoded under (PayloadPolicy.text: keep, truncate N, hash,
+    # drop; " keys" where keys too): --skip-ingested decodes a file again under another one
+    pa.field("payload", pa.string()),
     # several vantage points (docs/design.md "Vantage points"): the capture_id of the first capture
     # of this capture's vantage point in its run (a place's files chain in time; captures whose
     # record times overlap are two places); null for segment files
@@ -234,7 +237,8 @@ JOURNEYS = [
     # as in messages: Kafka topic-partition@offset, Pulsar ledger:entry:batch_index, Iggy's u128
     # message id, TubeMQ's broker message id
     pa.field("message_id", pa.string()),
-    pa.field("key_hash", pa.string()),  # sha256 hex of the key (null key: null)
+    # sha256 hex of the key sent (null key, or a key the payload policy truncated or dropped: null)
+    pa.field("key_hash", pa.string()),
     # the consumer group (Kafka, TubeMQ), subscription (Pulsar), consumer:<id> | group:<id> (Iggy);
     # null: deliveries to a consumer no rule names (<protocol>.md "Journeys")
     pa.field("consumer", pa.string()),

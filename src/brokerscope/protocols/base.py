@@ -73,6 +73,12 @@ class PayloadPolicy:
     truncate_bytes: int = 256
     apply_to_keys: bool = False
 
+    def text(self) -> str:
+        """The policy as `inputs.payload` records it: keep, truncate N, hash or drop, and
+        ` keys` where keys go the same way."""
+        what = f"truncate {self.truncate_bytes}" if self.mode == "truncate" else self.mode
+        return what if self.keys_kept else f"{what} keys"
+
     def value(self, data: bytes | None) -> dict:
         if data is None:
             return {"value": None, "value_size": None}
