@@ -762,3 +762,13 @@ def test_whole_lz4_frames_do_not_call_python(monkeypatch):
     cut = _v2_body(batch, batch[61:-3])
     R.read_record_set(cut)
     assert calls == [3]
+
+
+def test_sequences_wrap_past_int32_max_to_zero():
+    """A producer numbers its records 0 .. 2^31 - 1 and then from 0 again (Kafka's
+    DefaultRecordBatch.incrementSequence): a batch based at 2147483646 holds 2147483646,
+    2147483647, 0 (was: 2147483648)."""
+    body = b"".join(_record(b"k", b"v", off_delta=i) for i in range(3))
+    b = R.read_record_set(_v2(body, 3, base_seq=2147483646)).batches[0]
+    assert b.cols.sequence.to_pylist() == [2147483646, 2147483647, 0]
+    assert [R.sequence_of(b.base_sequence, r.delta) for r in b.records] == [2147483646, 2147483647, 0]

@@ -38,7 +38,8 @@
  * column's int32 offsets. Numeric columns are n int64: `delta` (offsetDelta), `ts_delta`
  * (timestampDelta), `offset` (baseOffset + delta), `timestamp` (baseTimestamp + timestampDelta,
  * ms), `ts_ns` (the same in ns, null where negative: no timestamp), `sequence` (baseSequence +
- * delta, null where the batch's baseSequence is negative), `value_size` (null where the value
+ * delta, wrapped past INT32_MAX to 0 as producers number them; null where the batch's
+ * baseSequence is negative), `value_size` (null where the value
  * is). `key`, `value`, `header_keys`, `header_values` are binary columns as (validity bitmap,
  * int32 offsets, data, null count); `header_offsets` the n + 1 int32 list offsets of each
  * record's headers; `header_keys_utf8` whether every header key is UTF-8. The error messages
@@ -68,6 +69,9 @@
 #include <string.h>
 
 #include "../arrowbuf.h" /* Buf, Col, decimal_runs (owned_of, owned_col: handed over without a copy) */
+
+/* a producer's sequence numbers run 0 .. INT32_MAX, then from 0 again */
+#define SEQUENCE_MAX 2147483647LL
 
 /* A buffer handed to Python without a copy: it owns the memory a Buf grew (Arrow wraps it with
  * pa.py_buffer; memoryview reads it) and frees it when the last reference goes. */
@@ -371,6 +375,8 @@ static int derive(Walk *w, Py_ssize_t first, int64_t base_offset, int64_t base_t
         }
         if (base_seq >= 0) {
             over |= __builtin_add_overflow(base_seq, d[i], &seq[i]);
+            /* wraps to 0 as Kafka's does; a delta out of range is damage, kept as summed */
+            if (seq[i] > SEQUENCE_MAX && d[i] >= 0 && d[i] <= SEQUENCE_MAX) seq[i] -= SEQUENCE_MAX + 1;
             svalid[i / 8] |= (unsigned char)(1 << (i % 8));
         } else {
             seq[i] = 0;

@@ -81,6 +81,17 @@ class RecordError(base.DecodeError):
     """A batch that cannot be read. `status` is a decode_status value."""
 
 
+SEQUENCE_MAX = 2**31 - 1  # a producer's sequence numbers run 0 .. SEQUENCE_MAX, then from 0 again
+
+
+def sequence_of(base_sequence: int, delta: int) -> int:
+    """The sequence number of a batch's record at `delta`: baseSequence + delta, wrapped past
+    SEQUENCE_MAX to 0 as the producer numbered it (Kafka's DefaultRecordBatch.incrementSequence);
+    a delta out of 0 .. SEQUENCE_MAX is damage, its sum kept (a value the tables may refuse)."""
+    s = base_sequence + delta
+    return s - SEQUENCE_MAX - 1 if s > SEQUENCE_MAX and 0 <= delta <= SEQUENCE_MAX else s
+
+
 @dataclass(slots=True)
 class Record:
     offset: int  # absolute offset (base offset + delta; for produce requests the client's value)
@@ -327,7 +338,7 @@ class Chunk:
         c.offset = [b.base_offset + d for d in deltas]
         c.timestamp = ts
         c.ts_ns = [None if t < 0 else t * 1_000_000 for t in ts]
-        c.sequence = None if b.base_sequence < 0 else [b.base_sequence + d for d in deltas]
+        c.sequence = None if b.base_sequence < 0 else [sequence_of(b.base_sequence, d) for d in deltas]
         c.min_offset = b.base_offset + min(deltas) if n else None
         return c
 

@@ -251,7 +251,11 @@ def _batch_rows(b: rec.Batch, pos: int, topic, partition, mtime_ns: int, data: b
             "message_ts_ns": ts,
             "producer_id": b.producer_id if b.magic >= 2 else None,
             "producer_epoch": b.producer_epoch if b.magic >= 2 else None,
-            "sequence": (b.base_sequence + r.delta) if b.magic >= 2 and (b.base_sequence or 0) >= 0 else None,
+            "sequence": (
+                rec.sequence_of(b.base_sequence, r.delta)
+                if b.magic >= 2 and (b.base_sequence or 0) >= 0
+                else None
+            ),
             "compression": b.codec,
             "checksum_ok": b.crc_ok if r.crc_ok is None else r.crc_ok,
             "decode_status": b.status,
