@@ -239,3 +239,59 @@ def test_legacy_message_sets_in_a_segment(tmp_path):
         (12, b"c", "gzip"),
     ]
     assert all(m["producer_id"] is None and m["checksum_ok"] for m in out["messages"])
+
+
+def _damaged(tmp_path, name: str, damage) -> tuple[str, list[bytes]]:
+    """A segment of five batches (offsets 100..109), its log bytes changed by `damage(log,
+    starts)` (bytearray, batch start positions); the index as written before the damage."""
+    batches = [_batch(100 + 2 * i, MSGS2 if i % 2 else MSGS1, codec=i % 2) for i in range(5)]
+    path = write_segment(tmp_path / f"{name}-0", batches, 100)
+    log = bytearray(Path(path).read_bytes())
+    starts = [sum(len(b) for b in batches[:i]) for i in range(5)]
+    Path(path).write_bytes(bytes(damage(log, starts)))
+    return path, batches
+
+
+def _length(log, at, value):
+    struct.pack_into(">i", log, at + 8, value)
+    return log
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "hit"),
+    [
+        # a length far past the end: was 'no batch header', the 3 batches after it lost
+        ("huge", lambda log, s: _length(log, s[2], 0x7FFF0000), 2),
+        # bytes inserted before a batch: was the same
+        ("inserted", lambda log, s: log[: s[2]] + bytes(40) + log[s[2] :], 1),
+        # the first batch's length past the end: was 'torn tail', status error, every batch lost
+        ("first", lambda log, s: _length(log, 0, 99999), 0),
+        # a length shorter than the batch: the rest of it taken for damage, the batches after lost
+        ("short", lambda log, s: _length(log, s[3], 100), 3),
+        # a length longer than the batch but inside the file: the next batches were skipped over
+        ("long", lambda log, s: _length(log, s[1], s[4] - s[1] - 12 + 5), 1),
+    ],
+)
+def test_damage_keeps_the_batches_after_it(tmp_path, name, damage, hit):
+    """Damage in the middle of a segment (found by a user trial): the reader finds the next
+    batch (its header and CRC-32C hold) and reads on; every other batch's records are kept,
+    checksums good, and the damage is a problem row, not a torn tail."""
+    path, _batches = _damaged(tmp_path, name, damage)
+    assert seg.matches(path)
+    out = _rows(path)
+    good = {m["offset"] for m in out["messages"] if m["checksum_ok"]}
+    others = set(range(100, 110)) - {100 + 2 * hit, 101 + 2 * hit}
+    assert others <= good
+    problems = [c for c in out["commands"] if c["command"] == "LogSegment"]
+    assert problems and not any("torn tail" in (c["decode_error"] or "") for c in problems)
+
+
+def test_a_first_batch_with_a_bad_magic_is_the_segments_damage(tmp_path):
+    """The first batch's magic byte damaged: was 'not a capture or a broker segment file', the
+    file rejected; a file named as a segment with a batch after the damage is read."""
+    path, _b = _damaged(tmp_path, "magic", lambda log, s: log[:16] + b"\x07" + log[17:])
+    assert seg.matches(path)
+    out = _rows(path)
+    assert {m["offset"] for m in out["messages"]} == set(range(102, 110))
+    (c,) = [c for c in out["commands"] if c["command"] == "LogSegment"]
+    assert c["decode_status"] == "malformed" and "skipped to the next batch, at byte" in c["decode_error"]

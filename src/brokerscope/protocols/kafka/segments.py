@@ -61,6 +61,46 @@ def _header_ok(head: bytes, file_size: int, pos: int = 0) -> bool:
     return min_len <= length <= MAX_BATCH and pos + 12 + length <= file_size + (1 << 20)
 
 
+RESYNC_WINDOW = 1 << 20  # bytes searched at a time for the next batch after damage
+
+
+def _crc_holds(batch: bytes) -> bool:
+    """Whether `batch` (a whole v2 batch) has the CRC-32C it carries: at byte 17, of the bytes
+    from its attributes (byte 21) on."""
+    from crc32c import crc32c
+
+    return len(batch) >= 21 and crc32c(batch[21:]) == struct.unpack_from(">I", batch, 17)[0]
+
+
+def next_batch(f, pos: int, end: int, size: int, limit: int = MAX_BATCH) -> int | None:
+    """The position after `pos` and before `end` of the first v2 batch whose header holds up and
+    whose CRC-32C covers its bytes (what follows damage: a length field hit, bytes lost or
+    inserted), or None. Only v2 batches (the format since Kafka 0.11) can be told this surely;
+    batches longer than `limit` are not checked."""
+    at = pos + 1
+    while at < end:
+        f.seek(at)
+        buf = f.read(min(RESYNC_WINDOW, end - at) + 16)
+        j = buf.find(b"\x02", 16)  # the magic byte, 16 bytes into a batch
+        while 0 <= j and j - 16 < RESYNC_WINDOW:
+            p = at + j - 16
+            if p >= end:
+                return None
+            head = buf[j - 16 : j + 1] if j + 1 <= len(buf) else b""
+            if len(head) < 17:
+                f.seek(p)
+                head = f.read(17)
+            if _header_ok(head, size, p):
+                total = 12 + struct.unpack_from(">i", head, 8)[0]
+                if total <= limit:
+                    f.seek(p)
+                    if _crc_holds(f.read(total)):
+                        return p
+            j = buf.find(b"\x02", j + 1)
+        at += RESYNC_WINDOW
+    return None
+
+
 def matches(path: str) -> bool:
     """A `.log` in a `<topic>-<partition>` directory whose first batch header is a Kafka one
     (and, when the first batch is small enough to read, whose checksum holds, or whose name is a
@@ -73,8 +113,9 @@ def matches(path: str) -> bool:
         return False
     with open(path, "rb") as f:
         head = f.read(64 * 1024)
-    if not _header_ok(head, size):
-        return False
+        if not _header_ok(head, size):
+            # named as a segment (its base offset) and a batch follows the damage: the reader's
+            return base_offset_of(path) is not None and next_batch(f, 0, min(size, 1 << 20), size) is not None
     length = struct.unpack_from(">i", head, 8)[0]
     if 12 + length <= len(head):
         rs = rec.read_record_set(head[: 12 + length], cap=1 << 20)
@@ -139,18 +180,18 @@ def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
             f.seek(pos)
             head = f.read(17)
             if len(head) < 17 or not _header_ok(head, size, pos):
+                nxt = next_batch(f, pos, end, size, ctx.max_frame_bytes) if len(head) == 17 else None
                 status = base.TRUNCATED if len(head) < 17 else base.MALFORMED
+                why = f"no batch header at byte {pos}" + (" (torn tail)" if status == base.TRUNCATED else "")
+                if nxt is not None:
+                    why += f": {nxt - pos} bytes skipped to the next batch, at byte {nxt}"
                 yield _problem(
-                    "LogSegment",
-                    pos,
-                    min(end, size) - pos,
-                    status,
-                    f"no batch header at byte {pos}" + (" (torn tail)" if status == base.TRUNCATED else ""),
-                    mtime_ns,
-                    head,
-                    ctx,
+                    "LogSegment", pos, (nxt or min(end, size)) - pos, status, why, mtime_ns, head, ctx
                 )
-                break
+                if nxt is None:
+                    break
+                pos = nxt
+                continue
             length = struct.unpack_from(">i", head, 8)[0]
             total = 12 + length
             if total > ctx.max_frame_bytes:
@@ -169,28 +210,41 @@ def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
             f.seek(pos)
             data = f.read(total)
             if len(data) < total:
-                yield _problem(
-                    "LogSegment",
-                    pos,
-                    len(data),
-                    base.TRUNCATED,
-                    f"torn tail: batch at byte {pos} needs {total} bytes, {len(data)} present",
-                    mtime_ns,
-                    data,
-                    ctx,
-                )
-                break
+                nxt = next_batch(f, pos, end, size, ctx.max_frame_bytes)
+                if nxt is None:
+                    yield _problem(
+                        "LogSegment",
+                        pos,
+                        len(data),
+                        base.TRUNCATED,
+                        f"torn tail: batch at byte {pos} needs {total} bytes, {len(data)} present",
+                        mtime_ns,
+                        data,
+                        ctx,
+                    )
+                    break
+                # not the tail: a batch follows, so this length was damaged
+                why = f"batch at byte {pos} claims {total} bytes, past the file's end; {nxt - pos} bytes skipped to the next batch, at byte {nxt}"
+                yield _problem("LogSegment", pos, nxt - pos, base.MALFORMED, why, mtime_ns, data[:17], ctx)
+                pos = nxt
+                continue
             rs = rec.read_record_set(data, ctx.max_decompressed_bytes)
             if not rs.batches:
                 yield _problem(
                     "LogSegment", pos, total, rs.status, rs.error or "unreadable batch", mtime_ns, data, ctx
                 )
-                pos += total
+                nxt = next_batch(f, pos, pos + total, size, ctx.max_frame_bytes)
+                pos = nxt if nxt is not None else pos + total
                 continue
             b = rs.batches[0]
             positions.append((pos, b))
             yield from _batch_rows(b, pos, topic, partition, mtime_ns, data, ctx)
-            pos += total
+            # a checksum that fails may be a length that is wrong: a batch starting inside the
+            # bytes it claimed is read, not skipped
+            nxt = (
+                None if b.crc_ok is not False else next_batch(f, pos, pos + total, size, ctx.max_frame_bytes)
+            )
+            pos = nxt if nxt is not None else pos + total
     if start == 0:
         yield from verify_indexes(path, ctx, mtime_ns)
 
