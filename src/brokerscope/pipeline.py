@@ -668,7 +668,8 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
                     "file_index": fi,
                     "capture_id": cid,
                     "segment_rows": 0,
-                    "damaged_rows": 0,
+                    "damaged_rows": 0,  # problem rows: parts of the log not read as records
+                    "flagged_rows": 0,  # records kept with a problem (a checksum that fails)
                     "damaged": 0,  # bytes of the log in problem rows (a torn tail, a bad batch)
                     "errors": [],
                 }
@@ -679,10 +680,11 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
                     st["segment_rows"] += 1
                     status = row.get("decode_status", "ok")
                     if status != "ok":
-                        st["damaged_rows"] += 1
-                        if table == "commands" and status != INDEX_MISMATCH:
+                        problem = table == "commands"  # else a record kept, its batch's problem row names it
+                        st["damaged_rows" if problem else "flagged_rows"] += 1
+                        if problem and status != INDEX_MISMATCH:
                             st["damaged"] += int(row.get("size") or 0)
-                        if len(st["errors"]) < 5:
+                        if len(st["errors"]) < 5 and (problem or not st["damaged_rows"]):
                             st["errors"].append(f"{row['decode_status']}: {row.get('decode_error')}")
                     yield table, row
 
@@ -1180,12 +1182,17 @@ def _status(i, st: dict, link: str | None = None) -> tuple[str, str | None, int 
             return "error", f"nothing readable: {why}", records, damaged
         return ("partial" if trouble else "ok"), why if trouble else None, records, damaged
     total, bad = int(st.get("segment_rows", 0)), int(st.get("damaged_rows", 0))
+    flagged = int(st.get("flagged_rows", 0))
     why = "; ".join(errors[:3]) or None
     damaged = int(st.get("damaged", 0))  # was reported as 0, whatever was skipped
-    if bad and total == bad:
+    if bad and total == bad:  # nothing but problem rows: no record was read
         return "error", f"nothing readable: {why}", None, damaged
-    why = f"{bad} damaged row{'' if bad == 1 else 's'}: {why}" if bad else None
-    return ("partial" if bad else "ok"), why, None, damaged
+    what = [
+        f"{n} {name}{'' if n == 1 else 's'}"
+        for n, name in ((bad, "damaged part"), (flagged, "flagged record"))
+        if n
+    ]
+    return ("partial" if what else "ok"), f"{', '.join(what)}: {why}" if what else None, None, damaged
 
 
 def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int, moved: dict | None = None) -> list:

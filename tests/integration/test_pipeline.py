@@ -575,3 +575,23 @@ def test_a_new_copy_of_an_ingested_capture_beside_a_new_capture(spark, tmp_path)
     assert len({r["capture_id"] for r in messages}) == 2  # a's rows once, c's
     again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
     assert again.files == 0 and not [e for e in again.capture_errors if "same content" in e]
+
+
+def test_a_segment_whose_only_batch_fails_its_checksum_is_partial_not_unreadable(spark, tmp_path):
+    """Its records are kept, flagged (checksum_ok false): was 'nothing readable', exit 4 (every
+    row counted damaged), the summary counting each record as a damaged row (found by a user
+    trial)."""
+    from tests.support.kafka_segment import write_segment
+    from tests.unit.kafka.test_kafka_segments import MSGS1, _batch
+
+    b = bytearray(_batch(100, MSGS1))
+    b[70] ^= 0x10  # inside the first record: the batch's CRC-32C fails
+    write_segment(tmp_path / "in" / "orders-0", [bytes(b)], 100)
+    lake = tmp_path / "lake"
+    summary = pipeline.ingest([str(tmp_path / "in")], _settings(lake), spark=spark)
+    assert summary.exit_code() == 3
+    (row,) = [r for r in delta_rs_rows(str(lake / "inputs")) if r["path"].endswith(".log")]
+    assert row["status"] == "partial"
+    assert row["error"].startswith("1 damaged part, 2 flagged records: checksum_mismatch: ")
+    msgs = delta_rs_rows(str(lake / "messages"))
+    assert sorted(m["offset"] for m in msgs) == [100, 101] and not any(m["checksum_ok"] for m in msgs)
