@@ -295,3 +295,17 @@ def test_a_first_batch_with_a_bad_magic_is_the_segments_damage(tmp_path):
     assert {m["offset"] for m in out["messages"]} == set(range(102, 110))
     (c,) = [c for c in out["commands"] if c["command"] == "LogSegment"]
     assert c["decode_status"] == "malformed" and "skipped to the next batch, at byte" in c["decode_error"]
+
+
+def test_preallocated_zeros_end_the_log(tmp_path):
+    """An active segment under log.preallocate: its batches, then zeros to the segment's size
+    (found by a user trial: 10 MiB of zeros were a malformed part, the file partial)."""
+    batches = [_batch(100, MSGS1), _batch(102, MSGS2)]
+    path = write_segment(tmp_path / "t-0", batches, 100, tail=bytes(10 << 20))
+    out = _rows(path)
+    assert not [c for c in out["commands"] if c["command"] == "LogSegment"]
+    assert [m["offset"] for m in out["messages"]] == [100, 101, 102, 103]
+    # zeros with a byte in them are no preallocation: damage, as before
+    path = write_segment(tmp_path / "t-1", batches, 100, tail=bytes(1000) + b"\x01" + bytes(1000))
+    (c,) = [c for c in _rows(path)["commands"] if c["command"] == "LogSegment"]
+    assert c["decode_status"] == "malformed" and c["size"] == 2001

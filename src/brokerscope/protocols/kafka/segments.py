@@ -72,6 +72,18 @@ def _crc_holds(batch: bytes) -> bool:
     return len(batch) >= 21 and crc32c(batch[21:]) == struct.unpack_from(">I", batch, 17)[0]
 
 
+def _zeros_to(f, pos: int, end: int) -> bool:
+    """Whether bytes [pos, end) of `f` are all zero: the space a broker with log.preallocate
+    reserved for the active segment, not yet written."""
+    f.seek(pos)
+    while pos < end:
+        chunk = f.read(min(RESYNC_WINDOW, end - pos))
+        if not chunk or chunk.strip(b"\0"):
+            return not chunk
+        pos += len(chunk)
+    return True
+
+
 def next_batch(f, pos: int, end: int, size: int, limit: int = MAX_BATCH) -> int | None:
     """The position after `pos` and before `end` of the first v2 batch whose header holds up and
     whose CRC-32C covers its bytes (what follows damage: a length field hit, bytes lost or
@@ -180,6 +192,8 @@ def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
             f.seek(pos)
             head = f.read(17)
             if len(head) < 17 or not _header_ok(head, size, pos):
+                if not head.strip(b"\0") and _zeros_to(f, pos, min(end, size)):
+                    break  # preallocated space (log.preallocate): the log ends here
                 nxt = next_batch(f, pos, end, size, ctx.max_frame_bytes) if len(head) == 17 else None
                 status = base.TRUNCATED if len(head) < 17 else base.MALFORMED
                 why = f"no batch header at byte {pos}" + (" (torn tail)" if status == base.TRUNCATED else "")
