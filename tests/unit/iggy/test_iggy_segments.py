@@ -292,3 +292,38 @@ def test_a_segment_reader_that_raises_costs_its_split_not_the_task(tmp_path, mon
     err = rows[-1][1]
     assert err["decode_status"] == "decoder_error" and err["decode_error"] == "RuntimeError: reader bug"
     tables.conform("commands", [err])
+
+
+def _sizes():
+    return [64 + len(p) + len(h) for _, p, h in MSGS]
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "lost"),
+    [
+        # 20 bytes inserted after the second message: was 'torn last message', 5 of 7 lost
+        ("gap", lambda log, at: log[: at[2]] + bytes(20) + log[at[2] :], set()),
+        # message 102's payload length cut by 10: was 'torn last message', the 4 after it lost
+        (
+            "len",
+            lambda log, at: log[: at[2] + 52] + struct.pack("<I", len(MSGS[2][1]) - 10) + log[at[2] + 56 :],
+            {102},
+        ),
+        # message 102's payload length grown past the file's end: the same
+        ("far", lambda log, at: log[: at[2] + 52] + struct.pack("<I", 10**8) + log[at[2] + 56 :], {102}),
+    ],
+)
+def test_damage_keeps_the_messages_after_it(tmp_path, name, damage, lost):
+    """Damage in the middle of a 0.5+ segment (found by a user trial): the reader finds the next
+    message by its offset and checksum and reads on; the damage is one malformed row."""
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    at = [sum(_sizes()[:i]) for i in range(len(MSGS))]
+    path.write_bytes(bytes(damage(bytearray(log), at)))
+    rows = read_all(path)
+    good = {r["offset"] for t, r in rows if t == "messages" and r["checksum_ok"]}
+    assert good == set(range(100, 107)) - lost
+    errs = [r for t, r in rows if t == "commands" and r["command"] != "SegmentIndex"]
+    assert errs and not any("torn" in (e["decode_error"] or "") for e in errs)
+    assert any(
+        e["decode_status"] == "malformed" and "skipped to the next one" in e["decode_error"] for e in errs
+    )

@@ -235,11 +235,49 @@ def _index(path: str) -> str | None:
     return idx if os.path.exists(idx) else None
 
 
+RESYNC_OFFSETS = 64  # after damage, the next message is looked for among this many offsets
+
+
+def _valid_at(data: bytes, q: int, hs: int) -> int | None:
+    """The size of a 0.5+ message at `q` whose checksum holds, or None."""
+    if q < 0 or len(data) - q < hs:
+        return None
+    hlen, plen = struct.unpack_from("<II", data, q + 48)
+    size = hs + plen + hlen
+    if q + size > len(data):
+        return None
+    return size if checksum_of(data[q : q + size]) == struct.unpack_from("<Q", data, q)[0] else None
+
+
+def _next_message(data: bytes, pos: int, hs: int, after: int) -> int | None:
+    """The position past `pos` of the first message whose checksum holds and whose offset is
+    among the RESYNC_OFFSETS after `after` (the last offset read, or the one before the segment's
+    first): what follows damage (bytes lost or inserted, a length field hit). Found by its
+    offset field (u64 at byte 24), then checked whole."""
+    best = None
+    for k in range(1, RESYNC_OFFSETS + 1):
+        if after + k < 0:
+            continue
+        needle = (after + k).to_bytes(8, "little")
+        j = data.find(needle, pos + 1 + 24)
+        while j >= 0 and (best is None or j - 24 < best):
+            if _valid_at(data, j - 24, hs) is not None:
+                best = j - 24
+                break
+            j = data.find(needle, j + 1)
+        if best is not None:
+            return best
+    return best
+
+
 def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
     path = seg["path"]
     pos = 0
     found: list[tuple[int, int, int, int]] = []  # (offset, start pos, end pos, timestamp)
     last_ts = seg["mtime"]
+    name = os.path.basename(path)[:-4]
+    # the offset before the next message's: the segment's first less one, known at its start
+    last_offset = int(name) - 1 if name.isdigit() and start == 0 else None
     while pos < len(data):
         fo = start + pos
         if len(data) - pos < hs:
@@ -247,6 +285,15 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
             break
         hlen, plen = struct.unpack_from("<II", data, pos + 48)
         size = hs + plen + hlen
+        whole = pos + size <= len(data)
+        ok = whole and checksum_of(data[pos : pos + size]) == struct.unpack_from("<Q", data, pos)[0]
+        if not ok and last_offset is not None:
+            nxt = _next_message(data, pos, hs, last_offset)
+            if nxt is not None and nxt < pos + size:  # no message here: a length or bytes damaged
+                why = f"no message at byte {fo}: {nxt - pos} bytes skipped to the next one, at byte {start + nxt}"
+                yield _problem(path, fo, nxt - pos, base.MALFORMED, why, last_ts)
+                pos = nxt
+                continue
         if pos + size > len(data):
             yield _problem(
                 path,
@@ -266,7 +313,6 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
         except DecodeError as e:
             yield _problem(path, fo, size, base.MALFORMED, f"user headers: {e}", last_ts)
             headers = []
-        ok = checksum_of(buf) == checksum
         m = {
             "id": mid,
             "offset": offset,
@@ -290,6 +336,8 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
             )
         yield _msg_row(seg, m, fo)
         found.append((offset, fo, fo + size, ts))
+        if ok:
+            last_offset = offset
         pos += size
     yield from _verify_index(seg, found, last_ts)
 
