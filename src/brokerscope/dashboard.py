@@ -373,8 +373,10 @@ def covered_intervals(src: Source, scope: Scope) -> list[tuple[int, int]]:
     for t in ("commands", "latencies", "streams"):
         if src.has(t):
             ts = scope.start() if t == "streams" else "ts_ns"
+            # a segment file's problem rows (no connection) are on no capture's clock
+            own = " AND conn_id IS NOT NULL" if t == "commands" else ""
             parts.append(
-                f"SELECT capture_id, {ts} AS ts_ns FROM {t} WHERE ts_ns IS NOT NULL AND {scope.where(t)}"
+                f"SELECT capture_id, {ts} AS ts_ns FROM {t} WHERE ts_ns IS NOT NULL{own} AND {scope.where(t)}"
             )
     if src.has("messages"):
         parts.append(
@@ -464,7 +466,8 @@ def decode_statuses(src: Source, scope: Scope, tl: Timeline) -> pa.Table:
     return src.query(
         f"""SELECT concat(protocol, ': ', decode_status) AS series, {tl.bucket()} AS bucket_ns, count(*) AS frames
         FROM commands
-        WHERE decode_status IS NOT NULL AND decode_status <> 'ok' AND {scope.where("commands")}
+        WHERE decode_status IS NOT NULL AND decode_status <> 'ok' AND conn_id IS NOT NULL
+          AND {scope.where("commands")}
         GROUP BY 1, 2 ORDER BY 2"""
     )
 

@@ -459,3 +459,29 @@ def test_a_lake_of_segment_files_names_their_record_times_not_no_rows(spark, tmp
     assert "the 20 in <code>messages</code> are records of broker segment files" in page
     assert "(<code>messages</code> has none)" not in page
     assert "throughput: No captured messages in scope" in " ".join(r.empty)
+
+
+def test_a_damaged_segments_problem_rows_are_not_on_the_time_axis(spark, tmp_path):
+    """A segment with a damaged batch (found by a user trial): its LogSegment row, dated by the
+    file's mtime, made the header's time span run to today and drew 'frames that did not
+    decode'; segment rows are on no capture's clock, as its records are."""
+    import shutil
+
+    from brokerscope import pipeline
+    from brokerscope.config import Settings
+
+    src = SAMPLE_DATA / "kafka" / "segments"
+    seg_dir = tmp_path / "in"
+    shutil.copytree(src, seg_dir)
+    (log,) = seg_dir.rglob("*.log")
+    data = bytearray(log.read_bytes())
+    data[700] ^= 0x10  # inside the second batch: a checksum_mismatch row
+    log.write_bytes(bytes(data))
+    lake = tmp_path / "lake"
+    pipeline.ingest([str(seg_dir)], Settings.load(overrides={"lake": {"path": str(lake)}}), spark=spark)
+    bad = DeltaTable(str(lake / "commands")).to_pyarrow_table(columns=["command", "decode_status"])
+    assert "checksum_mismatch" in bad["decode_status"].to_pylist()
+    dashboard.build(lake, tmp_path / "r.html", Scope())
+    page = (tmp_path / "r.html").read_text()
+    assert "no capture in scope; 20 messages from broker segment files" in page
+    assert 'data-chart="decode">No rows in scope to place on a time axis' in page
