@@ -30,6 +30,7 @@ _INPUT_NAME = re.compile(
 EMPTY = "empty file"
 NOT_INPUT = "not a capture (pcap, pcapng, gzip) or a broker segment file"
 NOT_REGULAR = "not a regular file (a FIFO, socket or device): not read"
+PASSED_OVER = "passed over"  # a file a reader leaves alone on purpose (segment readers' passed_over)
 # other compressions a capture comes in (magic bytes, the tool and how to undo it): only gzip is
 # read as it is; the rest is said so (was: 'not a capture', found by a user trial)
 COMPRESSIONS = (
@@ -100,6 +101,9 @@ def _classify(path: str) -> tuple[str | None, str | None]:
         try:
             if mod.matches(path):
                 return skind, None
+            gone = getattr(mod, "passed_over", lambda _p: None)(path)  # a segment being deleted
+            if gone:
+                return None, f"{PASSED_OVER}: {gone}"
             why = getattr(mod, "near_miss", lambda _p: None)(path)  # a segment in the wrong place
         except Exception as e:  # a reader's check must not stop discovery
             return None, f"{skind} check failed: {e}"
@@ -174,7 +178,7 @@ def discover(paths: list[str], exclude: Sequence[str] = ()) -> Discovery:
         if kind is None:
             err = err or "unknown"
             name = os.path.basename(path)
-            sidecar = (
+            sidecar = err.startswith(PASSED_OVER) or (
                 not named
                 and (err in (EMPTY, NOT_REGULAR) or err.startswith(NOT_INPUT))
                 and not _INPUT_NAME.search(name)

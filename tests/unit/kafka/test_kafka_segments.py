@@ -309,3 +309,21 @@ def test_preallocated_zeros_end_the_log(tmp_path):
     path = write_segment(tmp_path / "t-1", batches, 100, tail=bytes(1000) + b"\x01" + bytes(1000))
     (c,) = [c for c in _rows(path)["commands"] if c["command"] == "LogSegment"]
     assert c["decode_status"] == "malformed" and c["size"] == 2001
+
+
+def test_partition_directories_a_broker_moves_or_deletes(tmp_path):
+    """A broker's data directory holds `<topic>-<partition>.<id>-future` (a replica moving in:
+    live data) and `-delete` / `-stray` directories (going away); found by a user trial: both
+    were errors, so ingesting a whole data directory exited 3."""
+    from brokerscope import inputs
+
+    uid = "0123456789abcdef0123456789abcdef"
+    future = write_segment(tmp_path / f"orders-3.{uid}-future", [_batch(100, MSGS1)], 100)
+    deleting = write_segment(tmp_path / f"orders-4.{uid}-delete", [_batch(100, MSGS1)], 100)
+    stray = write_segment(tmp_path / f"orders-5.{uid}-stray", [_batch(100, MSGS1)], 100)
+    assert seg.topic_partition(future) == ("orders", 3) and seg.matches(future)
+    assert {(m["topic"], m["partition"]) for m in _rows(future)["messages"]} == {("orders", 3)}
+    d = inputs.discover([str(tmp_path)])
+    assert [i.path for i in d.inputs] == [future] and d.errors == []
+    assert sorted(p for p, _why in d.skipped if p.endswith(".log")) == sorted([deleting, stray])
+    assert all("the broker is deleting" in why for p, why in d.skipped if p.endswith(".log"))

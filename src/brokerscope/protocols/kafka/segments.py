@@ -32,18 +32,32 @@ from . import records as rec
 
 Row = tuple[str, dict]
 INDEX_MISMATCH = base.INDEX_MISMATCH
-_DIR = re.compile(r"^(.+)-(\d+)$")
+# <topic>-<partition>, and the same with .<32 hex digits>-<state> a broker gives a partition
+# directory it moves between log directories (future: the new replica, live data) or is
+# deleting (delete; stray: one KRaft found it should not hold)
+_DIR = re.compile(r"^(.+)-(\d+)(?:\.[0-9a-f]{32}-(future|delete|stray))?$")
+DELETING = ("delete", "stray")
 _NAME = re.compile(r"^(\d{1,20})\.log$")
 _HEAD = struct.Struct(">qiib")  # baseOffset, length, (epoch or crc), magic: the first 17 bytes
 MAX_BATCH = 1 << 30  # a batch header claiming more is not a batch
 
 
 def topic_partition(path: str) -> tuple[str, int] | None:
-    """(topic, partition) from the segment's directory name `<topic>-<partition>`."""
+    """(topic, partition) from the segment's directory name `<topic>-<partition>` (or a moving
+    replica's `<topic>-<partition>.<id>-future`); None for a directory being deleted."""
     m = _DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
-    if not m:
+    if not m or m.group(3) in DELETING:
         return None
     return m.group(1), int(m.group(2))
+
+
+def passed_over(path: str) -> str | None:
+    """Why a segment is passed over, not read and no failure: its partition directory is one the
+    broker is deleting (`<topic>-<partition>.<id>-delete` or `-stray`), its data going away."""
+    m = _DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if m and m.group(3) in DELETING and base_offset_of(path) is not None:
+        return f"a segment of a partition directory the broker is deleting (-{m.group(3)}): not read"
+    return None
 
 
 def base_offset_of(path: str) -> int | None:
