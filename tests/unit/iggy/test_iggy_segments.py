@@ -327,3 +327,20 @@ def test_damage_keeps_the_messages_after_it(tmp_path, name, damage, lost):
     assert any(
         e["decode_status"] == "malformed" and "skipped to the next one" in e["decode_error"] for e in errs
     )
+
+
+def test_a_segment_of_one_damaged_message_is_read(tmp_path):
+    """One message, its checksum failing (found by a user trial: the file was 'not a capture or
+    a broker segment file', exit 4): named as a segment, its offset the name's, its sizes the
+    whole file: read, the message kept and flagged."""
+    path, log = write_new(part_dir(tmp_path), MSGS[:1])
+    raw = bytearray(log)
+    raw[64] ^= 0xFF  # a payload byte
+    path.write_bytes(bytes(raw))
+    assert seg.matches(str(path))
+    rows = read_all(path)
+    (m,) = [r for t, r in rows if t == "messages"]
+    assert m["offset"] == 100 and m["checksum_ok"] is False
+    elsewhere = tmp_path / "copy.log"  # not named and placed as a segment: not taken
+    elsewhere.write_bytes(bytes(raw))
+    assert not seg.matches(str(elsewhere))

@@ -51,9 +51,20 @@ def _read(path: str, start: int, n: int) -> bytes:
         return f.read(n)
 
 
-def detect(head: bytes) -> str | None:
+def _head_of(path: str) -> tuple[bytes, int | None]:
+    """The first MiB of a segment file, and its base offset where its name and place say it is
+    a segment (`.../partitions/<n>/<offset>.log`)."""
+    name = os.path.basename(path)[:-4]
+    named = name.isdigit() and _PATH.search(os.path.abspath(path)) is not None
+    return _read(path, 0, 1 << 20), int(name) if named else None
+
+
+def detect(head: bytes, base_offset: int | None = None) -> str | None:
     """The layout of a segment from its first bytes: the first message (or batch) must check
-    out by its checksum, or, when that message is damaged, by the structure around it."""
+    out by its checksum, or, when that message is damaged, by the structure around it: the
+    next message's offset following it, or, for a file named as a segment (its `base_offset`),
+    the message's offset being that one and its sizes the whole file (a segment of one
+    message)."""
     if looks_like_batch(head, 0, len(head)):
         try:
             parse_batch_v48(head, 0, len(head))  # counts, reserved bytes, frames tiling the batch
@@ -73,6 +84,8 @@ def detect(head: bytes) -> str | None:
         if checksum and checksum_of(head[:size]) == checksum:
             return fmt
         offset = struct.unpack_from("<Q", head, 24)[0]
+        if offset == base_offset and size == len(head) < 1 << 20:
+            return fmt
         if len(head) >= size + 32 and struct.unpack_from("<Q", head, size + 24)[0] == offset + 1:
             nh, np_ = struct.unpack_from("<II", head, size + 48) if len(head) >= size + 56 else (0, 0)
             if size + hs + nh + np_ <= len(head) or len(head) >= 1 << 20:
@@ -98,7 +111,7 @@ def matches(path: str) -> bool:
             return any(matches(os.path.join(path, n)) for n in sorted(os.listdir(path)) if n.endswith(".log"))
         if not path.endswith(".log"):
             return False
-        return detect(_read(path, 0, 1 << 20)) is not None
+        return detect(*_head_of(path)) is not None
     except OSError:
         return False
 
@@ -123,7 +136,7 @@ def plan(path: str, split_size: int) -> list[tuple[int, int]]:
     size = os.path.getsize(path)
     if size == 0:
         return []
-    fmt = detect(_read(path, 0, 1 << 20))
+    fmt = detect(*_head_of(path))
     if fmt is None:
         return [(0, size)]
     splits = []
@@ -173,7 +186,7 @@ def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> It
     ctx = ctx or base.Context()
     try:
         mtime_ns = os.stat(path).st_mtime_ns
-        fmt = detect(_read(path, 0, 1 << 20))
+        fmt = detect(*_head_of(path))
         data = _read(path, start, end - start)
     except OSError as e:
         yield _problem(path, start, 0, base.MALFORMED, f"cannot read: {e}", 0)
