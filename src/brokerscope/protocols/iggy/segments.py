@@ -249,6 +249,7 @@ def _index(path: str) -> str | None:
 
 
 RESYNC_OFFSETS = 64  # after damage, the next message is looked for among this many offsets
+RESYNC_SPAN = 64 << 20  # and within this many bytes of it
 
 
 def _valid_at(data: bytes, q: int, hs: int) -> int | None:
@@ -265,22 +266,19 @@ def _valid_at(data: bytes, q: int, hs: int) -> int | None:
 def _next_message(data: bytes, pos: int, hs: int, after: int) -> int | None:
     """The position past `pos` of the first message whose checksum holds and whose offset is
     among the RESYNC_OFFSETS after `after` (the last offset read, or the one before the segment's
-    first): what follows damage (bytes lost or inserted, a length field hit). Found by its
+    first), within RESYNC_SPAN bytes: what follows damage (bytes lost or inserted, a length field hit). Found by its
     offset field (u64 at byte 24), then checked whole."""
-    best = None
     for k in range(1, RESYNC_OFFSETS + 1):
-        if after + k < 0:
+        if not 0 <= after + k < 1 << 64:  # a u64 on disk
             continue
         needle = (after + k).to_bytes(8, "little")
-        j = data.find(needle, pos + 1 + 24)
-        while j >= 0 and (best is None or j - 24 < best):
+        stop = pos + RESYNC_SPAN
+        j = data.find(needle, pos + 1 + 24, stop)
+        while j >= 0:
             if _valid_at(data, j - 24, hs) is not None:
-                best = j - 24
-                break
-            j = data.find(needle, j + 1)
-        if best is not None:
-            return best
-    return best
+                return j - 24
+            j = data.find(needle, j + 1, stop)
+    return None
 
 
 def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:

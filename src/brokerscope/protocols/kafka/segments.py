@@ -206,7 +206,7 @@ def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
             f.seek(pos)
             head = f.read(17)
             if len(head) < 17 or not _header_ok(head, size, pos):
-                if not head.strip(b"\0") and _zeros_to(f, pos, min(end, size)):
+                if head and not head.strip(b"\0") and _zeros_to(f, pos, min(end, size)):
                     break  # preallocated space (log.preallocate): the log ends here
                 nxt = next_batch(f, pos, end, size, ctx.max_frame_bytes) if len(head) == 17 else None
                 status = base.TRUNCATED if len(head) < 17 else base.MALFORMED
