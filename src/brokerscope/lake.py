@@ -413,11 +413,18 @@ class Lake:
         captures and every capture an earlier run computed them with (or, never computed, ingested
         with) where the run replaces one of those, whose rows are computed again with it (a
         producer's capture ingested again keeps its consumers'). A derived table the run did not
-        ask for is computed too where it holds rows of the set: they would be stale. The set's
+        ask for is computed too where an earlier run computed the set's (rows or none) or it holds
+        rows of the set: they would be stale. The set's
         captures' `inputs` rows name the run (`derived_run`). Rows added per derived table."""
         members = self.derived_set(capture_ids, replace_ids)
+        involved = members | set(replace_ids)
+        computed = self._computed(involved)  # the set's derived rows were computed, rows or none
         todo = [
-            t for t in tables.DERIVED_TABLES if t in requested or self._holds(t, members | set(replace_ids))
+            t
+            for t in tables.DERIVED_TABLES
+            if t in requested
+            or (DeltaTable.is_deltatable(self.path(t)) and computed)
+            or self._holds(t, involved)
         ]
         if todo:
             records, paths = self._with_set_rows(records, paths, members, run_id)
@@ -452,6 +459,13 @@ class Lake:
             if r["capture_id"] not in gone and r["status"] in ("ok", "partial") and set_of(r) in sets
         }
         return set(capture_ids) | kept
+
+    def _computed(self, ids: set[str]) -> bool:
+        """Whether an earlier run computed the derived tables of one of captures `ids` (its
+        `inputs.derived_run`), whether or not that gave rows."""
+        if not ids or not DeltaTable.is_deltatable(self.path("inputs")):
+            return False
+        return any(r.get("derived_run") for r in self.inputs_rows() if r["capture_id"] in ids)
 
     def _holds(self, table: str, ids: set[str]) -> bool:
         """Whether derived `table` exists and holds rows of one of `ids`."""

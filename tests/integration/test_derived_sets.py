@@ -41,16 +41,16 @@ def _records(path: Path) -> tuple[bytes, list[tuple[int, bytes]]]:
     return data[:24], out
 
 
-def _split(tmp: Path) -> tuple[Path, Path, bytes]:
-    """producer.pcap (the producer's connections), consumer.pcap cut before the consumer's
-    commit; the consumer capture's full bytes (what it grows to)."""
+def _split(tmp: Path, cut: int = COMMIT_FRAME) -> tuple[Path, Path, bytes]:
+    """producer.pcap (the producer's connections), consumer.pcap cut before frame `cut` (the
+    consumer's commit); the consumer capture's full bytes (what it grows to)."""
     head, recs = _records(SAMPLE)
     prod = [r for port, r in recs if port in PRODUCER_PORTS]
     cons = [(n, r) for n, (port, r) in enumerate(recs, 1) if port not in PRODUCER_PORTS]
     assert prod and cons
     (tmp / "producer.pcap").write_bytes(head + b"".join(prod))
     full = head + b"".join(r for _n, r in cons)
-    (tmp / "consumer.pcap").write_bytes(head + b"".join(r for n, r in cons if n < COMMIT_FRAME))
+    (tmp / "consumer.pcap").write_bytes(head + b"".join(r for n, r in cons if n < cut))
     return tmp / "producer.pcap", tmp / "consumer.pcap", full
 
 
@@ -129,3 +129,15 @@ def test_a_rotation_across_a_quiet_spell_longer_than_the_idle_timeout(spark, tmp
     assert not any(r["midstream"] for r in streams)
     assert _derived(lake) == _derived(expected_lake)
     assert all(r["produced_ts"] for r in delta_rs_rows(str(lake / "journeys")))
+
+
+def test_a_grown_capture_whose_journeys_were_none_yet_has_them_computed(spark, tmp_path):
+    """The consumer's capture cut before any delivery: its set's journeys, computed, are no rows;
+    grown, and ingested again without --journeys, they are computed again (found by a user trial:
+    0 rows stayed, the table holding none of the set's to tell it was computed)."""
+    prod, cons, full = _split(tmp_path, cut=60)
+    lake = tmp_path / "lake"
+    assert _run(spark, [prod, cons], lake, journeys=True, lag=True).rows["journeys"] == 0
+    cons.write_bytes(full)
+    rows = _run(spark, [cons], lake).rows
+    assert rows["journeys"] == 12 and rows["lag"] > 0
