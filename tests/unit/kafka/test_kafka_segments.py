@@ -4,6 +4,8 @@ batches built by kafka-python's record builder, laid out as a broker stores them
 
 from __future__ import annotations
 
+import json
+import re
 import struct
 from pathlib import Path
 
@@ -284,6 +286,32 @@ def test_damage_keeps_the_batches_after_it(tmp_path, name, damage, hit):
     assert others <= good
     problems = [c for c in out["commands"] if c["command"] == "LogSegment"]
     assert problems and not any("torn tail" in (c["decode_error"] or "") for c in problems)
+    # the index checks walk past the damage too: no record read is 'not in the log'
+    said = [c["decode_error"] for c in out["commands"] if c["command"] in ("OffsetIndex", "TimeIndex")]
+    gone = {int(m) for e in said for m in re.findall(r"offset (\d+) is not in the log", e)}
+    assert not gone & {m["offset"] for m in out["messages"]}, said
+    nowhere = {int(p) for e in said for p in re.findall(r"no batch starts at position (\d+)", e)}
+    assert not nowhere & {json.loads(m["details"])["file_position"] for m in out["messages"]}, said
+
+
+def test_splits_are_cut_where_a_header_holds(tmp_path):
+    """A damaged length walked the plan into a batch: the next split began inside it and
+    reported its bytes again as damage (found by a user trial)."""
+    path, _b = _damaged(tmp_path, "cut", lambda log, s: log[: s[2] + 30] + log[s[2] + 35 :])
+    size = Path(path).stat().st_size
+    splits = seg.plan(path, 300)
+    with open(path, "rb") as f:
+        for start, _end in splits[1:]:
+            f.seek(start)
+            assert seg._header_ok(f.read(17), size, start)
+    rows = {t: [] for t in ("commands", "messages")}
+    for start, end in splits:
+        for t, r in seg.read(path, start, end, CTX):
+            rows.setdefault(t, []).append(r)
+    damage = [
+        c for c in rows["commands"] if c["command"] == "LogSegment" and c["decode_status"] == "malformed"
+    ]
+    assert sum(c["size"] for c in damage) <= 5 + len(_b[2])  # the batch hit, at most, once
 
 
 def test_a_first_batch_with_a_bad_magic_is_the_segments_damage(tmp_path):

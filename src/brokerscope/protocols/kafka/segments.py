@@ -181,10 +181,10 @@ def plan(path: str, split_size: int) -> list[tuple[int, int]]:
             nxt = pos + 12 + struct.unpack_from(">i", head, 8)[0]
             if nxt > size:
                 break
-            pos = nxt
-            if pos - start >= split_size:
+            if pos - start >= split_size:  # a cut where a header holds (a damaged length walks into a batch)
                 out.append((start, pos))
                 start = pos
+            pos = nxt
     if start < size or not out:
         out.append((start, size))
     return out
@@ -394,16 +394,29 @@ def _batch_at(f, pos: int, size: int) -> tuple[int, int, int | None] | None:
 
 
 def _all_batches(f, size: int) -> list[tuple[int, int, int, int | None]]:
-    """(position, base offset, last offset, max timestamp) for every batch header in the log."""
+    """(position, base offset, last offset, max timestamp) for every batch in the log, walked as
+    the reader walks it: past damage to the next batch (next_batch), and into a v2 batch whose
+    CRC-32C fails where a batch starts inside the bytes it claims (its length damaged)."""
     out = []
     pos = 0
     while pos < size:
         b = _batch_at(f, pos, size)
-        if b is None:
-            break
+        f.seek(pos)
+        head = f.read(17)
+        total = 12 + struct.unpack_from(">i", head, 8)[0] if b is not None else 0
+        if b is None or pos + total > size:
+            nxt = next_batch(f, pos, size, size)
+            if nxt is None:
+                break
+            pos = nxt
+            continue
         out.append((pos, *b))
-        f.seek(pos + 8)
-        pos += 12 + struct.unpack(">i", f.read(4))[0]
+        nxt = pos + total
+        if head[16] == 2:
+            f.seek(pos)
+            if not _crc_holds(f.read(total)):
+                nxt = next_batch(f, pos, pos + total, size) or nxt
+        pos = nxt
     return out
 
 
