@@ -344,3 +344,42 @@ def test_a_segment_of_one_damaged_message_is_read(tmp_path):
     elsewhere = tmp_path / "copy.log"  # not named and placed as a segment: not taken
     elsewhere.write_bytes(bytes(raw))
     assert not seg.matches(str(elsewhere))
+
+
+def test_zeros_after_the_messages_end_the_log(tmp_path):
+    """Zeros after the last message (found by a user trial: 4096 zero bytes were 64 phantom
+    messages at offset 0, flagged)."""
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    path.write_bytes(log + bytes(4096))
+    rows = read_all(path)
+    assert [r["offset"] for t, r in rows if t == "messages"] == list(range(100, 107))
+    assert not [r for t, r in rows if t == "commands" and r["decode_status"] != "index_mismatch"]
+
+
+@pytest.mark.parametrize("split", [200, 1 << 30])
+def test_damage_read_in_splits_invents_no_offsets(tmp_path, split):
+    """A damaged length walked the plan into a message: a split began inside it and read garbage
+    as messages at invented offsets, the rest lost (found by a user trial)."""
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    at = [sum(_sizes()[:i]) for i in range(len(MSGS))]
+    raw = bytearray(log)
+    struct.pack_into("<I", raw, at[3] + 52, 3)  # message 103's payload length
+    path.write_bytes(bytes(raw))
+    rows = read_all(path, split)
+    offsets = [r["offset"] for t, r in rows if t == "messages"]
+    assert set(offsets) <= set(range(100, 107))  # nothing invented
+    assert {r["offset"] for t, r in rows if t == "messages" and r["checksum_ok"]} == set(range(100, 107)) - {
+        103
+    }
+
+
+def test_a_damaged_first_length_is_the_segments_damage(tmp_path):
+    """The first message's payload length damaged (found by a user trial: the file was rejected,
+    every message lost): named as a segment, the next message found by its offset."""
+    path, log = write_new(part_dir(tmp_path), MSGS)
+    raw = bytearray(log)
+    struct.pack_into("<I", raw, 52, 999_999)
+    path.write_bytes(bytes(raw))
+    assert seg.matches(str(path))
+    rows = read_all(path)
+    assert {r["offset"] for t, r in rows if t == "messages" and r["checksum_ok"]} == set(range(101, 107))

@@ -90,6 +90,10 @@ def detect(head: bytes, base_offset: int | None = None) -> str | None:
             nh, np_ = struct.unpack_from("<II", head, size + 48) if len(head) >= size + 56 else (0, 0)
             if size + hs + nh + np_ <= len(head) or len(head) >= 1 << 20:
                 return fmt
+    if base_offset is not None:  # named as a segment: a damaged first message, a good one after it
+        for fmt, hs in ((NEW64, 64), (NEW56, 56)):
+            if _next_message(head, 0, hs, base_offset - 1) is not None:
+                return fmt
     if len(head) >= BATCH_HEADER + 4 + 45:
         base_offset, length = struct.unpack_from("<QI", head, 0)
         mlen = struct.unpack_from("<I", head, BATCH_HEADER)[0]
@@ -149,6 +153,10 @@ def plan(path: str, split_size: int) -> list[tuple[int, int]]:
                 break  # torn tail: it stays in the last split and is reported there
             pos += n
             if pos - start >= split_size:
+                if fmt in (NEW64, NEW56):  # a cut at a message whose checksum holds: a damaged
+                    f.seek(pos)  # length walks into another message's bytes
+                    if _valid_at(f.read(1 << 20), 0, 64 if fmt == NEW64 else 56) is None:
+                        break
                 splits.append((start, pos))
                 start = pos
     if start < size:
@@ -294,10 +302,20 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
         if len(data) - pos < hs:
             yield _problem(path, fo, len(data) - pos, base.TRUNCATED, "torn message header", last_ts)
             break
+        if not data[pos : pos + hs].strip(b"\0") and not data[pos:].strip(b"\0"):
+            break  # zeros to the end: space reserved, not messages
         hlen, plen = struct.unpack_from("<II", data, pos + 48)
         size = hs + plen + hlen
         whole = pos + size <= len(data)
         ok = whole and checksum_of(data[pos : pos + size]) == struct.unpack_from("<Q", data, pos)[0]
+        if not ok and not data[pos : pos + hs].strip(b"\0"):  # zeros are no message header
+            nxt = _next_message(data, pos, hs, last_offset) if last_offset is not None else None
+            end = nxt if nxt is not None else len(data)
+            yield _problem(path, fo, end - pos, base.MALFORMED, f"no message at byte {fo}: zeros", last_ts)
+            if nxt is None:
+                break
+            pos = nxt
+            continue
         if not ok and last_offset is not None:
             nxt = _next_message(data, pos, hs, last_offset)
             if nxt is not None and nxt < pos + size:  # no message here: a length or bytes damaged
