@@ -153,10 +153,10 @@ def plan(path: str, split_size: int) -> list[tuple[int, int]]:
                 break  # torn tail: it stays in the last split and is reported there
             pos += n
             if pos - start >= split_size:
-                if fmt in (NEW64, NEW56):  # a cut at a message whose checksum holds: a damaged
-                    f.seek(pos)  # length walks into another message's bytes
-                    if _valid_at(f.read(1 << 20), 0, 64 if fmt == NEW64 else 56) is None:
-                        break
+                # a cut at a message whose checksum holds: a damaged length walks into another
+                # message's bytes
+                if fmt in (NEW64, NEW56) and not _message_holds(f, pos, 64 if fmt == NEW64 else 56):
+                    break
                 splits.append((start, pos))
                 start = pos
     if start < size:
@@ -269,6 +269,19 @@ def _valid_at(data: bytes, q: int, hs: int) -> int | None:
     if q + size > len(data):
         return None
     return size if checksum_of(data[q : q + size]) == struct.unpack_from("<Q", data, q)[0] else None
+
+
+def _message_holds(f, pos: int, hs: int) -> bool:
+    """Whether a 0.5+ message whose checksum holds starts at `pos` of file `f`."""
+    f.seek(pos)
+    head = f.read(hs)
+    if len(head) < hs:
+        return False
+    hlen, plen = struct.unpack_from("<II", head, 48)
+    if hs + plen + hlen > RESYNC_SPAN:  # no message is this large: a damaged length
+        return False
+    f.seek(pos)
+    return _valid_at(f.read(hs + plen + hlen), 0, hs) is not None
 
 
 def _next_message(data: bytes, pos: int, hs: int, after: int) -> int | None:
