@@ -403,12 +403,17 @@ def _verify_index(seg: dict, found: list, ts_ns: int) -> Iterator[Row]:
         msg = f"message offset {offset} is {where} {base_offset}"
         yield _problem(seg["path"], spos, epos - spos, "index_mismatch", msg, ts_ns)
         return
+    # each message against the entry of its own offset (a message lost to damage leaves its
+    # entry unread, not the entries after it paired with the wrong messages)
+    rels = [o - base_offset for o, *_x in found if 0 <= (o - base_offset) * INDEX_ENTRY < idx_size]
+    lo = min(rels, default=first_rel)
     try:
-        raw = _read(idx, first_rel * INDEX_ENTRY, len(found) * INDEX_ENTRY)
+        raw = _read(idx, lo * INDEX_ENTRY, (max(rels, default=lo) - lo + 1) * INDEX_ENTRY)
     except OSError:
         return
-    for i, (offset, spos, epos, ts) in enumerate(found):
-        if (i + 1) * INDEX_ENTRY > len(raw):
+    for offset, spos, epos, ts in found:
+        i = offset - base_offset - lo
+        if not (0 <= i and (i + 1) * INDEX_ENTRY <= len(raw)):
             yield _problem(
                 seg["path"], spos, epos - spos, "index_mismatch", f"no index entry for offset {offset}", ts_ns
             )
