@@ -414,8 +414,8 @@ class Lake:
         with) where the run replaces one of those, whose rows are computed again with it (a
         producer's capture ingested again keeps its consumers'). A derived table the run did not
         ask for is computed too where an earlier run computed the set's (rows or none) or it holds
-        rows of the set: they would be stale. The set's
-        captures' `inputs` rows name the run (`derived_run`). Rows added per derived table."""
+        rows of the set: they would be stale. The set's captures' `inputs` rows name the run
+        (`derived_run`). Rows added per derived table."""
         members = self.derived_set(capture_ids, replace_ids)
         involved = members | set(replace_ids)
         computed = self._computed(involved)  # the set's derived rows were computed, rows or none
@@ -428,13 +428,13 @@ class Lake:
         ]
         if todo:
             records, paths = self._with_set_rows(records, paths, members, run_id)
-        clk = self.clock_inputs(records, run_id, members if todo else set(capture_ids), progress)
+        clk = self.clock_inputs(records, members if todo else set(capture_ids), progress)
+        payload = {r["capture_id"]: r.get("payload") for r in records if r.get("capture_id")}
         rows = {}
         for t in todo:
             progress(
                 f"computing {t}" if t in requested else f"computing {t} again (its captures were replaced)"
             )
-            payload = {r["capture_id"]: r.get("payload") for r in records if r.get("capture_id")}
             rows[t] = self.commit_derived(t, run_id, sorted(members), replace_ids, clk, payload)
         self.write_inputs(records, paths, run_id)
         return rows
@@ -490,7 +490,7 @@ class Lake:
                 r["derived_run"] = run_id
         return out, [*paths, *sorted(theirs)]
 
-    def clock_inputs(self, rows: list[dict], run_id: str, ids: set[str], progress=lambda m: None):
+    def clock_inputs(self, rows: list[dict], ids: set[str], progress=lambda m: None):
         """The clocks of the vantage points of the captures `ids` (clocks.estimate, from their
         committed commands rows; nothing to do for one vantage point), written into their
         `inputs` rows (`rows`, the run's record): returned for the journeys."""

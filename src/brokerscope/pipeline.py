@@ -742,8 +742,7 @@ def ingest(
 
         def ingested(i) -> bool:
             want = summary.filter if i.kind in inputs.CAPTURE_KINDS else None  # segments: unfiltered
-            was = done.get((i.path, i.size, i.mtime_ns // 1000))
-            return was is not None and was == (want, summary.payload)
+            return done.get((i.path, i.size, i.mtime_ns // 1000)) == (want, summary.payload)
 
         new = [i for i in todo if not ingested(i)]
         moved = _moved(lake, new)

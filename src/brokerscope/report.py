@@ -60,8 +60,8 @@ def _text_of(e: BaseException) -> str:
 
 
 # the report Rust's default panic hook writes to fd 2: an empty line, "thread 'NAME' (TID) panicked
-# at FILE:L:C:",
-# the message's lines, "stack backtrace:" and its frames, a "note: ... RUST_BACKTRACE ..." line
+# at FILE:L:C:", the message's lines, "stack backtrace:" and its frames, a "note: ...
+# RUST_BACKTRACE ..." line
 _PANIC_START = re.compile(rb"^thread '[^']*'( \(\d+\))? panicked at ")
 _PANIC_TAIL = re.compile(rb"^(stack backtrace:|note: .*RUST_BACKTRACE|\s+\d+: |\s+at )")
 

@@ -315,13 +315,13 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
         if len(data) - pos < hs:
             yield _problem(path, fo, len(data) - pos, base.TRUNCATED, "torn message header", last_ts)
             break
-        if not data[pos : pos + hs].strip(b"\0") and not data[pos:].strip(b"\0"):
+        zeros = not data[pos : pos + hs].strip(b"\0")  # zeros are no message header
+        if zeros and not data[pos:].strip(b"\0"):
             break  # zeros to the end: space reserved, not messages
         hlen, plen = struct.unpack_from("<II", data, pos + 48)
         size = hs + plen + hlen
-        whole = pos + size <= len(data)
-        ok = whole and checksum_of(data[pos : pos + size]) == struct.unpack_from("<Q", data, pos)[0]
-        if not ok and not data[pos : pos + hs].strip(b"\0"):  # zeros are no message header
+        ok = _valid_at(data, pos, hs) is not None
+        if not ok and zeros:
             nxt = _next_message(data, pos, hs, last_offset) if last_offset is not None else None
             end = nxt if nxt is not None else len(data)
             yield _problem(path, fo, end - pos, base.MALFORMED, f"no message at byte {fo}: zeros", last_ts)
