@@ -78,11 +78,18 @@ class Discovery:
 
 
 def segment_readers() -> dict:
-    """Segment kind ("<protocol>_segment") -> reader module (matches/plan/read), for the protocols
-    that declare one in their registry entry."""
+    """Segment kind ("<protocol>_segment") -> reader module (matches/plan/read, identity), for the
+    protocols that declare one in their registry entry."""
     from .protocols import base
 
     return {f"{name}_segment": p.segment_reader() for name, p in base.protocols().items() if p.segments}
+
+
+def id_context(kind: str, path: str) -> str:
+    """The context of an input's capture_id (capture.files.combine_id): a segment reader's
+    `identity` of the file, none for a capture."""
+    reader = segment_readers().get(kind)
+    return getattr(reader, "identity", lambda _p: "")(path) if reader is not None else ""
 
 
 def _classify(path: str) -> tuple[str | None, str | None]:
@@ -229,7 +236,7 @@ def _one_per_content(found: list[Input], d: Discovery) -> list[Input]:
             continue
         kept: dict[str, Input] = {}
         for i in sorted(group, key=lambda i: i.path):
-            cid = capture.capture_id(i.path, i.size)
+            cid = capture.capture_id(i.path, i.size, id_context(i.kind, i.path))
             if cid in kept:
                 d.duplicates.append((replace(i, capture_id=cid), kept[cid]))
             else:

@@ -663,7 +663,7 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
                 mine = [sp for sp in splits if sp.file_index == fi]
                 digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
                 run.write_digests(fi, 0, digests)
-                cid = combine_id(mine[0].size, digests)
+                cid = combine_id(mine[0].size, digests, inputs.id_context(mine[0].kind, mine[0].path))
                 st = {
                     "file_index": fi,
                     "capture_id": cid,
@@ -935,7 +935,8 @@ def _identified(
     capture: its plain path's rows are the gzip file's history."""
     sizes = {i.file_index: i.size for i in todo}
     digests = run.digests(sizes)
-    ids = run.capture_ids(sizes, digests)
+    contexts = {i.file_index: inputs.id_context(i.kind, i.path) for i in todo}
+    ids = run.capture_ids(sizes, digests, contexts)
     todo[:] = [dataclasses.replace(i, capture_id=ids[i.file_index]) for i in todo]
     by_path = {i.path: i for i in todo}
     read_as = {i.path: i for i in todo}  # the input whose tasks hashed the path's bytes
@@ -969,7 +970,9 @@ def _identified(
 def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) -> bool:
     """Whether the file of input `i` (its chunk digests as the run's tasks wrote them) begins
     with the `size` bytes that were capture `old_id`: the chunks wholly inside them are the run's,
-    the last one is hashed again up to `size`. A file it cannot read now does not."""
+    the last one is hashed again up to `size`. A file it cannot read now does not. A segment
+    ingested before its id named its partition (`old_id` of its bytes alone) begins with them
+    too: its rows are replaced, not doubled."""
     if size is None or size > i.size:
         return False
     whole = size // ID_CHUNK
@@ -981,7 +984,8 @@ def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) ->
             prefix.update(chunk_digests(i.path, whole * ID_CHUNK, whole * ID_CHUNK + 1, size))
         except OSError:
             return False
-    return combine_id(size, prefix) == old_id
+    context = inputs.id_context(i.kind, i.path)
+    return combine_id(size, prefix, context) == old_id or bool(context) and combine_id(size, prefix) == old_id
 
 
 @dataclass

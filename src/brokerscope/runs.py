@@ -116,9 +116,12 @@ class RunDir:
             digests[fi].update({int(k): bytes.fromhex(v) for k, v in body["chunks"].items()})
         return digests
 
-    def capture_ids(self, sizes: dict[int, int], digests: dict | None = None) -> dict[int, str]:
+    def capture_ids(
+        self, sizes: dict[int, int], digests: dict | None = None, contexts: dict[int, str] | None = None
+    ) -> dict[int, str]:
         """file_index -> capture_id for the files of `sizes` (file_index -> planned size), from
-        `digests` (self.digests of them, read here when not given).
+        `digests` (self.digests of them, read here when not given) and the `contexts` of the
+        segments among them (inputs.id_context; none for a capture).
 
         Raises ValueError naming the file index when a chunk was never hashed (a read task that
         did not run: never the case after Spark's read stage completed)."""
@@ -126,7 +129,7 @@ class RunDir:
         out = {}
         for fi, size in sizes.items():
             try:
-                out[fi] = combine_id(size, digests[fi])
+                out[fi] = combine_id(size, digests[fi], (contexts or {}).get(fi, ""))
             except ValueError as e:
                 raise ValueError(f"run {self.run_id}, file #{fi}: {e}") from None
         return out

@@ -808,7 +808,10 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
     disc = inputs.discover(paths, settings.exclude)
     # identity hashed here in one pass (the pipeline's tasks hash as they read)
     ids = [
-        dataclasses.replace(i, capture_id=i.capture_id or capture.capture_id(i.path, i.size))
+        dataclasses.replace(
+            i,
+            capture_id=i.capture_id or capture.capture_id(i.path, i.size, inputs.id_context(i.kind, i.path)),
+        )
         for i in disc.inputs
     ]
     psplits, ssplits = inputs.plan(ids, settings.split_size)

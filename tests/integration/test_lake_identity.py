@@ -438,3 +438,68 @@ def test_a_rotated_file_that_comes_a_night_late_joins_the_files_around_it(spark,
     pipeline.ingest([str(night)], _settings(fresh), spark=spark)
     _same_lake(lake, fresh)
     assert sum(r["c2s_packets"] + r["s2c_packets"] for r in _rows(lake)["streams"]) == len(recs)
+
+
+SEGMENT = SAMPLE_DATA / "kafka" / "segments" / "bs-segment-0" / "00000000000000000000.log"
+
+
+def _partition_dir(root, name: str):
+    """A `<topic>-<partition>` directory under `root` holding the sample segment's bytes."""
+    d = root / name
+    d.mkdir(parents=True)
+    shutil.copy(SEGMENT, d / SEGMENT.name)
+    return d / SEGMENT.name
+
+
+def _per_partition(rows) -> Counter:
+    return Counter((r["topic"], r["partition"]) for r in rows["messages"])
+
+
+def test_equal_segments_of_two_partitions_are_two_inputs(spark, tmp_path):
+    """Two partitions whose logs hold the same bytes (found by a user trial: one capture_id, the
+    second partition recorded as a copy of the first and its rows never written). A copy of a
+    partition's directory elsewhere (another broker's replica) stays one input."""
+    data, replica = tmp_path / "data", tmp_path / "replica"
+    zero, one = _partition_dir(data, "orders-0"), _partition_dir(data, "orders-1")
+    copy = _partition_dir(replica, "orders-0")
+    lake = tmp_path / "lake"
+    summary = pipeline.ingest([str(data), str(replica)], _settings(lake), spark=spark)
+    assert summary.files == 2, summary
+    got = _rows(lake)
+    assert _per_partition(got) == {("orders", 0): 20, ("orders", 1): 20}
+    ids = {r["path"]: r["capture_id"] for r in got["inputs"]}
+    assert ids[str(zero)] == ids[str(copy)] != ids[str(one)]
+    assert {r["capture_id"] for r in got["messages"]} == {ids[str(zero)], ids[str(one)]}
+    # a second run over the same directories replaces, never doubles
+    pipeline.ingest([str(data)], _settings(lake), spark=spark)
+    assert _per_partition(_rows(lake)) == {("orders", 0): 20, ("orders", 1): 20}
+
+
+def test_a_segment_recorded_under_the_id_of_its_bytes_alone_is_replaced_not_doubled(spark, tmp_path):
+    """A lake written before a segment's capture_id named its partition holds its rows under the
+    id of its bytes alone: ingesting the segment again replaces those rows."""
+    from deltalake import DeltaTable, write_deltalake
+
+    seg = _partition_dir(tmp_path / "data", "orders-0")
+    lake = tmp_path / "lake"
+    pipeline.ingest([str(seg)], _settings(lake), spark=spark)
+    new_id, old_id = _rows(lake)["inputs"][0]["capture_id"], capture_id(seg)
+    assert new_id != old_id
+    # the earlier lake: every row of the segment under the id of its bytes alone
+    for t in tables.TABLES:
+        dt = DeltaTable(str(lake / t))
+        data = dt.to_pyarrow_table()
+        if not data.num_rows or "capture_id" not in data.column_names:
+            continue
+        ids = pa.array([old_id if c == new_id else c for c in data.column("capture_id").to_pylist()])
+        data = data.set_column(data.column_names.index("capture_id"), "capture_id", ids)
+        write_deltalake(str(lake / t), data, mode="overwrite", partition_by=dt.metadata().partition_columns)
+    assert {r["capture_id"] for r in _rows(lake)["messages"]} == {old_id}
+    seg.touch()  # as a nightly --skip-ingested run finds an active segment appended to
+    pipeline.ingest([str(seg)], _settings(lake), spark=spark, skip_ingested=True)
+    got = _rows(lake)
+    assert _per_partition(got) == {("orders", 0): 20}
+    assert {r["capture_id"] for r in got["messages"]} == {new_id}
+    assert sorted((r["capture_id"], r["status"]) for r in got["inputs"]) == sorted(
+        [(new_id, "ok"), (old_id, "replaced")]
+    )

@@ -228,8 +228,11 @@ def gzip_id(path, size: int | None = None) -> tuple[str | None, bool]:
     return combine_id(size, digests), more
 
 
-def combine_id(size: int, digests: dict[int, bytes]) -> str:
-    """The capture_id of a file of `size` bytes from the digests of all its chunks."""
+def combine_id(size: int, digests: dict[int, bytes], context: str = "") -> str:
+    """The capture_id of a file of `size` bytes from the digests of all its chunks. `context`:
+    what names the file's rows besides its bytes (a segment's partition and file name, the
+    segment readers' `identity`): equal bytes in two partitions are two inputs. An empty context
+    (every capture) leaves the id of the bytes alone."""
     missing = [k for k in range(n_chunks(size)) if k not in digests]
     if missing:
         raise ValueError(f"identity chunks {missing[:5]} of {n_chunks(size)} were never hashed")
@@ -237,13 +240,15 @@ def combine_id(size: int, digests: dict[int, bytes]) -> str:
     h.update(struct.pack("<Q", size))
     for k in range(n_chunks(size)):
         h.update(digests[k])
+    if context:
+        h.update(b"\0context\0" + context.encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
-def capture_id(path, size: int | None = None) -> str:
+def capture_id(path, size: int | None = None, context: str = "") -> str:
     """The capture_id of a file, hashed here in one pass (the pipeline hashes in its tasks)."""
     size = os.path.getsize(path) if size is None else size
-    return combine_id(size, chunk_digests(path, 0, size, size))
+    return combine_id(size, chunk_digests(path, 0, size, size), context)
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,13 @@ def _location(path: str) -> tuple[str | None, int | None]:
     return f"{m.group(1)}/{m.group(2)}", part
 
 
+def identity(path: str) -> str:
+    """What names a segment's rows besides its bytes (capture.files.combine_id's context): its
+    stream, topic and partition directories and file name; none for a file outside them."""
+    m = _PATH.search(os.path.abspath(path))
+    return f"{m.group(1)}/{m.group(2)}/{m.group(3)}/{os.path.basename(path)}" if m else ""
+
+
 def _problem(
     path: str, file_offset: int, size: int, status: str, err: str, ts_ns: int, raw: bytes | None = None
 ) -> Row:

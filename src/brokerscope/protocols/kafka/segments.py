@@ -51,6 +51,14 @@ def topic_partition(path: str) -> tuple[str, int] | None:
     return m.group(1), int(m.group(2))
 
 
+def identity(path: str) -> str:
+    """What names a segment's rows besides its bytes (capture.files.combine_id's context): its
+    topic, partition and file name. A copy of a partition directory (a replica's, a moving one's
+    `-future`) is the same input; equal bytes in another partition are not."""
+    tp = topic_partition(path)
+    return f"{tp[0]}-{tp[1]}/{os.path.basename(path)}" if tp else ""
+
+
 def passed_over(path: str) -> str | None:
     """Why a segment is passed over, not read and no failure: its partition directory is one the
     broker is deleting (`<topic>-<partition>.<id>-delete` or `-stray`), its data going away."""
