@@ -5,7 +5,7 @@ committed): `python -m tests.fuzz.seeds DIR [--target NAME]` writes DIR/<target>
   reassembled by its TcpConnection, as data/gap events in the decoder encoding (tubemq_exchanges
   too: the tubemq ones);
 - kafka_segment: sample_data/kafka/segments with and without its index files;
-- iggy_segment: the segments the Iggy segment tests write (three layouts);
+- iggy_segment: the segments the Iggy segment tests write (three layouts; a VSR one damaged);
 - capture: the small sample captures (one also gzip-compressed);
 - capture_compiled: the small sample captures under each config (split size, payload offsets,
   batch size, filter), as they are and with bytes of their records' link, IP and TCP headers
@@ -128,8 +128,15 @@ def kafka_segment_seeds() -> Iterator[bytes]:
 
 
 def iggy_segment_seeds() -> Iterator[bytes]:
-    """The three layouts, written by the Iggy segment tests' own writers."""
+    """The three layouts, written by the Iggy segment tests' own writers (and a VSR one damaged)."""
     from tests.unit.iggy import test_iggy_segments as its
+
+    def damaged_batches(d: Path) -> tuple[Path, bytes]:
+        """Nine VSR batches, one length damaged: the resync past it."""
+        path, log = its.write_batches(d, its.NINE, per_batch=2)
+        log = its.VSR_DAMAGE["length short"][0](log)
+        path.write_bytes(log)
+        return path, log
 
     with tempfile.TemporaryDirectory() as tmp:
         for i, write in enumerate(
@@ -138,6 +145,7 @@ def iggy_segment_seeds() -> Iterator[bytes]:
                 lambda d: its.write_new(d, its.MSGS, 56, index="start"),
                 lambda d: its.write_legacy(d, its.MSGS),
                 lambda d: its.write_batches(d, its.VSR_MSGS),
+                damaged_batches,
             )
         ):
             d = Path(tmp) / str(i)

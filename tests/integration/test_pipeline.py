@@ -595,3 +595,24 @@ def test_a_segment_whose_only_batch_fails_its_checksum_is_partial_not_unreadable
     assert row["error"].startswith("1 damaged part, 2 flagged records: checksum_mismatch: ")
     msgs = delta_rs_rows(str(lake / "messages"))
     assert sorted(m["offset"] for m in msgs) == [100, 101] and not any(m["checksum_ok"] for m in msgs)
+
+
+def test_an_iggy_batch_segment_with_a_damaged_batch_length_is_partial_with_the_rest_kept(spark, tmp_path):
+    """One batch length of a VSR-generation segment overwritten (found by a user trial: 3 of 9
+    batches kept): the batches after it are read, the damage is one malformed part, the segment
+    partial, exit 3."""
+    from tests.unit.iggy.test_iggy_segments import AT, NINE, SIZES, _set_length, part_dir, write_batches
+
+    path, log = write_batches(part_dir(tmp_path / "in"), NINE, per_batch=2)
+    path.write_bytes(_set_length(log, 3, 10**9))
+    lake = tmp_path / "lake"
+    summary = pipeline.ingest([str(tmp_path / "in")], _settings(lake, split_size=1500), spark=spark)
+    assert summary.exit_code() == 3
+    (row,) = [r for r in delta_rs_rows(str(lake / "inputs")) if r["path"].endswith(".log")]
+    assert row["status"] == "partial" and row["damaged_bytes"] == SIZES[3]
+    assert row["error"] == (
+        f"1 damaged part: malformed: no batch at byte {AT[3]} (batch length 1000000000 does not fit "
+        f"{len(log) - AT[3]} bytes): {SIZES[3]} bytes skipped to the next one, at byte {AT[4]}"
+    )
+    msgs = delta_rs_rows(str(lake / "messages"))
+    assert sorted(m["offset"] for m in msgs) == [o for o in range(100, 118) if o not in (106, 107)]

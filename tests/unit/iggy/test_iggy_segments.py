@@ -395,3 +395,119 @@ def test_a_damaged_first_length_is_the_segments_damage(tmp_path):
     assert seg.matches(str(path))
     rows = read_all(path)
     assert {r["offset"] for t, r in rows if t == "messages" and r["checksum_ok"]} == set(range(101, 107))
+
+
+# VSR generation, damage in the middle of the log (found by a user trial: one batch length
+# overwritten, 3 of 9 batches kept): the reader finds the next sound batch and reads on
+NINE = [(2000 + i, f"m{i}-".encode() * (3 + i % 4), TYPED if i % 3 == 0 else b"") for i in range(18)]
+SIZES = [len(vsr_batch(NINE[b : b + 2])) for b in range(0, 18, 2)]  # 9 batches of 2 messages
+AT = [sum(SIZES[:i]) for i in range(9)]  # where each batch starts
+
+
+def _set_length(log: bytes, i: int, length: int) -> bytes:
+    """Batch i's batch_length (u64 at byte 32 of its header) overwritten."""
+    raw = bytearray(log)
+    struct.pack_into("<Q", raw, AT[i] + 32, length)
+    return bytes(raw)
+
+
+def _flip(log: bytes, at: int) -> bytes:
+    raw = bytearray(log)
+    raw[at] ^= 0x40
+    return bytes(raw)
+
+
+# (damage, batches lost, bytes the malformed row skips, from where)
+VSR_DAMAGE = {
+    # the length past the file's end: was 'torn last batch' and the 5 batches after it lost
+    "length past the end": (lambda log: _set_length(log, 3, 10**9), {3}, (AT[3], SIZES[3])),
+    # a length short of the batch: the read landed inside it and stopped
+    "length short": (lambda log: _set_length(log, 3, 300), {3}, (AT[3], SIZES[3])),
+    # a length that runs 48 bytes into the next batch
+    "length long": (lambda log: _set_length(log, 3, SIZES[3] + 48), {3}, (AT[3], SIZES[3])),
+    # a length below a header's size: was 'no way to find the next batch'
+    "length zero": (lambda log: _set_length(log, 3, 0), {3}, (AT[3], SIZES[3])),
+    # bytes inserted between two batches: none is lost
+    "garbage": (lambda log: log[: AT[3]] + b"\x5a\x01" * 150 + log[AT[3] :], set(), (AT[3], 300)),
+    # zeros inserted between two batches (a zero length): none is lost
+    "zeros": (lambda log: log[: AT[3]] + bytes(4096) + log[AT[3] :], set(), (AT[3], 4096)),
+    # a message's payload length (u32 at byte 36 of its frame) in batch 3: the frames no longer tile
+    "message length": (lambda log: _flip(log, AT[3] + 256 + 36), {3}, (AT[3], SIZES[3])),
+}
+
+
+@pytest.mark.parametrize("split", [1, 1500, 1 << 30])
+@pytest.mark.parametrize("name", list(VSR_DAMAGE))
+def test_vsr_damaged_batch_keeps_the_batches_after_it(tmp_path, name, split):
+    damage, lost, (skip_at, skipped) = VSR_DAMAGE[name]
+    path, log = write_batches(part_dir(tmp_path), NINE, per_batch=2)
+    assert len(seg.plan(str(path), 1)) == 9 and AT[-1] + SIZES[-1] == len(log)
+    path.write_bytes(damage(log))
+    splits = seg.plan(str(path), split)
+    assert all(a[1] == b[0] for a, b in zip(splits, splits[1:], strict=False))
+    rows = read_all(path, split)
+    msgs = [r for t, r in rows if t == "messages"]
+    errs = [r for t, r in rows if t == "commands"]
+    tables.conform("messages", msgs)
+    tables.conform("commands", errs)
+    kept = [b for b in range(9) if b not in lost]
+    assert [m["offset"] for m in msgs] == [100 + 2 * b + j for b in kept for j in (0, 1)]  # nothing invented
+    assert [m["message_id"] for m in msgs] == [str(NINE[2 * b + j][0]) for b in kept for j in (0, 1)]
+    assert all(m["checksum_ok"] is True for m in msgs)
+    (err,) = errs  # the damage is one part
+    assert (err["decode_status"], err["stream_offset"], err["size"]) == ("malformed", skip_at, skipped)
+    assert err["decode_error"].startswith(f"no batch at byte {skip_at}")
+    assert err["decode_error"].endswith(
+        f"{skipped} bytes skipped to the next one, at byte {skip_at + skipped}"
+    )
+
+
+def test_vsr_flipped_message_byte_is_flagged_not_skipped(tmp_path):
+    """A payload byte of batch 3 flipped: its batch still reads, the message is kept flagged."""
+    path, log = write_batches(part_dir(tmp_path), NINE, per_batch=2)
+    path.write_bytes(_flip(log, AT[3] + 256 + 48))
+    rows = read_all(path, 1500)
+    msgs = [r for t, r in rows if t == "messages"]
+    assert [m["offset"] for m in msgs] == list(range(100, 118))
+    assert [m["offset"] for m in msgs if not m["checksum_ok"]] == [106]
+    errs = [r for t, r in rows if t == "commands"]
+    assert [e["decode_status"] for e in errs] == ["checksum_mismatch"]
+
+
+def test_vsr_zeros_after_the_batches_end_the_log(tmp_path):
+    """Zeros after the last batch (space preallocated) end the log: no problem row (was a
+    malformed 'batch length 0' row, the segment partial)."""
+    path, log = write_batches(part_dir(tmp_path), NINE, per_batch=2)
+    path.write_bytes(log + bytes(70_000))
+    for split in (1, 1 << 30):
+        rows = read_all(path, split)
+        assert [r["offset"] for t, r in rows if t == "messages"] == list(range(100, 118))
+        assert [r for t, r in rows if t == "commands"] == []
+
+
+def test_vsr_damaged_first_batch_is_the_segments_damage(tmp_path):
+    """The first batch's length damaged in a file named as a segment: still read as one, the
+    batches after the damage found by their base offset and checksum (was: not a segment)."""
+    path, log = write_batches(part_dir(tmp_path), NINE, per_batch=2)
+    path.write_bytes(_set_length(log, 0, 7))
+    assert seg.matches(str(path))
+    rows = read_all(path)
+    assert [r["offset"] for t, r in rows if t == "messages"] == list(range(102, 118))
+    (err,) = [r for t, r in rows if t == "commands"]
+    assert (err["decode_status"], err["stream_offset"], err["size"]) == ("malformed", 0, SIZES[0])
+    elsewhere = tmp_path / "copy.log"  # not named and placed as a segment: not taken
+    elsewhere.write_bytes(path.read_bytes())
+    assert not seg.matches(str(elsewhere))
+
+
+def test_vsr_resync_wants_the_base_offset_that_follows(tmp_path):
+    """A sound batch whose base offset does not follow the last one read (a batch of another
+    segment) is not where the read goes on: the damage runs to the batch that does."""
+    path, log = write_batches(part_dir(tmp_path), NINE, per_batch=2)
+    stray = vsr_batch(NINE[:2], pid=3, base=5000, base_ts=STAMP, deltas=[0, 1])
+    damaged = _set_length(log, 3, 10**9)
+    path.write_bytes(damaged[: AT[4]] + stray + damaged[AT[4] :])  # right after the damaged batch
+    rows = read_all(path)
+    assert [r["offset"] for t, r in rows if t == "messages"] == list(range(100, 106)) + list(range(108, 118))
+    (err,) = [r for t, r in rows if t == "commands"]
+    assert (err["stream_offset"], err["size"]) == (AT[3], len(stray) + SIZES[3])

@@ -18,8 +18,10 @@ On-disk layouts (confirmed against apache/iggy's server sources):
   prepare, the persisted segment record, and the poll reply all share" one layout, apache/iggy
   core/binary_protocol/src/batch.rs): a 256-byte batch header (partition_id, base_offset,
   base_timestamp, origin_timestamp, batch_length, batch_checksum u64 each, message_count u32)
-  then 48-byte-header messages. Both checksums are verified. The index files of this
-  generation are not documented in the sources read: they are not checked for this layout.
+  then 48-byte-header messages. Both checksums are verified. After a batch that does not read
+  (a length or a frame damaged, bytes inserted), the reader goes on at the next sound batch
+  that follows the last one read (`_next_batch`). The index files of this generation are not
+  documented in the sources read: they are not checked for this layout.
 
 Directory layout: .../streams/<stream>/topics/<topic>/partitions/<partition>/<start offset>.log;
 `topic` is "<stream>/<topic>" (as on the wire, where it is "<stream id or name>/<topic id or name>").
@@ -32,10 +34,11 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from .. import base
 from .codes import MESSAGE_STATES
-from .messages import BATCH_HEADER_V48, checksum_of, looks_like_batch, parse_batch_v48
+from .messages import BATCH_HEADER_V48, V48, checksum_of, looks_like_batch, parse_batch_v48
 from .wire import DecodeError, user_headers
 
 Row = tuple[str, dict]
@@ -64,7 +67,7 @@ def detect(head: bytes, base_offset: int | None = None) -> str | None:
     out by its checksum, or, when that message is damaged, by the structure around it: the
     next message's offset following it, or, for a file named as a segment (its `base_offset`),
     the message's offset being that one and its sizes the whole file (a segment of one
-    message)."""
+    message), or a sound message or VSR batch following it."""
     if looks_like_batch(head, 0, len(head)):
         try:
             parse_batch_v48(head, 0, len(head))  # counts, reserved bytes, frames tiling the batch
@@ -94,6 +97,8 @@ def detect(head: bytes, base_offset: int | None = None) -> str | None:
         for fmt, hs in ((NEW64, 64), (NEW56, 56)):
             if _next_message(head, 0, hs, base_offset - 1) is not None:
                 return fmt
+        if _next_batch(head, 0, _Last(base_offset - 1, 0)) is not None:  # or a damaged first batch
+            return BATCHES
     if len(head) >= BATCH_HEADER + 4 + 45:
         base_offset, length = struct.unpack_from("<QI", head, 0)
         mlen = struct.unpack_from("<I", head, BATCH_HEADER)[0]
@@ -136,7 +141,10 @@ def _unit_size(head: bytes, fmt: str) -> int | None:
 
 
 def plan(path: str, split_size: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `split_size`, cut at message (0.5+) or batch (0.4) boundaries."""
+    """Byte ranges of about `split_size`, cut at message (0.5+) or batch (0.4, VSR) boundaries:
+    for 0.5+ and VSR only where the message or batch there is sound (a damaged length walks into
+    another unit's bytes; one over RESYNC_SPAN is not read to tell); from the first that is not,
+    the rest is the last range, whose reader resyncs past the damage."""
     size = os.path.getsize(path)
     if size == 0:
         return []
@@ -156,6 +164,8 @@ def plan(path: str, split_size: int) -> list[tuple[int, int]]:
                 # a cut at a message whose checksum holds: a damaged length walks into another
                 # message's bytes
                 if fmt in (NEW64, NEW56) and not _message_holds(f, pos, 64 if fmt == NEW64 else 56):
+                    break
+                if fmt == BATCHES and not _batch_holds(f, pos, size):
                     break
                 splits.append((start, pos))
                 start = pos
@@ -200,7 +210,8 @@ def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> It
     """Rows for the messages whose first byte lies in [start, end) (plan's ranges)."""
     ctx = ctx or base.Context()
     try:
-        mtime_ns = os.stat(path).st_mtime_ns
+        st = os.stat(path)
+        mtime_ns = st.st_mtime_ns
         fmt = detect(*_head_of(path))
         data = _read(path, start, end - start)
     except OSError as e:
@@ -218,7 +229,14 @@ def read(path: str, start: int, end: int, ctx: base.Context | None = None) -> It
         )
         return
     topic, partition = _location(path)
-    seg = {"path": path, "topic": topic, "partition": partition, "ctx": ctx, "mtime": mtime_ns}
+    seg = {
+        "path": path,
+        "topic": topic,
+        "partition": partition,
+        "ctx": ctx,
+        "mtime": mtime_ns,
+        "size": st.st_size,
+    }
     if fmt == LEGACY:
         yield from _read_legacy(data, start, seg)
     elif fmt == BATCHES:
@@ -309,6 +327,103 @@ def _next_message(data: bytes, pos: int, hs: int, after: int) -> int | None:
     return None
 
 
+def _zeros_to_end(data: bytes, pos: int) -> bool:
+    """Whether `data` holds only zeros from `pos`: space reserved past the last message or batch
+    (not messages, not damage)."""
+    return _NONZERO.search(data, pos) is None
+
+
+def _skipped(path: str, fo: int, n: int, at: int, what: str, ts_ns: int) -> Row:
+    """The malformed row of `n` damaged bytes at file offset `fo`, passed over to the next sound
+    message or batch, at file offset `at`."""
+    return _problem(
+        path, fo, n, base.MALFORMED, f"{what}: {n} bytes skipped to the next one, at byte {at}", ts_ns
+    )
+
+
+# The VSR batch header (256 bytes; the whole layout in messages.py, BATCH_HEADER_V48): the fields
+# a resync checks. partition_id u64 @0, base_offset u64 @8, batch_length u64 @32 (header
+# included), message_count u32 @48, reserved @52..256 (zero).
+_BATCH_IDS = struct.Struct("<QQ")  # partition_id, base_offset
+B_LENGTH = 32
+B_COUNT = 48
+B_RESERVED = 52
+_RESERVED = bytes(BATCH_HEADER_V48 - B_RESERVED)  # a header's zero tail: what a resync looks for
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+class _Last(NamedTuple):
+    """What the next VSR batch follows: the last offset read (None: not known), the position
+    where the bytes after the last sound batch begin, and its partition id (None: not known)."""
+
+    offset: int | None
+    end: int
+    partition: int | None = None
+
+
+def _batch_head(head: bytes, room: int) -> tuple[int, int, int, int] | None:
+    """(partition_id, base_offset, batch_length, message_count) of the VSR batch header `head`
+    (its first 256 bytes) when it holds: its reserved tail zero, a message or more, its length
+    room for their frame headers and within `room` (the bytes from it to the end)."""
+    if len(head) < BATCH_HEADER_V48:
+        return None
+    pid, base_offset = _BATCH_IDS.unpack_from(head, 0)
+    (length,) = struct.unpack_from("<Q", head, B_LENGTH)
+    (count,) = struct.unpack_from("<I", head, B_COUNT)
+    if count < 1 or not BATCH_HEADER_V48 + V48 * count <= length <= room:
+        return None
+    return (pid, base_offset, length, count) if head[B_RESERVED:BATCH_HEADER_V48] == _RESERVED else None
+
+
+def _sound_batch(data: bytes, p: int) -> dict | None:
+    """The VSR batch at `p` when it is sound: its header holds, its frames tile it and are as
+    many as it says, and its batch checksum, where it has one, holds."""
+    h = _batch_head(data[p : p + BATCH_HEADER_V48], len(data) - p)
+    if h is None:
+        return None
+    try:
+        batch, _ = parse_batch_v48(data, p, p + h[2])
+    except DecodeError:
+        return None
+    return batch if batch["batch_checksum_ok"] is not False else None
+
+
+def _batch_holds(f, pos: int, size: int) -> bool:
+    """Whether a sound VSR batch starts at `pos` of file `f` (of `size` bytes): where plan may cut."""
+    f.seek(pos)
+    h = _batch_head(f.read(BATCH_HEADER_V48), size - pos)
+    if h is None or h[2] > RESYNC_SPAN:  # a batch this large is not read whole here
+        return False
+    f.seek(pos)
+    return _sound_batch(f.read(h[2]), 0) is not None
+
+
+def _next_batch(data: bytes, pos: int, last: _Last, span: int = RESYNC_SPAN) -> int | None:
+    """The position past `pos`, within `span` bytes, of the first sound VSR batch that follows
+    `last`: of its partition, its base offset past the last offset read by no more than the
+    messages the bytes between could hold (a frame is 48 bytes at least), itself no longer than
+    `span` (its whole bytes are checked): what follows damage (a length field hit, bytes lost or
+    inserted). Found by its header's zero tail: a run of 204 zeros or more starts just after the
+    message count's last nonzero byte (a batch has a message), so each run gives at most 4
+    places for a header and is passed once: the search is linear in the bytes."""
+    stop = min(len(data), pos + span + BATCH_HEADER_V48)
+    at = pos + 1
+    while (j := data.find(_RESERVED, at, stop)) >= 0:
+        for p in range(max(j - B_RESERVED, pos + 1), j - B_COUNT):  # count's last nonzero byte at j-1
+            h = _batch_head(data[p : p + BATCH_HEADER_V48], min(len(data) - p, span))
+            if h is None or (last.partition is not None and h[0] != last.partition):
+                continue
+            if last.offset is not None and not 0 < h[1] - last.offset <= 1 + (p - last.end) // V48:
+                continue
+            if _sound_batch(data, p) is not None:
+                return p
+        nonzero = _NONZERO.search(data, j + len(_RESERVED), stop)
+        if nonzero is None:
+            return None
+        at = nonzero.start()
+    return None
+
+
 def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
     path = seg["path"]
     pos = 0
@@ -323,7 +438,7 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
             yield _problem(path, fo, len(data) - pos, base.TRUNCATED, "torn message header", last_ts)
             break
         zeros = not data[pos : pos + hs].strip(b"\0")  # zeros are no message header
-        if zeros and not data[pos:].strip(b"\0"):
+        if zeros and _zeros_to_end(data, pos):
             break  # zeros to the end: space reserved, not messages
         hlen, plen = struct.unpack_from("<II", data, pos + 48)
         size = hs + plen + hlen
@@ -339,8 +454,7 @@ def _read_new(data: bytes, start: int, hs: int, seg: dict) -> Iterator[Row]:
         if not ok and last_offset is not None:
             nxt = _next_message(data, pos, hs, last_offset)
             if nxt is not None and nxt < pos + size:  # no message here: a length or bytes damaged
-                why = f"no message at byte {fo}: {nxt - pos} bytes skipped to the next one, at byte {start + nxt}"
-                yield _problem(path, fo, nxt - pos, base.MALFORMED, why, last_ts)
+                yield _skipped(path, fo, nxt - pos, start + nxt, f"no message at byte {fo}", last_ts)
                 pos = nxt
                 continue
         if pos + size > len(data):
@@ -517,41 +631,59 @@ def _read_legacy(data: bytes, start: int, seg: dict) -> Iterator[Row]:
 
 
 def _read_batches(data: bytes, start: int, seg: dict) -> Iterator[Row]:
-    """VSR-generation segment: batch records back to back."""
+    """VSR-generation segment: batch records back to back. A batch that does not read (its
+    length or a frame damaged, bytes inserted before it) is one malformed row up to the next
+    sound batch that follows the last one read (_next_batch), and the read goes on from there;
+    zeros to the end are space reserved, not batches."""
     path = seg["path"]
     pos = 0
     last_ts = seg["mtime"]
+    name = os.path.basename(path)[:-4]
+    # before the first batch, the offset before the segment's first, known at its start
+    last = _Last(int(name) - 1 if name.isdigit() and start == 0 else None, 0)
     while pos < len(data):
         fo = start + pos
         left = len(data) - pos
-        if left < BATCH_HEADER_V48:
-            yield _problem(path, fo, left, base.TRUNCATED, "torn batch header", last_ts)
-            return
-        length = struct.unpack_from("<Q", data, pos + 32)[0]
-        if length > left:
-            yield _problem(
-                path, fo, left, base.TRUNCATED, f"torn last batch ({left} of {length} bytes)", last_ts
-            )
-            return
+        if _zeros_to_end(data, pos):
+            break  # zeros to the end: space reserved, not batches
         try:
-            batch, nxt = parse_batch_v48(data, pos, pos + length)
+            batch, nxt = parse_batch_v48(data, pos, len(data))
         except DecodeError as e:
-            yield _problem(path, fo, max(length, 0), base.MALFORMED, f"batch: {e}", last_ts)
-            if length < BATCH_HEADER_V48:
-                return  # no way to find the next batch
-            pos += length
-            continue
+            length = struct.unpack_from("<Q", data, pos + B_LENGTH)[0] if left >= B_LENGTH + 8 else 0
+            # the search reaches past a batch longer than its span whose frames are damaged
+            found = _next_batch(data, pos, last, max(RESYNC_SPAN, length if length <= left else 0))
+            if found is None and start + len(data) < seg["size"]:
+                found = len(data)  # the next split's, which plan cut where a sound batch starts
+            if found is not None:
+                what = "zeros" if not data[pos : pos + BATCH_HEADER_V48].strip(b"\0") else str(e)
+                yield _skipped(
+                    path, fo, found - pos, start + found, f"no batch at byte {fo} ({what})", last_ts
+                )
+                pos = found
+                continue
+            if left < BATCH_HEADER_V48:
+                yield _problem(path, fo, left, base.TRUNCATED, "torn batch header", last_ts)
+            elif length > left:
+                why = f"torn last batch ({left} of {length} bytes)"
+                yield _problem(path, fo, left, base.TRUNCATED, why, last_ts)
+            else:
+                yield _problem(
+                    path, fo, left, base.MALFORMED, f"batch: {e}; no sound batch after it", last_ts
+                )
+            return
         if batch["base_timestamp"]:
             last_ts = batch["base_timestamp"] * 1000
         if batch["batch_checksum_ok"] is False:
             yield _problem(
                 path,
                 fo,
-                length,
+                batch["batch_length"],
                 base.CHECKSUM_MISMATCH,
                 f"batch at offset {batch['base_offset']}: batch checksum mismatch",
                 last_ts,
             )
+        else:  # its header is to be believed: the next batch follows it
+            last = _Last(batch["base_offset"] + batch["message_count"] - 1, nxt, batch["partition_id"])
         mpos = fo + BATCH_HEADER_V48
         for m in batch["messages"]:
             m["batch_base_offset"] = batch["base_offset"]
