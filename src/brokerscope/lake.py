@@ -736,13 +736,14 @@ class Lake:
             history.append(r)
         return sorted(new_ids | (old - held)), history, other
 
-    def sharing_connections(self, ids: set[str]) -> set[str]:
+    def sharing_connections(self, ids: set[str], streams: Callable[[], pa.Table] | None = None) -> set[str]:
         """The capture ids that share a connection with one of `ids`, through any number of
         others (streams.capture_ids: a connection that ran across rotated files), `ids`
-        included."""
+        included. `streams`: the streams table (its capture_ids column at least), when the
+        caller has it."""
         if not ids or not DeltaTable.is_deltatable(self.path("streams")):
             return set(ids)
-        t = self._read("streams", ["capture_ids"])
+        t = streams() if streams is not None else self._read("streams", ["capture_ids"])
         groups = [set(g) for g in t.column("capture_ids").to_pylist() if g and len(g) > 1]
         out, grew = set(ids), True
         while grew:

@@ -13,6 +13,7 @@ import atexit
 import ctypes
 import dataclasses
 import datetime
+import functools
 import gc
 import importlib
 import json
@@ -1216,23 +1217,29 @@ def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int, moved: dic
     ]
     seeds = {r["capture_id"] for r in current if r["path"] in wanted}
     done = {i.path for i in found} - wanted
-    seeds |= _continued(lake, todo, {r["capture_id"] for r in current if r["path"] in done}, idle_ns)
-    touched = lake.sharing_connections(seeds)
+    streams = functools.cache(lambda: lake.read_arrow("streams", list(_STREAMS_READ)))  # read once
+    seeds |= _continued(lake, todo, {r["capture_id"] for r in current if r["path"] in done}, idle_ns, streams)
+    touched = lake.sharing_connections(seeds, streams)
     again = {r["path"] for r in current if r["capture_id"] in touched} - wanted
     return [i for i in found if i.path in wanted or i.path in again]
 
 
 # Zeek's conn_state of a connection not closed at its last packet: no RST, not FIN both ways
 _OPEN_AT_END = frozenset({"S0", "S1", "S2", "S3", "OTH"})
+# the streams columns _with_crossing reads, once, for _continued and Lake.sharing_connections
+_STREAMS_READ = ("capture_id", "capture_ids", "conn_state", "first_ts", "last_ts", "midstream")
 
 
-def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[str]:
+def _continued(
+    lake: Lake, todo: list, ingested: set[str], idle_ns: int, streams: Callable[[], pa.Table] | None = None
+) -> set[str]:
     """The captures of `ingested` that a capture file of `todo` may continue, or that may
     continue it: one of their connections ended in them still open, its last packet at most
     idle_ns before the file's first packet (the next file of a rotation, read in a later run),
     or, none so near, the last such capture before it (a connection quiet longer than idle_ns
     across the rotation); or the first of them to begin after the file began holds connections
-    open when it began (a file that came late, its next file ingested before it)."""
+    open when it began (a file that came late, its next file ingested before it). `streams`: the
+    streams table's _STREAMS_READ columns, when the caller has them."""
     if not ingested or "streams" not in lake.table_names():
         return set()  # the first night: no file's head to read
     starts = [
@@ -1242,9 +1249,7 @@ def _continued(lake: Lake, todo: list, ingested: set[str], idle_ns: int) -> set[
     ]
     if not starts:
         return set()
-    st = lake.read_arrow(
-        "streams", ["capture_id", "capture_ids", "conn_state", "first_ts", "last_ts", "midstream"]
-    )
+    st = streams() if streams is not None else lake.read_arrow("streams", list(_STREAMS_READ))
     first_ns, last_ns = (
         pc.multiply(st.column(c).cast(pa.int64()), 1000).to_pylist() for c in ("first_ts", "last_ts")
     )  # µs -> ns
