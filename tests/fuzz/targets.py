@@ -374,23 +374,26 @@ def fuzz_iggy_segment(data: bytes) -> None:
 # compiled walks
 
 
-def iggy_batch_both(buf: bytes, pos: int, count: int | None) -> tuple:
+def iggy_batch_both(buf: bytes, pos: int, count: int | None, sums: bool = True) -> tuple:
     """An Iggy batch record at `pos` read by read_batch_v48 (the compiled walk, or the Python
     reader where the walk leaves it) and by parse_batch_v48 alone: each (batch fields, Messages,
-    next position) or the DecodeError's (status, text); then what the walk itself returned."""
+    next position) or the DecodeError's (status, text); then what the walk itself returned.
+    `sums` false: the checksums left out (a payload policy other than keep)."""
     from brokerscope.protocols.iggy import messages as im
 
     def python():
         batch, nxt = im.parse_batch_v48(buf, pos, len(buf), count)
-        return batch, im.Messages.of(batch.pop("messages")), nxt
+        if not sums:
+            del batch["batch_checksum"]
+        return batch, im.Messages.of(batch.pop("messages"), sums), nxt
 
     out = []
-    for read in (lambda: im.read_batch_v48(buf, pos, len(buf), count), python):
+    for read in (lambda: im.read_batch_v48(buf, pos, len(buf), count, sums), python):
         try:
             out.append(read())
         except base.DecodeError as e:
             out.append((e.status, str(e)))
-    walked = im._batch.walk(buf, pos, len(buf), -1 if count is None else count, im._XXH3)
+    walked = im._batch.walk(buf, pos, len(buf), -1 if count is None else count, im._XXH3, sums)
     return out[0], out[1], walked
 
 
@@ -400,10 +403,11 @@ def fuzz_iggy_batch(data: bytes) -> None:
     cfg = data[0] if data else 0
     buf = data[1:]
     count = None if cfg & 8 else cfg >> 4
-    got, want, walked = iggy_batch_both(buf, min(cfg & 7, len(buf)), count)
-    check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
-    if len(want) == 2:  # (status, error): the Python reader rejects it
-        check(walked is None, "walk takes a record the reader rejects")
+    for sums in (True, False):
+        got, want, walked = iggy_batch_both(buf, min(cfg & 7, len(buf)), count, sums)
+        check(got == want, "walk differs", f"{got!r:.300} != {want!r:.300}")
+        if len(want) == 2:  # (status, error): the Python reader rejects it
+            check(walked is None, "walk takes a record the reader rejects")
 
 
 PULSAR_BASE_SEQUENCES = (0, 5, 2**63 - 1, 2**64 - 1)  # a batch's sequence_id, by the config's bits 6-7

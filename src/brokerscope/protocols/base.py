@@ -138,6 +138,13 @@ class PayloadPolicy:
         return data.decode("utf-8", "backslashreplace")
 
     @property
+    def checksums_kept(self) -> bool:
+        """Are checksums over message payloads kept (TubeMQ's checkSum, Iggy's message and batch
+        checksums, a stored CRC in an error text)? Only where the payload is kept whole: the
+        checksum of a short value (a PIN, a yes or no) confirms a guess of it."""
+        return self.mode == "keep"
+
+    @property
     def keys_kept(self) -> bool:
         """Are keys kept whole (the policy does not apply to them)?"""
         return not self.apply_to_keys or self.mode == "keep"

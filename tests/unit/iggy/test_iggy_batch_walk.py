@@ -152,6 +152,29 @@ def test_texts_and_columns_of_one_message():
     }
 
 
+def test_texts_without_checksums():
+    """Under a payload policy other than keep the walk and the Python reader leave the message and
+    batch checksums out (payload-derived), the verdicts in."""
+    data = bytearray(random_batch(random.Random(3), 4, with_checksums=True))
+    data[im.BATCH_HEADER_V48 + im.V48] ^= 0xFF  # the first message's payload: its checksum fails
+    kept, _, _ = iggy_batch_both(bytes(data), 0, None)
+    got, want, walked = iggy_batch_both(bytes(data), 0, None, sums=False)
+    assert walked is not None and got == want
+    batch, msgs, _ = got
+    assert batch == {k: v for k, v in kept[0].items() if k != "batch_checksum"}
+    assert msgs.checksum_ok == kept[1].checksum_ok == [False, True, True, True]
+    plain, kept_plain = msgs.plain(), kept[1].plain()
+    assert all("checksum" in json.loads(d) for d in kept_plain["details"])
+    assert [json.loads(d) for d in plain["details"]] == [
+        {k: v for k, v in json.loads(d).items() if k != "checksum"} for d in kept_plain["details"]
+    ]
+    assert json.loads(f"[{plain['summaries']}]") == [
+        {k: v for k, v in e.items() if k != "checksum"} for e in json.loads(f"[{kept_plain['summaries']}]")
+    ]
+    cut = bytes(data[:-1])  # left to the Python reader, which rejects it the same way
+    assert iggy_batch_both(cut, 0, None, sums=False)[:2] == iggy_batch_both(cut, 0, None)[:2]
+
+
 def test_ids_in_decimal_across_the_parts_of_the_u128():
     """Ids written in base-10^19 parts: every edge between parts, with its leading zeros."""
     ids = [0, 9, 10, 10**19 - 1, 10**19, 10**19 + 1, 2**64 - 1, 2**64, 10**38 - 1, 10**38, 2**128 - 1]

@@ -1,9 +1,11 @@
 /* The messages of an Iggy batch record (the VSR generation, apache-iggy 0.9), read column-wise:
  * the decoder's per-message loop.
  *
- * walk(buf, pos, end, count, xxh3) reads the batch record at `pos` (within `end`), checking its
- * XXH3-64 checksums with `xxh3`: the address of the xxhash library's XXH3_64bits (an int, called
- * directly), or a Python callable taking a buffer, or None (not checked),
+ * walk(buf, pos, end, count, xxh3, sums) reads the batch record at `pos` (within `end`), checking
+ * its XXH3-64 checksums with `xxh3`: the address of the xxhash library's XXH3_64bits (an int, called
+ * directly), or a Python callable taking a buffer, or None (not checked); `sums` (optional, true)
+ * false leaves each message's checksum out of its details and summary (payload-derived: a payload
+ * policy other than keep),
  *
  *   batch header (256 bytes, little-endian): partition_id u64 @0 | base_offset u64 @8 |
  *     base_timestamp u64 @16 | origin_timestamp u64 @24 | batch_length u64 @32 (header included) |
@@ -169,7 +171,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Py_ssize_t pos, end;
     long long count;
     PyObject *xxh3;
-    if (!PyArg_ParseTuple(args, "y*nnLO", &buf, &pos, &end, &count, &xxh3)) return NULL;
+    int with_sums = 1;
+    if (!PyArg_ParseTuple(args, "y*nnLO|p", &buf, &pos, &end, &count, &xxh3, &with_sums)) return NULL;
     PyObject *cols[NCOLS] = {0};
     Col text_cols[NTEXT] = {{{0}}};
     Buf sums_text = {0}; /* the summaries joined by commas */
@@ -254,8 +257,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             k += PUT_LIT(text + k, ",\"timestamp\":");
             k += put_u64(text + k, base_ts);
         }
-        k += PUT_LIT(text + k, ",\"checksum\":");
-        k += put_u64(text + k, msum);
+        if (with_sums) {
+            k += PUT_LIT(text + k, ",\"checksum\":");
+            k += put_u64(text + k, msum);
+        }
         k += PUT_LIT(text + k, ",\"header_size\":");
         k += put_u64(text + k, FRAME_HEADER);
         text[k++] = '}';
@@ -270,8 +275,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         k += put_u64(text + k, (uint64_t)headers);
         k += PUT_LIT(text + k, ",\"offset\":");
         k += put_u64(text + k, offset);
-        k += PUT_LIT(text + k, ",\"checksum\":");
-        k += put_u64(text + k, msum);
+        if (with_sums) {
+            k += PUT_LIT(text + k, ",\"checksum\":");
+            k += put_u64(text + k, msum);
+        }
         if (ok >= 0) k += ok ? PUT_LIT(text + k, ",\"checksum_ok\":true") : PUT_LIT(text + k, ",\"checksum_ok\":false");
         text[k++] = '}';
         if ((found && buf_put(&sums_text, ",", 1)) || buf_put(&sums_text, text, k) ||

@@ -828,19 +828,21 @@ def login_register(payload) -> dict:
 REQUESTS[40] = login_register
 
 
-def decode_request(code: int, payload) -> dict:
-    """Fields of a request payload; codes whose layout is not known keep only the size."""
+def decode_request(code: int, payload, sums: bool = True) -> dict:
+    """Fields of a request payload; codes whose layout is not known keep only the size. `sums`
+    false leaves sent messages' checksums out (PayloadPolicy.checksums_kept)."""
     fn = REQUESTS.get(code)
     if fn is None:
         return {"payload_size": len(payload)} if len(payload) else {}
-    return fn(payload)
+    return fn(payload, sums) if fn is parse_send else fn(payload)
 
 
-def decode_response(code: int | None, payload) -> dict:
-    """Structured responses; an empty payload is always fine, others are kept as a size."""
+def decode_response(code: int | None, payload, sums: bool = True) -> dict:
+    """Structured responses; an empty payload is always fine, others are kept as a size. `sums`
+    false leaves polled messages' checksums out (PayloadPolicy.checksums_kept)."""
     if not len(payload):
         return {}
     fn = RESPONSES.get(code) if code is not None else None
     if fn is None:
         return {"payload_size": len(payload)}
-    return fn(payload)
+    return fn(payload, sums) if fn is parse_polled else fn(payload)

@@ -312,7 +312,8 @@ class IggyConversation(Conversation):
             self._unknown_request(row, f"unknown code {code}", details, pend, rows)
             return
         try:
-            fields = decoder(payload) if decoder else decode_request(code, payload)
+            sums = self.ctx.payload.checksums_kept
+            fields = decoder(payload) if decoder else decode_request(code, payload, sums)
         except DecodeError as e:
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
@@ -388,7 +389,8 @@ class IggyConversation(Conversation):
         fields: dict = {}
         if status == 0 and len(payload):
             try:
-                fields = decoder(payload) if decoder else decode_response(code, payload)
+                sums = self.ctx.payload.checksums_kept
+                fields = decoder(payload) if decoder else decode_response(code, payload, sums)
             except DecodeError as e:
                 st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
                 row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))

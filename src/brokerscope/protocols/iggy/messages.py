@@ -82,8 +82,9 @@ class Messages:
         return out
 
     @classmethod
-    def of(cls, msgs: list[dict]) -> Messages:
-        """The columns of message dicts (parse_message, parse_legacy_polled, parse_message_v48)."""
+    def of(cls, msgs: list[dict], sums: bool = True) -> Messages:
+        """The columns of message dicts (parse_message, parse_legacy_polled, parse_message_v48);
+        `sums` false leaves their checksums out of the texts (PayloadPolicy.checksums_kept)."""
         return cls(
             [str(m["id"]) for m in msgs],
             [m["payload"] for m in msgs],
@@ -91,8 +92,8 @@ class Messages:
             [m.get("offset") for m in msgs],
             [m.get("checksum_ok") for m in msgs],
             [(t * 1000 if (t := m.get("timestamp") or m.get("origin_timestamp")) else None) for m in msgs],
-            _details(msgs),
-            [_summary(m) for m in msgs],
+            _details(msgs, sums),
+            [_summary(m, sums) for m in msgs],
         )
 
     @classmethod
@@ -120,6 +121,10 @@ def _joined(cols: list[list | pa.Array]) -> list | pa.Array:
 
 _COLUMNS = ("ids", "payloads", "offsets", "checksum_ok", "ts_ns", "details", "summaries")  # not headers
 _DETAIL_KEYS = ("origin_timestamp", "timestamp", "checksum", "state", "header_size")
+_SUMMARY_KEYS = ("offset", "checksum", "checksum_ok", "state")
+_DETAIL_KEYS_NO_SUM, _SUMMARY_KEYS_NO_SUM = (
+    tuple(k for k in ks if k != "checksum") for ks in (_DETAIL_KEYS, _SUMMARY_KEYS)
+)
 
 
 def _header_values(hs: list[dict]) -> list[dict]:
@@ -164,9 +169,11 @@ def _blob(blob: bytes) -> tuple[list[dict], str]:
     return got
 
 
-def _details(msgs: list[dict]) -> list[str]:
+def _details(msgs: list[dict], sums: bool = True) -> list[str]:
     """Each message dict's details (Messages.details), written piece by piece, the JSON of a
-    headers list once (user_headers gives one list per distinct blob)."""
+    headers list once (user_headers gives one list per distinct blob); its checksum only where
+    `sums`."""
+    keys = _DETAIL_KEYS if sums else _DETAIL_KEYS_NO_SUM
     out = []
     made: dict[int, str] = {}
     names: dict[str, str] = {}
@@ -179,7 +186,7 @@ def _details(msgs: list[dict]) -> list[str]:
             text = made[id(hs)] = _headers_json(hs, names)
         text += "]"
         get = m.get
-        for k in _DETAIL_KEYS:
+        for k in keys:
             v = get(k)
             if v is not None:  # ints as they are, without a call
                 text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{jv(v)}'
@@ -187,11 +194,12 @@ def _details(msgs: list[dict]) -> list[str]:
     return out
 
 
-def _summary(m: dict) -> str:
-    """A message dict's entry in its frame's commands row (Messages.summaries)."""
+def _summary(m: dict, sums: bool = True) -> str:
+    """A message dict's entry in its frame's commands row (Messages.summaries); its checksum only
+    where `sums`."""
     text = f'{{"id":"{m["id"]}","payload_size":{len(m["payload"])},"headers":{len(m["headers"])}'
     get = m.get
-    for k in ("offset", "checksum", "checksum_ok", "state"):
+    for k in _SUMMARY_KEYS if sums else _SUMMARY_KEYS_NO_SUM:
         v = get(k)
         if v is not None:  # ints as they are, without a call
             text += f',"{k}":{v}' if v.__class__ is int else f',"{k}":{base.json_value(v)}'
@@ -290,8 +298,9 @@ def parse_legacy_polled(r: Reader, count: int) -> list[dict]:
     return out
 
 
-def parse_polled(payload: bytes | memoryview) -> dict:
-    """POLL_MESSAGES response: partition_id u32, current_offset u64, count u32, messages."""
+def parse_polled(payload: bytes | memoryview, sums: bool = True) -> dict:
+    """POLL_MESSAGES response: partition_id u32, current_offset u64, count u32, messages (their
+    checksums and the batches' only where `sums`: PayloadPolicy.checksums_kept)."""
     r = Reader(payload)
     partition_id = r.u32()
     current_offset = r.u64()
@@ -303,27 +312,28 @@ def parse_polled(payload: bytes | memoryview) -> dict:
         # VSR generation (apache/iggy server build_polled_messages_reply): the head above, then
         # the stored batch records as they are, `count` = the messages over all batches
         try:
-            out.update(parse_batches_v48(payload, r.pos, len(payload), count))
+            out.update(parse_batches_v48(payload, r.pos, len(payload), count, sums))
             out["format"] = "v48_batch"
             return out
         except DecodeError:
             pass  # fall through to the older layouts
     try:
         msgs = parse_messages_any(payload, r.pos, len(payload), count)
-        out["messages"] = Messages.of(msgs)
+        out["messages"] = Messages.of(msgs, sums)
         out["format"] = f"v{msgs[0]['header_size']}" if count else "v64"
         return out
     except DecodeError as e_new:
         try:
-            out["messages"] = Messages.of(parse_legacy_polled(Reader(payload, r.pos), count))
+            out["messages"] = Messages.of(parse_legacy_polled(Reader(payload, r.pos), count), sums)
             out["format"] = "legacy"
             return out
         except DecodeError:
             raise e_new from None
 
 
-def parse_send(payload: bytes | memoryview) -> dict:
-    """SEND_MESSAGES request, either layout.
+def parse_send(payload: bytes | memoryview, sums: bool = True) -> dict:
+    """SEND_MESSAGES request, either layout (the messages' checksums and the batch's only where
+    `sums`: PayloadPolicy.checksums_kept).
 
     0.5+: metadata_length u32 (= sizes of the two identifiers, partitioning and count), stream
     Identifier, topic Identifier, Partitioning, messages_count u32, messages_count index entries of
@@ -331,7 +341,7 @@ def parse_send(payload: bytes | memoryview) -> dict:
     Before 0.5: stream Identifier, topic Identifier, Partitioning, then messages to the end.
     """
     try:
-        return _parse_send_new(payload)
+        return _parse_send_new(payload, sums)
     except DecodeError as e_new:
         try:
             return _parse_send_legacy(payload)
@@ -339,7 +349,7 @@ def parse_send(payload: bytes | memoryview) -> dict:
             raise e_new from None
 
 
-def _parse_send_new(payload) -> dict:
+def _parse_send_new(payload, sums: bool = True) -> dict:
     r = Reader(payload)
     metadata_length = r.u32()
     start = r.pos
@@ -355,7 +365,7 @@ def _parse_send_new(payload) -> dict:
         len(payload) - r.pos == struct.unpack_from("<Q", payload, r.pos + 32)[0]
     ):
         # VSR generation: one batch record (apache/iggy core/binary_protocol/src/batch.rs)
-        batch, msgs, _ = read_batch_v48(payload, r.pos, len(payload), count)
+        batch, msgs, _ = read_batch_v48(payload, r.pos, len(payload), count, sums)
         return {
             "format": "v48_batch",
             "metadata_length": metadata_length,
@@ -383,7 +393,7 @@ def _parse_send_new(payload) -> dict:
         "topic_id": topic,
         "partitioning": part,
         "messages_count": count,
-        "messages": Messages.of(msgs),
+        "messages": Messages.of(msgs, sums),
     }
 
 
@@ -548,14 +558,19 @@ _BATCH_FIELDS = (
 )  # fmt: skip
 
 
-def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[dict, Messages, int]:
+def read_batch_v48(
+    buf, pos: int, end: int, count: int | None = None, sums: bool = True
+) -> tuple[dict, Messages, int]:
     """parse_batch_v48, its messages as columns: (batch fields, messages, next position). The
     compiled walk (_batch.c) reads them; a batch it does not take goes to parse_batch_v48,
-    which says what is wrong (or reads what the walk leaves to it)."""
-    got = _batch.walk(buf, pos, end, -1 if count is None else count, _XXH3)
+    which says what is wrong (or reads what the walk leaves to it). `sums` false leaves the
+    batch checksum and the messages' out (their verdicts stay): PayloadPolicy.checksums_kept."""
+    got = _batch.walk(buf, pos, end, -1 if count is None else count, _XXH3, sums)
     if got is None:
         batch, nxt = parse_batch_v48(buf, pos, end, count)
-        return batch, Messages.of(batch.pop("messages")), nxt
+        if not sums:
+            del batch["batch_checksum"]
+        return batch, Messages.of(batch.pop("messages"), sums), nxt
     pid, base_offset, base_ts, origin_ts, length, checksum, n, ok, nxt, *cols, hidx, hblobs = got
     ids, payloads, offsets, oks, ts_ns, details, summaries = cols
     headers = None
@@ -568,21 +583,23 @@ def read_batch_v48(buf, pos: int, end: int, count: int | None = None) -> tuple[d
             headers[i] = values
             details[i] = start + details[i]  # the walk wrote what follows the headers
     batch = dict(zip(_BATCH_FIELDS, (pid, base_offset, base_ts, origin_ts, length, checksum, ok, n)))
+    if not sums:
+        del batch["batch_checksum"]
     ids, payloads = arrowcols.binary(ids, pa.string()), arrowcols.binary(payloads)
     msgs = Messages(ids, payloads, headers, offsets, oks, ts_ns, details, [summaries] if summaries else [])
     return batch, msgs, nxt
 
 
-def parse_batches_v48(buf, pos: int, end: int, count: int | None) -> dict:
+def parse_batches_v48(buf, pos: int, end: int, count: int | None, sums: bool = True) -> dict:
     """Batch records back to back from pos to end (a poll reply may carry several); `count`,
-    when given, is the total number of messages."""
+    when given, is the total number of messages; `sums` as read_batch_v48 takes it."""
     batches = []
     parts: list[Messages] = []
     total = 0
     while pos < end:
         if len(batches) >= MAX_MESSAGES:
             raise DecodeError("too many batches")
-        b, msgs, pos = read_batch_v48(buf, pos, end)
+        b, msgs, pos = read_batch_v48(buf, pos, end, None, sums)
         parts.append(msgs)
         total += len(msgs)
         batches.append(b)

@@ -264,11 +264,10 @@ def _msg_row(seg: dict, m: dict, file_offset: int) -> Row:
     if m["checksum_ok"] is False:
         row["decode_error"] = "message checksum does not match"
     row.update(ctx.payload.value(m["payload"]))
-    det = {
-        "file_offset": file_offset,
-        "checksum": m["checksum"],
-        "headers": [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]],
-    }
+    det = {"file_offset": file_offset}
+    if ctx.payload.checksums_kept:
+        det["checksum"] = m["checksum"]
+    det["headers"] = [{"key": h["key"], "kind": h["kind"], "value": h["typed"]} for h in m["headers"]]
     for k in ("origin_timestamp", "state", "batch_base_offset", "batch_checksum_ok"):
         if m.get(k) is not None:
             det[k] = m[k]

@@ -67,7 +67,11 @@ def produce_request(conv: KafkaConversation, body, h: RequestHeader, pend: Pendi
         for part in t.get("PartitionData") or ()
         if part.get("Records") is not None
     ]
-    sets = rec.read_record_sets([part["Records"] for _t, part in parts], conv.ctx.max_decompressed_bytes)
+    sets = rec.read_record_sets(
+        [part["Records"] for _t, part in parts],
+        conv.ctx.max_decompressed_bytes,
+        sums=conv.ctx.payload.checksums_kept,
+    )
     picks: list[R.Pick] = []
     for (tname, part), rs in zip(parts, sets):
         pidx = part.get("Index")
@@ -182,7 +186,11 @@ def fetch_response(conv: KafkaConversation, body, p: Pending, corr, ts0, latency
                 parts.append((t, tk, tname, part))
             elif raw is not None:
                 part["Records"] = R.records_summary(rec.RecordSet([]))
-    sets = rec.read_record_sets([part["Records"] for *_x, part in parts], conv.ctx.max_decompressed_bytes)
+    sets = rec.read_record_sets(
+        [part["Records"] for *_x, part in parts],
+        conv.ctx.max_decompressed_bytes,
+        sums=conv.ctx.payload.checksums_kept,
+    )
     picks: list[R.Pick] = []
     for (t, tk, tname, part), rs in zip(parts, sets):
         pidx = part.get("PartitionIndex")
@@ -233,7 +241,7 @@ def share_deliveries(conv: KafkaConversation, body, p: Pending, corr, ts0, extra
             raw = part.get("Records")
             if not raw:
                 continue
-            rs = rec.read_record_set(raw, cap)
+            rs = rec.read_record_set(raw, cap, sums=pol.checksums_kept)
             part["Records"] = R.records_summary(rs)
             if status == base.OK:
                 status, err = R.first_error(rs, f"{tname or tid}-{pidx}")

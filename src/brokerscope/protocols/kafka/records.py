@@ -654,14 +654,20 @@ def _decompress_v2(codec: int, data: memoryview, cap: int) -> bytes | tuple[str,
         return str(e), e.status
 
 
-def _v2_batch(t: tuple, chunks: list[Chunk]) -> Batch:
-    """A v2 batch from the walk's tuple (_records.c says what it holds)."""
+def _crc_error(name: str, crc: int, sums: bool) -> str:
+    """A batch's CRC mismatch as its error says it: the stored CRC, computed over the records
+    (keys and values), only where `sums` (PayloadPolicy.checksums_kept)."""
+    return f"{name} mismatch (stored {crc:#010x})" if sums else f"{name} mismatch"
+
+
+def _v2_batch(t: tuple, chunks: list[Chunk], sums: bool = True) -> Batch:
+    """A v2 batch from the walk's tuple (_records.c says what it holds); `sums`: _crc_error's."""
     crc, chunk, first, n, min_delta, overflow, error, status = t[:8]
     b = Batch(*t[8:])
     b.codec = CODECS.get(b.codec) or f"codec{b.codec}"
     crc_ok = b.crc_ok
     if not crc_ok:
-        b.status, b.error = "checksum_mismatch", f"CRC-32C mismatch (stored {crc:#010x})"
+        b.status, b.error = "checksum_mismatch", _crc_error("CRC-32C", crc, sums)
     if error is not None:
         if b.status == "ok":
             b.status = status
@@ -685,7 +691,7 @@ def _v2_batch(t: tuple, chunks: list[Chunk]) -> Batch:
 # v0 / v1
 
 
-def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0) -> Batch:
+def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0, sums: bool = True) -> Batch:
     offset, _msize, crc, magic, attributes = _V0_HEAD.unpack_from(buf, pos)
     end = pos + size
     codec_id = attributes & 0x07
@@ -699,7 +705,7 @@ def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0) -> B
     )
     b.crc_ok = (zlib.crc32(buf[pos + 16 : end]) & 0xFFFFFFFF) == crc
     if not b.crc_ok:
-        b.status, b.error = "checksum_mismatch", f"CRC-32 mismatch (stored {crc:#010x})"
+        b.status, b.error = "checksum_mismatch", _crc_error("CRC-32", crc, sums)
     try:
         p = pos + 18
         ts = None
@@ -719,7 +725,7 @@ def _read_legacy(buf: bytes, pos: int, size: int, cap: int, depth: int = 0) -> B
         if depth > 0:
             raise RecordError("nested compressed wrapper message")
         inner_raw = decompress(codec_id, value or b"", cap, magic)
-        inner = read_record_set(inner_raw, cap, _depth=1)
+        inner = read_record_set(inner_raw, cap, _depth=1, sums=sums)
         msgs = [r for ib in inner.batches for r in ib.records]
         if inner.partial_tail or inner.error:
             raise RecordError(
@@ -766,14 +772,19 @@ def _bytes32(buf: bytes, p: int, end: int) -> tuple[bytes | None, int]:
 # record sets
 
 
-def read_record_set(data: bytes | memoryview, cap: int = 64 * 1024 * 1024, _depth: int = 0) -> RecordSet:
+def read_record_set(
+    data: bytes | memoryview, cap: int = 64 * 1024 * 1024, _depth: int = 0, sums: bool = True
+) -> RecordSet:
     """Every batch in a `records` field. An incomplete last batch is counted in `partial_tail`
     (brokers cut Fetch responses at a size limit); a batch that fails keeps its header info and
-    `status`/`error`, and the walk continues with the next one."""
-    return read_record_sets([data], cap, _depth)[0]
+    `status`/`error`, and the walk continues with the next one. `sums` false leaves a failing
+    batch's stored CRC out of its error (PayloadPolicy.checksums_kept)."""
+    return read_record_sets([data], cap, _depth, sums)[0]
 
 
-def read_record_sets(datas: list, cap: int = 64 * 1024 * 1024, _depth: int = 0) -> list[RecordSet]:
+def read_record_sets(
+    datas: list, cap: int = 64 * 1024 * 1024, _depth: int = 0, sums: bool = True
+) -> list[RecordSet]:
     """`read_record_set` of each of `datas` (a frame's partitions), walked by one compiled call:
     the records of all their v2 batches are rows of the same chunks of columns."""
     w = _records.record_sets(datas, cap, _decompress_v2)
@@ -783,9 +794,9 @@ def read_record_sets(datas: list, cap: int = 64 * 1024 * 1024, _depth: int = 0) 
         rs = RecordSet([], tail, error, status or "ok")
         for t in batches:
             if len(t) == 3:  # v0/v1: (pos, size, magic)
-                rs.batches.append(_read_legacy(data, t[0], t[1], cap, _depth))
+                rs.batches.append(_read_legacy(data, t[0], t[1], cap, _depth, sums))
             else:
-                rs.batches.append(_v2_batch(t, chunks))
+                rs.batches.append(_v2_batch(t, chunks, sums))
         out.append(rs)
     return out
 

@@ -264,7 +264,7 @@ def read(path: str, start: int, end: int, ctx: base.Context) -> Iterator[Row]:
                 yield _problem("LogSegment", pos, nxt - pos, base.MALFORMED, why, mtime_ns, data[:17], ctx)
                 pos = nxt
                 continue
-            rs = rec.read_record_set(data, ctx.max_decompressed_bytes)
+            rs = rec.read_record_set(data, ctx.max_decompressed_bytes, sums=ctx.payload.checksums_kept)
             if not rs.batches:
                 yield _problem(
                     "LogSegment", pos, total, rs.status, rs.error or "unreadable batch", mtime_ns, data, ctx

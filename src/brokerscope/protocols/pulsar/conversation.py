@@ -190,7 +190,7 @@ class PulsarConversation(Conversation):
     # one frame
 
     def _frame(self, d: str, frame: bytes, offset: int, ts: int, ts_end: int, rows: list[Row]) -> None:
-        pf = framing.parse_frame(frame)
+        pf = framing.parse_frame(frame, self.ctx.payload.checksums_kept)
         row = {
             "ts_ns": ts,
             "ts_end_ns": ts_end,

@@ -123,8 +123,10 @@ def parse_command(cmd_bytes: bytes | memoryview) -> tuple[pb.BaseCommand | None,
     return cmd, None
 
 
-def parse_frame(frame: bytes | memoryview) -> ParsedFrame:
-    """Decode one frame given WITHOUT its 4-byte total_size prefix."""
+def parse_frame(frame: bytes | memoryview, sums: bool = True) -> ParsedFrame:
+    """Decode one frame given WITHOUT its 4-byte total_size prefix. A checksum that fails is told
+    with both CRCs (over the metadata and payload) only where `sums`
+    (PayloadPolicy.checksums_kept)."""
     mv = memoryview(frame)
     pf = ParsedFrame()
     n = len(mv)
@@ -172,7 +174,8 @@ def parse_frame(frame: bytes | memoryview) -> ParsedFrame:
         pos += 6
         pf.checksum_ok = crc32c(mv[pos:]) == pf.checksum
         if not pf.checksum_ok:
-            _fail(pf, base.CHECKSUM_MISMATCH, f"crc32c {crc32c(mv[pos:]):#010x} != {pf.checksum:#010x}")
+            why = f"crc32c {crc32c(mv[pos:]):#010x} != {pf.checksum:#010x}" if sums else "crc32c mismatch"
+            _fail(pf, base.CHECKSUM_MISMATCH, why)
     if n - pos < 4:
         return _fail(pf, base.TRUNCATED, "message metadata size cut short")
     (meta_size,) = _U32.unpack_from(mv, pos)

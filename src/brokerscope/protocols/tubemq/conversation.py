@@ -407,14 +407,20 @@ class TubeMQConversation(Conversation):
     ) -> tuple[dict | None, str, str | None]:
         """rpc.decode_body's (fields, details, error) of a method's body, the details as JSON
         text; `fields`, `body_json`: what _rpc.read read and wrote of it already (by the entry
-        body_entries gave the method)."""
+        body_entries gave the method). Payload checksums only where the payload policy keeps
+        them (rpc.PAYLOAD_SUMS)."""
+        keep = self.ctx.payload.checksums_kept
         if fields is not None:  # read as a client writes it: the compiled reader leaves the rest
-            if body_json is not None:
+            if body_json is not None and keep:
                 return fields, body_json, None
             entry = self.reader[1 if is_request else 2][mid]
-            return fields, to_json(rpc.sized(fields, rpc.BUILTIN, entry)), None
+            details = rpc.sized(fields, rpc.BUILTIN, entry)
+            shown = details if keep else rpc.without_sums(details)
+            if shown is details and body_json is not None:
+                return fields, body_json, None
+            return fields, to_json(shown), None
         msg, details, err = rpc.decode_body(mid, is_request, body, self.schema)
-        return msg, to_json(details), err
+        return msg, to_json(details if keep else rpc.without_sums(details)), err
 
     def _body_status(self, c: _Command, meth, mid, err: str | None) -> None:
         """An unknown method id or a body that does not parse: the row's status and error. No raw

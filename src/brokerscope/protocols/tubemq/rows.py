@@ -179,7 +179,7 @@ def produce(out: Gathered, msg: dict, f: TubeFrame, policy: PayloadPolicy, frame
     frame's first_frame, last_frame)."""
     get = msg.get
     (payload,), (err,), (headers,), (ok,), (details,), _ = message_columns(
-        [msg], "data", PRODUCE_DETAILS, "}"
+        [msg], "data", PRODUCE_DETAILS if policy.checksums_kept else PRODUCE_DETAILS_NO_SUM, "}"
     )
     value = policy.value(payload)
     out.messages(
@@ -211,7 +211,8 @@ def deliver(
         "last_frame": frames[1],
     }
     tail = f',"curr_offset":{base.json_value(msg.get("currOffset"))}}}'
-    values, errors, headers, oks, details, sizes = message_columns(tms, "payLoadData", DELIVER_DETAILS, tail)
+    spec = DELIVER_DETAILS if policy.checksums_kept else DELIVER_DETAILS_NO_SUM
+    values, errors, headers, oks, details, sizes = message_columns(tms, "payLoadData", spec, tail)
     parts = [tm.get("partitionId") for tm in tms]
     ids = [tm.get("messageId") for tm in tms]
     recv = [tm.get("recvTimeInMs") for tm in tms]
@@ -257,10 +258,16 @@ PRODUCE_DETAILS = (
     (',"sent_addr":', "sentAddr", _IPV4),
     (',"data_size":', None, _SIZE),
 )
+# the same without the message's checksum, a CRC of its data (PayloadPolicy.checksums_kept)
+DELIVER_DETAILS_NO_SUM = tuple(e for e in DELIVER_DETAILS if e[1] != "checkSum")
+PRODUCE_DETAILS_NO_SUM = tuple(e for e in PRODUCE_DETAILS if e[1] != "checkSum")
 
 
 # the specs as _rpc.columns takes them, read once (by the id of the constant)
-_SPECS = {id(spec): _rpc.details_spec(spec) for spec in (DELIVER_DETAILS, PRODUCE_DETAILS)}
+_SPECS = {
+    id(spec): _rpc.details_spec(spec)
+    for spec in (DELIVER_DETAILS, PRODUCE_DETAILS, DELIVER_DETAILS_NO_SUM, PRODUCE_DETAILS_NO_SUM)
+}
 PRODUCE_SPEC = _SPECS[id(PRODUCE_DETAILS)]  # _rpc.exchanges' produced messages
 
 

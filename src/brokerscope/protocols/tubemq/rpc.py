@@ -232,6 +232,9 @@ PROSE = frozenset(
 )
 # Large byte fields summarised by size in details (the bytes go to the messages table).
 PAYLOAD_FIELDS = frozenset({"data", "payLoadData"})
+# Checksums of the payload field beside them (CRC32 of data / payLoadData): payload-derived, in
+# details only where the payload policy keeps payloads whole (PayloadPolicy.checksums_kept).
+PAYLOAD_SUMS = frozenset({"checkSum"})
 
 
 def _secret(value) -> str | None:
@@ -388,6 +391,19 @@ def body_schema(classes) -> BodySchema:
     sized = [tuple(x for x in s if x[1] is None or leads[x[1]]) for s in sized]
     index = {name: i for name, i in entry.items() if name in readable}
     return BodySchema(_rpc.schema(table), index, tuple(sized))
+
+
+def without_sums(values: object) -> object:
+    """`values` (a body's details, as sized or decode_body give them) without PAYLOAD_SUMS fields
+    at any depth; the same object where there are none."""
+    if isinstance(values, dict):
+        out = {k: without_sums(v) for k, v in values.items() if k not in PAYLOAD_SUMS}
+        same = len(out) == len(values) and all(out[k] is v for k, v in values.items())
+        return values if same else out
+    if isinstance(values, list):
+        out = [without_sums(v) for v in values]
+        return values if all(a is b for a, b in zip(out, values)) else out
+    return values
 
 
 def sized(values: dict, schema: BodySchema, i: int) -> dict:
