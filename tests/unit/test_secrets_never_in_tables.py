@@ -22,3 +22,30 @@ def test_sample_credentials_are_redacted_everywhere():
     assert logins and all("redacted" in r["details"] for r in logins)  # the login was decoded
     tabs = {t: out[t] for t in ("commands", "messages", "latencies", "acks", "streams")}
     assert cuts.leaks(tabs, {s.decode(): s for s in SECRETS}) == []
+
+
+def test_no_hash_of_a_login_body_reaches_a_table():
+    """apache-iggy 0.9's VSR request header carries request_checksum, XXH3-64 of the body: for a
+    login (REGISTER) an unkeyed hash of the password, which a guess can be checked against (found
+    by a review: it was in commands.details)."""
+    import struct
+
+    import xxhash
+    from scapy.all import TCP, rdpcap
+
+    cap = SAMPLE_DATA / "iggy" / "client_vsr.pcap"
+    sums = {}
+    for p in rdpcap(str(cap)):
+        data = bytes(p[TCP].payload) if TCP in p else b""
+        # VSR header: size u32 @48, command u8 @60 (5 request), request_checksum @144, operation
+        # u8 @176 (1 REGISTER); the body follows the 256-byte header
+        if len(data) >= 256 and data[60] == 5 and data[176] == 1:
+            size = struct.unpack_from("<I", data, 48)[0]
+            value = int.from_bytes(data[144:160], "little")
+            assert value == xxhash.xxh3_64_intdigest(data[256:size])
+            sums[f"xxh3 {value:x}"] = value
+    assert sums  # the sample logs in
+    out = decode_files([str(cap)])
+    tabs = {t: out[t] for t in ("commands", "messages", "latencies", "acks", "streams")}
+    forms = {f"{label} {k}": s for label, v in sums.items() for k, s in (("hex", f"{v:x}"), ("dec", str(v)))}
+    assert cuts.leaks(tabs, {k: s.encode() for k, s in forms.items()}) == []

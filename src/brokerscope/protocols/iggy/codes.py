@@ -115,7 +115,8 @@ VSR_COMMON = Layout(
 VSR_REQUEST = Layout(
     {  # command 5, as a client sends it (no namespace field)
         "client": (128, "16s"),
-        "request_checksum": (144, "16s"),
+        # request_checksum u128 @144 is not read: XXH3-64 of the body, which for a login
+        # (REGISTER) holds the password, an unkeyed hash a guess can be checked against
         "timestamp": (160, "Q"),
         "request": (168, "Q"),
         "operation": (176, "B"),  # VSR_OPERATIONS

@@ -86,7 +86,6 @@ def request_details(q: dict) -> dict:
         "timestamp": q["timestamp"],
         "session": q["session"],
         "header_user_id": q["header_user_id"],
-        "request_checksum": f"{int.from_bytes(q['request_checksum'], 'little'):x}",
         "request": q["request"],
         "operation": operation,
         "operation_name": VSR_OPERATIONS.get(operation, f"op_{operation}"),
