@@ -853,7 +853,68 @@ static PyTypeObject PacketsType = {
     .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", "The read stage's record walk, compiled.", -1, NULL};
+/* pcapng block framing: type u32 @0 | total length u32 @4 | body | total length again @end-4, in
+ * the byte order of the section's SHB (its byte-order magic u32 @8) */
+#define SHB_TYPE 0x0A0D0D0A /* the same bytes in either order */
+#define IDB_TYPE 1
+#define BOM 0x1A2B3C4D
+#define IDB_MIN 20
+
+/* ng_section(buf, target): the pcapng section in force at byte `target` of `buf` (a whole file),
+ * walking block headers from its head: (its SHB's offset, big-endian?, [the offsets of its IDBs
+ * before target]); None where a block's framing fails before target (reader.py walks it then,
+ * resyncing). A split's reader learns so which interfaces its packets name: those of the last
+ * section begun before it, not the file's first (a `cat` of pcapng files). */
+static PyObject *ng_section(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t target;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t len = view.len, q = 0, shb = -1;
+    int big = 0;
+    PyObject *idbs = PyList_New(0);
+    if (!idbs) goto fail;
+    while (q < target && q + 12 <= len) {
+        uint32_t t = big ? be32(b + q) : le32(b + q);
+        if (t == SHB_TYPE) {
+            if (le32(b + q + 8) == BOM) big = 0;
+            else if (be32(b + q + 8) == BOM) big = 1;
+            else goto damaged;
+            shb = q;
+            if (PyList_SetSlice(idbs, 0, PyList_GET_SIZE(idbs), NULL) < 0) goto fail;
+        } else if (shb < 0) goto damaged;
+        uint32_t n = big ? be32(b + q + 4) : le32(b + q + 4);
+        if (n < 12 || n & 3 || n > len - q || (big ? be32(b + q + n - 4) : le32(b + q + n - 4)) != n) goto damaged;
+        if (t == IDB_TYPE && n >= IDB_MIN) {
+            PyObject *at = PyLong_FromSsize_t(q);
+            if (!at || PyList_Append(idbs, at) < 0) {
+                Py_XDECREF(at);
+                goto fail;
+            }
+            Py_DECREF(at);
+        }
+        q += n;
+    }
+    if (shb < 0) goto damaged;
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nON)", shb, big ? Py_True : Py_False, idbs);
+damaged:
+    PyBuffer_Release(&view);
+    Py_XDECREF(idbs);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(idbs);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"ng_section", ng_section, METH_VARARGS, "The pcapng section in force at an offset (see ng_section)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_walk", "The read stage's record walk, compiled.", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__walk(void) {
     init_octets();

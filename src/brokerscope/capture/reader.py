@@ -30,7 +30,7 @@ from collections.abc import Generator, Iterator
 
 import pyarrow as pa
 
-from .decode import PacketDecoder, compiled_default
+from .decode import PacketDecoder, _walk_module, compiled_default
 from .files import PCAP_MAGICS, PCAPNG_BOM, Split
 from .filter import NEVER_AFTER, NEVER_BEFORE, PacketFilter
 
@@ -757,6 +757,19 @@ def _ng_walk(buf, target: int, dec: PacketDecoder) -> tuple[_Order, list[_Iface]
     return od, ifaces
 
 
+def _section_at(buf, target: int, dec: PacketDecoder) -> tuple[_Order, list[_Iface]]:
+    """The byte order and interfaces in force at `target` of `buf`, a whole pcapng file: the
+    compiled walk of its block headers (_walk.ng_section), or, where that meets damaged framing
+    or is not there, _ng_walk (which resyncs)."""
+    walk = _walk_module() if dec.native is not None else None
+    got = walk.ng_section(buf, target) if walk is not None else None
+    if got is None:
+        return _ng_walk(buf, target, dec)
+    _shb, big, idbs = got
+    od = _BE if big else _LE
+    return od, [_parse_idb(buf, q, od.u32(buf, q + 4)[0], od, dec) for q in idbs]
+
+
 class _FixedWindow:
     def __init__(self, buf) -> None:
         self.buf = buf
@@ -782,24 +795,13 @@ def _read_pcapng(
     ifaces: list[_Iface] = []
     complete = True  # do we know every IDB in force at the current position?
     p = 0
-    if start > 0:
-        # learn from the head: byte order and the IDBs that follow the first SHB
-        n0 = od.u32(buf, 4)[0]
-        sect_len = od.u64(buf, 16)[0] if L >= 24 else 0xFFFFFFFFFFFFFFFF
-        q = n0 if 28 <= n0 <= MAX_BLOCK else L
-        while q + 12 <= L and q < start:
-            t, n = od.bh(buf, q)
-            if t != IDB or n < 20 or n & 3 or q + n > L:
-                break
-            ifaces.append(_parse_idb(buf, q, n, od, dec))
-            q += n
-        complete = False
-        p, od2 = _ng_resync(win, start - win.base, od)
+    if start > 0:  # a plain file (a gzip one is one split): the whole of it is at hand
+        p, od = _ng_resync(win, start - win.base, od)
         if p < 0:
             return
-        if od2 is not od or (sect_len != 0xFFFFFFFFFFFFFFFF and win.base + p >= n0 + sect_len):
-            ifaces = []  # another section than the head's: its IDBs are unknown until walked
-        od = od2
+        # the section in force where the first block begins, whose interfaces its packets name:
+        # the file's first, or one begun later (pcapng files joined by `cat`)
+        od, ifaces = _section_at(win.buf, win.base + p, dec)
 
     records = 0
     nbytes = 0
