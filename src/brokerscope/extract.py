@@ -207,7 +207,9 @@ def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
 
 
 def parse_frames(specs: Iterable[str]) -> set[int]:
-    """Frame numbers from `N` and `N-M` (inclusive) items, each item possibly comma-separated."""
+    """Frame numbers from `N` and `N-M` (inclusive, either way round: a row's first_frame is
+    after its last_frame where the capture holds its last byte before its first) items, each
+    item possibly comma-separated."""
     out: set[int] = set()
     for spec in specs:
         for item in str(spec).split(","):
@@ -217,8 +219,9 @@ def parse_frames(specs: Iterable[str]) -> set[int]:
                 a, b = int(lo), int(hi) if sep else int(lo)
             except ValueError:
                 raise ValueError(f"frames: {item!r} is not a frame number N or a range N-M") from None
-            if a < 1 or b < a:
-                raise ValueError(f"frames: {item!r}: frame numbers start at 1, a range N-M needs N <= M")
+            a, b = min(a, b), max(a, b)
+            if a < 1:
+                raise ValueError(f"frames: {item!r}: frame numbers start at 1")
             if b - a >= 10_000_000:
                 raise ValueError(f"frames: {item!r}: more than 10,000,000 frames")
             out.update(range(a, b + 1))
