@@ -182,6 +182,50 @@ def test_missing_segment_is_a_gap_of_known_size(tmp_path):
     assert row["gap_count"] == 1 and row["gap_bytes"] == 6
 
 
+def test_data_captured_after_the_ack_for_it_is_data_not_a_gap(tmp_path):
+    """Two interfaces (or a NIC's queues) merged out of order: the server's pure ACK of a segment
+    is in the file before the segment (found by a user trial: a gap, then the bytes thrown away
+    as a retransmission, a Produce lost)."""
+    pkts = handshake() + [
+        c(1, payload=b"AAAA"),
+        s(1000, "A", ack=15),  # acknowledges 10 bytes not captured yet
+        c(5, payload=b"BBBBBB"),
+        c(11, payload=b"CCCC"),
+        s(1000, payload=b"ok", ack=15),
+    ]
+    row, got = run(tmp_path, pkts)
+    assert got == {"c2s": [b"AAAABBBBBBCCCC"], "s2c": [b"ok"]}
+    assert row["gap_count"] == row["retransmitted_bytes"] == 0
+    # two late segments, out of order among themselves too
+    FED.clear()
+    pkts = handshake() + [
+        c(1, payload=b"AAAA"),
+        s(1000, "A", ack=15),
+        c(5, payload=b"BBB"),
+        c(11, payload=b"CCCC"),
+        c(8, payload=b"bbb"),
+        s(1000, payload=b"ok", ack=15),
+    ]
+    row, got = run(tmp_path, pkts)
+    assert got == {"c2s": [b"AAAABBBbbbCCCC"], "s2c": [b"ok"]}
+    assert row["gap_count"] == row["retransmitted_bytes"] == 0
+
+
+def test_an_ack_past_bytes_never_captured_is_still_a_gap_before_what_follows(tmp_path):
+    """The ACK's gap waits for the next packet only: the decoder sees it before that packet's
+    bytes, in either direction, as it did when the ACK declared it."""
+    pkts = handshake() + [
+        c(1, payload=b"AAAA"),
+        s(1000, "A", ack=11),  # 6 bytes at 5..10 never captured
+        s(1000, payload=b"resp", ack=11),
+        c(11, payload=b"CCCC"),
+    ]
+    row, got = run(tmp_path, pkts)
+    assert got == {"c2s": [b"AAAA", ("gap", 6), b"CCCC"], "s2c": [b"resp"]}
+    assert row["gap_count"] == 1 and row["gap_bytes"] == 6
+    assert FED[row["conn_id"]]["c2s"][1] == ("gap", 6)
+
+
 def test_snap_length_cut_packet(tmp_path):
     pkts = handshake() + [c(1, payload=b"0123456789"), c(11, payload=b"next"), s(1000, payload=b"k", ack=15)]
     header = len(bytes(pkts[3])) - 10

@@ -4,9 +4,10 @@
  * StreamDriver._columns gives, in its order) while each one is a packet `take` would accept for
  * the connection `tcp` (a TcpConnection) of 4-tuple `key` in capture `cid`: the same 4-tuple and
  * capture, its payload all there (bytes of payload_len, not snap-truncated), and take's own
- * tests (within the idle timeout, no SYN/FIN/RST, at its direction's next sequence number with
- * nothing held, nothing left to record in the direction's state or history, an ACK that
- * declares no gap and a window that is not zero). It updates `tcp` as `take` would for each
+ * tests (within the idle timeout, no ACK of the connection waiting to be applied (_held_ack), no
+ * SYN/FIN/RST, at its direction's next sequence number with nothing held, nothing left to record
+ * in the direction's state or history, an ACK that declares no gap and a window that is not
+ * zero). It updates `tcp` as `take` would for each
  * packet taken, and stops at the first packet take would refuse, without touching it.
  *
  * Returns (j, groups): the packets k..j-1 were taken; groups, in order, the packets among them
@@ -37,7 +38,7 @@ enum { C_LO_IP, C_LO_P, C_HI_IP, C_HI_P, C_TS, C_FROM_LO, C_SEQ, C_ACK, C_FLAGS,
 #define WATCH_DATA (W_INACTIVE | W_DATA)
 
 /* attribute names, interned once */
-static PyObject *s_lo, *s_hi, *s_reasm, *s_nseq, *s_blocked, *s_watch, *s_pwz, *s_last_ts,
+static PyObject *s_lo, *s_hi, *s_reasm, *s_nseq, *s_blocked, *s_watch, *s_pwz, *s_last_ts, *s_held,
     *s_idle, *s_packets, *s_payload_bytes, *s_frame_bytes, *s_next_off, *s_delivered, *s_probes;
 
 /* One direction: what take reads, and what it adds. */
@@ -167,6 +168,12 @@ static PyObject *lane_run(PyObject *self, PyObject *args) {
     if (side_load(&lo, tcp, s_lo) < 0 || side_load(&hi, tcp, s_hi) < 0 ||
         get_ll(tcp, s_last_ts, &last_ts) < 0 || get_ll(tcp, s_idle, &idle) < 0)
         goto done;
+    PyObject *held = PyObject_GetAttr(tcp, s_held);
+    if (held == NULL)
+        goto done;
+    Py_DECREF(held);
+    if (held != Py_None)
+        end = k; /* an ACK to apply before the next packet (TcpConnection.add): take nothing */
     groups = PyList_New(0);
     if (groups == NULL)
         goto done;
@@ -278,6 +285,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_watch, "watch")
     INTERN(s_pwz, "peer_window_zero")
     INTERN(s_last_ts, "last_ts")
+    INTERN(s_held, "_held_ack")
     INTERN(s_idle, "idle_timeout_ns")
     INTERN(s_packets, "packets")
     INTERN(s_payload_bytes, "payload_bytes")

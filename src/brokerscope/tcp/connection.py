@@ -145,6 +145,7 @@ class TcpConnection:
         "idle_timeout_ns",
         "_syn_isn",
         "_history",
+        "_held_ack",
     )
 
     def __init__(
@@ -171,6 +172,11 @@ class TcpConnection:
         self._syn_isn: list[int | None] = [None, None]  # seq of the SYN (no ACK) sent by lo, hi
         self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
         self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
+        # a pure ACK of bytes its peer's direction has not shown yet: (that direction's
+        # Reassembler, ack, time), applied before the next packet unless that packet brings
+        # the bytes (captured after their ACK: two interfaces or a NIC's queues merged out of
+        # order), which then fill the hole instead of becoming a gap and a retransmission
+        self._held_ack: tuple | None = None
 
     def direction(self, from_lo: bool) -> Direction:
         return self.lo if from_lo else self.hi
@@ -226,7 +232,27 @@ class TcpConnection:
 
     def add(self, pkt: Packet) -> list[Event]:
         """Process one packet; return the events it made available, in order: gaps in the other
-        direction that its ACK made certain come first, then this direction's events."""
+        direction that its ACK made certain come first, then this direction's events. A pure
+        ACK's gaps wait for the next packet (`_held_ack`): the events come in the same order,
+        unless that packet brings the bytes acknowledged."""
+        held = self._held_ack
+        if held is None:
+            return self._add(pkt)
+        ro, ack, ts = held
+        d = self.lo if pkt.from_lo else self.hi
+        if d.reasm is ro and pkt.payload_len and _into(pkt.seq, pkt.payload_len, ro._nseq, ack):
+            events = self._add(pkt)  # bytes of the hole, captured after their ACK
+            if ro._nseq >= 0 and 0 < (ack - ro._nseq) & MASK <= MAX_ACK_AHEAD:
+                return events  # still short of the ACK: wait for the next packet again
+            self._held_ack = None
+            events.extend(ro.peer_ack(ack, ts))
+            return events
+        self._held_ack = None
+        events = ro.peer_ack(ack, ts)
+        events.extend(self._add(pkt))
+        return events
+
+    def _add(self, pkt: Packet) -> list[Event]:
         if pkt.from_lo:
             d, o = self.lo, self.hi
         else:
@@ -255,6 +281,9 @@ class TcpConnection:
             if nseq >= 0:
                 da = (pkt.ack - nseq) & MASK
                 if ro._blocked or 0 < da <= MAX_ACK_AHEAD:
+                    if not pkt.payload_len and not flags & _SYN_FIN_RST and 0 < da <= MAX_ACK_AHEAD:
+                        self._held_ack = (ro, pkt.ack, pkt.ts_ns)  # applied before the next packet
+                        return d.reasm.segment(pkt)
                     events = ro.peer_ack(pkt.ack, pkt.ts_ns)
                     if events:
                         events.extend(d.reasm.segment(pkt))
@@ -270,8 +299,8 @@ class TcpConnection:
         window news to no one, nothing held and nothing left to record in the direction's state
         or history. True: taken, the caller delivers its bytes (if any) as the one data event
         `add` would give; False: nothing changed, ask `starts_new` and `add` it."""
-        if ts_ns - self.last_ts > self.idle_timeout_ns:
-            return False  # maybe a new connection (starts_new)
+        if ts_ns - self.last_ts > self.idle_timeout_ns or self._held_ack is not None:
+            return False  # maybe a new connection (starts_new), or an ACK to apply first (add)
         if from_lo:
             d, o = self.lo, self.hi
         else:
@@ -303,7 +332,9 @@ class TcpConnection:
 
     def finish(self) -> list[Event]:
         """End of the connection (or of the capture): flush both directions, lo first."""
-        events = self.lo.reasm.flush(self.last_ts)
+        held, self._held_ack = self._held_ack, None
+        events = held[0].peer_ack(held[1], held[2]) if held is not None else []
+        events += self.lo.reasm.flush(self.last_ts)
         events.extend(self.hi.reasm.flush(self.last_ts))
         return events
 
@@ -465,6 +496,14 @@ class TcpConnection:
     @property
     def keepalives(self) -> int:
         return self.lo.reasm.keepalives + self.hi.reasm.keepalives
+
+
+def _into(seq: int, n: int, nseq: int, ack: int) -> bool:
+    """Do the `n` bytes at sequence number `seq` reach into the hole from `nseq` (the next byte
+    expected) up to `ack`?"""
+    if nseq < 0:
+        return False
+    return (seq - nseq) & MASK < (ack - nseq) & MASK or (nseq - seq) & MASK < n
 
 
 def _past_syn_sent(d: Direction) -> bool:

@@ -582,7 +582,9 @@ def _state(conn: TcpConnection) -> tuple:
         return tuple((n, repr(getattr(obj, n))) for n in names if n not in skip)
 
     dirs = tuple(slots(d, ("reasm",)) + slots(d.reasm, ("history",)) for d in conn.dirs)
-    return slots(conn, ("dirs", "lo", "hi")), dirs
+    held = conn._held_ack
+    held = held and (conn.dirs.index(next(d for d in conn.dirs if d.reasm is held[0])), *held[1:])
+    return slots(conn, ("dirs", "lo", "hi", "_held_ack")), dirs, held
 
 
 def _random_stream(rng, n: int) -> list[Packet]:
