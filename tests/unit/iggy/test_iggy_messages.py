@@ -130,6 +130,27 @@ def test_messages_key_partitioning_sets_key():
     assert {m["partition"] for m in table(rows, "messages")} == {None}
 
 
+@pytest.mark.parametrize(
+    ("mode", "shown"),
+    [
+        ("truncate", "us"),
+        ("hash", "04f8996da763b7a969b1028ee3007569eaf3a635486ddab211d512c85b9df8fb"),
+        ("drop", None),
+    ],
+)
+def test_messages_key_partitioning_follows_the_key_policy(mode, shown):
+    """The partitioning key is the messages' key: under apply_to_keys, details show it as the key
+    column does (found by a review: it stayed in clear in commands.details)."""
+    pol = PayloadPolicy(mode=mode, truncate_bytes=2, apply_to_keys=True)
+    frames = [("c2s", req(101, send_new(MSGS, partitioning=b"\x03\x04user"))), ("s2c", resp())]
+    rows = run(frames, ctx=Context(payload=pol))
+    keys = {m["key"] for m in table(rows, "messages")}
+    assert keys == {None if shown is None else shown.encode()}
+    part = json.loads(table(rows, "commands")[0]["details"])["partitioning"]
+    assert part == {"kind": "messages_key", "length": 4, **({} if shown is None else {"value": shown})}
+    assert b"user" not in json.dumps(table(rows, "commands")[0]["details"]).encode()
+
+
 @pytest.mark.parametrize("header_size", [64, 56])
 def test_poll_new_layout_delivers_with_checksums_and_auto_commit_ack(header_size):
     rows = run([("c2s", req(100, POLL)), ("s2c", resp(polled_new(MSGS, header_size)))])

@@ -324,6 +324,13 @@ class IggyConversation(Conversation):
         if code in LOGIN_CODES:
             self.logged_in = True
         msgs = fields.pop("messages", None) if code == 101 else None
+        part = fields.get("partitioning") if code == 101 else None
+        key = part["value"] if part and part["kind"] == "messages_key" else None
+        if key is not None and not self.ctx.payload.keys_kept:  # the key policy, as the key column's
+            shown = self.ctx.payload.key_text(key)
+            fields["partitioning"] = {k: v for k, v in part.items() if k != "value"}
+            if shown is not None:
+                fields["partitioning"]["value"] = shown
         details.update(fields)
         topic = topic_name(fields.get("stream_id"), fields.get("topic_id"))
         if code == 302 and fields.get("name"):  # CREATE_TOPIC: the topic being created
@@ -337,9 +344,6 @@ class IggyConversation(Conversation):
         flag_batch_checksum(row, (fields.get("batch") or {}).get("batch_checksum_ok"))
         rows.append(("commands", row))
         if msgs:  # SEND_MESSAGES: a produce row per message, held until the reply places them
-            key = None
-            if fields["partitioning"]["kind"] == "messages_key":
-                key = fields["partitioning"]["value"]
             frames = self.conn.frame_range(C2S, row.get("stream_offset"), row.get("size"))
             block = message_block(
                 "produce",
