@@ -209,6 +209,12 @@ def test_data_captured_after_the_ack_for_it_is_data_not_a_gap(tmp_path):
     row, got = run(tmp_path, pkts)
     assert got == {"c2s": [b"AAAABBBbbbCCCC"], "s2c": [b"ok"]}
     assert row["gap_count"] == row["retransmitted_bytes"] == 0
+    # the answer itself acknowledges the request's last segment, captured after it
+    FED.clear()
+    pkts = handshake() + [c(1, payload=b"AAAA"), s(1000, payload=b"ok", ack=11), c(5, payload=b"BBBBBB")]
+    row, got = run(tmp_path, pkts)
+    assert got == {"c2s": [b"AAAABBBBBB"], "s2c": [b"ok"]}
+    assert row["gap_count"] == row["retransmitted_bytes"] == 0
 
 
 def test_an_ack_past_bytes_never_captured_is_still_a_gap_before_what_follows(tmp_path):

@@ -4,7 +4,7 @@
  * StreamDriver._columns gives, in its order) while each one is a packet `take` would accept for
  * the connection `tcp` (a TcpConnection) of 4-tuple `key` in capture `cid`: the same 4-tuple and
  * capture, its payload all there (bytes of payload_len, not snap-truncated), and take's own
- * tests (within the idle timeout, no ACK of the connection waiting to be applied (_held_ack), no
+ * tests (within the idle timeout, no packet of the connection held for the next (_held), no
  * SYN/FIN/RST, at its direction's next sequence number with nothing held, nothing left to record
  * in the direction's state or history, an ACK that declares no gap and a window that is not
  * zero). It updates `tcp` as `take` would for each
@@ -173,7 +173,7 @@ static PyObject *lane_run(PyObject *self, PyObject *args) {
         goto done;
     Py_DECREF(held);
     if (held != Py_None)
-        end = k; /* an ACK to apply before the next packet (TcpConnection.add): take nothing */
+        end = k; /* a packet held for the next one (TcpConnection.add): take nothing */
     groups = PyList_New(0);
     if (groups == NULL)
         goto done;
@@ -285,7 +285,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_watch, "watch")
     INTERN(s_pwz, "peer_window_zero")
     INTERN(s_last_ts, "last_ts")
-    INTERN(s_held, "_held_ack")
+    INTERN(s_held, "_held")
     INTERN(s_idle, "idle_timeout_ns")
     INTERN(s_packets, "packets")
     INTERN(s_payload_bytes, "payload_bytes")

@@ -145,7 +145,7 @@ class TcpConnection:
         "idle_timeout_ns",
         "_syn_isn",
         "_history",
-        "_held_ack",
+        "_held",
     )
 
     def __init__(
@@ -172,11 +172,9 @@ class TcpConnection:
         self._syn_isn: list[int | None] = [None, None]  # seq of the SYN (no ACK) sent by lo, hi
         self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
         self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
-        # a pure ACK of bytes its peer's direction has not shown yet: (that direction's
-        # Reassembler, ack, time), applied before the next packet unless that packet brings
-        # the bytes (captured after their ACK: two interfaces or a NIC's queues merged out of
-        # order), which then fill the hole instead of becoming a gap and a retransmission
-        self._held_ack: tuple | None = None
+        # a packet acknowledging bytes its peer's direction has not shown yet, processed with
+        # the next packet (add): after it, where that packet brings the bytes
+        self._held: Packet | None = None
 
     def direction(self, from_lo: bool) -> Direction:
         return self.lo if from_lo else self.hi
@@ -232,25 +230,42 @@ class TcpConnection:
 
     def add(self, pkt: Packet) -> list[Event]:
         """Process one packet; return the events it made available, in order: gaps in the other
-        direction that its ACK made certain come first, then this direction's events. A pure
-        ACK's gaps wait for the next packet (`_held_ack`): the events come in the same order,
-        unless that packet brings the bytes acknowledged."""
-        held = self._held_ack
+        direction that its ACK made certain come first, then this direction's events.
+
+        A packet acknowledging bytes the other direction has not shown yet waits for the next
+        packet (`_held`): when that one brings bytes of the hole (captured after their ACK: two
+        interfaces or a NIC's queues merged out of order), it goes first, and so do those after
+        it while the hole lasts; else the held packet goes first, its events in the order they
+        always had."""
+        held = self._held
         if held is None:
+            if self._acks_unseen(pkt):
+                self._held, self.last_ts = pkt, pkt.ts_ns
+                return []
             return self._add(pkt)
-        ro, ack, ts = held
-        d = self.lo if pkt.from_lo else self.hi
-        if d.reasm is ro and pkt.payload_len and _into(pkt.seq, pkt.payload_len, ro._nseq, ack):
+        ro = (self.hi if held.from_lo else self.lo).reasm  # the direction it acknowledges
+        if (
+            pkt.from_lo != held.from_lo
+            and pkt.payload_len
+            and _into(pkt.seq, pkt.payload_len, ro._nseq, held.ack)
+        ):
             events = self._add(pkt)  # bytes of the hole, captured after their ACK
-            if ro._nseq >= 0 and 0 < (ack - ro._nseq) & MASK <= MAX_ACK_AHEAD:
-                return events  # still short of the ACK: wait for the next packet again
-            self._held_ack = None
-            events.extend(ro.peer_ack(ack, ts))
+            if not self._acks_unseen(held):
+                self._held = None
+                events += self._add(held)
+                self.last_ts = pkt.ts_ns
             return events
-        self._held_ack = None
-        events = ro.peer_ack(ack, ts)
-        events.extend(self._add(pkt))
+        self._held = None
+        events = self._add(held)
+        events += self.add(pkt)
         return events
+
+    def _acks_unseen(self, pkt: Packet) -> bool:
+        """Does `pkt` (no SYN, FIN or RST) acknowledge bytes its peer's direction has not shown?"""
+        if not pkt.flags & ACK or pkt.flags & _SYN_FIN_RST:
+            return False
+        nseq = (self.hi if pkt.from_lo else self.lo).reasm._nseq
+        return nseq >= 0 and 0 < (pkt.ack - nseq) & MASK <= MAX_ACK_AHEAD
 
     def _add(self, pkt: Packet) -> list[Event]:
         if pkt.from_lo:
@@ -281,9 +296,6 @@ class TcpConnection:
             if nseq >= 0:
                 da = (pkt.ack - nseq) & MASK
                 if ro._blocked or 0 < da <= MAX_ACK_AHEAD:
-                    if not pkt.payload_len and not flags & _SYN_FIN_RST and 0 < da <= MAX_ACK_AHEAD:
-                        self._held_ack = (ro, pkt.ack, pkt.ts_ns)  # applied before the next packet
-                        return d.reasm.segment(pkt)
                     events = ro.peer_ack(pkt.ack, pkt.ts_ns)
                     if events:
                         events.extend(d.reasm.segment(pkt))
@@ -299,8 +311,8 @@ class TcpConnection:
         window news to no one, nothing held and nothing left to record in the direction's state
         or history. True: taken, the caller delivers its bytes (if any) as the one data event
         `add` would give; False: nothing changed, ask `starts_new` and `add` it."""
-        if ts_ns - self.last_ts > self.idle_timeout_ns or self._held_ack is not None:
-            return False  # maybe a new connection (starts_new), or an ACK to apply first (add)
+        if ts_ns - self.last_ts > self.idle_timeout_ns or self._held is not None:
+            return False  # maybe a new connection (starts_new), or a packet held (add)
         if from_lo:
             d, o = self.lo, self.hi
         else:
@@ -332,8 +344,8 @@ class TcpConnection:
 
     def finish(self) -> list[Event]:
         """End of the connection (or of the capture): flush both directions, lo first."""
-        held, self._held_ack = self._held_ack, None
-        events = held[0].peer_ack(held[1], held[2]) if held is not None else []
+        held, self._held = self._held, None
+        events = self._add(held) if held is not None else []
         events += self.lo.reasm.flush(self.last_ts)
         events.extend(self.hi.reasm.flush(self.last_ts))
         return events
