@@ -903,7 +903,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return stopped_by_signals(lambda: _run(args))
     except (FileNotFoundError, ValueError) as e:  # UsageError, bad settings, a bad lake path
-        print(f"brokerscope: {e}", file=sys.stderr)
+        text = str(e)
+        if isinstance(e, FileNotFoundError) and os.path.isabs(text) and not os.path.exists(text):
+            text = f"no such file: {text}"  # pyarrow's, which names the path alone
+        print(f"brokerscope: {text}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `brokerscope sql ... | head` read what it wanted: no traceback
         try:  # the interpreter's last flush of stdout would fail again

@@ -854,7 +854,7 @@ class Lake:
         line in `unreadable`) where the log is damaged or a file is gone."""
         try:
             dt = DeltaTable(self.path(table))
-            _all_files_there(dt)
+            _all_files_there(dt, self.path(table))
             return dt
         except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
             self._unreadable(table, e)
@@ -873,7 +873,7 @@ class Lake:
             try:
                 dt = DeltaTable(p)
                 acts = _adds(dt)
-                _all_files_there(dt)
+                _all_files_there(dt, p)
             except Exception as e:  # noqa: BLE001 - delta-rs's errors for a damaged log: one line
                 self._unreadable(t, e)
                 continue
@@ -899,10 +899,11 @@ class Lake:
                 if use_delta:
                     df = spark.read.format("delta").load(p)
                 else:
-                    files = DeltaTable(p).file_uris()
+                    dt = DeltaTable(p)
+                    files, base = snapshot.local_files(dt, p) or (dt.file_uris(), p)
                     sch = spark_schema(t)
                     if files:
-                        df = spark.read.schema(sch).option("basePath", p).parquet(*files)
+                        df = spark.read.schema(sch).option("basePath", base).parquet(*files)
                         df = df.select(*sch.fieldNames())
                     else:
                         df = spark.createDataFrame([], sch)
@@ -1053,10 +1054,11 @@ def latest_by_path(rows: Iterable[dict]) -> dict[str, dict]:
     return out
 
 
-def _all_files_there(dt: DeltaTable) -> None:
+def _all_files_there(dt: DeltaTable, root: str) -> None:
     """FileNotFoundError naming the first data file the table's log names that is not on disk
     (deleted or lost by hand: every reader of the table would fail on it)."""
-    uris = dt.file_uris()
+    local = snapshot.local_files(dt, root)
+    uris = local[0] if local is not None else dt.file_uris()
     gone = [u for u in uris if "://" not in u and not os.path.exists(u)]
     if gone:
         raise FileNotFoundError(

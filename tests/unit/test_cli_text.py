@@ -80,3 +80,19 @@ def test_a_lake_whose_runs_cannot_be_finished_is_one_line_without_colour_codes(c
     assert capsys.readouterr().err.endswith(
         "(Generic error: the log is damaged): reading what they committed\n"
     )
+
+
+def test_a_file_not_found_that_names_only_its_path_says_so(monkeypatch, capsys, tmp_path):
+    """pyarrow's FileNotFoundError is the bare path (found by a user trial: 'brokerscope: <path>',
+    no reason): the line says what is wrong with it."""
+    from brokerscope import pipeline
+
+    gone = str(tmp_path / "lake" / "inputs" / "part-0.parquet")
+
+    def fails(*a, **k):
+        raise FileNotFoundError(gone)
+
+    monkeypatch.setattr(pipeline, "ingest", fails)
+    monkeypatch.setattr(cli, "_spark", lambda *a, **k: None)
+    rc = cli.main(["ingest", str(SAMPLE), "--lake", str(tmp_path / "lake")])
+    assert (rc, capsys.readouterr().err) == (2, f"brokerscope: no such file: {gone}\n")
