@@ -453,27 +453,31 @@ def _read_splits_fn(
                 )
                 records, span, first_at = None, (None, None), None
                 secrets: list[bytes] = []
-                for b in capture.read_split(
-                    sp,
-                    settings.batch_packets,
-                    settings.max_pending_fragments,
-                    settings.batch_bytes,
-                    payload_refs,
-                    flt,
-                    secrets,
-                ):
-                    st = capture.parse_stats(b)
-                    if st is not None:
-                        records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
-                        first_at = st.get("first_at")
-                    if runs:
-                        yield from packetruns.pack(b)
-                    else:
-                        yield b
+                try:
+                    for b in capture.read_split(
+                        sp,
+                        settings.batch_packets,
+                        settings.max_pending_fragments,
+                        settings.batch_bytes,
+                        payload_refs,
+                        flt,
+                        secrets,
+                    ):
+                        st = capture.parse_stats(b)
+                        if st is not None:
+                            records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
+                            first_at = st.get("first_at")
+                        if runs:
+                            yield from packetruns.pack(b)
+                        else:
+                            yield b
+                    size = sizes[sp.file_index]
+                    digests = chunk_digests(sp.path, sp.start, sp.end, size)
+                except OSError as e:  # gone, or cut short, since it was planned: no rows of it
+                    run.write_digests(sp.file_index, sp.start, {}, error=unread_reason(e))
+                    continue
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
-                size = sizes[sp.file_index]
-                digests = chunk_digests(sp.path, sp.start, sp.end, size)
                 run.write_digests(sp.file_index, sp.start, digests, records, span, first_at)
 
     return read
@@ -546,6 +550,47 @@ def _emit(rows: Iterator[tuple[str, dict]], stats: Callable[[], list[dict]], sta
     yield _files_batch(files, stats())
 
 
+def _gone_since_found(todo: list) -> dict[str, tuple]:
+    """path -> (input, why) of the inputs that are gone, or shorter than discovery found them."""
+    out = {}
+    for i in todo:
+        try:
+            size = os.stat(i.path).st_size
+        except OSError as e:
+            out[i.path] = (i, unread_reason(e))
+            continue
+        if size < i.size:
+            out[i.path] = (i, f"gone or changed while the run read it ({size} bytes now, {i.size} found)")
+    return out
+
+
+def _unread_rows(gone: dict[str, tuple], summary: Summary, run_id: str, counted: bool = True) -> list[dict]:
+    """The `inputs` rows (status error) of inputs the run could not read as it planned, each
+    named in the summary: as unreadable where `counted` among its files, else as rejected."""
+    rows = []
+    for i, why in gone.values():
+        (summary.unreadable if counted else summary.errors).append((i.path, why))
+        rows.append({**_recorded_row(i, run_id, "error"), "error": why})
+    return rows
+
+
+def unread_reason(e: OSError) -> str:
+    """Why a file planned for the run could not be read as planned, in one line."""
+    why = e.strerror or str(e)
+    return f"gone or changed while the run read it ({why})"
+
+
+def _read_only(batches: Iterator[pa.RecordBatch], files: set[int]) -> Iterator[pa.RecordBatch]:
+    """`batches` without the packets of `files` (file indexes the read tasks could not read as
+    planned: RunDir.unread)."""
+    import pyarrow.compute as pc
+
+    keep_out = pa.array(sorted(files), pa.int32())
+    for b in batches:
+        mask = pc.invert(pc.is_in(b.column("file_index"), keep_out))
+        yield b.filter(mask)
+
+
 def _decode_fn(
     settings: Settings,
     staged: Staged | None,
@@ -584,6 +629,9 @@ def _decode_fn(
         conns: set[tuple] = set()
         if runs:
             batches = packetruns.unpack(batches, settings.batch_packets)
+        unread = run.unread(sizes)
+        if unread:
+            batches = _read_only(batches, set(unread))
         if log_to:
             batches = _counted(batches, seen, conns)
         yield from _emit(drv.run_batches(batches), stats, staged)
@@ -662,7 +710,11 @@ def _segments_fn(settings: Settings, staged: Staged | None, run: RunDir, packs: 
         def rows() -> Iterator[tuple[str, dict]]:
             for fi in dict.fromkeys(sp.file_index for sp in splits):
                 mine = [sp for sp in splits if sp.file_index == fi]
-                digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
+                try:
+                    digests = chunk_digests(mine[0].path, 0, mine[0].size, mine[0].size)
+                except OSError as e:  # gone, or cut short, since it was planned: no rows of it
+                    run.write_digests(fi, 0, {}, error=unread_reason(e))
+                    continue
                 run.write_digests(fi, 0, digests)
                 cid = combine_id(mine[0].size, digests, inputs.id_context(mine[0].kind, mine[0].path))
                 st = {
@@ -813,6 +865,14 @@ def ingest(
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
     summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
+    # a file gone or cut short since discovery (a retention clean-up racing the run) is not read
+    gone = _gone_since_found(todo)
+    if gone:
+        todo = [
+            dataclasses.replace(i, file_index=n) for n, i in enumerate(i for i in todo if i.path not in gone)
+        ]
+        dups = [(d, k) for d, k in dups if k.path not in gone]
+        rejected += _unread_rows(gone, summary, run_id, counted=False)
     # the earlier content of a path now rejected keeps its record (its rows are still here)
     rejected += lake.contents_of({r["path"] for r in rejected})
     summary.files = len(todo)
@@ -1007,7 +1067,15 @@ class _Writing:
     moved: dict | None = None
 
     def identified(self) -> tuple[list[str], list[dict]]:
-        """The capture ids the run replaces and the earlier `inputs` rows it keeps (_identified)."""
+        """The capture ids the run replaces and the earlier `inputs` rows it keeps (_identified).
+        An input a read task could not read as planned (RunDir.unread: gone or cut short while
+        the run read it) has no rows: it is recorded as an error, not ingested."""
+        unread = self.run.unread({i.file_index for i in self.todo})
+        if unread:
+            gone = {i.path: (i, unread[i.file_index]) for i in self.todo if i.file_index in unread}
+            self.todo[:] = [i for i in self.todo if i.path not in gone]
+            self.dups[:] = [(d, k) for d, k in self.dups if k.path not in gone]
+            self.rejected += _unread_rows(gone, self.summary, self.run.run_id)
         return _identified(self.lake, self.todo, self.dups, self.run, self.summary, self.moved)
 
     def record(self, stats: list[dict], history: list[dict]) -> tuple[list[dict], list[str]]:

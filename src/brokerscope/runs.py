@@ -90,10 +90,13 @@ class RunDir:
         records: int | None = None,
         span: tuple[int | None, int | None] = (None, None),
         first_at: int | None = None,
+        error: str | None = None,
     ) -> None:
         """Record one split's chunk digests and, for a capture split, the packet records it read,
         their first and last record time (`span`, ns) and where they begin (`first_at`: the
-        frame numbering's key) (atomically: a retried task rewrites the same bytes)."""
+        frame numbering's key) (atomically: a retried task rewrites the same bytes). `error`:
+        the file could not be read as planned (gone, cut short while the run read it): it has no
+        identity, and its rows are none (`unread`)."""
         d = self.path / "ids"
         d.mkdir(parents=True, exist_ok=True)
         body = json.dumps(
@@ -103,6 +106,7 @@ class RunDir:
                 "first_ts_ns": span[0],
                 "last_ts_ns": span[1],
                 "first_at": first_at,
+                **({"error": error} if error else {}),
             }
         )
         tmp = d / f".{file_index}-{start}.{uuid.uuid4().hex}.tmp"
@@ -123,11 +127,15 @@ class RunDir:
         `digests` (self.digests of them, read here when not given) and the `contexts` of the
         segments among them (inputs.id_context; none for a capture).
 
-        Raises ValueError naming the file index when a chunk was never hashed (a read task that
-        did not run: never the case after Spark's read stage completed)."""
+        A file a read task could not read as planned (`unread`) has none. Raises ValueError naming
+        the file index when a chunk was never hashed (a read task that did not run: never the case
+        after Spark's read stage completed)."""
         digests = self.digests(sizes) if digests is None else digests
         out = {}
+        unread = self.unread(sizes)
         for fi, size in sizes.items():
+            if fi in unread:
+                continue
             try:
                 out[fi] = combine_id(size, digests[fi], (contexts or {}).get(fi, ""))
             except ValueError as e:
@@ -151,6 +159,13 @@ class RunDir:
 
         splits = [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
         return vantage.groups(vantage.spans_of(splits))
+
+    def unread(self, file_indexes) -> dict[int, str]:
+        """file_index -> why a read task could not read the file as planned (write_digests'
+        `error`): such a file has no capture_id, and its packets are no one's rows."""
+        return {
+            fi: body["error"] for fi, _start, body in self._splits(set(file_indexes)) if body.get("error")
+        }
 
     def _splits(self, wanted) -> Iterator[tuple[int, int, dict]]:
         """(file_index, split start, body) of the splits written for the file indexes wanted."""
