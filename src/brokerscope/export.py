@@ -23,6 +23,8 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from .report import shown
+
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 BINARY = ("base64", "hex")
 TEXT_FORMATS = FORMATS[:-1]
@@ -230,20 +232,9 @@ def write_json(table: pa.Table, out: IO[str], binary: str = "base64") -> None:
     out.write("\n]\n" if table.num_rows else "]\n")
 
 
-# what a terminal would act on, escaped in table cells and headers: the C0 controls, DEL and the
-# C1 controls (ESC sequences from a captured client id cleared the screen or set the title)
-_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_ESCAPES.update({ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-
-
-def _shown(text: str) -> str:
-    """`text` with backslashes, line breaks, tabs and every other control character escaped."""
-    return text.translate(_ESCAPES)
-
-
 def _cell(v: Any) -> tuple[str, bool]:
     """A table cell and whether it was shortened: floats to FLOAT_DIGITS significant digits,
-    text to CELL_WIDTH characters, control characters escaped (_shown)."""
+    text to CELL_WIDTH characters, control characters escaped (report.shown)."""
     if v is None:
         return "NULL", False
     short = False
@@ -251,7 +242,7 @@ def _cell(v: Any) -> tuple[str, bool]:
         text = format(v, f".{FLOAT_DIGITS}g")
         short = float(text) != v
     else:
-        text = _shown(_text(v))
+        text = shown(_text(v))
     if len(text) > CELL_WIDTH:
         text, short = text[: CELL_WIDTH - 1] + "…", True
     return text, short
@@ -268,7 +259,7 @@ def write_table(table: pa.Table, out: IO[str], binary: str = "base64") -> int:
             line.append(c)
             shortened += short
         text.append(line)
-    cols = [_shown(c) for c in table.column_names]
+    cols = [shown(c) for c in table.column_names]
     widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(cols)]
     out.write(" | ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
     out.write("+".join("-" * (w + 2) for w in widths)[1:-1] + "\n")

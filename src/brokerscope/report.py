@@ -14,6 +14,19 @@ from dataclasses import dataclass, field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes (delta-rs colours its errors)
 
 
+# what a terminal would act on, escaped where the tool prints captured text (table cells, file
+# names in the run summary): the C0 controls, DEL and the C1 controls (ESC sequences from a
+# captured client id cleared the screen or set the title; a line break in a file name split the
+# summary's one line per verdict)
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_ESCAPES.update({ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def shown(text: str) -> str:
+    """`text` with backslashes, line breaks, tabs and every other control character escaped."""
+    return text.translate(_ESCAPES)
+
+
 def one_line(e: BaseException) -> str:
     """An exception (Spark's AnalysisException, delta-rs's errors and friends) as one line: its
     text's first, without terminal colour codes, or its type's name."""
@@ -264,11 +277,11 @@ class Summary:
             ("partial", self.partial, None),
         ):
             if items:
-                shown = "; ".join(
+                listed = "; ".join(
                     p if said and why.startswith(said) else f"{p} ({why})" for p, why in items[:SHOWN]
                 )
                 more = f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
-                out.append(f"{what}: {len(items)} file(s): {shown}{more}")
+                out.append(f"{what}: {len(items)} file(s): {listed}{more}")
         code = self.exit_code()
         verdict = {
             EXIT_OK: ("every input read cleanly" + (" (see the warnings)" if cut or unknown else ""))
@@ -278,7 +291,7 @@ class Summary:
             EXIT_NOTHING: "no input could be ingested",
         }[code]
         out.append(f"exit {code}: {verdict}")
-        return out
+        return [shown(line) for line in out]
 
 
 def _count(n: int, noun: str) -> str:

@@ -96,3 +96,12 @@ def test_a_file_not_found_that_names_only_its_path_says_so(monkeypatch, capsys, 
     monkeypatch.setattr(cli, "_spark", lambda *a, **k: None)
     rc = cli.main(["ingest", str(SAMPLE), "--lake", str(tmp_path / "lake")])
     assert (rc, capsys.readouterr().err) == (2, f"brokerscope: no such file: {gone}\n")
+
+
+def test_a_file_name_with_a_line_break_stays_on_its_summary_line():
+    """Found by a user trial: `bad \\nnewline.pcap` split the 'rejected' line in two (sql escaped
+    the same name); control characters in names print escaped, as in query output."""
+    lines = Summary(run_id="r", errors=[("/caps/bad \nnewline\x1b[2J.pcap", "not a capture")]).lines()
+    (rejected,) = [ln for ln in lines if ln.startswith("rejected:")]
+    assert rejected == "rejected: 1 file(s): /caps/bad \\nnewline\\x1b[2J.pcap (not a capture)"
+    assert all("\n" not in ln and "\x1b" not in ln for ln in lines)
