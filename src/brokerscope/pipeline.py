@@ -807,7 +807,11 @@ def ingest(
             if m.same and (m.was["filter"], _payload_of(m.was)) == (summary.filter, summary.payload)
         }
         new = [i for i in new if i.path not in same]
-        todo = _with_crossing(lake, new, todo, settings.idle_timeout_ns, moved)
+        # captures of earlier runs outside these paths (last night's directory) may be continued
+        # by a new file too: decoded again with it where they are still there, unchanged
+        todo = _with_crossing(
+            lake, new, todo + _recorded_elsewhere(lake, todo), settings.idle_timeout_ns, moved
+        )
         compressed = [(i, moved[i.path]) for i in disc.inputs if i.path in same and i not in todo]
         # gzip files recorded as the capture they hold, decoded again with a file sharing its
         # connections: their rows replace that capture's too
@@ -1290,6 +1294,29 @@ def _with_crossing(lake: Lake, todo: list, found: list, idle_ns: int, moved: dic
     touched = lake.sharing_connections(seeds, streams)
     again = {r["path"] for r in current if r["capture_id"] in touched} - wanted
     return [i for i in found if i.path in wanted or i.path in again]
+
+
+def _recorded_elsewhere(lake: Lake, found: list) -> list:
+    """Inputs of the captures the lake holds (ok or partial) at paths other than `found`'s, that
+    are still there with the size and modification time recorded: what an earlier run read from
+    another directory (the nightly job's `--input /captures/<date>`), which a new file of this run
+    may continue (_with_crossing)."""
+    here = {i.path for i in found}
+    t = lake.read_arrow("inputs")
+    mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
+    cols = ["path", "kind", "size", "status", "ingested_at", "run_id"]
+    rows = [{**r, "mtime": m} for r, m in zip(t.select(cols).to_pylist(), mtimes)]
+    out = []
+    for r in latest_by_path(r for r in rows if r["status"] != "replaced").values():
+        if r["path"] in here or r["kind"] not in inputs.CAPTURE_KINDS or r["status"] not in ("ok", "partial"):
+            continue
+        try:
+            st = os.stat(r["path"])
+        except OSError:
+            continue
+        if st.st_size == r["size"] and st.st_mtime_ns // 1000 == r["mtime"]:
+            out.append(inputs.Input(r["path"], r["kind"], st.st_size, st.st_mtime_ns, ""))
+    return out
 
 
 # Zeek's conn_state of a connection not closed at its last packet: no RST, not FIN both ways

@@ -300,6 +300,39 @@ def test_the_next_files_of_a_rotation_read_by_a_later_run_continue_its_connectio
         assert normalized(got[t]) == normalized(want[t]), t
 
 
+def test_the_next_night_s_directory_continues_the_connections_of_last_night_s(spark, tmp_path):
+    """The nightly job's layout, one directory per day (`--input /captures/<date>`), a rotation's
+    files split across two of them (found by a user trial: connections open at midnight were cut
+    in two, a response lost, role-reversed `unknown` copies). The earlier night's files a new one
+    continues are decoded again with it, from their own directory: the lake equals one run."""
+    rot = _Rotation(tmp_path)
+    rot.write(0)
+    rot.write(1)
+    rot.write(2)
+    rot.write(3)
+    day1, day2 = tmp_path / "2026-11-21", tmp_path / "2026-11-22"
+    day1.mkdir()
+    day2.mkdir()
+    for k in range(4):
+        shutil.copy2(rot.night / f"r{k}.pcap", (day1 if k < 2 else day2) / f"r{k}.pcap")
+    pipeline.ingest([str(day1)], _settings(rot.lake), spark=spark, skip_ingested=True)
+    second = pipeline.ingest([str(day2)], _settings(rot.lake), spark=spark, skip_ingested=True)
+    assert second.exit_code() == 0
+    pipeline.ingest([str(rot.night)], _settings(rot.fresh), spark=spark)
+    got, want = _rows(rot.lake), _rows(rot.fresh)
+    assert any(len(r["capture_ids"]) > 2 for r in want["streams"])  # connections cross the files
+    assert sum(r["c2s_packets"] + r["s2c_packets"] for r in got["streams"]) == len(rot.recs)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(want[t]), t
+    # each file recorded once, at the path it was read from
+    assert sorted(r["path"].rsplit("/", 2)[1] for r in got["inputs"] if r["status"] == "ok") == [
+        "2026-11-21",
+        "2026-11-21",
+        "2026-11-22",
+        "2026-11-22",
+    ]
+
+
 def test_a_rotation_ingested_over_several_nights_is_one_vantage_point(spark, tmp_path):
     """Files that follow each other in time are one place, whichever night ingested them (found by
     a user trial: each night's files were a vantage point of their own, named by that night's first
