@@ -144,6 +144,7 @@ def plan(java_options: list[str]) -> Plan | None:
             return None
     except OSError:
         return None
+    _drop_stale(d)  # an interrupted run's unfinished archive, found by the runs after it too
     for archive in d.glob(f"spark-{k}-*.jsa"):
         # published as spark-<key>-<size>.jsa: a file of another size was cut (it would crash the JVM)
         try:
@@ -193,15 +194,23 @@ def discard(p: Plan) -> None:
 
 
 def _prune(d: Path) -> None:
-    """Room for one more archive among the newest KEEP; no unfinished archive of a run that
-    died long ago."""
-    now = time.time()
+    """Room for one more archive among the newest KEEP."""
     try:
         archives = sorted(d.glob("spark-*.jsa"), key=lambda f: f.stat().st_mtime, reverse=True)
         for f in archives[KEEP - 1 :]:
             f.unlink(missing_ok=True)
-        for f in d.glob("spark-*.tmp"):
-            if now - f.stat().st_mtime > STALE_S:
-                f.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def _drop_stale(d: Path) -> None:
+    """No unfinished archive of a run that died long ago (one stopped by a signal leaves its
+    JVM writing it, unpublished: found by a user trial, 120 MB kept for good once the next run
+    published its own)."""
+    now = time.time()
+    for f in d.glob("spark-*.tmp"):
+        try:
+            if now - f.stat().st_mtime > STALE_S:
+                f.unlink(missing_ok=True)
+        except OSError:
+            pass

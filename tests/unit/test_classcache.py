@@ -119,3 +119,18 @@ def test_a_jar_that_cannot_be_read_means_no_archive_not_an_error(tmp_path, monke
     (tmp_path / "home" / "jars" / "a.jar").symlink_to(tmp_path / "gone.jar")
     monkeypatch.setenv("SPARK_HOME", str(tmp_path / "home"))
     assert classcache.key(OPTS) is None
+
+
+def test_a_dead_run_s_unfinished_archive_goes_once_another_is_published(cache):
+    """A run stopped by a signal leaves its JVM writing an archive it never publishes; the next
+    run writes and publishes its own, and every run after maps that one (found by a user trial:
+    the 120 MB unfinished file was never removed, nothing pruned once an archive was found)."""
+    p = classcache.plan(OPTS)
+    p.pending.write_bytes(b"x" * 1000)
+    os.replace(p.pending, cache / p.archive.name.replace("-0.jsa", "-1000.jsa"))
+    dead = cache / "spark-0.abc.tmp"
+    dead.write_bytes(b"z")
+    old = time.time() - 2 * classcache.STALE_S
+    os.utime(dead, (old, old))
+    assert classcache.plan(OPTS).pending is None  # the published archive is mapped
+    assert not dead.exists()
