@@ -24,7 +24,7 @@ def test_sample_credentials_are_redacted_everywhere():
     assert cuts.leaks(tabs, {s.decode(): s for s in SECRETS}) == []
 
 
-def test_no_hash_of_a_login_body_reaches_a_table():
+def test_no_hash_of_a_login_body_reaches_a_table(tmp_path):
     """apache-iggy 0.9's VSR request header carries request_checksum, XXH3-64 of the body: for a
     login (REGISTER) an unkeyed hash of the password, which a guess can be checked against (found
     by a review: it was in commands.details)."""
@@ -45,7 +45,38 @@ def test_no_hash_of_a_login_body_reaches_a_table():
             assert value == xxhash.xxh3_64_intdigest(data[256:size])
             sums[f"xxh3 {value:x}"] = value
     assert sums  # the sample logs in
+    forms = {
+        f"{label} {k}": s.encode()
+        for label, v in sums.items()
+        for k, s in (("hex", f"{v:x}"), ("dec", str(v)))
+    }
+    forms |= {f"{label} bytes": v.to_bytes(8, "little") for label, v in sums.items()}
     out = decode_files([str(cap)])
     tabs = {t: out[t] for t in ("commands", "messages", "latencies", "acks", "streams")}
-    forms = {f"{label} {k}": s for label, v in sums.items() for k, s in (("hex", f"{v:x}"), ("dec", str(v)))}
-    assert cuts.leaks(tabs, {k: s.encode() for k, s in forms.items()}) == []
+    assert cuts.leaks(tabs, forms) == []
+    # the login's reply repeats the checksum @128 of its header: a reply damaged so that it keeps
+    # `raw` (found by a user trial: one flipped bit of its server version string) keeps none of it
+    from scapy.all import wrpcap
+
+    pkts = rdpcap(str(cap))
+    damaged = 0
+    for p in pkts:
+        data = bytes(p[TCP].payload) if TCP in p else b""
+        if (
+            len(data) > 283
+            and data[60] == 8
+            and data[128:136] in {v.to_bytes(8, "little") for v in sums.values()}
+        ):
+            body = bytearray(data)
+            body[283] ^= 0x80  # inside the reply's server version string: not UTF-8 any more
+            p[TCP].remove_payload()
+            p[TCP].add_payload(bytes(body))
+            del p[TCP].chksum
+            damaged += 1
+    assert damaged
+    bad = tmp_path / "reply_damaged.pcap"
+    wrpcap(str(bad), pkts)
+    out = decode_files([str(bad)])
+    assert any(r["decode_status"] != "ok" and r["direction"] == "s2c" for r in out["commands"])
+    tabs = {t: out[t] for t in ("commands", "messages", "latencies", "acks", "streams")}
+    assert cuts.leaks(tabs, forms) == []

@@ -398,7 +398,10 @@ class IggyConversation(Conversation):
             except DecodeError as e:
                 st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
                 row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
-                row["raw"] = self._raw(S2C, frame, typed=code not in SECRET_RESPONSES)
+                # a login's reply is not kept either: a VSR reply's header repeats its request's
+                # checksum, a hash of the password
+                secret = code in SECRET_RESPONSES or code in SECRET_REQUESTS
+                row["raw"] = self._raw(S2C, frame, typed=not secret)
                 rows.append(("commands", row))
                 return
         elif len(payload):
@@ -496,4 +499,7 @@ class IggyConversation(Conversation):
         would otherwise put the password in `raw`."""
         if direction == C2S and not self.logged_in:
             return None
-        return self.ctx.raw(data, typed=typed)
+        raw = self.ctx.raw(data, typed=typed)
+        if raw and self.mode == VSR:
+            raw = vsr.without_checksums(raw, direction == C2S)
+        return raw

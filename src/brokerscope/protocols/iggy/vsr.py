@@ -78,6 +78,22 @@ def header_details(h: dict, size: int) -> dict:
     }
 
 
+# The header's checksums, u128 each: checksum @0 and checksum_body @16 (over the header and the
+# body), and the request's checksum @144 of a request, repeated @128 of its reply (XXH3-64 of the
+# request's body). For a login or a CREATE_USER the body holds a password: each is an unkeyed
+# hash a guess can be checked against, so `raw` keeps none of them.
+_CHECKSUMS = ((0, 32),)
+_REQUEST_CHECKSUM = {True: (144, 160), False: (128, 144)}  # request (client) / reply
+
+
+def without_checksums(raw: bytes, request: bool) -> bytes:
+    """`raw` (the first bytes of a VSR frame) with the header's checksum fields zeroed."""
+    out = bytearray(raw)
+    for lo, hi in (*_CHECKSUMS, _REQUEST_CHECKSUM[request]):
+        out[lo:hi] = bytes(max(0, min(hi, len(out)) - lo))
+    return bytes(out)
+
+
 def request_details(q: dict) -> dict:
     """The details of a Request header's fields (codes.VSR_REQUEST)."""
     operation = q["operation"]
