@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..base import redacted
-from .codes import HEADER_KINDS
+from .codes import COMMANDS, HEADER_KINDS
 from .messages import parse_polled, parse_send
 from .wire import DecodeError, Reader, consumer, header_value, identifier, polling_strategy
 
@@ -826,6 +826,29 @@ def login_register(payload) -> dict:
 
 
 REQUESTS[40] = login_register
+
+
+# the largest body secret_reading tries as a secret command's: a username and a password (255
+# bytes each at most) and a user's permissions
+SECRET_BODY_MAX = 64 * 1024
+
+
+def secret_reading(code: int, payload) -> str | None:
+    """The secret command (SECRET_REQUESTS) whose body `payload` also reads as, whose code is a
+    bit flip or one off from `code` (a damaged code reads a login, a password change or a token
+    as another command: its fields, or its bytes in `raw`, would hold the secret), or None. Codes
+    further off are not asked: a token's layout (a length and a string) is every name's."""
+    if len(payload) > SECRET_BODY_MAX:
+        return None
+    for s in SECRET_REQUESTS:
+        if s == code or ((s ^ code).bit_count() != 1 and abs(s - code) != 1):
+            continue
+        try:
+            REQUESTS[s](payload)
+        except (DecodeError, ValueError, IndexError):
+            continue
+        return COMMANDS.get(s, f"code {s}")
+    return None
 
 
 def decode_request(code: int, payload, sums: bool = True) -> dict:

@@ -30,7 +30,7 @@ from .codes import (
     read_layout,
     result_framed,
 )
-from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response
+from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response, secret_reading
 from .framing import REQID, VSR, IggyRules, detect_mode
 from .messages import Messages
 from .pairing import Pending, new_request
@@ -52,6 +52,11 @@ from .wire import DecodeError, Truncated, topic_name
 
 MAX_DELIVERED = 100_000
 LOGIN_CODES = frozenset({38, 40, 44, 45})
+
+
+# the codes secret_reading is not asked about once decoded: the secret commands (their own
+# decoders redact), POLL_MESSAGES and SEND_MESSAGES (no secret's body reads as one)
+_NOT_SECRET_LIKE = SECRET_REQUESTS | {100, 101}
 
 
 class IggyConversation(Conversation):
@@ -317,10 +322,15 @@ class IggyConversation(Conversation):
         except DecodeError as e:
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
-            row["raw"] = self._raw(C2S, frame, typed=code not in SECRET_REQUESTS and not secret)
+            secret = secret or code in SECRET_REQUESTS or secret_reading(code, payload) is not None
+            row["raw"] = self._raw(C2S, frame, typed=not secret)
             rows.append(("commands", row))
             self.pending.add(pend)
             return
+        if code not in _NOT_SECRET_LIKE and not secret and (also := secret_reading(code, payload)):
+            # its fields may be a secret's (a token read as a name): none shown
+            details.update(payload_size=len(payload), _note=f"not shown: its bytes read as {also} too")
+            fields = {k: v for k, v in fields.items() if k in ("stream_id", "topic_id", "partition_id")}
         if code in LOGIN_CODES:
             self.logged_in = True
         msgs = fields.pop("messages", None) if code == 101 else None
