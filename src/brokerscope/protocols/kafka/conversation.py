@@ -377,7 +377,8 @@ class KafkaConversation(Conversation):
 
         Produce and Fetch summarize their records while making message rows; record sets of other
         APIs (ShareFetch, FetchSnapshot, ...) are summarized here, so no payload reaches `details`."""
-        return rows.clean(body, frozenset(p.records_fields), self.ctx.max_decompressed_bytes)
+        cap, sums = self.ctx.max_decompressed_bytes, self.ctx.payload.checksums_kept
+        return rows.clean(body, frozenset(p.records_fields), cap, sums)
 
     # -- pairing ------------------------------------------------------------------------------
     def _add_pending(self, corr: int, pend: Pending, out: list[Row]) -> None:

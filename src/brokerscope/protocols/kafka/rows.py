@@ -137,16 +137,24 @@ def _summarize(v: bytes, cap: int) -> Summary:
     return records_summary(rec.read_record_set(v, cap))
 
 
+def _summarize_no_sums(v: bytes, cap: int) -> Summary:
+    return records_summary(rec.read_record_set(v, cap, sums=False))
+
+
 _CLEANER = _body.cleaner(SECRET_FIELDS, Summary, base.redacted, _summarize, SENSITIVE_CONFIG.search)
+_CLEANER_NO_SUMS = _body.cleaner(
+    SECRET_FIELDS, Summary, base.redacted, _summarize_no_sums, SENSITIVE_CONFIG.search
+)
 
 
-def clean(o, records: frozenset = frozenset(), cap: int = 0):
+def clean(o, records: frozenset = frozenset(), cap: int = 0, sums: bool = True):
     """Copy a decoded body for details, redacting secret fields and sensitive config values and
-    summarizing record sets (fields named in `records` that still hold bytes): equal to clean_py's
-    copy, made by the compiled _body.clean, which copies the top level and below it only the dicts
-    and lists where something changes (the rest is the body's own: serialize the copy before the
-    body changes)."""
-    return _body.clean(_CLEANER, o, records, cap)
+    summarizing record sets (fields named in `records` that still hold bytes; a failing batch's
+    stored CRC only where `sums`, PayloadPolicy.checksums_kept): equal to clean_py's copy, made by
+    the compiled _body.clean, which copies the top level and below it only the dicts and lists
+    where something changes (the rest is the body's own: serialize the copy before the body
+    changes)."""
+    return _body.clean(_CLEANER if sums else _CLEANER_NO_SUMS, o, records, cap)
 
 
 def clean_py(o, records: frozenset = frozenset(), cap: int = 0):
