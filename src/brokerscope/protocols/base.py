@@ -294,6 +294,9 @@ class Protocol:
         raise NotImplementedError
 
 
+GONE_CHUNKS = 256  # chunks consumed whose times StreamBuffer.unconsume can give back
+
+
 class StreamBuffer:
     """The unconsumed bytes of one direction, with the capture time of every byte.
 
@@ -302,7 +305,7 @@ class StreamBuffer:
     stream offset `off`, so a frame's first-byte and last-byte times are both available.
     """
 
-    __slots__ = ("_buf", "_start", "offset", "_chunks", "last_ts")
+    __slots__ = ("_buf", "_start", "offset", "_chunks", "last_ts", "_gone")
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -310,6 +313,7 @@ class StreamBuffer:
         self.offset = 0  # stream offset of the first pending byte
         self._chunks: deque[tuple[int, int]] = deque()  # (stream offset of chunk start, ts_ns)
         self.last_ts = 0
+        self._gone: deque[tuple[int, int]] = deque(maxlen=GONE_CHUNKS)  # chunks consumed, last ones
 
     def __len__(self) -> int:
         return len(self._buf) - self._start
@@ -377,13 +381,29 @@ class StreamBuffer:
         self.offset += n
         # keep the chunk that covers the new first byte
         while len(self._chunks) > 1 and self._chunks[1][0] <= self.offset:
-            self._chunks.popleft()
+            self._gone.append(self._chunks.popleft())
         if self._start > 65536 and self._start * 2 > len(self._buf):
             try:
                 del self._buf[: self._start]
             except BufferError:  # a caller still holds a view from `data`: compact next time
                 return
             self._start = 0
+
+    def unconsume(self, data: bytes, ts_ns: int) -> None:
+        """Put back the bytes just consumed, `data` (a frame found damaged after it was taken:
+        Framer.reread), with the times they came at (`ts_ns` where those are forgotten)."""
+        n = len(data)
+        self.offset -= n
+        if self._start >= n and self._buf[self._start - n : self._start] == data:
+            self._start -= n
+        else:  # compacted away, or taken whole without being buffered (Framer.feed_whole)
+            self._buf = bytearray(data) + self._buf[self._start :]
+            self._start = 0
+        ch = self._chunks
+        while self._gone and (not ch or ch[0][0] > self.offset):
+            ch.appendleft(self._gone.pop())
+        if not ch or ch[0][0] > self.offset:
+            ch.appendleft((self.offset, ts_ns))
 
     def advance(self, nbytes: int, ts_ns: int) -> None:
         """With nothing pending: `nbytes` bytes that came at `ts_ns` were taken without being

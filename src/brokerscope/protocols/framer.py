@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import GAP, MALFORMED, OVERSIZE, SKIP_LIMIT_FACTOR, TRUNCATED, FrameHunt, StreamBuffer
+from .base import CONFIRMED, GAP, MALFORMED, OVERSIZE, SKIP_LIMIT_FACTOR, TRUNCATED, FrameHunt, StreamBuffer
 
 HEAD_KEPT = 256  # bytes of a frame's start handed over with its Junk
 MORE = -1  # Rules.size: more bytes are needed to know the frame's size
@@ -95,6 +95,11 @@ class Rules:
         """Does this header of an oversize frame start a real frame (True: recorded and skipped;
         False: not a frame start, resync; None: more bytes needed to tell)?"""
         return True
+
+    def prefix(self, data: bytes) -> bytes:
+        """The `prefix_len` bytes a Frame's data leaves out, made again from the data (its size
+        field): Framer.reread puts the whole frame back."""
+        return b""
 
     def jump(self, buf: StreamBuffer, i: int) -> int | None:
         """The next index at or after `i` worth judging in a resync, or None to judge every one."""
@@ -238,6 +243,36 @@ class Framer:
             b.consume(size)
             self._in_step = True
             return frame
+
+    def swallowed(self, frame: Frame) -> bool:
+        """Does a credible frame start (Rules.judge: confirmed) lie inside `frame`, past its first
+        byte? A size field hit by damage takes the frames after it into one frame; its checksum
+        or body then fails (the conversation's to tell), and this says whether to read again."""
+        rules = self.rules
+        whole = StreamBuffer()
+        whole.append(rules.prefix(frame.data) + frame.data, frame.ts_first)
+        jumps = self._jump is not None
+        data, last, i = whole.data, len(whole) - rules.hunt_len, 1
+        try:
+            while i <= last:
+                if jumps:
+                    i = max(i, rules.jump(whole, i) or i)
+                    if i > last:
+                        return False
+                if rules.judge(data, i) == CONFIRMED:
+                    return True
+                i += 1
+            return False
+        finally:
+            data.release()
+
+    def reread(self, frame: Frame, reason: str) -> None:
+        """`frame`, the frame `next` gave last, swallowed the frames after it (`swallowed`): its
+        bytes go back, and from its start to the next credible frame start they are one
+        malformed Junk with `reason`, the frames after it read as they are."""
+        self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
+        self._garbage = None
+        self._not_a_frame(NotAFrame(reason, passed=1))
 
     def gap(self, nbytes: int, ts_ns: int) -> tuple[list[Junk], bool]:
         """`nbytes` never arrived (see the module docstring for the records a gap makes).

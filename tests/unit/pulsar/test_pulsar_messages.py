@@ -190,3 +190,24 @@ def test_a_batch_of_zero_messages_with_a_payload_is_malformed_not_a_decoder_erro
     out = run([("c2s", framing.encode_frame(send, md, RAW)), ("c2s", framing.encode_frame(send, md, b""))])
     assert [c["decode_status"] for c in out["commands"]] == ["ok", "ok"]
     assert [m["decode_status"] for m in out["messages"]] == ["malformed"]
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_a_damaged_total_size_does_not_swallow_the_frames_after_it(chunk):
+    """One flipped bit of a SEND's total_size (found by a user trial: 55 -> 4151 took the next
+    68 SENDs into its value, one checksum_mismatch row, the rest lost): the frame that fails its
+    checksum and holds frame starts is one malformed row, every frame after it is read."""
+    sends = []
+    for i in range(120):
+        md = pb.MessageMetadata(producer_name="prod-A", sequence_id=i, publish_time=1_700_000_000_000)
+        sends.append(_send(md, f"value-{i}".encode(), seq=i))
+    damaged = bytearray(sends[3])
+    damaged[2] ^= 0x10  # total_size + 4096
+    feeds = [("c2s", F.PRODUCER)] + [("c2s", bytes(damaged) if i == 3 else s) for i, s in enumerate(sends)]
+    out = run(feeds, chunk=chunk)
+    sent = [r for r in out["commands"] if r["command"] == "SEND"]
+    assert sum(r["decode_status"] == "ok" for r in sent) == 119
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(sends[3])
+    assert sorted(m["sequence"] for m in out["messages"]) == [i for i in range(120) if i != 3]

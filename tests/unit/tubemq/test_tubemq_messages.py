@@ -316,3 +316,33 @@ def test_topic_info_parser_keeps_odd_entries():
     t = parse_topic_info("t#5:x:1,7:2:1#")
     assert t["brokers"] == [{"info": "5:x:1"}, {"broker_id": 7, "partitions": 2, "stores": 1}]
     assert t["partition_count"] == 2 and "max_msg_size" not in t
+
+
+def test_a_damaged_block_length_does_not_swallow_the_frames_after_it():
+    """One flipped bit of a sendMessageP2B's block length (found by a user trial: 78 -> 4174 made
+    it an `ok` row with 4096 trailing bytes, and the 44 requests after it were gone): the frame
+    whose RPC message leaves bytes that hold frame starts is one malformed row, every frame after
+    it is read. Each frame comes in a packet of its own, as clients send them."""
+    sends = []
+    for i in range(1, 121):
+        data = _attr_data(b"x=1", f"payload-{i}".encode())
+        msg = brk.SendMessageRequestP2B(
+            clientId="p",
+            topicName="t",
+            partitionId=0,
+            data=data,
+            flag=1,
+            checkSum=tube_checksum(data),
+            sentAddr=1,
+        )
+        sends.append(request(i, 3, 13, msg))
+    damaged = bytearray(sends[10])
+    (length,) = struct.unpack_from(">I", damaged, 12)  # the first block's length, after the header
+    struct.pack_into(">I", damaged, 12, length | 0x1000)
+    sends[10] = bytes(damaged)
+    out = run(new_conv(), [(C2S, s) for s in sends])
+    ok = sorted(r["correlation_id"] for r in out["commands"] if r["decode_status"] == "ok")
+    assert ok == [i for i in range(1, 121) if i != 11]
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "a block length damaged" in bad["decode_error"]
+    assert len(out["messages"]) == 119

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...tables import Block
 from .. import base
 from ..base import C2S, S2C, ConnInfo, Context, Conversation, Row
-from ..framer import Framer, Junk
+from ..framer import Frame, Framer, Junk
 from . import framing
 from .clients import Clients
 from .framing import HEADER, ParsedFrame, PulsarRules
@@ -127,11 +127,21 @@ class PulsarConversation(Conversation):
                 if isinstance(item, Junk):
                     rows.append(self._junk_row(direction, item))
                 else:
-                    self._frame(direction, item.data, item.offset, item.ts_first, item.ts_last, rows)
+                    self._frame(direction, item.data, item.offset, item.ts_first, item.ts_last, rows, item)
         except Exception as e:  # never raise out of the decoder: drop what is buffered
             off, n, ts = fr.drop_all()
             rows.append(error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts))
         return sanitize(rows)
+
+    def _swallowing(self, d: str, item: Frame) -> bool:
+        """Whether `item`, which fails its checksum, took frames that follow it (a total_size hit
+        by damage): then it is read again from inside (Framer.reread), its bytes up to the next
+        frame one malformed row."""
+        fr = self.framer[d]
+        if not fr.swallowed(item):
+            return False
+        fr.reread(item, "fails its checksum, and frames start inside it: its size damaged")
+        return True
 
     def _junk_row(self, d: str, j: Junk) -> Row:
         """A row for bytes that are not a whole frame. Only an oversize frame's header or an
@@ -189,8 +199,21 @@ class PulsarConversation(Conversation):
     # ------------------------------------------------------------------------------------------
     # one frame
 
-    def _frame(self, d: str, frame: bytes, offset: int, ts: int, ts_end: int, rows: list[Row]) -> None:
+    def _frame(
+        self,
+        d: str,
+        frame: bytes,
+        offset: int,
+        ts: int,
+        ts_end: int,
+        rows: list[Row],
+        item: Frame | None = None,
+    ) -> None:
+        """A frame's rows (`item`: the Frame it came as, to be read again should it have
+        swallowed the frames after it)."""
         pf = framing.parse_frame(frame, self.ctx.payload.checksums_kept)
+        if pf.checksum_ok is False and item is not None and self._swallowing(d, item):
+            return
         row = {
             "ts_ns": ts,
             "ts_end_ns": ts_end,

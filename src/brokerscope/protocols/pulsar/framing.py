@@ -265,6 +265,9 @@ class PulsarRules(Rules):
             return base.TENTATIVE
         return base.NOT_A_FRAME if sane_header(data, end) is False else base.CONFIRMED
 
+    def prefix(self, data: bytes) -> bytes:
+        return _U32.pack(len(data))  # total_size
+
     def jump(self, buf: base.StreamBuffer, i: int) -> int:
         j = buf.find(b"\x08", i + HEADER)  # the command's first byte: field 1, the type
         return len(buf) if j < 0 else j - HEADER

@@ -175,12 +175,22 @@ class TubeMQConversation(Conversation):
     def _take(self, direction: str, item: Frame) -> None:
         """A whole frame's rows (one the framer gave)."""
         got = _rpc.read(item.data, *self.reader)
-        self._read(direction, item.offset, item.data, item.ts_first, item.ts_last, got)
+        self._read(direction, item.offset, item.data, item.ts_first, item.ts_last, got, item)
 
-    def _read(self, direction: str, offset: int, data: bytes, ts_first: int, ts_last: int, got) -> None:
+    def _read(
+        self,
+        direction: str,
+        offset: int,
+        data: bytes,
+        ts_first: int,
+        ts_last: int,
+        got,
+        item: Frame | None = None,
+    ) -> None:
         """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
         and body are read by the compiled _rpc.read (`got`), and what that leaves by the Python
-        readers (_frame, _body)."""
+        readers (_frame, _body). `item`: the Frame the framer gave, read again should it have
+        swallowed the frames after it (not one of feed's whole frames: those after it are read)."""
         if got is None:
             f = read_frame(Frame(offset, data, ts_first, ts_last))
             env = fields = head = body_json = None
@@ -190,7 +200,7 @@ class TubeMQConversation(Conversation):
             if env is None:
                 env = False  # left to protobuf
         try:
-            self._frame(direction, f, env, fields, head, body_json)
+            self._frame(direction, f, env, fields, head, body_json, item)
         except Exception as e:
             err = f"internal error: {e!r}"
             self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
@@ -237,7 +247,14 @@ class TubeMQConversation(Conversation):
         return (None, None) if frames is None else frames(direction, f.offset, f.size)
 
     def _frame(
-        self, direction: str, f: TubeFrame, env, fields: dict | None, head: str | None, body_json: str | None
+        self,
+        direction: str,
+        f: TubeFrame,
+        env,
+        fields: dict | None,
+        head: str | None,
+        body_json: str | None,
+        item: Frame | None = None,
     ) -> None:
         """A frame's rows (`env`: what _rpc.read gave of its envelope, None when it was not read,
         False when protobuf is to read it; `fields`: its body's when read; `head`, `body_json`:
@@ -262,6 +279,11 @@ class TubeMQConversation(Conversation):
                     to_json(details), None, *frames,
                 ),
             )  # fmt: skip
+            return
+        if env.trailing and item is not None and self.framer[direction].swallowed(item):
+            # bytes after the RPC message that hold frames: a block length hit by damage took them
+            reason = f"{env.trailing} bytes after its RPC message, and frames start inside it: a block length damaged"
+            self.framer[direction].reread(item, reason)
             return
         if head is None:  # the open object _rpc.read writes
             head = to_json(
