@@ -410,3 +410,30 @@ def test_absurd_response_length_is_not_skipped():
         ("CREATE_STREAM", "ok"),
     ]
     assert [r["response_command"] for r in table(rows, "latencies")] == ["CREATE_STREAM"] * 3
+
+
+def test_a_capture_begun_inside_a_request_finds_the_next_one():
+    """A connection captured from the last byte of a request on (found by a user trial: that
+    byte and the next request's header read as a 10 KiB frame, the whole client side one
+    truncated row, no latencies): the first frame start of a mid-stream capture must be
+    credible; the stray byte is one malformed row and every request after it decodes."""
+    import dataclasses
+
+    from tests.support.drive import Drive
+
+    d = Drive(PROTOCOL.conversation(dataclasses.replace(CONN, midstream=True), Context()))
+    feeds = [
+        ("c2s", b"\x00"),  # the last byte of a request whose start the capture missed
+        ("s2c", resp()),
+        ("c2s", req(37, b"\x01\x04" + u32(7) + s8("old-pass") + s8("new-pass"))),  # CHANGE_PASSWORD
+        ("s2c", resp()),
+        ("c2s", req(1, b"")),  # PING
+        ("s2c", resp()),
+    ]
+    for i, (direction, data) in enumerate(feeds):
+        d.feed(direction, data, ts=1_000_000_000 + i * 1_000_000)
+    d.close()
+    out = d.tables()
+    c2s = [(r["command"], r["decode_status"]) for r in out["commands"] if r["direction"] == "c2s"]
+    assert c2s == [(None, "malformed"), ("CHANGE_PASSWORD", "ok"), ("PING", "ok")]
+    assert len(out["latencies"]) == 2

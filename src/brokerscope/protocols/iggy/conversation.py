@@ -66,7 +66,9 @@ class IggyConversation(Conversation):
     def __init__(self, conn: ConnInfo, ctx: Context):
         super().__init__(conn, ctx)
         self.max_frame = ctx.max_frame_bytes  # [protocols.iggy] max_frame_bytes applied
-        self.framer = {d: Framer(IggyRules(self, d), self.max_frame) for d in (C2S, S2C)}
+        # a capture begun mid-connection may begin inside a frame: its first frame start must be
+        # credible (a request's last byte read as a header took the whole client side)
+        self.framer = {d: Framer(IggyRules(self, d), self.max_frame, not conn.midstream) for d in (C2S, S2C)}
         self.last_req_id: int | None = None  # request-id framing: the latest request's id
         self.closing = False
         self.mode: str | None = None  # framing.CLASSIC, REQID or VSR, once detected
