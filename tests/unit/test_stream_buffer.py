@@ -35,3 +35,22 @@ def test_append_while_a_view_is_held_does_not_raise():
     view = b.data
     b.append(b"def", 2)
     assert bytes(view) == b"abc" and bytes(b.data) == b"abcdef" and b.ts_at(3) == 2
+
+
+def test_unconsume_gives_back_the_bytes_just_consumed_with_their_times():
+    """Framer.reread puts a frame found damaged back: its bytes and the times they came at,
+    whether they are still in the buffer or it was compacted since."""
+    for big in (False, True):
+        b = StreamBuffer()
+        pad = b"p" * (70_000 if big else 10)  # past 64 KiB, consume compacts the buffer
+        b.append(pad, 1)
+        b.append(b"frame-", 2)
+        b.append(b"bytes", 3)
+        b.append(b"next", 4)
+        b.consume(len(pad))
+        frame = b.peek(11)
+        b.consume(11)
+        assert bytes(b.data) == b"next"
+        b.unconsume(frame, 99)
+        assert bytes(b.data) == b"frame-bytesnext" and b.offset == len(pad)
+        assert [b.ts_at(len(pad) + k) for k in (0, 6, 11)] == [2, 3, 4]

@@ -271,7 +271,8 @@ class Framer:
         bytes go back, and from its start to the next credible frame start they are one
         malformed Junk with `reason`, the frames after it read as they are."""
         self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
-        self._garbage = None
+        self.rules.reset()  # no walk of the frame that was at the head before
+        self._garbage, self._short = None, None
         self._not_a_frame(NotAFrame(reason, passed=1))
 
     def gap(self, nbytes: int, ts_ns: int) -> tuple[list[Junk], bool]:
