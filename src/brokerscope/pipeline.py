@@ -560,7 +560,7 @@ def _gone_since_found(todo: list) -> dict[str, tuple]:
             out[i.path] = (i, unread_reason(e))
             continue
         if size < i.size:
-            out[i.path] = (i, f"gone or changed while the run read it ({size} bytes now, {i.size} found)")
+            out[i.path] = (i, f"{UNREAD} ({size} bytes now, {i.size} found)")
     return out
 
 
@@ -574,10 +574,15 @@ def _unread_rows(gone: dict[str, tuple], summary: Summary, run_id: str, counted:
     return rows
 
 
+# how the `inputs.error` of a file a run could not read as planned begins: --skip-ingested takes
+# such a file again, whatever its size and time
+UNREAD = "gone or changed while the run read it"
+
+
 def unread_reason(e: OSError) -> str:
     """Why a file planned for the run could not be read as planned, in one line."""
     why = e.strerror or str(e)
-    return f"gone or changed while the run read it ({why})"
+    return f"{UNREAD} ({why})"
 
 
 def _read_only(batches: Iterator[pa.RecordBatch], files: set[int]) -> Iterator[pa.RecordBatch]:
@@ -1567,7 +1572,9 @@ def _ingested_keys(
     t = lake.read_arrow("inputs")
     mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
     out, nothing = {}, set()
-    for r, mt in zip(t.select(["path", "size", "status", "filter", "payload"]).to_pylist(), mtimes):
+    for r, mt in zip(t.select(["path", "size", "status", "filter", "payload", "error"]).to_pylist(), mtimes):
+        if (r["error"] or "").startswith(UNREAD):  # never read: gone while a run read it, maybe back
+            continue
         if r["status"] != "replaced" and mt is not None:
             out[(r["path"], r["size"], mt)] = (r["filter"], _payload_of(r))
             if r["status"] == "error":

@@ -45,6 +45,7 @@ def test_a_capture_gone_while_the_run_reads_it_is_an_error_and_the_rest_is_kept(
             os.truncate(gone, 100)
 
     disc = inputs.discover([str(d)])
+    found = os.stat(gone)
     if when == "before planning":
         lose()
     else:  # the read tasks find it changed: planned with its size, then lost
@@ -72,8 +73,10 @@ def test_a_capture_gone_while_the_run_reads_it_is_an_error_and_the_rest_is_kept(
     want = _rows(alone)
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
-    # back in place, the next nightly run ingests it
+    # back in place, as it was (its size and time: a move away and back, a restore with cp -p),
+    # the next nightly run ingests it (found by a user trial: skipped for good as 'gave nothing')
     shutil.copy(GONE, gone)
+    os.utime(gone, ns=(found.st_atime_ns, found.st_mtime_ns))
     again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
     assert again.exit_code() == 0
     assert {r["status"] for r in _rows(lake)["inputs"] if r["path"] == str(gone)} >= {"ok"}
