@@ -152,7 +152,7 @@ def cmd_ingest(args) -> int:
     )
     # the inputs rejected (with --skip-ingested, not those the lake recorded as rejected before)
     for p, e in summary.errors:
-        print(f"brokerscope: {p}: {e}", file=sys.stderr)
+        print(report.shown(f"brokerscope: {p}: {e}"), file=sys.stderr)
     for line in summary.lines():
         print(line)
     if summary.no_lake:  # the directories the writability check made go again, if still empty

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import time
 import urllib.parse
@@ -126,9 +127,17 @@ def _small_file_partitions(dt: DeltaTable, dates: list[str] | None, small: int) 
     return sorted(d for d, n in counts.items() if n >= COMPACT_MIN_FILES)
 
 
+_URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # what delta-rs decodes in a table path
+
+
 class Lake:
     def __init__(self, root: str | os.PathLike, writer: str = "auto"):
         self.root = Path(root).absolute()
+        if _URL_ESCAPE.search(str(self.root)):
+            raise ValueError(
+                f"{self.root}: a lake path with %XX in it cannot be used: delta-rs reads it as a URL "
+                "escape (another directory); rename it"
+            )
         if writer not in WRITERS:
             raise ValueError(f"lake.writer must be {'|'.join(WRITERS)}, not {writer!r}")
         self.writer = writer

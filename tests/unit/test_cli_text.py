@@ -105,3 +105,30 @@ def test_a_file_name_with_a_line_break_stays_on_its_summary_line():
     (rejected,) = [ln for ln in lines if ln.startswith("rejected:")]
     assert rejected == "rejected: 1 file(s): /caps/bad \\nnewline\\x1b[2J.pcap (not a capture)"
     assert all("\n" not in ln and "\x1b" not in ln for ln in lines)
+
+
+def test_a_lake_path_with_a_url_escape_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
+    """delta-rs reads `%41` in a table path as `A` (found by a user trial: a traceback, exit 1, and a
+    lake left half made): refused before anything is written."""
+    from brokerscope import pipeline
+
+    monkeypatch.setattr(cli, "_spark", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline, "make_spark", lambda *a, **k: None)
+    lake = tmp_path / "lp %41"
+    rc = cli.main(["ingest", str(SAMPLE), "--lake", str(lake)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "%XX" in err and not lake.exists()
+
+
+def test_a_rejected_file_s_own_line_escapes_control_characters(monkeypatch, capsys, tmp_path):
+    """The line each rejected file gets before the summary (found by a user trial: a name with a
+    bell or a line break printed raw, one line split in two)."""
+    from brokerscope import pipeline
+
+    monkeypatch.setattr(cli, "_spark", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline, "make_spark", lambda *a, **k: None)
+    bad = tmp_path / "empty\a\n.pcap"
+    bad.write_bytes(b"")
+    cli.main(["ingest", str(bad), "--lake", str(tmp_path / "lake")])
+    err = capsys.readouterr().err
+    assert "\a" not in err and "empty\\x07\\n.pcap" in err
