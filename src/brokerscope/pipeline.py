@@ -579,6 +579,22 @@ def _unread_rows(gone: dict[str, tuple], summary: Summary, run_id: str, counted:
 UNREAD = "gone or changed while the run read it"
 
 
+def _orphaned(dups: list, gone: dict, summary: Summary) -> list:
+    """`dups` without the copies of inputs now `gone`: those are not ingested by this run (the
+    next one takes them), and the summary says so instead of 'ingested once'."""
+    kept = []
+    for d, k in dups:
+        if k.path not in gone:
+            kept.append((d, k))
+            continue
+        said = f"{d.path}: same content as {k.path}, ingested once"
+        summary.capture_errors[:] = [e for e in summary.capture_errors if e != said]
+        summary.capture_errors.append(
+            f"{d.path}: same content as {k.path}, which the run could not read: not ingested, the next run takes it"
+        )
+    return kept
+
+
 def unread_reason(e: OSError) -> str:
     """Why a file planned for the run could not be read as planned, in one line."""
     why = e.strerror or str(e)
@@ -880,7 +896,7 @@ def ingest(
         todo = [
             dataclasses.replace(i, file_index=n) for n, i in enumerate(i for i in todo if i.path not in gone)
         ]
-        dups = [(d, k) for d, k in dups if k.path not in gone]
+        dups = _orphaned(dups, gone, summary)
         rejected += _unread_rows(gone, summary, run_id, counted=False)
     # the earlier content of a path now rejected keeps its record (its rows are still here)
     rejected += lake.contents_of({r["path"] for r in rejected})
@@ -1083,7 +1099,7 @@ class _Writing:
         if unread:
             gone = {i.path: (i, unread[i.file_index]) for i in self.todo if i.file_index in unread}
             self.todo[:] = [i for i in self.todo if i.path not in gone]
-            self.dups[:] = [(d, k) for d, k in self.dups if k.path not in gone]
+            self.dups[:] = _orphaned(self.dups, gone, self.summary)
             self.rejected += _unread_rows(gone, self.summary, self.run.run_id)
         return _identified(self.lake, self.todo, self.dups, self.run, self.summary, self.moved)
 

@@ -80,3 +80,34 @@ def test_a_capture_gone_while_the_run_reads_it_is_an_error_and_the_rest_is_kept(
     again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
     assert again.exit_code() == 0
     assert {r["status"] for r in _rows(lake)["inputs"] if r["path"] == str(gone)} >= {"ok"}
+
+
+def test_a_copy_of_a_capture_gone_while_read_is_not_said_to_be_ingested(spark, tmp_path, monkeypatch):
+    """Two equal files, the one read deleted after planning (found by a user trial: the summary
+    said the copy was 'ingested once' though nothing of it was): the copy is named as not
+    ingested, and the next run takes it."""
+    d = tmp_path / "caps"
+    d.mkdir()
+    gone, copy = d / "a.pcap", d / "b.pcap"
+    shutil.copy(GONE, gone)
+    shutil.copy(GONE, copy)
+    real_plan = inputs.plan
+
+    def plan_then_lose(*a, **k):
+        out = real_plan(*a, **k)
+        gone.unlink()
+        return out
+
+    monkeypatch.setattr(pipeline.inputs, "plan", plan_then_lose)
+    lake = tmp_path / "lake"
+    summary = pipeline.ingest([str(d)], _settings(lake), spark=spark)
+    monkeypatch.undo()
+    assert not [e for e in summary.capture_errors if "ingested once" in e]
+    assert [
+        e
+        for e in summary.capture_errors
+        if e.startswith(f"{copy}: same content as {gone}") and "not ingested" in e
+    ]
+    again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert again.exit_code() == 0
+    assert {r["status"] for r in _rows(lake)["inputs"] if r["path"] == str(copy)} == {"ok"}
