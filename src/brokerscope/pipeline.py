@@ -628,10 +628,10 @@ def _decode_fn(
         cpu0, wall0 = time.process_time(), time.time()
         # every read task of the capture set finished before this stage began: all ids are known,
         # and every Decryption Secrets Block was read
-        digests = run.digests(sizes)
+        digests, unread = run.digests(sizes), run.unread(sizes)
         drv = StreamDriver(
             settings,
-            run.capture_ids(sizes, digests),
+            run.capture_ids(sizes, digests, unread=unread),
             PayloadFiles(files, digests) if files else None,
             run.frame_numbers(sizes),
             tls_keys=run.tls_keys(settings.tls_keys),
@@ -650,7 +650,6 @@ def _decode_fn(
         conns: set[tuple] = set()
         if runs:
             batches = packetruns.unpack(batches, settings.batch_packets)
-        unread = run.unread(sizes)
         if unread:
             batches = _read_only(batches, set(unread))
         if log_to:
@@ -1022,7 +1021,7 @@ def _identified(
     sizes = {i.file_index: i.size for i in todo}
     digests = run.digests(sizes)
     contexts = {i.file_index: inputs.id_context(i.kind, i.path) for i in todo}
-    ids = run.capture_ids(sizes, digests, contexts)
+    ids = run.capture_ids(sizes, digests, contexts, unread={})  # _Writing.identified took those out
     todo[:] = [dataclasses.replace(i, capture_id=ids[i.file_index]) for i in todo]
     by_path = {i.path: i for i in todo}
     read_as = {i.path: i for i in todo}  # the input whose tasks hashed the path's bytes
@@ -1323,10 +1322,7 @@ def _recorded_elsewhere(lake: Lake, found: list) -> list:
     another directory (the nightly job's `--input /captures/<date>`), which a new file of this run
     may continue (_with_crossing)."""
     here = {i.path for i in found}
-    t = lake.read_arrow("inputs")
-    mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
-    cols = ["path", "kind", "size", "status", "ingested_at", "run_id"]
-    rows = [{**r, "mtime": m} for r, m in zip(t.select(cols).to_pylist(), mtimes)]
+    rows = _inputs_us(lake, ["path", "kind", "size", "status", "ingested_at", "run_id"])
     out = []
     for r in latest_by_path(r for r in rows if r["status"] != "replaced").values():
         if r["path"] in here or r["kind"] not in inputs.CAPTURE_KINDS or r["status"] not in ("ok", "partial"):
@@ -1585,17 +1581,23 @@ def _ingested_keys(
     """(path, size, mtime in µs) of every file the lake holds a current record of -> the filter
     it was ingested with (None: none) and the payload policy (_payload_of); and the keys of those
     that gave nothing (status error)."""
-    t = lake.read_arrow("inputs")
-    mtimes = t.column("mtime").cast(pa.int64()).to_pylist()  # microseconds
     out, nothing = {}, set()
-    for r, mt in zip(t.select(["path", "size", "status", "filter", "payload", "error"]).to_pylist(), mtimes):
+    for r in _inputs_us(lake, ["path", "size", "status", "filter", "payload", "error"]):
         if (r["error"] or "").startswith(UNREAD):  # never read: gone while a run read it, maybe back
             continue
-        if r["status"] != "replaced" and mt is not None:
-            out[(r["path"], r["size"], mt)] = (r["filter"], _payload_of(r))
+        if r["status"] != "replaced" and r["mtime"] is not None:
+            out[(r["path"], r["size"], r["mtime"])] = (r["filter"], _payload_of(r))
             if r["status"] == "error":
-                nothing.add((r["path"], r["size"], mt))
+                nothing.add((r["path"], r["size"], r["mtime"]))
     return out, nothing
+
+
+def _inputs_us(lake: Lake, columns: list[str]) -> list[dict]:
+    """The `inputs` rows, `columns` of them and `mtime` in microseconds (the key --skip-ingested
+    compares with a file's st_mtime_ns // 1000)."""
+    t = lake.read_arrow("inputs")
+    mtimes = t.column("mtime").cast(pa.int64()).to_pylist()
+    return [{**r, "mtime": m} for r, m in zip(t.select(columns).to_pylist(), mtimes)]
 
 
 def _payload_of(row: dict) -> str:

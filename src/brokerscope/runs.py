@@ -121,18 +121,23 @@ class RunDir:
         return digests
 
     def capture_ids(
-        self, sizes: dict[int, int], digests: dict | None = None, contexts: dict[int, str] | None = None
+        self,
+        sizes: dict[int, int],
+        digests: dict | None = None,
+        contexts: dict[int, str] | None = None,
+        unread: dict[int, str] | None = None,
     ) -> dict[int, str]:
         """file_index -> capture_id for the files of `sizes` (file_index -> planned size), from
         `digests` (self.digests of them, read here when not given) and the `contexts` of the
         segments among them (inputs.id_context; none for a capture).
 
-        A file a read task could not read as planned (`unread`) has none. Raises ValueError naming
+        A file a read task could not read as planned (`unread`: self.unread of them, read here
+        when not given) has none. Raises ValueError naming
         the file index when a chunk was never hashed (a read task that did not run: never the case
         after Spark's read stage completed)."""
         digests = self.digests(sizes) if digests is None else digests
         out = {}
-        unread = self.unread(sizes)
+        unread = self.unread(sizes) if unread is None else unread
         for fi, size in sizes.items():
             if fi in unread:
                 continue

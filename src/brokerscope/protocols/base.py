@@ -391,7 +391,7 @@ class StreamBuffer:
 
     def unconsume(self, data: bytes, ts_ns: int) -> None:
         """Put back the bytes just consumed, `data` (a frame found damaged after it was taken:
-        Framer.reread), with the times they came at (`ts_ns` where those are forgotten)."""
+        Framer.reread_if_swallowed), with the times they came at (`ts_ns` where those are forgotten)."""
         n = len(data)
         self.offset -= n
         if self._start >= n and self._buf[self._start - n : self._start] == data:

@@ -98,7 +98,7 @@ class Rules:
 
     def prefix(self, data: bytes) -> bytes:
         """The `prefix_len` bytes a Frame's data leaves out, made again from the data (its size
-        field): Framer.reread puts the whole frame back."""
+        field): Framer.reread_if_swallowed puts the whole frame back."""
         return b""
 
     def jump(self, buf: StreamBuffer, i: int) -> int | None:
@@ -244,10 +244,22 @@ class Framer:
             self._in_step = True
             return frame
 
-    def swallowed(self, frame: Frame) -> bool:
+    def reread_if_swallowed(self, frame: Frame, reason: str) -> bool:
+        """Whether `frame`, the frame `next` gave last, found damaged by the conversation (its
+        checksum, its body), swallowed the frames after it (a size field hit: `_swallowed`); if
+        so its bytes go back, and from its start to the next credible frame start they are one
+        malformed Junk with `reason`, the frames after it read as they are."""
+        if not self._swallowed(frame):
+            return False
+        self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
+        self.rules.reset()  # no walk of the frame that was at the head before
+        self._garbage, self._short = None, None
+        self._not_a_frame(NotAFrame(reason, passed=1))
+        return True
+
+    def _swallowed(self, frame: Frame) -> bool:
         """Does a credible frame start (Rules.judge: confirmed) lie inside `frame`, past its first
-        byte? A size field hit by damage takes the frames after it into one frame; its checksum
-        or body then fails (the conversation's to tell), and this says whether to read again."""
+        byte?"""
         rules = self.rules
         whole = StreamBuffer()
         whole.append(rules.prefix(frame.data) + frame.data, frame.ts_first)
@@ -265,15 +277,6 @@ class Framer:
             return False
         finally:
             data.release()
-
-    def reread(self, frame: Frame, reason: str) -> None:
-        """`frame`, the frame `next` gave last, swallowed the frames after it (`swallowed`): its
-        bytes go back, and from its start to the next credible frame start they are one
-        malformed Junk with `reason`, the frames after it read as they are."""
-        self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
-        self.rules.reset()  # no walk of the frame that was at the head before
-        self._garbage, self._short = None, None
-        self._not_a_frame(NotAFrame(reason, passed=1))
 
     def gap(self, nbytes: int, ts_ns: int) -> tuple[list[Junk], bool]:
         """`nbytes` never arrived (see the module docstring for the records a gap makes).

@@ -97,25 +97,20 @@ def test_get_messages_deliver_rows_and_confirmation_ack():
     assert len(out["latencies"]) == 3
 
 
+def _p2b(data: bytes, check_sum: int) -> brk.SendMessageRequestP2B:
+    """A producer's sendMessageP2B of `data` (attributes and payload) with `check_sum`."""
+    return brk.SendMessageRequestP2B(
+        clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=check_sum, sentAddr=1
+    )
+
+
 def test_produce_checksum_and_payload_policy():
     data = _attr_data(b"x=1", b"payload-bytes")
-    good = brk.SendMessageRequestP2B(
-        clientId="p",
-        topicName="t",
-        partitionId=0,
-        data=data,
-        flag=1,
-        checkSum=tube_checksum(data),
-        sentAddr=1,
-    )
-    bad = brk.SendMessageRequestP2B(
-        clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=7, sentAddr=1
-    )
+    good = _p2b(data, tube_checksum(data))
+    bad = _p2b(data, 7)
     assert zlib.crc32(data) >= 1 << 31  # so the signed full CRC differs from TubeMQ's masked one
     signed = zlib.crc32(data) - (1 << 32)
-    full = brk.SendMessageRequestP2B(
-        clientId="p", topicName="t", partitionId=0, data=data, flag=1, checkSum=signed, sentAddr=1
-    )
+    full = _p2b(data, signed)
     conv = PROTOCOL.conversation(
         new_conv().conn, new_conv().ctx.__class__(payload=PayloadPolicy(mode="hash"))
     )
@@ -326,16 +321,7 @@ def test_a_damaged_block_length_does_not_swallow_the_frames_after_it():
     sends = []
     for i in range(1, 121):
         data = _attr_data(b"x=1", f"payload-{i}".encode())
-        msg = brk.SendMessageRequestP2B(
-            clientId="p",
-            topicName="t",
-            partitionId=0,
-            data=data,
-            flag=1,
-            checkSum=tube_checksum(data),
-            sentAddr=1,
-        )
-        sends.append(request(i, 3, 13, msg))
+        sends.append(request(i, 3, 13, _p2b(data, tube_checksum(data))))
     damaged = bytearray(sends[10])
     (length,) = struct.unpack_from(">I", damaged, 12)  # the first block's length, after the header
     struct.pack_into(">I", damaged, 12, length | 0x1000)

@@ -133,16 +133,6 @@ class PulsarConversation(Conversation):
             rows.append(error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts))
         return sanitize(rows)
 
-    def _swallowing(self, d: str, item: Frame) -> bool:
-        """Whether `item`, which fails its checksum, took frames that follow it (a total_size hit
-        by damage): then it is read again from inside (Framer.reread), its bytes up to the next
-        frame one malformed row."""
-        fr = self.framer[d]
-        if not fr.swallowed(item):
-            return False
-        fr.reread(item, "fails its checksum, and frames start inside it: its size damaged")
-        return True
-
     def _junk_row(self, d: str, j: Junk) -> Row:
         """A row for bytes that are not a whole frame. Only an oversize frame's header or an
         unfinished frame that starts in step, of a type known and not carrying credentials, says
@@ -212,8 +202,10 @@ class PulsarConversation(Conversation):
         """A frame's rows (`item`: the Frame it came as, to be read again should it have
         swallowed the frames after it)."""
         pf = framing.parse_frame(frame, self.ctx.payload.checksums_kept)
-        if pf.checksum_ok is False and item is not None and self._swallowing(d, item):
-            return
+        if pf.checksum_ok is False and item is not None:
+            why = "fails its checksum, and frames start inside it: its size damaged"
+            if self.framer[d].reread_if_swallowed(item, why):
+                return
         row = {
             "ts_ns": ts,
             "ts_end_ns": ts_end,

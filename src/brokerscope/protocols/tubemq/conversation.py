@@ -280,11 +280,11 @@ class TubeMQConversation(Conversation):
                 ),
             )  # fmt: skip
             return
-        if env.trailing and item is not None and self.framer[direction].swallowed(item):
+        if env.trailing and item is not None:
             # bytes after the RPC message that hold frames: a block length hit by damage took them
-            reason = f"{env.trailing} bytes after its RPC message, and frames start inside it: a block length damaged"
-            self.framer[direction].reread(item, reason)
-            return
+            why = f"{env.trailing} bytes after its RPC message, and frames start inside it: a block length damaged"
+            if self.framer[direction].reread_if_swallowed(item, why):
+                return
         if head is None:  # the open object _rpc.read writes
             head = to_json(
                 {"serial": f.serial, "blocks": f.block_sizes, "flag": env.flag, "rpc_header": env.conn_header}
