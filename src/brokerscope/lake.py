@@ -289,6 +289,33 @@ class Lake:
                 pq.write_table(resolve_topic_ids(pq.read_table(src), topic_names), src, compression="snappy")
                 f["file_stats"] = file_stats(src, f["rows"])
 
+    def drop_captures(self, table: str, files: list[dict], ids: set[str]) -> list[dict]:
+        """The staged files of `table` without the rows of the capture `ids` (inputs the run does
+        not ingest after all: pipeline._Writing.identified), before the manifest: a file of one
+        of them is deleted, a file that mixes them with other captures rewritten without them."""
+        if not ids:
+            return files
+        tpath, drop, kept = Path(self.path(table)), pa.array(sorted(ids), pa.string()), []
+        for f in files:
+            src = tpath / f["path"]
+            if f.get("capture_id") is not None:  # a file per capture (an older lake's layout)
+                if f["capture_id"] in ids:
+                    src.unlink(missing_ok=True)
+                else:
+                    kept.append(f)
+                continue
+            t = pq.read_table(src)
+            gone = pa.compute.fill_null(pa.compute.is_in(t["capture_id"], value_set=drop), False)
+            rest = t.filter(pa.compute.invert(gone))
+            if rest.num_rows == 0:
+                src.unlink(missing_ok=True)
+                continue
+            if rest.num_rows < t.num_rows:
+                pq.write_table(rest, src, compression="snappy")
+                f["rows"], f["file_stats"] = rest.num_rows, file_stats(src, rest.num_rows)
+            kept.append(f)
+        return kept
+
     def commit_table(
         self,
         table: str,

@@ -47,7 +47,7 @@ from .lake import Lake, StagedWriter, latest_by_path, row_to_json
 from .protocols.base import INDEX_MISMATCH
 from .report import Summary
 from .runs import RunDir
-from .streams import CHANGED, SORT_COLS, PayloadFiles, StreamDriver, segment_rows
+from .streams import CHANGED, SORT_COLS, PayloadFiles, StreamDriver, payloads_lost, segment_rows
 
 log = logging.getLogger(__name__)
 
@@ -579,6 +579,18 @@ def _unread_rows(gone: dict[str, tuple], summary: Summary, run_id: str, counted:
 UNREAD = "gone or changed while the run read it"
 
 
+def _lost(stats: list[dict], file_indexes: set[int]) -> dict[int, str]:
+    """file_index -> why, of the files of `file_indexes` whose payloads a decode task could not
+    read back (streams.PayloadFiles: changed, cut short or gone after the read stage), as an
+    `inputs` error that begins with UNREAD."""
+    out = {}
+    for fi, st in _per_file(stats).items():
+        e = next((e for e in st["errors"] if payloads_lost(e)), None) if fi in file_indexes else None
+        if e is not None:
+            out[fi] = UNREAD + e[len(CHANGED) :] if e.startswith(CHANGED) else f"{UNREAD} ({e})"
+    return out
+
+
 def _orphaned(dups: list, gone: dict, summary: Summary) -> list:
     """`dups` without the copies of inputs now `gone`: those are not ingested by this run (the
     next one takes them), and the summary says so instead of 'ingested once'."""
@@ -950,6 +962,10 @@ def ingest(
             total = summary.seen.setdefault(what, {})
             for cid, n in per.items():
                 total[cid] = total.get(cid, 0) + n
+    for per in summary.seen.values():  # an input not ingested has no warnings (_Writing.identified)
+        for cid in w.dropped:
+            per.pop(cid, None)
+    summary.seen = {what: per for what, per in summary.seen.items() if per}
     summary.keylogs = bool(settings.raw["tls"]["keylog_files"])
     summary.connections = summary.rows.get("streams", 0)
     if summary.seen:  # the warnings name the files
@@ -1089,12 +1105,23 @@ class _Writing:
     rejected: list
     derived: tuple = ()
     moved: dict | None = None
+    # the capture ids of inputs the decode could not read back (_lost): their staged rows go
+    dropped: set = dataclasses.field(default_factory=set)
 
-    def identified(self) -> tuple[list[str], list[dict]]:
+    def identified(self, stats: list[dict]) -> tuple[list[str], list[dict]]:
         """The capture ids the run replaces and the earlier `inputs` rows it keeps (_identified).
         An input a read task could not read as planned (RunDir.unread: gone or cut short while
-        the run read it) has no rows: it is recorded as an error, not ingested."""
+        the run read it) has no rows: it is recorded as an error, not ingested. So has one that
+        changed, was cut short or went after the read stage, while the decode read its payloads
+        back (`stats`' PayloadFiles errors, _lost): its rows, decoded with payloads missing,
+        are dropped (`dropped`; the writers leave them out) and the next run takes it as it is
+        then, as it takes a file gone from the read stage."""
         unread = self.run.unread({i.file_index for i in self.todo})
+        lost = _lost(stats, {i.file_index for i in self.todo} - set(unread))
+        if lost:
+            sizes = {i.file_index: i.size for i in self.todo if i.file_index in lost}
+            self.dropped |= set(self.run.capture_ids(sizes, unread={}).values())
+            unread = {**unread, **lost}
         if unread:
             gone = {i.path: (i, unread[i.file_index]) for i in self.todo if i.file_index in unread}
             self.todo[:] = [i for i in self.todo if i.path not in gone]
@@ -1119,9 +1146,10 @@ def _commit_staged(out, w: _Writing) -> list[dict]:
         run.remove_secrets()  # the decode is done: the captures' TLS keys are not kept a moment longer
         stats = [json.loads(r["stats"]) for r in results if r["stats"]]
         names = _topic_names(stats)
-        replace_ids, history = w.identified()
+        replace_ids, history = w.identified(stats)
         per_table = {t: [r for r in results if r["table"] == t] for t in tables.DECODED_TABLES}
         for t, files in per_table.items():
+            files[:] = lake.drop_captures(t, files, w.dropped)
             lake.apply_topic_names(t, files, names)
         rows, paths = w.record(stats, history)
         manifest = {
@@ -1156,10 +1184,12 @@ def _write_dataframes(out, w: _Writing) -> list[dict]:
     try:
         stats = [json.loads(r[0]) for r in out.where("stats IS NOT NULL").select("stats").collect()]
         names = _topic_names(stats)
-        replace_ids, history = w.identified()
+        replace_ids, history = w.identified(stats)
         for t in tables.DECODED_TABLES:
             w.progress(f"writing {t}")
             df = out.where(f"{t} IS NOT NULL").select(f"{t}.*")
+            if w.dropped:  # inputs the decode could not read back: not ingested (_Writing.identified)
+                df = df.where(~df["capture_id"].isin(sorted(w.dropped)))
             w.summary.rows[t] = w.lake.write_dataframe(t, df, replace_ids, names)
     finally:
         out.unpersist()

@@ -711,8 +711,10 @@ class PayloadFiles:
     as payload_at (capture.read_split's payload_refs: the shuffle then carries no payload bytes).
 
     `files[file_index]` = (path, size, mtime_ns) as discovered. A file that is no longer that
-    file gives no payload bytes: its packets become snap-truncated (the decoders see gaps, not
-    other bytes), and `close` names it, for its `inputs` row to say so.
+    file (rewritten, gone, or cut short: a read back comes short, `_cut_short`) gives no payload
+    bytes: its packets become snap-truncated (the decoders see gaps, not other bytes), and
+    `close` names it (CHANGED, UNREADABLE): the driver records it as not ingested, its rows
+    dropped (pipeline._Writing.identified).
     """
 
     def __init__(
@@ -739,16 +741,35 @@ class PayloadFiles:
         try:
             data = os.pread(fd, n, at)
         except OSError as e:
-            self.errors.setdefault(fi, f"payload bytes unreadable after the read stage: {e}")
+            self.errors.setdefault(fi, f"{UNREADABLE}: {e}")
+            return b"", True
+        if len(data) != n and self._cut_short(fi, fd):
             return b"", True
         return data, truncated or len(data) != n
+
+    def _cut_short(self, fi: int, fd: int) -> bool:
+        """After a short read: whether file `fi` is now shorter than the read stage found it (cut
+        short while the run read it: a rotation tool, a user shrinking it). It is then named as
+        changed, as `_open` names a file that changed before it was opened, and gives no more
+        payload bytes: its packets are not taken for snap-truncated ones."""
+        try:
+            now = os.fstat(fd).st_size
+        except OSError:
+            return False
+        size = self.files[fi][1]
+        if now >= size:
+            return False
+        os.close(fd)
+        self._fds[fi] = -1
+        self.errors[fi] = f"{CHANGED} (size {size} -> {now}): payload bytes after the read stage are missing"
+        return True
 
     def _open(self, fi: int) -> int:
         path, size, mtime_ns = self.files[fi]
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            self.errors[fi] = f"payload bytes unreadable after the read stage: {e}"
+            self.errors[fi] = f"{UNREADABLE}: {e}"
             return -1
         st = os.fstat(fd)
         if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) and not self._only_grew(fd, fi, st.st_size):
@@ -782,8 +803,15 @@ class PayloadFiles:
 
 
 # the start of a file's error when it changed between the read and the decode stage (each decode
-# task that reads it back says so, with the size it saw then)
+# task that reads it back says so, with the size it saw then), or could not be read back at all
 CHANGED = "changed while the run read it"
+UNREADABLE = "payload bytes unreadable after the read stage"
+
+
+def payloads_lost(error: str) -> bool:
+    """Whether a capture's error is PayloadFiles': the file is no longer what the read stage
+    read (changed, cut short, gone), and its payloads after it are missing."""
+    return error.startswith((CHANGED, UNREADABLE))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from brokerscope import inputs, pipeline, tables
+from brokerscope.capture import capture_id
 from brokerscope.config import Settings
 from tests.conftest import SAMPLE_DATA
 from tests.support.lakecheck import delta_rs_rows, normalized
@@ -111,3 +112,68 @@ def test_a_copy_of_a_capture_gone_while_read_is_not_said_to_be_ingested(spark, t
     again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
     assert again.exit_code() == 0
     assert {r["status"] for r in _rows(lake)["inputs"] if r["path"] == str(copy)} == {"ok"}
+
+
+def test_a_capture_cut_short_while_the_decode_reads_it_back_is_not_ingested(spark, tmp_path, monkeypatch):
+    """Cut short during the decode stage, after the read stage read and hashed it (found by a
+    user trial: the reads back past the cut counted as snap-truncated packets, the capture
+    recorded as whole, exit 0; the next run of the shorter file wrote its rows again beside the
+    first ones). It is named as changed while the run read it and has no rows, as a file cut
+    short before its read; the next run takes it as it is then, once."""
+    d = tmp_path / "caps"
+    d.mkdir()
+    cut, kept = d / "a.pcap", d / "b.pcap"
+    shutil.copy(GONE, cut)
+    shutil.copy(KEPT, kept)
+    size = cut.stat().st_size
+    at, path, real = size // 2, str(cut), pipeline._decode_fn
+
+    def decode_fn(*a, **k):
+        decode = real(*a, **k)
+
+        def cutting(batches):  # in the decode task: the file is cut once the decode opened it
+            from brokerscope import streams
+
+            opened = streams.PayloadFiles._open
+
+            def _open(self, fi):
+                fd = opened(self, fi)
+                if self.files[fi][0] == path and os.stat(path).st_size > at:
+                    os.truncate(path, at)
+                return fd
+
+            streams.PayloadFiles._open = _open
+            try:
+                yield from decode(batches)
+            finally:
+                streams.PayloadFiles._open = opened
+
+        return cutting
+
+    monkeypatch.setattr(pipeline, "_decode_fn", decode_fn)
+    lake = tmp_path / "lake"
+    summary = pipeline.ingest([str(d)], _settings(lake), spark=spark)
+    monkeypatch.undo()
+    assert cut.stat().st_size == at
+    assert summary.exit_code() == 3
+    assert [why for p, why in summary.unreadable if p == path] == [
+        f"gone or changed while the run read it (size {size} -> {at}): "
+        "payload bytes after the read stage are missing"
+    ]
+    assert not summary.seen.get("snap_truncated"), summary.lines()  # no false snap-length warning
+    got = _rows(lake)
+    rec = {r["path"]: r for r in got["inputs"]}
+    assert rec[path]["status"] == "error" and rec[path]["capture_id"] is None
+    assert rec[str(kept)]["status"] == "ok"
+    whole, other = capture_id(str(GONE)), rec[str(kept)]["capture_id"]
+    for t in tables.DECODED_TABLES:
+        assert {r["capture_id"] for r in got[t]} <= {other}, t
+    assert got["messages"]
+    # the next run takes the shorter file as it is now: its rows once, no other content named
+    again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert not [e for e in again.capture_errors if "other content" in e], again.capture_errors
+    got = _rows(lake)
+    now = capture_id(path)
+    assert {r["capture_id"] for r in got["inputs"] if r["path"] == path} == {now}
+    alone = {t: [r for r in got[t] if r["capture_id"] == now] for t in tables.DECODED_TABLES}
+    assert alone["commands"] and not any(r["capture_id"] == whole for t in alone for r in got[t])

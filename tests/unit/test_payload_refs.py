@@ -165,3 +165,29 @@ def _decode_with(t: pa.Table, path: str, files: PayloadFiles) -> tuple[dict[str,
     for table, row in drv.run_batches(t.to_batches()):
         counts[table] = counts.get(table, 0) + tables.size(row)
     return counts, drv
+
+
+def test_a_file_cut_short_while_the_decode_reads_it_is_named_as_changed(tmp_path):
+    """Cut short after the decode opened it (its size and time as the read stage saw them):
+    the reads past the cut come back short (found by a user trial: counted as snap-truncated
+    packets, and the capture recorded as whole). The file is checked again and named as changed,
+    as one changed before the decode opened it is; the reads before the cut gave their bytes."""
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    packets = _table(_batches(path, True)).sort_by([(c, "ascending") for c in SORT_COLS])  # the read stage
+    files = PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)})
+    ats = [
+        (at, n)
+        for at, n in zip(packets["payload_at"].to_pylist(), packets["payload_len"].to_pylist())
+        if at and n
+    ]
+    first, last = min(ats), max(ats)
+    assert files.read(0, *first, False) == (CAP.read_bytes()[first[0] : first[0] + first[1]], False)
+    os.truncate(path, last[0] + 1)  # a rotation tool cuts it: the decode holds it open
+    assert files.read(0, *last, False) == (b"", True)
+    assert files.read(0, *first, False) == (b"", True)  # nothing more is taken from it
+    assert files.close() == {
+        0: f"changed while the run read it (size {st.st_size} -> {last[0] + 1}): "
+        "payload bytes after the read stage are missing"
+    }
