@@ -564,6 +564,50 @@ def _gone_since_found(todo: list) -> dict[str, tuple]:
     return out
 
 
+def _shrunk(lake: Lake, todo: list) -> dict[str, tuple]:
+    """path -> (input, why) of the plain captures now shorter than the capture last ingested from
+    their path, whose bytes begin with that capture's: every identity chunk wholly inside the file
+    hashes as the `inputs` row's `chunk_digests` say (the last, partial chunk cannot be checked:
+    the row keeps digests of whole chunks only). Such a file was cut short (a rotation tool, a
+    user shrinking it): decoding it would write its rows again beside that capture's, which hold
+    them and more. A file shorter than one chunk, or a capture recorded without digests (an
+    older lake), cannot be told from other content under the name, and is decoded as that."""
+    cands = [i for i in todo if i.kind in PLAIN_CAPTURES]
+    if not cands:
+        return {}
+    last = latest_by_path(r for r in lake.inputs_rows() if r["capture_id"] and r["status"] != "replaced")
+    out = {}
+    for i in cands:
+        r = last.get(i.path)
+        if r is None or not r.get("chunk_digests") or (r["size"] or 0) <= i.size or i.size < ID_CHUNK:
+            continue
+        want = r["chunk_digests"]
+        whole = i.size // ID_CHUNK
+        try:
+            got = chunk_digests(i.path, 0, whole * ID_CHUNK, whole * ID_CHUNK)
+        except OSError:
+            continue  # gone or cut again: _gone_since_found says so
+        if "".join(got[k].hex() for k in range(whole)) == want[: whole * 32]:
+            out[i.path] = (
+                i,
+                f"{SHRUNK} ({r['size']} -> {i.size} bytes): it begins with the capture ingested from "
+                f"it ({r['capture_id']}, run {r['run_id']}), whose rows are kept; not decoded",
+            )
+    return out
+
+
+# the `inputs.error` of a capture found shorter than the one ingested from its path, its bytes
+# that capture's first ones (_shrunk)
+SHRUNK = "cut short since it was ingested"
+# the capture kinds whose identity chunks hash the file's own bytes (not decompressed ones)
+PLAIN_CAPTURES = ("pcap", "pcapng")
+
+
+def _chunk_text(digests: dict[int, bytes]) -> str:
+    """An `inputs.chunk_digests` value: the digests in chunk order, hex."""
+    return "".join(digests[k].hex() for k in sorted(digests))
+
+
 def _unread_rows(gone: dict[str, tuple], summary: Summary, run_id: str, counted: bool = True) -> list[dict]:
     """The `inputs` rows (status error) of inputs the run could not read as it planned, each
     named in the summary: as unreadable where `counted` among its files, else as rejected."""
@@ -901,6 +945,26 @@ def ingest(
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
     summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
+    # a capture cut short since it was ingested (its whole chunks those of the capture ingested
+    # from its path): not decoded, the rows of that capture kept
+    shrunk = _shrunk(lake, todo)
+    if shrunk:
+        todo = [
+            dataclasses.replace(i, file_index=n)
+            for n, i in enumerate(i for i in todo if i.path not in shrunk)
+        ]
+        dups = _orphaned(dups, shrunk, summary)
+        for i, why in shrunk.values():
+            summary.errors.append((i.path, why))
+            # --skip-ingested passes it over while it stays so (and the filter and policy stay)
+            rejected.append(
+                {
+                    **_recorded_row(i, run_id, "error"),
+                    "error": why,
+                    "filter": summary.filter,
+                    "payload": summary.payload,
+                }
+            )
     # a file gone or cut short since discovery (a retention clean-up racing the run) is not read
     gone = _gone_since_found(todo)
     if gone:
@@ -1133,7 +1197,11 @@ class _Writing:
         """The run's `inputs` rows and the paths they replace the rows of (_inputs_record)."""
         before = self.lake.vantage_ends({i.capture_id for i in self.todo})
         rows = history + self.rejected
-        return _inputs_record(self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before)
+        plain = {i.file_index: i.size for i in self.todo if i.kind in PLAIN_CAPTURES}
+        chunks = {fi: _chunk_text(d) for fi, d in self.run.digests(plain).items()}
+        return _inputs_record(
+            self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before, chunks
+        )
 
 
 def _commit_staged(out, w: _Writing) -> list[dict]:
@@ -1210,11 +1278,20 @@ RECORD_ANOMALIES = {
 
 
 def _inputs_record(
-    todo, dups, extra: list[dict], run_id: str, stats: list[dict], summary: Summary, before: dict[str, int]
+    todo,
+    dups,
+    extra: list[dict],
+    run_id: str,
+    stats: list[dict],
+    summary: Summary,
+    before: dict[str, int],
+    chunks: dict[int, str] | None = None,
 ) -> tuple[list[dict], list[str]]:
     """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
     each input's status from its tasks' counters and fills the summary's file lists. `before`:
-    the vantage points of earlier runs and when they ended (Lake.vantage_ends)."""
+    the vantage points of earlier runs and when they ended (Lake.vantage_ends); `chunks`: the
+    plain captures' `chunk_digests` per file index (_chunk_text)."""
+    by_id = {i.capture_id: (chunks or {}).get(i.file_index) for i in todo}
     per_file = _per_file(stats)
     # each capture's vantage point, named by its first capture, or the earlier run's vantage
     # point it continues (vantage.groups)
@@ -1262,6 +1339,7 @@ def _inputs_record(
                 "payload": summary.payload,
                 "filtered": filtered.get(i.capture_id),
                 "vantage": places.get(i.capture_id, i.capture_id) if i.kind in inputs.CAPTURE_KINDS else None,
+                "chunk_digests": by_id.get(i.capture_id),
                 "date": today,
             }
             for i in recorded

@@ -219,6 +219,11 @@ INPUTS = [
     # (Lake.finish_derived); null: none computed (or a lake older than this column): the capture's
     # set is then the captures of its run (run_id)
     pa.field("derived_run", pa.string()),
+    # a plain capture's identity chunk digests (capture/files.py: blake2b-128 of each 8 MiB chunk,
+    # hex, in order; null for other inputs and in rows older than the column): a file later found
+    # shorter than this capture is checked against them (pipeline._shrunk: cut short, or other
+    # content under the name)
+    pa.field("chunk_digests", pa.string()),
 ]
 
 # Message journeys (brokerscope.journeys, `[journeys] enabled` / `ingest --journeys`; README

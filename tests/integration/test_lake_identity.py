@@ -536,3 +536,49 @@ def test_a_segment_recorded_under_the_id_of_its_bytes_alone_is_replaced_not_doub
     assert sorted((r["capture_id"], r["status"]) for r in got["inputs"]) == sorted(
         [(new_id, "ok"), (old_id, "replaced")]
     )
+
+
+def test_a_capture_cut_short_after_it_was_ingested_is_not_ingested_again(spark, tmp_path):
+    """A capture ingested whole, then cut short (a rotation tool, a user shrinking it; found by a
+    user trial: the shorter file was other content than the capture ingested from the path, and
+    its rows were written again beside that capture's: rows doubled). Its whole identity chunks
+    are those `inputs` recorded for that capture: it is named as cut short, not decoded, the
+    capture keeps its rows; exit 4 (nothing ingested); the next --skip-ingested run passes it by.
+    Other content of that length under the name is still a capture of its own."""
+    from brokerscope.capture.files import ID_CHUNK
+    from tests.support.synth import write_capture
+
+    cap = tmp_path / "caps" / "cap.pcap"
+    cap.parent.mkdir()
+    write_capture(str(cap), exchanges=20, target_bytes=ID_CHUNK + (2 << 20))
+    whole = capture_id(cap)
+    lake = tmp_path / "lake"
+    assert pipeline.ingest([str(cap.parent)], _settings(lake), spark=spark).exit_code() == 0
+    first = _rows(lake)
+    size = cap.stat().st_size
+    os.truncate(cap, ID_CHUNK + (1 << 20))
+    summary = pipeline.ingest([str(cap.parent)], _settings(lake), spark=spark, skip_ingested=True)
+    assert summary.exit_code() == 4
+    assert not [e for e in summary.capture_errors if "other content" in e], summary.capture_errors
+    assert summary.errors == [
+        (
+            str(cap),
+            f"cut short since it was ingested ({size} -> {ID_CHUNK + (1 << 20)} bytes): it begins with "
+            f"the capture ingested from it ({whole}, run {first['inputs'][0]['run_id']}), whose rows "
+            "are kept; not decoded",
+        )
+    ]
+    got = _rows(lake)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(first[t]), t
+    assert sorted((r["status"], r["capture_id"] or "", r["size"]) for r in got["inputs"]) == [
+        ("error", "", ID_CHUNK + (1 << 20)),
+        ("ok", whole, size),
+    ]
+    again = pipeline.ingest([str(cap.parent)], _settings(lake), spark=spark, skip_ingested=True)
+    assert again.exit_code() == 0 and not again.errors and again.skipped_already_ingested == [str(cap)]
+    # a file of that length whose first chunk differs (a ring buffer's next lap): its own capture
+    data = bytearray(cap.read_bytes())
+    data[ID_CHUNK // 2 : ID_CHUNK // 2 + 7] = b"REQUEST"
+    cap.write_bytes(data)
+    assert pipeline._shrunk(pipeline.Lake(str(lake)), [pipeline.inputs.discover([str(cap)]).inputs[0]]) == {}
