@@ -4,8 +4,8 @@
  * StreamDriver._columns gives, in its order) while each one is a packet `take` would accept for
  * the connection `tcp` (a TcpConnection) of 4-tuple `key` in capture `cid`: the same 4-tuple and
  * capture, its payload all there (bytes of payload_len, not snap-truncated), and take's own
- * tests (within the idle timeout, no packet of the connection held for the next (_held), no
- * SYN/FIN/RST, at its direction's next sequence number with nothing held, nothing left to record
+ * tests (within the idle timeout, no packets of the connection held for bytes they acknowledge
+ * (_held, None when none), no SYN/FIN/RST, at its direction's next sequence number with nothing held, nothing left to record
  * in the direction's state or history, an ACK that declares no gap and a window that is not
  * zero). It updates `tcp` as `take` would for each
  * packet taken, and stops at the first packet take would refuse, without touching it.
@@ -173,7 +173,7 @@ static PyObject *lane_run(PyObject *self, PyObject *args) {
         goto done;
     Py_DECREF(held);
     if (held != Py_None)
-        end = k; /* a packet held for the next one (TcpConnection.add): take nothing */
+        end = k; /* packets held for bytes they acknowledge (TcpConnection.add): take nothing */
     groups = PyList_New(0);
     if (groups == NULL)
         goto done;

@@ -22,6 +22,10 @@ CONTINUATION_WINDOW = 1 << 20
 # or a segment behind where its sender left off, is a replay of the connection (a capture of it
 # again, its times shifted: `editcap -t`, mergecap), not a copy of the earlier one.
 RTO_MAX_NS = 120_000_000_000
+# The most packets held for bytes the first of them acknowledges and the capture has not shown yet
+# (TcpConnection.add): a skew of that many packets between two merged capture points is undone;
+# tcp.max_reorder_bytes of their payload and tcp.reorder_timeout_s bound them too.
+HELD_MAX = 16
 
 # Endpoint states, as Zeek's TCP analyzer keeps them per endpoint (SYN_ACK_SENT, an originator
 # that sent a SYN+ACK, cannot happen here: the sender of a SYN+ACK is always the server).
@@ -172,9 +176,10 @@ class TcpConnection:
         self._syn_isn: list[int | None] = [None, None]  # seq of the SYN (no ACK) sent by lo, hi
         self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
         self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
-        # a packet acknowledging bytes its peer's direction has not shown yet, processed with
-        # the next packet (add): after it, where that packet brings the bytes
-        self._held: Packet | None = None
+        # a packet acknowledging bytes its peer's direction has not shown yet, and the packets of
+        # its direction captured after it, in capture order, waiting for those bytes (add); None
+        # when nothing waits (the compiled lane, tcp/_lane.c, takes nothing while it is not None)
+        self._held: list[Packet] | None = None
 
     def direction(self, from_lo: bool) -> Direction:
         return self.lo if from_lo else self.hi
@@ -232,32 +237,74 @@ class TcpConnection:
         """Process one packet; return the events it made available, in order: gaps in the other
         direction that its ACK made certain come first, then this direction's events.
 
-        A packet acknowledging bytes the other direction has not shown yet waits for the next
-        packet (`_held`): when that one brings bytes of the hole (captured after their ACK: two
-        interfaces or a NIC's queues merged out of order), it goes first, and so do those after
-        it while the hole lasts; else the held packet goes first, its events in the order they
-        always had."""
+        A packet acknowledging bytes the other direction has not shown yet waits (`_held`), and
+        the packets of its direction after it wait with it. When a packet of the other direction
+        brings bytes of the hole (captured after their ACK: two interfaces or a NIC's queues
+        merged out of order, with a skew of one packet or several), it goes first, then the held
+        packets in capture order, up to one that still acknowledges bytes not shown. Else the
+        hole is declared: the first held packet's gap and events, then the others', in the order
+        they always had, before a packet of the other direction that does not fill the hole, a
+        SYN, FIN or RST, or a packet that would pass the bound of the held ones: HELD_MAX
+        packets, tcp.max_reorder_bytes of their payload, tcp.reorder_timeout_s after the first."""
         held = self._held
         if held is None:
             if self._acks_unseen(pkt):
-                self._held, self.last_ts = pkt, pkt.ts_ns
+                self._held, self.last_ts = [pkt], pkt.ts_ns
                 return []
             return self._add(pkt)
-        ro = (self.hi if held.from_lo else self.lo).reasm  # the direction it acknowledges
-        if (
-            pkt.from_lo != held.from_lo
-            and pkt.payload_len
-            and _into(pkt.seq, pkt.payload_len, ro._nseq, held.ack)
-        ):
-            events = self._add(pkt)  # bytes of the hole, captured after their ACK
-            if not self._acks_unseen(held):
-                self._held = None
-                events += self._add(held)
-                self.last_ts = pkt.ts_ns
-            return events
-        self._held = None
-        events = self._add(held)
-        events += self.add(pkt)
+        events = self._add_held(pkt, held)
+        self.last_ts = pkt.ts_ns
+        return events
+
+    def _add_held(self, pkt: Packet, held: list[Packet]) -> list[Event]:
+        """`add` while `held` (`_held`: packets of one direction in capture order, the first
+        acknowledging bytes of the other not shown yet) waits."""
+        events: list[Event] = []
+        while True:
+            first = held[0]
+            if pkt.from_lo != first.from_lo:
+                if pkt.payload_len and self._fills(pkt, held):
+                    events += self._add(pkt)  # bytes of the hole, captured after their ACK
+                    events += self._release(held)
+                    return events
+            elif (
+                not pkt.flags & _SYN_FIN_RST
+                and len(held) < HELD_MAX
+                and pkt.ts_ns - first.ts_ns <= self.lo.reasm.reorder_timeout_ns
+                and sum(h.payload_len for h in held) + pkt.payload_len <= self.lo.reasm.max_reorder_bytes
+            ):
+                held.append(pkt)
+                return events
+            # the hole is declared: the first held packet goes, its gap first, then those after it
+            # that wait for nothing; then this packet, as if they had not been held
+            del held[0]
+            events += self._add(first)
+            events += self._release(held)
+            if self._held is None:
+                events += self.add(pkt)
+                return events
+            held = self._held
+
+    def _fills(self, pkt: Packet, held: list[Packet]) -> bool:
+        """Does `pkt`, of the other direction than `held`'s, bring bytes of the hole a held
+        packet acknowledges, and acknowledge none of the bytes held packets bring (it was sent
+        before them: a late packet, not a retransmission)?"""
+        x, y = (self.lo.reasm, self.hi.reasm) if pkt.from_lo else (self.hi.reasm, self.lo.reasm)
+        nseq, n = x._nseq, pkt.payload_len
+        if not any(self._acks_unseen(h) and _into(pkt.seq, n, nseq, h.ack) for h in held):
+            return False
+        return not self._acks_unseen(pkt) or not any(
+            h.payload_len and _into(h.seq, h.payload_len, y._nseq, pkt.ack) for h in held
+        )
+
+    def _release(self, held: list[Packet]) -> list[Event]:
+        """The events of the held packets, from the first, while they acknowledge nothing unseen
+        (a packet that does is the first held now); `_held` is None once none is left."""
+        events: list[Event] = []
+        while held and not self._acks_unseen(held[0]):
+            events += self._add(held.pop(0))
+        if not held:
+            self._held = None
         return events
 
     def _acks_unseen(self, pkt: Packet) -> bool:
@@ -345,7 +392,12 @@ class TcpConnection:
     def finish(self) -> list[Event]:
         """End of the connection (or of the capture): flush both directions, lo first."""
         held, self._held = self._held, None
-        events = self._add(held) if held is not None else []
+        events: list[Event] = []
+        if held is not None:  # the hole declared, the held packets' events in capture order
+            last = self.last_ts
+            for pkt in held:
+                events += self._add(pkt)
+            self.last_ts = last
         events += self.lo.reasm.flush(self.last_ts)
         events.extend(self.hi.reasm.flush(self.last_ts))
         return events

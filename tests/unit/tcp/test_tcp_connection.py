@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from brokerscope.tcp import ACK, FIN, PSH, RST, SYN, Packet, TcpConnection, canonical_key
+from brokerscope.tcp.connection import HELD_MAX
 
 MASK = 0xFFFFFFFF
 REPO = Path(__file__).resolve().parents[3]
@@ -126,6 +127,35 @@ def test_a_response_captured_before_the_request_it_acknowledges_comes_after_it()
     conn2.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req1", ts=10))
     assert conn2.add(pkt(False, S_ISN + 1, C_ISN + 13, ACK | PSH, b"resp", ts=11)) == []
     assert conn2.finish() == [("gap", True, 8, 11), ("data", False, b"resp", 11, 0)]
+
+
+def test_packets_acknowledging_a_late_segment_wait_for_it_and_come_after_it_in_order():
+    """More skew: the request's last segment is in the file after three of the server's packets
+    (its answer in three pieces): the segment goes first, the held packets after it in capture
+    order; past the bound of held packets the hole is a gap before the first held packet, as it
+    always was."""
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req1", ts=10))
+    assert conn.add(pkt(False, S_ISN + 1, C_ISN + 13, ACK | PSH, b"re", ts=11)) == []
+    assert conn.add(pkt(False, S_ISN + 3, C_ISN + 13, ACK | PSH, b"sp", ts=12)) == []
+    assert conn.add(pkt(False, S_ISN + 5, C_ISN + 13, ACK | PSH, b"!", ts=13)) == []
+    ev = conn.add(pkt(True, C_ISN + 5, S_ISN + 1, ACK | PSH, b"req2 end", ts=14))
+    assert ev == [
+        ("data", True, b"req2 end", 14, 0),
+        ("data", False, b"re", 11, 0),
+        ("data", False, b"sp", 12, 0),
+        ("data", False, b"!", 13, 0),
+    ]
+    assert conn.gap_count == 0 and conn.retransmitted_bytes == 0 and conn._held is None
+    assert conn.last_ts == 14 and conn.lo.packets == 4 and conn.hi.packets == 4
+    # the bound: HELD_MAX packets wait, the next one declares the gap before the first of them
+    conn, _ = handshake()
+    conn.add(pkt(True, C_ISN + 1, S_ISN + 1, ACK | PSH, b"req1", ts=10))
+    for i in range(HELD_MAX):
+        assert conn.add(pkt(False, S_ISN + 1 + i, C_ISN + 13, ACK | PSH, b"r", ts=11 + i)) == []
+    ev = conn.add(pkt(False, S_ISN + 1 + HELD_MAX, C_ISN + 13, ACK | PSH, b"!", ts=99))
+    assert ev[0] == ("gap", True, 8, 11) and len(ev) == HELD_MAX + 2 and ev[-1][2] == b"!"
+    assert conn._held is None
 
 
 def test_half_close_then_data_from_the_other_side():
