@@ -257,18 +257,42 @@ class Framer:
         self._not_a_frame(NotAFrame(reason, passed=1))
         return True
 
+    def reread_if_cut(self, why: str) -> bool:
+        """At the connection's end or a capture gap (call it before `close` or `gap`): whether
+        the frame at the head of the buffer, still short of its size, holds a credible frame
+        start past its first byte (a size field hit by damage, larger: the frame waits for bytes
+        that never come, and the frames it holds would be lost with it in one truncated or gap
+        record). If so, from its start to the next credible frame start the bytes are one
+        malformed Junk with `why` (and the bytes held, the size declared), and `next` gives the
+        frames after it; call it again once `next` gives None (a second damaged frame)."""
+        b = self.buf
+        if self.skip or self.resync or len(b) <= max(self.rules.hunt_len, self.rules.head_len):
+            return False
+        if not self._holds_start(b):
+            return False
+        size = self.rules.size(b)
+        self.rules.reset()  # no walk of the frame that was at the head
+        declared = f" of the {size} its size declares" if size.__class__ is int and size > len(b) else ""
+        self._short = None
+        self._not_a_frame(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=1))
+        return True
+
     def _swallowed(self, frame: Frame) -> bool:
         """Does a credible frame start (Rules.judge: confirmed) lie inside `frame`, past its first
         byte?"""
-        rules = self.rules
         whole = StreamBuffer()
-        whole.append(rules.prefix(frame.data) + frame.data, frame.ts_first)
+        whole.append(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
+        return self._holds_start(whole)
+
+    def _holds_start(self, buf: StreamBuffer) -> bool:
+        """Does a credible frame start (Rules.judge: confirmed) lie in `buf` past its first byte?"""
+        rules = self.rules
         jumps = self._jump is not None
-        data, last, i = whole.data, len(whole) - rules.hunt_len, 1
+        data, last, i = buf.data, len(buf) - rules.hunt_len, 1
         try:
             while i <= last:
                 if jumps:
-                    i = max(i, rules.jump(whole, i) or i)
+                    i = max(i, rules.jump(buf, i) or i)
                     if i > last:
                         return False
                 if rules.judge(data, i) == CONFIRMED:

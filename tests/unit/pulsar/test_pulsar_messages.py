@@ -211,3 +211,67 @@ def test_a_damaged_total_size_does_not_swallow_the_frames_after_it(chunk):
     assert bad["decode_status"] == "malformed" and "its size damaged" in bad["decode_error"]
     assert bad["size"] == len(sends[3])
     assert sorted(m["sequence"] for m in out["messages"]) == [i for i in range(120) if i != 3]
+
+
+def _sends(n: int) -> list[bytes]:
+    """`n` SENDs of producer 1, sequence ids 0 .. n-1, each with its checksum."""
+    out = []
+    for i in range(n):
+        md = pb.MessageMetadata(producer_name="prod-A", sequence_id=i, publish_time=1_700_000_000_000)
+        out.append(_send(md, f"value-{i}".encode(), seq=i))
+    return out
+
+
+def _damaged(frame: bytes, bit: int = 0x10) -> bytes:
+    """`frame` with one bit of its total_size flipped (0x10: + 4096, 0x01: + 256)."""
+    out = bytearray(frame)
+    out[2] ^= bit
+    return bytes(out)
+
+
+def _receipt(seq: int) -> bytes:
+    """A commands-only frame (no magic, no checksum): the SEND_RECEIPT of producer 1's `seq`."""
+    c = pb.BaseCommand(type=T.SEND_RECEIPT)
+    c.send_receipt.producer_id, c.send_receipt.sequence_id = 1, seq
+    c.send_receipt.message_id.ledger_id, c.send_receipt.message_id.entry_id = 9, seq
+    return framing.encode_frame(c)
+
+
+def _accounted(out: dict, direction: str) -> int:
+    """Bytes of `direction` its commands rows span (every byte in exactly one row)."""
+    return sum(r["size"] for r in out["commands"] if r["direction"] == direction)
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_a_damaged_total_size_that_runs_past_the_end_of_the_connection_loses_no_frame(chunk):
+    """A SEND near the end whose total_size says 4096 bytes more than the connection holds:
+    it waited for bytes that never came, and at the close the 9 SENDs after it were one
+    `truncated` row. Now it is one malformed row, the frames after it read as they are."""
+    sends = _sends(120)
+    sends[110] = _damaged(sends[110])
+    out = run([("c2s", F.PRODUCER)] + [("c2s", s) for s in sends], chunk=chunk)
+    sent = [r for r in out["commands"] if r["command"] == "SEND"]
+    assert len(sent) == 119 and all(r["decode_status"] == "ok" for r in sent)
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and bad["command"] is None
+    assert "runs past the end of the connection" in bad["decode_error"]
+    assert "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(sends[110])
+    assert sorted(m["sequence"] for m in out["messages"]) == [i for i in range(120) if i != 110]
+    assert _accounted(out, "c2s") == len(F.PRODUCER) + sum(map(len, sends))
+
+
+def test_a_damaged_total_size_that_runs_past_a_capture_gap_loses_no_frame():
+    """The same damage followed by a capture gap: the gap was taken to end inside the damaged
+    frame, one `gap` row spanning its 4 KiB, the frames in it and after the gap lost. Now the
+    frames it holds are read, then the gap is a gap."""
+    sends = _sends(120)
+    sends[40] = _damaged(sends[40])
+    feeds = [("c2s", F.PRODUCER)] + [("c2s", s) for s in sends[:51]] + [("gap", ("c2s", len(sends[51])))]
+    out = run(feeds + [("c2s", s) for s in sends[52:]])
+    assert sorted(m["sequence"] for m in out["messages"]) == [i for i in range(120) if i not in (40, 51)]
+    [bad, gap] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "runs past a capture gap" in bad["decode_error"]
+    assert bad["size"] == len(sends[40])
+    assert gap["decode_status"] == "gap" and gap["size"] == len(sends[51])
+    assert _accounted(out, "c2s") == len(F.PRODUCER) + sum(map(len, sends))

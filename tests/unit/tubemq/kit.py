@@ -57,11 +57,14 @@ def exception(serial: int, name: str, trace: str, status: int = 1) -> bytes:
 
 
 def run(conv, chunks, ts0: int = 1_700_000_000_000_000_000, step: int = 1000, close: bool = True):
-    """Feed (direction, bytes) chunks `step` ns apart; rows grouped by table, checked against the
-    table schemas (tests.support.drive)."""
+    """Feed (direction, bytes) chunks `step` ns apart (("gap", (direction, nbytes)): a capture
+    gap); rows grouped by table, checked against the table schemas (tests.support.drive)."""
     d = Drive(conv)
     for i, (direction, data) in enumerate(chunks):
-        d.feed(direction, data, ts=ts0 + i * step)
+        if direction == "gap":
+            d.gap(*data, ts=ts0 + i * step)
+        else:
+            d.feed(direction, data, ts=ts0 + i * step)
     if close:
         d.close()
     return d.tables(fill=False)

@@ -6,6 +6,8 @@ import json
 import struct
 import zlib
 
+import pytest
+
 from brokerscope import tables
 from brokerscope.protocols.base import C2S, S2C, PayloadPolicy
 from brokerscope.protocols.tubemq import PROTOCOL
@@ -313,22 +315,70 @@ def test_topic_info_parser_keeps_odd_entries():
     assert t["partition_count"] == 2 and "max_msg_size" not in t
 
 
+def _p2b_requests(n: int) -> list[bytes]:
+    """`n` sendMessageP2B requests, serials 1 .. n."""
+    sends = []
+    for i in range(1, n + 1):
+        data = _attr_data(b"x=1", f"payload-{i}".encode())
+        sends.append(request(i, 3, 13, _p2b(data, tube_checksum(data))))
+    return sends
+
+
+def _damaged(frame: bytes) -> bytes:
+    """`frame` with one bit of its first block's length (after the 12-byte header) flipped: + 4096."""
+    damaged = bytearray(frame)
+    (length,) = struct.unpack_from(">I", damaged, 12)
+    struct.pack_into(">I", damaged, 12, length | 0x1000)
+    return bytes(damaged)
+
+
 def test_a_damaged_block_length_does_not_swallow_the_frames_after_it():
     """One flipped bit of a sendMessageP2B's block length (found by a user trial: 78 -> 4174 made
     it an `ok` row with 4096 trailing bytes, and the 44 requests after it were gone): the frame
     whose RPC message leaves bytes that hold frame starts is one malformed row, every frame after
     it is read. Each frame comes in a packet of its own, as clients send them."""
-    sends = []
-    for i in range(1, 121):
-        data = _attr_data(b"x=1", f"payload-{i}".encode())
-        sends.append(request(i, 3, 13, _p2b(data, tube_checksum(data))))
-    damaged = bytearray(sends[10])
-    (length,) = struct.unpack_from(">I", damaged, 12)  # the first block's length, after the header
-    struct.pack_into(">I", damaged, 12, length | 0x1000)
-    sends[10] = bytes(damaged)
+    sends = _p2b_requests(120)
+    sends[10] = _damaged(sends[10])
     out = run(new_conv(), [(C2S, s) for s in sends])
     ok = sorted(r["correlation_id"] for r in out["commands"] if r["decode_status"] == "ok")
     assert ok == [i for i in range(1, 121) if i != 11]
     [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
     assert bad["decode_status"] == "malformed" and "a block length damaged" in bad["decode_error"]
     assert len(out["messages"]) == 119
+
+
+@pytest.mark.parametrize("damaged", [(115,), (115, 116)])
+def test_a_damaged_block_length_that_runs_past_the_end_of_the_connection_loses_no_frame(damaged):
+    """A request near the end whose block length says 4096 bytes more than the connection holds
+    (one, or two in a row): it waited for bytes that never came, and at the close it and the
+    requests after it were one `truncated` row. Now each damaged frame is one malformed row, the
+    frames after it read as they are."""
+    sends = _p2b_requests(120)
+    for i in damaged:
+        sends[i] = _damaged(sends[i])
+    out = run(new_conv(), [(C2S, s) for s in sends])
+    ok = sorted(r["correlation_id"] for r in out["commands"] if r["decode_status"] == "ok")
+    assert ok == [i for i in range(1, 121) if i - 1 not in damaged]
+    bad = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert [r["decode_status"] for r in bad] == ["malformed"] * len(damaged)
+    assert all("runs past the end of the connection" in r["decode_error"] for r in bad)
+    assert [r["size"] for r in bad] == [len(sends[i]) for i in damaged]
+    assert len(out["messages"]) == 120 - len(damaged)
+    assert sum(r["size"] for r in out["commands"]) == sum(map(len, sends))
+
+
+def test_a_damaged_block_length_that_runs_past_a_capture_gap_loses_no_frame():
+    """The same damage followed by a capture gap: the gap was taken to end inside the damaged
+    frame, one `gap` row spanning its 4 KiB, the frames in it and after the gap lost. Now the
+    frames it holds are read, then the gap is a gap."""
+    sends = _p2b_requests(120)
+    sends[40] = _damaged(sends[40])
+    feeds = [(C2S, s) for s in sends[:51]] + [("gap", (C2S, len(sends[51])))] + [(C2S, s) for s in sends[52:]]
+    out = run(new_conv(), feeds)
+    ok = sorted(r["correlation_id"] for r in out["commands"] if r["decode_status"] == "ok")
+    assert ok == [i for i in range(1, 121) if i not in (41, 52)]
+    [bad, gap] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "runs past a capture gap" in bad["decode_error"]
+    assert bad["size"] == len(sends[40])
+    assert gap["decode_status"] == "gap" and gap["size"] == len(sends[51])
+    assert sum(r["size"] for r in out["commands"]) == sum(map(len, sends))

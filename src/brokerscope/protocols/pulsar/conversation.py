@@ -122,16 +122,29 @@ class PulsarConversation(Conversation):
         fr = self.framer[direction]
         if fr.push(data, ts_ns):
             return rows  # a frame still short of its size
+        self._drain(direction, rows)
+        return sanitize(rows)
+
+    def _drain(self, direction: str, rows: list[Row], cut: str | None = None) -> None:
+        """The rows of what the framer gives now. `cut`: the connection ended or a gap came (the
+        event, said in the reason): a frame short of its size that holds frame starts first
+        gives them (Framer.reread_if_cut: its size damaged)."""
+        fr = self.framer[direction]
         try:
-            while (item := fr.next()) is not None:
-                if isinstance(item, Junk):
-                    rows.append(self._junk_row(direction, item))
-                else:
-                    self._frame(direction, item.data, item.offset, item.ts_first, item.ts_last, rows, item)
+            while True:
+                while (item := fr.next()) is not None:
+                    if isinstance(item, Junk):
+                        rows.append(self._junk_row(direction, item))
+                    else:
+                        self._frame(
+                            direction, item.data, item.offset, item.ts_first, item.ts_last, rows, item
+                        )
+                why = f"runs past {cut} and frames start inside it: its size damaged"
+                if cut is None or not fr.reread_if_cut(why):
+                    return
         except Exception as e:  # never raise out of the decoder: drop what is buffered
             off, n, ts = fr.drop_all()
             rows.append(error_row(direction, off, n, base.MALFORMED, f"decoder error: {e!r}", ts))
-        return sanitize(rows)
 
     def _junk_row(self, d: str, j: Junk) -> Row:
         """A row for bytes that are not a whole frame. Only an oversize frame's header or an
@@ -154,6 +167,7 @@ class PulsarConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
+        self._drain(direction, rows, f"a capture gap of {nbytes} bytes")
         try:
             junks, _ = self.framer[direction].gap(nbytes, ts_ns)
             rows.extend(self._junk_row(direction, j) for j in junks)
@@ -165,6 +179,7 @@ class PulsarConversation(Conversation):
         rows: list[Row] = []
         try:
             for d in (C2S, S2C):
+                self._drain(d, rows, "the end of the connection")
                 rows.extend(self._junk_row(d, j) for j in self.framer[d].close())
             # produce rows still waiting for a receipt, then unanswered requests
             for (_pid, seq), ps in self.sends.drain():

@@ -129,6 +129,7 @@ class TubeMQConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         fr = self.framer[direction]
+        self._drain(direction, f"a capture gap of {nbytes} bytes")
         try:
             junk, _ = fr.gap(nbytes, ts_ns)
         except Exception as e:  # never raise out of the decoder
@@ -141,7 +142,7 @@ class TubeMQConversation(Conversation):
 
     def close(self) -> list[Row]:
         for direction, fr in self.framer.items():
-            self._drain(direction)
+            self._drain(direction, "the end of the connection")
             try:
                 junk = fr.close()
             except Exception as e:
@@ -156,11 +157,18 @@ class TubeMQConversation(Conversation):
 
     # -- framing ------------------------------------------------------------------------------
 
-    def _drain(self, direction: str) -> None:
+    def _drain(self, direction: str, cut: str | None = None) -> None:
+        """The rows of what the framer gives now. `cut`: the connection ended or a gap came (the
+        event, said in the reason): a frame short of its size that holds frame starts first
+        gives them (Framer.reread_if_cut: a block length damaged)."""
         fr = self.framer[direction]
         while True:
             try:
                 item = fr.next()
+                if item is None and cut is not None:
+                    why = f"runs past {cut} and frames start inside it: a block length damaged"
+                    if fr.reread_if_cut(why):
+                        continue
             except Exception as e:  # a bug must not stop the connection: drop what is buffered
                 off, n, ts = fr.drop_all()
                 self._error_row(direction, off, n, ts, f"internal framing error: {e!r}")
