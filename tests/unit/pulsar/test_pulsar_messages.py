@@ -275,3 +275,49 @@ def test_a_damaged_total_size_that_runs_past_a_capture_gap_loses_no_frame():
     assert bad["size"] == len(sends[40])
     assert gap["decode_status"] == "gap" and gap["size"] == len(sends[51])
     assert _accounted(out, "c2s") == len(F.PRODUCER) + sum(map(len, sends))
+
+
+@pytest.mark.parametrize(
+    ("at", "bit", "why"),
+    [(3, 0x01, "bytes after its SEND_RECEIPT command"), (115, 0x10, "runs past the end")],
+)
+def test_a_damaged_total_size_of_a_frame_without_a_checksum_does_not_swallow_the_frames_after_it(
+    at, bit, why
+):
+    """A SEND_RECEIPT has no magic and no CRC, so a damaged total_size (+256: it took the next 11
+    receipts into a `payload` that failed as metadata) was found by nothing. A commands-only frame
+    is 4 + command_size bytes and its command parses to its end: bytes after it that hold frame
+    starts are the frames after it. Near the end (+4096), it runs past the connection's end too."""
+    sends = _sends(120)
+    receipts = [_receipt(i) for i in range(120)]
+    receipts[at] = _damaged(receipts[at], bit)
+    feeds = [("c2s", F.PRODUCER), ("s2c", F.PRODUCER_SUCCESS)] + [("c2s", s) for s in sends]
+    out = run(feeds + [("s2c", r) for r in receipts])
+    got = [r for r in out["commands"] if r["command"] == "SEND_RECEIPT"]
+    assert len(got) == 119 and all(r["decode_status"] == "ok" for r in got)
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and bad["direction"] == "s2c"
+    assert why in bad["decode_error"] and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(receipts[at])
+    assert sorted(a["sequence"] for a in out["acks"]) == [i for i in range(120) if i != at]
+    assert _accounted(out, "s2c") == len(F.PRODUCER_SUCCESS) + sum(map(len, receipts))
+
+
+@pytest.mark.parametrize("bit", [0x01, 0x10])
+@pytest.mark.parametrize("n", [12, 120])
+def test_two_damaged_frames_in_a_row_near_the_start_lose_only_themselves(n, bit):
+    """A connection's PRODUCER (commands-only) and first SEND with their total_size damaged: the
+    PRODUCER took the SENDs after it (no checksum said so), and with a few SENDs only, the two ran
+    past the connection's end: nothing after the CONNECT was read. Now both are one malformed
+    row, every SEND after them decoded."""
+    sends = _sends(n)
+    feeds = [F.CONNECT, _damaged(F.PRODUCER, bit), _damaged(sends[0], bit)] + sends[1:]
+    out = run([("c2s", f) for f in feeds])
+    assert [r["command"] for r in out["commands"] if r["decode_status"] == "ok"] == ["CONNECT"] + ["SEND"] * (
+        n - 1
+    )
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(F.PRODUCER) + len(sends[0])
+    assert sorted(m["sequence"] for m in out["messages"]) == list(range(1, n))
+    assert _accounted(out, "c2s") == sum(map(len, feeds))

@@ -91,6 +91,21 @@ class Event:
     rows: list[Row]  # where the frame's rows go
 
 
+def _swallow_sign(pf: ParsedFrame, n: int) -> str | None:
+    """What says a frame (`n` bytes after its total_size) may hold the frames after it, its
+    total_size damaged, or None: a checksum that fails (SEND, MESSAGE), or bytes after the command
+    of a frame of a known type that carries none (every other command: its total_size is 4 +
+    command_size, its BaseCommand parses to its end), or a command that does not parse."""
+    if pf.checksum_ok is False:
+        return "fails its checksum"
+    if pf.cmd is None:
+        return "its command does not parse"
+    t = pf.type_code
+    if pf.has_payload_section and t in framing.TYPE_NAMES and t not in framing.PAYLOAD_TYPES:
+        return f"{n - 4 - pf.cmd_size} bytes after its {pf.type_name} command, which carries no payload"
+    return None
+
+
 class PulsarConversation(Conversation):
     """Frames both directions; pairs requests, sends and deliveries with their answers."""
 
@@ -217,9 +232,10 @@ class PulsarConversation(Conversation):
         """A frame's rows (`item`: the Frame it came as, to be read again should it have
         swallowed the frames after it)."""
         pf = framing.parse_frame(frame, self.ctx.payload.checksums_kept)
-        if pf.checksum_ok is False and item is not None:
-            why = "fails its checksum, and frames start inside it: its size damaged"
-            if self.framer[d].reread_if_swallowed(item, why):
+        if item is not None and (why := _swallow_sign(pf, len(frame))) is not None:
+            if self.framer[d].reread_if_swallowed(
+                item, f"{why}, and frames start inside it: its size damaged"
+            ):
                 return
         row = {
             "ts_ns": ts,
