@@ -69,6 +69,8 @@
 #define EPB_MIN 32        /* EPB_HEAD and the trailing length */
 #define EPB_TYPE 6
 #define MAX_BLOCK (16 * 1024 * 1024) /* reader.MAX_BLOCK */
+#define DAY_S 86400                  /* reader.DAY */
+#define MAX_LINK_HEADER 64           /* reader.MAX_LINK_HEADER */
 #define NS 1000000000LL
 
 #define V6_CACHE 256      /* IPv6 names kept, by a hash of the address */
@@ -540,6 +542,18 @@ static PyObject *Packets_pcap(Packets *s, PyObject *const *args, Py_ssize_t narg
         if ((int64_t)cl > s->seq_lim || (int64_t)frac >= s->fmax) break; /* resync: reader.py */
         Py_ssize_t q = w.p + PCAP_RECORD + cl;
         if (q > w.L) break; /* more data, or a cut record: reader.py */
+        /* no longer than its frame (but for a link header), and the header after it credible:
+         * caplen and fraction in bounds, a time within a day (else the record's caplen may be
+         * damaged, or the file ends: reader.py judges it) */
+        if ((int64_t)cl > (int64_t)ol + MAX_LINK_HEADER || w.L - q < PCAP_RECORD) break;
+        uint32_t nsec = le32(buf + q), nfrac = le32(buf + q + 4), ncl = le32(buf + q + 8);
+        if (s->swapped) {
+            nsec = __builtin_bswap32(nsec);
+            nfrac = __builtin_bswap32(nfrac);
+            ncl = __builtin_bswap32(ncl);
+        }
+        if ((int64_t)ncl > s->seq_lim || (int64_t)nfrac >= s->fmax) break;
+        if ((int64_t)nsec - sec > DAY_S || (int64_t)sec - nsec > DAY_S) break;
         int64_t ts = (int64_t)sec * NS + (int64_t)frac * s->mult;
         Seg g;
         int fltr = ts < s->lo || ts >= s->hi;

@@ -47,6 +47,10 @@ CUT_SPAN = 366 * DAY
 REF_REACH = 1 << 20
 _CHUNK = 4 * 1024 * 1024  # gzip: decompressed bytes read at a time
 _NEED = -2  # chain check: more data needed to decide
+# gzip: the decompressed bytes past a pcap record whose next header is not credible that must be at
+# hand to tell whether a credible record starts inside it (a resync that may prefer a chain up to
+# REF_REACH past the first one, and its chain of records)
+_AHEAD = REF_REACH + 2 * CHAIN * (16 + MAX_CAPLEN)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -492,19 +496,45 @@ def _read_pcap(
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
                 p = q
                 continue
+            q = p + 16 + cl
+            if q + 16 > L and not eof:  # the record and the header after it
+                p = win.more(p, 32 + cl)
+                buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                continue
+            if q != L and (
+                q + 16 > L
+                or cl > ol + MAX_LINK_HEADER
+                or (nx := hdr(buf, q))[2] > seq_lim
+                or nx[1] >= fmax
+                or nx[0] - s > DAY
+                or s - nx[0] > DAY
+            ):
+                # the record is longer than its frame on the wire, or does not end where a
+                # credible header (its caplen and fraction in bounds, its time within a day) or
+                # the end of the file does: its caplen is damaged where a credible record starts
+                # inside it (the resync rule a split's start applies), which is skipped to there;
+                # else a cut last record, or a sound one with damage or a jump in time after it
+                # (the next header says which)
+                if not eof and L - p < 16 + cl + _AHEAD:  # a gzip window: the bytes to judge by
+                    p = win.more(p, 16 + cl + _AHEAD)
+                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
+                    continue
+                r = _pcap_resync(win if eof else _FixedWindow(buf), p + 1, hdr, lim, fmax, last_s, slack, t0)
+                if 0 <= r < q:
+                    dec.error(f"bad record header at offset {rec} (caplen {cl}, origlen {ol})")
+                    dec.malformed += 1
+                    dec.damaged += r - p
+                    dec.error(f"resynced at offset {base + r} (skipped {r - p} bytes)")
+                    p = r
+                    continue
+                if q > L:
+                    dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
+                    dec.damaged += L - p
+                    break
             if cl > ol:  # read as captured, like tshark and scapy; counted per input
                 dec.caplen_over_origlen += 1
             if cl > snaplen > 0:  # likewise
                 dec.caplen_over_snaplen += 1
-            q = p + 16 + cl
-            if q > L:
-                if not eof:
-                    p = win.more(p, 16 + cl)
-                    buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
-                    continue
-                dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
-                dec.damaged += L - p
-                break
             ts = s * 1_000_000_000 + f * mult
             if tmin is None or ts < tmin:
                 tmin = ts
@@ -893,6 +923,7 @@ def _read_pcapng(
                         rows = dec.rows
                     continue
             bad = None
+            found = None  # where a resync already landed
             if t == SHB:
                 o2 = _shb_order(buf, p, L)
                 if o2 is None:
@@ -909,15 +940,25 @@ def _read_pcapng(
                         p = win.more(p, n)
                         buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                         continue
-                    dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
-                    dec.damaged += L - p
-                    break
-                if od.u32(buf, p + n - 4)[0] != n:
+                    # a cut last block, or a damaged length: where a credible block follows
+                    # (the resync rule a split's start applies), the block is damage skipped
+                    # to there, else the file was cut
+                    found = _ng_resync(win, p + 1, od)  # at the end of the data: no slide
+                    if found[0] < 0:
+                        dec.error(f"truncated block at offset {rec} (needs {n} bytes, {L - p} left)")
+                        dec.damaged += L - p
+                        break
+                    bad = f"bad block length {n}"
+                elif od.u32(buf, p + n - 4)[0] != n:
                     bad = "trailing block length differs"
             if bad is not None:
-                dec.error(f"{bad} at offset {rec}")
+                if found is None:
+                    dec.error(f"{bad} at offset {rec}")
+                    q, od2 = _ng_resync(win, p + 1, od)
+                else:
+                    dec.error(f"{bad} at offset {rec} (past the end of the file: {L - p} bytes left)")
+                    q, od2 = found
                 dec.malformed += 1
-                q, od2 = _ng_resync(win, p + 1, od)
                 buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
                 if q < 0:
                     _unsynced(dec, rec, base + L)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from brokerscope.capture import capture_id, identify, parse_stats, plan_splits, read_split
+from brokerscope.capture import Split, capture_id, identify, parse_stats, plan_splits, read_split
 from brokerscope.capture.files import FrameNumbers
 
 # ------------------------------------------------------------------------------------------------
@@ -132,16 +132,22 @@ ROW_COLS = (
 )
 
 
-def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, **kw):
+def read_path(path: str, split_size: int = 0, batch_packets: int = 8192, bounds=None, **kw):
     """(rows as dicts in file order, list of stats dicts — one per split). Each row also has
     `frame`: its frame number in the file, from the splits' record numbers and counts as the
-    decode stage computes it (capture.files.FrameNumbers)."""
+    decode stage computes it (capture.files.FrameNumbers). `bounds`: the offsets where splits
+    begin, other than 0 (instead of `split_size`)."""
     kind = identify(path)
     cid = capture_id(path)
     rows: list[dict] = []
     stats: list[dict] = []
     read = []
-    for sp in plan_splits(path, 0, cid, kind, split_size):
+    if bounds is None:
+        splits = plan_splits(path, 0, cid, kind, split_size)
+    else:
+        cuts = [0, *sorted(bounds), Path(path).stat().st_size]
+        splits = [Split(path, cid, 0, kind, a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+    for sp in splits:
         batches = list(read_split(sp, batch_packets=batch_packets, **kw))
         st = parse_stats(batches[-1])
         assert st is not None, "the last batch of a split must be its stats"
