@@ -7,7 +7,9 @@
  *
  *   pcap(buf, p, base, end, records, nbytes, cut, bp) and epb(...) walk records from buf[p] and
  *   take every record this file handles completely: a record header within the data, a caplen
- *   within its bounds and the record within the data, then Ethernet (802.1Q / 802.1ad tags),
+ *   within its bounds and the record within the data (pcap: no longer than its frame but for a
+ *   link header, and followed by a credible header in the data: else its caplen may be damaged),
+ *   then Ethernet (802.1Q / 802.1ad tags),
  *   Linux SLL / SLL2, BSD null / loopback or raw IP, IPv4 not a fragment or IPv6 without extension
  *   headers, and a whole TCP header. They stop at the first record that is anything else (bad or
  *   cut record headers, fragments, UDP, other transports and link types, malformed IP or TCP

@@ -8,7 +8,10 @@ the data is in it (`eof`).
 A split owns the records whose first byte lies in [start, end). When `start` is not the head of the
 file the reader resyncs: it learns byte order, link type and time resolution from the file's head,
 then takes the first offset at or after `start` where a chain of consecutive record headers
-validates. The same resync recovers from garbage in the middle of a file.
+validates. The same resync recovers from garbage in the middle of a file, and from a damaged
+pcapng block length or pcap caplen (a block or record that runs past the end of the file, or a pcap
+record that swallows a credible one): the whole read and a split starting inside the damage land
+on the same block or record, so the rows do not depend on the split size.
 
 The final batch of every split is a stats row (lo_ip null, payload = JSON counters); see
 `decode.PacketDecoder.stats`.
