@@ -250,12 +250,15 @@ MIN_SPLIT = 8 << 20
 
 def effective_split_size(inputs: list[Input], split_size: int, parallelism: int = 1) -> int:
     """`split_size`, made smaller when that keeps cores busy: a capture set smaller than
-    parallelism x split_size is cut so every core gets a split, but never below 8 MiB (unless
-    `split_size` itself is smaller, as tests set it)."""
+    parallelism x split_size is cut so every core gets a split, a larger one into whole rounds
+    of splits, one per core each (401 MB on 2 cores: 4 splits of 100 MB, not 3 of 128 MiB, of
+    which the last would leave a core idle for a third of the stage), but never below 8 MiB
+    (unless `split_size` itself is smaller, as tests set it)."""
     total = sum(i.size for i in inputs if i.kind in CAPTURE_KINDS and not i.kind.endswith(".gz"))
     if parallelism <= 1 or total == 0 or split_size <= MIN_SPLIT:
         return split_size
-    return max(MIN_SPLIT, min(split_size, -(-total // parallelism)))
+    rounds = -(-total // (split_size * parallelism))
+    return max(MIN_SPLIT, min(split_size, -(-total // (rounds * parallelism))))
 
 
 def plan(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
 import hashlib
 import shutil
@@ -170,3 +171,22 @@ def test_a_kafka_segment_out_of_its_partition_directory_is_named_so(tmp_path):
     text.parent.mkdir()
     text.write_text("2026-11-27 broker started\n" * 3)
     assert inputs.discover([str(text)]).errors == [(str(text), inputs.NOT_INPUT)]
+
+
+def test_splits_come_in_whole_rounds_one_per_core(tmp_path):
+    """A capture set larger than a split per core is cut into whole rounds of splits, one per core
+    each (a stage of 3 equal tasks on 2 cores takes 2 task times; of 4 smaller ones, 1.5), never
+    above split_size; one core keeps split_size; a set smaller than a split per core gives each
+    core one."""
+    mib = 1 << 20
+    cap = inputs.Input(str(tmp_path / "c.pcap"), "pcap", 401_900_000, 0, "", 0)
+
+    def splits(total: int, cores: int) -> int:
+        size = inputs.effective_split_size([dataclasses.replace(cap, size=total)], 128 * mib, cores)
+        return -(-total // size)
+
+    assert splits(401_900_000, 1) == 3
+    assert splits(401_900_000, 2) == 4
+    assert splits(257 * mib, 2) == 4 and splits(256 * mib, 2) == 2
+    assert splits(1_200_000_000, 8) == 16 and splits(1_000_000_000, 8) == 8
+    assert splits(100_000_000, 2) == 2 and splits(100_000_000, 4) == 4

@@ -191,3 +191,60 @@ def test_a_file_cut_short_while_the_decode_reads_it_is_named_as_changed(tmp_path
         0: f"changed while the run read it (size {st.st_size} -> {last[0] + 1}): "
         "payload bytes after the read stage are missing"
     }
+
+
+def _columns(path: str) -> tuple[list, list, list, list]:
+    """The read stage's payload_at, payload_len, file_index and snap_truncated columns, sorted as
+    the decode takes them."""
+    t = _table(_batches(path, True)).sort_by([(c, "ascending") for c in SORT_COLS])
+    return tuple(
+        t.column(c).to_pylist() for c in ("payload_at", "payload_len", "file_index", "snap_truncated")
+    )
+
+
+def test_payloads_that_follow_one_another_are_read_by_one_call(tmp_path, monkeypatch):
+    """A connection's segments as the capture wrote them, a few headers apart, are read back by
+    one pread per run of them (a system call was 5 % of a decode task), each the very bytes a
+    read of its own gives; pure ACKs inside a run read nothing."""
+    from brokerscope import streams
+
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    ats, lens, fis, sts = _columns(path)
+    one = PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)})
+    want = [
+        one.read(fi, at, n, s) if at is not None else (None, s) for at, n, fi, s in zip(ats, lens, fis, sts)
+    ]
+    payloads = sum(1 for at, n in zip(ats, lens) if at is not None and n)
+    calls: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(streams.os, "pread", lambda fd, n, at: calls.append(n) or real(fd, n, at))
+    pls, got_sts = [None] * len(ats), list(sts)
+    PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)}).fill(
+        pls, got_sts, fis, list(ats), lens, 0, len(ats)
+    )
+    assert list(zip(pls, got_sts)) == want
+    assert payloads > 40 and len(calls) < payloads / 4
+    assert max(calls) > 3 * max(n for n in lens if n)  # spans of several packets
+
+
+def test_a_run_read_back_short_is_read_packet_by_packet(tmp_path):
+    """A file cut short inside a run of payloads: the run's read comes back short, and its packets
+    are read one by one: those before the cut keep their bytes, the file is named as changed."""
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    ats, lens, fis, sts = _columns(path)
+    data = CAP.read_bytes()
+    refs = sorted((at, n) for at, n in zip(ats, lens) if at is not None and n)
+    cut = refs[len(refs) // 2][0] + 1  # inside the payload of a packet in the middle
+    os.truncate(path, cut)
+    files = PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)})
+    files._fds[0] = os.open(path, os.O_RDONLY)  # opened before the cut, as the decode had
+    pls, got_sts = [None] * len(ats), list(sts)
+    files.fill(pls, got_sts, fis, list(ats), lens, 0, len(ats))
+    kept = [(p, at, n) for p, at, n in zip(pls, ats, lens) if at is not None and n and p]
+    assert kept and all(p == data[at : at + n] for p, at, n in kept)
+    assert all(at + n <= cut for _p, at, n in kept)
+    assert files.close()[0].startswith(f"changed while the run read it (size {st.st_size} -> {cut})")
