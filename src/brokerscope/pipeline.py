@@ -982,32 +982,53 @@ def ingest(
         summary.seconds = time.time() - t0
         return summary
     spark = spark or (make_session or (lambda: make_spark(settings)))()
-    psplits, ssplits = inputs.plan(todo, settings.split_size, spark.sparkContext.defaultParallelism)
-    total = sum(i.size for i in todo)
-    progress(
-        f"planned {len(psplits)} capture split(s) and {len(ssplits)} segment split(s) "
-        f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
-    )
     summary.writer = lake.resolve_writer(spark)
-    run = RunDir(lake.root, run_id)
-    run.lock()
-    staged = Staged(str(lake.root), run_id, lake.by_capture()) if summary.writer == "embedded" else None
-    out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
-    progress("decoding")
-    try:
-        w = _Writing(lake, run, summary, progress, todo, dups, rejected, settings.derived_tables, moved)
-        if staged:
-            stats = _commit_staged(out, w)
-        else:
-            stats = _write_dataframes(out, w)
+    while True:
+        psplits, ssplits = inputs.plan(todo, settings.split_size, spark.sparkContext.defaultParallelism)
+        total = sum(i.size for i in todo)
+        progress(
+            f"planned {len(psplits)} capture split(s) and {len(ssplits)} segment split(s) "
+            f"over {len(todo)} file(s), {total / 1e6:.1f} MB"
+        )
+        run = RunDir(lake.root, run_id)
+        run.lock()
+        staged = Staged(str(lake.root), run_id, lake.by_capture()) if summary.writer == "embedded" else None
+        out = _decoded(spark, settings, todo, psplits, ssplits, staged, run)
+        progress("decoding")
+        try:
+            w = _Writing(lake, run, summary, progress, todo, dups, rejected, settings.derived_tables, moved)
+            if staged:
+                stats = _commit_staged(out, w)
+            else:
+                stats = _write_dataframes(out, w)
+                run.remove()
+            break
+        except BaseException as e:
+            run.remove_secrets()
+            if run.manifest() is not None:  # some tables may hold the run: the next command that
+                run.release()  # opens the lake finishes it
+                raise
             run.remove()
-    except BaseException:
-        run.remove_secrets()
-        if run.manifest() is None:
-            run.remove()
-        else:  # some tables may hold the run: the next command that opens the lake finishes it
-            run.release()
-        raise
+            # a file cut short while a task read it can kill the task's worker (its pages gone
+            # from the read's memory map: SIGBUS) and so fail the job: the run goes on without it
+            cut = _gone_since_found(todo) if isinstance(e, Exception) else {}
+            if not cut:
+                raise
+            for t in tables.DECODED_TABLES:
+                lake.drop_staging(t, run_id)
+        todo = [
+            dataclasses.replace(i, file_index=n) for n, i in enumerate(i for i in todo if i.path not in cut)
+        ]
+        dups = _orphaned(dups, cut, summary)
+        rejected += _unread_rows(cut, summary, run_id, counted=False)
+        rejected += lake.contents_of(set(cut))
+        summary.files = len(todo)
+        if not todo:
+            lake.write_inputs(rejected, [r["path"] for r in rejected])
+            progress(_nothing(disc, paths))
+            summary.seconds = time.time() - t0
+            return summary
+        progress(f"{len(cut)} file(s) cut short or gone while the run read them: decoding the rest again")
     if settings.optimize_after_run and staged:
         progress("compacting the partitions this run wrote")
         try:
