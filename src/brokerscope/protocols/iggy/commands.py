@@ -828,27 +828,49 @@ def login_register(payload) -> dict:
 REQUESTS[40] = login_register
 
 
-# the largest body secret_reading tries as a secret command's: a username and a password (255
-# bytes each at most) and a user's permissions
-SECRET_BODY_MAX = 64 * 1024
+# one decoder per secret body layout (LOGIN_REGISTER's decoder reads LOGIN_USER's layout too,
+# LOGIN_REGISTER_WITH_PERSONAL_ACCESS_TOKEN's is LOGIN_WITH_PERSONAL_ACCESS_TOKEN's)
+_SECRET_LAYOUTS = (40, 44, 33, 37)
+# a reading whose secrets are all shorter is not taken as a secret's: a numeric Identifier
+# (01 04 01 00 00 00, stream 1) reads as a CREATE_USER whose password is one byte
+SECRET_MIN = 3
 
 
-def secret_reading(code: int, payload) -> str | None:
-    """The secret command (SECRET_REQUESTS) whose body `payload` also reads as, whose code is a
-    bit flip or one off from `code` (a damaged code reads a login, a password change or a token
-    as another command: its fields, or its bytes in `raw`, would hold the secret), or None. Codes
-    further off are not asked: a token's layout (a length and a string) is every name's."""
-    if len(payload) > SECRET_BODY_MAX:
-        return None
-    for s in SECRET_REQUESTS:
-        if s == code or ((s ^ code).bit_count() != 1 and abs(s - code) != 1):
-            continue
+def _longest_secret(fields) -> int:
+    """The size of the longest secret a decoder redacted in `fields` (base.redacted's text)."""
+    if isinstance(fields, str):
+        if fields.startswith("<redacted ") and fields.endswith(" bytes>"):
+            return int(fields[10:-7])
+        return 0
+    if isinstance(fields, dict):
+        return max(map(_longest_secret, fields.values()), default=0)
+    return 0
+
+
+def secret_reading(payload) -> str | None:
+    """The secret command (SECRET_REQUESTS) whose body `payload` also reads as, whatever the
+    frame's code (a damaged code reads a login, a password change or a token as another command: its fields,
+    or its bytes in `raw`, would hold the secret), or None. By the content alone: a token's layout
+    (a length and a string) is every name's, and a damaged code may be anything. Readings whose
+    secrets are all shorter than SECRET_MIN bytes do not count."""
+    for s in _SECRET_LAYOUTS:
         try:
-            REQUESTS[s](payload)
+            fields = REQUESTS[s](payload)
         except (DecodeError, ValueError, IndexError):
             continue
-        return COMMANDS.get(s, f"code {s}")
+        if _longest_secret(fields) >= SECRET_MIN:
+            return COMMANDS[s]
     return None
+
+
+def reads_as_token(payload) -> bool:
+    """Whether a response payload reads as CREATE_PERSONAL_ACCESS_TOKEN's (the token, u8 length):
+    under a damaged request code, or paired with the wrong request, it is a token all the same."""
+    try:
+        pat_token(payload)
+    except (DecodeError, ValueError, IndexError):
+        return False
+    return True
 
 
 def decode_request(code: int, payload, sums: bool = True) -> dict:

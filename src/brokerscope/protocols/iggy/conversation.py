@@ -30,7 +30,15 @@ from .codes import (
     read_layout,
     result_framed,
 )
-from .commands import SECRET_REQUESTS, SECRET_RESPONSES, decode_request, decode_response, secret_reading
+from .commands import (
+    RESPONSES,
+    SECRET_REQUESTS,
+    SECRET_RESPONSES,
+    decode_request,
+    decode_response,
+    reads_as_token,
+    secret_reading,
+)
 from .framing import REQID, VSR, IggyRules, detect_mode
 from .messages import Messages
 from .pairing import Pending, new_request
@@ -54,9 +62,19 @@ MAX_DELIVERED = 100_000
 LOGIN_CODES = frozenset({38, 40, 44, 45})
 
 
-# the codes secret_reading is not asked about once decoded: the secret commands (their own
-# decoders redact), POLL_MESSAGES and SEND_MESSAGES (no secret's body reads as one)
-_NOT_SECRET_LIKE = SECRET_REQUESTS | {100, 101}
+# keys whose values the decoders write (names of kinds and layouts), never payload bytes
+_CONSTANT_KEYS = frozenset({"layout", "kind", "id_kind"})
+
+
+def _strings(v, skip: frozenset = frozenset()) -> set[str]:
+    """Every string value inside decoded fields (but those under `skip` keys)."""
+    if isinstance(v, str):
+        return {v}
+    if isinstance(v, dict):
+        return set().union(*(_strings(x, skip) for k, x in v.items() if k not in skip))
+    if isinstance(v, list | tuple):
+        return set().union(*(_strings(x, skip) for x in v))
+    return set()
 
 
 class IggyConversation(Conversation):
@@ -318,21 +336,25 @@ class IggyConversation(Conversation):
         if name is None:
             self._unknown_request(row, f"unknown code {code}", details, pend, rows)
             return
+        secret = secret or code in SECRET_REQUESTS
+        # a body that reads as a secret command's, whatever its code says: a damaged code makes a
+        # login, a password change or a token read as another command (a token's layout, a
+        # length and a string, is every name's), so its bytes are kept out of `raw`, and its
+        # fields are shown only once the reply confirms the command (_held_row)
+        also = None if secret else secret_reading(payload)
         try:
             sums = self.ctx.payload.checksums_kept
             fields = decoder(payload) if decoder else decode_request(code, payload, sums)
         except DecodeError as e:
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
-            secret = secret or code in SECRET_REQUESTS or secret_reading(code, payload) is not None
-            row["raw"] = self._raw(C2S, frame, typed=not secret)
+            row["raw"] = self._raw(C2S, frame, typed=not secret and also is None)
             rows.append(("commands", row))
             self.pending.add(pend)
             return
-        if code not in _NOT_SECRET_LIKE and not secret and (also := secret_reading(code, payload)):
-            # its fields may be a secret's (a token read as a name): none shown
-            details.update(payload_size=len(payload), _note=f"not shown: its bytes read as {also} too")
-            fields = {k: v for k, v in fields.items() if k in ("stream_id", "topic_id", "partition_id")}
+        if also is not None:
+            self._hold(code, len(payload), row, details, fields, pend, also)
+            return
         if code in LOGIN_CODES:
             self.logged_in = True
         msgs = fields.pop("messages", None) if code == 101 else None
@@ -380,6 +402,31 @@ class IggyConversation(Conversation):
             pend["produce"] = (block, places)
         self.pending.add(pend)
 
+    def _hold(
+        self, code: int, size: int, row: dict, details: dict, fields: dict, pend: dict, also: str
+    ) -> None:
+        """A request whose body also reads as a secret command's (`also`): its row waits for the
+        reply. Shown as decoded only when the reply confirms the command (_held_row); without
+        one, or with any other, it keeps its header details and the payload's size only."""
+        hidden = dict(row, decode_status=base.OK)
+        note = f"not shown: its bytes read as {also} too, and no reply confirmed it"
+        hidden["details"] = base.to_json({**details, "payload_size": size, "_note": note})
+        fields.pop("messages", None)  # no produce rows: a secret's bytes would be their values
+        shown_details = {**details, **fields}
+        topic = topic_name(fields.get("stream_id"), fields.get("topic_id"))
+        if code == 302 and fields.get("name"):
+            topic = f"{fields['stream_id']['value']}/{fields['name']}"
+        partition = fields.get("partition_id")
+        shown = dict(row, topic=topic, partition=i32(partition), decode_status=base.OK)
+        shown["details"] = base.to_json(shown_details)
+        pend["held"] = {
+            "shown": shown,
+            "hidden": hidden,
+            "strings": _strings(fields, _CONSTANT_KEYS),
+            "req": {"topic": topic, "partition": partition, "details": fields},
+        }
+        self.pending.add(pend)
+
     def _emit_response(
         self,
         req: dict,
@@ -394,6 +441,20 @@ class IggyConversation(Conversation):
     ) -> None:
         """Decode a response for its request: commands, latency, deliver and ack rows."""
         code = req["code"]
+        fields: dict = {}
+        failed: DecodeError | None = None
+        if status == 0 and len(payload):
+            try:
+                sums = self.ctx.payload.checksums_kept
+                fields = decoder(payload) if decoder else decode_response(code, payload, sums)
+            except DecodeError as e:
+                failed = e
+        # a payload that reads as a personal access token is one, whatever request it answers (a
+        # CREATE_PERSONAL_ACCESS_TOKEN whose code was damaged, a reply paired with the wrong request)
+        token = code not in SECRET_RESPONSES and reads_as_token(payload)
+        if (held := req.pop("held", None)) is not None:
+            structured = failed is None and not token and bool(fields) and (decoder or code in RESPONSES)
+            rows.append(("commands", self._held_row(held, req, structured and status == 0, fields)))
         row.update(
             command=req["name"],
             command_code=code,
@@ -402,21 +463,21 @@ class IggyConversation(Conversation):
             partition=i32(req["partition"]),
         )
         rows.append(latency_row(req, status, ts0))
-        fields: dict = {}
-        if status == 0 and len(payload):
-            try:
-                sums = self.ctx.payload.checksums_kept
-                fields = decoder(payload) if decoder else decode_response(code, payload, sums)
-            except DecodeError as e:
-                st = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
-                row.update(decode_status=st, decode_error=str(e), details=base.to_json(details))
-                # a login's reply is not kept either: a VSR reply's header repeats its request's
-                # checksum, a hash of the password
-                secret = code in SECRET_RESPONSES or code in SECRET_REQUESTS
-                row["raw"] = self._raw(S2C, frame, typed=not secret)
-                rows.append(("commands", row))
-                return
-        elif len(payload):
+        if failed is not None:
+            st = base.TRUNCATED if isinstance(failed, Truncated) else base.MALFORMED
+            row.update(decode_status=st, decode_error=str(failed), details=base.to_json(details))
+            # a login's reply is not kept either: a VSR reply's header repeats its request's
+            # checksum, a hash of the password
+            secret = code in SECRET_RESPONSES or code in SECRET_REQUESTS or token
+            row["raw"] = self._raw(S2C, frame, typed=not secret)
+            rows.append(("commands", row))
+            return
+        if token:  # its fields would be the token's bytes (a name, numbers): none shown
+            fields = {}
+            details.update(
+                payload_size=len(payload), _note="not shown: its bytes read as a personal access token"
+            )
+        elif status != 0 and len(payload):
             details["payload_size"] = len(payload)
         msgs = fields.pop("messages", None) if code == 100 else None
         if msgs is not None:
@@ -474,9 +535,25 @@ class IggyConversation(Conversation):
         return []
 
     @staticmethod
+    def _held_row(held: dict, req: dict, structured: bool, reply: dict) -> dict:
+        """The commands row of a request whose body also reads as a secret command's (_hold), at
+        its reply: shown as decoded when the reply is the command's own, structured and
+        successful, and holds every string the request holds (a stream or topic created, read:
+        its name echoed), which no reply to a login, a password change or a token does; else
+        its header details and size only. The request's topic and fields are then the shown
+        row's."""
+        if not structured or not held["strings"] <= _strings(reply):
+            return held["hidden"]
+        req.update(held["req"])
+        return held["shown"]
+
+    @staticmethod
     def _release(req: dict, placed: dict | None = None) -> list[Row]:
         """A SEND_MESSAGES request's held produce rows; `placed` (the reply's one confirmation)
-        gives them their partition and offsets: base_offset + each message's place."""
+        gives them their partition and offsets: base_offset + each message's place. A request
+        whose row waits for its reply (_hold) and gets none: the row, its fields not shown."""
+        if (row := req.pop("held", None)) is not None:
+            return [("commands", row["hidden"])]
         held = req.pop("produce", None)
         if held is None:
             return []

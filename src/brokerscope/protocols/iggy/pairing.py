@@ -51,7 +51,7 @@ class Pending:
                 self._forget(self.fifo.popleft())
 
     def _forget(self, req: dict) -> None:
-        if "produce" in req:  # a SEND_MESSAGES' produce rows still to be emitted
+        if "produce" in req or "held" in req:  # produce rows (SEND_MESSAGES) or its row (_hold) to emit
             self.forgotten.append(req)
 
     def pop(self, req_id: int | None = None) -> dict | None:
