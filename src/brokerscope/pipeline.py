@@ -1200,7 +1200,8 @@ class _Writing:
         changed, was cut short or went after the read stage, while the decode read its payloads
         back (`stats`' PayloadFiles errors, _lost): its rows, decoded with payloads missing,
         are dropped (`dropped`; the writers leave them out) and the next run takes it as it is
-        then, as it takes a file gone from the read stage."""
+        then, as it takes a file gone from the read stage. Either does not displace the earlier
+        `inputs` rows of its path: they are kept beside its error row (Lake.contents_of)."""
         unread = self.run.unread({i.file_index for i in self.todo})
         lost = _lost(stats, {i.file_index for i in self.todo} - set(unread))
         if lost:
@@ -1212,6 +1213,10 @@ class _Writing:
             self.todo[:] = [i for i in self.todo if i.path not in gone]
             self.dups[:] = _orphaned(self.dups, gone, self.summary)
             self.rejected += _unread_rows(gone, self.summary, self.run.run_id)
+            # the content ingested from such a path before keeps its record beside the error
+            # row (its rows are still in the tables, and the next run checks a shorter file
+            # against its chunk digests: _shrunk), as a path rejected before the decode does
+            self.rejected += self.lake.contents_of(set(gone))
         return _identified(self.lake, self.todo, self.dups, self.run, self.summary, self.moved)
 
     def record(self, stats: list[dict], history: list[dict]) -> tuple[list[dict], list[str]]:

@@ -28,6 +28,36 @@ def _rows(lake) -> dict[str, list[dict]]:
     return {t: delta_rs_rows(str(lake / t)) for t in tables.TABLES}
 
 
+def _cut_in_decode(monkeypatch, path: str, at: int) -> None:
+    """Cut the file at `path` to `at` bytes in the decode task, once it opened the file to read
+    its payloads back (after the read stage read and hashed it whole)."""
+    real = pipeline._decode_fn
+
+    def decode_fn(*a, **k):
+        decode = real(*a, **k)
+
+        def cutting(batches):
+            from brokerscope import streams
+
+            opened = streams.PayloadFiles._open
+
+            def _open(self, fi):
+                fd = opened(self, fi)
+                if self.files[fi][0] == path and os.stat(path).st_size > at:
+                    os.truncate(path, at)
+                return fd
+
+            streams.PayloadFiles._open = _open
+            try:
+                yield from decode(batches)
+            finally:
+                streams.PayloadFiles._open = opened
+
+        return cutting
+
+    monkeypatch.setattr(pipeline, "_decode_fn", decode_fn)
+
+
 @pytest.mark.parametrize("when", ["before planning", "after planning"])
 @pytest.mark.parametrize("how", ["deleted", "cut short"])
 def test_a_capture_gone_while_the_run_reads_it_is_an_error_and_the_rest_is_kept(
@@ -126,31 +156,8 @@ def test_a_capture_cut_short_while_the_decode_reads_it_back_is_not_ingested(spar
     shutil.copy(GONE, cut)
     shutil.copy(KEPT, kept)
     size = cut.stat().st_size
-    at, path, real = size // 2, str(cut), pipeline._decode_fn
-
-    def decode_fn(*a, **k):
-        decode = real(*a, **k)
-
-        def cutting(batches):  # in the decode task: the file is cut once the decode opened it
-            from brokerscope import streams
-
-            opened = streams.PayloadFiles._open
-
-            def _open(self, fi):
-                fd = opened(self, fi)
-                if self.files[fi][0] == path and os.stat(path).st_size > at:
-                    os.truncate(path, at)
-                return fd
-
-            streams.PayloadFiles._open = _open
-            try:
-                yield from decode(batches)
-            finally:
-                streams.PayloadFiles._open = opened
-
-        return cutting
-
-    monkeypatch.setattr(pipeline, "_decode_fn", decode_fn)
+    at, path = size // 2, str(cut)
+    _cut_in_decode(monkeypatch, path, at)
     lake = tmp_path / "lake"
     summary = pipeline.ingest([str(d)], _settings(lake), spark=spark)
     monkeypatch.undo()
@@ -233,3 +240,62 @@ def test_a_read_task_killed_by_a_capture_cut_under_its_memory_map_fails_only_tha
     want = _rows(alone)
     for t in tables.DECODED_TABLES:
         assert normalized(got[t]) == normalized(want[t]), t
+
+
+@pytest.mark.parametrize("before", ["the same content", "a shorter prefix"])
+def test_a_capture_ingested_before_and_cut_while_read_again_keeps_its_record(
+    spark, tmp_path, monkeypatch, before
+):
+    """A capture ingested before, decoded again (touched, or grown since) and cut short while the
+    decode reads its payloads back (found by a user trial: the run's error row replaced the
+    earlier capture's `inputs` rows, whose rows stayed in the tables with no record; the next
+    run could not tell the shorter file for that capture cut short and decoded it again: rows
+    doubled, exit 0). The error row is added beside the earlier capture's row, which keeps its
+    chunk digests: the next run names the file as cut short since it was ingested and decodes
+    nothing."""
+    from brokerscope.capture.files import ID_CHUNK
+    from tests.support.synth import write_capture
+
+    d = tmp_path / "caps"
+    d.mkdir()
+    cap, path = d / "cap.pcap", str(d / "cap.pcap")
+    whole, prefix = tmp_path / "whole.pcap", tmp_path / "prefix.pcap"
+    write_capture(str(whole), exchanges=20, target_bytes=ID_CHUNK + (2 << 20))
+    write_capture(str(prefix), exchanges=20, target_bytes=ID_CHUNK + (3 << 19))
+    assert whole.read_bytes().startswith(prefix.read_bytes())
+    shutil.copy(prefix if before == "a shorter prefix" else whole, cap)
+    lake = tmp_path / "lake"
+    assert pipeline.ingest([str(d)], _settings(lake), spark=spark).exit_code() == 0
+    first = _rows(lake)
+    [was] = first["inputs"]
+    assert was["status"] == "ok" and was["chunk_digests"]
+    # read again: touched (same bytes, a newer mtime), or grown to the whole capture
+    shutil.copy(whole, cap)
+    os.utime(cap, ns=(cap.stat().st_atime_ns, cap.stat().st_mtime_ns + 10**9))
+    at = ID_CHUNK + (1 << 20)
+    _cut_in_decode(monkeypatch, path, at)
+    summary = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    monkeypatch.undo()
+    assert cap.stat().st_size == at
+    assert summary.exit_code() == 4
+    assert [why for p, why in summary.unreadable if p == path][0].startswith(
+        "gone or changed while the run read it"
+    )
+    got = _rows(lake)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(first[t]), t
+    assert sorted((r["status"], r["capture_id"] or "") for r in got["inputs"]) == [
+        ("error", ""),
+        ("ok", was["capture_id"]),
+    ]
+    assert [r for r in got["inputs"] if r["status"] == "ok"] == [was]
+    # the next run finds the capture it was cut from: not decoded again, its rows not doubled
+    again = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert not [e for e in again.capture_errors if "other content" in e], again.capture_errors
+    assert again.exit_code() == 4
+    assert [why for p, why in again.errors if p == path][0].startswith(
+        f"cut short since it was ingested ({was['size']} -> {at} bytes)"
+    )
+    got = _rows(lake)
+    for t in tables.DECODED_TABLES:
+        assert normalized(got[t]) == normalized(first[t]), t
