@@ -1144,13 +1144,39 @@ def _identified(
         return (i.path, old_id) in verified or _begins_with(i, digests[i.file_index], size, old_id)
 
     replace_ids, history, other = lake.path_history(by_path, grew)
+    earlier = {(r["path"], r["capture_id"]): r for r in history}
     for path, old_id in other:
-        summary.capture_errors.append(
-            f"{path}: holds other content than the capture ingested from it before ({old_id}), which "
-            "it does not begin with (a name reused, a ring buffer's next file): a capture of its own, "
-            "the earlier one keeps its rows"
-        )
+        summary.capture_errors.append(_other_content(by_path[path], earlier.get((path, old_id), {}), old_id))
     return replace_ids, history
+
+
+def _other_content(i, was: dict, old_id: str) -> str:
+    """The summary's line for input `i`, a capture of its own under a path that held capture
+    `old_id` (its `inputs` row `was`). A plain capture shorter than that one was checked for
+    its prefix only where it holds a whole identity chunk and the row its chunk digests
+    (_shrunk): else it is not said not to begin with it."""
+    if i.kind in PLAIN_CAPTURES and (was.get("size") or 0) > i.size:
+        if i.size < ID_CHUNK:
+            unchecked = (
+                f"too short to tell whether it begins with it (under one {ID_CHUNK >> 20} MiB identity chunk)"
+            )
+        elif not was.get("chunk_digests"):
+            unchecked = (
+                "which was recorded without its chunk digests: whether it begins with it cannot be told"
+            )
+        else:
+            unchecked = ""
+        if unchecked:
+            return (
+                f"{i.path}: is shorter than the capture ingested from it before ({old_id}, "
+                f"{was['size']} -> {i.size} bytes), {unchecked}: decoded as a capture of its own, "
+                "the earlier one keeps its rows"
+            )
+    return (
+        f"{i.path}: holds other content than the capture ingested from it before ({old_id}), which "
+        "it does not begin with (a name reused, a ring buffer's next file): a capture of its own, "
+        "the earlier one keeps its rows"
+    )
 
 
 def _begins_with(i, digests: dict[int, bytes], size: int | None, old_id: str) -> bool:

@@ -582,3 +582,25 @@ def test_a_capture_cut_short_after_it_was_ingested_is_not_ingested_again(spark, 
     data[ID_CHUNK // 2 : ID_CHUNK // 2 + 7] = b"REQUEST"
     cap.write_bytes(data)
     assert pipeline._shrunk(pipeline.Lake(str(lake)), [pipeline.inputs.discover([str(cap)]).inputs[0]]) == {}
+
+
+def test_a_capture_cut_below_one_chunk_is_not_said_to_hold_other_content(spark, tmp_path):
+    """A capture shorter than one identity chunk, cut short since it was ingested (found by a
+    user trial: the summary said the file held other content, 'which it does not begin with',
+    though nothing was checked: it may well begin with it). It is decoded as a capture of its own
+    (the documented limit of _shrunk), and the summary says it is shorter and too short to tell."""
+    d = tmp_path / "caps"
+    d.mkdir()
+    cap = d / "cap.pcap"
+    shutil.copy(SAMPLE_DATA / "kafka" / "zstd.pcap", cap)
+    size, was = cap.stat().st_size, capture_id(cap)
+    lake = tmp_path / "lake"
+    assert pipeline.ingest([str(d)], _settings(lake), spark=spark).exit_code() == 0
+    os.truncate(cap, size // 2)
+    summary = pipeline.ingest([str(d)], _settings(lake), spark=spark, skip_ingested=True)
+    assert not [e for e in summary.capture_errors if "does not begin with" in e], summary.capture_errors
+    assert [e for e in summary.capture_errors if e.startswith(f"{cap}: ")][0] == (
+        f"{cap}: is shorter than the capture ingested from it before ({was}, {size} -> {size // 2} "
+        "bytes), too short to tell whether it begins with it (under one 8 MiB identity chunk): "
+        "decoded as a capture of its own, the earlier one keeps its rows"
+    )
