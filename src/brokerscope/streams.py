@@ -822,10 +822,22 @@ class PayloadFiles:
         if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) and not self._only_grew(fd, fi, st.st_size):
             os.close(fd)
             self.errors[fi] = (
-                f"{CHANGED} (size {size} -> {st.st_size}): payload bytes after the read stage are missing"
+                f"{CHANGED} ({self._how_changed(fi, st.st_size)}): payload bytes after the read stage are missing"
             )
             return -1
         return fd
+
+    def _how_changed(self, fi: int, now: int) -> str:
+        """How file `fi`, `now` bytes long and not only grown (_only_grew), changed since the read
+        stage: its sizes then and now, or at the same size, its bytes rewritten (its last
+        identity chunk hashes otherwise) or, where no digest tells, its modification time."""
+        size = self.files[fi][1]
+        if now != size:
+            return f"size {size} -> {now}"
+        k = (size - 1) // ID_CHUNK if size else 0
+        if self.digests.get(fi, {}).get(k) is not None:
+            return f"its bytes rewritten at the same size, {size} bytes"
+        return f"modified at the same size, {size} bytes"
 
     def _only_grew(self, fd: int, fi: int, now: int) -> bool:
         """Whether file `fi`, `now` bytes long, still holds the bytes the read stage read (the

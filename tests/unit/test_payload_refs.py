@@ -248,3 +248,28 @@ def test_a_run_read_back_short_is_read_packet_by_packet(tmp_path):
     assert kept and all(p == data[at : at + n] for p, at, n in kept)
     assert all(at + n <= cut for _p, at, n in kept)
     assert files.close()[0].startswith(f"changed while the run read it (size {st.st_size} -> {cut})")
+
+
+def test_a_file_rewritten_at_its_size_is_named_as_rewritten_not_by_sizes(tmp_path):
+    """Rewritten in place at the same size between the stages (found by a user trial: named
+    'size 28311224 -> 28311224'): the error says its bytes were rewritten at the same size, or,
+    where the read stage's digests are not at hand, that it was modified at that size."""
+    from brokerscope.capture.files import chunk_digests
+
+    path = str(tmp_path / "c.pcap")
+    shutil.copy(CAP, path)
+    st = os.stat(path)
+    digests = {0: chunk_digests(path, 0, st.st_size, st.st_size)}
+    at = next(a for a, n in zip(*_columns(path)[:2]) if a is not None and n)
+    data = bytearray(CAP.read_bytes())
+    data[-10:] = b"X" * 10
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    for given, how in [(digests, "its bytes rewritten"), (None, "modified")]:
+        files = PayloadFiles({0: (path, st.st_size, st.st_mtime_ns)}, given)
+        assert files.read(0, at, 1, False) == (b"", True)
+        assert files.close()[0] == (
+            f"changed while the run read it ({how} at the same size, {st.st_size} bytes): "
+            "payload bytes after the read stage are missing"
+        )
