@@ -1038,6 +1038,8 @@ def ingest(
                 f"{lake.root}: compaction after the run failed (rows are safe): {e}"
             )
     for s in stats:
+        if s.get("file_index") in w.not_ingested:  # read, then found gone or changed: no rows
+            continue
         summary.packets += _packets(s)
         summary.tcp_segments += int(s.get("tcp", 0))
         summary.filtered += int(s.get("filtered", 0))
@@ -1218,6 +1220,9 @@ class _Writing:
     moved: dict | None = None
     # the capture ids of inputs the decode could not read back (_lost): their staged rows go
     dropped: set = dataclasses.field(default_factory=set)
+    # the file indexes of the inputs the run did not ingest after all (unread or _lost): the
+    # summary does not count their packets
+    not_ingested: set = dataclasses.field(default_factory=set)
 
     def identified(self, stats: list[dict]) -> tuple[list[str], list[dict]]:
         """The capture ids the run replaces and the earlier `inputs` rows it keeps (_identified).
@@ -1237,6 +1242,8 @@ class _Writing:
         if unread:
             gone = {i.path: (i, unread[i.file_index]) for i in self.todo if i.file_index in unread}
             self.todo[:] = [i for i in self.todo if i.path not in gone]
+            self.not_ingested |= set(unread)
+            self.summary.not_ingested = len(self.not_ingested)
             self.dups[:] = _orphaned(self.dups, gone, self.summary)
             self.rejected += _unread_rows(gone, self.summary, self.run.run_id)
             # the content ingested from such a path before keeps its record beside the error

@@ -179,6 +179,10 @@ SHOWN = 5  # files named per kind of problem in the summary; the rest are counte
 class Summary:
     run_id: str
     files: int = 0
+    # of `files`, those the run found gone or changed while it read them (RunDir.unread, a decode
+    # that could not read their payloads back): named as unreadable, not ingested; the first
+    # line's counts leave them out
+    not_ingested: int = 0
     # (path, why) rejected: named paths, or files in directories named as captures, that are no input
     errors: list[tuple[str, str]] = field(default_factory=list)
     # files inside directories that are no input by their bytes nor their name (sidecars): listed
@@ -223,7 +227,9 @@ class Summary:
 
     def lines(self) -> list[str]:
         out = [
-            f"run {self.run_id}: {self.files} file(s), {self.packets:,} packets "
+            f"run {self.run_id}: {self.files - self.not_ingested} file(s)"
+            + (f" (and {self.not_ingested} read but not ingested)" if self.not_ingested else "")
+            + f", {self.packets:,} packets "
             f"({self.tcp_segments:,} TCP segments), {_count(self.connections, 'connection')}, "
             f"{self.seconds:.1f} s, writer={self.writer or '-'}",
         ]

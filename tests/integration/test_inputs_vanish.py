@@ -170,6 +170,11 @@ def test_a_capture_cut_short_while_the_decode_reads_it_back_is_not_ingested(spar
     assert not summary.seen.get("snap_truncated"), summary.lines()  # no false snap-length warning
     got = _rows(lake)
     rec = {r["path"]: r for r in got["inputs"]}
+    # the summary counts what was ingested: the other file and its packets
+    assert summary.packets == rec[str(kept)]["packets"]
+    assert summary.lines()[0].startswith(
+        f"run {summary.run_id}: 1 file(s) (and 1 read but not ingested), {summary.packets:,} packets"
+    )
     assert rec[path]["status"] == "error" and rec[path]["capture_id"] is None
     assert rec[str(kept)]["status"] == "ok"
     whole, other = capture_id(str(GONE)), rec[str(kept)]["capture_id"]
@@ -278,6 +283,12 @@ def test_a_capture_ingested_before_and_cut_while_read_again_keeps_its_record(
     monkeypatch.undo()
     assert cap.stat().st_size == at
     assert summary.exit_code() == 4
+    # nothing was ingested: no file, no packet counted (found by a user trial: '1 file(s),
+    # 195,200 packets' next to 'exit 4: no input could be ingested')
+    assert summary.packets == summary.tcp_segments == 0
+    assert summary.lines()[0].startswith(
+        f"run {summary.run_id}: 0 file(s) (and 1 read but not ingested), 0 packets"
+    )
     assert [why for p, why in summary.unreadable if p == path][0].startswith(
         "gone or changed while the run read it"
     )
