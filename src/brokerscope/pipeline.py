@@ -635,6 +635,13 @@ def _lost(stats: list[dict], file_indexes: set[int]) -> dict[int, str]:
     return out
 
 
+def _without(todo: list, dups: list, gone: dict, summary: Summary) -> tuple[list, list]:
+    """`todo` without the inputs `gone` (path -> (input, why)), numbered again, and `dups` without
+    their copies (_orphaned)."""
+    kept = (i for i in todo if i.path not in gone)
+    return [dataclasses.replace(i, file_index=n) for n, i in enumerate(kept)], _orphaned(dups, gone, summary)
+
+
 def _orphaned(dups: list, gone: dict, summary: Summary) -> list:
     """`dups` without the copies of inputs now `gone`: those are not ingested by this run (the
     next one takes them), and the summary says so instead of 'ingested once'."""
@@ -949,11 +956,7 @@ def ingest(
     # from its path): not decoded, the rows of that capture kept
     shrunk = _shrunk(lake, todo)
     if shrunk:
-        todo = [
-            dataclasses.replace(i, file_index=n)
-            for n, i in enumerate(i for i in todo if i.path not in shrunk)
-        ]
-        dups = _orphaned(dups, shrunk, summary)
+        todo, dups = _without(todo, dups, shrunk, summary)
         for i, why in shrunk.values():
             summary.errors.append((i.path, why))
             # --skip-ingested passes it over while it stays so (and the filter and policy stay)
@@ -968,19 +971,20 @@ def ingest(
     # a file gone or cut short since discovery (a retention clean-up racing the run) is not read
     gone = _gone_since_found(todo)
     if gone:
-        todo = [
-            dataclasses.replace(i, file_index=n) for n, i in enumerate(i for i in todo if i.path not in gone)
-        ]
-        dups = _orphaned(dups, gone, summary)
+        todo, dups = _without(todo, dups, gone, summary)
         rejected += _unread_rows(gone, summary, run_id, counted=False)
     # the earlier content of a path now rejected keeps its record (its rows are still here)
     rejected += lake.contents_of({r["path"] for r in rejected})
-    summary.files = len(todo)
-    if not todo:
+
+    def nothing_ingested() -> Summary:
         lake.write_inputs(rejected, [r["path"] for r in rejected])
         progress(_nothing(disc, paths))
         summary.seconds = time.time() - t0
         return summary
+
+    summary.files = len(todo)
+    if not todo:
+        return nothing_ingested()
     spark = spark or (make_session or (lambda: make_spark(settings)))()
     summary.writer = lake.resolve_writer(spark)
     while True:
@@ -1016,18 +1020,11 @@ def ingest(
                 raise
             for t in tables.DECODED_TABLES:
                 lake.drop_staging(t, run_id)
-        todo = [
-            dataclasses.replace(i, file_index=n) for n, i in enumerate(i for i in todo if i.path not in cut)
-        ]
-        dups = _orphaned(dups, cut, summary)
-        rejected += _unread_rows(cut, summary, run_id, counted=False)
-        rejected += lake.contents_of(set(cut))
+        todo, dups = _without(todo, dups, cut, summary)
+        rejected += _unread_rows(cut, summary, run_id, counted=False) + lake.contents_of(set(cut))
         summary.files = len(todo)
         if not todo:
-            lake.write_inputs(rejected, [r["path"] for r in rejected])
-            progress(_nothing(disc, paths))
-            summary.seconds = time.time() - t0
-            return summary
+            return nothing_ingested()
         progress(f"{len(cut)} file(s) cut short or gone while the run read them: decoding the rest again")
     if settings.optimize_after_run and staged:
         progress("compacting the partitions this run wrote")
