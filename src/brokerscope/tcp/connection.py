@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .packet import ACK, FIN, RST, SYN, Event, Packet
-from .reassembly import MAX_ACK_AHEAD, POWERS_OF_TEN, Reassembler
+from .reassembly import BEHIND, MAX_ACK_AHEAD, POWERS_OF_TEN, Reassembler
 
 _SYN_FIN_RST = SYN | FIN | RST
 _SYN_RST = SYN | RST
@@ -177,7 +177,8 @@ class TcpConnection:
         self._history: list[str] = []  # history letters, upper case for lo, lower case for hi
         self.lo.reasm.history = self.hi.reasm.history = self._history  # G and T letters
         # a packet acknowledging bytes its peer's direction has not shown yet, and the packets of
-        # its direction captured after it, in capture order, waiting for those bytes (add); None
+        # its direction captured after it (and the peer's pure ACKs sent before those bytes), in
+        # capture order, waiting for those bytes (add); None
         # when nothing waits (the compiled lane, tcp/_lane.c, takes nothing while it is not None)
         self._held: list[Packet] | None = None
 
@@ -238,14 +239,20 @@ class TcpConnection:
         direction that its ACK made certain come first, then this direction's events.
 
         A packet acknowledging bytes the other direction has not shown yet waits (`_held`), and
-        the packets of its direction after it wait with it. When a packet of the other direction
-        brings bytes of the hole (captured after their ACK: two interfaces or a NIC's queues
-        merged out of order, with a skew of one packet or several), it goes first, then the held
+        the packets of its direction after it wait with it, as do pure ACKs of the hole's
+        direction at or before the hole's start that acknowledge nothing unseen (sent before the
+        hole's bytes: evidence of reordering, not of loss). When a packet of the hole's direction
+        brings bytes of the hole, or its FIN (at the hole's start, or where a held packet
+        acknowledges up to it: the FIN's sequence number is no data byte), captured after their
+        ACK (two interfaces or a NIC's queues merged out of order, with a skew of one packet or
+        several), the held pure ACKs of its direction go first, then it, then the other held
         packets in capture order, up to one that still acknowledges bytes not shown. Else the
         hole is declared: the first held packet's gap and events, then the others', in the order
-        they always had, before a packet of the other direction that does not fill the hole, a
-        SYN, FIN or RST, or a packet that would pass the bound of the held ones: HELD_MAX
-        packets, tcp.max_reorder_bytes of their payload, tcp.reorder_timeout_s after the first."""
+        they always had, before a packet of the hole's direction that does not fill the hole
+        (data, a pure ACK past the hole's start: the bytes before it were sent), a SYN, FIN or
+        RST of the acknowledging direction, or a packet that would pass the bound of the held
+        ones: HELD_MAX packets, tcp.max_reorder_bytes of their payload, tcp.reorder_timeout_s
+        after the first."""
         held = self._held
         if held is None:
             if self._acks_unseen(pkt):
@@ -257,22 +264,35 @@ class TcpConnection:
         return events
 
     def _add_held(self, pkt: Packet, held: list[Packet]) -> list[Event]:
-        """`add` while `held` (`_held`: packets of one direction in capture order, the first
-        acknowledging bytes of the other not shown yet) waits."""
+        """`add` while `held` (`_held`: packets in capture order, the first acknowledging bytes of
+        the other direction not shown yet, the others of its direction or pure ACKs of the
+        hole's direction sent before the hole's bytes) waits."""
         events: list[Event] = []
         while True:
             first = held[0]
+            flags = pkt.flags
             if pkt.from_lo != first.from_lo:
-                if pkt.payload_len and self._fills(pkt, held):
-                    events += self._add(pkt)  # bytes of the hole, captured after their ACK
+                # a packet of the hole's direction
+                if (pkt.payload_len or flags & FIN) and self._fills(pkt, held):
+                    # bytes of the hole (or its FIN), captured after their ACK: the pure ACKs of
+                    # their direction held before them first, then they, then the held packets
+                    mine = [h for h in held if h.from_lo == pkt.from_lo]
+                    if mine:
+                        held[:] = [h for h in held if h.from_lo != pkt.from_lo]
+                        for h in mine:
+                            events += self._add(h)
+                    events += self._add(pkt)
                     events += self._release(held)
                     return events
-            elif (
-                not pkt.flags & _SYN_FIN_RST
-                and len(held) < HELD_MAX
-                and pkt.ts_ns - first.ts_ns <= self.lo.reasm.reorder_timeout_ns
-                and sum(h.payload_len for h in held) + pkt.payload_len <= self.lo.reasm.max_reorder_bytes
-            ):
+                if (
+                    not pkt.payload_len
+                    and not flags & _SYN_FIN_RST
+                    and self._before_hole(pkt)
+                    and self._room(pkt, held)
+                ):
+                    held.append(pkt)  # sent before the hole's bytes: reordering, not loss
+                    return events
+            elif not flags & _SYN_FIN_RST and self._room(pkt, held):
                 held.append(pkt)
                 return events
             # the hole is declared: the first held packet goes, its gap first, then those after it
@@ -286,15 +306,43 @@ class TcpConnection:
             held = self._held
 
     def _fills(self, pkt: Packet, held: list[Packet]) -> bool:
-        """Does `pkt`, of the other direction than `held`'s, bring bytes of the hole a held
-        packet acknowledges, and acknowledge none of the bytes held packets bring (it was sent
+        """Does `pkt` (payload or a FIN), of the other direction than the first held packet's,
+        bring bytes of the hole a held packet acknowledges (or, without payload, its FIN: the FIN
+        takes one sequence number, and a held packet acknowledges exactly up to it, or it is at
+        the hole's start), and acknowledge none of the bytes held packets bring (it was sent
         before them: a late packet, not a retransmission)?"""
         x, y = (self.lo.reasm, self.hi.reasm) if pkt.from_lo else (self.hi.reasm, self.lo.reasm)
         nseq, n = x._nseq, pkt.payload_len
+        if not n:  # a FIN: at the hole's start, or the last sequence number a held packet acknowledges
+            end = (pkt.seq + 1) & MASK
+            if pkt.seq != nseq and not any(self._acks_unseen(h) and h.ack == end for h in held):
+                return False
+            n = 1
         if not any(self._acks_unseen(h) and _into(pkt.seq, n, nseq, h.ack) for h in held):
             return False
-        return not self._acks_unseen(pkt) or not any(
-            h.payload_len and _into(h.seq, h.payload_len, y._nseq, pkt.ack) for h in held
+        ynseq = y._nseq
+        return not (
+            pkt.flags & ACK and ynseq >= 0 and 0 < (pkt.ack - ynseq) & MASK <= MAX_ACK_AHEAD
+        ) or not any(h.payload_len and _into(h.seq, h.payload_len, ynseq, pkt.ack) for h in held)
+
+    def _before_hole(self, pkt: Packet) -> bool:
+        """Was `pkt`, a packet without payload of the hole's direction, sent before the hole's
+        bytes: its sequence number at the hole's start or before it (a keep-alive's), and its ACK
+        of nothing not shown (of the held packets' bytes: sent after them)? A pure ACK past the
+        hole's start shows the bytes before it were sent: the hole is declared."""
+        x, y = (self.lo.reasm, self.hi.reasm) if pkt.from_lo else (self.hi.reasm, self.lo.reasm)
+        if 0 < (pkt.seq - x._nseq) & MASK < BEHIND:
+            return False  # past the hole's start
+        return not (pkt.flags & ACK and y._nseq >= 0 and 0 < (pkt.ack - y._nseq) & MASK <= MAX_ACK_AHEAD)
+
+    def _room(self, pkt: Packet, held: list[Packet]) -> bool:
+        """Would `pkt` stay within the bound of the held packets: HELD_MAX packets,
+        tcp.max_reorder_bytes of their payload, tcp.reorder_timeout_s after the first?"""
+        r = self.lo.reasm
+        return (
+            len(held) < HELD_MAX
+            and pkt.ts_ns - held[0].ts_ns <= r.reorder_timeout_ns
+            and sum(h.payload_len for h in held) + pkt.payload_len <= r.max_reorder_bytes
         )
 
     def _release(self, held: list[Packet]) -> list[Event]:
