@@ -91,6 +91,13 @@ class Rules:
         """Forget any walk of the frame at the head of the buffer (Framer.feed_whole passed the
         bytes it would have started at)."""
 
+    def cut_start(self, data: memoryview, i: int) -> bool:
+        """Is the frame start at `i` credible enough to end a frame cut short at the connection's
+        end or a capture gap (Framer.reread_if_cut)? A real frame's payload cut by a real gap must
+        not be split into frames read out of it: rules whose `judge` confirms on little (a size
+        and a small number) ask more here. Default: `judge` confirms it."""
+        return self.judge(data, i) == CONFIRMED
+
     def credible(self, head: memoryview, size: int) -> bool | None:
         """Does this header of an oversize frame start a real frame (True: recorded and skipped;
         False: not a frame start, resync; None: more bytes needed to tell)?"""
@@ -260,21 +267,24 @@ class Framer:
     def reread_if_cut(self, why: str) -> bool:
         """At the connection's end or a capture gap (call it before `close` or `gap`): whether
         the frame at the head of the buffer, still short of its size, holds a credible frame
-        start past its first byte (a size field hit by damage, larger: the frame waits for bytes
-        that never come, and the frames it holds would be lost with it in one truncated or gap
-        record). If so, from its start to the next credible frame start the bytes are one
-        malformed Junk with `why` (and the bytes held, the size declared), and `next` gives the
-        frames after it; call it again once `next` gives None (a second damaged frame)."""
+        start past its first byte (Rules.cut_start: a size field hit by damage, larger: the frame
+        waits for bytes that never come, and the frames it holds would be lost with it in one
+        truncated or gap record). If so, from its start to the first such frame start the bytes
+        are one malformed Junk with `why` (and the bytes held, the size declared), and `next`
+        gives the frames from there, the first out of step (Frame.in_step False: found, not
+        confirmed by the frame before); call it again once `next` gives None (a second damaged
+        frame)."""
         b = self.buf
         if self.skip or self.resync or len(b) <= max(self.rules.hunt_len, self.rules.head_len):
             return False
-        if not self._holds_start(b):
+        at = self._holds_start(b, self.rules.cut_start)
+        if not at:
             return False
         size = self.rules.size(b)
         self.rules.reset()  # no walk of the frame that was at the head
         declared = f" of the {size} its size declares" if size.__class__ is int and size > len(b) else ""
-        self._short = None
-        self._not_a_frame(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=1))
+        self._short, self._found = None, False
+        self._not_a_frame(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=at))
         return True
 
     def _swallowed(self, frame: Frame) -> bool:
@@ -282,11 +292,15 @@ class Framer:
         byte?"""
         whole = StreamBuffer()
         whole.append(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
-        return self._holds_start(whole)
+        return self._holds_start(whole) > 0
 
-    def _holds_start(self, buf: StreamBuffer) -> bool:
-        """Does a credible frame start (Rules.judge: confirmed) lie in `buf` past its first byte?"""
+    def _holds_start(self, buf: StreamBuffer, credible=None) -> int:
+        """The index of the first credible frame start in `buf` past its first byte (`credible`,
+        by default Rules.judge confirming it), or 0 for none."""
         rules = self.rules
+        if credible is None:
+            judge = rules.judge
+            credible = lambda data, i: judge(data, i) == CONFIRMED  # noqa: E731
         jumps = self._jump is not None
         data, last, i = buf.data, len(buf) - rules.hunt_len, 1
         try:
@@ -294,11 +308,11 @@ class Framer:
                 if jumps:
                     i = max(i, rules.jump(buf, i) or i)
                     if i > last:
-                        return False
-                if rules.judge(data, i) == CONFIRMED:
-                    return True
+                        return 0
+                if credible(data, i):
+                    return i
                 i += 1
-            return False
+            return 0
         finally:
             data.release()
 
