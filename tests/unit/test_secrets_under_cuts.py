@@ -138,3 +138,35 @@ def test_no_secret_when_one_byte_of_an_auth_request_head_is_damaged(path, tmp_pa
         cuts.write(str(pcap), variants, _port(doc, i))
         out = decode_files([str(pcap)])
         assert cuts.leaks(out, secrets) == []
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in TRANSCRIPTS if p.stem.startswith(("kafka", "librdkafka"))], ids=lambda p: p.stem
+)
+def test_no_secret_when_the_size_of_the_frame_before_a_credential_is_damaged(path, tmp_path):
+    """The size of the client frame before each credential-carrying one made larger (+256, +4096,
+    +1 MiB): it runs past the end of the connection holding the credential frames, and at the
+    close frames starting inside it are read again (Framer.reread_if_cut). Neither the damaged
+    frame's row nor those read after it keep credential bytes, in any column."""
+    doc = relay.load(str(path))
+    secrets = _secrets(doc)
+    for i, conn in enumerate(doc["connections"]):
+        c2s = [c for c, (d, _data) in enumerate(conn) if d == "c2s"]
+        variants = []
+        for before, c in zip(c2s, c2s[1:]):
+            if not any(s in conn[c][1] for s in secrets.values()):
+                continue
+            data = conn[before][1]
+            for add in (256, 4096, 1 << 20):
+                size = int.from_bytes(data[:4], "big") + add
+                damaged = size.to_bytes(4, "big") + data[4:]
+                variants.append(
+                    (cuts.packets([*conn[:before], ("c2s", damaged), *conn[before + 1 :]], 1448), True, True)
+                )
+        if not variants:
+            continue
+        pcap = tmp_path / f"sizes{i}.pcap"
+        cuts.write(str(pcap), variants, _port(doc, i))
+        out = decode_files([str(pcap)])
+        assert cuts.leaks(out, secrets) == []
+        assert any(r["decode_status"] == "malformed" for r in out["commands"])

@@ -110,6 +110,7 @@ class KafkaConversation(Conversation):
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         out: list[Row] = []
+        self._drain_cut(direction, out, f"a capture gap of {nbytes} bytes")
         junk, _ = self.framer[direction].gap(nbytes, ts_ns)
         for j in junk:
             self._junk(direction, j, out)
@@ -118,6 +119,7 @@ class KafkaConversation(Conversation):
     def close(self) -> list[Row]:
         out: list[Row] = []
         for d, fr in self.framer.items():
+            self._drain_cut(d, out, "the end of the connection")
             for j in fr.close():
                 self._junk(d, j, out)
         for corr, p in self.pending.items():
@@ -135,6 +137,28 @@ class KafkaConversation(Conversation):
         return low
 
     # -- frames and junk ----------------------------------------------------------------------
+    def _drain_cut(self, d: str, out: list[Row], cut: str) -> None:
+        """Before a gap's or the close's records (`cut` names the event): a frame still short of
+        its size that holds credible frame starts (KafkaRules.cut_start) had its size damaged,
+        larger; it becomes one malformed row up to the first of them and the frames after it are
+        read (Framer.reread_if_cut; again for a second such frame). Responses held for
+        inference whose request is read now are answered (they came while it was held up)."""
+        fr = self.framer[d]
+        why = f"runs past {cut} and frames start inside it: its size damaged"
+        reread = False
+        try:
+            while fr.reread_if_cut(why):
+                reread = True
+                self._drain(d, out)
+            if reread and d == C2S:
+                for frame, offset, ts0, ts1 in self.missing.take_pending(self.pending):
+                    self._response(frame, offset, ts0, ts1, out)
+        except Exception as e:  # never raise out of the decoder: drop what is buffered
+            off, n, ts = fr.drop_all()
+            err = f"internal: {type(e).__name__}: {e}"
+            out.append(rows.error_row(self.ctx, d, off, base.MALFORMED, err, None, n, ts, ts))
+            self.in_step[d] = False
+
     def _drain(self, d: str, out: list[Row]) -> None:
         fr = self.framer[d]
         handle = self._request if d == C2S else self._response

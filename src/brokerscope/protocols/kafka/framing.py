@@ -18,7 +18,9 @@ from .. import base
 from ..base import C2S, OVERSIZE, StreamBuffer
 from ..framer import MORE, NotAFrame, Rules
 from . import schema
+from .inference import decode_exact
 from .names import EXTRA_API_NAMES
+from .rows import records_summary
 
 if TYPE_CHECKING:
     from .conversation import KafkaConversation
@@ -124,6 +126,52 @@ class KafkaRules(Rules):
             self.started = True
             return base.CONFIRMED
         return base.NOT_A_FRAME
+
+    def cut_start(self, data: memoryview, i: int) -> bool:
+        """A frame start inside a frame cut short (Framer.reread_if_cut), believed only on more
+        than `judge` asks: a response's size and pending correlation id, or a request's header,
+        are found in record payloads (a request header's api key and version read as a
+        correlation id are a small number, often pending). The whole frame is here and decodes
+        (a request: header and body under its spec, its correlation id continuing the
+        connection's and its client id the connection's; a response: answering a pending
+        request other than the one the cut frame's own correlation id names, its body decoding
+        exactly and plausibly under that request's api), and the frame after it ends the buffer
+        or starts credibly too (two frames in a row)."""
+        if self.judge(data, i) != base.CONFIRMED:
+            return False
+        size = _I32.unpack_from(data, i)[0]
+        end, n = i + 4 + size, len(data)
+        if end > n:
+            return False
+        conv = self.conv
+        if self.c2s:
+            _size, _key, _ver, corr, clen = _HDR.unpack_from(data, i)
+            if plausible_request(data, i, self.max_frame) < 2:
+                return False
+            if conv.last_corr is not None and not 0 < corr - conv.last_corr <= CORR_WINDOW:
+                return False
+            at = i + REQUEST_HEAD
+            cid = bytes(data[at : at + clen]).decode("utf-8", "backslashreplace") if clen >= 0 else None
+            if conv.client_id is not None and cid != conv.client_id:
+                return False
+            return end == n or plausible_request(data, end, self.max_frame) > 0
+        corr = _I32.unpack_from(data, i + 4)[0]
+        p = conv.pending.get(corr)
+        if p is None or corr == _I32.unpack_from(data, 4)[0]:
+            return False
+        if schema.plan(p.api_key, p.version, "response") is not None:
+            try:
+                cap = conv.ctx.max_decompressed_bytes
+                decode_exact(bytes(data[i + 4 : end]), p.api_key, p.version, cap, records_summary)
+            except Exception:  # noqa: BLE001 - any failure: not this response
+                return False
+        if end == n:
+            return True
+        return (
+            n - end >= 8
+            and 4 <= _I32.unpack_from(data, end)[0] <= self.max_frame
+            and _I32.unpack_from(data, end + 4)[0] in conv.pending
+        )
 
     def _credible_request(self, data: memoryview, i: int) -> bool:
         """A plausible header and, when the whole frame is buffered, a body that decodes under

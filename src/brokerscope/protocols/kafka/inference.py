@@ -246,6 +246,23 @@ class MissingRequests:
             out.append(self._release(None))
         return out
 
+    def take_pending(self, pending: dict) -> list[tuple[bytes, int, int, int]]:
+        """The held responses whose request is pending after all (read late: Framer.reread_if_cut),
+        taken out, oldest first: (frame, offset, first and last ts)."""
+        out = []
+        for seq, h in list(self.held.items()):
+            if h.corr not in pending:
+                continue
+            del self.held[seq]
+            self.held_bytes -= len(h.frame)
+            same = self.held_by_corr.get(h.corr, [])
+            if h in same:
+                same.remove(h)
+            if not same:
+                self.held_by_corr.pop(h.corr, None)
+            out.append((h.frame, h.offset, h.ts0, h.ts1))
+        return out
+
     def release_all(self, topic_ids: dict[str, str]) -> list[Row]:
         """At the end of the connection: the commands row of every held response, oldest first."""
         out: list[Row] = []

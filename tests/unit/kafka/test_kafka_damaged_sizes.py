@@ -1,0 +1,148 @@
+"""A frame whose size was damaged (larger) runs past the end of the connection or into a capture
+gap: the frames it holds are read, it alone is one malformed row (Framer.reread_if_cut with
+KafkaRules.cut_start), and a real frame cut by a real gap is not split into frames read out of
+its records."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokerscope.protocols import base
+
+from .kit import Driver, fetch_request, fetch_response, produce_request, produce_response, records
+
+N = 30
+BROKEN = 25  # the request whose size is damaged (+4096)
+
+
+def _requests(n: int = N) -> list[bytes]:
+    """`n` Produce v7 requests, correlation ids 1..n, one message each (kafka-python's encoders)."""
+    return [
+        produce_request(7, "orders", 0, records([(b"k%d" % i, b"value-%d" % i, [])]), corr=i + 1)
+        for i in range(n)
+    ]
+
+
+def _responses(n: int = N) -> list[bytes]:
+    return [produce_response(7, "orders", 0, 100 + i, corr=i + 1) for i in range(n)]
+
+
+def _damaged(frame: bytes, add: int = 4096) -> bytes:
+    """`frame` with its size field `add` bytes larger (one bit flipped for 4096)."""
+    size = int.from_bytes(frame[:4], "big") + add
+    return size.to_bytes(4, "big") + frame[4:]
+
+
+def _accounted(out: dict, direction: str) -> int:
+    return sum(r["size"] for r in out["commands"] if r["direction"] == direction)
+
+
+def _run(reqs, resps, gap_at: int | None = None, chunk: int | None = None) -> dict:
+    """Each request then its response; `gap_at`: that request never captured (a c2s gap)."""
+    d = Driver()
+    for i, (q, r) in enumerate(zip(reqs, resps)):
+        if i == gap_at:
+            d.gap(base.C2S, len(q))
+        else:
+            d.c2s(q, chunk)
+        d.s2c(r, chunk)
+    return d.close()
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_a_damaged_size_that_runs_past_the_end_of_the_connection_loses_no_request(chunk):
+    """Request 25's size says 4096 bytes more than the connection holds: it waited for bytes
+    that never came, and at the close it and the 4 requests after it were one truncated row
+    (their messages and latencies lost, their responses request_missing)."""
+    reqs, resps = _requests(), _responses()
+    reqs[BROKEN] = _damaged(reqs[BROKEN])
+    out = _run(reqs, resps, chunk=chunk)
+    sent = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] == "ok"]
+    assert sorted(r["correlation_id"] for r in sent) == [i + 1 for i in range(N) if i != BROKEN]
+    [bad] = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and bad["command"] is None and bad["raw"] is None
+    assert "runs past the end of the connection" in bad["decode_error"]
+    assert "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(reqs[BROKEN])
+    assert _accounted(out, "c2s") == sum(map(len, reqs))
+    assert _accounted(out, "s2c") == sum(map(len, resps))
+    values = sorted(m["value"] for m in out["messages"] if m["offset"] is not None)
+    assert values == sorted(b"value-%d" % i for i in range(N) if i != BROKEN)
+    lat = {r["correlation_id"]: r for r in out["latencies"]}
+    answered = sorted(c for c, r in lat.items() if r["latency_us"] is not None and r["response_ts_ns"])
+    assert answered == [i + 1 for i in range(N) if i != BROKEN]
+    # the damaged request's response: its request unknown
+    [missing] = [r for r in out["commands"] if r["direction"] == "s2c" and r["decode_status"] != "ok"]
+    assert missing["correlation_id"] == BROKEN + 1 and missing["decode_status"] == "request_missing"
+
+
+def test_a_damaged_size_that_runs_into_a_capture_gap_loses_no_request():
+    """The same damage (request 12) followed by a capture gap that took request 20: the gap was
+    taken to end inside the damaged frame, one gap row spanning its 4 KiB and requests 13..19
+    lost with it. Now they are read, then the gap is a gap."""
+    reqs, resps = _requests(), _responses()
+    reqs[12] = _damaged(reqs[12])
+    out = _run(reqs, resps, gap_at=20)
+    sent = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] == "ok"]
+    assert sorted(r["correlation_id"] for r in sent) == [i + 1 for i in range(N) if i not in (12, 20)]
+    [bad, gap] = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "runs past a capture gap" in bad["decode_error"]
+    assert bad["size"] == len(reqs[12]) and bad["raw"] is None
+    assert gap["decode_status"] == "gap" and gap["size"] == len(reqs[20])
+    assert _accounted(out, "c2s") == sum(map(len, reqs))
+    values = sorted(m["value"] for m in out["messages"] if m["offset"] is not None)
+    assert values == sorted(b"value-%d" % i for i in range(N) if i not in (12, 20))
+    lat = {r["correlation_id"]: r for r in out["latencies"] if r["latency_us"] is not None}
+    assert sorted(lat) == [i + 1 for i in range(N) if i not in (12, 20)]
+
+
+def _fetch_with_lookalikes(pending: list[int]) -> bytes:
+    """A Fetch v4 response (correlation id 1) whose records hold bytes that read as frame starts
+    to a resync: a whole Produce v7 request frame (its api key and version read as correlation
+    id 7, pending), and a size followed by each pending correlation id."""
+    lookalike = produce_request(7, "orders", 0, records([(b"k", b"v", [])]), corr=99)
+    values = [b"x" * 300 + lookalike + b"y" * 300]
+    values += [b"\x00\x00\x00\x40" + c.to_bytes(4, "big") + b"z" * 200 for c in pending]
+    recs = records([(None, v, []) for v in values])
+    return fetch_response(4, "orders", 0, recs, corr=1)
+
+
+def _fetch_cut_by_a_gap() -> tuple[dict, list[bytes], int]:
+    """A Fetch (corr 1) and 7 Produce v7 requests (corr 2..8) pipelined; the Fetch response is
+    cut by a real capture gap past its lookalikes, the Produce responses follow."""
+    reqs = [fetch_request(4, "orders", 0, 0, corr=1)] + [
+        produce_request(7, "orders", 0, records([(b"k", b"v%d" % c, [])]), corr=c) for c in range(2, 9)
+    ]
+    fetch = _fetch_with_lookalikes(list(range(1, 9)))
+    resps = [produce_response(7, "orders", 0, 10 + c, corr=c) for c in range(2, 9)]
+    d = Driver()
+    for q in reqs:
+        d.c2s(q)
+    kept = len(fetch) - 100
+    d.s2c(fetch[:kept], 64).gap(base.S2C, len(fetch) - kept)
+    for r in resps:
+        d.s2c(r)
+    return d.close(), resps, len(fetch)
+
+
+def test_a_large_response_cut_by_a_real_gap_is_not_split_into_frames_read_from_its_records():
+    """A real Fetch response cut by a real gap is short of its size like a damaged one; its
+    records hold bytes that a resync's judge confirms as frame starts (a pending correlation id
+    after a size). They are not believed (KafkaRules.cut_start): one gap row spans the Fetch, no
+    row is invented, and the Produce responses after it decode."""
+    out, resps, fetch_len = _fetch_cut_by_a_gap()
+    s2c = [r for r in out["commands"] if r["direction"] == "s2c"]
+    assert [(r["command"], r["decode_status"]) for r in s2c] == [("Fetch", "gap")] + [("Produce", "ok")] * 7
+    assert s2c[0]["size"] == fetch_len and s2c[0]["correlation_id"] == 1
+    assert _accounted(out, "s2c") == fetch_len + sum(map(len, resps))
+
+
+def test_the_lookalikes_do_fool_the_resync_judge(monkeypatch):
+    """The guard above sees a real trap: believed on `judge` alone, the Fetch's records become
+    invented frames."""
+    from brokerscope.protocols.kafka.framing import KafkaRules
+
+    monkeypatch.setattr(KafkaRules, "cut_start", lambda self, d, i: self.judge(d, i) == base.CONFIRMED)
+    out, _resps, _n = _fetch_cut_by_a_gap()
+    s2c = [r for r in out["commands"] if r["direction"] == "s2c"]
+    assert [r for r in s2c if r["decode_status"] == "malformed"]
