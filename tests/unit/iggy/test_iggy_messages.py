@@ -12,10 +12,11 @@ import xxhash
 
 from brokerscope import tables
 from brokerscope.protocols.base import Context, DecodeError, PayloadPolicy
-from brokerscope.protocols.iggy import wire
+from brokerscope.protocols.iggy import PROTOCOL, wire
 from brokerscope.protocols.iggy.messages import build_headers, build_message
+from tests.support.drive import Drive
 
-from .kit import login, num_id, req, resp, run, str_id, table, u8, u32, u64
+from .kit import CONN, login, num_id, req, resp, run, str_id, table, u8, u32, u64
 
 ST = str_id("orders") + str_id("eu")
 HDRS = build_headers([("trace", 2, b"abc"), ("n", 11, struct.pack("<I", 7)), ("ok", 3, b"\x01")])
@@ -286,3 +287,61 @@ def test_user_headers_read_as_the_reader_reads_them(seed):
         return
     assert wire.user_headers(blob) == want
     assert wire.user_headers(blob) is wire.user_headers(blob)  # a blob seen before: its list again
+
+
+def _sends(n: int) -> list[bytes]:
+    """`n` SEND_MESSAGES requests, one message each: id i, payload value-i."""
+    return [req(101, send_new([(i + 1, b"value-%d" % i, b"")])) for i in range(n)]
+
+
+def _damaged(frame: bytes, add: int = 4096) -> bytes:
+    """`frame` with its length field `add` larger (one bit flipped for 4096)."""
+    return u32(struct.unpack_from("<I", frame)[0] + add) + frame[4:]
+
+
+def _produced(rows) -> list[bytes]:
+    return sorted(m.get("value") for m in table(rows, "messages") if m.get("direction") == "produce")
+
+
+def _c2s_accounted(rows) -> int:
+    return sum(r.get("size") for r in table(rows, "commands") if r.get("direction") == "c2s")
+
+
+def test_a_damaged_length_that_runs_past_the_end_of_the_connection_loses_no_send():
+    """SEND_MESSAGES 25 of 30 says 4096 bytes more than the connection holds: at the close it and
+    the 4 after it were one truncated row, their messages lost. Now it alone is malformed."""
+    sends = _sends(30)
+    sends[25] = _damaged(sends[25])
+    rows = run(login() + [c for s in sends for c in (("c2s", s), ("s2c", resp()))])
+    cmds = [r for r in table(rows, "commands") if r.get("direction") == "c2s"]
+    ok = [r for r in cmds if r.get("command") == "SEND_MESSAGES" and r.get("decode_status") == "ok"]
+    assert len(ok) == 29
+    [bad] = [r for r in cmds if r.get("decode_status") != "ok"]
+    assert bad.get("decode_status") == "malformed" and bad.get("raw") is None
+    assert "runs past the end of the connection" in bad.get("decode_error")
+    assert bad.get("size") == len(sends[25])
+    assert _produced(rows) == sorted(b"value-%d" % i for i in range(30) if i != 25)
+    assert _c2s_accounted(rows) == len(login()[0][1]) + sum(map(len, sends))
+
+
+def test_a_damaged_length_that_runs_into_a_capture_gap_loses_no_send():
+    """The same damage (SEND 12) before a capture gap that took SEND 20: the gap was one row
+    spanning the damaged frame's 4 KiB, SENDs 13..19 lost. Now they are read, then the gap."""
+    sends = _sends(30)
+    sends[12] = _damaged(sends[12])
+    chunks = login() + [c for s in sends[:20] for c in (("c2s", s), ("s2c", resp()))]
+    d = Drive(PROTOCOL.conversation(CONN, Context()))
+    for i, (direction, data) in enumerate(chunks):
+        d.feed(direction, data, ts=1_000_000_000 + i * 1_000_000)
+    d.gap("c2s", len(sends[20]))
+    for s in sends[21:]:
+        d.feed("c2s", s).feed("s2c", resp())
+    d.close().tables()
+    rows = [(t, x) for t, r in d.rows for x in (r.rows() if isinstance(r, tables.Block) else [r])]
+    cmds = [r for r in table(rows, "commands") if r.get("direction") == "c2s"]
+    [bad, gap] = [r for r in cmds if r.get("decode_status") != "ok"]
+    assert bad.get("decode_status") == "malformed" and "runs past a capture gap" in bad.get("decode_error")
+    assert bad.get("size") == len(sends[12])
+    assert gap.get("decode_status") == "gap" and gap.get("size") == len(sends[20])
+    assert _produced(rows) == sorted(b"value-%d" % i for i in range(30) if i not in (12, 20))
+    assert _c2s_accounted(rows) == len(login()[0][1]) + sum(map(len, sends))

@@ -108,8 +108,10 @@ class IggyConversation(Conversation):
         return rows
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        self._drain_cut(direction, rows, f"a capture gap of {nbytes} bytes")
         junks, inside_skip = self.framer[direction].gap(nbytes, ts_ns)
-        rows = [self._junk_row(direction, j) for j in junks]
+        rows.extend(self._junk_row(direction, j) for j in junks)
         if not inside_skip:
             # responses can no longer be paired reliably: close out what is pending
             rows.extend(self._flush_pending())
@@ -123,6 +125,7 @@ class IggyConversation(Conversation):
                 fr = self.framer[d]
                 if len(fr.buf) and fr.resync and self.mode is not None:
                     self._drain(d, rows)
+                self._drain_cut(d, rows, "the end of the connection")
                 rows.extend(self._junk_row(d, j) for j in fr.close())
             rows.extend(self._flush_pending())
         except Exception as e:  # noqa: BLE001
@@ -136,6 +139,22 @@ class IggyConversation(Conversation):
 
     # -----------------------------------------------------------------------------------------
     # frames and junk
+
+    def _drain_cut(self, direction: str, rows: list[Row], cut: str) -> None:
+        """Before a gap's or the close's records (`cut` names the event): a frame still short of
+        its length that holds credible frame starts (IggyRules.cut_start) had its length
+        damaged, larger; it becomes one malformed row up to the first of them and the frames
+        after it are read (Framer.reread_if_cut; again for a second such frame)."""
+        if self.mode is None:
+            return
+        fr = self.framer[direction]
+        why = f"runs past {cut} and frames start inside it: its length damaged"
+        try:
+            while fr.reread_if_cut(why):
+                self._drain(direction, rows)
+        except Exception as e:  # noqa: BLE001 - never raise out of a decoder
+            off, n, ts = fr.drop_all()
+            rows.append(error_row(direction, off, n, ts, ts, base.MALFORMED, f"internal: {e!r}", None))
 
     def _drain(self, direction: str, rows: list[Row]) -> None:
         fr = self.framer[direction]

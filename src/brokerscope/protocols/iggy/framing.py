@@ -145,6 +145,32 @@ class IggyRules(Rules):
             return self._vsr(data, i)
         return self._request(data, i) if self.direction == C2S else self._response(data, i)
 
+    def cut_start(self, data: memoryview, i: int) -> bool:
+        """A frame start inside a frame cut short (Framer.reread_if_cut), believed on more than
+        `judge` asks (a request id that continues the connection's; a response's small status and
+        sane length, found in any payload of small little-endian numbers): a request whole, its
+        payload decoding, the next header plausible or the buffer's end; a response only in the
+        request-id framing, its id pending and not the cut frame's own, whole, the next header
+        plausible or the buffer's end. VSR frames and classic responses (paired in order, their
+        headers credible on little) are not split."""
+        mode = self.conv.mode
+        if mode not in (CLASSIC, REQID) or self.judge(data, i) != base.CONFIRMED:
+            return False
+        length, code = _II.unpack_from(data, i)
+        n = len(data)
+        if self.direction == C2S:
+            end = i + 4 + length
+            if end > n or not decodes_as_request(code, bytes(data[i + (16 if mode == REQID else 8) : end])):
+                return False
+            return end == n or plausible_request(data, end, self.conv.max_frame)
+        end = i + 8 + length
+        if mode != REQID or end > n or n < 16:
+            return False
+        rid = struct.unpack_from("<Q", data, i + 8)[0]
+        if not self.conv.pending.has_id(rid) or rid == struct.unpack_from("<Q", data, 8)[0]:
+            return False
+        return end == n or (n - end >= 16 and self._plausible_response(data, end))
+
     def _request(self, data: memoryview, i: int) -> int:
         """A classic/request-id request at `i`: known code, sane length; confirmed when its payload
         decodes and the next header is plausible, or (request-id framing) its id continues the
