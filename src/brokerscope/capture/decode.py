@@ -154,6 +154,9 @@ class PacketDecoder:
         self._flushed = 0  # rows handed out in batches so far
         # counters
         self.records = 0
+        # reader.frame_records: a list the record loops append every numbered record's (offset,
+        # what) to, and the section and interface blocks (None: not kept, as ingest reads)
+        self.frame_log: list | None = None
         self.udp = 0
         self.other = 0
         self.ip_fragments = 0

@@ -394,6 +394,51 @@ def _pcap_resync(
             first = n
 
 
+def _pcap_damaged_record(
+    s: int, f: int, ol: int, span: int, last_s: int | None, fmax: int, seq_lim: int
+) -> bool:
+    """Is a pcap record header whose caplen is damaged (resynced over: `span` bytes from it to
+    where the resync landed) a record, numbered as a frame with no packet, as Wireshark numbers
+    it? Yes when the rest of its header is a record's (its fraction in bounds, its time within a
+    day of the record before, an origlen a frame has) and the next credible record lies past its
+    header but no further than its frame on the wire (a damaged caplen swallows the records after
+    it, the resync lands on the next one); bytes inserted between records, or a record's own bytes
+    read as a header after a caplen damaged smaller, are none."""
+    return (
+        f < fmax
+        and (last_s is None or -DAY <= s - last_s <= DAY)
+        and 0 < ol <= seq_lim
+        and 16 <= span <= 16 + ol + MAX_LINK_HEADER
+    )
+
+
+# what frame_records says a record or block is
+PACKET, OTHER, DAMAGED, SECTION, INTERFACE = "packet", "other", "damaged", "section", "interface"
+
+
+def frame_records(path: str, kind: str) -> list[tuple[int, str]]:
+    """Every record of a whole capture file the reader numbers as a frame (its frame number: its
+    1-based index in this list once SECTION and INTERFACE entries are left out), in file order, as
+    (offset in the decompressed file, what): PACKET (a pcap record, a pcapng EPB, SPB or PB),
+    OTHER (a pcapng block Wireshark shows as a frame, no packet: OTHER_FRAMES) or DAMAGED (a
+    record or packet block whose length is damaged, resynced over: a frame with no packet); and
+    the pcapng section and interface blocks (SECTION, INTERFACE), each well framed. The record
+    loops of ingest walk it, damage and resync included (Python's, every record: `extract`
+    copies records of these offsets only, never a damaged one); nothing is decoded."""
+    dec = PacketDecoder("", 0, 0, None, False)
+    dec.frame_log = log = []
+    gz = kind.endswith(".gz")
+    win = _StreamWindow(path, dec) if gz else _MapWindow(path)
+    nothing = (0, 0)  # a time window no record is in: every record dropped on its header
+    try:
+        read = _read_pcapng if kind.startswith("pcapng") else _read_pcap
+        for _ in read(win, 0, 1 << 62, dec, 1 << 30, 1 << 62, nothing):
+            pass
+    finally:
+        win.close()
+    return log
+
+
 def _read_pcap(
     win, start: int, end: int, dec: PacketDecoder, bp: int, bb: int, window: tuple[int, int]
 ) -> Iterator[pa.RecordBatch]:
@@ -440,6 +485,7 @@ def _read_pcap(
     filtered = 0
     lo, hi = window  # records outside [lo, hi) are counted and dropped before they are parsed
     cut = bb  # the batch ends at bp rows or once nbytes reaches cut, whichever comes first
+    flog = dec.frame_log  # frame_records: every numbered record's offset and what it is
     tmin: int | None = None
     tmax: int | None = None
     last_s: int | None = None
@@ -497,6 +543,10 @@ def _read_pcap(
                     break
                 dec.damaged += base + q - rec
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
+                if _pcap_damaged_record(s, f, ol, base + q - rec, last_s, fmax, seq_lim):
+                    records += 1  # a record whose caplen is damaged: a frame, no packet
+                    if flog is not None:
+                        flog.append((rec, DAMAGED))
                 p = q
                 continue
             q = p + 16 + cl
@@ -528,6 +578,10 @@ def _read_pcap(
                     dec.malformed += 1
                     dec.damaged += r - p
                     dec.error(f"resynced at offset {base + r} (skipped {r - p} bytes)")
+                    if _pcap_damaged_record(s, f, ol, r - p, last_s, fmax, seq_lim):
+                        records += 1  # a record whose caplen is damaged: a frame, no packet
+                        if flog is not None:
+                            flog.append((rec, DAMAGED))
                     p = r
                     continue
                 if q > L:
@@ -545,6 +599,8 @@ def _read_pcap(
                 tmax = ts
             last_s = s
             records += 1
+            if flog is not None:
+                flog.append((rec, PACKET))
             nbytes += cl
             if not cl:  # an empty frame: nothing to decode
                 dec.empty_records += 1
@@ -607,6 +663,7 @@ _KNOWN_BLOCKS = frozenset((SHB, IDB, PB, SPB, NRB, ISB, EPB, 7, 8, JOURNAL, DSB,
 # blocks Wireshark shows as frames of their own, numbered with the packets: they take frame numbers
 # (the tables' first_frame / last_frame, extract --frames) but hold no packet
 OTHER_FRAMES = frozenset((JOURNAL, *CUSTOM))
+PACKET_FRAMES = frozenset((EPB, SPB, PB))
 _KNOWN_PATTERNS = frozenset(struct.pack(o + "I", t) for t in _KNOWN_BLOCKS for o in "<>")
 _BOM_LE = struct.pack("<I", PCAPNG_BOM)
 _BOM_BE = struct.pack(">I", PCAPNG_BOM)
@@ -845,6 +902,7 @@ def _read_pcapng(
     tmax: int | None = None
     last_ts = 0
     read_on = False  # reading past `end`, to where the next split's first resync lands
+    flog = dec.frame_log  # frame_records: every numbered block's offset and what it is
     rows = dec.rows
     buf, base, L, eof = win.buf, win.base, len(win.buf), win.eof
     dec.first_at = base + p
@@ -905,6 +963,8 @@ def _read_pcapng(
                     if tmax is None or ts > tmax:
                         tmax = ts
                     records += 1
+                    if flog is not None:
+                        flog.append((rec, PACKET))
                     nbytes += cl
                     if (not 0 < cl <= ol or cl > ifc.snaplen > 0) and _odd_record(dec, cl, ol, ifc.snaplen):
                         pass  # empty: nothing to decode
@@ -955,6 +1015,15 @@ def _read_pcapng(
                 elif od.u32(buf, p + n - 4)[0] != n:
                     bad = "trailing block length differs"
             if bad is not None:
+                # a packet block (or a block Wireshark numbers) whose length is damaged is a frame
+                # with no packet, where the next credible block lies no nearer than its fields say
+                # (a few bytes inserted between blocks, however they read, are none): its header
+                # read before a resync may slide a gzip window
+                least = 0
+                if t in PACKET_FRAMES or t in OTHER_FRAMES:
+                    least = 12 if t in OTHER_FRAMES else 16
+                    if t in (EPB, PB) and p + 24 <= L:
+                        least = 32 + od.u32(buf, p + 20)[0]
                 if found is None:
                     dec.error(f"{bad} at offset {rec}")
                     q, od2 = _ng_resync(win, p + 1, od)
@@ -972,6 +1041,10 @@ def _read_pcapng(
                     ifaces, complete = [], False
                 dec.damaged += base + q - rec
                 dec.error(f"resynced at offset {base + q} (skipped {base + q - rec} bytes)")
+                if least and base + q - rec >= least:
+                    records += 1  # a frame, no packet
+                    if flog is not None:
+                        flog.append((rec, DAMAGED))
                 p = q
                 continue
 
@@ -996,6 +1069,8 @@ def _read_pcapng(
                     ifc = ifaces[iid]
                     ts = ifc.time(th, tl)
                     records += 1
+                    if flog is not None:
+                        flog.append((rec, PACKET))
                     nbytes += cl
                     if not TS_MIN <= ts <= TS_MAX:  # a frame, with no time a column holds
                         dec.malformed += 1
@@ -1044,6 +1119,8 @@ def _read_pcapng(
                     if ifc.snaplen:
                         cl = min(cl, ifc.snaplen)
                     records += 1
+                    if flog is not None:
+                        flog.append((rec, PACKET))
                     nbytes += cl
                     if not cl:
                         dec.empty_records += 1
@@ -1070,9 +1147,13 @@ def _read_pcapng(
                     dec.error(f"interface description block too short at offset {rec}")
                 else:
                     ifaces.append(_parse_idb(buf, p, n, od, dec))
+                if flog is not None:
+                    flog.append((rec, INTERFACE))
             elif t == SHB:
                 ifaces = []
                 complete = True
+                if flog is not None:
+                    flog.append((rec, SECTION))
             elif t == DSB and n >= 20:  # secrets type, length, data (padded to 4), options
                 stype, slen = od.u32(buf, p + 8)[0], od.u32(buf, p + 12)[0]
                 if stype == TLS_KEY_LOG and 16 + slen + 4 <= n:
@@ -1080,6 +1161,8 @@ def _read_pcapng(
             elif t in OTHER_FRAMES:  # a journal entry or custom block: a frame, no packet
                 records += 1
                 dec.other_frames += 1
+                if flog is not None:
+                    flog.append((rec, OTHER))
             # NRB, ISB, other secrets and unknown blocks: skipped by their length
             p += n
     finally:

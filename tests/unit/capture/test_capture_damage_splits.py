@@ -104,6 +104,9 @@ def test_pcapng_damaged_block_reads_the_same_at_every_split_size(tmp_path, how, 
     whole = _assert_every_split_reads_as_one(path, damage, compiled)
     # the good data after the damage is kept: every packet but the damaged block's
     assert [_key(r) for r in whole] == [_key(r) for r in clean[:AT] + clean[AT + lost :]]
+    # with the undamaged file's frame numbers (at every split size: above): a damaged packet block
+    # takes its number, bytes inserted between blocks none
+    assert [r["frame"] for r in whole] == [r["frame"] for r in clean[:AT] + clean[AT + lost :]]
     _, (st,) = read_path(path, compiled=compiled)
     assert st["malformed"] == 1 and st["damaged"] == damage[1], st
     assert any(e.startswith(f"bad block length {1 << 20} at offset ") for e in st["errors"]), st["errors"]
@@ -145,6 +148,9 @@ def test_pcap_damaged_caplen_reads_the_same_at_every_split_size(tmp_path, caplen
     size = 16 + len(recs[AT][1])
     whole = _assert_every_split_reads_as_one(path, (at, size), compiled)
     assert [_key(r) for r in whole] == [_key(r) for r in clean[:AT] + clean[AT + 1 :]]
+    # the damaged record takes its frame number (as Wireshark numbers it), so the frames after it
+    # keep the undamaged file's, at every split size (above)
+    assert [r["frame"] for r in whole] == [r["frame"] for r in clean[:AT] + clean[AT + 1 :]]
     _, (st,) = read_path(path, compiled=compiled)
     assert st["malformed"] == 1 and st["damaged"] == size, st
     assert st["errors"] == [
