@@ -349,6 +349,13 @@ def cmd_extract(args) -> int:
     r = extract.extract(
         settings.lake_path, args.out, args.conn_id or (), args.capture_id or (), flt, frames or None
     )
+    if r.damaged:
+        nos = ", ".join(str(f) for f in r.damaged[:10]) + (", ..." if len(r.damaged) > 10 else "")
+        print(
+            f"brokerscope: frame {nos}: a record whose length is damaged (ingest resynced over it): "
+            "no packet in it, nothing written for it",
+            file=sys.stderr,
+        )
     if not r.packets:
         has = "" if r.frames_in_file is None else f" (the capture has {r.frames_in_file:,} frames)"
         print(f"brokerscope: no packet matched: nothing written{has}", file=sys.stderr)

@@ -10,8 +10,9 @@ reassembled from fragments is its last fragment's record.
 
 Or by frame number, as the tables' first_frame / last_frame and Wireshark count them (the 1-based
 index of a packet record in its file: pcap records, pcapng EPB/SPB/PB blocks): the records of a
-capture whose numbers are given, whatever they hold, found by walking the file's records as
-Wireshark does (up to the first damaged one).
+capture whose numbers are given, whatever they hold, found by the ingest reader's walk of the
+file's records (reader.frame_records: damage resynced over as ingest does, a record or packet
+block whose length is damaged numbered, never copied).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import capture, export
+from .capture import reader
 from .capture.files import PCAP_MAGICS, PCAPNG_BOM, Split, chunk_digests, combine_id, gzip_id
 from .capture.filter import PacketFilter
-from .capture.reader import OTHER_FRAMES
 from .lake import Lake
 
 # pcapng block types (pcapng spec, section 4) and the fields brokerscope writes
@@ -65,6 +66,7 @@ class Extracted:
     files: list[str]
     out: str
     frames_in_file: int | None = None  # with frame numbers of which none matched: the file's
+    damaged: list[int] | None = None  # frame numbers asked for of records whose length is damaged
 
 
 # -- what to read ---------------------------------------------------------------------------------
@@ -229,58 +231,38 @@ def parse_frames(specs: Iterable[str]) -> set[int]:
 
 
 def frame_offsets(src: Source, frames: set[int]) -> list[int]:
-    """Offsets of the packet records numbered `frames` in `src`, in file order."""
-    inp = _Input(src)
-    try:
-        last = max(frames)
-        return [
-            off
-            for no, (off, packet) in enumerate(_frames(inp, src.kind), 1)
-            if packet and no in frames and no <= last
-        ]
-    finally:
-        inp.close()
+    """Offsets of the packet records numbered `frames` in `src`, in file order (a frame that holds
+    no packet, a damaged record's among them, gives none)."""
+    return [off for no, (off, what) in enumerate(_frames(src), 1) if what == reader.PACKET and no in frames]
 
 
 def frame_count(src: Source) -> int:
     """How many frames `src` has (Wireshark's numbering: every record, a packet or not)."""
-    inp = _Input(src)
-    try:
-        return sum(1 for _ in _frames(inp, src.kind))
-    finally:
-        inp.close()
+    return len(_frames(src))
 
 
-def _frames(inp: _Input, kind: str) -> Iterator[tuple[int, bool]]:
-    """The offset of every record Wireshark numbers as a frame, and whether it is a packet, in
-    file order (pcap: every record; pcapng: EPB, SPB and PB blocks, and the journal and custom
-    blocks, frames without a packet), up to the end or the first record whose framing is
-    damaged, as Wireshark reads."""
-    if kind.startswith("pcapng"):
-        pos, order = 0, "<"
-        while True:
-            head = inp.read(pos, 12)
-            if len(head) < 12:
-                return
-            if head[:4] == struct.pack("<I", SHB):
-                order = "<" if head[8:12] == struct.pack("<I", PCAPNG_BOM) else ">"
-            btype, blen = struct.unpack(order + "II", head[:8])
-            if blen < 12 or blen % 4:
-                return
-            if btype in PACKET_BLOCKS or btype in OTHER_FRAMES:
-                yield pos, btype in PACKET_BLOCKS
-            pos += blen
-    order = PCAP_MAGICS[inp.read(0, 4)][0]
-    pos = PCAP_HEADER
-    while True:
-        rh = inp.read(pos, PCAP_RECORD)
-        if len(rh) < PCAP_RECORD:
-            return
-        incl = struct.unpack_from(order + "I", rh, 8)[0]
-        if len(inp.read(pos + PCAP_RECORD + incl - 1, 1)) < 1 and incl:
-            return  # cut off by the end of the file: no frame
-        yield pos, True
-        pos += PCAP_RECORD + incl
+def damaged_frames(src: Source, frames: set[int]) -> list[int]:
+    """The numbers among `frames` of records whose length is damaged (frames with no packet)."""
+    return [no for no, (_, what) in enumerate(_frames(src), 1) if what == reader.DAMAGED and no in frames]
+
+
+def _frames(src: Source) -> list[tuple[int, str]]:
+    """The offset of every record numbered as a frame, and what it is (reader.PACKET, OTHER or
+    DAMAGED), in file order: the ingest reader's own walk (reader.frame_records), so the numbers
+    past damage are the tables' (a damaged record or packet block takes its number, bytes
+    inserted between records none, as in the undamaged file)."""
+    return [(off, what) for off, what in _records(src) if what not in (reader.SECTION, reader.INTERFACE)]
+
+
+def _records(src: Source) -> list[tuple[int, str]]:
+    key = (src.path, src.kind, src.size)
+    if _walked.get("key") != key:
+        _walked.clear()
+        _walked.update(key=key, log=reader.frame_records(src.path, src.kind))
+    return _walked["log"]
+
+
+_walked: dict = {}  # the last file walked (extract walks one file's records up to three times)
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -299,32 +281,20 @@ class _Input:
         self.fh.close()
 
 
-def _pcapng_blocks(inp: _Input, offsets: list[int]) -> Iterator[bytes]:
+def _pcapng_blocks(inp: _Input, src: Source, offsets: list[int]) -> Iterator[bytes]:
     """The section and interface blocks of a pcapng file, and its packet blocks at `offsets`, in
-    file order. Blocks are walked from the start for the first two; a damaged block ends that walk
-    (later interface blocks are then taken from the chain the selected blocks lie on)."""
+    file order, as the ingest reader walks them (damage resynced over: a damaged block is never
+    copied)."""
     wanted = set(offsets)
-    pos, order = 0, "<"
-    todo = sorted(offsets)
-    i = 0
-    while True:
-        head = inp.read(pos, 12)
-        if len(head) < 12:
-            break
-        if head[:4] == struct.pack("<I", SHB):
-            bom = head[8:12]
-            order = "<" if bom == struct.pack("<I", PCAPNG_BOM) else ">"
-        btype, blen = struct.unpack(order + "II", head[:8])
-        if blen < 12 or blen % 4:
-            break
-        if btype in (SHB, IDB) or pos in wanted:
-            yield inp.read(pos, blen)
-            while i < len(todo) and todo[i] <= pos:
-                i += 1
-        pos += blen
-    for off in todo[i:]:  # past a damaged block: the selected blocks themselves
-        btype, blen = struct.unpack(order + "II", inp.read(off, 8))
-        yield inp.read(off, blen)
+    order = "<"
+    for pos, what in _records(src):
+        if what == reader.SECTION:
+            head = inp.read(pos, 12)
+            order = "<" if head[8:12] == struct.pack("<I", PCAPNG_BOM) else ">"
+        elif what != reader.INTERFACE and pos not in wanted:
+            continue
+        blen = struct.unpack(order + "I", inp.read(pos + 4, 4))[0]
+        yield inp.read(pos, blen)
 
 
 def _pcap_records(inp: _Input, offsets: list[int]) -> tuple[bytes, Iterator[tuple[bytes, bytes]]]:
@@ -385,7 +355,7 @@ def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
             inp = _Input(s)
             try:
                 if s.kind.startswith("pcapng"):
-                    for blk in _pcapng_blocks(inp, offsets):
+                    for blk in _pcapng_blocks(inp, s, offsets):
                         fh.write(blk)
                     n += len(offsets)
                     continue
@@ -435,4 +405,6 @@ def extract(
     kept = [(s, p) for s, p in zip(sources, picks) if p]
     n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
     have = frame_count(sources[0]) if frames and not n and sources else None
-    return Extracted(n, [s.path for s, _ in kept], out, have)
+    dmg = damaged_frames(sources[0], frames) if frames and sources else None
+    _walked.clear()
+    return Extracted(n, [s.path for s, _ in kept], out, have, dmg or None)

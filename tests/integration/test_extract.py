@@ -274,3 +274,47 @@ def test_a_capture_changed_in_place_with_its_size_is_not_extracted(spark, tmp_pa
     rc, stdout, err = run(capsys, "extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out))
     assert rc == 0 and "from 1 file(s)" in stdout, err
     assert _packets(str(out)) == want
+
+
+def test_a_row_past_damage_comes_out_as_in_the_undamaged_file(spark, tmp_path, capsys):
+    """Found by a user trial: past a pcap record whose caplen was damaged, `extract --frames` of a
+    row's frames found nothing ('no packet matched', exit 1), and the rows' frame numbers were one
+    less than the undamaged file's. Now the damaged record keeps its number (a frame with no
+    packet) and extract walks the frames as ingest does: a row past the damage comes out as the
+    undamaged file's packets of its numbers; the damaged frame alone writes nothing, saying why."""
+    import struct
+
+    from brokerscope import pipeline
+    from brokerscope.capture import capture_id
+    from brokerscope.config import Settings
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "kafka" / "txn.pcap"
+    buf = bytearray(src.read_bytes())
+    off, offs = 24, []
+    while off + 16 <= len(buf):
+        offs.append(off)
+        off += 16 + struct.unpack_from("<I", buf, off + 8)[0]
+    n = len(offs) // 3
+    struct.pack_into("<I", buf, offs[n - 1] + 8, struct.unpack_from("<I", buf, offs[n - 1] + 8)[0] + 100)
+    path = tmp_path / "d.pcap"
+    path.write_bytes(bytes(buf))
+    lake = tmp_path / "lake"
+    settings = Settings.load(overrides={"lake": {"path": str(lake)}})
+    pipeline.ingest([str(path)], settings, spark=spark)
+    cid = capture_id(path)
+    rows = [r for r in _commands(str(lake)) if min(r["first_frame"], r["last_frame"]) > n]
+    assert rows
+    row = max(rows, key=lambda r: (abs(r["last_frame"] - r["first_frame"]), r["conn_id"]))
+    a, b = sorted((row["first_frame"], row["last_frame"]))
+    every = _packets(str(src))  # the undamaged file
+    out = tmp_path / "row.pcapng"
+    argv = ["extract", "--lake", str(lake), "--capture-id", cid, "-o", str(out)]
+    rc, stdout, err = run(capsys, *argv, "--frames", f"{a}-{b}")
+    assert rc == 0 and f"wrote {b - a + 1} packet(s)" in stdout, err
+    assert _packets(str(out)) == every[a - 1 : b]
+    rc, stdout, err = run(capsys, *argv, "--frames", f"{n - 1}-{n + 1}")  # across it
+    assert rc == 0 and "wrote 2 packet(s)" in stdout and f"frame {n}: a record whose length is damaged" in err
+    assert _packets(str(out)) == [every[n - 2], every[n]]
+    rc, _, err = run(capsys, *argv, "--frame", str(n))
+    assert rc == 1 and "no packet in it" in err and "no packet matched" in err
