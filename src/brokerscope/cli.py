@@ -360,6 +360,13 @@ def cmd_extract(args) -> int:
         has = "" if r.frames_in_file is None else f" (the capture has {r.frames_in_file:,} frames)"
         print(f"brokerscope: no packet matched: nothing written{has}", file=sys.stderr)
         return 1
+    past = [f for f in frames if f > r.frames_in_file] if frames and r.frames_in_file is not None else []
+    if past:
+        print(
+            f"brokerscope: {len(past):,} frame number(s) past the capture's {r.frames_in_file:,} frames "
+            f"(from {min(past):,}): nothing written for them",
+            file=sys.stderr,
+        )
     print(f"wrote {r.packets:,} packet(s) from {len(r.files)} file(s) to {r.out}")
     print(f"open it: wireshark -r {r.out}")
     return 0

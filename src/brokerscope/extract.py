@@ -65,7 +65,7 @@ class Extracted:
     packets: int
     files: list[str]
     out: str
-    frames_in_file: int | None = None  # with frame numbers of which none matched: the file's
+    frames_in_file: int | None = None  # with frame numbers: how many frames the file has
     damaged: list[int] | None = None  # frame numbers asked for of records whose length is damaged
 
 
@@ -404,7 +404,7 @@ def extract(
         picks = [selected_offsets(s, conns, flt) for s in sources]
     kept = [(s, p) for s, p in zip(sources, picks) if p]
     n = write([s for s, _ in kept], [p for _, p in kept], out) if kept else 0
-    have = frame_count(sources[0]) if frames and not n and sources else None
+    have = frame_count(sources[0]) if frames and sources else None  # the walk is kept: no second read
     dmg = damaged_frames(sources[0], frames) if frames and sources else None
     _walked.clear()
     return Extracted(n, [s.path for s, _ in kept], out, have, dmg or None)

@@ -184,6 +184,14 @@ def test_frames_want_one_capture(sample_lake, tmp_path, capsys):
     assert (
         rc == 1 and err == f"brokerscope: no packet matched: nothing written (the capture has {n:,} frames)\n"
     )
+    # a range running past the end writes what there is and says what is not (a user trial asked
+    # for 119-500 of 120: 'wrote 2 packet(s)', nothing said of the rest)
+    rc, got, err = run(capsys, *argv, "--frames", f"{n - 1}-{n + 380}")
+    assert rc == 0 and "wrote 2 packet(s)" in got
+    assert err == (
+        f"brokerscope: 380 frame number(s) past the capture's {n:,} frames (from {n + 1:,}): "
+        "nothing written for them\n"
+    )
 
 
 def test_a_capture_comes_from_any_path_that_holds_it_and_says_why_none_does(spark, tmp_path, capsys):
