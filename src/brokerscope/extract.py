@@ -251,14 +251,19 @@ def _frames(src: Source) -> list[tuple[int, str]]:
     DAMAGED), in file order: the ingest reader's own walk (reader.frame_records), so the numbers
     past damage are the tables' (a damaged record or packet block takes its number, bytes
     inserted between records none, as in the undamaged file)."""
-    return [(off, what) for off, what in _records(src) if what not in (reader.SECTION, reader.INTERFACE)]
+    _records(src)
+    return _walked["frames"]
 
 
 def _records(src: Source) -> list[tuple[int, str]]:
+    """Every record and block reader.frame_records logs, walked once per file (`_frames` keeps
+    its frames: frame_offsets, frame_count and damaged_frames each ask for them)."""
     key = (src.path, src.kind, src.size)
     if _walked.get("key") != key:
+        log = reader.frame_records(src.path, src.kind)
+        frames = [(off, what) for off, what in log if what not in (reader.SECTION, reader.INTERFACE)]
         _walked.clear()
-        _walked.update(key=key, log=reader.frame_records(src.path, src.kind))
+        _walked.update(key=key, log=log, frames=frames)
     return _walked["log"]
 
 

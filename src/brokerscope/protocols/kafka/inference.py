@@ -254,14 +254,18 @@ class MissingRequests:
             if h.corr not in pending:
                 continue
             del self.held[seq]
-            self.held_bytes -= len(h.frame)
-            same = self.held_by_corr.get(h.corr, [])
-            if h in same:
-                same.remove(h)
-            if not same:
-                self.held_by_corr.pop(h.corr, None)
+            self._forget(h)
             out.append((h.frame, h.offset, h.ts0, h.ts1))
         return out
+
+    def _forget(self, h) -> None:
+        """A held response taken out of `held`: out of the bytes held and of `held_by_corr`."""
+        self.held_bytes -= len(h.frame)
+        same = self.held_by_corr.get(h.corr, [])
+        if h in same:
+            same.remove(h)
+        if not same:
+            self.held_by_corr.pop(h.corr, None)
 
     def release_all(self, topic_ids: dict[str, str]) -> list[Row]:
         """At the end of the connection: the commands row of every held response, oldest first."""
@@ -275,12 +279,7 @@ class MissingRequests:
         is certain (decode_status stays request_missing), else undecoded with the reason. Without
         `topic_ids` (the topic names learned on the connection) it is not inferred at all."""
         _seq, h = self.held.popitem(last=False)
-        self.held_bytes -= len(h.frame)
-        same = self.held_by_corr.get(h.corr, [])
-        if h in same:
-            same.remove(h)
-        if not same:
-            self.held_by_corr.pop(h.corr, None)
+        self._forget(h)
         kv = body = None
         if topic_ids is None:
             why = "not held for inference: too many responses without their request on this connection"
