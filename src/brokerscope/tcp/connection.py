@@ -320,20 +320,18 @@ class TcpConnection:
             n = 1
         if not any(self._acks_unseen(h) and _into(pkt.seq, n, nseq, h.ack) for h in held):
             return False
-        ynseq = y._nseq
-        return not (
-            pkt.flags & ACK and ynseq >= 0 and 0 < (pkt.ack - ynseq) & MASK <= MAX_ACK_AHEAD
-        ) or not any(h.payload_len and _into(h.seq, h.payload_len, ynseq, pkt.ack) for h in held)
+        return not self._acks_past(pkt) or not any(
+            h.payload_len and _into(h.seq, h.payload_len, y._nseq, pkt.ack) for h in held
+        )
 
     def _before_hole(self, pkt: Packet) -> bool:
         """Was `pkt`, a packet without payload of the hole's direction, sent before the hole's
         bytes: its sequence number at the hole's start or before it (a keep-alive's), and its ACK
         of nothing not shown (of the held packets' bytes: sent after them)? A pure ACK past the
         hole's start shows the bytes before it were sent: the hole is declared."""
-        x, y = (self.lo.reasm, self.hi.reasm) if pkt.from_lo else (self.hi.reasm, self.lo.reasm)
-        if 0 < (pkt.seq - x._nseq) & MASK < BEHIND:
+        if 0 < (pkt.seq - (self.lo if pkt.from_lo else self.hi).reasm._nseq) & MASK < BEHIND:
             return False  # past the hole's start
-        return not (pkt.flags & ACK and y._nseq >= 0 and 0 < (pkt.ack - y._nseq) & MASK <= MAX_ACK_AHEAD)
+        return not self._acks_past(pkt)
 
     def _room(self, pkt: Packet, held: list[Packet]) -> bool:
         """Would `pkt` stay within the bound of the held packets: HELD_MAX packets,
@@ -357,7 +355,12 @@ class TcpConnection:
 
     def _acks_unseen(self, pkt: Packet) -> bool:
         """Does `pkt` (no SYN, FIN or RST) acknowledge bytes its peer's direction has not shown?"""
-        if not pkt.flags & ACK or pkt.flags & _SYN_FIN_RST:
+        return not pkt.flags & _SYN_FIN_RST and self._acks_past(pkt)
+
+    def _acks_past(self, pkt: Packet) -> bool:
+        """Does `pkt`, whatever its other flags, acknowledge bytes its peer's direction has not
+        shown (within MAX_ACK_AHEAD of the next byte expected)?"""
+        if not pkt.flags & ACK:
             return False
         nseq = (self.hi if pkt.from_lo else self.lo).reasm._nseq
         return nseq >= 0 and 0 < (pkt.ack - nseq) & MASK <= MAX_ACK_AHEAD
