@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import tables
+from .capture.decode import SplitOrder
 from .streams import SORT_COLS
 
 # the columns that name a run's connection (SORT_COLS then place it by its first packet)
@@ -38,6 +39,7 @@ KEY_COLS = tuple(SORT_COLS[:4])
 RECORD = np.dtype(
     [
         ("ts_ns", "<i8"),
+        ("order_ns", "<i8"),
         ("rec_offset", "<i8"),
         ("record_no", "<i8"),
         ("seq", "<i8"),
@@ -144,9 +146,15 @@ def _values_buffer(arr: pa.Array) -> pa.Buffer:
     return data[int(offsets[0]) : int(offsets[-1])]
 
 
-def unpack(batches: Iterable[pa.RecordBatch], max_rows: int = 8192) -> Iterator[pa.RecordBatch]:
+def unpack(
+    batches: Iterable[pa.RecordBatch], max_rows: int = 8192, order: SplitOrder | None = None
+) -> Iterator[pa.RecordBatch]:
     """The packets of RUNS batches sorted by SORT_COLS (as Spark gives them), as UNPACKED batches
     of at most `max_rows` rows, in the order of every packet sorted by SORT_COLS.
+
+    `order`: the order_ns of packets read in a file's later splits raised (capture.SplitOrder):
+    a run that rose waits, held, for the runs that sort before it now (a connection's runs come
+    in the order of their first packets' keys as read, and raising only puts a packet later).
 
     A connection's runs arrive in the order of their first packets. While the next run starts
     after every packet held, what is held goes out as it is; when it starts before some (two
@@ -163,6 +171,9 @@ def unpack(batches: Iterable[pa.RecordBatch], max_rows: int = 8192) -> Iterator[
         cols = [b.column(c).to_pylist() for c in KEY_COLS]
         keys = list(zip(*cols))
         recs, pays, bounds = _records(b)
+        as_read = recs  # the first packets' keys as Spark sorted the runs by them
+        if order:
+            recs, pays = _raised(recs, pays, bounds, order)
         # a run alone: of another connection than the runs beside it (the batch's last run may
         # go on in the next batch), or a stats row
         alone = [
@@ -188,7 +199,7 @@ def unpack(batches: Iterable[pa.RecordBatch], max_rows: int = 8192) -> Iterator[
                 yield from out.add([held.key], None, *held.all())
                 held = _Held(k)
             else:
-                yield from out.add([k], None, *held.before(_order_key(rec[0])))
+                yield from out.add([k], None, *held.before(_order_key(as_read[a])))
             held.add(rec, pay)
             j += 1
     yield from out.add([held.key], None, *held.all())
@@ -209,9 +220,27 @@ def _records(b: pa.RecordBatch) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     return recs, _payload_array(recs, data), bounds
 
 
+def _raised(
+    recs: np.ndarray, pays: pa.Array, bounds: np.ndarray, order: SplitOrder
+) -> tuple[np.ndarray, pa.Array]:
+    """A RUNS batch's records with order_ns raised by `order`, each run sorted again by its
+    keys (as they are: nothing rose)."""
+    ts = np.where(recs["valid"] & _BIT["ts_ns"], recs["ts_ns"], np.iinfo(np.int64).max)  # not a stats row's
+    new = order.raised(recs["file_index"], recs["rec_offset"], ts, recs["order_ns"])
+    if new is None:
+        return recs, pays
+    recs = recs.copy()
+    recs["order_ns"] = new
+    run = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    perm = np.lexsort((recs["rec_offset"], recs["file_index"], recs["order_ns"], run))
+    if (perm[1:] < perm[:-1]).any():
+        recs, pays = recs[perm], pays.take(pa.array(perm))
+    return recs, pays
+
+
 def _order_key(r) -> tuple:
     """A record's place among its connection's packets (SORT_COLS after the 4-tuple)."""
-    return (int(r["ts_ns"]), int(r["file_index"]), int(r["rec_offset"]))
+    return (int(r["order_ns"]), int(r["file_index"]), int(r["rec_offset"]))
 
 
 class _Held:
@@ -236,7 +265,7 @@ class _Held:
         recs = self.recs[0] if len(self.recs) == 1 else np.concatenate(self.recs)
         pay = self.pays[0] if len(self.pays) == 1 else pa.concat_arrays(self.pays)
         if len(self.recs) > 1:  # runs whose packets interleave (files or splits overlapping in time)
-            order = np.lexsort((recs["rec_offset"], recs["file_index"], recs["ts_ns"]))
+            order = np.lexsort((recs["rec_offset"], recs["file_index"], recs["order_ns"]))
             recs, pay = recs[order], pay.take(pa.array(order))
         self.recs, self.pays, self.high = [], [], None
         return recs, pay
@@ -247,7 +276,7 @@ class _Held:
         if self.high is None or self.high < first:
             return self.all()
         recs, pay = self.all()
-        ts, fi, ro = recs["ts_ns"], recs["file_index"], recs["rec_offset"]
+        ts, fi, ro = recs["order_ns"], recs["file_index"], recs["rec_offset"]
         t, f, r = first
         k = int(np.count_nonzero((ts < t) | ((ts == t) & ((fi < f) | ((fi == f) & (ro < r))))))
         if k < len(recs):  # sorted: those before `first` are a prefix

@@ -451,7 +451,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records, span, first_at = None, (None, None), None
+                records, span, first_at, order_latest = None, (None, None), None, None
                 secrets: list[bytes] = []
                 try:
                     for b in capture.read_split(
@@ -466,7 +466,7 @@ def _read_splits_fn(
                         st = capture.parse_stats(b)
                         if st is not None:
                             records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
-                            first_at = st.get("first_at")
+                            first_at, order_latest = st.get("first_at"), st.get("order_latest_ns")
                         if runs:
                             yield from packetruns.pack(b)
                         else:
@@ -478,7 +478,9 @@ def _read_splits_fn(
                     continue
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
-                run.write_digests(sp.file_index, sp.start, digests, records, span, first_at)
+                run.write_digests(
+                    sp.file_index, sp.start, digests, records, span, first_at, order_latest=order_latest
+                )
 
     return read
 
@@ -664,6 +666,12 @@ def unread_reason(e: OSError) -> str:
     return f"{UNREAD} ({why})"
 
 
+def _as_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Sorted UNPACKED batches as sorted packetruns.RUNS batches."""
+    for b in batches:
+        yield from packetruns.pack(b)
+
+
 def _read_only(batches: Iterator[pa.RecordBatch], files: set[int]) -> Iterator[pa.RecordBatch]:
     """`batches` without the packets of `files` (file indexes the read tasks could not read as
     planned: RunDir.unread)."""
@@ -682,9 +690,12 @@ def _decode_fn(
     sizes: dict[int, int],
     files: dict[int, tuple[str, int, int]] | None = None,
     runs: bool = False,
+    shuffled: bool = False,
 ):
     """Decode sorted packets; `files` (path, size, mtime_ns per file index) to read the payloads
-    of packets that give their offset; `runs`: the packets come as sorted packetruns.RUNS rows."""
+    of packets that give their offset; `runs`: the packets come as sorted packetruns.RUNS rows;
+    `shuffled`: sorted by Spark with each split's own order_ns (raised here: capture.SplitOrder),
+    not by the task that read them all."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_pandas_out()
@@ -711,8 +722,11 @@ def _decode_fn(
         log_to = os.environ.get(TASK_LOG_ENV)
         seen = {"packets": 0, "payload_bytes": 0}
         conns: set[tuple] = set()
+        order = run.split_order(sizes) if shuffled else None
         if runs:
-            batches = packetruns.unpack(batches, settings.batch_packets)
+            batches = packetruns.unpack(batches, settings.batch_packets, order)
+        elif order:  # packets Spark sorted one by one: merged again, as runs, where order_ns rose
+            batches = packetruns.unpack(_as_runs(batches), settings.batch_packets, order)
         if unread:
             batches = _read_only(batches, set(unread))
         if log_to:
@@ -771,10 +785,18 @@ def _read_and_decode_fn(read, decode):
     split is read, and hashed, before the decode starts)."""
 
     def both(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        packets = pa.Table.from_batches(list(read(batches)), schema=tables.PACKETS).drop_columns(
-            ["capture_id"]
+        read_batches, stats = list(read(batches)), []
+        for b in read_batches:
+            st = capture.parse_stats(b)
+            if st is not None:
+                stats.append({**st, "file_index": b.column("file_index")[0].as_py()})
+        packets = pa.Table.from_batches(read_batches, schema=tables.PACKETS).drop_columns(["capture_id"])
+        del read_batches
+        ordered = (
+            capture.SplitOrder.of_stats(stats)
+            .raise_table(packets)
+            .sort_by([(c, "ascending") for c in SORT_COLS])
         )
-        ordered = packets.sort_by([(c, "ascending") for c in SORT_COLS])
         del packets
         yield from decode(iter(ordered.to_batches(max_chunksize=10_000)))
 
@@ -1080,7 +1102,7 @@ def _decoded(spark, settings: Settings, todo, psplits, ssplits, staged: Staged |
             # with spark.packet_runs a row of the shuffle is a run of one connection's packets
             runs = bool(settings.raw["spark"]["packet_runs"])
             read = _read_splits_fn(settings, run, sizes, packs, payload_refs=True, runs=runs)
-            decode = _decode_fn(settings, staged, run, sizes, files, runs=runs)
+            decode = _decode_fn(settings, staged, run, sizes, files, runs=runs, shuffled=True)
             shuffled = packetruns.RUNS if runs else tables.PACKETS
             packets = _tasks(spark, packs).mapInArrow(read, _spark_schema(shuffled))
             if not runs:

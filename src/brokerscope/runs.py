@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from .capture.decode import SplitOrder
 from .capture.files import FrameNumbers, combine_id
 
 RUNS = "_runs"
@@ -91,10 +92,11 @@ class RunDir:
         span: tuple[int | None, int | None] = (None, None),
         first_at: int | None = None,
         error: str | None = None,
+        order_latest: int | None = None,
     ) -> None:
         """Record one split's chunk digests and, for a capture split, the packet records it read,
         their first and last record time (`span`, ns) and where they begin (`first_at`: the
-        frame numbering's key) (atomically: a retried task rewrites the same bytes). `error`:
+        frame numbering's key) and their packets' latest time (`order_latest`: capture.SplitOrder's) (atomically: a retried task rewrites the same bytes). `error`:
         the file could not be read as planned (gone, cut short while the run read it): it has no
         identity, and its rows are none (`unread`)."""
         d = self.path / "ids"
@@ -106,6 +108,7 @@ class RunDir:
                 "first_ts_ns": span[0],
                 "last_ts_ns": span[1],
                 "first_at": first_at,
+                "order_latest_ns": order_latest,
                 **({"error": error} if error else {}),
             }
         )
@@ -156,6 +159,13 @@ class RunDir:
             if at is not None:
                 counts[fi][at] = body["records"]
         return FrameNumbers({fi: c for fi, c in counts.items() if c})
+
+    def split_order(self, file_indexes) -> SplitOrder:
+        """The packet order across the splits of the capture files given (capture.SplitOrder),
+        from the latest packet times their read tasks wrote beside the digests."""
+        return SplitOrder.of_stats(
+            [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
+        )
 
     def vantages(self, file_indexes) -> dict[int, int]:
         """The vantage point of each capture file given (vantage.groups), from the record time

@@ -1,6 +1,6 @@
 """The per-partition driver: sorted packets -> connections -> reassembly -> detection -> rows.
 
-No Spark here. `StreamDriver.run` consumes packets sorted by (canonical 4-tuple, ts_ns, file_index,
+No Spark here. `StreamDriver.run` consumes packets sorted by (canonical 4-tuple, order_ns, file_index,
 rec_offset) as an iterator and yields `(table, row)` pairs; memory is bounded by the open
 connection, never by the partition. `decode_files` runs the whole decode in one process for tests
 and small jobs.
@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from . import native, tables
+from .capture.decode import SplitOrder
 from .capture.files import ID_CHUNK, FrameNumbers, chunk_digest
 from .config import Settings
 from .protocols import base
@@ -664,7 +665,7 @@ class StreamDriver:
                     self.frames.add(b.column("file_index"), b.column("rec_offset"), b.column("record_no")),
                 )
             d = b.select(
-                [n for n in b.schema.names if n != "rec_offset" and (refs or n != "payload_at")]
+                [n for n in b.schema.names if n not in _UNREAD and (refs or n != "payload_at")]
             ).to_pydict()
             yield (
                 d["lo_ip"],
@@ -690,6 +691,7 @@ class StreamDriver:
     def _stats_row(self, counters_json: bytes, capture_id: str, file_index: int) -> None:
         counters = json.loads(counters_json)
         counters.pop("first_at", None)  # the read stage's frame-numbering key (runs.py), no counter
+        counters.pop("order_latest_ns", None)  # and its packet order's (capture.SplitOrder)
         counters.setdefault("capture_id", capture_id)
         counters.setdefault("file_index", file_index)
         self.capture_stats.append(counters)
@@ -878,7 +880,11 @@ def payloads_lost(error: str) -> bool:
 
 
 # the order packets reach the driver in: connection, then capture time, then file position
-SORT_COLS = ["lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns", "file_index", "rec_offset"]
+SORT_COLS = ["lo_ip", "lo_port", "hi_ip", "hi_port", "order_ns", "file_index", "rec_offset"]
+
+
+# the packet columns that only order the packets: the driver does not read them
+_UNREAD = ("rec_offset", "order_ns")
 
 
 def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str, list[dict]]:
@@ -921,7 +927,9 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
             records.setdefault(sp.file_index, {})[at] = st["records"]
         split_stats.append({**st, "file_index": sp.file_index})
     packets = pa.Table.from_batches(batches, schema=tables.PACKETS)
-    packets = packets.sort_by([(c, "ascending") for c in SORT_COLS])
+    packets = (
+        SplitOrder.of_stats(split_stats).raise_table(packets).sort_by([(c, "ascending") for c in SORT_COLS])
+    )
     drv = StreamDriver(
         settings,
         frames=FrameNumbers(records),

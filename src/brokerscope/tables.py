@@ -907,6 +907,11 @@ PACKETS = pa.schema(
         pa.field("payload", pa.binary()),
         # when payload is null: the payload's offset in its (plain) file, payload_len bytes long
         pa.field("payload_at", pa.int64()),
+        # where the packet sorts among its connection's (streams.SORT_COLS): ts_ns, or the latest
+        # time a record of its split read before it had when ts_ns is up to
+        # capture.decode.CLOCK_STEP_NS behind that (a clock stepped back, merged queues): the
+        # file's own order, as Wireshark's, where its timestamps go back a little
+        pa.field("order_ns", pa.int64()),
     ]
 )
 # Per-split counters travel in the same stream as rows with a null lo_ip (see capture.reader).

@@ -210,6 +210,34 @@ def test_tiny_splits_give_identical_tables(spark, tmp_path):
         )
 
 
+def test_a_capture_whose_clock_stepped_back_gives_the_same_tables_in_any_split(spark, tmp_path):
+    """A capture whose clock stepped back 3 ms while it ran, decoded whole in one task, and cut
+    into 900-byte splits through the shuffle as runs and as one row per packet: each read task
+    orders its split's packets alone, the decode raises those after a split's start
+    (capture.SplitOrder). The tables are the Spark-free decode's, whose rows are the capture's
+    without the step (tests/unit/test_clock_steps.py)."""
+    src = SAMPLE_DATA / "kafka" / "txn.pcap"
+    cap = replay.stepped_back(src, tmp_path / "stepped.pcap", 86, 0.003)
+    want = decode_files([str(cap)])
+    for name, over in (
+        ("whole", {}),
+        ("runs", {"capture": {"split_size": 900}}),
+        (
+            "per-packet",
+            {"capture": {"split_size": 900}, "spark": {"shuffle_partitions": 4, "packet_runs": False}},
+        ),
+    ):
+        lake = tmp_path / name
+        settings = Settings.load(
+            overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, **over}
+        )
+        assert pipeline.ingest([str(cap)], settings, spark=spark).errors == []
+        got = _all_rows(lake)
+        for t in tables.DECODED_TABLES:
+            assert normalized(got[t]) == normalized(want[t]), (name, t)
+    assert len(want["commands"]) == 105
+
+
 def test_run_killed_before_commit_leaves_tables_unchanged(spark, tmp_path):
     lake = tmp_path / "lake"
     cap1, cap2 = tmp_path / "one.pcap", tmp_path / "two.pcap"

@@ -47,3 +47,22 @@ def with_replay(src: Path, dest: Path, seconds: int) -> Path:
     _head, later = records(src, seconds)
     dest.write_bytes(head + b"".join(recs) + b"".join(later))
     return dest
+
+
+def stepped_back(src: Path, dest: Path, first: int, seconds: float) -> Path:
+    """`dest`: `src` with its records from the `first`-th (0-based) on `seconds` earlier, in the
+    file's order: a capture whose clock was stepped back (NTP) while it ran."""
+    head, recs = records(src)
+    magic = struct.unpack_from("<I", head, 0)[0]
+    order = _ORDERS[magic]
+    unit = 1_000_000_000 if magic in (0xA1B23C4D, 0x4D3CB2A1) else 1_000_000
+    back = round(seconds * unit)
+    out = []
+    for i, r in enumerate(recs):
+        if i >= first:
+            sec, frac = struct.unpack_from(order + "II", r, 0)
+            sec, frac = divmod(sec * unit + frac - back, unit)
+            r = struct.pack(order + "II", sec, frac) + r[8:]
+        out.append(r)
+    dest.write_bytes(head + b"".join(out))
+    return dest

@@ -169,6 +169,8 @@ def _synthetic(rng: random.Random, n: int, conns: int) -> pa.RecordBatch:
         for i in range(n)
     ]
     values["payload_at"] = [None if inline[i] else rng.randrange(1 << 40) for i in range(n)]
+    # the sort key: the time, or a later one (a file whose clock stepped back)
+    values["order_ns"] = [t + (rng.randrange(50) if rng.random() < 0.2 else 0) for t in values["ts_ns"]]
     return pa.RecordBatch.from_pydict(values, schema=tables.PACKETS)
 
 

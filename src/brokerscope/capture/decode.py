@@ -23,6 +23,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 
 from .. import native
@@ -152,6 +153,7 @@ class PacketDecoder:
         self.ref_buf = None
         self._append = self.rows.append
         self._flushed = 0  # rows handed out in batches so far
+        self._order = _Order()
         # counters
         self.records = 0
         # reader.frame_records: a list the record loops append every numbered record's (offset,
@@ -219,6 +221,7 @@ class PacketDecoder:
         plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps;
         first_at: the file offset where the split's records begin (None when it read none): its
         records are those from there to the next split's first_at (capture.files.FrameNumbers).
+        order_latest_ns: the latest time of its packets (SplitOrder: the order_ns of later splits).
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)
@@ -231,6 +234,7 @@ class PacketDecoder:
         d["first_ts_ns"] = None if self.first_ts_ns is None else min(max(self.first_ts_ns, lo), hi)
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
         d["first_at"] = self.first_at if self.records else None
+        d["order_latest_ns"] = self._order.latest  # SplitOrder's
         return d
 
     def finish(self) -> None:
@@ -736,6 +740,7 @@ class PacketDecoder:
             pa.array(trunc, pa.bool_()),
             *_payload_columns(payload, self.ref_buf is not None),
         ]
+        arrays.append(self._order.of(arrays[4]))
         return pa.RecordBatch.from_arrays(arrays, schema=PACKETS)
 
     def _flush_native(self) -> pa.RecordBatch:
@@ -744,6 +749,7 @@ class PacketDecoder:
         n, *buffers = self.native.take()
         self._flushed += n
         cols = [_native_column(f.type, n, b) for f, b in zip(_AFTER_SPLIT_COLUMNS, buffers, strict=True)]
+        cols.append(self._order.of(cols[2]))
         return pa.RecordBatch.from_arrays(self._split_columns(n) + cols, schema=PACKETS)
 
     def _split_columns(self, n: int) -> list[pa.Array]:
@@ -814,7 +820,8 @@ def _payload_columns(payload: tuple, refs: bool) -> tuple[pa.Array, pa.Array]:
     )
 
 
-_AFTER_SPLIT_COLUMNS = tuple(PACKETS)[2:]  # the fields after capture_id and file_index
+# the fields after capture_id and file_index but order_ns (made here from ts_ns: _Order)
+_AFTER_SPLIT_COLUMNS = tuple(PACKETS)[2:-1]
 
 
 def _native_column(typ: pa.DataType, n: int, bufs) -> pa.Array:
@@ -829,6 +836,106 @@ def _native_column(typ: pa.DataType, n: int, bufs) -> pa.Array:
         valid, values, nulls = bufs
         return arrowcols.fixed(typ, n, values, valid, nulls)
     return arrowcols.fixed(typ, n, bufs)
+
+
+# how far a record's timestamp may be behind the latest of its file's earlier records and still
+# sort as the file has it (order_ns): a clock stepped back, NIC queues or interfaces merged out of
+# time order by the capture; further behind, a new time base (a clock reset, a wrong time), it
+# sorts by its own time
+CLOCK_STEP_NS = 5_000_000_000
+_NO_TIME = np.iinfo(np.int64).min
+
+
+def _raised(ts: np.ndarray, order: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """Where `order` (order_ns) must rise to `latest` (a time before each packet in its file):
+    its time is behind that by at most CLOCK_STEP_NS. `latest` - `ts` wraps where `latest` is
+    _NO_TIME, where the first test already fails."""
+    return (latest > ts) & (latest - ts <= CLOCK_STEP_NS) & (order < latest)
+
+
+class _Order:
+    """order_ns of a split's packets, batch by batch in record order: ts_ns, or the latest
+    timestamp before it in the split when ts_ns is at most CLOCK_STEP_NS behind that. The
+    decode stage raises it past the split's start (SplitOrder): a task reads one split."""
+
+    def __init__(self) -> None:
+        self.latest: int | None = None  # the latest ts_ns of the split's packets so far
+
+    def of(self, ts: pa.Array) -> pa.Array:
+        if not len(ts):
+            return ts
+        t = ts.to_numpy(zero_copy_only=False)
+        latest = np.maximum.accumulate(t)
+        if self.latest is not None:
+            np.maximum(latest, self.latest, out=latest)
+        self.latest = int(latest[-1])
+        return pa.array(np.where(_raised(t, t, latest), latest, t), pa.int64())
+
+
+class SplitOrder:
+    """order_ns across the splits of a file. A read task sees only its own split, so a packet
+    just after a split's start, captured after the clock stepped back in the split before, has
+    its own time as order_ns; `raised` gives it the latest time of the file's earlier splits when
+    it is at most CLOCK_STEP_NS behind that: the order of one read of the whole file, whatever
+    the split size (for steps back within that bound, as a clock's are).
+
+    `latest[file_index][where the split's records begin (its stats' first_at)]` = the split's
+    latest packet time (its stats' order_latest_ns); splits without packets are left out."""
+
+    def __init__(self, latest: dict[int, dict[int, int]]) -> None:
+        self._files: dict[
+            int, tuple[np.ndarray, np.ndarray]
+        ] = {}  # file -> (split starts, latest before each)
+        for fi, per in latest.items():
+            if len(per) < 2:
+                continue
+            starts = sorted(per)
+            before = np.maximum.accumulate([_NO_TIME] + [per[s] for s in starts[:-1]])
+            self._files[fi] = (np.array(starts, np.int64), np.asarray(before, np.int64))
+
+    @classmethod
+    def of_stats(cls, stats: list[dict]) -> SplitOrder:
+        """From the splits' stats dicts, each with its file_index."""
+        latest: dict[int, dict[int, int]] = {}
+        for st in stats:
+            if st.get("order_latest_ns") is not None and st.get("first_at") is not None:
+                latest.setdefault(st["file_index"], {})[st["first_at"]] = st["order_latest_ns"]
+        return cls(latest)
+
+    def __bool__(self) -> bool:
+        return bool(self._files)
+
+    def raised(
+        self, file_index: np.ndarray, rec_offset: np.ndarray, ts: np.ndarray, order: np.ndarray
+    ) -> np.ndarray | None:
+        """The order_ns of packets (numpy columns), raised where a file's earlier splits say so;
+        None when none is."""
+        out = None
+        for fi, (starts, before) in self._files.items():
+            mine = file_index == fi
+            if not mine.any():
+                continue
+            at = np.searchsorted(starts, rec_offset[mine], side="right") - 1
+            latest = before[np.maximum(at, 0)]
+            latest[at < 0] = _NO_TIME
+            o = order[mine]
+            up = _raised(ts[mine], o, latest)
+            if up.any():
+                out = order.copy() if out is None else out
+                o = o.copy()
+                o[up] = latest[up]
+                out[mine] = o
+        return out
+
+    def raise_table(self, packets: pa.Table) -> pa.Table:
+        """`packets` (PACKETS, unsorted) with order_ns raised."""
+        if not self._files:
+            return packets
+        cols = [packets.column(c).to_numpy() for c in ("file_index", "rec_offset", "ts_ns", "order_ns")]
+        new = self.raised(*cols)
+        if new is None:
+            return packets
+        return packets.set_column(packets.schema.get_field_index("order_ns"), "order_ns", pa.array(new))
 
 
 def _empty_batch() -> pa.RecordBatch:
