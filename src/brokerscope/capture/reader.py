@@ -584,7 +584,16 @@ def _read_pcap(
                             flog.append((rec, DAMAGED))
                     p = r
                     continue
-                if q > L:
+                if r > q and cl < ol and not 0 < snaplen <= cl and r - p - 16 in (ol, ol + slack):
+                    # shorter than its frame with no snap length to cut it, and a credible record
+                    # starts where its frame would end: its caplen is damaged smaller; read whole
+                    dec.error(
+                        f"bad record header at offset {rec} (caplen {cl}, origlen {ol}): read as "
+                        f"{r - p - 16} bytes, where the next record starts"
+                    )
+                    dec.malformed += 1
+                    cl, q = r - p - 16, r
+                elif q > L:
                     dec.error(f"truncated record at offset {rec} (needs {16 + cl} bytes, {L - p} left)")
                     dec.damaged += L - p
                     break

@@ -162,6 +162,33 @@ def test_pcap_damaged_caplen_reads_the_same_at_every_split_size(tmp_path, caplen
         assert (status, damaged) == ("partial", size) and "bad record header" in why
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("short", [1, 20])
+def test_pcap_caplen_damaged_smaller_is_read_whole(tmp_path, short, compiled):
+    """A caplen damaged smaller than its frame (a user trial: 20 less; the snap length larger)
+    was read as a packet cut by the snap length, the rest of its bytes damage up to the next
+    record: a TubeMQ message lost as a gap. The next record starts where the frame's original
+    length ends: the record is read whole, the damage named, at every split size."""
+    recs, raw = _clean_pcap(300)
+    clean, _ = read_path(write(tmp_path, "clean.pcap", raw))
+    at = 24 + sum(16 + len(f) for _, f in recs[:AT])
+    wire = len(recs[AT][1])
+    b = bytearray(raw)
+    struct.pack_into("<I", b, at + 8, wire - short)
+    path = write(tmp_path, "d.pcap", bytes(b))
+    whole = _assert_every_split_reads_as_one(path, (at, 16 + wire), compiled)
+    assert whole == clean
+    _, (st,) = read_path(path, compiled=compiled)
+    assert (st["malformed"], st["damaged"], st["snap_truncated"]) == (1, 0, 0), st
+    assert st["errors"] == [
+        f"bad record header at offset {at} (caplen {wire - short}, origlen {wire}): "
+        f"read as {wire} bytes, where the next record starts"
+    ]
+    for split in (0, 1000):
+        status, why, damaged = _status(path, "pcap", split)
+        assert (status, damaged) == ("partial", 0) and "bad record header" in why
+
+
 def test_pcap_time_jump_is_read_not_damage(tmp_path):
     """A record a day and more after the one before (a capture paused): read, no error."""
     recs, _ = _clean_pcap(100)
