@@ -451,7 +451,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records, span, first_at, order_latest = None, (None, None), None, None
+                records, span, first_at, order_latest, directions = None, (None, None), None, None, None
                 secrets: list[bytes] = []
                 try:
                     for b in capture.read_split(
@@ -467,6 +467,7 @@ def _read_splits_fn(
                         if st is not None:
                             records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
                             first_at, order_latest = st.get("first_at"), st.get("order_latest_ns")
+                            directions = st.get("directions")
                         if runs:
                             yield from packetruns.pack(b)
                         else:
@@ -479,7 +480,14 @@ def _read_splits_fn(
                 if secrets:
                     run.write_tls_key_logs(sp.file_index, sp.start, secrets)
                 run.write_digests(
-                    sp.file_index, sp.start, digests, records, span, first_at, order_latest=order_latest
+                    sp.file_index,
+                    sp.start,
+                    digests,
+                    records,
+                    span,
+                    first_at,
+                    order_latest=order_latest,
+                    directions=directions,
                 )
 
     return read
@@ -1376,7 +1384,7 @@ def _inputs_record(
     ids = {i.file_index: i.capture_id for i in todo}
     places = {
         ids[fi]: v if isinstance(v, str) else ids[v]
-        for fi, v in vantage.groups(vantage.spans_of(stats), before).items()
+        for fi, v in vantage.groups(vantage.spans_of(stats), before, vantage.directions_of(stats)).items()
         if fi in ids
     }
     now_us = int(time.time() * 1e6)

@@ -93,10 +93,12 @@ class RunDir:
         first_at: int | None = None,
         error: str | None = None,
         order_latest: int | None = None,
+        directions: dict | None = None,
     ) -> None:
         """Record one split's chunk digests and, for a capture split, the packet records it read,
-        their first and last record time (`span`, ns) and where they begin (`first_at`: the
-        frame numbering's key) and their packets' latest time (`order_latest`: capture.SplitOrder's) (atomically: a retried task rewrites the same bytes). `error`:
+        their first and last record time (`span`, ns), where they begin (`first_at`: the frame
+        numbering's key), their packets' latest time (`order_latest`: capture.SplitOrder's) and
+        its first connections' `directions` (vantage.groups) (atomically: a retried task rewrites the same bytes). `error`:
         the file could not be read as planned (gone, cut short while the run read it): it has no
         identity, and its rows are none (`unread`)."""
         d = self.path / "ids"
@@ -109,6 +111,7 @@ class RunDir:
                 "last_ts_ns": span[1],
                 "first_at": first_at,
                 "order_latest_ns": order_latest,
+                "directions": directions or {},
                 **({"error": error} if error else {}),
             }
         )
@@ -173,7 +176,7 @@ class RunDir:
         from . import vantage
 
         splits = [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
-        return vantage.groups(vantage.spans_of(splits))
+        return vantage.groups(vantage.spans_of(splits), directions=vantage.directions_of(splits))
 
     def unread(self, file_indexes) -> dict[int, str]:
         """file_index -> why a read task could not read the file as planned (write_digests'

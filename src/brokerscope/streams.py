@@ -934,7 +934,7 @@ def decode_files(paths: list[str], settings: Settings | None = None) -> dict[str
         settings,
         frames=FrameNumbers(records),
         tls_keys=tls.with_texts(settings.tls_keys, secrets),
-        vantages=vantage.groups(vantage.spans_of(split_stats)),
+        vantages=vantage.groups(vantage.spans_of(split_stats), directions=vantage.directions_of(split_stats)),
     )
     raw: dict[str, list[dict]] = {t: [] for t in tables.DECODED_TABLES}
     for table, row in itertools.chain(drv.run_batches(packets.to_batches()), segment_rows(ssplits, settings)):

@@ -239,3 +239,24 @@ def test_a_copy_of_the_capture_shifted_by_editcap(spark, hosts, tmp_path):
         # equal round trips at both: the reference's copy is taken, nothing moved
         assert r["clock_corrected"] is False
         assert r["capture_id"] == rows["orig" if ref_is_orig else "shifted"]["capture_id"]
+
+
+def test_one_places_capture_written_per_direction_is_one_vantage_point(spark, tmp_path):
+    """Two files of one place, one per direction, whose times overlap: one vantage point in
+    `inputs` and one connection per 4-tuple, in one task and through the shuffle (the read
+    tasks' directions beside their digests): the rows of the Spark-free decode of the files,
+    which are the capture's (tests/unit/test_one_place_two_files.py)."""
+    from brokerscope import tables
+    from tests.conftest import SAMPLE_DATA
+    from tests.support import replay
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    halves = [str(p) for p in replay.by_direction(src, tmp_path / "out.pcap", tmp_path / "in.pcap", 36525)]
+    want = decode_files(halves)
+    assert len(want["streams"]) == 5 and not [r for r in want["streams"] if r["protocol"] != "kafka"]
+    for name, capture in (("one", {}), ("shuffle", {"split_size": 900})):
+        lake = tmp_path / name
+        assert pipeline.ingest(halves, _settings(lake, **capture), spark=spark).errors == []
+        for t in tables.DECODED_TABLES:
+            assert normalized(delta_rs_rows(str(lake / t))) == normalized(want[t]), (name, t)
+        assert len({r["vantage"] for r in delta_rs_rows(str(lake / "inputs"))}) == 1, name

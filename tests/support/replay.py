@@ -66,3 +66,17 @@ def stepped_back(src: Path, dest: Path, first: int, seconds: float) -> Path:
         out.append(r)
     dest.write_bytes(head + b"".join(out))
     return dest
+
+
+def by_direction(src: Path, to_server: Path, to_client: Path, server_port: int) -> tuple[Path, Path]:
+    """`src` (Ethernet, IPv4) written as two files, the packets to `server_port` and those from
+    it, each in its order: one place's capture taken per direction (tcpdump -Q out / -Q in)."""
+    head, recs = records(src)
+    mine: tuple[list, list] = ([], [])
+    for r in recs:
+        ip = 16 + 14  # record header, Ethernet header
+        tcp = ip + (r[ip] & 0x0F) * 4
+        mine[struct.unpack_from(">H", r, tcp)[0] == server_port].append(r)
+    to_server.write_bytes(head + b"".join(mine[0]))
+    to_client.write_bytes(head + b"".join(mine[1]))
+    return to_server, to_client

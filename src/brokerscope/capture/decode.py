@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import struct
+import zlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -154,6 +155,10 @@ class PacketDecoder:
         self._append = self.rows.append
         self._flushed = 0  # rows handed out in batches so far
         self._order = _Order()
+        # the split's connections (connection_hash, up to DIRECTIONS_MAX) -> the directions it
+        # holds packets of (FROM_LO | FROM_HI): one place's capture in two files, one per
+        # direction, is one vantage point (vantage.groups)
+        self.directions: dict[int, int] = {}
         # counters
         self.records = 0
         # reader.frame_records: a list the record loops append every numbered record's (offset,
@@ -222,6 +227,7 @@ class PacketDecoder:
         first_at: the file offset where the split's records begin (None when it read none): its
         records are those from there to the next split's first_at (capture.files.FrameNumbers).
         order_latest_ns: the latest time of its packets (SplitOrder: the order_ns of later splits).
+        directions: its first connections' hashes -> the directions it has packets of (vantage.groups).
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
         errs = list(self.errors)
@@ -235,6 +241,7 @@ class PacketDecoder:
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
         d["first_at"] = self.first_at if self.records else None
         d["order_latest_ns"] = self._order.latest  # SplitOrder's
+        d["directions"] = {str(k): v for k, v in self.directions.items()}
         return d
 
     def finish(self) -> None:
@@ -741,7 +748,7 @@ class PacketDecoder:
             *_payload_columns(payload, self.ref_buf is not None),
         ]
         arrays.append(self._order.of(arrays[4]))
-        return pa.RecordBatch.from_arrays(arrays, schema=PACKETS)
+        return self._noted(pa.RecordBatch.from_arrays(arrays, schema=PACKETS))
 
     def _flush_native(self) -> pa.RecordBatch:
         """The compiled batch's columns, wrapped as they are (`_walk.Packets.take`: one buffer,
@@ -750,7 +757,18 @@ class PacketDecoder:
         self._flushed += n
         cols = [_native_column(f.type, n, b) for f, b in zip(_AFTER_SPLIT_COLUMNS, buffers, strict=True)]
         cols.append(self._order.of(cols[2]))
-        return pa.RecordBatch.from_arrays(self._split_columns(n) + cols, schema=PACKETS)
+        return self._noted(pa.RecordBatch.from_arrays(self._split_columns(n) + cols, schema=PACKETS))
+
+    def _noted(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """`batch`, the directions of its connections noted (`directions`) while there is room."""
+        if len(self.directions) < DIRECTIONS_MAX and batch.num_rows:
+            seen = pa.table([batch.column(c) for c in _DIRECTED], names=list(_DIRECTED))
+            seen = seen.group_by(list(_DIRECTED)).aggregate([])
+            d = self.directions
+            for lo_ip, lo_p, hi_ip, hi_p, from_lo in zip(*(seen.column(c).to_pylist() for c in _DIRECTED)):
+                key = connection_hash(lo_ip, lo_p, hi_ip, hi_p)
+                d[key] = d.get(key, 0) | (FROM_LO if from_lo else FROM_HI)
+        return batch
 
     def _split_columns(self, n: int) -> list[pa.Array]:
         """capture_id and file_index, the same in every row."""
@@ -836,6 +854,18 @@ def _native_column(typ: pa.DataType, n: int, bufs) -> pa.Array:
         valid, values, nulls = bufs
         return arrowcols.fixed(typ, n, values, valid, nulls)
     return arrowcols.fixed(typ, n, bufs)
+
+
+# a split notes the directions of its first connections (PacketDecoder.directions): enough to
+# tell two files of one place's two directions from two places' captures
+DIRECTIONS_MAX = 1024
+FROM_LO, FROM_HI = 1, 2
+_DIRECTED = ("lo_ip", "lo_port", "hi_ip", "hi_port", "from_lo")
+
+
+def connection_hash(lo_ip: str, lo_port: int, hi_ip: str, hi_port: int) -> int:
+    """A connection's 4-tuple (canonical: tcp.canonical_key) as 32 bits."""
+    return zlib.crc32(f"{lo_ip}|{lo_port}|{hi_ip}|{hi_port}".encode())
 
 
 # how far a record's timestamp may be behind the latest of its file's earlier records and still
