@@ -1285,8 +1285,9 @@ class _Writing:
         rows = history + self.rejected
         plain = {i.file_index: i.size for i in self.todo if i.kind in PLAIN_CAPTURES}
         chunks = {fi: _chunk_text(d) for fi, d in self.run.digests(plain).items()}
+        directions = self.run.directions({i.file_index for i in self.todo})
         return _inputs_record(
-            self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before, chunks
+            self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before, chunks, directions
         )
 
 
@@ -1372,11 +1373,13 @@ def _inputs_record(
     summary: Summary,
     before: dict[str, int],
     chunks: dict[int, str] | None = None,
+    directions: dict[int, dict[int, int]] | None = None,
 ) -> tuple[list[dict], list[str]]:
     """The run's `inputs` rows and the paths they replace (the record is committed last). Sets
     each input's status from its tasks' counters and fills the summary's file lists. `before`:
     the vantage points of earlier runs and when they ended (Lake.vantage_ends); `chunks`: the
-    plain captures' `chunk_digests` per file index (_chunk_text)."""
+    plain captures' `chunk_digests` per file index (_chunk_text); `directions`: the captures'
+    connection directions (RunDir.directions: vantage.groups)."""
     by_id = {i.capture_id: (chunks or {}).get(i.file_index) for i in todo}
     per_file = _per_file(stats)
     # each capture's vantage point, named by its first capture, or the earlier run's vantage
@@ -1384,7 +1387,7 @@ def _inputs_record(
     ids = {i.file_index: i.capture_id for i in todo}
     places = {
         ids[fi]: v if isinstance(v, str) else ids[v]
-        for fi, v in vantage.groups(vantage.spans_of(stats), before, vantage.directions_of(stats)).items()
+        for fi, v in vantage.groups(vantage.spans_of(stats), before, directions).items()
         if fi in ids
     }
     now_us = int(time.time() * 1e6)

@@ -172,11 +172,20 @@ class RunDir:
 
     def vantages(self, file_indexes) -> dict[int, int]:
         """The vantage point of each capture file given (vantage.groups), from the record time
-        spans their read tasks wrote beside the digests."""
+        spans and connection directions their read tasks wrote beside the digests."""
         from . import vantage
 
         splits = [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
         return vantage.groups(vantage.spans_of(splits), directions=vantage.directions_of(splits))
+
+    def directions(self, file_indexes) -> dict[int, dict[int, int]]:
+        """The connection directions of the capture files given (vantage.directions_of), as
+        their read tasks wrote them beside the digests."""
+        from . import vantage
+
+        return vantage.directions_of(
+            {"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))
+        )
 
     def unread(self, file_indexes) -> dict[int, str]:
         """file_index -> why a read task could not read the file as planned (write_digests'

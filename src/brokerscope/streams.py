@@ -692,6 +692,7 @@ class StreamDriver:
         counters = json.loads(counters_json)
         counters.pop("first_at", None)  # the read stage's frame-numbering key (runs.py), no counter
         counters.pop("order_latest_ns", None)  # and its packet order's (capture.SplitOrder)
+        counters.pop("directions", None)  # and its vantage points' (RunDir.directions)
         counters.setdefault("capture_id", capture_id)
         counters.setdefault("file_index", file_index)
         self.capture_stats.append(counters)
