@@ -342,6 +342,30 @@ def test_a_fin_captured_after_its_ack_is_a_fin_not_a_one_byte_gap(tmp_path):
     assert (row["gap_count"], row["gap_bytes"], row["fin_seen"]) == (1, 3, True)
 
 
+def test_the_servers_fin_captured_after_the_clients_fin_ack_of_it_is_a_fin(tmp_path):
+    """The server closes first; the client's FIN+ACK, acknowledging the server's FIN, is in the
+    file before it (two one-direction captures merged with skew: a trial found a 1-byte gap row
+    invented). The FIN+ACK waits for the FIN as an ACK does: no gap; the FIN seen."""
+    close = [s(1003, "FA", ack=11), c(11, "FA", ack=1004), s(1004, "A", ack=12)]
+    pkts = handshake() + [c(1, payload=b"request..."), s(1000, payload=b"ok!", ack=11)]
+    for order in ([0, 1, 2], [1, 0, 2]):
+        FED.clear()
+        row, got = run(tmp_path, pkts + [close[i] for i in order])
+        assert got == {"c2s": [b"request..."], "s2c": [b"ok!"]}, order
+        assert (row["gap_count"], row["gap_bytes"], row["retransmitted_bytes"]) == (0, 0, 0), order
+        assert (row["conn_state"], row["fin_seen"]) == ("SF", True), order
+    # the 4-tuple used again while the FIN+ACK waits for a FIN never captured: a new connection
+    FED.clear()
+    path = tmp_path / "again.pcap"
+    write_pcap(
+        path, pkts + [close[1]] + handshake(cseq=5000, sseq=7000) + [c(5001, payload=b"again", ack=7001)]
+    )
+    out = decode_files([str(path)], Settings.load(overrides={"ports": {"rec": [PORT]}}))
+    first, second = sorted(out["streams"], key=lambda r: r["ts"])
+    assert _joined(FED[second["conn_id"]][base.C2S]) == [b"again"]
+    assert (first["fin_seen"], second["history"], second["gap_count"]) == (True, "ShAD", 0)
+
+
 def test_a_pure_ack_at_the_holes_start_does_not_declare_it(tmp_path):
     """The client's ACK of the response, then the server's pure ACK of the request (its sequence
     number the response's first: the response was not sent yet), then the response (found by a

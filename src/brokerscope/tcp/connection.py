@@ -211,14 +211,19 @@ class TcpConnection:
         if flags & SYN and not flags & ACK:
             d = self.lo if pkt.from_lo else self.hi
             isn = self._syn_isn[0 if pkt.from_lo else 1]
+            closed = self.fin_seen or self.rst_seen or self._fin_held()
             if isn is None or pkt.seq != isn:
-                return self.fin_seen or self.rst_seen or idle
+                return closed or idle
             if idle and silence > RTO_MAX_NS:
                 return True  # retransmissions of that SYN stopped long ago
-            return (self.fin_seen or self.rst_seen) and _past_syn_sent(d)
+            return closed and _past_syn_sent(d)
         if idle:
             return not self.continues(pkt, behind=silence <= RTO_MAX_NS)
         return False
+
+    def _fin_held(self) -> bool:
+        """Is a FIN waiting (`_held`) for the peer's bytes it acknowledges?"""
+        return self._held is not None and any(h.flags & FIN for h in self._held)
 
     def continues(self, pkt: Packet, behind: bool = True) -> bool:
         """Whether `pkt`'s sequence numbers fit where this connection left off; `behind`: a
@@ -354,8 +359,9 @@ class TcpConnection:
         return events
 
     def _acks_unseen(self, pkt: Packet) -> bool:
-        """Does `pkt` (no SYN, FIN or RST) acknowledge bytes its peer's direction has not shown?"""
-        return not pkt.flags & _SYN_FIN_RST and self._acks_past(pkt)
+        """Does `pkt` (no SYN or RST; a FIN may be one: a FIN+ACK of the peer's FIN captured
+        before it) acknowledge bytes its peer's direction has not shown?"""
+        return not pkt.flags & _SYN_RST and self._acks_past(pkt)
 
     def _acks_past(self, pkt: Packet) -> bool:
         """Does `pkt`, whatever its other flags, acknowledge bytes its peer's direction has not
