@@ -354,6 +354,19 @@ def test_the_servers_fin_captured_after_the_clients_fin_ack_of_it_is_a_fin(tmp_p
         assert got == {"c2s": [b"request..."], "s2c": [b"ok!"]}, order
         assert (row["gap_count"], row["gap_bytes"], row["retransmitted_bytes"]) == (0, 0, 0), order
         assert (row["conn_state"], row["fin_seen"]) == ("SF", True), order
+    # the server's FIN never captured, its ACKs by the client and its own last ACK are: no gap
+    # (a byte of data lost there is a gap once bytes after it come)
+    for tail in ([close[1]], [close[1], close[2]]):
+        FED.clear()
+        row, got = run(tmp_path, pkts + tail)
+        assert got == {"c2s": [b"request..."], "s2c": [b"ok!"]}, tail
+        assert (row["gap_count"], row["gap_bytes"], row["retransmitted_bytes"]) == (0, 0, 0), tail
+    FED.clear()
+    row, got = run(
+        tmp_path, pkts + [c(11, "A", ack=1004), s(1004, payload=b"more", ack=11), c(11, "A", ack=1008)]
+    )
+    assert got == {"c2s": [b"request..."], "s2c": [b"ok!", ("gap", 1), b"more"]}
+    assert (row["gap_count"], row["gap_bytes"]) == (1, 1)
     # the 4-tuple used again while the FIN+ACK waits for a FIN never captured: a new connection
     FED.clear()
     path = tmp_path / "again.pcap"

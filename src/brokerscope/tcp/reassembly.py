@@ -191,6 +191,10 @@ class Reassembler:
                 self._check_hole(ts_ns, out)
                 return out
             return []
+        if d == 1 and not self._pieces and self.fin_off is None:
+            # one sequence number past everything this direction was seen sending, nothing held
+            # beyond: its FIN, not captured (or a last byte: a gap once bytes after it come)
+            return []
         out = []
         ack_off = self.next_off + d
         while self.next_off < ack_off:
