@@ -891,6 +891,13 @@ def _raised(ts: np.ndarray, order: np.ndarray, latest: np.ndarray) -> np.ndarray
     return (latest > ts) & (latest - ts <= CLOCK_STEP_NS) & (order < latest)
 
 
+def _values(a: pa.Array) -> np.ndarray:
+    """The values of an integer column without nulls, as numpy sees its buffer (to_numpy would
+    have pyarrow look for pandas, which task workers keep out: pipeline.keep_pandas_out)."""
+    w = a.type.byte_width
+    return np.frombuffer(a.buffers()[1], f"<i{w}", len(a), a.offset * w)
+
+
 class _Order:
     """order_ns of a split's packets, batch by batch in record order: ts_ns, or the latest
     timestamp before it in the split when ts_ns is at most CLOCK_STEP_NS behind that. The
@@ -902,7 +909,7 @@ class _Order:
     def of(self, ts: pa.Array) -> pa.Array:
         if not len(ts):
             return ts
-        t = ts.to_numpy(zero_copy_only=False)
+        t = _values(ts)
         latest = np.maximum.accumulate(t)
         if self.latest is not None:
             np.maximum(latest, self.latest, out=latest)
@@ -969,7 +976,10 @@ class SplitOrder:
         """`packets` (PACKETS, unsorted) with order_ns raised."""
         if not self._files:
             return packets
-        cols = [packets.column(c).to_numpy() for c in ("file_index", "rec_offset", "ts_ns", "order_ns")]
+        cols = [
+            _values(packets.column(c).combine_chunks())
+            for c in ("file_index", "rec_offset", "ts_ns", "order_ns")
+        ]
         new = self.raised(*cols)
         if new is None:
             return packets
