@@ -59,56 +59,52 @@ def groups(
     point -> the time its last file ended), which files join by the same rule, so a rotation
     ingested over several runs is one vantage point as it is in one run.
 
-    `directions` (directions_of): chains whose files overlap in time and hold the same
-    connections, each only directions of them the other has none of (one place's capture written
-    as two files, one per direction: tcpdump -Q in and -Q out, two interfaces of an asymmetric
-    route), are one vantage point, named by the first: their packets make one connection per
+    `directions` (directions_of): files whose times overlap and that hold the same connections,
+    each only directions of them the other has none of (one place's capture written as two
+    files, one per direction: tcpdump -Q in and -Q out, two interfaces of an asymmetric route),
+    are one unit first, chained as a file is (each period of a rotation per direction, its two
+    files, follows the one before): one vantage point, whose packets make one connection per
     4-tuple. Two places' captures of a connection each hold both of its directions."""
+    units = _one_place(spans, directions) if directions else {fi: [fi] for fi in spans}
+    span = {u: (min(spans[f][0] for f in fis), max(spans[f][1] for f in fis)) for u, fis in units.items()}
     # [name, end of its last file, rank among chains that ended at the same time: the earlier
     # run's, then the lowest first file index]
     chains: list[list] = [[name, end, 1] for name, end in sorted((before or {}).items())]
     out: dict[int, int | str] = {}
-    for fi in sorted(spans, key=lambda f: (spans[f][0], f)):
-        start, end = spans[fi]
+    for u in sorted(units, key=lambda u: (span[u][0], u)):
+        start, end = span[u]
         fits = [c for c in chains if c[1] <= start]
         if fits:
             chain = max(fits, key=lambda c: (c[1], c[2]))
             chain[1] = end
         else:
-            chain = [fi, end, -fi]
+            chain = [u, end, -u]
             chains.append(chain)
-        out[fi] = chain[0]
-    return _one_place(out, spans, directions) if directions else out
+        for fi in units[u]:
+            out[fi] = chain[0]
+    return out
 
 
 def _one_place(
-    out: dict[int, int | str],
-    spans: Mapping[int, tuple[int, int]],
-    directions: Mapping[int, Mapping[int, int]],
-) -> dict[int, int | str]:
-    """`out` (file -> chain), the chains of one place's directions joined (`groups`)."""
-    files: dict[int | str, list[int]] = {}
-    for fi, name in out.items():
-        files.setdefault(name, []).append(fi)
-    chains = []  # [name, first, last, connection -> directions] in order of the first record
-    for name, fis in files.items():
-        dirs: dict[int, int] = {}
-        for fi in fis:
-            for k, v in directions.get(fi, {}).items():
-                dirs[k] = dirs.get(k, 0) | v
-        chains.append([name, min(spans[f][0] for f in fis), max(spans[f][1] for f in fis), dirs])
-    chains.sort(key=lambda c: (c[1], str(c[0])))
-    joined: dict[int | str, int | str] = {}
-    for i, a in enumerate(chains):
-        if a[0] in joined:
-            continue
-        for b in chains[i + 1 :]:
-            if b[0] in joined or b[1] > a[2] or a[1] > b[2]:
-                continue  # joined already, or apart in time
-            shared = a[3].keys() & b[3].keys()
-            if shared and all(a[3][k] & b[3][k] == 0 for k in shared):
-                joined[b[0]] = a[0]
-                a[1], a[2] = min(a[1], b[1]), max(a[2], b[2])
-                for k, v in b[3].items():
-                    a[3][k] = a[3].get(k, 0) | v
-    return {fi: joined.get(name, name) for fi, name in out.items()}
+    spans: Mapping[int, tuple[int, int]], directions: Mapping[int, Mapping[int, int]]
+) -> dict[int, list[int]]:
+    """The files of one place's directions (`groups`) as units, each named by its first file:
+    in order of their first record, a file joins the first unit whose time span overlaps its own
+    and whose connections it shares, in directions the unit holds none of."""
+    units: list[list] = []  # [name, first, last, files, connection -> directions]
+    for fi in sorted(spans, key=lambda f: (spans[f][0], f)):
+        start, end = spans[fi]
+        mine = directions.get(fi, {})
+        for u in units:
+            if start > u[2] or u[1] > end:
+                continue  # apart in time
+            shared = mine.keys() & u[4].keys()
+            if shared and all(mine[k] & u[4][k] == 0 for k in shared):
+                u[1], u[2] = min(u[1], start), max(u[2], end)
+                u[3].append(fi)
+                for k, v in mine.items():
+                    u[4][k] = u[4].get(k, 0) | v
+                break
+        else:
+            units.append([fi, start, end, [fi], dict(mine)])
+    return {u[0]: u[3] for u in units}
