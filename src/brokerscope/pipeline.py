@@ -451,7 +451,7 @@ def _read_splits_fn(
                 sp = capture.Split(
                     r["path"], r["capture_id"], r["file_index"], r["kind"], r["start"], r["end"]
                 )
-                records, span, first_at, order_latest, directions = None, (None, None), None, None, None
+                records, span, first_at, order, directions = None, (None, None), None, None, None
                 secrets: list[bytes] = []
                 try:
                     for b in capture.read_split(
@@ -466,7 +466,7 @@ def _read_splits_fn(
                         st = capture.parse_stats(b)
                         if st is not None:
                             records, span = st["records"], (st["first_ts_ns"], st["last_ts_ns"])
-                            first_at, order_latest = st.get("first_at"), st.get("order_latest_ns")
+                            first_at, order = st.get("first_at"), st.get("order")
                             directions = st.get("directions")
                         if runs:
                             yield from packetruns.pack(b)
@@ -486,7 +486,7 @@ def _read_splits_fn(
                     records,
                     span,
                     first_at,
-                    order_latest=order_latest,
+                    order=order,
                     directions=directions,
                 )
 

@@ -92,12 +92,12 @@ class RunDir:
         span: tuple[int | None, int | None] = (None, None),
         first_at: int | None = None,
         error: str | None = None,
-        order_latest: int | None = None,
+        order: dict | None = None,
         directions: dict | None = None,
     ) -> None:
         """Record one split's chunk digests and, for a capture split, the packet records it read,
         their first and last record time (`span`, ns), where they begin (`first_at`: the frame
-        numbering's key), their packets' latest time (`order_latest`: capture.SplitOrder's) and
+        numbering's key), their packets' `order` (capture.SplitOrder's) and
         its first connections' `directions` (vantage.groups) (atomically: a retried task rewrites the same bytes). `error`:
         the file could not be read as planned (gone, cut short while the run read it): it has no
         identity, and its rows are none (`unread`)."""
@@ -110,7 +110,7 @@ class RunDir:
                 "first_ts_ns": span[0],
                 "last_ts_ns": span[1],
                 "first_at": first_at,
-                "order_latest_ns": order_latest,
+                "order": order,
                 "directions": directions or {},
                 **({"error": error} if error else {}),
             }

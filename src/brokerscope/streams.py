@@ -691,7 +691,7 @@ class StreamDriver:
     def _stats_row(self, counters_json: bytes, capture_id: str, file_index: int) -> None:
         counters = json.loads(counters_json)
         counters.pop("first_at", None)  # the read stage's frame-numbering key (runs.py), no counter
-        counters.pop("order_latest_ns", None)  # and its packet order's (capture.SplitOrder)
+        counters.pop("order", None)  # and its packet order's (capture.SplitOrder)
         counters.pop("directions", None)  # and its vantage points' (RunDir.directions)
         counters.setdefault("capture_id", capture_id)
         counters.setdefault("file_index", file_index)

@@ -210,16 +210,20 @@ def test_tiny_splits_give_identical_tables(spark, tmp_path):
         )
 
 
-def test_a_capture_whose_clock_stepped_back_gives_the_same_tables_in_any_split(spark, tmp_path):
-    """A capture whose clock stepped back 3 ms while it ran, decoded whole in one task, and cut
-    into 900-byte splits through the shuffle as runs and as one row per packet: each read task
-    orders its split's packets alone, the decode raises those after a split's start
-    (capture.SplitOrder). The tables are the Spark-free decode's, whose rows are the capture's
-    without the step (tests/unit/test_clock_steps.py)."""
-    src = SAMPLE_DATA / "kafka" / "txn.pcap"
-    cap = replay.stepped_back(src, tmp_path / "stepped.pcap", 86, 0.003)
+@pytest.mark.parametrize(
+    "name,steps", [("kafka/txn.pcap", [(86, 0.003)]), ("pulsar/pulsar_none.pcap", [(45, 3), (90, 3)])]
+)
+def test_a_capture_whose_clock_stepped_back_gives_the_same_tables_in_any_split(spark, tmp_path, name, steps):
+    """A capture whose clock stepped back 3 ms (or twice 3 s) while it ran, decoded whole in one
+    task, and cut into 900-byte splits through the shuffle as runs and as one row per packet:
+    each read task orders its split's packets alone, the decode raises those after a split's
+    start (capture.SplitOrder). The tables are the Spark-free decode's of the whole file, whose
+    rows are the capture's without the steps (tests/unit/test_clock_steps.py)."""
+    cap = SAMPLE_DATA / name
+    for k, (first, seconds) in enumerate(steps):
+        cap = replay.stepped_back(cap, tmp_path / f"stepped{k}.pcap", first, seconds)
     want = decode_files([str(cap)])
-    for name, over in (
+    for how, over in (
         ("whole", {}),
         ("runs", {"capture": {"split_size": 900}}),
         (
@@ -227,14 +231,14 @@ def test_a_capture_whose_clock_stepped_back_gives_the_same_tables_in_any_split(s
             {"capture": {"split_size": 900}, "spark": {"shuffle_partitions": 4, "packet_runs": False}},
         ),
     ):
-        lake = tmp_path / name
+        lake = tmp_path / how
         settings = Settings.load(
             overrides={"lake": {"path": str(lake)}, "spark": {"shuffle_partitions": 4}, **over}
         )
         assert pipeline.ingest([str(cap)], settings, spark=spark).errors == []
         got = _all_rows(lake)
         for t in tables.DECODED_TABLES:
-            assert normalized(got[t]) == normalized(want[t]), (name, t)
+            assert normalized(got[t]) == normalized(want[t]), (how, t)
     assert len(want["commands"]) == 105
 
 

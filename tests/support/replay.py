@@ -49,9 +49,10 @@ def with_replay(src: Path, dest: Path, seconds: int) -> Path:
     return dest
 
 
-def stepped_back(src: Path, dest: Path, first: int, seconds: float) -> Path:
-    """`dest`: `src` with its records from the `first`-th (0-based) on `seconds` earlier, in the
-    file's order: a capture whose clock was stepped back (NTP) while it ran."""
+def stepped_back(src: Path, dest: Path, first: int, seconds: float, count: int | None = None) -> Path:
+    """`dest`: `src` with its records from the `first`-th (0-based) on (`count` of them: all)
+    `seconds` earlier, in the file's order: a capture whose clock was stepped back (NTP) while
+    it ran; one record with a wrong time."""
     head, recs = records(src)
     magic = struct.unpack_from("<I", head, 0)[0]
     order = _ORDERS[magic]
@@ -59,7 +60,7 @@ def stepped_back(src: Path, dest: Path, first: int, seconds: float) -> Path:
     back = round(seconds * unit)
     out = []
     for i, r in enumerate(recs):
-        if i >= first:
+        if i >= first and (count is None or i < first + count):
             sec, frac = struct.unpack_from(order + "II", r, 0)
             sec, frac = divmod(sec * unit + frac - back, unit)
             r = struct.pack(order + "II", sec, frac) + r[8:]

@@ -227,7 +227,7 @@ class PacketDecoder:
         plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps;
         first_at: the file offset where the split's records begin (None when it read none): its
         records are those from there to the next split's first_at (capture.files.FrameNumbers).
-        order_latest_ns: the latest time of its packets (SplitOrder: the order_ns of later splits).
+        order: where its packets' order_ns began and ended (SplitOrder: those of later splits).
         directions: its first connections' hashes -> the directions it has packets of (vantage.groups).
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
@@ -241,7 +241,7 @@ class PacketDecoder:
         d["first_ts_ns"] = None if self.first_ts_ns is None else min(max(self.first_ts_ns, lo), hi)
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
         d["first_at"] = self.first_at if self.records else None
-        d["order_latest_ns"] = self._order.latest  # SplitOrder's
+        d["order"] = self._order.stats()  # SplitOrder's
         d["directions"] = {str(k): v for k, v in self.directions.items()}
         return d
 
@@ -748,7 +748,7 @@ class PacketDecoder:
             pa.array(trunc, pa.bool_()),
             *_payload_columns(payload, self.ref_buf is not None),
         ]
-        arrays.append(self._order.of(arrays[4]))
+        arrays.append(self._order.of(arrays[4], arrays[2]))
         return self._noted(pa.RecordBatch.from_arrays(arrays, schema=PACKETS))
 
     def _flush_native(self) -> pa.RecordBatch:
@@ -757,7 +757,7 @@ class PacketDecoder:
         n, *buffers = self.native.take()
         self._flushed += n
         cols = [_native_column(f.type, n, b) for f, b in zip(_AFTER_SPLIT_COLUMNS, buffers, strict=True)]
-        cols.append(self._order.of(cols[2]))
+        cols.append(self._order.of(cols[2], cols[0]))
         return self._noted(pa.RecordBatch.from_arrays(self._split_columns(n) + cols, schema=PACKETS))
 
     def _noted(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -884,13 +884,6 @@ CLOCK_STEP_NS = 5_000_000_000
 _NO_TIME = np.iinfo(np.int64).min
 
 
-def _raised(ts: np.ndarray, order: np.ndarray, latest: np.ndarray) -> np.ndarray:
-    """Where `order` (order_ns) must rise to `latest` (a time before each packet in its file):
-    its time is behind that by at most CLOCK_STEP_NS. `latest` - `ts` wraps where `latest` is
-    _NO_TIME, where the first test already fails."""
-    return (latest > ts) & (latest - ts <= CLOCK_STEP_NS) & (order < latest)
-
-
 def _values(a: pa.Array) -> np.ndarray:
     """The values of an integer column without nulls, as numpy sees its buffer (to_numpy would
     have pyarrow look for pandas, which task workers keep out: pipeline.keep_pandas_out)."""
@@ -899,53 +892,95 @@ def _values(a: pa.Array) -> np.ndarray:
 
 
 class _Order:
-    """order_ns of a split's packets, batch by batch in record order: ts_ns, or the latest
-    timestamp before it in the split when ts_ns is at most CLOCK_STEP_NS behind that. The
-    decode stage raises it past the split's start (SplitOrder): a task reads one split."""
+    """order_ns of a split's packets, batch by batch in record order. A packet's key is its time,
+    unless its time goes back from the packet's before it by at most CLOCK_STEP_NS: then it
+    keeps the key before it, its place in the file, until its time passes that key (steps back
+    each within the bound keep the file's order, however far they add up). A step further back,
+    or further ahead, is a new time base, its packets keyed by their time, unless the packet
+    after it is back within the bound of the time before it (or none follows in the batch): then
+    it is one record out of time (a wrong timestamp) and keeps its place. The decode stage
+    raises keys past the split's start (SplitOrder): a task reads one split."""
 
     def __init__(self) -> None:
-        self.latest: int | None = None  # the latest ts_ns of the split's packets so far
+        self.key: int | None = None  # the key of the split's last packet so far
+        self.ref: int | None = None  # the time of its last packet in time (not out of it)
+        self.first: int | None = None  # the time of its first packet
+        self.base_at: int | None = None  # the record offset of its first new time base
 
-    def of(self, ts: pa.Array) -> pa.Array:
+    def of(self, ts: pa.Array, rec: pa.Array) -> pa.Array:
         if not len(ts):
             return ts
         t = _values(ts)
-        latest = np.maximum.accumulate(t)
-        if self.latest is not None:
-            np.maximum(latest, self.latest, out=latest)
-        self.latest = int(latest[-1])
-        return pa.array(np.where(_raised(t, t, latest), latest, t), pa.int64())
+        if self.first is None:
+            self.first = self.key = self.ref = int(t[0])
+        d = np.diff(t, prepend=self.ref)
+        if d.min() >= -CLOCK_STEP_NS and d.max() <= CLOCK_STEP_NS:  # no far step: the common case
+            keys = np.maximum.accumulate(t)
+            np.maximum(keys, self.key, out=keys)
+            self.key, self.ref = int(keys[-1]), int(t[-1])
+            return ts if (keys == t).all() else pa.array(keys, pa.int64())
+        return pa.array(self._keys(t.tolist(), _values(rec)), pa.int64())
+
+    def _keys(self, t: list[int], rec: np.ndarray) -> list[int]:
+        """The keys of a batch with a far step, one by one."""
+        out = []
+        key, ref = self.key, self.ref
+        last = len(t) - 1
+        for i, x in enumerate(t):
+            if abs(x - ref) <= CLOCK_STEP_NS:
+                key, ref = max(key, x), x  # in time, or a step back within the bound: in place
+            elif i < last and abs(t[i + 1] - ref) > CLOCK_STEP_NS:
+                key, ref = x, x  # far away, and the next packet is there too: a new time base
+                if self.base_at is None:
+                    self.base_at = int(rec[i])
+            # else one packet out of time (or the batch's last: no packet after it says more):
+            # its place in the file, the key stays
+            out.append(key)
+        self.key, self.ref = key, ref
+        return out
+
+    def stats(self) -> dict | None:
+        """What SplitOrder needs of the split (None: it had no packets)."""
+        if self.first is None:
+            return None
+        return {"first": self.first, "ref": self.ref, "key": self.key, "base_at": self.base_at}
 
 
 class SplitOrder:
-    """order_ns across the splits of a file. A read task sees only its own split, so a packet
-    just after a split's start, captured after the clock stepped back in the split before, has
-    its own time as order_ns; `raised` gives it the latest time of the file's earlier splits when
-    it is at most CLOCK_STEP_NS behind that: the order of one read of the whole file, whatever
-    the split size (for steps back within that bound, as a clock's are).
+    """order_ns across the splits of a file. A read task sees only its own split, so the keys of
+    a split's packets start from its first packet's time; `raised` gives the packets before the
+    split's first new time base the key the file's earlier splits ended with, where that is
+    later (the split began within CLOCK_STEP_NS of the time before it): the keys of one read of
+    the whole file, whatever the split size.
 
-    `latest[file_index][where the split's records begin (its stats' first_at)]` = the split's
-    latest packet time (its stats' order_latest_ns); splits without packets are left out."""
+    `splits[file_index][where the split's records begin (its stats' first_at)]` = its stats'
+    `order` (_Order.stats); splits without packets are left out."""
 
-    def __init__(self, latest: dict[int, dict[int, int]]) -> None:
-        self._files: dict[
-            int, tuple[np.ndarray, np.ndarray]
-        ] = {}  # file -> (split starts, latest before each)
-        for fi, per in latest.items():
+    def __init__(self, splits: dict[int, dict[int, dict]]) -> None:
+        # file -> (split starts, the key each is raised to (_NO_TIME: none), its first base)
+        self._files: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for fi, per in splits.items():
             if len(per) < 2:
                 continue
-            starts = sorted(per)
-            before = np.maximum.accumulate([_NO_TIME] + [per[s] for s in starts[:-1]])
-            self._files[fi] = (np.array(starts, np.int64), np.asarray(before, np.int64))
+            starts, to, base = sorted(per), [], []
+            key = ref = None
+            for s in starts:
+                st = per[s]
+                up = key if key is not None and st["first"] >= ref - CLOCK_STEP_NS else None
+                to.append(_NO_TIME if up is None else up)
+                base.append(np.iinfo(np.int64).max if st["base_at"] is None else st["base_at"])
+                key = st["key"] if up is None or st["base_at"] is not None else max(up, st["key"])
+                ref = st["ref"]
+            self._files[fi] = (np.array(starts, np.int64), np.array(to, np.int64), np.array(base, np.int64))
 
     @classmethod
-    def of_stats(cls, stats: list[dict]) -> SplitOrder:
+    def of_stats(cls, stats) -> SplitOrder:
         """From the splits' stats dicts, each with its file_index."""
-        latest: dict[int, dict[int, int]] = {}
+        splits: dict[int, dict[int, dict]] = {}
         for st in stats:
-            if st.get("order_latest_ns") is not None and st.get("first_at") is not None:
-                latest.setdefault(st["file_index"], {})[st["first_at"]] = st["order_latest_ns"]
-        return cls(latest)
+            if st.get("order") is not None and st.get("first_at") is not None:
+                splits.setdefault(st["file_index"], {})[st["first_at"]] = st["order"]
+        return cls(splits)
 
     def __bool__(self) -> bool:
         return bool(self._files)
@@ -954,21 +989,21 @@ class SplitOrder:
         self, file_index: np.ndarray, rec_offset: np.ndarray, ts: np.ndarray, order: np.ndarray
     ) -> np.ndarray | None:
         """The order_ns of packets (numpy columns), raised where a file's earlier splits say so;
-        None when none is."""
+        None when none is. (`ts` unused: the splits' stats say where keys rise.)"""
         out = None
-        for fi, (starts, before) in self._files.items():
+        for fi, (starts, to, base) in self._files.items():
             mine = file_index == fi
             if not mine.any():
                 continue
-            at = np.searchsorted(starts, rec_offset[mine], side="right") - 1
-            latest = before[np.maximum(at, 0)]
-            latest[at < 0] = _NO_TIME
+            offs = rec_offset[mine]
+            at = np.maximum(np.searchsorted(starts, offs, side="right") - 1, 0)
+            up = to[at]
             o = order[mine]
-            up = _raised(ts[mine], o, latest)
-            if up.any():
+            rise = (up > o) & (offs < base[at]) & (offs >= starts[at])
+            if rise.any():
                 out = order.copy() if out is None else out
                 o = o.copy()
-                o[up] = latest[up]
+                o[rise] = up[rise]
                 out[mine] = o
         return out
 
