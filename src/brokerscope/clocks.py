@@ -89,13 +89,17 @@ def _unique(t: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def exchanges(commands: pa.Table, vantage_of: dict[str, str]) -> pa.Table:
-    """One row per request and response on a connection: MATCH, capture_id, conn_id, vantage,
-    t_req, t_resp (ns)."""
+    """One row per request and response on a connection: MATCH, vantage, conn_id, t_req, t_resp
+    (ns). A connection is a conn_id of a vantage point: its request and response rows may name
+    two captures of it (one place's capture written per direction: vantage.groups)."""
     c = commands.select(list(COLUMNS))
     c = c.filter(pc.and_(pc.is_valid(c["correlation_id"]), pc.is_valid(c["conn_id"]))).filter(
         pc.field("capture_id").isin(list(vantage_of))
     )
-    key = ["capture_id", "conn_id", "correlation_id"]
+    c = c.append_column(
+        "vantage", pa.array([vantage_of[x] for x in c["capture_id"].to_pylist()], pa.string())
+    )
+    key = ["vantage", "conn_id", "correlation_id"]
     req = _unique(c.filter(pc.equal(c["direction"], "c2s")), key)
     resp = _unique(c.filter(pc.equal(c["direction"], "s2c")), key)
     req = req.select([*key, *CONN, "command", "size", "ts_ns"]).rename_columns(
@@ -105,10 +109,7 @@ def exchanges(commands: pa.Table, vantage_of: dict[str, str]) -> pa.Table:
     ex = req.join(resp, key, join_type="inner")
     ex = ex.filter(pc.and_(pc.is_valid(ex["t_req"]), pc.is_valid(ex["t_resp"])))
     names = sorted(set(vantage_of.values()))
-    vantage = pa.array([vantage_of[c] for c in ex["capture_id"].to_pylist()], pa.string())
-    return ex.append_column("vantage", vantage).append_column(
-        "vantage_no", pc.index_in(vantage, value_set=pa.array(names, pa.string()))
-    )
+    return ex.append_column("vantage_no", pc.index_in(ex["vantage"], value_set=pa.array(names, pa.string())))
 
 
 def from_commands(commands: pa.Table, vantage_of: dict[str, str]) -> Clocks:

@@ -260,3 +260,23 @@ def test_one_places_capture_written_per_direction_is_one_vantage_point(spark, tm
         for t in tables.DECODED_TABLES:
             assert normalized(delta_rs_rows(str(lake / t))) == normalized(want[t]), (name, t)
         assert len({r["vantage"] for r in delta_rs_rows(str(lake / "inputs"))}) == 1, name
+
+
+def test_a_place_captured_per_direction_has_its_clock_offset_against_another(spark, tmp_path):
+    """The two direction files of one place and a whole capture of another host 20 ms ahead (a
+    user trial: every offset null, the journeys uncorrected: requests and responses of the
+    place were rows of two captures, paired within one only)."""
+    from tests.conftest import SAMPLE_DATA
+    from tests.support import replay
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    halves = replay.by_direction(src, tmp_path / "out.pcap", tmp_path / "in.pcap", 36525)
+    other = replay.stepped_back(src, tmp_path / "other.pcap", 0, -0.020)
+    lake = tmp_path / "lake"
+    paths = [str(p) for p in (*halves, other)]
+    assert pipeline.ingest(paths, _settings(lake), spark=spark).errors == []
+    rows = {Path(r["path"]).name: r for r in delta_rs_rows(str(lake / "inputs"))}
+    assert rows["out.pcap"]["vantage"] == rows["in.pcap"]["vantage"] != rows["other.pcap"]["vantage"]
+    got = {n: r["clock_offset_us"] for n, r in rows.items()}
+    assert abs(abs(got["other.pcap"] - got["in.pcap"]) - 20_000) < 1_000, got
+    assert got["in.pcap"] == got["out.pcap"] and rows["other.pcap"]["clock_offset_pairs"] >= 30, rows
