@@ -205,8 +205,9 @@ class Summary:
     tls: dict[str, int] = field(default_factory=dict)  # TLS connections by tls_decrypted outcome
     # per capture id: connections with data no decoder recognised, their first bytes not
     # captured ("unrecognised": a broker the sniffer may have missed), packets cut
-    # by the capture's snap length ("snap_truncated"): warnings naming the files (`paths`, by
-    # capture id), no failure (the streams table holds both)
+    # by the capture's snap length ("snap_truncated"), connections with one endpoint's packets
+    # only ("one_direction"): warnings naming the files (`paths`, by capture id), no failure
+    # (the streams table holds them)
     seen: dict[str, dict[str, int]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
     keylogs: bool = False  # the run was given key logs ([tls] keylog_files, --tls-keylog)
@@ -258,7 +259,15 @@ class Summary:
                 "capture missed or cut carried data no decoder recognised (streams.protocol unknown): "
                 "a broker's? name its port with --port PROTO=PORT or [ports]"
             )
-        if len(cut) > SHOWN or len(unknown) > SHOWN:
+        one = self.seen.get("one_direction", {})
+        for cid, n in list(one.items())[:SHOWN]:
+            out.append(
+                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} captured in one direction "
+                "only (the other endpoint's packets are in no file of this run): requests without their "
+                "responses, or responses without requests; ingest the other direction's capture in the "
+                "same run (streams.c2s_packets, streams.s2c_packets)"
+            )
+        if len(cut) > SHOWN or len(unknown) > SHOWN or len(one) > SHOWN:
             out.append("warning: ... and more captures (streams.snap_truncated_packets, streams.protocol)")
         if self.excluded:
             out.append(f"excluded: {len(self.excluded)} path(s) matching inputs.exclude or --exclude")

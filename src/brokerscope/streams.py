@@ -464,6 +464,10 @@ class _Conn:
         missed = row["midstream"] or row["gap_bytes"] or row["snap_truncated_packets"]
         if self.protocol == "unknown" and self.tls is None and missed and row["c2s_bytes"] + row["s2c_bytes"]:
             self.drv.seen["unrecognised"][cid] = self.drv.seen["unrecognised"].get(cid, 0) + 1
+        if (row["c2s_packets"] == 0) != (row["s2c_packets"] == 0) and row["c2s_bytes"] + row["s2c_bytes"]:
+            # data of one endpoint, nothing of the other: the other direction is in no file of the run
+            one = self.drv.seen["one_direction"]
+            one[cid] = one.get(cid, 0) + 1
         if row["snap_truncated_packets"]:
             cut = self.drv.seen["snap_truncated"]
             cut[cid] = cut.get(cid, 0) + row["snap_truncated_packets"]
@@ -502,7 +506,7 @@ class StreamDriver:
         self.tls_outcomes: dict[str, int] = {}  # TLS connections by tls_decrypted (yes, no key, failed)
         # per capture id: connections that carried data no decoder recognised, packets the
         # capture's snap length cut (the summary's warnings)
-        self.seen: dict[str, dict[str, int]] = {"unrecognised": {}, "snap_truncated": {}}
+        self.seen: dict[str, dict[str, int]] = {"unrecognised": {}, "snap_truncated": {}, "one_direction": {}}
         self.capture_stats: list[dict] = []  # the capture reader's per-split counters rows
         self.port_map = {p: n for p, n in settings.ports.items() if n in self.protocols}
         self.vantages = vantages if vantages and len(set(vantages.values())) > 1 else None

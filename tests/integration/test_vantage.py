@@ -280,3 +280,26 @@ def test_a_place_captured_per_direction_has_its_clock_offset_against_another(spa
     got = {n: r["clock_offset_us"] for n, r in rows.items()}
     assert abs(abs(got["other.pcap"] - got["in.pcap"]) - 20_000) < 1_000, got
     assert got["in.pcap"] == got["out.pcap"] and rows["other.pcap"]["clock_offset_pairs"] >= 30, rows
+
+
+def test_a_capture_of_one_direction_alone_is_warned_of(spark, tmp_path):
+    """One direction's file ingested alone (its other half left for another run, a user trial:
+    0 rows, 'every input read cleanly', not a word): the summary names the connections with
+    one endpoint's packets only. Both halves in one run: no such warning."""
+    from tests.conftest import SAMPLE_DATA
+    from tests.support import replay
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    to_server, to_client = replay.by_direction(src, tmp_path / "out.pcap", tmp_path / "in.pcap", 36525)
+    alone = pipeline.ingest([str(to_client)], _settings(tmp_path / "a"), spark=spark)
+    (cid,) = alone.seen["one_direction"]
+    assert alone.seen["one_direction"][cid] == 5 and alone.rows["commands"] == 0
+    said = [line for line in alone.lines() if "captured in one direction only" in line]
+    assert said == [
+        f"warning: {to_client}: 5 connections captured in one direction only (the other endpoint's "
+        "packets are in no file of this run): requests without their responses, or responses without "
+        "requests; ingest the other direction's capture in the same run (streams.c2s_packets, "
+        "streams.s2c_packets)"
+    ]
+    both = pipeline.ingest([str(to_server), str(to_client)], _settings(tmp_path / "b"), spark=spark)
+    assert "one_direction" not in both.seen and both.rows["commands"] == 67
