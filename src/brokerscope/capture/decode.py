@@ -906,6 +906,7 @@ class _Order:
         self.ref: int | None = None  # the time of its last packet in time (not out of it)
         self.first: int | None = None  # the time of its first packet
         self.base_at: int | None = None  # the record offset of its first new time base
+        self.base: tuple[int, int] | None = None  # and that packet's time, the key before it
 
     def of(self, ts: pa.Array, rec: pa.Array) -> pa.Array:
         if not len(ts):
@@ -930,9 +931,9 @@ class _Order:
             if abs(x - ref) <= CLOCK_STEP_NS:
                 key, ref = max(key, x), x  # in time, or a step back within the bound: in place
             elif i < last and abs(t[i + 1] - ref) > CLOCK_STEP_NS:
-                key, ref = x, x  # far away, and the next packet is there too: a new time base
                 if self.base_at is None:
-                    self.base_at = int(rec[i])
+                    self.base_at, self.base = int(rec[i]), (x, key)
+                key, ref = x, x  # far away, and the next packet is there too: a new time base
             # else one packet out of time (or the batch's last: no packet after it says more):
             # its place in the file, the key stays
             out.append(key)
@@ -943,7 +944,13 @@ class _Order:
         """What SplitOrder needs of the split (None: it had no packets)."""
         if self.first is None:
             return None
-        return {"first": self.first, "ref": self.ref, "key": self.key, "base_at": self.base_at}
+        return {
+            "first": self.first,
+            "ref": self.ref,
+            "key": self.key,
+            "base_at": self.base_at,
+            "base": self.base,
+        }
 
 
 class SplitOrder:
@@ -951,36 +958,56 @@ class SplitOrder:
     a split's packets start from its first packet's time; `raised` gives the packets before the
     split's first new time base the key the file's earlier splits ended with, where that is
     later (the split began within CLOCK_STEP_NS of the time before it): the keys of one read of
-    the whole file, whatever the split size.
+    the whole file, whatever the split size. A new time base only orders a file's packets
+    among other files' (a rotation's next file on the new time): where no other file's time
+    span meets the step's (from the new time to the key before it), its packets keep the file's
+    order, keyed as the packet before the step until their time passes it.
 
     `splits[file_index][where the split's records begin (its stats' first_at)]` = its stats'
-    `order` (_Order.stats); splits without packets are left out."""
+    `order` (_Order.stats); splits without packets are left out. `spans[file_index]`: the
+    file's record time span (vantage.spans_of)."""
 
-    def __init__(self, splits: dict[int, dict[int, dict]]) -> None:
-        # file -> (split starts, the key each is raised to (_NO_TIME: none), its first base)
-        self._files: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    def __init__(
+        self, splits: dict[int, dict[int, dict]], spans: dict[int, tuple[int, int]] | None = None
+    ) -> None:
+        # file -> (split starts, the key its packets before its first new time base are raised
+        # to (_NO_TIME: none), where that base is, the key its packets from there are raised to)
+        self._files: dict[int, tuple[np.ndarray, ...]] = {}
+        spans = spans or {}
         for fi, per in splits.items():
-            if len(per) < 2:
-                continue
-            starts, to, base = sorted(per), [], []
+            starts, to, base, held = sorted(per), [], [], []
             key = ref = None
             for s in starts:
                 st = per[s]
                 up = key if key is not None and st["first"] >= ref - CLOCK_STEP_NS else None
                 to.append(_NO_TIME if up is None else up)
-                base.append(np.iinfo(np.int64).max if st["base_at"] is None else st["base_at"])
-                key = st["key"] if up is None or st["base_at"] is not None else max(up, st["key"])
+                at, step = st["base_at"], st["base"]
+                if key is not None and up is None:  # the split begins with the step
+                    at, step = s, (st["first"], key)
+                base.append(np.iinfo(np.int64).max if at is None else at)
+                key = st["key"] if up is None or at is not None else max(up, st["key"])
+                hold = _NO_TIME
+                if at is not None:
+                    t, before = step
+                    before = before if up is None else max(up, before)
+                    if not any(lo <= before and t <= hi for f, (lo, hi) in spans.items() if f != fi):
+                        hold, key = before, max(before, st["key"])  # no other file meets the step
+                held.append(hold)
                 ref = st["ref"]
-            self._files[fi] = (np.array(starts, np.int64), np.array(to, np.int64), np.array(base, np.int64))
+            if len(starts) > 1 or held[0] != _NO_TIME:
+                self._files[fi] = tuple(np.array(v, np.int64) for v in (starts, to, base, held))
 
     @classmethod
     def of_stats(cls, stats) -> SplitOrder:
         """From the splits' stats dicts, each with its file_index."""
+        from .. import vantage
+
+        stats = list(stats)
         splits: dict[int, dict[int, dict]] = {}
         for st in stats:
             if st.get("order") is not None and st.get("first_at") is not None:
                 splits.setdefault(st["file_index"], {})[st["first_at"]] = st["order"]
-        return cls(splits)
+        return cls(splits, vantage.spans_of(stats))
 
     def __bool__(self) -> bool:
         return bool(self._files)
@@ -991,15 +1018,16 @@ class SplitOrder:
         """The order_ns of packets (numpy columns), raised where a file's earlier splits say so;
         None when none is. (`ts` unused: the splits' stats say where keys rise.)"""
         out = None
-        for fi, (starts, to, base) in self._files.items():
+        for fi, (starts, to, base, held) in self._files.items():
             mine = file_index == fi
             if not mine.any():
                 continue
             offs = rec_offset[mine]
             at = np.maximum(np.searchsorted(starts, offs, side="right") - 1, 0)
-            up = to[at]
+            after = offs >= base[at]
+            up = np.where(after, held[at], to[at])
             o = order[mine]
-            rise = (up > o) & (offs < base[at]) & (offs >= starts[at])
+            rise = (up > o) & (offs >= starts[at])
             if rise.any():
                 out = order.copy() if out is None else out
                 o = o.copy()
