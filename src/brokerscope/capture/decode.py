@@ -882,6 +882,7 @@ def connection_hash(lo_ip: str, lo_port: int, hi_ip: str, hi_port: int) -> int:
 # sorts by its own time
 CLOCK_STEP_NS = 5_000_000_000
 _NO_TIME = np.iinfo(np.int64).min
+MAX_BASES = 64  # steps back to a new time base a split notes (_Order.bases)
 
 
 def _values(a: pa.Array) -> np.ndarray:
@@ -905,8 +906,8 @@ class _Order:
         self.key: int | None = None  # the key of the split's last packet so far
         self.ref: int | None = None  # the time of its last packet in time (not out of it)
         self.first: int | None = None  # the time of its first packet
-        self.base_at: int | None = None  # the record offset of its first new time base
-        self.base: tuple[int, int] | None = None  # and that packet's time, the key before it
+        # its steps back to a new time base: (record offset, the packet's time, the key before it)
+        self.bases: list[tuple[int, int, int]] = []
 
     def of(self, ts: pa.Array, rec: pa.Array) -> pa.Array:
         if not len(ts):
@@ -931,8 +932,8 @@ class _Order:
             if abs(x - ref) <= CLOCK_STEP_NS:
                 key, ref = max(key, x), x  # in time, or a step back within the bound: in place
             elif i < last and abs(t[i + 1] - ref) > CLOCK_STEP_NS:
-                if self.base_at is None:
-                    self.base_at, self.base = int(rec[i]), (x, key)
+                if x < ref and len(self.bases) < MAX_BASES:
+                    self.bases.append((int(rec[i]), x, key))
                 key, ref = x, x  # far away, and the next packet is there too: a new time base
             # else one packet out of time (or the batch's last: no packet after it says more):
             # its place in the file, the key stays
@@ -944,24 +945,19 @@ class _Order:
         """What SplitOrder needs of the split (None: it had no packets)."""
         if self.first is None:
             return None
-        return {
-            "first": self.first,
-            "ref": self.ref,
-            "key": self.key,
-            "base_at": self.base_at,
-            "base": self.base,
-        }
+        return {"first": self.first, "ref": self.ref, "key": self.key, "bases": self.bases}
 
 
 class SplitOrder:
     """order_ns across the splits of a file. A read task sees only its own split, so the keys of
-    a split's packets start from its first packet's time; `raised` gives the packets before the
-    split's first new time base the key the file's earlier splits ended with, where that is
-    later (the split began within CLOCK_STEP_NS of the time before it): the keys of one read of
-    the whole file, whatever the split size. A new time base only orders a file's packets
-    among other files' (a rotation's next file on the new time): where no other file's time
-    span meets the step's (from the new time to the key before it), its packets keep the file's
-    order, keyed as the packet before the step until their time passes it.
+    a split's packets start from its first packet's time; `raised` gives the packets of a split
+    up to its first step back to a new time base the key the file's earlier splits ended with,
+    where that is later (the split began within CLOCK_STEP_NS of the time before it): the keys
+    of one read of the whole file, whatever the split size. A new time base only orders a
+    file's packets among other files' (a rotation's next file on the new time): where no other
+    file's time span meets a step back (from the new time to the key before it), the packets
+    after it keep the file's order, keyed as the packet before the step until their time passes
+    it.
 
     `splits[file_index][where the split's records begin (its stats' first_at)]` = its stats'
     `order` (_Order.stats); splits without packets are left out. `spans[file_index]`: the
@@ -970,32 +966,37 @@ class SplitOrder:
     def __init__(
         self, splits: dict[int, dict[int, dict]], spans: dict[int, tuple[int, int]] | None = None
     ) -> None:
-        # file -> (split starts, the key its packets before its first new time base are raised
-        # to (_NO_TIME: none), where that base is, the key its packets from there are raised to)
-        self._files: dict[int, tuple[np.ndarray, ...]] = {}
-        spans = spans or {}
+        # file -> (record offsets, the key the packets from each on are raised to (_NO_TIME:
+        # none)): split starts and steps back to a new time base, in file order
+        self._files: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._spans = spans or {}
         for fi, per in splits.items():
-            starts, to, base, held = sorted(per), [], [], []
+            offs: list[int] = []
+            to: list[int] = []
             key = ref = None
-            for s in starts:
+            for s in sorted(per):
                 st = per[s]
-                up = key if key is not None and st["first"] >= ref - CLOCK_STEP_NS else None
-                to.append(_NO_TIME if up is None else up)
-                at, step = st["base_at"], st["base"]
-                if key is not None and up is None:  # the split begins with the step
-                    at, step = s, (st["first"], key)
-                base.append(np.iinfo(np.int64).max if at is None else at)
-                key = st["key"] if up is None or at is not None else max(up, st["key"])
-                hold = _NO_TIME
-                if at is not None:
-                    t, before = step
-                    before = before if up is None else max(up, before)
-                    if not any(lo <= before and t <= hi for f, (lo, hi) in spans.items() if f != fi):
-                        hold, key = before, max(before, st["key"])  # no other file meets the step
-                held.append(hold)
+                cur = None  # the key this stretch of the split is raised to
+                if key is not None and (
+                    st["first"] >= ref - CLOCK_STEP_NS or self._alone(fi, st["first"], key)
+                ):
+                    cur = key  # it goes on from the split before (or steps back alone)
+                offs.append(s)
+                to.append(_NO_TIME if cur is None else cur)
+                for at, t, before in st["bases"]:
+                    held = before if cur is None else max(cur, before)
+                    cur = held if self._alone(fi, t, held) else None
+                    offs.append(at)
+                    to.append(_NO_TIME if cur is None else cur)
+                key = st["key"] if cur is None else max(cur, st["key"])
                 ref = st["ref"]
-            if len(starts) > 1 or held[0] != _NO_TIME:
-                self._files[fi] = tuple(np.array(v, np.int64) for v in (starts, to, base, held))
+            if any(v != _NO_TIME for v in to):
+                self._files[fi] = (np.array(offs, np.int64), np.array(to, np.int64))
+
+    def _alone(self, fi: int, t: int, before: int) -> bool:
+        """Does no other file have records between `t`, the time a step back of file `fi` went
+        to, and `before`, the key before it? Then the file keeps its order over the step."""
+        return not any(lo <= before and t <= hi for f, (lo, hi) in self._spans.items() if f != fi)
 
     @classmethod
     def of_stats(cls, stats) -> SplitOrder:
@@ -1018,16 +1019,15 @@ class SplitOrder:
         """The order_ns of packets (numpy columns), raised where a file's earlier splits say so;
         None when none is. (`ts` unused: the splits' stats say where keys rise.)"""
         out = None
-        for fi, (starts, to, base, held) in self._files.items():
+        for fi, (offsets, to) in self._files.items():
             mine = file_index == fi
             if not mine.any():
                 continue
             offs = rec_offset[mine]
-            at = np.maximum(np.searchsorted(starts, offs, side="right") - 1, 0)
-            after = offs >= base[at]
-            up = np.where(after, held[at], to[at])
+            at = np.searchsorted(offsets, offs, side="right") - 1
+            up = np.where(at >= 0, to[np.maximum(at, 0)], _NO_TIME)
             o = order[mine]
-            rise = (up > o) & (offs >= starts[at])
+            rise = up > o
             if rise.any():
                 out = order.copy() if out is None else out
                 o = o.copy()
