@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import os
+import re
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
@@ -44,12 +45,16 @@ PCAP_RECORD = 16  # ts_sec, ts_frac, incl_len (8), orig_len (12)
 
 @dataclass(frozen=True)
 class Conn:
-    """One connection to extract: its endpoints (either order) and its first/last packet time."""
+    """One connection to extract: its endpoints (either order) and its first/last packet time;
+    for a connection of one capture, that capture and its first/last frame numbers (its packets
+    are those of the frames between: a file's order, whatever its times say)."""
 
     lo: tuple[str, int]
     hi: tuple[str, int]
     first_ns: int
     last_ns: int
+    capture_id: str | None = None
+    frames: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,12 @@ def plan(
             raise ValueError(f"no connection {', '.join(missing)} in the lake's streams table at {lake.root}")
         conns = []
         for r in st.select(["capture_id", "client_ip", "client_port", "server_ip", "server_port",
-                            "first_ts", "last_ts"]).to_pylist():  # fmt: skip
+                            "first_ts", "last_ts", "capture_ids", "first_frame", "last_frame"]).to_pylist():  # fmt: skip
             first, last = (_us(r["first_ts"]) * 1000, _us(r["last_ts"]) * 1000 + 999)
-            conns.append(
-                Conn((r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"]), first, last)
-            )
+            one = len(r["capture_ids"] or []) <= 1 and r["first_frame"] and r["last_frame"]
+            frames = tuple(sorted((r["first_frame"], r["last_frame"]))) if one else None
+            ends = ((r["client_ip"], r["client_port"]), (r["server_ip"], r["server_port"]))
+            conns.append(Conn(*ends, first, last, r["capture_id"] if one else None, frames))
             cids.add(r["capture_id"])
     inputs = lake.read_arrow("inputs").to_pylist()
     known = {r["capture_id"] for r in inputs}
@@ -111,7 +117,13 @@ def plan(
         if c not in held:
             raise ValueError(_why_none(c, [r for r in inputs if r["capture_id"] == c]))
     sources = [_one_source(rows) for rows in held.values()]
-    return sorted(sources, key=lambda s: s.path), conns
+    return sorted(sources, key=lambda s: _natural(s.path)), conns
+
+
+def _natural(path: str) -> list:
+    """A path's sort key with its numbers as numbers: tcpdump -C's cap.pcap, cap.pcap1, ...,
+    cap.pcap10 in the order written (a connection's files in its order)."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
 
 
 def _why_none(capture_id: str, rows: list[dict]) -> str:
@@ -189,13 +201,16 @@ def selected_offsets(src: Source, conns: list[Conn] | None, flt: PacketFilter | 
     for b in capture.read_split(split, payload_refs=True, flt=flt):
         b = b.filter(pc.is_valid(b.column("lo_ip")))  # counters rows have no endpoint
         if b.num_rows and conns is not None:
-            b = b.filter(_any_conn(b, conns))
+            b = b.filter(_any_conn(b, conns, src.capture_id))
         out.append(b.column("rec_offset"))
     return sorted(set(pa.chunked_array(out, pa.int64()).to_pylist()))
 
 
-def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
-    col = {n: b.column(n) for n in ("lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns")}
+def _any_conn(b: pa.RecordBatch, conns: list[Conn], capture_id: str) -> pa.Array:
+    """The packets of `b` (of the whole file `capture_id`, read as one split: record_no is the
+    frame number) of `conns`: by frame numbers for a connection of this capture alone, else by
+    time (a connection across files)."""
+    col = {n: b.column(n) for n in ("lo_ip", "lo_port", "hi_ip", "hi_port", "ts_ns", "record_no")}
 
     def at(side: str, ep: tuple[str, int]) -> pa.Array:
         return pc.and_(pc.equal(col[f"{side}_ip"], ep[0]), pc.equal(col[f"{side}_port"], ep[1]))
@@ -203,7 +218,13 @@ def _any_conn(b: pa.RecordBatch, conns: list[Conn]) -> pa.Array:
     hit = pa.array([False] * b.num_rows)
     for c in conns:  # the reader orders a pair's endpoints its own way: either order matches
         pair = pc.or_(pc.and_(at("lo", c.lo), at("hi", c.hi)), pc.and_(at("lo", c.hi), at("hi", c.lo)))
-        during = pc.and_(pc.greater_equal(col["ts_ns"], c.first_ns), pc.less_equal(col["ts_ns"], c.last_ns))
+        if c.frames is not None:
+            if c.capture_id != capture_id:
+                continue
+            when, lo, hi = col["record_no"], c.frames[0], c.frames[1]
+        else:
+            when, lo, hi = col["ts_ns"], c.first_ns, c.last_ns
+        during = pc.and_(pc.greater_equal(when, lo), pc.less_equal(when, hi))
         hit = pc.or_(hit, pc.and_(pair, during))
     return hit
 

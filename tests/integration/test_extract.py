@@ -326,3 +326,29 @@ def test_a_row_past_damage_comes_out_as_in_the_undamaged_file(spark, tmp_path, c
     assert _packets(str(out)) == [every[n - 2], every[n]]
     rc, _, err = run(capsys, *argv, "--frame", str(n))
     assert rc == 1 and "no packet in it" in err and "no packet matched" in err
+
+
+def test_a_connection_of_a_file_whose_clock_stepped_back_comes_out_whole(spark, tmp_path, capsys):
+    """A user trial: with a capture's clock stepped back (2 s, or one record a day off), `extract
+    --conn-id` kept only the packets inside the connection's first and last times: 'no packet
+    matched' (exit 1), or 30 of 34 packets with exit 0, the ones left out those of the request
+    whose latency was flagged. A connection of one file now comes out as its frames."""
+    from brokerscope import pipeline
+    from brokerscope.config import Settings
+    from tests.conftest import SAMPLE_DATA
+    from tests.support import replay
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    steps = replay.stepped_back(src, tmp_path / "steps.pcap", 30, 2.5)
+    steps = replay.stepped_back(steps, tmp_path / "steps2.pcap", 86, 2.0)
+    oneoff = replay.stepped_back(src, tmp_path / "oneoff.pcap", 44, -86_400.0, count=1)
+    for cap in (steps, oneoff):
+        lake = tmp_path / f"lake-{cap.stem}"
+        pipeline.ingest([str(cap)], Settings.load(overrides={"lake": {"path": str(lake)}}), spark=spark)
+        for row in _streams(str(lake)):
+            want = _of_conn(str(cap), row)
+            out = tmp_path / "conn.pcapng"
+            argv = ["extract", "--lake", str(lake), "--conn-id", row["conn_id"], "-o", str(out)]
+            rc, stdout, err = run(capsys, *argv)
+            assert rc == 0 and f"wrote {len(want)} packet(s)" in stdout, (cap.name, row["conn_id"], err)
+            assert [b for _, b in _packets(str(out))] == [b for _, b in want]
