@@ -262,10 +262,12 @@ class Summary:
         one = self.seen.get("one_direction", {})
         for cid, n in list(one.items())[:SHOWN]:
             out.append(
-                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} captured in one direction "
-                "only (the other endpoint's packets are in no file of this run): requests without their "
-                "responses, or responses without requests; ingest the other direction's capture in the "
-                "same run (streams.c2s_packets, streams.s2c_packets)"
+                f"warning: {self.paths.get(cid, cid)}: {_count(n, 'connection')} with one endpoint's "
+                "packets only (the other's in another capture not in this run, or it never answered): "
+                "requests without their responses, or responses without requests; a capture per "
+                "direction is ingested with the other direction's file in the same run, and a broker "
+                "on a port not in [ports] named with --port PROTO=PORT (streams.c2s_packets, "
+                "streams.s2c_packets, streams.protocol)"
             )
         if len(cut) > SHOWN or len(unknown) > SHOWN or len(one) > SHOWN:
             out.append("warning: ... and more captures (streams.snap_truncated_packets, streams.protocol)")

@@ -465,7 +465,7 @@ class _Conn:
         if self.protocol == "unknown" and self.tls is None and missed and row["c2s_bytes"] + row["s2c_bytes"]:
             self.drv.seen["unrecognised"][cid] = self.drv.seen["unrecognised"].get(cid, 0) + 1
         if (row["c2s_packets"] == 0) != (row["s2c_packets"] == 0) and row["c2s_bytes"] + row["s2c_bytes"]:
-            # data of one endpoint, nothing of the other: the other direction is in no file of the run
+            # data of one endpoint, nothing of the other: its packets in no file of the run (or dead)
             one = self.drv.seen["one_direction"]
             one[cid] = one.get(cid, 0) + 1
         if row["snap_truncated_packets"]:

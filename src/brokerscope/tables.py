@@ -826,7 +826,7 @@ def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Arr
         return arr
     for i in pc.indices_nonzero(neg).to_pylist():
         bad.setdefault(i, []).append(
-            _anomaly(name, arr[i].as_py(), "negative: the response was captured first")
+            _anomaly(name, arr[i].as_py(), "negative: the response is timed before the request")
         )
     return pc.if_else(neg, pa.scalar(None, arr.type), arr)
 

@@ -294,12 +294,13 @@ def test_a_capture_of_one_direction_alone_is_warned_of(spark, tmp_path):
     alone = pipeline.ingest([str(to_client)], _settings(tmp_path / "a"), spark=spark)
     (cid,) = alone.seen["one_direction"]
     assert alone.seen["one_direction"][cid] == 5 and alone.rows["commands"] == 0
-    said = [line for line in alone.lines() if "captured in one direction only" in line]
+    said = [line for line in alone.lines() if "with one endpoint's packets only" in line]
     assert said == [
-        f"warning: {to_client}: 5 connections captured in one direction only (the other endpoint's "
-        "packets are in no file of this run): requests without their responses, or responses without "
-        "requests; ingest the other direction's capture in the same run (streams.c2s_packets, "
-        "streams.s2c_packets)"
+        f"warning: {to_client}: 5 connections with one endpoint's packets only (the other's in "
+        "another capture not in this run, or it never answered): requests without their responses, "
+        "or responses without requests; a capture per direction is ingested with the other "
+        "direction's file in the same run, and a broker on a port not in [ports] named with --port "
+        "PROTO=PORT (streams.c2s_packets, streams.s2c_packets, streams.protocol)"
     ]
     both = pipeline.ingest([str(to_server), str(to_client)], _settings(tmp_path / "b"), spark=spark)
     assert "one_direction" not in both.seen and both.rows["commands"] == 67

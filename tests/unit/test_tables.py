@@ -110,14 +110,14 @@ def test_no_negative_latency_is_written():
         ],
     ).to_pylist()
     assert [r["latency_us"] for r in b] == [12.5, None]
-    assert b[1]["anomalies"] == ["latency_us: -3.0 (negative: the response was captured first)"]
+    assert b[1]["anomalies"] == ["latency_us: -3.0 (negative: the response is timed before the request)"]
     acks = tables.conform(
         "acks", [{"ts_ns": 1, "ack_latency_us": -1.0, "anomalies": ["decoder: x"]}]
     ).to_pylist()
     assert acks[0]["ack_latency_us"] is None
     assert acks[0]["anomalies"] == [
         "decoder: x",
-        "ack_latency_us: -1.0 (negative: the response was captured first)",
+        "ack_latency_us: -1.0 (negative: the response is timed before the request)",
     ]
 
 
