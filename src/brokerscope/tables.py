@@ -353,7 +353,13 @@ _DAY_NS = 86_400_000_000_000  # nanoseconds in a day (dates from ts_ns)
 _TS_MIN_US = -62_135_596_800_000_000  # 0001-01-01
 _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
 # durations that cannot be negative: a response captured before its request is an anomaly
-_NON_NEGATIVE = {"latencies": ("latency_us",), "acks": ("ack_latency_us",)}
+# columns whose negative value is a clock's doing: null, and an anomaly saying why
+_RESPONSE_FIRST = "negative: the response is timed before the request"
+_NON_NEGATIVE = {
+    "latencies": {"latency_us": _RESPONSE_FIRST},
+    "acks": {"ack_latency_us": _RESPONSE_FIRST},
+    "streams": {"duration_us": "negative: the last packet is timed before the first (a clock stepped back)"},
+}
 
 
 class PerRun:
@@ -508,9 +514,9 @@ def conform(table: str, rows: Iterable[Mapping | Block]) -> pa.RecordBatch:
             arrays.append(_column(runs, name, f.type, bad))
         else:
             arrays.append(pa.nulls(n, type=f.type))
-    for name in _NON_NEGATIVE.get(table, ()):
+    for name, why in _NON_NEGATIVE.get(table, {}).items():
         i = sch.get_field_index(name)
-        arrays[i] = _non_negative(arrays[i], name, bad)
+        arrays[i] = _non_negative(arrays[i], name, why, bad)
     if "anomalies" in sch.names:
         i = sch.get_field_index("anomalies")
         if bad:
@@ -820,14 +826,12 @@ def _anomaly(name: str, v, why: str) -> str:
     return f"{name}: {text} ({why})"
 
 
-def _non_negative(arr: pa.Array, name: str, bad: dict[int, list[str]]) -> pa.Array:
+def _non_negative(arr: pa.Array, name: str, why: str, bad: dict[int, list[str]]) -> pa.Array:
     neg = pc.fill_null(pc.less(arr, 0), False)
     if not pc.any(neg).as_py():
         return arr
     for i in pc.indices_nonzero(neg).to_pylist():
-        bad.setdefault(i, []).append(
-            _anomaly(name, arr[i].as_py(), "negative: the response is timed before the request")
-        )
+        bad.setdefault(i, []).append(_anomaly(name, arr[i].as_py(), why))
     return pc.if_else(neg, pa.scalar(None, arr.type), arr)
 
 

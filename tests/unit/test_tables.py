@@ -119,6 +119,12 @@ def test_no_negative_latency_is_written():
         "decoder: x",
         "ack_latency_us: -1.0 (negative: the response is timed before the request)",
     ]
+    # a connection whose last packet is timed before its first (a user trial: -1.2 s averages)
+    st = tables.conform("streams", [{"ts_ns": 1, "duration_us": -1873.5}, {"ts_ns": 1, "duration_us": 5.0}])
+    assert [r["duration_us"] for r in st.to_pylist()] == [None, 5.0]
+    assert st.to_pylist()[0]["anomalies"] == [
+        "duration_us: -1873.5 (negative: the last packet is timed before the first (a clock stepped back))"
+    ]
 
 
 def test_blocks_and_dict_rows_keep_their_order_and_their_anomalies_their_rows():
