@@ -1361,6 +1361,10 @@ RECORD_ANOMALIES = {
     "caplen_over_origlen": "with caplen > origlen, read as captured",
     "caplen_over_snaplen": "longer than the snap length, read as captured",
     "empty_records": "with no captured bytes (caplen 0), skipped",
+    "clock_steps_back": "where the capture's clock steps back more than 5 s: the packets after each keep "
+    "the file's order where no other file has records at those times, else sort by their time",
+    "clock_out_of_time": "with a time more than 5 s off the records around them, kept in their place "
+    "in the file (their rows' times, and latencies, as captured)",
 }
 
 

@@ -136,3 +136,18 @@ def test_one_record_out_of_time_keeps_its_place(tmp_path, name, at, seconds):
     got = _rows(replay.stepped_back(src, tmp_path / "one.pcap", at, seconds, count=1))
     for t in tables.DECODED_TABLES:
         assert got[t] == want[t], t
+
+
+def test_far_steps_and_records_out_of_time_are_counted_for_the_summary(tmp_path):
+    """They are no damage, but the user is told (pipeline.RECORD_ANOMALIES: the summary names the
+    file): a step back past the bound, one record a day off; none where the times only go on."""
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+
+    def counts(path) -> tuple:
+        (st,) = decode_files([str(path)])["_capture_stats"]
+        return st.get("clock_steps_back"), st.get("clock_out_of_time")
+
+    assert counts(src) == (None, None)
+    assert counts(replay.stepped_back(src, tmp_path / "a.pcap", 48, 6.0)) == (1, None)
+    assert counts(replay.stepped_back(src, tmp_path / "b.pcap", 29, 86_400.0, count=1)) == (None, 1)
+    assert counts(replay.stepped_back(src, tmp_path / "c.pcap", 48, 3.0)) == (None, None)

@@ -227,7 +227,9 @@ class PacketDecoder:
         plus TCP segments of other hosts or ports, dropped; errors: the first MAX_ERRORS messages about the file's structure; first_ts_ns / last_ts_ns: the smallest and largest record timestamps;
         first_at: the file offset where the split's records begin (None when it read none): its
         records are those from there to the next split's first_at (capture.files.FrameNumbers).
-        order: where its packets' order_ns began and ended (SplitOrder: those of later splits).
+        order: where its packets' order_ns began and ended (SplitOrder: those of later splits);
+        clock_steps_back, clock_out_of_time (only where not 0): steps back past CLOCK_STEP_NS and
+        packets that far off the time of those around them (_Order).
         directions: its first connections' hashes -> the directions it has packets of (vantage.groups).
         """
         d = {k: getattr(self, k) for k in STAT_KEYS}
@@ -242,6 +244,9 @@ class PacketDecoder:
         d["last_ts_ns"] = None if self.last_ts_ns is None else min(max(self.last_ts_ns, lo), hi)
         d["first_at"] = self.first_at if self.records else None
         d["order"] = self._order.stats()  # SplitOrder's
+        for k in ("steps_back", "out_of_time"):  # only where there are any: a split's counters as before
+            if getattr(self._order, k):
+                d[f"clock_{k}"] = getattr(self._order, k)
         d["directions"] = {str(k): v for k, v in self.directions.items()}
         return d
 
@@ -908,6 +913,8 @@ class _Order:
         self.first: int | None = None  # the time of its first packet
         # its steps back to a new time base: (record offset, the packet's time, the key before it)
         self.bases: list[tuple[int, int, int]] = []
+        self.steps_back = 0  # steps back past the bound (a clock reset)
+        self.out_of_time = 0  # packets far off the time of those around them (a wrong timestamp)
 
     def of(self, ts: pa.Array, rec: pa.Array) -> pa.Array:
         if not len(ts):
@@ -932,11 +939,13 @@ class _Order:
             if abs(x - ref) <= CLOCK_STEP_NS:
                 key, ref = max(key, x), x  # in time, or a step back within the bound: in place
             elif i < last and abs(t[i + 1] - ref) > CLOCK_STEP_NS:
-                if x < ref and len(self.bases) < MAX_BASES:
-                    self.bases.append((int(rec[i]), x, key))
+                if x < ref:
+                    self.steps_back += 1
+                    if len(self.bases) < MAX_BASES:
+                        self.bases.append((int(rec[i]), x, key))
                 key, ref = x, x  # far away, and the next packet is there too: a new time base
-            # else one packet out of time (or the batch's last: no packet after it says more):
-            # its place in the file, the key stays
+            else:  # one packet out of time (or the batch's last: no packet after it says more):
+                self.out_of_time += 1  # its place in the file, the key stays
             out.append(key)
         self.key, self.ref = key, ref
         return out
