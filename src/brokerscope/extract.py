@@ -217,13 +217,13 @@ def _any_conn(b: pa.RecordBatch, conns: list[Conn], capture_id: str) -> pa.Array
 
     hit = pa.array([False] * b.num_rows)
     for c in conns:  # the reader orders a pair's endpoints its own way: either order matches
-        pair = pc.or_(pc.and_(at("lo", c.lo), at("hi", c.hi)), pc.and_(at("lo", c.hi), at("hi", c.lo)))
+        if c.frames is not None and c.capture_id != capture_id:
+            continue  # a connection of another file alone
         if c.frames is not None:
-            if c.capture_id != capture_id:
-                continue
             when, lo, hi = col["record_no"], c.frames[0], c.frames[1]
         else:
             when, lo, hi = col["ts_ns"], c.first_ns, c.last_ns
+        pair = pc.or_(pc.and_(at("lo", c.lo), at("hi", c.hi)), pc.and_(at("lo", c.hi), at("hi", c.lo)))
         during = pc.and_(pc.greater_equal(when, lo), pc.less_equal(when, hi))
         hit = pc.or_(hit, pc.and_(pair, during))
     return hit

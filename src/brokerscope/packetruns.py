@@ -225,8 +225,7 @@ def _raised(
 ) -> tuple[np.ndarray, pa.Array]:
     """A RUNS batch's records with order_ns raised by `order`, each run sorted again by its
     keys (as they are: nothing rose)."""
-    ts = np.where(recs["valid"] & _BIT["ts_ns"], recs["ts_ns"], np.iinfo(np.int64).max)  # not a stats row's
-    new = order.raised(recs["file_index"], recs["rec_offset"], ts, recs["order_ns"])
+    new = order.raised(recs["file_index"], recs["rec_offset"], recs["order_ns"])
     if new is None:
         return recs, pays
     recs = recs.copy()

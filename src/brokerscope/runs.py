@@ -165,17 +165,15 @@ class RunDir:
 
     def split_order(self, file_indexes) -> SplitOrder:
         """The packet order across the splits of the capture files given (capture.SplitOrder),
-        from the latest packet times their read tasks wrote beside the digests."""
-        return SplitOrder.of_stats(
-            [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
-        )
+        from the order stats and time spans their read tasks wrote beside the digests."""
+        return SplitOrder.of_stats(self._split_stats(file_indexes))
 
     def vantages(self, file_indexes) -> dict[int, int]:
         """The vantage point of each capture file given (vantage.groups), from the record time
         spans and connection directions their read tasks wrote beside the digests."""
         from . import vantage
 
-        splits = [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
+        splits = self._split_stats(file_indexes)
         return vantage.groups(vantage.spans_of(splits), directions=vantage.directions_of(splits))
 
     def directions(self, file_indexes) -> dict[int, dict[int, int]]:
@@ -183,9 +181,12 @@ class RunDir:
         their read tasks wrote them beside the digests."""
         from . import vantage
 
-        return vantage.directions_of(
-            {"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))
-        )
+        return vantage.directions_of(self._split_stats(file_indexes))
+
+    def _split_stats(self, file_indexes) -> list[dict]:
+        """Each split's marker body with its file_index: the read stats the vantage and order
+        helpers take."""
+        return [{"file_index": fi, **body} for fi, _start, body in self._splits(set(file_indexes))]
 
     def unread(self, file_indexes) -> dict[int, str]:
         """file_index -> why a read task could not read the file as planned (write_digests'

@@ -352,7 +352,6 @@ _DAY_NS = 86_400_000_000_000  # nanoseconds in a day (dates from ts_ns)
 # datetime's range, which Spark, pandas and Python readers convert timestamps through
 _TS_MIN_US = -62_135_596_800_000_000  # 0001-01-01
 _TS_MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
-# durations that cannot be negative: a response captured before its request is an anomaly
 # columns whose negative value is a clock's doing: null, and an anomaly saying why
 _RESPONSE_FIRST = "negative: the response is timed before the request"
 _NON_NEGATIVE = {
@@ -911,10 +910,9 @@ PACKETS = pa.schema(
         pa.field("payload", pa.binary()),
         # when payload is null: the payload's offset in its (plain) file, payload_len bytes long
         pa.field("payload_at", pa.int64()),
-        # where the packet sorts among its connection's (streams.SORT_COLS): ts_ns, or the latest
-        # time a record of its split read before it had when ts_ns is up to
-        # capture.decode.CLOCK_STEP_NS behind that (a clock stepped back, merged queues): the
-        # file's own order, as Wireshark's, where its timestamps go back a little
+        # where the packet sorts among its connection's (streams.SORT_COLS): ts_ns, or where the
+        # file's timestamps go back (a clock stepped back, merged queues, a wrong time) the key
+        # that keeps the file's own order, as Wireshark's (capture.decode._Order, SplitOrder)
         pa.field("order_ns", pa.int64()),
     ]
 )

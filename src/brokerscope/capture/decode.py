@@ -881,10 +881,9 @@ def connection_hash(lo_ip: str, lo_port: int, hi_ip: str, hi_port: int) -> int:
     return zlib.crc32(f"{lo_ip}|{lo_port}|{hi_ip}|{hi_port}".encode())
 
 
-# how far a record's timestamp may be behind the latest of its file's earlier records and still
-# sort as the file has it (order_ns): a clock stepped back, NIC queues or interfaces merged out of
-# time order by the capture; further behind, a new time base (a clock reset, a wrong time), it
-# sorts by its own time
+# how far a record's timestamp may go back from the record's before it and still sort as the file
+# has it (order_ns): a clock stepped back, NIC queues or interfaces merged out of time order by the
+# capture; a step further is a new time base or one record out of time (_Order, SplitOrder)
 CLOCK_STEP_NS = 5_000_000_000
 _NO_TIME = np.iinfo(np.int64).min
 MAX_BASES = 64  # steps back to a new time base a split notes (_Order.bases)
@@ -1022,11 +1021,9 @@ class SplitOrder:
     def __bool__(self) -> bool:
         return bool(self._files)
 
-    def raised(
-        self, file_index: np.ndarray, rec_offset: np.ndarray, ts: np.ndarray, order: np.ndarray
-    ) -> np.ndarray | None:
-        """The order_ns of packets (numpy columns), raised where a file's earlier splits say so;
-        None when none is. (`ts` unused: the splits' stats say where keys rise.)"""
+    def raised(self, file_index: np.ndarray, rec_offset: np.ndarray, order: np.ndarray) -> np.ndarray | None:
+        """The order_ns of packets (numpy columns), raised where the splits' stats say keys rise
+        (from a split's start, or a step back); None when none is."""
         out = None
         for fi, (offsets, to) in self._files.items():
             mine = file_index == fi
@@ -1048,10 +1045,7 @@ class SplitOrder:
         """`packets` (PACKETS, unsorted) with order_ns raised."""
         if not self._files:
             return packets
-        cols = [
-            _values(packets.column(c).combine_chunks())
-            for c in ("file_index", "rec_offset", "ts_ns", "order_ns")
-        ]
+        cols = [_values(packets.column(c).combine_chunks()) for c in ("file_index", "rec_offset", "order_ns")]
         new = self.raised(*cols)
         if new is None:
             return packets
