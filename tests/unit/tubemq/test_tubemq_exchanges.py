@@ -74,9 +74,9 @@ def _run(info: ConnInfo, feed, compiled: bool, frames=None, **ctx) -> tuple[dict
     read = {"n": 0}
     python_read = conv._read
 
-    def counted(*args):
-        read["n"] += 1
-        return python_read(*args)
+    def counted(*args, **kw):
+        read["n"] += kw.get("hold", True)  # a held response is read once, when released
+        return python_read(*args, **kw)
 
     conv._read = counted
     rows = []

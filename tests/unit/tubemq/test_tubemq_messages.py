@@ -382,3 +382,50 @@ def test_a_damaged_block_length_that_runs_past_a_capture_gap_loses_no_frame():
     assert bad["size"] == len(sends[40])
     assert gap["decode_status"] == "gap" and gap["size"] == len(sends[51])
     assert sum(r["size"] for r in out["commands"]) == sum(map(len, sends))
+
+
+def _send_ok(serial: int) -> bytes:
+    return response(
+        serial, 13, brk.SendMessageResponseB2P(success=True, errCode=200, errMsg="OK", messageId=serial)
+    )
+
+
+def test_requests_read_again_after_a_damaged_block_length_pair_with_the_responses_that_came_first():
+    """Exchanges one after the other, the 11th request's block length damaged (+4096): the
+    requests after it wait inside it until it is read again, while their responses arrive. They
+    were rows of no request (59 of 119 latencies unanswered, the acks without their request); now
+    a response whose request starts inside the client's held bytes waits for it."""
+    sends = _p2b_requests(120)
+    sends[10] = _damaged(sends[10])
+    feeds = [f for i, s in enumerate(sends, 1) for f in ((C2S, s), (S2C, _send_ok(i)))]
+    out = run(new_conv(), feeds)
+    lat = out["latencies"]
+    assert sorted(r["correlation_id"] for r in lat) == [i for i in range(1, 121) if i != 11]
+    assert all(r["latency_us"] is not None and r["latency_us"] > 0 for r in lat)
+    rsp = {r["correlation_id"]: r for r in out["commands"] if r["direction"] == S2C}
+    assert len(rsp) == 120 and all(rsp[i]["topic"] == "t" for i in range(1, 121) if i != 11)
+    assert rsp[11]["topic"] is None  # its request is the damaged frame: no request read
+    assert len(out["messages"]) == 119
+
+
+def test_a_held_response_keeps_its_frame_numbers(tmp_path, monkeypatch):
+    """The same exchanges in a capture, decoded by the driver: a held response's rows name the
+    packet that carried it, though its direction moved on (ConnInfo.frames; the driver prunes a
+    direction's packet index below the conversation's low_water every few packets here)."""
+    from brokerscope import streams
+    from brokerscope.streams import decode_files
+    from tests.support.synth import write_capture
+
+    monkeypatch.setattr(streams, "PRUNE_AT", 4)
+    sends = _p2b_requests(120)
+    sends[10] = _damaged(sends[10])
+    path = tmp_path / "tube.pcap"
+    write_capture(str(path), n_conns=1, exchanges=120, server_port=8123,
+                  payloads=lambda c, i: (sends[i], _send_ok(i + 1)))  # fmt: skip
+    out = decode_files([str(path)])
+    rsp = {r["correlation_id"]: r for r in out["commands"] if r["direction"] == S2C}
+    # handshake frames 1-3, then request i at frame 4 + 2 (i - 1), its response one after
+    assert {i: (r["first_frame"], r["last_frame"]) for i, r in rsp.items()} == {
+        i: (5 + 2 * (i - 1),) * 2 for i in range(1, 121)
+    }
+    assert sum(r["latency_us"] is not None for r in out["latencies"]) == 119

@@ -41,11 +41,15 @@ from ..schema import MessagePool
 from . import rows as build
 from . import rpc
 from .content import MSG_TIMES, parse_broker_info, parse_subscribe_info, parse_topic_info
-from .framing import TubeFrame, TubeRules, _rpc, header_info, read_frame
+from .framing import HEADER_LEN, TOKEN, TubeFrame, TubeRules, _rpc, header_info, read_frame
 from .rows import M_COMMIT, Gathered, Pending
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
+# responses held while the request they answer may lie in bytes the client's direction holds: a
+# request whose block length was damaged, larger, takes the requests after it in until it is read
+# again (Framer.reread_if_swallowed), and their responses come first (TubeMQConversation._held)
+MAX_HELD_RESPONSES = 1024
 
 M_SEND = 13
 M_GET = 17
@@ -75,6 +79,9 @@ class TubeMQConversation(Conversation):
         # last delivery per (topic, partition): (ts of the response's first byte, currOffset)
         self.deliveries: dict[tuple, tuple[int, int | None]] = {}
         self.out = Gathered()
+        # responses read while their request may be inside the client's held bytes (_read):
+        # _read's arguments, read once the requests the client's bytes hold are read
+        self.held: list[tuple] = []
         # the compiled frame reader's arguments: the body table and each method's entries in it
         self.reader = (rpc.BUILTIN.table, *rpc.body_entries(self.schema))
         fr = self.framer[C2S]
@@ -113,7 +120,7 @@ class TubeMQConversation(Conversation):
             at = _rpc.exchanges(self.fast, data, start, ts_ns, direction) if self.fast is not None else 0
             if at == len(data):
                 fr.took(data, at, ts_ns)
-                return self.out.take()
+                return self._taken(direction)
             sizes, got = _rpc.read_all(data[at:] if at else data, *self.limits, *self.reader)
             taken = at + sum(sizes)
             fr.took(data, taken, ts_ns)
@@ -121,10 +128,17 @@ class TubeMQConversation(Conversation):
                 self._read(direction, start + at, data[at : at + size], ts_ns, ts_ns, one)
                 at += size
             if taken == len(data):  # all of it: the framer holds nothing (idle)
-                return self.out.take()
+                return self._taken(direction)
         else:
             fr.push(data, ts_ns)
         self._drain(direction)
+        return self._taken(direction)
+
+    def _taken(self, direction: str) -> list[Row]:
+        """The rows made so far, once the held responses whose requests the client's frames just
+        read gave are read too."""
+        if direction == C2S and self.held:
+            self._release()
         return self.out.take()
 
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
@@ -138,7 +152,7 @@ class TubeMQConversation(Conversation):
         for j in junk:
             self._junk_row(direction, j)
         self._drain(direction)
-        return self.out.take()
+        return self._taken(direction)
 
     def close(self) -> list[Row]:
         for direction, fr in self.framer.items():
@@ -150,10 +164,19 @@ class TubeMQConversation(Conversation):
                 continue
             for j in junk:
                 self._junk_row(direction, j)
+        self._release(everything=True)
         for serial, p in self.pending.items():
             build.unanswered(self.out, serial, p)
         self.pending.clear()
         return self.out.take(everything=True)
+
+    def low_water(self, direction: str) -> int | None:
+        """Also the responses held for their requests (their rows come later), oldest first."""
+        low = super().low_water(direction)
+        if direction == S2C and self.held:
+            held = self.held[0][0]
+            low = held if low is None or held < low else low
+        return low
 
     # -- framing ------------------------------------------------------------------------------
 
@@ -194,11 +217,15 @@ class TubeMQConversation(Conversation):
         ts_last: int,
         got,
         item: Frame | None = None,
+        hold: bool = True,
     ) -> None:
         """A whole frame's rows; a decoder bug is an error row for the frame. Its blocks, envelope
         and body are read by the compiled _rpc.read (`got`), and what that leaves by the Python
         readers (_frame, _body). `item`: the Frame the framer gave, read again should it have
-        swallowed the frames after it (not one of feed's whole frames: those after it are read)."""
+        swallowed the frames after it (not one of feed's whole frames: those after it are read).
+        `hold`: a response may wait for its request (_hold)."""
+        if hold and direction == S2C and self._hold((offset, data, ts_first, ts_last, got)):
+            return
         if got is None:
             f = read_frame(Frame(offset, data, ts_first, ts_last))
             env = fields = head = body_json = None
@@ -212,6 +239,36 @@ class TubeMQConversation(Conversation):
         except Exception as e:
             err = f"internal error: {e!r}"
             self._error_row(direction, f.offset, f.size, f.ts_first, err, f.ts_last, f.serial)
+
+    def _hold(self, args: tuple) -> bool:
+        """Hold a response (`_read`'s arguments) whose request is not pending while the client's
+        held bytes hold that request's frame start (`held`, up to MAX_HELD_RESPONSES)?"""
+        data = args[1]
+        if len(self.held) >= MAX_HELD_RESPONSES or len(data) < HEADER_LEN:
+            return False
+        if not self._answers_held(int.from_bytes(data[4:8], "big")):
+            return False
+        self.held.append(args)
+        return True
+
+    def _answers_held(self, serial: int) -> bool:
+        """Is the request of `serial` not pending, and does a frame of that serial start inside
+        the bytes the client's direction holds, past their first (a request a damaged block
+        length took in)?"""
+        if serial in self.pending:
+            return False
+        buf = self.framer[C2S].buf
+        return len(buf) > HEADER_LEN and buf.find(TOKEN + serial.to_bytes(4, "big"), 1) > 0
+
+    def _release(self, everything: bool = False) -> None:
+        """Read the held responses whose request is pending now, or no longer inside the
+        client's held bytes (`everything`: all of them, at the close), in the order they came."""
+        held, self.held = self.held, []
+        for h in held:
+            if not everything and self._answers_held(int.from_bytes(h[1][4:8], "big")):
+                self.held.append(h)
+            else:
+                self._read(S2C, *h, hold=False)
 
     def _error_row(self, direction, offset, size, ts, err, ts_end=None, serial=None) -> None:
         self.out.put(
