@@ -59,6 +59,10 @@ INDEX_MISMATCH = "index_mismatch"  # a segment's companion index disagrees with 
 # A frame beyond its size limit whose header is credible is skipped exactly, but only up to this
 # many times the limit: a larger declared size is taken as damage, and the direction resyncs.
 SKIP_LIMIT_FACTOR = 4
+# The most responses a conversation holds for requests it may read later: a request whose size was
+# damaged, larger, takes the requests after it in until it is read again (Framer.reread_if_*),
+# and their responses come meanwhile (Framer.holds_frames says when).
+MAX_HELD_ANSWERS = 1024
 
 
 @dataclass(frozen=True)

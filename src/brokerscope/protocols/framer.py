@@ -139,6 +139,7 @@ class Framer:
         self._found = False  # the head of the buffer is a start the hunt just found
         self._garbage: Junk | None = None  # bytes passed over by the current resync
         self._short: tuple[int, int] | None = None  # (offset, size): the head frame, bytes short
+        self._holds: tuple = (None, False)  # holds_frames' answer, by the buffer's (offset, length)
         self._jump = None
         if type(rules).jump is not Rules.jump:
             self._jump = lambda data, i: self.rules.jump(self.buf, i)
@@ -154,6 +155,18 @@ class Framer:
         """`push` of each of `chunks` in turn, with its time, at once."""
         self.buf.extend(chunks, tss)
         return self._short is not None and self._still_short()
+
+    def holds_frames(self) -> bool:
+        """Is the head frame, sized (settled_sizes), still short of its size while the bytes it
+        holds have a credible frame start past its first (Rules.judge)? Its size may be damaged,
+        larger, taking the frames after it in: the other direction's answers to them come first.
+        Scanned once per state of the buffer."""
+        if self._short is None or not self._still_short():
+            return False
+        key = (self.buf.offset, len(self.buf))
+        if self._holds[0] != key:
+            self._holds = (key, self._holds_start(self.buf) > 0)
+        return self._holds[1]
 
     def _still_short(self) -> bool:
         """The head frame sized once (`_short`, set) is still short, and nothing else is under

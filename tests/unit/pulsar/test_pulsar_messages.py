@@ -321,3 +321,44 @@ def test_two_damaged_frames_in_a_row_near_the_start_lose_only_themselves(n, bit)
     assert bad["size"] == len(F.PRODUCER) + len(sends[0])
     assert sorted(m["sequence"] for m in out["messages"]) == list(range(1, n))
     assert _accounted(out, "c2s") == sum(map(len, feeds))
+
+
+def test_sends_read_again_after_a_damaged_total_size_pair_with_the_receipts_that_came_first():
+    """SENDs and receipts one after the other, the 11th SEND's total_size damaged (+4096): the
+    SENDs after it wait inside it until it is read again, while their receipts arrive. They were
+    receipts of no send (80 of 120 latencies unanswered, the produced messages without their
+    message ids); now an answer whose request is not pending waits while the client's framer
+    holds a frame with frame starts inside it (Framer.holds_frames)."""
+    sends = _sends(120)
+    sends[10] = _damaged(sends[10])
+    feeds = [("c2s", F.PRODUCER), ("s2c", F.PRODUCER_SUCCESS)]
+    feeds += [f for i, s in enumerate(sends) for f in (("c2s", s), ("s2c", _receipt(i)))]
+    out = run(feeds)
+    lat = [r for r in out["latencies"] if r["request_command"] == "SEND"]
+    assert sorted(r["correlation_id"] for r in lat) == [i for i in range(120) if i != 10]
+    assert all(r["latency_us"] is not None and r["latency_us"] > 0 for r in lat)
+    ids = {m["sequence"]: m["message_id"] for m in out["messages"]}
+    assert sorted(ids) == [i for i in range(120) if i != 10] and all(ids.values())
+    assert len(out["acks"]) == 120  # the damaged SEND's receipt too: an ack of no send
+
+
+def test_a_held_receipt_keeps_its_frame_numbers(tmp_path, monkeypatch):
+    """The same exchanges in a capture, decoded by the driver: a held receipt's rows name the
+    packet that carried it, though its direction moved on (the driver prunes a direction's
+    packet index below the conversation's low_water every few packets here)."""
+    from brokerscope import streams
+    from tests.support.synth import write_capture
+
+    monkeypatch.setattr(streams, "PRUNE_AT", 4)
+    sends = _sends(120)
+    sends[10] = _damaged(sends[10])
+    pairs = [(F.PRODUCER, F.PRODUCER_SUCCESS)] + [(s, _receipt(i)) for i, s in enumerate(sends)]
+    path = tmp_path / "pulsar.pcap"
+    write_capture(
+        str(path), n_conns=1, exchanges=len(pairs), server_port=6650, payloads=lambda c, i: pairs[i]
+    )
+    out = streams.decode_files([str(path)])
+    got = [(r["first_frame"], r["last_frame"]) for r in out["commands"] if r["command"] == "SEND_RECEIPT"]
+    # handshake frames 1-3, the PRODUCER exchange 4-5, then SEND i at frame 6 + 2 i, its receipt one after
+    assert sorted(got) == [(7 + 2 * i,) * 2 for i in range(120)]
+    assert sum(r["latency_us"] is not None for r in out["latencies"]) == 120

@@ -128,6 +128,9 @@ class PulsarConversation(Conversation):
         # requests come from the client; the side that sends CONNECT is the client, whatever the
         # driver decided (a capture that starts mid-connection may have the roles the wrong way round)
         self.client_dir = C2S
+        # answers read while the client's framer holds a frame that may have taken their requests
+        # in (_waits): (frame, offset, ts, ts_end), read once the client's frames are
+        self.held: list[tuple] = []
 
     # ------------------------------------------------------------------------------------------
     # byte stream -> frames
@@ -138,7 +141,45 @@ class PulsarConversation(Conversation):
         if fr.push(data, ts_ns):
             return rows  # a frame still short of its size
         self._drain(direction, rows)
+        if self.held and direction == self.client_dir:
+            self._release(rows)
         return sanitize(rows)
+
+    def low_water(self, direction: str) -> int | None:
+        """Also the answers held for their requests (their rows come later), oldest first."""
+        low = super().low_water(direction)
+        if self.held and direction != self.client_dir:
+            held = self.held[0][1]
+            low = held if low is None or held < low else low
+        return low
+
+    def _waits(self, d: str, pf: ParsedFrame) -> bool:
+        """Does `pf`, a frame of the server (`d`), answer a request that is not pending while the
+        client's framer holds a frame whose size may have taken it in (Framer.holds_frames)?
+        Such an answer waits (`held`, up to base.MAX_HELD_ANSWERS) until the client's frames are
+        read (_release)."""
+        if d == self.client_dir or len(self.held) >= base.MAX_HELD_ANSWERS:
+            return False
+        body = pf.body()
+        if body is None:
+            return False
+        if pf.type_code in (T.SEND_RECEIPT, T.SEND_ERROR):
+            if (body.producer_id, body.sequence_id) in self.sends.waiting:
+                return False
+        elif "request_id" not in body.DESCRIPTOR.fields_by_name or not body.HasField("request_id"):
+            return False  # an answer to no request (MESSAGE, ...)
+        elif (self.client_dir, body.request_id) in self.requests:
+            return False
+        return self.framer[self.client_dir].holds_frames()
+
+    def _release(self, rows: list[Row], everything: bool = False) -> None:
+        """Read the held answers, in the order they came, once the client's framer no longer
+        holds a frame that may have taken their requests in (`everything`: at the close)."""
+        if everything or not self.framer[self.client_dir].holds_frames():
+            held, self.held = self.held, []
+            server = S2C if self.client_dir == C2S else C2S
+            for frame, offset, ts, ts_end in held:
+                self._frame(server, frame, offset, ts, ts_end, rows)
 
     def _drain(self, direction: str, rows: list[Row], cut: str | None = None) -> None:
         """The rows of what the framer gives now. `cut`: the connection ended or a gap came (the
@@ -188,6 +229,8 @@ class PulsarConversation(Conversation):
             rows.extend(self._junk_row(direction, j) for j in junks)
         except Exception as e:
             rows.append(error_row(direction, 0, 0, base.GAP, f"decoder error: {e!r}", ts_ns))
+        if self.held and direction == self.client_dir:
+            self._release(rows)
         return sanitize(rows)
 
     def close(self) -> list[Row]:
@@ -196,6 +239,7 @@ class PulsarConversation(Conversation):
             for d in (C2S, S2C):
                 self._drain(d, rows, "the end of the connection")
                 rows.extend(self._junk_row(d, j) for j in self.framer[d].close())
+            self._release(rows, everything=True)
             # produce rows still waiting for a receipt, then unanswered requests
             for (_pid, seq), ps in self.sends.drain():
                 self._unanswered_send(seq, ps, rows)
@@ -237,6 +281,9 @@ class PulsarConversation(Conversation):
                 item, f"{why}, and frames start inside it: its size damaged"
             ):
                 return
+        if item is not None and self._waits(d, pf):
+            self.held.append((frame, offset, ts, ts_end))
+            return
         row = {
             "ts_ns": ts,
             "ts_end_ns": ts_end,

@@ -24,6 +24,7 @@ import zlib
 from ..base import (
     C2S,
     MALFORMED,
+    MAX_HELD_ANSWERS,
     OK,
     REQUEST_MISSING,
     S2C,
@@ -46,10 +47,6 @@ from .rows import M_COMMIT, Gathered, Pending
 
 MAX_PENDING = 100_000
 MAX_STACK_CHARS = 4000
-# responses held while the request they answer may lie in bytes the client's direction holds: a
-# request whose block length was damaged, larger, takes the requests after it in until it is read
-# again (Framer.reread_if_swallowed), and their responses come first (TubeMQConversation._held)
-MAX_HELD_RESPONSES = 1024
 
 M_SEND = 13
 M_GET = 17
@@ -242,9 +239,9 @@ class TubeMQConversation(Conversation):
 
     def _hold(self, args: tuple) -> bool:
         """Hold a response (`_read`'s arguments) whose request is not pending while the client's
-        held bytes hold that request's frame start (`held`, up to MAX_HELD_RESPONSES)?"""
+        held bytes hold that request's frame start (`held`, up to MAX_HELD_ANSWERS)?"""
         data = args[1]
-        if len(self.held) >= MAX_HELD_RESPONSES or len(data) < HEADER_LEN:
+        if len(self.held) >= MAX_HELD_ANSWERS or len(data) < HEADER_LEN:
             return False
         if not self._answers_held(int.from_bytes(data[4:8], "big")):
             return False
