@@ -268,13 +268,15 @@ class Framer:
         """Whether `frame`, the frame `next` gave last, found damaged by the conversation (its
         checksum, its body), swallowed the frames after it (a size field hit: `_swallowed`); if
         so its bytes go back, and from its start to the next credible frame start they are one
-        malformed Junk with `reason`, the frames after it read as they are."""
-        if not self._swallowed(frame):
+        malformed Junk with `reason`, the frames after it read as they are. A start is credible
+        as for reread_if_cut (Rules.cut_start)."""
+        at = self._swallowed(frame)
+        if not at:
             return False
         self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
         self.rules.reset()  # no walk of the frame that was at the head before
         self._garbage, self._short = None, None
-        self._not_a_frame(NotAFrame(reason, passed=1))
+        self._not_a_frame(NotAFrame(reason, passed=at))
         return True
 
     def reread_if_cut(self, why: str) -> bool:
@@ -300,12 +302,12 @@ class Framer:
         self._not_a_frame(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=at))
         return True
 
-    def _swallowed(self, frame: Frame) -> bool:
-        """Does a credible frame start (Rules.judge: confirmed) lie inside `frame`, past its first
-        byte?"""
+    def _swallowed(self, frame: Frame) -> int:
+        """The index of the first credible frame start (Rules.cut_start) inside `frame` (its
+        size prefix included), past its first byte; 0 for none."""
         whole = StreamBuffer()
         whole.append(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
-        return self._holds_start(whole) > 0
+        return self._holds_start(whole, self.rules.cut_start)
 
     def _holds_start(self, buf: StreamBuffer, credible=None) -> int:
         """The index of the first credible frame start in `buf` past its first byte (`credible`,

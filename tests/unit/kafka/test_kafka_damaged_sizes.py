@@ -146,3 +146,41 @@ def test_the_lookalikes_do_fool_the_resync_judge(monkeypatch):
     out, _resps, _n = _fetch_cut_by_a_gap()
     s2c = [r for r in out["commands"] if r["direction"] == "s2c"]
     assert [r for r in s2c if r["decode_status"] == "malformed"]
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_a_damaged_request_size_mid_stream_takes_no_request_in(chunk):
+    """Request 11 of 120 says 4096 bytes more than it has: it took the requests after it in up to
+    that size, one malformed row ("4096 bytes left after the Produce v7 request"), 32 requests
+    lost with no row of their own and their responses request_missing (87 of 119 latencies).
+    Now a request that does not decode and holds credible frame starts (KafkaRules.cut_start) is
+    read again (Framer.reread_if_swallowed): it alone is malformed, the responses held for the
+    requests after it pair once those are read."""
+    reqs, resps = _requests(120), _responses(120)
+    reqs[10] = _damaged(reqs[10])
+    out = _run(reqs, resps, chunk=chunk)
+    sent = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] == "ok"]
+    assert sorted(r["correlation_id"] for r in sent) == [i + 1 for i in range(120) if i != 10]
+    [bad] = [r for r in out["commands"] if r["direction"] == "c2s" and r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(reqs[10]) and bad["raw"] is None
+    assert _accounted(out, "c2s") == sum(map(len, reqs))
+    answered = sorted(r["correlation_id"] for r in out["latencies"] if r["response_ts_ns"])
+    assert answered == [i + 1 for i in range(120) if i != 10]
+    values = sorted(m["value"] for m in out["messages"] if m["offset"] is not None)
+    assert values == sorted(b"value-%d" % i for i in range(120) if i != 10)
+
+
+def test_a_damaged_response_size_mid_stream_takes_no_response_in():
+    """Response 11's size 4096 bytes larger: the responses after it were in its malformed row,
+    their requests unanswered (49 of 120 latencies); now only its own exchange has no response."""
+    reqs, resps = _requests(120), _responses(120)
+    resps[10] = _damaged(resps[10])
+    out = _run(reqs, resps)
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["direction"] == "s2c" and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(resps[10])
+    assert _accounted(out, "s2c") == sum(map(len, resps))
+    answered = sorted(r["correlation_id"] for r in out["latencies"] if r["response_ts_ns"])
+    assert answered == [i + 1 for i in range(120) if i != 10]
+    assert sum(m["offset"] is not None for m in out["messages"]) == 119

@@ -28,6 +28,10 @@ MAX_HELD_BYTES = 64 * 1024 * 1024  # produced message rows held for their offset
 _MAX_TOPIC_IDS = 100_000  # per connection
 
 
+class _Reread(Exception):
+    """The frame being handled went back to the framer, to be read again (_reread)."""
+
+
 def _named_not_sasl(key: int) -> bool:
     """May a frame of this api key keep its bytes in `raw`? Only a named one that carries no
     credentials (Context.raw)."""
@@ -83,6 +87,7 @@ class KafkaConversation(Conversation):
         # since: a request that does not decode then may be the authentication frame damaged (a
         # byte of its api key or a length), so none of its bytes are kept (raw, client_id)
         self.authenticating = False
+        self._item = None  # the Frame being handled (_drain), for _reread
 
     # -- driver interface ---------------------------------------------------------------------
     def feed(self, direction: str, data: bytes, ts_ns: int) -> list[Row]:
@@ -162,6 +167,7 @@ class KafkaConversation(Conversation):
     def _drain(self, d: str, out: list[Row]) -> None:
         fr = self.framer[d]
         handle = self._request if d == C2S else self._response
+        reread = False
         while (item := fr.next()) is not None:
             if item.__class__ is Junk:
                 self._junk(d, item, out)
@@ -169,8 +175,12 @@ class KafkaConversation(Conversation):
             if not item.in_step:
                 self.in_step[d] = False
             frame = item.data  # after its size field (KafkaRules.prefix_len)
+            self._item = item
             try:
                 handle(frame, item.offset, item.ts_first, item.ts_last, out)
+            except _Reread:
+                reread = True
+                continue
             except Exception as e:  # a bug or an unforeseen input: one error row, go on
                 raw = frame if self._typed_head(d, frame) else None
                 err = f"internal: {type(e).__name__}: {e}"
@@ -187,7 +197,23 @@ class KafkaConversation(Conversation):
                         item.ts_last,
                     )
                 )
+            finally:
+                self._item = None
             self.in_step[d] = True
+        if reread and d == C2S:  # requests read again: the responses held for them pair now
+            for frame, offset, ts0, ts1 in self.missing.take_pending(self.pending):
+                self._response(frame, offset, ts0, ts1, out)
+
+    def _reread(self, d: str, why: str) -> None:
+        """The frame being handled does not decode (`why`): when its bytes hold a credible frame
+        start (its size damaged, larger: the frames after it taken in), they go back to the
+        framer, one malformed Junk up to that start and the frames after it read
+        (Framer.reread_if_swallowed): raises _Reread; else nothing."""
+        item = self._item
+        if item is not None and self.framer[d].reread_if_swallowed(
+            item, f"{why}, and frames start inside it: its size damaged"
+        ):
+            raise _Reread
 
     def _junk(self, d: str, j: Junk, out: list[Row]) -> None:
         """The row of bytes that are not a whole frame, with what a header that survived tells."""
@@ -350,6 +376,7 @@ class KafkaConversation(Conversation):
         try:
             body = schema.decode_body(p, frame, h.body_offset)
         except schema.DecodeError as e:
+            self._reread(C2S, f"{name} v{h.api_version} request: {e}")
             row.update(
                 decode_status=e.status,
                 decode_error=rows.plan_error(p, e),
@@ -471,6 +498,12 @@ class KafkaConversation(Conversation):
             body, tagged, error = decode_response(frame, p, plan)
             if body is None:
                 status, why = error.status, rows.plan_error(plan, error)
+                try:
+                    self._reread(S2C, f"{p.name} v{p.version} response: {error}")
+                except _Reread:  # its request waits on for the response read again, if any
+                    self.pending[corr] = p
+                    self.held_bytes += p.held_bytes
+                    raise
         if body is None:  # its rows without a body: produced messages keep no offsets
             row.update(decode_status=status, decode_error=why)
             row["raw"] = self.ctx.raw(frame, typed=self._typed_answer(p))

@@ -120,6 +120,9 @@ class KafkaRules(Rules):
         reason = f"declared frame size {size} exceeds the limit of {self.max_frame} bytes"
         return NotAFrame(reason + "; resynchronised at the next frame start", OVERSIZE, passed=4)
 
+    def prefix(self, data: bytes) -> bytes:
+        return _I32.pack(len(data))  # the size field
+
     def judge(self, data: memoryview, i: int) -> int:
         ok = self._credible_request(data, i) if self.c2s else self._credible_response(data, i)
         if ok:
