@@ -57,6 +57,9 @@ class Junk:
     head: bytes = b""  # first bytes of a frame that starts in step (its header), if the Junk is one
     skipped: bool = False  # a frame of known size skipped exactly: the next frame start is known
     info: dict | None = None  # header fields the rules read (NotAFrame.info)
+    # a frame whose size was damaged, read again (Framer.reread_if_*): one of the direction's
+    # frames (its `head`, its first bytes), though it ends where the frames it took in start
+    reread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +160,28 @@ class Framer:
         return self._short is not None and self._still_short()
 
     def holds_frames(self) -> bool:
-        """Is the head frame, sized (settled_sizes), still short of its size while the bytes it
-        holds have a credible frame start past its first (Rules.judge)? Its size may be damaged,
-        larger, taking the frames after it in: the other direction's answers to them come first.
-        Scanned once per state of the buffer."""
-        if self._short is None or not self._still_short():
+        """Is the head frame still short of its size while the bytes it holds have a frame start
+        past its first credible as reread_if_cut asks (Rules.cut_start)? Its size may be
+        damaged, larger, taking the frames after it in: the other direction's answers to them
+        come first. Scanned once per state of the buffer."""
+        b = self.buf
+        if self.short_head() is None or len(b) <= self.rules.hunt_len:
             return False
-        key = (self.buf.offset, len(self.buf))
+        key = (b.offset, len(b))
         if self._holds[0] != key:
-            self._holds = (key, self._holds_start(self.buf) > 0)
+            self._holds = (key, self._holds_start(b, self.rules.cut_start) > 0)
         return self._holds[1]
+
+    def short_head(self) -> int | None:
+        """The stream offset of the frame at the head of the buffer when it is sized and still
+        short of its size (in step: no resync or skip under way), else None."""
+        b = self.buf
+        if self.skip or self.resync or len(b) < self.rules.head_len:
+            return None
+        if self.rules.settled_sizes:  # sized by next() once: _short
+            return b.offset if self._short is not None and self._still_short() else None
+        size = self.rules.size(b)
+        return b.offset if size.__class__ is int and size > len(b) else None
 
     def _still_short(self) -> bool:
         """The head frame sized once (`_short`, set) is still short, and nothing else is under
@@ -276,7 +291,7 @@ class Framer:
         self.buf.unconsume(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
         self.rules.reset()  # no walk of the frame that was at the head before
         self._garbage, self._short = None, None
-        self._not_a_frame(NotAFrame(reason, passed=at))
+        self._read_again(NotAFrame(reason, passed=at))
         return True
 
     def reread_if_cut(self, why: str) -> bool:
@@ -299,8 +314,16 @@ class Framer:
         self.rules.reset()  # no walk of the frame that was at the head
         declared = f" of the {size} its size declares" if size.__class__ is int and size > len(b) else ""
         self._short, self._found = None, False
-        self._not_a_frame(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=at))
+        self._read_again(NotAFrame(f"{why} ({len(b)} bytes held{declared})", passed=at))
         return True
+
+    def _read_again(self, verdict: NotAFrame) -> None:
+        """The frame at the head of the buffer, its size damaged, becomes a Junk up to the
+        frame start the verdict passes to (Junk.reread, with its first bytes)."""
+        head = self.buf.peek(HEAD_KEPT)
+        self._not_a_frame(verdict)
+        if self._garbage is not None:
+            self._garbage.reread, self._garbage.head = True, head
 
     def _swallowed(self, frame: Frame) -> int:
         """The index of the first credible frame start (Rules.cut_start) inside `frame` (its

@@ -437,3 +437,74 @@ def test_a_capture_begun_inside_a_request_finds_the_next_one():
     c2s = [(r["command"], r["decode_status"]) for r in out["commands"] if r["direction"] == "c2s"]
     assert c2s == [(None, "malformed"), ("CHANGE_PASSWORD", "ok"), ("PING", "ok")]
     assert len(out["latencies"]) == 2
+
+
+def _with_damaged_length(frame: bytes, byte: int) -> bytes:
+    """`frame` with bit 4 of its little-endian length's byte `byte` flipped (1: + 4096, 2: + 1 MiB)."""
+    out = bytearray(frame)
+    out[byte] ^= 0x10
+    return bytes(out)
+
+
+@pytest.mark.parametrize("byte", [1, 2])
+@pytest.mark.parametrize("framing", ["classic", "request ids"])
+def test_requests_read_again_after_a_damaged_length_pair_with_the_responses_that_came_first(framing, byte):
+    """GET_STREAM requests and their responses one after the other, the 11th request's length
+    damaged (+4096 mid-stream, or +1 MiB: it runs past the end of the connection). The requests
+    after it wait inside it until it is read again, while their responses arrive: they were
+    request_missing and 110 requests unanswered (classic: 11 of 121 latencies). Now the
+    responses wait for the client's frame under way, the damaged request keeps its place
+    (classic pairing is in order) and every latency is its own exchange's 1 ms."""
+    names = [str_id(f"stream-{i:04d}" * 4) for i in range(120)]  # 4096 bytes past the 11th: 84 more
+    if framing == "classic":
+        reqs = [req(200, n) for n in names]
+        resps = [resp() for _ in range(120)]
+    else:
+        reqs = [req2(200, i + 2, n) for i, n in enumerate(names)]
+        resps = [resp2(i + 2) for i in range(120)]
+    reqs[10] = _with_damaged_length(reqs[10], byte)
+    feeds = list(login()) if framing == "classic" else [("c2s", req2(1, 1)), ("s2c", resp2(1))]
+    feeds += [f for q, r in zip(reqs, resps) for f in (("c2s", q), ("s2c", r))]
+    rows = run(feeds)
+    lat = table(rows, "latencies")
+    assert len(lat) == 121 and all(r.get("latency_us") == 1000.0 for r in lat)
+    cmds = table(rows, "commands")
+    assert all(c["decode_status"] == "ok" for c in cmds if c["direction"] == "s2c")
+    [bad] = [c for c in cmds if c["decode_status"] != "ok"]
+    assert bad["direction"] == "c2s" and "its length damaged" in bad["decode_error"]
+    assert bad["size"] == len(reqs[10])
+
+
+def test_a_response_before_the_capture_does_not_take_the_request_under_way():
+    """Classic framing: a response (to a request before the capture) arrives while the first
+    captured request is still coming: it waits for that request, which is whole and not read
+    again, so it answers none; the request pairs with its own response."""
+    big = req(200, str_id("s" * 200))
+    feeds = [("c2s", big[:40]), ("s2c", resp(u32(7))), ("c2s", big[40:]), ("s2c", resp())]
+    rows = run(feeds)
+    [missing, answer] = [c for c in table(rows, "commands") if c["direction"] == "s2c"]
+    assert missing["decode_status"] == "request_missing" and answer["decode_status"] == "ok"
+    [lat] = table(rows, "latencies")
+    assert lat["request_command"] == "GET_STREAM" and lat["latency_us"] == 1000.0
+
+
+def test_a_held_response_keeps_its_frame_numbers(tmp_path, monkeypatch):
+    """The classic exchanges in a capture, decoded by the driver: a held response's rows name the
+    packet that carried it, though its direction moved on (the driver prunes a direction's packet
+    index below the conversation's low_water every few packets here)."""
+    from brokerscope import streams
+    from tests.support.synth import write_capture
+
+    monkeypatch.setattr(streams, "PRUNE_AT", 4)
+    reqs = [req(200, str_id(f"stream-{i:04d}" * 4)) for i in range(120)]
+    reqs[10] = _with_damaged_length(reqs[10], 1)
+    pairs = [(login()[0][1], login()[1][1])] + [(q, resp()) for q in reqs]
+    path = tmp_path / "iggy.pcap"
+    write_capture(
+        str(path), n_conns=1, exchanges=len(pairs), server_port=8090, payloads=lambda c, i: pairs[i]
+    )
+    out = streams.decode_files([str(path)])
+    got = sorted((r["first_frame"], r["last_frame"]) for r in out["commands"] if r["direction"] == "s2c")
+    # handshake frames 1-3, then request k (the login 0) at frame 4 + 2 k, its response one after
+    assert got == [(5 + 2 * k,) * 2 for k in range(121)]
+    assert all(r["latency_us"] == 10.0 for r in out["latencies"])  # synth's packets are 10 us apart

@@ -93,6 +93,12 @@ class IggyConversation(Conversation):
         self.pending = Pending()
         self.delivered: OrderedDict[tuple, int] = OrderedDict()  # (topic, part, offset) -> ts
         self.logged_in = False  # a login was decoded: later client bytes hold no credentials
+        # responses read while the client's framer holds a frame whose damaged length may have
+        # taken their requests in (_waits): read once the client's frames are (_release_held)
+        self.held: list[Frame] = []
+        self.held_at: int | None = None  # classic: the client's frame under way when they began
+        self.held_reread = False  # ... and that frame was read again: its length damaged
+        self._item: Frame | None = None  # the client's frame being read (_drain), for a reread
 
     # -----------------------------------------------------------------------------------------
     # driver interface
@@ -102,6 +108,8 @@ class IggyConversation(Conversation):
         try:
             self.framer[direction].push(data, ts_ns)
             self._drain(direction, rows)
+            if self.held and direction == C2S:
+                self._release_held(rows)
         except Exception as e:  # noqa: BLE001 - never raise out of a decoder
             off, n, ts = self.framer[direction].drop_all()
             rows.append(error_row(direction, off, n, ts, ts, base.MALFORMED, f"internal: {e!r}", None))
@@ -110,6 +118,8 @@ class IggyConversation(Conversation):
     def gap(self, direction: str, nbytes: int, ts_ns: int) -> list[Row]:
         rows: list[Row] = []
         self._drain_cut(direction, rows, f"a capture gap of {nbytes} bytes")
+        if self.held:
+            self._release_held(rows, everything=True)  # before the pending requests go
         junks, inside_skip = self.framer[direction].gap(nbytes, ts_ns)
         rows.extend(self._junk_row(direction, j) for j in junks)
         if not inside_skip:
@@ -127,6 +137,7 @@ class IggyConversation(Conversation):
                     self._drain(d, rows)
                 self._drain_cut(d, rows, "the end of the connection")
                 rows.extend(self._junk_row(d, j) for j in fr.close())
+            self._release_held(rows, everything=True)
             rows.extend(self._flush_pending())
         except Exception as e:  # noqa: BLE001
             rows.append(
@@ -175,12 +186,82 @@ class IggyConversation(Conversation):
             elif self.mode == VSR:
                 self._vsr_frame(direction, item, rows)
             elif direction == C2S:
-                self._request(item, rows)
+                self._item = item
+                try:
+                    self._request(item, rows)
+                finally:
+                    self._item = None
+            elif self._waits(item):
+                self.held.append(item)
             else:
+                if self.held and self.mode != REQID:  # at the bound: the held ones first, in order
+                    self._release_held(rows, everything=True)
                 self._response(item, rows)
 
+    def _waits(self, fr: Frame) -> bool:
+        """Does the response `fr` wait for the client's frame under way (up to
+        base.MAX_HELD_ANSWERS)? While that frame is still short of its length (a server answers
+        whole requests: the response is to a request in it, its length damaged, larger, or to
+        one before the capture): with request ids, one whose id is not pending (paired by id
+        once released); classic, in order, when nothing is pending (_release_held tells which
+        it answers), and the responses after it behind it."""
+        if len(self.held) >= base.MAX_HELD_ANSWERS:
+            return False
+        c2s = self.framer[C2S]
+        if self.mode == REQID:  # paired by id when released: no order to keep
+            if len(fr.data) < 16 or self.pending.has_id(read_layout(REQUEST_ID, fr.data)["request_id"]):
+                return False
+            return c2s.short_head() is not None
+        if self.held:
+            return True
+        if self.pending.oldest() is not None or (at := c2s.short_head()) is None:
+            return False
+        self.held_at, self.held_reread = at, False
+        return True
+
+    def _release_held(self, rows: list[Row], everything: bool = False) -> None:
+        """Read the held responses, in the order they came, once the client's frame they waited
+        for is no longer under way (`everything`: at once). Classic: paired in order only if that
+        frame was read again (its place kept, Junk.reread); else they answer requests before the
+        capture, as they would have without waiting."""
+        c2s = self.framer[C2S]
+        if not everything:
+            if c2s.short_head() is not None if self.mode == REQID else c2s.short_head() == self.held_at:
+                return
+        held, self.held = self.held, []
+        paired = self.mode == REQID or self.held_reread
+        for fr in held:
+            self._response(fr, rows, paired)
+        self.held_at, self.held_reread = None, False
+
+    def low_water(self, direction: str) -> int | None:
+        """Also the responses held for their requests (their rows come later), oldest first."""
+        low = super().low_water(direction)
+        if direction == S2C and self.held:
+            held = self.held[0].offset
+            low = held if low is None or held < low else low
+        return low
+
     def _junk(self, direction: str, j: Junk, rows: list[Row]) -> None:
-        """A junk record's row; an oversize frame skipped exactly still takes its place in pairing."""
+        """A junk record's row; an oversize frame skipped exactly, or a frame whose damaged
+        length was read again (Junk.reread), still takes its place in pairing."""
+        if j.reread and self.mode != VSR and len(j.head) >= 8:
+            rows.append(self._junk_row(direction, j))
+            if direction == C2S:
+                self.held_reread = self.held_reread or j.offset == self.held_at
+                code = read_layout(REQUEST_HEADER, j.head)["code"]
+                rid = (
+                    read_layout(REQUEST_ID, j.head)["request_id"]
+                    if self.mode == REQID and len(j.head) >= 16
+                    else None
+                )
+                self.pending.add(
+                    new_request(code, COMMANDS.get(code), self.pending.next_corr(rid), j.ts_last)
+                )
+            elif self.mode != REQID and (req := self.pending.pop()) is not None:
+                rows.append(latency_row(req, read_layout(RESPONSE_HEADER, j.head)["status"], j.ts_first))
+                rows.extend(self._release(req))
+            return
         if j.status != base.OVERSIZE:
             rows.append(self._junk_row(direction, j))
             return
@@ -231,14 +312,15 @@ class IggyConversation(Conversation):
         pend = new_request(code, name, corr, fr.ts_last)
         self._emit_request(code, name, frame[hdr:], frame, row, pend, details, fr.ts_last, rows)
 
-    def _response(self, fr: Frame, rows: list[Row]) -> None:
-        """A response: [status u32][length u32] (+ request_id u64 @8 in the request-id framing)."""
+    def _response(self, fr: Frame, rows: list[Row], paired: bool = True) -> None:
+        """A response: [status u32][length u32] (+ request_id u64 @8 in the request-id framing).
+        `paired` False: it answers no request in the capture (_release_held)."""
         frame = memoryview(fr.data)
         h = read_layout(RESPONSE_HEADER, frame)
         status, length = h["status"], h["length"]
         hdr = 16 if self.mode == REQID else 8
         req_id = read_layout(REQUEST_ID, frame)["request_id"] if self.mode == REQID else None
-        req = self.pending.pop(req_id)
+        req = self.pending.pop(req_id) if paired else None
         details: dict = {"framing": self.mode, "status": status, "length": length}
         if req_id is not None:
             details["request_id"] = req_id
@@ -365,6 +447,14 @@ class IggyConversation(Conversation):
             sums = self.ctx.payload.checksums_kept
             fields = decoder(payload) if decoder else decode_request(code, payload, sums)
         except DecodeError as e:
+            item = self._item
+            why = f"{name} request: {e}, and frames start inside it: its length damaged"
+            if item is not None and self.framer[C2S].reread_if_swallowed(item, why):
+                # its length damaged, larger, took the requests after it in: its bytes up to
+                # them are one Junk, which takes its place in the pairing (_junk)
+                if not self.pending.keyed:
+                    self.pending.ordinal -= 1
+                return
             status = base.TRUNCATED if isinstance(e, Truncated) else base.MALFORMED
             row.update(decode_status=status, decode_error=str(e), details=base.to_json(details))
             row["raw"] = self._raw(C2S, frame, typed=not secret and also is None)
