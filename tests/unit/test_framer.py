@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+from brokerscope.protocols import framer
 from brokerscope.protocols.base import CONFIRMED, NOT_A_FRAME, TENTATIVE
 from brokerscope.protocols.framer import MORE, Frame, Framer, Junk, NotAFrame, Rules
 
@@ -63,11 +64,45 @@ def test_oversize_is_skipped_up_to_the_limit_factor_else_resynced():
 def test_a_gap_inside_a_skipped_frame_keeps_the_next_start():
     fr = Framer(Toy(), 10)
     fr.push(frame(30)[:5], 0)
-    assert drain(fr) == [("oversize", 0, 33, True)]
-    junk, inside = fr.gap(20, 1)
-    assert (junk, inside) == ([], True)
+    assert drain(fr) == []  # an oversize frame of up to OVERSIZE_HELD bytes is gathered whole first
+    junk, inside = fr.gap(20, 1)  # ... and skipped exactly once a gap cuts it
+    assert [(j.status, j.offset, j.size, j.skipped) for j in junk] == [("oversize", 0, 33, True)] and inside
     fr.push(b"x" * 8 + frame(1), 2)  # the rest of the skipped frame, then a frame
     assert drain(fr) == [("frame", 33, 4)]
+
+
+def _damaged_oversize(frames: int) -> bytes:
+    """A frame whose size says 33 bytes (oversize: the limit is 10) but that holds 2 bytes, then
+    `frames` frames of 4 bytes: its size damaged, larger."""
+    return b"F" + struct.pack(">H", 30) + b"xx" + frame(1) * frames
+
+
+def test_an_oversize_frame_that_holds_frames_is_read_again():
+    """Gathered whole, the frames inside it are found (Rules.cut_start): one malformed Junk up to
+    the first, every frame read (were: all skipped with it as one oversize record)."""
+    fr = Framer(Toy(), 10)
+    data = _damaged_oversize(10)
+    got = []
+    for i in range(0, len(data), 3):
+        fr.push(data[i : i + 3], i)
+        got += drain(fr)
+    assert got == [("malformed", 0, 5, False)] + [("frame", 5 + 4 * k, 4) for k in range(10)]
+
+
+def test_an_oversize_frame_that_runs_past_the_end_and_holds_frames_is_read_again():
+    fr = Framer(Toy(), 10)
+    fr.push(_damaged_oversize(3), 0)  # 17 of the 33 bytes it declares
+    assert drain(fr) == []
+    assert fr.reread_if_cut("runs past the end")
+    assert drain(fr) == [("malformed", 0, 5, False)] + [("frame", 5 + 4 * k, 4) for k in range(3)]
+    assert fr.close() == []
+
+
+def test_an_oversize_frame_cut_by_the_end_is_still_oversize():
+    fr = Framer(Toy(), 10)
+    fr.push(frame(30)[:10], 0)
+    assert drain(fr) == [] and not fr.reread_if_cut("runs past the end")
+    assert [(j.status, j.offset, j.size, j.skipped) for j in fr.close()] == [("oversize", 0, 33, True)]
 
 
 def test_a_gap_inside_a_frame_of_known_size_is_one_record_and_keeps_step():
@@ -154,7 +189,7 @@ def test_close_keeps_a_held_credible_start_as_an_unfinished_frame():
     assert isinstance(junk[1], Junk) and junk[1].head == frame(9)[:5]
 
 
-def test_idle_exactly_when_next_gives_nothing():
+def test_idle_exactly_when_next_gives_nothing(monkeypatch):
     """idle() is True only where next() would give None and nothing is left to give: after whole
     frames, never with bytes buffered, a skip under way or a resync's record open."""
     stream = frame(3) + frame(20) + b"junk" + frame(1) + frame(2)
@@ -168,6 +203,12 @@ def test_idle_exactly_when_next_gives_nothing():
                 assert got == [] and fr.buf.offset == i + len(stream[i : i + cut])
             assert fr.idle() == (len(fr.buf) == 0 and not fr.skip and not fr.resync)
         assert not fr.idle() or fr.close() == []
+    fr = Framer(Toy(), 10)
+    fr.push(frame(30)[:12], 0)  # an oversize frame being gathered whole: its bytes buffered
+    assert drain(fr) == [] and len(fr.buf) == 12 and not fr.idle()
+    fr.push(b"x" * 21 + frame(0), 12)
+    assert drain(fr) == [("oversize", 0, 33, True), ("frame", 33, 3)] and fr.idle()
+    monkeypatch.setattr(framer, "OVERSIZE_HELD", 20)  # beyond it, skipped as its bytes come
     fr = Framer(Toy(), 10)
     fr.push(frame(30)[:12], 0)  # an oversize frame being skipped: not idle though nothing is buffered
     assert drain(fr) == [("oversize", 0, 33, True)] and len(fr.buf) == 0 and not fr.idle()

@@ -12,7 +12,9 @@ puts the direction out of step: then `base.FrameHunt` looks for a credible frame
 gave. A frame larger than `max_frame` is `oversize` Junk: skipped exactly when its size is
 credible (at most `base.SKIP_LIMIT_FACTOR` times the limit, its header credible by
 `Rules.credible`), else the direction resyncs and the bytes up to the next frame start are that
-one oversize Junk.
+one oversize Junk. One of at most OVERSIZE_HELD bytes is gathered whole first: if a credible frame
+start lies inside it (Rules.cut_start), its size was damaged, larger, and it is read again (one
+malformed Junk up to that start, the frames after it read), else it is the oversize Junk.
 
 Gaps (bytes the capture missed) follow one rule. A gap that ends inside the frame at the head of
 the buffer, whose size is known, is one `gap` Junk spanning that whole frame; the direction stays
@@ -29,6 +31,10 @@ from dataclasses import dataclass
 from .base import CONFIRMED, GAP, MALFORMED, OVERSIZE, SKIP_LIMIT_FACTOR, TRUNCATED, FrameHunt, StreamBuffer
 
 HEAD_KEPT = 256  # bytes of a frame's start handed over with its Junk
+# An oversize frame (credible, skipped exactly) up to this size is gathered whole before it is
+# skipped, to be looked into for the frames a damaged size took in (Pulsar's 5 MiB limit: 5-20
+# MiB; Kafka's 100 MiB: none). The memory of one frame per direction.
+OVERSIZE_HELD = 32 << 20
 MORE = -1  # Rules.size: more bytes are needed to know the frame's size
 
 
@@ -264,6 +270,18 @@ class Framer:
                 if not credible:
                     self._lose_step()
                     continue
+                if self._held_whole(size):
+                    if n < size:  # gathered whole first
+                        if self.rules.settled_sizes:
+                            self._short = (b.offset, size)
+                        return None
+                    at = self._holds_start(b, self.rules.cut_start, size)
+                    if at:
+                        why = f"frame of {size} bytes exceeds max_frame_bytes {self.max_frame}"
+                        self._read_again(
+                            NotAFrame(f"{why}, and frames start inside it: its size damaged", passed=at)
+                        )
+                        continue
                 junk = self._oversize(size)
                 if junk is not None:
                     return junk
@@ -332,15 +350,16 @@ class Framer:
         whole.append(self.rules.prefix(frame.data) + frame.data, frame.ts_first)
         return self._holds_start(whole, self.rules.cut_start)
 
-    def _holds_start(self, buf: StreamBuffer, credible=None) -> int:
-        """The index of the first credible frame start in `buf` past its first byte (`credible`,
-        by default Rules.judge confirming it), or 0 for none."""
+    def _holds_start(self, buf: StreamBuffer, credible=None, end: int | None = None) -> int:
+        """The index of the first credible frame start in `buf` (up to `end`) past its first byte
+        (`credible`, by default Rules.judge confirming it), or 0 for none."""
         rules = self.rules
         if credible is None:
             judge = rules.judge
             credible = lambda data, i: judge(data, i) == CONFIRMED  # noqa: E731
         jumps = self._jump is not None
-        data, last, i = buf.data, len(buf) - rules.hunt_len, 1
+        n = len(buf) if end is None else min(end, len(buf))
+        data, last, i = buf.data, n - rules.hunt_len, 1
         try:
             while i <= last:
                 if jumps:
@@ -359,6 +378,8 @@ class Framer:
         Returns the junk known now (a resync's gap record comes from `next` or `close` once its
         end is known) and whether the gap fell inside an oversize frame being skipped."""
         b = self.buf
+        over = self._held_oversize()
+        out = [over] if over is not None else []
         self._short = None
         self._drop_skipped()  # bytes of the frame being skipped that next() has not dropped
         pending = len(b)
@@ -366,7 +387,7 @@ class Framer:
             if nbytes <= self.skip:
                 self.skip -= nbytes
                 b.skip(nbytes)
-                return [], True
+                return out, True
             b.skip(self.skip)  # the rest of the skipped frame, already counted by its Junk
             nbytes -= self.skip
             self.skip = 0
@@ -379,8 +400,7 @@ class Framer:
                 junk = Junk(off, size, GAP, reason, b.ts_at(off), ts_ns, b.peek(HEAD_KEPT), True)
                 b.skip(nbytes)
                 self.skip = size - pending - nbytes
-                return [junk], False
-        out = []
+                return [*out, junk], False
         g = self._garbage
         if g is not None and g.status == GAP:
             g.size += pending + nbytes  # a second gap while hunting: the same record grows
@@ -406,11 +426,12 @@ class Framer:
         """The connection ended: the bytes a resync was passing over (up to a credible frame
         start it held, if any), then an unfinished frame (with its bytes)."""
         b = self.buf
+        over = self._held_oversize()
+        out = [over] if over is not None else []
         self._short = None
         if self.resync and len(b):
             held = [off for off in self.hunt.held if off >= b.offset]
             self._pass_over(held[0] - b.offset if held else len(b))
-        out = []
         junk = self._take_garbage()
         if junk is not None:
             out.append(junk)
@@ -468,6 +489,24 @@ class Framer:
         self._found = False
         self._pass_over(min(passed, len(b)))
         self._lose_step()
+
+    def _held_whole(self, size: int) -> bool:
+        """Is an oversize frame of `size`, credible, gathered whole before it is skipped?"""
+        return size <= min(OVERSIZE_HELD, SKIP_LIMIT_FACTOR * self.max_frame)
+
+    def _held_oversize(self) -> Junk | None:
+        """At a gap or the close: the oversize frame being gathered whole at the head of the
+        buffer, now skipped exactly as it would have been (its Junk; the bytes still to come
+        are `skip`), or None."""
+        b = self.buf
+        if self.resync or self.skip or len(b) < self.rules.head_len:
+            return None
+        size = self.rules.size(b)
+        if size.__class__ is not int or size <= max(self.max_frame, len(b)) or not self._held_whole(size):
+            return None
+        if not self.rules.credible(b.data, size):
+            return None
+        return self._oversize(size)
 
     def _oversize(self, size: int) -> Junk | None:
         """A frame beyond the limit: its Junk (size: the declared size) when it is skipped

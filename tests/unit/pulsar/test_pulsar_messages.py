@@ -362,3 +362,27 @@ def test_a_held_receipt_keeps_its_frame_numbers(tmp_path, monkeypatch):
     # handshake frames 1-3, the PRODUCER exchange 4-5, then SEND i at frame 6 + 2 i, its receipt one after
     assert sorted(got) == [(7 + 2 * i,) * 2 for i in range(120)]
     assert sum(r["latency_us"] is not None for r in out["latencies"]) == 120
+
+
+@pytest.mark.parametrize("value_size", [8, 90_000])
+def test_a_total_size_damaged_into_the_oversize_range_takes_no_frame_in(value_size):
+    """One flipped bit of a SEND's total_size making it 8 MiB (over Pulsar's 5 MiB limit, under 4x
+    it: a credible oversize frame, skipped exactly): the 8 MiB after it went with it, every SEND
+    in them lost (one oversize row: 10 of 120 SENDs kept with 8-byte values, where it runs past
+    the end of the connection; 25 with 90 KB values, mid-stream, and a malformed row where the
+    skip ended inside a frame). Now such a frame is gathered whole first, and one that holds
+    frame starts is read again: one malformed row, every SEND after it decoded."""
+    sends = []
+    for i in range(120):
+        md = pb.MessageMetadata(producer_name="prod-A", sequence_id=i, publish_time=1_700_000_000_000)
+        sends.append(_send(md, f"value-{i}".encode().ljust(value_size, b"."), seq=i))
+    damaged = bytearray(sends[10])
+    damaged[1] ^= 0x80  # total_size + 8 MiB
+    sends[10] = bytes(damaged)
+    ctx = Context(max_frame_bytes=5 << 20)  # Pulsar's own limit ([protocols.pulsar])
+    out = run([("c2s", F.PRODUCER)] + [("c2s", s) for s in sends], ctx=ctx, chunk=1448)
+    assert sorted(m["sequence"] for m in out["messages"]) == [i for i in range(120) if i != 10]
+    [bad] = [r for r in out["commands"] if r["decode_status"] != "ok"]
+    assert bad["decode_status"] == "malformed" and "its size damaged" in bad["decode_error"]
+    assert bad["size"] == len(sends[10])
+    assert _accounted(out, "c2s") == len(F.PRODUCER) + sum(map(len, sends))
