@@ -652,6 +652,16 @@ def _without(todo: list, dups: list, gone: dict, summary: Summary) -> tuple[list
     return [dataclasses.replace(i, file_index=n) for n, i in enumerate(kept)], _orphaned(dups, gone, summary)
 
 
+def _copies_said(dups: list) -> list[str]:
+    """The summary's line for each copy of another input's bytes (d, k), but for captures that
+    hold no packet (an idle period's file of a rotation: its headers only, as every other's)."""
+    return [
+        f"{d.path}: same content as {k.path}, ingested once"
+        for d, k in dups
+        if not (d.kind in inputs.CAPTURE_KINDS and capture.files.holds_no_packets(d.path, d.kind, d.size))
+    ]
+
+
 def _orphaned(dups: list, gone: dict, summary: Summary) -> list:
     """`dups` without the copies of inputs now `gone`: those are not ingested by this run (the
     next one takes them), and the summary says so instead of 'ingested once'."""
@@ -666,6 +676,14 @@ def _orphaned(dups: list, gone: dict, summary: Summary) -> list:
             f"{d.path}: same content as {k.path}, which the run could not read: not ingested, the next run takes it"
         )
     return kept
+
+
+def _vantage(i: inputs.Input, places: dict, packets: int | None) -> str | None:
+    """An input's vantage point (vantage.groups, by capture_id): none for a segment, nor for a
+    capture of no packet (an idle period's file of a rotation is no place of its own)."""
+    if i.kind not in inputs.CAPTURE_KINDS or not packets:
+        return None
+    return places.get(i.capture_id, i.capture_id)
 
 
 def unread_reason(e: OSError) -> str:
@@ -935,7 +953,7 @@ def ingest(
         last = latest_by_path(r for r in lake.inputs_rows() if r["status"] != "replaced")
         copies = [(d, k) for d, k in dups if k.path not in decoded and k.path in last]
         rejected += [_moved_row(d, last[k.path], run_id) for d, k in copies]
-        summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in copies)
+        summary.capture_errors.extend(_copies_said(copies))
         dups = [(d, k) for d, k in dups if k.path in decoded]
         summary.skipped_already_ingested = [i.path for i in disc.inputs if i not in todo]
         summary.skipped_unreadable = sum(
@@ -981,7 +999,7 @@ def ingest(
         summary.skipped_already_ingested += [p for p in rows if p not in summary.skipped_already_ingested]
         todo = [dataclasses.replace(i, file_index=n) for n, i in enumerate(todo)]
     # a copy is named by the run that finds it, not again by each --skip-ingested run after
-    summary.capture_errors.extend(f"{d.path}: same content as {k.path}, ingested once" for d, k in dups)
+    summary.capture_errors.extend(_copies_said(dups))
     # a capture cut short since it was ingested (its whole chunks those of the capture ingested
     # from its path): not decoded, the rows of that capture kept
     shrunk = _shrunk(lake, todo)
@@ -1431,7 +1449,7 @@ def _inputs_record(
                 "filter": summary.filter if i.kind in inputs.CAPTURE_KINDS else None,
                 "payload": summary.payload,
                 "filtered": filtered.get(i.capture_id),
-                "vantage": places.get(i.capture_id, i.capture_id) if i.kind in inputs.CAPTURE_KINDS else None,
+                "vantage": _vantage(i, places, status[i.capture_id][2]),
                 "chunk_digests": by_id.get(i.capture_id),
                 "date": today,
             }

@@ -304,3 +304,25 @@ def test_a_capture_of_one_direction_alone_is_warned_of(spark, tmp_path):
     ]
     both = pipeline.ingest([str(to_server), str(to_client)], _settings(tmp_path / "b"), spark=spark)
     assert "one_direction" not in both.seen and both.rows["commands"] == 67
+
+
+def test_the_idle_periods_of_a_rotation_are_no_place_and_no_copies(spark, tmp_path):
+    """A rotation whose idle periods wrote files of headers only (editcap -i, tcpdump -G): they
+    were a vantage point of their own in `inputs` and 'same content as' warnings for every one
+    after the first (a user trial). Now they have no vantage point, nothing is said of them, and
+    the files with packets around them are one place as before; a real copy is still named."""
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    shutil.copy(src, tmp_path / "cap_1.pcap")
+    for n in (2, 3):
+        (tmp_path / f"cap_{n}.pcap").write_bytes(src.read_bytes()[:24])
+    (tmp_path / "copy_of_1.pcap").write_bytes(src.read_bytes())
+    got = pipeline.ingest([str(tmp_path)], _settings(tmp_path / "lake"), spark=spark)
+    said = [line for line in got.lines() if "same content as" in line]
+    assert said == [
+        f"warning: {tmp_path / 'copy_of_1.pcap'}: same content as {tmp_path / 'cap_1.pcap'}, ingested once"
+    ]
+    rows = {Path(r["path"]).name: r for r in delta_rs_rows(str(tmp_path / "lake" / "inputs"))}
+    assert rows["cap_2.pcap"]["vantage"] is None and rows["cap_3.pcap"]["vantage"] is None
+    assert rows["cap_2.pcap"]["packets"] == 0 and rows["cap_1.pcap"]["vantage"] is not None

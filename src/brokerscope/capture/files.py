@@ -142,6 +142,12 @@ def head_records(path, kind: str, limit: int) -> list[tuple[int, int | None, byt
     return out
 
 
+def holds_no_packets(path, kind: str, size: int) -> bool:
+    """Is a (small, plain) capture file its headers alone, no packet record in it: the file of a
+    rotation's period that saw no traffic (editcap -i, tcpdump -G)?"""
+    return size <= _HEAD_BYTES and not kind.endswith(".gz") and not head_records(path, kind, 1)
+
+
 def _pcap_records(head: bytes) -> Iterator[tuple[int, int | None, bytes]]:
     # global header (24 bytes): magic u32 @0, link type u32 @20; record header (16 bytes):
     # ts_sec u32 @0, ts_frac u32 @4, caplen u32 @8, origlen u32 @12
