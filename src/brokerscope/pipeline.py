@@ -1303,7 +1303,11 @@ class _Writing:
         rows = history + self.rejected
         plain = {i.file_index: i.size for i in self.todo if i.kind in PLAIN_CAPTURES}
         chunks = {fi: _chunk_text(d) for fi, d in self.run.digests(plain).items()}
-        directions = self.run.directions({i.file_index for i in self.todo})
+        indexes = {i.file_index for i in self.todo}
+        directions = self.run.directions(indexes)
+        # steps back where a split begins: no read task saw them (SplitOrder.steps_at_starts)
+        starts = self.run.split_order(indexes).steps_at_starts
+        stats = stats + [{"file_index": fi, "clock_steps_back": n} for fi, n in starts.items()]
         return _inputs_record(
             self.todo, self.dups, rows, self.run.run_id, stats, self.summary, before, chunks, directions
         )

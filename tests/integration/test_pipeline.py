@@ -242,6 +242,31 @@ def test_a_capture_whose_clock_stepped_back_gives_the_same_tables_in_any_split(s
     assert len(want["commands"]) == 105
 
 
+def test_a_far_step_back_where_a_split_begins_is_counted(spark, tmp_path):
+    """A step back of 6 s at the first record of a split: no read task sees it (the split's
+    order starts there), and the summary said nothing (a user trial); SplitOrder counts it."""
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    cap = replay.stepped_back(src, tmp_path / "stepped.pcap", 48, 6.0)
+    head, recs = replay.records(cap)
+    at = len(head) + sum(map(len, recs[:48]))  # the stepped record's offset: a split starts there
+    said = {}
+    for how, size in (("one split", 1 << 20), ("split at the step", at)):
+        settings = Settings.load(
+            overrides={"lake": {"path": str(tmp_path / how)}, "capture": {"split_size": size}}
+        )
+        summary = pipeline.ingest([str(cap)], settings, spark=spark)
+        said[how] = [line for line in summary.lines() if "clock steps back" in line]
+    assert (
+        said["one split"]
+        == said["split at the step"]
+        == [
+            f"warning: {cap}: 1 record(s) where the capture's clock steps back more than 5 s: the packets "
+            "after each keep the file's order where no other file has records at those times, else sort "
+            "by their time"
+        ]
+    )
+
+
 def test_run_killed_before_commit_leaves_tables_unchanged(spark, tmp_path):
     lake = tmp_path / "lake"
     cap1, cap2 = tmp_path / "one.pcap", tmp_path / "two.pcap"

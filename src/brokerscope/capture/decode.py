@@ -978,6 +978,9 @@ class SplitOrder:
         # none)): split starts and steps back to a new time base, in file order
         self._files: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._spans = spans or {}
+        # file -> steps back past CLOCK_STEP_NS where a split begins: its first packet that far
+        # back from the time before it, which the split's own _Order cannot see (clock_steps_back)
+        self.steps_at_starts: dict[int, int] = {}
         for fi, per in splits.items():
             offs: list[int] = []
             to: list[int] = []
@@ -985,6 +988,8 @@ class SplitOrder:
             for s in sorted(per):
                 st = per[s]
                 cur = None  # the key this stretch of the split is raised to
+                if ref is not None and st["first"] < ref - CLOCK_STEP_NS:
+                    self.steps_at_starts[fi] = self.steps_at_starts.get(fi, 0) + 1
                 if key is not None and (
                     st["first"] >= ref - CLOCK_STEP_NS or self._alone(fi, st["first"], key)
                 ):
