@@ -267,7 +267,7 @@ def damaged_frames(src: Source, frames: set[int]) -> list[int]:
     return [no for no, (_, what) in enumerate(_frames(src), 1) if what == reader.DAMAGED and no in frames]
 
 
-def _frames(src: Source) -> list[tuple[int, str]]:
+def _frames(src: Source) -> reader.FrameLog:
     """The offset of every record numbered as a frame, and what it is (reader.PACKET, OTHER or
     DAMAGED), in file order: the ingest reader's own walk (reader.frame_records), so the numbers
     past damage are the tables' (a damaged record or packet block takes its number, bytes
@@ -276,13 +276,13 @@ def _frames(src: Source) -> list[tuple[int, str]]:
     return _walked["frames"]
 
 
-def _records(src: Source) -> list[tuple[int, str]]:
+def _records(src: Source) -> reader.FrameLog:
     """Every record and block reader.frame_records logs, walked once per file (`_frames` keeps
     its frames: frame_offsets, frame_count and damaged_frames each ask for them)."""
     key = (src.path, src.kind, src.size)
     if _walked.get("key") != key:
         log = reader.frame_records(src.path, src.kind)
-        frames = [(off, what) for off, what in log if what not in (reader.SECTION, reader.INTERFACE)]
+        frames = log.without(reader.SECTION, reader.INTERFACE)
         _walked.clear()
         _walked.update(key=key, log=log, frames=frames)
     return _walked["log"]

@@ -162,9 +162,10 @@ class PacketDecoder:
         self._noted_batches = 0
         # counters
         self.records = 0
-        # reader.frame_records: a list the record loops append every numbered record's (offset,
-        # what) to, and the section and interface blocks (None: not kept, as ingest reads)
-        self.frame_log: list | None = None
+        # reader.frame_records: the log (reader.FrameLog) the record loops append every numbered
+        # record's (offset, what) to, and the section and interface blocks (None: not kept, as
+        # ingest reads)
+        self.frame_log = None
         self.udp = 0
         self.other = 0
         self.ip_fragments = 0
