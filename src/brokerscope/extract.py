@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import gzip
+import heapq
 import os
 import re
 import struct
@@ -360,42 +361,63 @@ def _pcap_as_pcapng(header: bytes, records: Iterator[tuple[bytes, bytes]]) -> It
 
 def write(sources: list[Source], picks: list[list[int]], out: str) -> int:
     """Write the records picked per source to `out`: pcap when it ends in .pcap (every source a pcap
-    with the same header), else pcapng (a section per source). Returns the packets written."""
+    with the same header), else pcapng. Pcap sources with the same header (one place's files per
+    direction, a rotation's files) are merged into one stream by record time, as mergecap merges
+    (each file's own order kept: the merge takes the earliest next record); else a pcapng section
+    per source. Returns the packets written."""
     as_pcap = out.endswith(".pcap")
     heads = []
+    for s in sources:
+        if s.kind.startswith("pcapng"):
+            heads.append(None)
+            continue
+        inp = _Input(s)
+        try:
+            heads.append(inp.read(0, PCAP_HEADER))
+        finally:
+            inp.close()
+    same = None not in heads and len({h[:4] + h[16:24] for h in heads}) == 1
     if as_pcap:
-        for s in sources:
-            inp = _Input(s)
-            try:
-                heads.append(inp.read(0, PCAP_HEADER))
-            finally:
-                inp.close()
-        ng = [s.path for s in sources if not s.kind.startswith("pcap") or s.kind.startswith("pcapng")]
+        ng = [s.path for s, h in zip(sources, heads) if h is None]
         if ng:  # its interfaces and blocks have no place in a pcap file
             raise ValueError(f"{out}: {ng[0]} is a pcapng capture (whatever its name): write a .pcapng")
-        if len({h[:4] + h[16:24] for h in heads}) > 1:
+        if not same:
             raise ValueError(f"{out}: these captures differ in format or link type: write a .pcapng")
     n = 0
     with export.whole_file(out) as fh:
-        for k, (s, offsets) in enumerate(zip(sources, picks)):
+        if same:
+            inps = [_Input(s) for s in sources]
+            try:
+                header = heads[0]
+                at = PCAP_MAGICS[header[:4]][0] + "II"  # a record's seconds and fraction
+                merged = heapq.merge(
+                    *(_pcap_records(inp, offs)[1] for inp, offs in zip(inps, picks)),
+                    key=lambda r: struct.unpack_from(at, r[0], 0),
+                )
+                if as_pcap:
+                    fh.write(header)
+                    for rh, data in merged:
+                        fh.write(rh + data)
+                        n += 1
+                else:
+                    for blk in _pcap_as_pcapng(header, merged):
+                        fh.write(blk)
+                    n += sum(map(len, picks))
+            finally:
+                for inp in inps:
+                    inp.close()
+            return n
+        for s, offsets in zip(sources, picks):
             inp = _Input(s)
             try:
                 if s.kind.startswith("pcapng"):
                     for blk in _pcapng_blocks(inp, s, offsets):
                         fh.write(blk)
-                    n += len(offsets)
-                    continue
-                header, records = _pcap_records(inp, offsets)
-                if as_pcap:
-                    if k == 0:
-                        fh.write(header)
-                    for rh, data in records:
-                        fh.write(rh + data)
-                        n += 1
                 else:
+                    header, records = _pcap_records(inp, offsets)
                     for blk in _pcap_as_pcapng(header, records):
                         fh.write(blk)
-                    n += len(offsets)
+                n += len(offsets)
             finally:
                 inp.close()
     return n
