@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from brokerscope import tables
 from brokerscope.protocols import base
+from tests.support.drive import Drive
 
 from .kit import Driver, fetch_request, fetch_response, produce_request, produce_response, records
 
@@ -184,3 +186,27 @@ def test_a_damaged_response_size_mid_stream_takes_no_response_in():
     answered = sorted(r["correlation_id"] for r in out["latencies"] if r["response_ts_ns"])
     assert answered == [i + 1 for i in range(120) if i != 10]
     assert sum(m["offset"] is not None for m in out["messages"]) == 119
+
+
+def test_a_response_captured_before_its_request_is_paired():
+    """Responses in the capture before their requests (two files' clocks a few ms apart: one
+    place's capture written per direction; a NIC's queues merged out of order): each was a
+    request_missing row and its request unanswered, the produced messages without offsets. Now
+    the response held for inference pairs with its request once that is read; its latency is
+    negative, so null with an anomaly, as any response timed before its request."""
+    reqs, resps = _requests(), _responses()
+    d = Driver()
+    for q, r in zip(reqs, resps):
+        d.s2c(r)
+        d.c2s(q)
+    Drive.close(d)
+    out = d.tables(allow_anomalies=True)
+    assert all(r["decode_status"] == "ok" for r in out["commands"])
+    rsp = [r for r in out["commands"] if r["direction"] == "s2c"]
+    assert sorted(r["correlation_id"] for r in rsp) == list(range(1, N + 1))
+    assert sorted(m["offset"] for m in out["messages"]) == [100 + i for i in range(N)]
+    lat = out["latencies"]
+    assert len(lat) == N and all(r["response_ts_ns"] < r["request_ts_ns"] for r in lat)
+    batch = tables.conform("latencies", lat)
+    assert batch.column("latency_us").null_count == N
+    assert all("timed before the request" in a[0] for a in batch.column("anomalies").to_pylist())

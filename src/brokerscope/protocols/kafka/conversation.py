@@ -441,6 +441,13 @@ class KafkaConversation(Conversation):
         while len(self.pending) > MAX_PENDING or (self.held_bytes > MAX_HELD_BYTES and len(self.pending) > 1):
             c, p = self.pending.popitem(last=False)
             out.extend(self._unanswered(c, p))
+        if corr in self.missing.held_by_corr and corr in self.pending:
+            # its response is in the capture before it (two files' clocks apart, a NIC's queues
+            # merged out of order), held as request_missing: paired now (its latency negative:
+            # null, with an anomaly)
+            got = self.missing.take(corr)
+            if got is not None:
+                self._response(*got, out)
 
     def _unanswered(self, corr: int, p: Pending) -> list[Row]:
         """A request whose response never came: a latency row with null response columns, and

@@ -258,6 +258,20 @@ class MissingRequests:
             out.append((h.frame, h.offset, h.ts0, h.ts1))
         return out
 
+    def take(self, corr: int) -> tuple[bytes, int, int, int] | None:
+        """The oldest held response of `corr`, taken out (its request read after it: the capture
+        has the response first), as take_pending gives them; None if none is held."""
+        same = self.held_by_corr.get(corr)
+        if not same:
+            return None
+        h = same[0]
+        for seq, x in self.held.items():
+            if x is h:
+                del self.held[seq]
+                break
+        self._forget(h)
+        return h.frame, h.offset, h.ts0, h.ts1
+
     def _forget(self, h) -> None:
         """A held response taken out of `held`: out of the bytes held and of `held_by_corr`."""
         self.held_bytes -= len(h.frame)
