@@ -128,8 +128,9 @@ class PulsarConversation(Conversation):
         # requests come from the client; the side that sends CONNECT is the client, whatever the
         # driver decided (a capture that starts mid-connection may have the roles the wrong way round)
         self.client_dir = C2S
-        # answers read while the client's framer holds a frame that may have taken their requests
-        # in (_waits): (frame, offset, ts, ts_end), read once the client's frames are
+        # frames of one direction read while the other's framer holds a frame whose damaged size
+        # may have taken in what they answer or follow (_waits): (direction, frame, offset, ts,
+        # ts_end), read in time order with that direction's frames once they are (_release)
         self.held: list[tuple] = []
 
     # ------------------------------------------------------------------------------------------
@@ -141,45 +142,59 @@ class PulsarConversation(Conversation):
         if fr.push(data, ts_ns):
             return rows  # a frame still short of its size
         self._drain(direction, rows)
-        if self.held and direction == self.client_dir:
+        if self.held and direction != self.held[0][0]:
             self._release(rows)
         return sanitize(rows)
 
     def low_water(self, direction: str) -> int | None:
-        """Also the answers held for their requests (their rows come later), oldest first."""
+        """Also the frames held (their rows come later), oldest first."""
         low = super().low_water(direction)
-        if self.held and direction != self.client_dir:
-            held = self.held[0][1]
+        if self.held and direction == self.held[0][0]:
+            held = self.held[0][2]
             low = held if low is None or held < low else low
         return low
 
     def _waits(self, d: str, pf: ParsedFrame) -> bool:
-        """Does `pf`, a frame of the server (`d`), answer a request that is not pending while the
-        client's framer holds a frame whose size may have taken it in (Framer.holds_frames)?
-        Such an answer waits (`held`, up to base.MAX_HELD_ANSWERS) until the client's frames are
-        read (_release)."""
-        if d == self.client_dir or len(self.held) >= base.MAX_HELD_ANSWERS:
+        """Does `pf`, a frame of `d`, wait for the frames the other direction's framer may hold
+        in a frame whose damaged size took them in (Framer.holds_frames), to be read with them
+        in time order (`held`, up to base.MAX_HELD_ANSWERS; _release)? An answer of the server
+        whose request is not pending (its request may be inside); a request of the client whose
+        request id is pending (its id reused after the answer to the earlier one, which may be
+        inside: read now, it would take that answer); once one waits, every frame of `d` after it."""
+        other = S2C if d == C2S else C2S
+        if len(self.held) >= base.MAX_HELD_ANSWERS or (self.held and self.held[0][0] != d):
             return False
+        if self.held:
+            return True  # behind the ones held, whatever it is (a MESSAGE of a consumer in there)
         body = pf.body()
         if body is None:
             return False
-        if pf.type_code in (T.SEND_RECEIPT, T.SEND_ERROR):
+        if d == self.client_dir:
+            if "request_id" not in body.DESCRIPTOR.fields_by_name or not body.HasField("request_id"):
+                return False
+            if (d, body.request_id) not in self.requests:
+                return False
+        elif pf.type_code in (T.SEND_RECEIPT, T.SEND_ERROR):
             if (body.producer_id, body.sequence_id) in self.sends.waiting:
                 return False
         elif "request_id" not in body.DESCRIPTOR.fields_by_name or not body.HasField("request_id"):
             return False  # an answer to no request (MESSAGE, ...)
         elif (self.client_dir, body.request_id) in self.requests:
             return False
-        return self.framer[self.client_dir].holds_frames()
+        return self.framer[other].holds_frames()
 
-    def _release(self, rows: list[Row], everything: bool = False) -> None:
-        """Read the held answers, in the order they came, once the client's framer no longer
-        holds a frame that may have taken their requests in (`everything`: at the close)."""
-        if everything or not self.framer[self.client_dir].holds_frames():
-            held, self.held = self.held, []
-            server = S2C if self.client_dir == C2S else C2S
-            for frame, offset, ts, ts_end in held:
-                self._frame(server, frame, offset, ts, ts_end, rows)
+    def _release(self, rows: list[Row], everything: bool = False, before: int | None = None) -> None:
+        """Read the held frames, in the order they came, once the other direction's framer no
+        longer holds a frame that may have taken in what they wait for (`everything`: at the
+        close; `before`: only those timed before it, as that direction's frames read again
+        reach that time: _drain)."""
+        d = self.held[0][0]
+        other = S2C if d == C2S else C2S
+        if before is None and not everything and self.framer[other].holds_frames():
+            return
+        while self.held and (before is None or self.held[0][3] < before):
+            _d, frame, offset, ts, ts_end = self.held.pop(0)
+            self._frame(d, frame, offset, ts, ts_end, rows)
 
     def _drain(self, direction: str, rows: list[Row], cut: str | None = None) -> None:
         """The rows of what the framer gives now. `cut`: the connection ended or a gap came (the
@@ -192,6 +207,8 @@ class PulsarConversation(Conversation):
                     if isinstance(item, Junk):
                         rows.append(self._junk_row(direction, item))
                     else:
+                        if self.held and self.held[0][0] != direction:  # the others in time order
+                            self._release(rows, before=item.ts_first)
                         self._frame(
                             direction, item.data, item.offset, item.ts_first, item.ts_last, rows, item
                         )
@@ -229,7 +246,7 @@ class PulsarConversation(Conversation):
             rows.extend(self._junk_row(direction, j) for j in junks)
         except Exception as e:
             rows.append(error_row(direction, 0, 0, base.GAP, f"decoder error: {e!r}", ts_ns))
-        if self.held and direction == self.client_dir:
+        if self.held and direction != self.held[0][0]:
             self._release(rows)
         return sanitize(rows)
 
@@ -239,7 +256,8 @@ class PulsarConversation(Conversation):
             for d in (C2S, S2C):
                 self._drain(d, rows, "the end of the connection")
                 rows.extend(self._junk_row(d, j) for j in self.framer[d].close())
-            self._release(rows, everything=True)
+            if self.held:
+                self._release(rows, everything=True)
             # produce rows still waiting for a receipt, then unanswered requests
             for (_pid, seq), ps in self.sends.drain():
                 self._unanswered_send(seq, ps, rows)
@@ -282,7 +300,7 @@ class PulsarConversation(Conversation):
             ):
                 return
         if item is not None and self._waits(d, pf):
-            self.held.append((frame, offset, ts, ts_end))
+            self.held.append((d, frame, offset, ts, ts_end))
             return
         row = {
             "ts_ns": ts,
