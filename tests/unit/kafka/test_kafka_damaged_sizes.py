@@ -210,3 +210,32 @@ def test_a_response_captured_before_its_request_is_paired():
     batch = tables.conform("latencies", lat)
     assert batch.column("latency_us").null_count == N
     assert all("timed before the request" in a[0] for a in batch.column("anomalies").to_pylist())
+
+
+def test_a_damaged_response_before_a_metadata_v13_response_is_read_again(tmp_path):
+    """none.pcap (librdkafka's mock broker) with its JoinGroup response's size +256 (a user
+    trial): it took in the Metadata v13 and SyncGroup responses after it and was not read again,
+    their latencies null: a Metadata v13 response there has the one byte after its body that the
+    mock broker sends, which a frame start's check (KafkaRules.cut_start) refused. It takes what
+    the decoder keeps now: only the JoinGroup exchange differs."""
+    from brokerscope.streams import decode_files
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    data = bytearray(src.read_bytes())
+    data[12090] ^= 0x01  # the JoinGroup response's size (big-endian, its second-lowest byte): 108 -> 364
+    cap = tmp_path / "damaged.pcap"
+    cap.write_bytes(bytes(data))
+    want, got = decode_files([str(src)]), decode_files([str(cap)])
+    lat = {
+        (r["client_port"], r["correlation_id"], r["request_command"]): r["latency_us"]
+        for r in want["latencies"]
+    }
+    for r in got["latencies"]:
+        key = (r["client_port"], r["correlation_id"], r["request_command"])
+        if key == (40784, 4, "JoinGroup"):
+            assert r["latency_us"] is None
+        else:
+            assert r["latency_us"] == lat[key], key
+    bad = [r for r in got["commands"] if r["decode_status"] != "ok"]
+    assert [(r["direction"], r["size"]) for r in bad] == [("s2c", 112)]

@@ -89,9 +89,10 @@ def _walk(d: dict, records_fields: tuple[str, ...], cap: int, summarize) -> None
                 d[k] = summarize(rec.RecordSet([]))
 
 
-def decode_exact(frame: bytes, api_key: int, version: int, cap: int, summarize) -> dict:
-    """The response body under (api_key, version), decoded exactly and plausibly; raises
-    schema.DecodeError or Implausible otherwise."""
+def decode_exact(frame: bytes, api_key: int, version: int, cap: int, summarize, trailing: int = 0) -> dict:
+    """The response body under (api_key, version), decoded exactly (but for up to `trailing`
+    bytes after it, as schema.decode_body keeps them) and plausibly; raises schema.DecodeError
+    or Implausible otherwise."""
     p = schema.plan(api_key, version, "response")
     if p is None:
         raise schema.DecodeError("no decode plan")
@@ -99,7 +100,7 @@ def decode_exact(frame: bytes, api_key: int, version: int, cap: int, summarize) 
     if tagged:
         raise Implausible("tagged fields in the response header")
     body, end = p.read(frame, pos)
-    if end != len(frame):
+    if not 0 <= len(frame) - end <= trailing:
         raise schema.DecodeError(f"{len(frame) - end} bytes left over")
     _walk(body, p.records_fields, cap, summarize)
     return body
