@@ -239,3 +239,25 @@ def test_a_damaged_response_before_a_metadata_v13_response_is_read_again(tmp_pat
             assert r["latency_us"] == lat[key], key
     bad = [r for r in got["commands"] if r["decode_status"] != "ok"]
     assert [(r["direction"], r["size"]) for r in bad] == [("s2c", 112)]
+
+
+def test_a_damaged_first_request_on_a_port_found_by_content_keeps_its_connection(tmp_path):
+    """none.pcap (a broker on port 36525, known by content) with its first ApiVersions request's
+    size +256 (a user trial): the request looked incomplete though answered, which Kafka's sniff
+    takes for not Kafka: the whole connection `unknown`, 20 commands rows gone, not a word. A
+    response of Kafka's to it (its correlation id, sizes that chain) says Kafka: only the
+    ApiVersions exchange differs."""
+    from brokerscope.streams import decode_files
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "kafka" / "none.pcap"
+    data = bytearray(src.read_bytes())
+    data[8921] ^= 0x01  # the connection's first request's size: 64 -> 320
+    cap = tmp_path / "damaged.pcap"
+    cap.write_bytes(bytes(data))
+    want, got = decode_files([str(src)]), decode_files([str(cap)])
+    assert {r["protocol"] for r in got["streams"]} == {"kafka"}
+    assert len(got["commands"]) == len(want["commands"])
+    bad = [(r["direction"], r["decode_status"]) for r in got["commands"] if r["decode_status"] != "ok"]
+    assert bad == [("c2s", "malformed"), ("s2c", "request_missing")]
+    assert len(got["latencies"]) == len(want["latencies"]) - 1

@@ -28,7 +28,7 @@ class KafkaProtocol(Protocol):
         printable client id; a request that decodes completely under its spec scores highest.
         Without a request, a response head whose size fields chain exactly gives a low score."""
         if client_head:
-            return _sniff_request(client_head, bool(server_head))
+            return _sniff_request(client_head, server_head)
         if server_head:
             return _sniff_response(server_head)
         return 0.0
@@ -37,7 +37,7 @@ class KafkaProtocol(Protocol):
         return KafkaConversation(conn, ctx)
 
 
-def _sniff_request(head: bytes, answered: bool = False) -> float:
+def _sniff_request(head: bytes, server_head: bytes = b"") -> float:
     conf = plausible_request(head, 0, 64 * 1024 * 1024)
     if not conf:
         return 0.0
@@ -46,8 +46,12 @@ def _sniff_request(head: bytes, answered: bool = False) -> float:
         return 0.5
     if len(head) < 4 + size:
         # A broker answers only a complete request: an answered first request that is still
-        # incomplete in a short head is not Kafka (the driver sniffs up to 4 KiB per direction).
-        return 0.2 if answered and len(head) < 4096 else 0.8
+        # incomplete in a short head is not Kafka (the driver sniffs up to 4 KiB per direction),
+        # unless the answer is Kafka's to it (its correlation id, sizes that chain): then its
+        # size was damaged, larger (the conversation reads the frames it took in again)
+        if server_head and len(head) < 4096:
+            return 0.8 if _answered_in_kind(head, server_head) else 0.2
+        return 0.8
     frame = bytes(head[4 : 4 + size])
     try:
         h = schema.read_request_header(frame)
@@ -56,8 +60,44 @@ def _sniff_request(head: bytes, answered: bool = False) -> float:
             return 0.5
         schema.decode_body(p, frame, h.body_offset)
     except schema.DecodeError:
-        return 0.3
+        # a request whose size was damaged, larger, takes the requests after it in: one of the
+        # same client that decodes whole inside it says Kafka as well (the conversation reads it
+        # again: Framer.reread_if_swallowed)
+        return 0.8 if _request_inside(head, size, h.client_id) else 0.3
     return 0.95
+
+
+def _answered_in_kind(head: bytes, server_head: bytes) -> bool:
+    """Does `server_head` start with Kafka responses (sizes that chain) the first of which has
+    the correlation id of the request `head` starts with (size u32 @0, api key @4, version @6,
+    correlation id @8)?"""
+    return (
+        len(head) >= 12
+        and len(server_head) >= 8
+        and _I32.unpack_from(server_head, 4)[0] == _I32.unpack_from(head, 8)[0]
+        and _sniff_response(server_head) > 0
+    )
+
+
+def _request_inside(head: bytes, size: int, client_id: str | None) -> bool:
+    """Does a request of `client_id` that decodes whole under its spec start inside the first
+    frame of `head` (of `size` bytes after its size field)?"""
+    for i in range(8, min(4 + size, len(head) - 14)):
+        if plausible_request(head, i, 64 * 1024 * 1024) < 2:
+            continue
+        n = _I32.unpack_from(head, i)[0]
+        if i + 4 + n > len(head):
+            continue
+        frame = bytes(head[i + 4 : i + 4 + n])
+        try:
+            h = schema.read_request_header(frame)
+            p = schema.plan(h.api_key, h.api_version, "request")
+            if p is not None and h.client_id == client_id:
+                schema.decode_body(p, frame, h.body_offset)
+                return True
+        except schema.DecodeError:
+            continue
+    return False
 
 
 def _sniff_response(head: bytes) -> float:
