@@ -261,3 +261,27 @@ def test_a_damaged_first_request_on_a_port_found_by_content_keeps_its_connection
     bad = [(r["direction"], r["decode_status"]) for r in got["commands"] if r["decode_status"] != "ok"]
     assert bad == [("c2s", "malformed"), ("s2c", "request_missing")]
     assert len(got["latencies"]) == len(want["latencies"]) - 1
+
+
+def test_a_damaged_apiversions_error_response_is_read_again(tmp_path):
+    """share.pcap with its first ApiVersions response's size +4096 (a user trial): the answer of
+    error 35 (UNSUPPORTED_VERSION) is kept raw when no version describes its body, so one
+    4,117-byte ok row took in 36 responses (their latencies null, 13 messages and 13 acks lost,
+    two request_missing rows of invented correlation ids). Such a body that holds frame starts is
+    read again too: only its own exchange differs."""
+    from brokerscope.streams import decode_files
+    from tests.conftest import SAMPLE_DATA
+
+    src = SAMPLE_DATA / "kafka" / "share.pcap"
+    data = bytearray(src.read_bytes())
+    data[8232] ^= 0x10  # the first ApiVersions response's size: 17 -> 4113
+    cap = tmp_path / "damaged.pcap"
+    cap.write_bytes(bytes(data))
+    want, got = decode_files([str(src)]), decode_files([str(cap)])
+    for t in ("commands", "messages", "acks", "latencies"):
+        assert len(got[t]) == len(want[t]), t
+    bad = [(r["direction"], r["size"]) for r in got["commands"] if r["decode_status"] != "ok"]
+    assert bad == [("s2c", 21)]
+    assert sum(r["latency_us"] is None for r in got["latencies"]) == 1 + sum(
+        r["latency_us"] is None for r in want["latencies"]
+    )

@@ -503,14 +503,16 @@ class KafkaConversation(Conversation):
             why = "the request could not be decoded, so neither can its response"
         else:
             body, tagged, error = decode_response(frame, p, plan)
-            if body is None:
-                status, why = error.status, rows.plan_error(plan, error)
+            if body is None or "_undecoded" in body:  # kept raw (ApiVersions' error 35): or damaged?
+                why = f"{error}" if body is None else "ApiVersions' error 35 body does not decode in v0"
                 try:
-                    self._reread(S2C, f"{p.name} v{p.version} response: {error}")
+                    self._reread(S2C, f"{p.name} v{p.version} response: {why}")
                 except _Reread:  # its request waits on for the response read again, if any
                     self.pending[corr] = p
                     self.held_bytes += p.held_bytes
                     raise
+            if body is None:
+                status, why = error.status, rows.plan_error(plan, error)
         if body is None:  # its rows without a body: produced messages keep no offsets
             row.update(decode_status=status, decode_error=why)
             row["raw"] = self.ctx.raw(frame, typed=self._typed_answer(p))
