@@ -578,9 +578,17 @@ def test_a_capture_cut_by_its_snap_length_and_traffic_no_decoder_knows_are_warne
     """Found by a user trial: `editcap -s 120` of a Kafka capture on a port not in [ports] gave no
     commands rows at all (its first bytes cut, nothing recognised it) and 'exit 0: every input read
     cleanly'. The summary now says how many packets the snap length cut and how many connections
-    carried data no decoder recognised, with the remedy; the exit code stays 0 (the file is whole)."""
-    cap = tmp_path / "none_s120.pcap"
-    assert _snapped(SAMPLE_DATA / "kafka" / "none.pcap", cap, 120) > 0
+    carried data no decoder recognised, with the remedy; the exit code stays 0 (the file is whole).
+    At 120 bytes Kafka is recognised now (a first request cut short, answered by Kafka's response
+    to it: its 67 commands rows); at 80 nothing is."""
+    from brokerscope.streams import decode_files
+
+    s120 = tmp_path / "none_s120.pcap"
+    assert _snapped(SAMPLE_DATA / "kafka" / "none.pcap", s120, 120) > 0
+    got = decode_files([str(s120)])
+    assert {s["protocol"] for s in got["streams"]} == {"kafka"} and len(got["commands"]) == 67
+    cap = tmp_path / "none_s80.pcap"
+    assert _snapped(SAMPLE_DATA / "kafka" / "none.pcap", cap, 80) > 0
     settings = Settings.load(overrides={"lake": {"path": str(tmp_path / "lake")}})
     summary = pipeline.ingest([str(cap)], settings, spark=spark)
     streams = Lake(tmp_path / "lake").read_arrow("streams").to_pylist()
