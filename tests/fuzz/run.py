@@ -50,6 +50,11 @@ TARGET_NAMES = (
 )
 MAX_LEN = 1 << 16
 PER_INPUT_TIMEOUT = 60  # libFuzzer -timeout, seconds: a hang is a failure too
+# A worker that has not exited this long after its time budget (or, counting runs, at all) is
+# killed: libFuzzer ends with exit(), whose static destructors can deadlock (pyarrow's thread pool
+# waiting on a thread that releases a Python buffer and needs the GIL the exiting thread holds;
+# seen once in CI after "Done 300 runs"). Its output up to then is what it did.
+WORKER_GRACE = 300
 MAX_RESTARTS = 20
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -262,18 +267,29 @@ def fuzz_target(
             cmd += extra or []
             path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
             env = {**os.environ, "BROKERSCOPE_FUZZ_WORKDIR": work, "PYTHONPATH": path}
-            p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, errors="replace")
-            out = p.stdout + p.stderr
+            budget = (seconds or 0) + WORKER_GRACE
+            try:
+                p = subprocess.run(
+                    cmd, cwd=ROOT, env=env, capture_output=True, text=True, errors="replace", timeout=budget
+                )
+                out, rc = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired as e:
+                out = "".join(
+                    x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+                    for x in (e.stdout, e.stderr)
+                )
+                rc = 0 if _DONE.search(out) else -9  # stuck in exit() after its last run: done
+                out += f"\n(worker killed after {budget:.0f} s)\n"
             logs.append(out)
             n, written = _parse(out, res)
             res.execs += n
-            if p.returncode == 0 and not written:
+            if rc == 0 and not written:
                 if seconds is None or time.monotonic() - start >= seconds - 1:
                     break
                 continue
             new = _failures(target, written, failures, out)
             if not new:  # a crash without an input (should not happen): stop, the log says why
-                res.failures.append(Failure(target, "worker failed", f"exit code {p.returncode}", ""))
+                res.failures.append(Failure(target, "worker failed", f"exit code {rc}", ""))
                 break
             res.failures.extend(new)
             ignore.extend(f.signature for f in new if f.signature not in ignore)
